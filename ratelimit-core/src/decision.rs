@@ -1,0 +1,121 @@
+//! What a check decided, and the error a rejected call returns.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Duration;
+
+use crate::Limit;
+
+/// The outcome of one rate-limit check.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Decision {
+    /// Whether the call was admitted (and its tokens taken).
+    pub allowed: bool,
+    /// Whole tokens left in the bucket after this decision.
+    pub remaining: u64,
+    /// The limit that was applied.
+    pub limit: Limit,
+    /// Tokens the call asked for.
+    pub cost: u32,
+    /// When denied: how long until the same call would be admitted, rounded up to the
+    /// microsecond, so waiting exactly this long is enough. Zero when allowed.
+    pub retry_after: Duration,
+    /// How long until the bucket is full again (zero when it is full).
+    pub reset_after: Duration,
+}
+
+impl Decision {
+    /// Builds a decision, for [`Store`](crate::Store) implementations.
+    pub fn new(
+        allowed: bool,
+        remaining: u64,
+        limit: Limit,
+        cost: u32,
+        retry_after: Duration,
+        reset_after: Duration,
+    ) -> Decision {
+        Decision {
+            allowed,
+            remaining,
+            limit,
+            cost,
+            retry_after,
+            reset_after,
+        }
+    }
+
+    pub(crate) fn from_outcome(o: &crate::bucket::Outcome, limit: Limit, cost: u32) -> Decision {
+        Decision::new(
+            o.allowed,
+            o.remaining,
+            limit,
+            cost,
+            o.retry_after(),
+            o.reset_after(),
+        )
+    }
+}
+
+/// A call that was refused by its rate limit. Handlers return it (through their error type's
+/// `From<RateLimited>`) instead of running; with the `axum` feature it becomes a 429 response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimited {
+    decision: Decision,
+    key: String,
+    name: Option<Cow<'static, str>>,
+}
+
+impl RateLimited {
+    /// A rejection of the call on `key` with `decision`.
+    pub fn new(decision: Decision, key: impl Into<String>) -> RateLimited {
+        RateLimited {
+            decision,
+            key: key.into(),
+            name: None,
+        }
+    }
+
+    /// The same rejection, naming the limit that refused it.
+    #[must_use]
+    pub fn with_name(mut self, name: impl Into<Cow<'static, str>>) -> RateLimited {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// The decision that refused the call.
+    pub fn decision(&self) -> &Decision {
+        &self.decision
+    }
+
+    /// The key whose bucket was empty.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The limit's name, when the call was checked under one (always, through the macro).
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// How long until the same call would be admitted.
+    pub fn retry_after(&self) -> Duration {
+        self.decision.retry_after
+    }
+}
+
+impl fmt::Display for RateLimited {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rate limited")?;
+        if let Some(name) = &self.name {
+            write!(f, " by `{name}`")?;
+        }
+        write!(
+            f,
+            " ({}): retry after {:?}",
+            self.decision.limit, self.decision.retry_after
+        )
+    }
+}
+
+impl std::error::Error for RateLimited {}

@@ -1,0 +1,101 @@
+//! Bucket key naming: `{prefix}:{{name}:{key}}`.
+//!
+//! The braces are a Redis Cluster hash tag: every bucket of one (name, key) lives in one slot.
+//! Names and keys come from users' input, so `{`, `}` and `%` are percent-escaped (no input
+//! can end the tag early and move a key to another slot), and an escaped part longer than
+//! [`MAX_PART_LEN`] bytes is replaced by a digest (no input can grow Redis memory without
+//! bound). `%H` marks a digest; an escaped part never contains it, so the two cannot collide.
+
+use sha2::{Digest, Sha256};
+
+/// Longest name or key, in bytes after escaping, kept as it is in the bucket key.
+pub const MAX_PART_LEN: usize = 128;
+
+fn needs_escape(b: u8) -> bool {
+    matches!(b, b'{' | b'}' | b'%')
+}
+
+/// Appends `part`, escaped or digested, to `out`.
+pub(crate) fn push_part(out: &mut String, part: &str) {
+    let specials = part.bytes().filter(|&b| needs_escape(b)).count();
+    if part.len() + 2 * specials > MAX_PART_LEN {
+        out.push_str("%H");
+        let digest = Sha256::digest(part.as_bytes());
+        for byte in &digest[..16] {
+            push_hex(out, *byte);
+        }
+        return;
+    }
+    if specials == 0 {
+        out.push_str(part);
+        return;
+    }
+    for c in part.chars() {
+        match c {
+            '{' => out.push_str("%7B"),
+            '}' => out.push_str("%7D"),
+            '%' => out.push_str("%25"),
+            c => out.push(c),
+        }
+    }
+}
+
+fn push_hex(out: &mut String, byte: u8) {
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    out.push(char::from(HEX[usize::from(byte >> 4)]));
+    out.push(char::from(HEX[usize::from(byte & 0xf)]));
+}
+
+/// The bucket key of `key` under `name` (or of `key` alone) with `prefix`.
+pub(crate) fn bucket_key(prefix: &str, name: Option<&str>, key: &str) -> String {
+    let mut out = String::with_capacity(
+        prefix.len() + 3 + name.map_or(0, |n| n.len() + 1) + key.len().min(MAX_PART_LEN + 2),
+    );
+    out.push_str(prefix);
+    out.push_str(":{");
+    if let Some(name) = name {
+        push_part(&mut out, name);
+        out.push(':');
+    }
+    push_part(&mut out, key);
+    out.push('}');
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn plain_keys_are_readable() {
+        assert_eq!(bucket_key("app", Some("orders::list"), "/orders"), "app:{orders::list:/orders}");
+        assert_eq!(bucket_key("app", None, "user:42"), "app:{user:42}");
+    }
+
+    #[test]
+    fn braces_cannot_end_the_tag() {
+        let k = bucket_key("app", Some("n"), "}x{y%");
+        assert_eq!(k, "app:{n:%7Dx%7By%25}");
+        assert_eq!(k.matches('{').count(), 1);
+        assert_eq!(k.matches('}').count(), 1);
+        assert!(k.ends_with('}'));
+    }
+
+    #[test]
+    fn long_keys_are_digested_and_bounded() {
+        let long = "k".repeat(10_000);
+        let k = bucket_key("app", Some("n"), &long);
+        assert!(k.len() < 64, "{k}");
+        assert_eq!(k, bucket_key("app", Some("n"), &long), "stable");
+        assert_ne!(k, bucket_key("app", Some("n"), &"k".repeat(10_001)));
+        // A key of braces that only grows past the bound once escaped is digested too.
+        let braces = "{".repeat(MAX_PART_LEN / 2);
+        assert!(bucket_key("app", None, &braces).contains("%H"));
+        assert_eq!(bucket_key("app", None, &"a".repeat(MAX_PART_LEN)).len(), 3 + 2 + MAX_PART_LEN + 1);
+    }
+
+    #[test]
+    fn unicode_is_kept() {
+        assert_eq!(bucket_key("p", None, "ключ-🔑"), "p:{ключ-🔑}");
+    }
+}

@@ -1,0 +1,250 @@
+use std::fmt;
+use std::hash::BuildHasher;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use hashbrown::HashTable;
+use hashbrown::DefaultHashBuilder;
+
+use crate::bucket::{self, State};
+use crate::clock::{Clock, MonotonicClock};
+use crate::{Decision, Error, Limit, Store};
+
+/// Default bound on the number of buckets a [`MemoryStore`] keeps.
+pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
+
+/// How often (in clock microseconds) a shard drops its full buckets.
+const SWEEP_EVERY_US: u64 = 1_000_000;
+
+/// Token buckets in this process's memory, with exactly the arithmetic of the Redis script.
+///
+/// It is the store of a single-process service, the fallback when Redis fails, and the oracle
+/// of the conformance tests. Buckets are spread over independently locked shards (no global
+/// lock on the hot path); full buckets are dropped, so memory tracks active keys; the number of
+/// buckets is bounded (see [`MemoryStore::with_max_keys`]).
+///
+/// ```
+/// use ratelimit_core::{Limit, ManualClock, MemoryStore, Store};
+/// use std::time::Duration;
+///
+/// # tokio_test_block_on(async {
+/// let clock = ManualClock::new();
+/// let store = MemoryStore::with_clock(clock.clone());
+/// let limit = Limit::per_hour(1);
+/// assert!(store.check("k", &limit, 1).await?.allowed);
+/// assert!(!store.check("k", &limit, 1).await?.allowed);
+/// clock.advance(Duration::from_secs(3600));
+/// assert!(store.check("k", &limit, 1).await?.allowed);
+/// # Ok::<(), ratelimit_core::Error>(())
+/// # }).unwrap();
+/// # fn tokio_test_block_on<F: std::future::Future>(f: F) -> F::Output {
+/// #     tokio::runtime::Builder::new_current_thread().build().unwrap().block_on(f)
+/// # }
+/// ```
+#[derive(Clone)]
+pub struct MemoryStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    shards: Box<[Mutex<Shard>]>,
+    hasher: DefaultHashBuilder,
+    shard_shift: u32,
+    shard_cap: usize,
+    clock: Box<dyn Clock>,
+    evicted: AtomicU64,
+}
+
+struct Shard {
+    table: HashTable<(Box<str>, State)>,
+    next_sweep_us: u64,
+}
+
+impl MemoryStore {
+    /// A store on the process's monotonic clock, bounded to [`DEFAULT_MAX_KEYS`] buckets.
+    pub fn new() -> MemoryStore {
+        MemoryStore::build(Box::new(MonotonicClock::new()), DEFAULT_MAX_KEYS)
+    }
+
+    /// A store on `clock` (a [`ManualClock`](crate::ManualClock) in tests).
+    pub fn with_clock(clock: impl Clock) -> MemoryStore {
+        MemoryStore::build(Box::new(clock), DEFAULT_MAX_KEYS)
+    }
+
+    /// The same store bounded to about `max_keys` buckets (at least one per shard).
+    ///
+    /// When the bound is reached the full buckets are dropped first; if every bucket is still
+    /// active, the ones closest to full are evicted (each eviction can admit at most that
+    /// bucket's missing tokens early) and [`evicted_active`](MemoryStore::evicted_active)
+    /// counts them, with a warning in the log.
+    #[must_use]
+    pub fn with_max_keys(self, max_keys: usize) -> MemoryStore {
+        let clock = match Arc::try_unwrap(self.inner) {
+            Ok(inner) => inner.clock,
+            // Shared already: keep the time source semantics by starting a fresh monotonic one.
+            Err(_) => Box::new(MonotonicClock::new()),
+        };
+        MemoryStore::build(clock, max_keys)
+    }
+
+    fn build(clock: Box<dyn Clock>, max_keys: usize) -> MemoryStore {
+        let parallelism = std::thread::available_parallelism().map_or(4, usize::from);
+        let shards = (parallelism * 8).next_power_of_two().clamp(8, 256);
+        let shard_shift = 64 - shards.trailing_zeros();
+        let shard_cap = max_keys.div_ceil(shards).max(1);
+        MemoryStore {
+            inner: Arc::new(Inner {
+                shards: (0..shards)
+                    .map(|_| {
+                        Mutex::new(Shard {
+                            table: HashTable::new(),
+                            next_sweep_us: 0,
+                        })
+                    })
+                    .collect(),
+                hasher: DefaultHashBuilder::default(),
+                shard_shift,
+                shard_cap,
+                clock,
+                evicted: AtomicU64::new(0),
+            }),
+        }
+    }
+
+    /// The number of buckets held now (full ones may linger until the next sweep).
+    pub fn len(&self) -> usize {
+        self.inner.shards.iter().map(|s| lock(s).table.len()).sum()
+    }
+
+    /// Whether no bucket is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Active buckets evicted because the store was at its bound.
+    pub fn evicted_active(&self) -> u64 {
+        self.inner.evicted.load(Ordering::Relaxed)
+    }
+
+    /// Decides synchronously: the memory store never waits.
+    pub fn check_now(&self, key: &str, limit: &Limit, cost: u32) -> Decision {
+        let inner = &*self.inner;
+        let now = inner.clock.now_micros();
+        let hash = inner.hasher.hash_one(key);
+        // The table uses the low bits and the top 7; shard on the bits just below the top.
+        let shard_index = usize::try_from((hash << 7) >> inner.shard_shift).unwrap_or(0);
+        let mut shard = lock(&inner.shards[shard_index]);
+
+        let eq = |e: &(Box<str>, State)| &*e.0 == key;
+        let state = shard.table.find(hash, eq).map(|e| e.1);
+        let outcome = bucket::decide(now, state, limit.params(), u64::from(cost));
+        if let Some(new_state) = outcome.new_state {
+            if let Some(entry) = shard.table.find_mut(hash, eq) {
+                entry.1 = new_state;
+            } else {
+                if now >= shard.next_sweep_us || shard.table.len() >= inner.shard_cap {
+                    inner.make_room(&mut shard, now);
+                }
+                let hasher = &inner.hasher;
+                shard
+                    .table
+                    .insert_unique(hash, (key.into(), new_state), |e| hasher.hash_one(&*e.0));
+            }
+        }
+        Decision::from_outcome(&outcome, *limit, cost)
+    }
+}
+
+impl Inner {
+    /// Drops full buckets; if the shard is still at its bound, evicts the eighth of it that is
+    /// closest to full (amortised O(log n) per insert).
+    fn make_room(&self, shard: &mut Shard, now_us: u64) {
+        shard.next_sweep_us = now_us + SWEEP_EVERY_US;
+        let now_ms = now_us / 1000;
+        shard.table.retain(|e| e.1.expire_ms > now_ms);
+        if shard.table.len() < self.shard_cap {
+            return;
+        }
+        let mut expiries: Vec<u64> = shard.table.iter().map(|e| e.1.expire_ms).collect();
+        let cut = (self.shard_cap / 8).max(1).min(expiries.len() - 1);
+        let (_, threshold, _) = expiries.select_nth_unstable(cut);
+        let threshold = *threshold;
+        let before = shard.table.len();
+        shard.table.retain(|e| e.1.expire_ms > threshold);
+        let evicted = (before - shard.table.len()) as u64;
+        self.evicted.fetch_add(evicted, Ordering::Relaxed);
+        tracing::warn!(
+            evicted,
+            bound = self.shard_cap * self.shards.len(),
+            "in-memory rate-limit store is full of active buckets; evicted the ones closest to \
+             full (raise the bound with MemoryStore::with_max_keys)"
+        );
+    }
+}
+
+fn lock(m: &Mutex<Shard>) -> MutexGuard<'_, Shard> {
+    // No code that can panic runs under the lock, so a poisoned shard is still consistent.
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+impl Default for MemoryStore {
+    fn default() -> Self {
+        MemoryStore::new()
+    }
+}
+
+impl fmt::Debug for MemoryStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemoryStore")
+            .field("shards", &self.inner.shards.len())
+            .field("max_keys", &(self.inner.shard_cap * self.inner.shards.len()))
+            .field("evicted_active", &self.evicted_active())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store for MemoryStore {
+    async fn check(&self, key: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
+        Ok(self.check_now(key, limit, cost))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ManualClock;
+    use std::time::Duration;
+
+    #[test]
+    fn full_buckets_are_dropped() {
+        let clock = ManualClock::new();
+        let store = MemoryStore::with_clock(clock.clone());
+        let limit = Limit::per_second(10);
+        for i in 0..1000 {
+            store.check_now(&format!("k{i}"), &limit, 1);
+        }
+        assert_eq!(store.len(), 1000);
+        clock.advance(Duration::from_secs(2));
+        // Any insert after the sweep period drops the full buckets of its shard; touch every shard.
+        for i in 0..1000 {
+            store.check_now(&format!("k{i}"), &limit, 1);
+        }
+        clock.advance(Duration::from_secs(2));
+        for i in 0..4000 {
+            store.check_now(&format!("new{i}"), &limit, 1);
+        }
+        assert_eq!(store.len(), 4000, "every old bucket was full and is gone");
+    }
+
+    #[test]
+    fn the_bound_holds_under_active_keys() {
+        let store = MemoryStore::with_clock(ManualClock::new()).with_max_keys(1024);
+        let limit = Limit::per_hour(1);
+        for i in 0..100_000 {
+            store.check_now(&format!("k{i}"), &limit, 1);
+        }
+        let shards = store.inner.shards.len();
+        assert!(store.len() <= 1024usize.div_ceil(shards) * shards, "{}", store.len());
+        assert!(store.evicted_active() > 0);
+    }
+}

@@ -1,0 +1,49 @@
+//! Where buckets live: [`RedisStore`] (shared by every instance of a service) and
+//! [`MemoryStore`] (one process), with the same semantics.
+
+mod memory;
+mod redis;
+
+use std::future::Future;
+
+pub use self::memory::{DEFAULT_MAX_KEYS, MemoryStore};
+pub use self::redis::RedisStore;
+use crate::{Decision, Error, Limit};
+
+/// A place that keeps token buckets and decides calls atomically.
+///
+/// The built-in stores are [`RedisStore`] and [`MemoryStore`]; implement this trait to keep
+/// buckets elsewhere and pass it to [`RateLimiterBuilder::store`](crate::RateLimiterBuilder::store).
+/// The limiter validates `cost` (`1 <= cost <= limit.burst_capacity()`) before calling.
+pub trait Store: Send + Sync + 'static {
+    /// Takes `cost` tokens from the bucket `key` if it holds that many, refilled per `limit`.
+    fn check(
+        &self,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send;
+}
+
+type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Object-safe form of [`Store`] for user stores (built-in stores are dispatched statically).
+pub(crate) trait DynStore: Send + Sync + 'static {
+    fn check_dyn<'a>(
+        &'a self,
+        key: &'a str,
+        limit: &'a Limit,
+        cost: u32,
+    ) -> BoxFuture<'a, Result<Decision, Error>>;
+}
+
+impl<S: Store> DynStore for S {
+    fn check_dyn<'a>(
+        &'a self,
+        key: &'a str,
+        limit: &'a Limit,
+        cost: u32,
+    ) -> BoxFuture<'a, Result<Decision, Error>> {
+        Box::pin(self.check(key, limit, cost))
+    }
+}

@@ -1,0 +1,21 @@
+//! Distributed rate limiting for async Rust services.
+//!
+//! Every instance of a service shares one token bucket per (limit, key) in Redis, decided by
+//! one atomic Lua script on the Redis server's clock (microsecond precision; the callers'
+//! clocks never matter). The same arithmetic runs in memory for single processes and tests.
+//!
+//! ```
+//! use redis_ratelimit::{Limit, RateLimiter};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), redis_ratelimit::Error> {
+//! // `.redis("redis://127.0.0.1:6379")` shares the buckets between processes.
+//! let limiter = RateLimiter::builder().memory().prefix("app").build().await?;
+//! let limit = Limit::per_second(10).burst(20);
+//! let decision = limiter.check("user:42", &limit).await?;
+//! assert!(decision.allowed);
+//! assert_eq!(decision.remaining, 19);
+//! # Ok(()) }
+//! ```
+
+pub use ratelimit_core::*;

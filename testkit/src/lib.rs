@@ -1,0 +1,170 @@
+//! Test support: real `redis-server` processes that the tests start themselves, on free
+//! loopback ports, in temporary directories, stopped when dropped. Never a shared server.
+
+use std::io::Read;
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `redis-server` binary: `$REDIS_SERVER_BIN`, else the one on `PATH`.
+pub fn redis_server_bin() -> PathBuf {
+    std::env::var_os("REDIS_SERVER_BIN").map_or_else(|| PathBuf::from("redis-server"), PathBuf::from)
+}
+
+/// A port on 127.0.0.1 that was free a moment ago.
+pub fn free_port() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
+    listener.local_addr().expect("local address").port()
+}
+
+/// A `redis-server` owned by one test.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts a server with no persistence on a free port.
+    pub fn start() -> RedisServer {
+        RedisServer::start_with(&[])
+    }
+
+    /// Starts a server with extra `redis-server` arguments (`["--appendonly", "yes"]`).
+    pub fn start_with(extra: &[&str]) -> RedisServer {
+        let dir = tempfile::Builder::new()
+            .prefix("ratelimit-redis-")
+            .tempdir()
+            .expect("create a temporary directory");
+        let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
+        // A port can be taken between choosing and binding it: try a few.
+        let mut last_err = String::new();
+        for _ in 0..5 {
+            let port = free_port();
+            match spawn(dir.path(), port, &extra) {
+                Ok(child) => {
+                    return RedisServer {
+                        child: Some(child),
+                        port,
+                        dir,
+                        extra,
+                    };
+                }
+                Err(e) => last_err = e,
+            }
+        }
+        panic!("could not start redis-server: {last_err}");
+    }
+
+    /// The port it listens on.
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// Its working directory.
+    pub fn dir(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A client for it.
+    pub fn client(&self) -> redis::Client {
+        redis::Client::open(self.url()).expect("a valid URL")
+    }
+
+    /// A fresh multiplexed connection to it.
+    pub async fn connection(&self) -> redis::aio::MultiplexedConnection {
+        self.client()
+            .get_multiplexed_async_connection()
+            .await
+            .expect("connect to the test redis-server")
+    }
+
+    /// A blocking connection, for code outside a runtime.
+    pub fn blocking_connection(&self) -> redis::Connection {
+        self.client().get_connection().expect("connect to the test redis-server")
+    }
+
+    /// Kills the server (SIGKILL: no chance to save), keeping its directory.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port and directory (after [`kill`](RedisServer::kill)).
+    pub fn restart(&mut self) {
+        self.kill();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            match spawn(self.dir.path(), self.port, &self.extra) {
+                Ok(child) => {
+                    self.child = Some(child);
+                    return;
+                }
+                Err(e) if Instant::now() > deadline => panic!("restart redis-server: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn spawn(dir: &Path, port: u16, extra: &[String]) -> Result<Child, String> {
+    let bin = redis_server_bin();
+    let mut child = Command::new(&bin)
+        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args(["--daemonize", "no", "--protected-mode", "yes"])
+        .arg("--logfile")
+        .arg(dir.join("redis.log"))
+        .arg("--dir")
+        .arg(dir)
+        .args(extra)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| {
+            format!(
+                "cannot run `{}`: {e}. Install Redis 7 (Debian: apt-get install redis-server), \
+                 run the suite with scripts/test (it installs it), or set REDIS_SERVER_BIN",
+                bin.display()
+            )
+        })?;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+            let mut out = std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default();
+            if let Some(mut se) = child.stderr.take() {
+                let _ = se.read_to_string(&mut out);
+            }
+            return Err(format!("redis-server exited with {status}: {out}"));
+        }
+        if let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) {
+            if let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(200)) {
+                if redis::cmd("PING").query::<String>(&mut con).is_ok() {
+                    drop(child.stderr.take());
+                    return Ok(child);
+                }
+            }
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            return Err(format!("redis-server on port {port} did not answer PING within 10 s"));
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
