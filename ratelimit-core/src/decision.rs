@@ -23,6 +23,24 @@ pub struct Decision {
     pub retry_after: Duration,
     /// How long until the bucket is full again (zero when it is full).
     pub reset_after: Duration,
+    /// Who decided: the store, or the failure policy while the store was failing.
+    pub source: Source,
+}
+
+/// Who took a [`Decision`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Source {
+    /// The configured store (Redis, memory or custom).
+    Store,
+    /// The store failed; the in-memory fallback enforced the limit on this node.
+    Fallback,
+    /// The store failed; the call was admitted without a check (fail open).
+    FailOpen,
+    /// The store failed; the call was refused without a check (fail closed).
+    FailClosed,
+    /// The call had no key and the empty-key policy decided.
+    NoKey,
 }
 
 impl Decision {
@@ -42,7 +60,15 @@ impl Decision {
             cost,
             retry_after,
             reset_after,
+            source: Source::Store,
         }
+    }
+
+    /// The same decision, attributed to `source`.
+    #[must_use]
+    pub fn with_source(mut self, source: Source) -> Decision {
+        self.source = source;
+        self
     }
 
     pub(crate) fn from_outcome(o: &crate::bucket::Outcome, limit: Limit, cost: u32) -> Decision {

@@ -29,7 +29,9 @@ pub enum Error {
     ZeroCost,
 
     /// The key prefix would break the bucket keys' hash tags.
-    #[error("invalid prefix `{0}`: a prefix must not contain `{{` or `}}` (they would move keys between Redis Cluster slots)")]
+    #[error(
+        "invalid prefix `{0}`: a prefix must not contain `{{` or `}}` (they would move keys between Redis Cluster slots)"
+    )]
     InvalidPrefix(String),
 
     /// The builder was not told where to keep buckets.
@@ -66,6 +68,20 @@ pub enum Error {
         version: String,
     },
 
+    /// The store did not answer within the per-call deadline.
+    #[error("the rate-limit store did not answer within {0:?}")]
+    Timeout(std::time::Duration),
+
+    /// `enable_redis_rate_limit!` was called a second time.
+    #[error(
+        "redis-ratelimit is already enabled: enable_redis_rate_limit! may be called once per process"
+    )]
+    AlreadyEnabled,
+
+    /// A configuration override is invalid or names no declared limit.
+    #[error("{0}")]
+    Config(String),
+
     /// A Redis command failed.
     #[error("Redis error: {0}")]
     Redis(#[from] redis::RedisError),
@@ -74,6 +90,17 @@ pub enum Error {
     /// which means another program changed the bucket's key.
     #[error("unexpected reply from the rate-limit script: {0}")]
     BadReply(String),
+}
+
+impl Error {
+    /// Whether the store failed (unreachable, slow, erroring), as opposed to a misuse: the
+    /// failure policy decides such calls.
+    pub fn is_store_failure(&self) -> bool {
+        matches!(
+            self,
+            Error::Redis(_) | Error::Timeout(_) | Error::BadReply(_) | Error::Connect { .. }
+        )
+    }
 }
 
 /// The URL without its password, for messages and logs.
@@ -94,7 +121,10 @@ pub(crate) fn redact_url(url: &str) -> String {
 mod tests {
     #[test]
     fn passwords_never_reach_messages() {
-        assert_eq!(super::redact_url("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(
+            super::redact_url("redis://u:secret@h:1/0"),
+            "redis://u:***@h:1/0"
+        );
         assert_eq!(super::redact_url("redis://:secret@h"), "redis://:***@h");
         assert_eq!(super::redact_url("redis://h:1"), "redis://h:1");
     }

@@ -17,19 +17,33 @@
 //! # Ok(()) }
 //! ```
 
+#[doc(hidden)]
+pub mod __private;
 mod bucket;
 pub mod clock;
+mod context;
 mod decision;
+mod enable;
 mod error;
+mod key;
 mod limit;
 mod limiter;
 mod naming;
+pub mod overrides;
+mod registry;
 pub mod store;
 
 pub use clock::{Clock, ManualClock, MonotonicClock};
-pub use decision::{Decision, RateLimited};
+pub use context::{Recorded, RequestContext, scope, scope_returning};
+pub use decision::{Decision, RateLimited, Source};
+pub use enable::{DEFAULT_REDIS_URL, EnableOptions, enable};
 pub use error::Error;
+pub use key::{Global, Header, Ip, IpUri, KeyResolver, Principal, Route, Uri, User};
 pub use limit::{InvalidLimit, Limit, Unit, UnknownUnit};
-pub use limiter::{DEFAULT_PREFIX, RateLimiter, RateLimiterBuilder};
+pub use limiter::{
+    DEFAULT_DEADLINE, DEFAULT_PREFIX, EmptyKeyPolicy, FailurePolicy, RateLimiter,
+    RateLimiterBuilder,
+};
 pub use naming::MAX_PART_LEN;
+pub use registry::{Effective, LimitDeclaration, declared_limits};
 pub use store::{MemoryStore, RedisStore, Store};

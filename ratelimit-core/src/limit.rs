@@ -307,8 +307,14 @@ mod tests {
 
     #[test]
     fn zero_and_too_fine_limits_are_errors() {
-        assert_eq!(Limit::try_new(0, 1, Unit::Second), Err(InvalidLimit::ZeroReplenish));
-        assert_eq!(Limit::try_new(1, 0, Unit::Second), Err(InvalidLimit::ZeroBurst));
+        assert_eq!(
+            Limit::try_new(0, 1, Unit::Second),
+            Err(InvalidLimit::ZeroReplenish)
+        );
+        assert_eq!(
+            Limit::try_new(1, 0, Unit::Second),
+            Err(InvalidLimit::ZeroBurst)
+        );
         // A prime replenish per day with a huge burst cannot be represented exactly.
         assert!(matches!(
             Limit::try_new(1_000_003, u32::MAX, Unit::Day),

@@ -68,7 +68,10 @@ mod tests {
 
     #[test]
     fn plain_keys_are_readable() {
-        assert_eq!(bucket_key("app", Some("orders::list"), "/orders"), "app:{orders::list:/orders}");
+        assert_eq!(
+            bucket_key("app", Some("orders::list"), "/orders"),
+            "app:{orders::list:/orders}"
+        );
         assert_eq!(bucket_key("app", None, "user:42"), "app:{user:42}");
     }
 
@@ -91,7 +94,10 @@ mod tests {
         // A key of braces that only grows past the bound once escaped is digested too.
         let braces = "{".repeat(MAX_PART_LEN / 2);
         assert!(bucket_key("app", None, &braces).contains("%H"));
-        assert_eq!(bucket_key("app", None, &"a".repeat(MAX_PART_LEN)).len(), 3 + 2 + MAX_PART_LEN + 1);
+        assert_eq!(
+            bucket_key("app", None, &"a".repeat(MAX_PART_LEN)).len(),
+            3 + 2 + MAX_PART_LEN + 1
+        );
     }
 
     #[test]

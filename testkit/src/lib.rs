@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 
 /// The `redis-server` binary: `$REDIS_SERVER_BIN`, else the one on `PATH`.
 pub fn redis_server_bin() -> PathBuf {
-    std::env::var_os("REDIS_SERVER_BIN").map_or_else(|| PathBuf::from("redis-server"), PathBuf::from)
+    std::env::var_os("REDIS_SERVER_BIN")
+        .map_or_else(|| PathBuf::from("redis-server"), PathBuf::from)
 }
 
 /// A port on 127.0.0.1 that was free a moment ago.
@@ -89,7 +90,9 @@ impl RedisServer {
 
     /// A blocking connection, for code outside a runtime.
     pub fn blocking_connection(&self) -> redis::Connection {
-        self.client().get_connection().expect("connect to the test redis-server")
+        self.client()
+            .get_connection()
+            .expect("connect to the test redis-server")
     }
 
     /// Kills the server (SIGKILL: no chance to save), keeping its directory.
@@ -126,7 +129,16 @@ impl Drop for RedisServer {
 fn spawn(dir: &Path, port: u16, extra: &[String]) -> Result<Child, String> {
     let bin = redis_server_bin();
     let mut child = Command::new(&bin)
-        .args(["--port", &port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+        .args([
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+        ])
         .args(["--daemonize", "no", "--protected-mode", "yes"])
         .arg("--logfile")
         .arg(dir.join("redis.log"))
@@ -163,7 +175,9 @@ fn spawn(dir: &Path, port: u16, extra: &[String]) -> Result<Child, String> {
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            return Err(format!("redis-server on port {port} did not answer PING within 10 s"));
+            return Err(format!(
+                "redis-server on port {port} did not answer PING within 10 s"
+            ));
         }
         std::thread::sleep(Duration::from_millis(20));
     }

@@ -3,8 +3,8 @@ use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use hashbrown::HashTable;
 use hashbrown::DefaultHashBuilder;
+use hashbrown::HashTable;
 
 use crate::bucket::{self, State};
 use crate::clock::{Clock, MonotonicClock};
@@ -197,7 +197,10 @@ impl fmt::Debug for MemoryStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("MemoryStore")
             .field("shards", &self.inner.shards.len())
-            .field("max_keys", &(self.inner.shard_cap * self.inner.shards.len()))
+            .field(
+                "max_keys",
+                &(self.inner.shard_cap * self.inner.shards.len()),
+            )
             .field("evicted_active", &self.evicted_active())
             .finish_non_exhaustive()
     }
@@ -244,7 +247,11 @@ mod tests {
             store.check_now(&format!("k{i}"), &limit, 1);
         }
         let shards = store.inner.shards.len();
-        assert!(store.len() <= 1024usize.div_ceil(shards) * shards, "{}", store.len());
+        assert!(
+            store.len() <= 1024usize.div_ceil(shards) * shards,
+            "{}",
+            store.len()
+        );
         assert!(store.evicted_active() > 0);
     }
 }

@@ -9,7 +9,8 @@ use crate::error::redact_url;
 use crate::{Decision, Error, Limit, Store};
 
 /// The decision script, hashed once per process.
-static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(include_str!("../scripts/gcra.lua")));
+static SCRIPT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/gcra.lua")));
 
 /// Token buckets in Redis, shared by every process that uses the same server and prefix.
 ///
@@ -103,7 +104,9 @@ impl RedisStore {
 
 impl fmt::Debug for RedisStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RedisStore").field("url", &self.url).finish_non_exhaustive()
+        f.debug_struct("RedisStore")
+            .field("url", &self.url)
+            .finish_non_exhaustive()
     }
 }
 

@@ -1,0 +1,211 @@
+//! The request a call serves, as seen by key resolvers: set per request by the HTTP layer, or
+//! by [`scope`] for calls that are not HTTP requests (jobs, gRPC, tests).
+
+use std::cell::Cell;
+use std::fmt;
+use std::future::Future;
+use std::net::SocketAddr;
+
+use http::{Extensions, HeaderMap, Method};
+
+use crate::Decision;
+
+tokio::task_local! {
+    static CONTEXT: RequestContext;
+}
+
+/// What a [`KeyResolver`](crate::KeyResolver) may look at: the limited function's name and,
+/// when the call serves a request, its method, path, matched route, headers, peer address and
+/// extensions (where authentication middleware puts the user).
+///
+/// ```
+/// use ratelimit_core::{RequestContext, scope};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let ctx = RequestContext::new()
+///     .with_path("/orders/7")
+///     .with_header("x-api-key", "k-123")
+///     .with_peer("203.0.113.9:5000".parse().unwrap());
+/// scope(ctx, async {
+///     // #[rate_limit] functions called here see this context.
+/// })
+/// .await;
+/// # }
+/// ```
+#[derive(Default)]
+pub struct RequestContext {
+    method: Option<Method>,
+    path: Option<String>,
+    route: Option<String>,
+    headers: HeaderMap,
+    peer: Option<SocketAddr>,
+    extensions: Extensions,
+    handler: Cell<Option<&'static str>>,
+    recorded: Cell<Option<Recorded>>,
+}
+
+/// The last decision taken while serving this context, for response headers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recorded {
+    /// The limit's name.
+    pub name: &'static str,
+    /// What it decided.
+    pub decision: Decision,
+}
+
+impl RequestContext {
+    /// An empty context: no request, only what the builder methods add.
+    pub fn new() -> RequestContext {
+        RequestContext::default()
+    }
+
+    /// With the request's method.
+    #[must_use]
+    pub fn with_method(mut self, method: Method) -> Self {
+        self.method = Some(method);
+        self
+    }
+
+    /// With the request's path (without the query).
+    #[must_use]
+    pub fn with_path(mut self, path: impl Into<String>) -> Self {
+        self.path = Some(path.into());
+        self
+    }
+
+    /// With the matched route template (`/users/{id}`).
+    #[must_use]
+    pub fn with_route(mut self, route: impl Into<String>) -> Self {
+        self.route = Some(route.into());
+        self
+    }
+
+    /// With all the request's headers.
+    #[must_use]
+    pub fn with_headers(mut self, headers: HeaderMap) -> Self {
+        self.headers = headers;
+        self
+    }
+
+    /// With one more header.
+    ///
+    /// # Panics
+    /// If `name` or `value` is not a valid header name or value (a programming error in a
+    /// test or job; requests arrive with valid headers).
+    #[must_use]
+    pub fn with_header(mut self, name: &'static str, value: &str) -> Self {
+        let value = http::HeaderValue::from_str(value).expect("a valid header value");
+        self.headers.append(name, value);
+        self
+    }
+
+    /// With the peer's socket address.
+    #[must_use]
+    pub fn with_peer(mut self, peer: SocketAddr) -> Self {
+        self.peer = Some(peer);
+        self
+    }
+
+    /// With all the request's extensions.
+    #[must_use]
+    pub fn with_extensions(mut self, extensions: Extensions) -> Self {
+        self.extensions = extensions;
+        self
+    }
+
+    /// With one more extension (a [`Principal`](crate::Principal), a tenant type of yours).
+    #[must_use]
+    pub fn with_extension<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
+        self.extensions.insert(value);
+        self
+    }
+
+    /// The name of the limit being checked (`module::function` unless renamed).
+    pub fn handler(&self) -> Option<&'static str> {
+        self.handler.get()
+    }
+
+    /// The request's method.
+    pub fn method(&self) -> Option<&Method> {
+        self.method.as_ref()
+    }
+
+    /// The request's path, without the query.
+    pub fn path(&self) -> Option<&str> {
+        self.path.as_deref()
+    }
+
+    /// The matched route template.
+    pub fn route(&self) -> Option<&str> {
+        self.route.as_deref()
+    }
+
+    /// The request's headers (empty outside a request).
+    pub fn headers(&self) -> &HeaderMap {
+        &self.headers
+    }
+
+    /// The peer's address.
+    pub fn peer(&self) -> Option<SocketAddr> {
+        self.peer
+    }
+
+    /// The request's extensions.
+    pub fn extensions(&self) -> &Extensions {
+        &self.extensions
+    }
+
+    /// The last decision recorded while serving this context.
+    pub fn recorded(&self) -> Option<Recorded> {
+        self.recorded.get()
+    }
+
+    pub(crate) fn set_handler(&self, name: &'static str) {
+        self.handler.set(Some(name));
+    }
+
+    pub(crate) fn record(&self, name: &'static str, decision: Decision) {
+        self.recorded.set(Some(Recorded { name, decision }));
+    }
+}
+
+impl fmt::Debug for RequestContext {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RequestContext")
+            .field("handler", &self.handler.get())
+            .field("method", &self.method)
+            .field("path", &self.path)
+            .field("route", &self.route)
+            .field("headers", &self.headers.len())
+            .field("peer", &self.peer)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Runs `future` with `ctx` as the current request context. Returns the future's output and
+/// the context (with the last decision [`recorded`](RequestContext::recorded) in it).
+pub async fn scope<F: Future>(ctx: RequestContext, future: F) -> F::Output {
+    CONTEXT.scope(ctx, future).await
+}
+
+/// Like [`scope`], and gives the context back afterwards (the HTTP layer reads the decision
+/// from it).
+pub async fn scope_returning<F: Future>(
+    ctx: RequestContext,
+    future: F,
+) -> (F::Output, RequestContext) {
+    let mut fut = std::pin::pin!(CONTEXT.scope(ctx, future));
+    let output = (&mut fut).await;
+    let ctx = fut.as_mut().take_value().unwrap_or_default();
+    (output, ctx)
+}
+
+/// Calls `f` with the current context, or with an empty one outside any scope.
+pub(crate) fn with_current<R>(f: impl FnOnce(&RequestContext) -> R) -> R {
+    if CONTEXT.try_with(|_| ()).is_ok() {
+        CONTEXT.with(f)
+    } else {
+        f(&RequestContext::default())
+    }
+}

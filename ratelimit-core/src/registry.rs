@@ -1,0 +1,176 @@
+//! Declared limits and the global limiter that `enable_redis_rate_limit!` installs.
+
+use std::borrow::Cow;
+use std::fmt;
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use crate::Limit;
+use crate::RateLimiter;
+
+/// One `#[rate_limit]` function, registered at compile time: its name, limit, key resolver
+/// and place in the source. [`declared_limits`] lists them all.
+pub struct LimitDeclaration {
+    name: &'static str,
+    limit: Limit,
+    cost: u32,
+    key: &'static str,
+    file: &'static str,
+    line: u32,
+    effective: OnceLock<Effective>,
+    pub(crate) warned: AtomicBool,
+}
+
+/// The limit a declaration enforces after configuration overrides.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Effective {
+    /// The limit.
+    pub limit: Limit,
+    /// Tokens one call takes.
+    pub cost: u32,
+    /// `false` when an override disabled the limit: calls pass unchecked.
+    pub enabled: bool,
+}
+
+impl LimitDeclaration {
+    #[doc(hidden)]
+    pub const fn new(
+        name: &'static str,
+        limit: Limit,
+        cost: u32,
+        key: &'static str,
+        file: &'static str,
+        line: u32,
+    ) -> LimitDeclaration {
+        LimitDeclaration {
+            name,
+            limit,
+            cost,
+            key,
+            file,
+            line,
+            effective: OnceLock::new(),
+            warned: AtomicBool::new(false),
+        }
+    }
+
+    /// The limit's name: `module_path::function` unless given with `name = ".."`.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The limit as written in the source.
+    pub fn declared_limit(&self) -> Limit {
+        self.limit
+    }
+
+    /// Tokens one call takes, as written in the source.
+    pub fn declared_cost(&self) -> u32 {
+        self.cost
+    }
+
+    /// The limit in force: the declared one, or the configuration override applied by
+    /// `enable_redis_rate_limit!`.
+    pub fn effective(&self) -> Effective {
+        self.effective.get().copied().unwrap_or(Effective {
+            limit: self.limit,
+            cost: self.cost,
+            enabled: true,
+        })
+    }
+
+    /// The key resolver expression, as written (`Uri`, `Header("x-api-key")`).
+    pub fn key(&self) -> &'static str {
+        self.key
+    }
+
+    /// The source file of the function.
+    pub fn file(&self) -> &'static str {
+        self.file
+    }
+
+    /// The line of the `#[rate_limit]` attribute.
+    pub fn line(&self) -> u32 {
+        self.line
+    }
+
+    pub(crate) fn set_effective(&self, effective: Effective) -> bool {
+        self.effective.set(effective).is_ok()
+    }
+
+    /// Logs `message` once per declaration (not once per call).
+    pub(crate) fn warn_once(&self, message: &dyn fmt::Display) {
+        if !self.warned.swap(true, Ordering::Relaxed) {
+            tracing::error!(limit = self.name, "{message}");
+        }
+    }
+}
+
+impl fmt::Debug for LimitDeclaration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LimitDeclaration")
+            .field("name", &self.name)
+            .field("limit", &self.limit)
+            .field("cost", &self.cost)
+            .field("key", &self.key)
+            .field("at", &format_args!("{}:{}", self.file, self.line))
+            .field("effective", &self.effective.get())
+            .finish()
+    }
+}
+
+#[doc(hidden)]
+#[derive(Debug)]
+pub struct Registration(pub &'static LimitDeclaration);
+
+inventory::collect!(Registration);
+
+/// Every limit declared with `#[rate_limit]` in this program, sorted by name.
+///
+/// ```
+/// for decl in ratelimit_core::declared_limits() {
+///     println!("{} = {} at {}:{}", decl.name(), decl.effective().limit, decl.file(), decl.line());
+/// }
+/// ```
+pub fn declared_limits() -> Vec<&'static LimitDeclaration> {
+    let mut all: Vec<&'static LimitDeclaration> = inventory::iter::<Registration>
+        .into_iter()
+        .map(|r| r.0)
+        .collect();
+    all.sort_by(|a, b| {
+        a.name
+            .cmp(b.name)
+            .then(a.file.cmp(b.file))
+            .then(a.line.cmp(&b.line))
+    });
+    all
+}
+
+static GLOBAL: OnceLock<RateLimiter> = OnceLock::new();
+static ENABLING: AtomicBool = AtomicBool::new(false);
+
+/// The limiter installed by `enable_redis_rate_limit!`, if it has run.
+pub fn global() -> Option<&'static RateLimiter> {
+    GLOBAL.get()
+}
+
+/// Claims the right to enable; a second claim fails until the first one gives up.
+pub(crate) fn claim_enable() -> bool {
+    GLOBAL.get().is_none() && !ENABLING.swap(true, Ordering::SeqCst)
+}
+
+pub(crate) fn release_enable() {
+    ENABLING.store(false, Ordering::SeqCst);
+}
+
+pub(crate) fn install(limiter: RateLimiter) -> &'static RateLimiter {
+    GLOBAL.get_or_init(|| limiter)
+}
+
+pub(crate) fn describe_names(decls: &[&'static LimitDeclaration]) -> Cow<'static, str> {
+    if decls.is_empty() {
+        return Cow::Borrowed("(none)");
+    }
+    let names: Vec<&str> = decls.iter().map(|d| d.name).collect();
+    Cow::Owned(names.join(", "))
+}
