@@ -1,0 +1,192 @@
+//! One suite of token-bucket cases, run against the Redis store (a real redis-server started
+//! by the test) and the memory store (on a manual clock). Both must give the same answers:
+//! exactly on the memory store, and within the time that really passed on Redis.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::time::Duration;
+
+use redis_ratelimit::{Error, Limit, Unit};
+use support::Harness;
+
+/// How far a Redis answer may lag the exact one: the real time between calls in a test.
+const SLACK: Duration = Duration::from_millis(500);
+
+async fn full_bucket_admits_exactly_burst(h: Harness) {
+    let limit = Limit::per_minute(6).burst(5);
+    for expected_remaining in (0..5).rev() {
+        let t = h.check("k", &limit, 1).await;
+        assert!(t.d.allowed);
+        assert_eq!(t.d.remaining, expected_remaining);
+        assert_eq!(t.d.retry_after, Duration::ZERO);
+    }
+    let denied = h.check("k", &limit, 1).await;
+    assert!(!denied.d.allowed);
+    assert_eq!(denied.d.remaining, 0);
+    assert_eq!(denied.d.limit, limit);
+    // One token every 10 s; the bucket is full 50 s after it was emptied.
+    h.assert_duration(denied.d.retry_after, Duration::from_secs(10), SLACK, "retry_after");
+    h.assert_duration(denied.d.reset_after, Duration::from_secs(50), SLACK, "reset_after");
+    // Still refused: a denied call takes nothing and changes nothing.
+    let again = h.check("k", &limit, 1).await;
+    assert!(!again.d.allowed);
+    assert!(again.d.retry_after <= denied.d.retry_after);
+}
+
+async fn exact_values_with_a_fractional_interval(h: Harness) {
+    // 3 per second: one token every 333_333.33 us, which must not be rounded per call.
+    let limit = Limit::per_second(3).burst(2);
+    let first = h.check("k", &limit, 1).await.d;
+    assert_eq!(first.remaining, 1);
+    h.assert_duration(first.reset_after, Duration::from_micros(333_334), SLACK, "reset 1");
+    let second = h.check("k", &limit, 1).await.d;
+    assert_eq!(second.remaining, 0);
+    h.assert_duration(second.reset_after, Duration::from_micros(666_667), SLACK, "reset 2");
+    let third = h.check("k", &limit, 1).await.d;
+    assert!(!third.allowed);
+    h.assert_duration(third.retry_after, Duration::from_micros(333_334), SLACK, "retry");
+}
+
+async fn cost_takes_that_many_tokens(h: Harness) {
+    let limit = Limit::per_minute(6).burst(10);
+    for expected in [7, 4, 1] {
+        let t = h.check("k", &limit, 3).await;
+        assert!(t.d.allowed);
+        assert_eq!(t.d.remaining, expected);
+        assert_eq!(t.d.cost, 3);
+    }
+    let denied = h.check("k", &limit, 3).await.d;
+    assert!(!denied.allowed);
+    assert_eq!(denied.remaining, 1);
+    // Two more tokens are needed: 2 x 10 s.
+    h.assert_duration(denied.retry_after, Duration::from_secs(20), SLACK, "retry_after");
+    // A cheaper call still fits.
+    let one = h.check("k", &limit, 1).await.d;
+    assert!(one.allowed);
+    assert_eq!(one.remaining, 0);
+}
+
+async fn waiting_exactly_retry_after_is_admitted(h: Harness) {
+    // 7 per second: an interval of 142_857.14 us, so every retry_after is rounded up.
+    let limit = Limit::per_second(7).burst(1);
+    assert!(h.check("k", &limit, 1).await.d.allowed);
+    for _ in 0..5 {
+        let denied = h.check("k", &limit, 1).await.d;
+        assert!(!denied.allowed);
+        let wait = denied.retry_after;
+        assert!(wait > Duration::ZERO && wait <= Duration::from_micros(142_858));
+        if h.is_memory() {
+            h.advance(wait - Duration::from_micros(1)).await;
+            assert!(!h.check("k", &limit, 1).await.d.allowed, "a microsecond early");
+            h.advance(Duration::from_micros(1)).await;
+        } else {
+            h.advance(wait).await;
+        }
+        assert!(h.check("k", &limit, 1).await.d.allowed, "exactly on time");
+    }
+}
+
+async fn refill_follows_the_rate_for_every_unit(h: Harness) {
+    for unit in Unit::ALL {
+        let key = format!("k-{unit}");
+        // Memory: 3 per unit, waited exactly on the manual clock. Redis: a replenish that makes
+        // one token every 100 ms in this unit, waited for real.
+        let (replenish, interval) = if h.is_memory() {
+            (3, unit.as_duration() / 3)
+        } else {
+            let per_100ms = u32::try_from(unit.as_micros() / 100_000).unwrap();
+            (per_100ms, Duration::from_millis(100))
+        };
+        let limit = Limit::try_new(replenish, 10, unit).unwrap();
+        let mut last = None;
+        for _ in 0..10 {
+            last = Some(h.check(&key, &limit, 1).await);
+        }
+        let last = last.unwrap();
+        assert!(!h.check(&key, &limit, 1).await.d.allowed, "{unit}: empty");
+        h.advance(interval * 3 + interval / 2).await;
+        let mut admitted = 0u32;
+        let first = h.check(&key, &limit, 1).await;
+        let mut t = first;
+        while t.d.allowed {
+            admitted += 1;
+            t = h.check(&key, &limit, 1).await;
+        }
+        if h.is_memory() {
+            assert_eq!(admitted, 3, "{unit}: 3.5 intervals refill 3 tokens");
+        } else {
+            // The tokens that came back between the two decisions, bracketed by local time.
+            let least = first.sent.duration_since(last.received).as_micros() / interval.as_micros();
+            let most = t.received.duration_since(last.sent).as_micros() / interval.as_micros();
+            let admitted = u128::from(admitted);
+            assert!(
+                (least..=most).contains(&admitted),
+                "{unit}: admitted {admitted}, expected {least}..={most}"
+            );
+        }
+        // A bucket never holds more than burst, however long it waits.
+        if h.is_memory() {
+            h.advance(unit.as_duration() * 10).await;
+            let mut n = 0;
+            while h.check(&key, &limit, 1).await.d.allowed {
+                n += 1;
+            }
+            assert_eq!(n, 10, "{unit}: capped at burst");
+        }
+    }
+}
+
+async fn keys_and_prefixes_are_independent(h: Harness) {
+    let limit = Limit::per_hour(1);
+    assert!(h.check("a", &limit, 1).await.d.allowed);
+    assert!(!h.check("a", &limit, 1).await.d.allowed);
+    assert!(h.check("b", &limit, 1).await.d.allowed, "another key");
+    let other = h.with_prefix("other").await;
+    let d = other.check("a", &limit).await.unwrap();
+    assert!(d.allowed, "another prefix");
+    // A different limit on the same key shares the bucket (the key names it, not the limit).
+    assert!(!h.check("a", &Limit::per_hour(2).burst(1), 1).await.d.allowed);
+}
+
+async fn impossible_costs_are_errors(h: Harness) {
+    let limit = Limit::per_second(5);
+    let err = h.limiter.check_n("k", &limit, 6).await.unwrap_err();
+    assert!(matches!(err, Error::CostExceedsBurst { cost: 6, .. }), "{err}");
+    assert!(err.to_string().contains("exceeds the burst capacity 5"), "{err}");
+    let err = h.limiter.check_n("k", &limit, 0).await.unwrap_err();
+    assert!(matches!(err, Error::ZeroCost), "{err}");
+    // Neither touched the bucket.
+    assert_eq!(h.check("k", &limit, 5).await.d.remaining, 0);
+}
+
+macro_rules! conformance {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(super::Harness::memory().await).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::Harness::redis().await).await;
+                }
+            )*
+        }
+    };
+}
+
+conformance!(
+    full_bucket_admits_exactly_burst,
+    exact_values_with_a_fractional_interval,
+    cost_takes_that_many_tokens,
+    waiting_exactly_retry_after_is_admitted,
+    refill_follows_the_rate_for_every_unit,
+    keys_and_prefixes_are_independent,
+    impossible_costs_are_errors,
+);

@@ -1,0 +1,228 @@
+//! Behaviour only the Redis store has: key lifetime, script reloading, hostile keys, atomicity,
+//! startup errors and the failure policies. Every test starts its own redis-server.
+#![allow(clippy::unwrap_used)]
+
+mod support;
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::AsyncCommands;
+use redis_ratelimit::{Error, FailurePolicy, Limit, MAX_PART_LEN, RateLimiter, Source};
+use support::{key_slot, redis_limiter};
+use testkit::RedisServer;
+
+#[test]
+fn key_slot_matches_the_cluster_spec() {
+    assert_eq!(key_slot(b"123456789"), 0x31C3);
+    assert_eq!(key_slot(b"foo"), 12182);
+    assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+    assert_eq!(key_slot(b"a{}b"), key_slot(b"a{}b"));
+    assert_ne!(key_slot(b"a{}{b}"), key_slot(b"b"), "an empty tag hashes the whole key");
+}
+
+#[tokio::test]
+async fn the_key_lives_exactly_until_the_bucket_is_full() {
+    let server = RedisServer::start();
+    let limiter = redis_limiter(&server, "t").await;
+    let mut con = server.connection().await;
+    let limit = Limit::per_minute(6).burst(5);
+    limiter.check("k", &limit).await.unwrap();
+    let d = limiter.check("k", &limit).await.unwrap();
+    let pttl: i64 = con.pttl(limiter.bucket_key("k")).await.unwrap();
+    let reset_ms = i64::try_from(d.reset_after.as_millis()).unwrap();
+    // 2 tokens at 10 s each: 20 s, less the moments between the calls.
+    assert!((19_900..=20_000).contains(&reset_ms), "{reset_ms}");
+    // The expiry is the full instant rounded up to the millisecond, and Redis reads its own
+    // clock in whole milliseconds: PTTL may exceed reset_after by up to 2 ms, never more.
+    assert!((reset_ms - 5..=reset_ms + 2).contains(&pttl), "PTTL {pttl} vs reset_after {reset_ms}");
+}
+
+#[tokio::test]
+async fn no_key_remains_once_the_bucket_has_refilled() {
+    let server = RedisServer::start();
+    let limiter = redis_limiter(&server, "t").await;
+    let mut con = server.connection().await;
+    let limit = Limit::per_second(20).burst(2);
+    for i in 0..50 {
+        limiter.check(&format!("k{i}"), &limit).await.unwrap();
+    }
+    let keys: usize = redis::cmd("DBSIZE").query_async(&mut con).await.unwrap();
+    assert_eq!(keys, 50);
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let exists: usize = con.exists(limiter.bucket_key("k0")).await.unwrap();
+    assert_eq!(exists, 0, "a full bucket has no key");
+    // Redis reclaims expired keys in the background too: memory tracks active buckets only.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let keys: usize = redis::cmd("DBSIZE").query_async(&mut con).await.unwrap();
+        if keys == 0 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "{keys} expired keys still held");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_denied_call_writes_nothing() {
+    let server = RedisServer::start();
+    let limiter = redis_limiter(&server, "t").await;
+    let mut con = server.connection().await;
+    let limit = Limit::per_minute(1);
+    assert!(limiter.check("k", &limit).await.unwrap().allowed);
+    let key = limiter.bucket_key("k");
+    let read = |mut con: redis::aio::MultiplexedConnection, key: String| async move {
+        let v: i64 = con.get(&key).await.unwrap();
+        let e: i64 = redis::cmd("PEXPIRETIME").arg(&key).query_async(&mut con).await.unwrap();
+        (v, e)
+    };
+    let before = read(con.clone(), key.clone()).await;
+    assert!(!limiter.check("k", &limit).await.unwrap().allowed);
+    assert_eq!(read(con.clone(), key.clone()).await, before);
+    // The value is a small integer: Redis keeps it int-encoded.
+    let encoding: String = redis::cmd("OBJECT").arg("ENCODING").arg(&key).query_async(&mut con).await.unwrap();
+    assert_eq!(encoding, "int");
+}
+
+#[tokio::test]
+async fn script_flush_between_calls_changes_nothing() {
+    let server = RedisServer::start();
+    let limiter = redis_limiter(&server, "t").await;
+    let mut con = server.connection().await;
+    let limit = Limit::per_minute(6).burst(5);
+    assert_eq!(limiter.check("k", &limit).await.unwrap().remaining, 4);
+    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut con).await.unwrap();
+    let d = limiter.check("k", &limit).await.unwrap();
+    assert_eq!((d.allowed, d.remaining, d.source), (true, 3, Source::Store));
+}
+
+#[tokio::test]
+async fn hostile_keys_work_and_stay_in_one_slot() {
+    let server = RedisServer::start();
+    let limiter = redis_limiter(&server, "svc").await;
+    let mut con = server.connection().await;
+    let limit = Limit::per_minute(10);
+    let long = "x".repeat(10_000);
+    let hostile = [
+        "{", "}", "{}", "}{", "a{b}c", "{{{{", "%7B", "%", "%H", "ключ-🔑", "tab\there", "",
+        long.as_str(),
+    ];
+    for (i, key) in hostile.iter().enumerate() {
+        let name = format!("api{i}");
+        for expected in [9, 8] {
+            let d = limiter.check_named(&name, key, &limit, 1).await.unwrap();
+            assert_eq!((d.allowed, d.remaining), (true, expected), "key {key:?}");
+        }
+        let bucket = limiter.named_bucket_key(&name, key);
+        assert_eq!(bucket.matches('{').count(), 1, "{bucket}");
+        assert_eq!(bucket.matches('}').count(), 1, "{bucket}");
+        assert!(bucket.starts_with("svc:{") && bucket.ends_with('}'), "{bucket}");
+        assert!(bucket.len() <= "svc:{}".len() + name.len() + 1 + MAX_PART_LEN, "bounded: {}", bucket.len());
+        // The hash tag is the whole "name:key": its slot depends on nothing else.
+        let tag = &bucket["svc:{".len()..bucket.len() - 1];
+        assert_eq!(key_slot(bucket.as_bytes()), key_slot(tag.as_bytes()));
+    }
+    // Every input got its own bucket (escaping is injective) and nothing else was written.
+    let keys: Vec<String> = con.keys("*").await.unwrap();
+    assert_eq!(keys.len(), hostile.len(), "{keys:?}");
+    let distinct: HashSet<String> = (0..hostile.len())
+        .map(|i| limiter.named_bucket_key("same", hostile[i]))
+        .collect();
+    assert_eq!(distinct.len(), hostile.len());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_are_atomic() {
+    let server = RedisServer::start();
+    let limiter = Arc::new(redis_limiter(&server, "t").await);
+    let limit = Limit::per_hour(1).burst(50);
+    let tasks: Vec<_> = (0..400)
+        .map(|_| {
+            let limiter = Arc::clone(&limiter);
+            tokio::spawn(async move { limiter.check("hot", &limit).await.unwrap().allowed })
+        })
+        .collect();
+    let mut admitted = 0;
+    for t in tasks {
+        admitted += usize::from(t.await.unwrap());
+    }
+    assert_eq!(admitted, 50);
+}
+
+#[tokio::test]
+async fn startup_errors_are_clear() {
+    let port = testkit::free_port();
+    let err = RateLimiter::builder()
+        .redis(format!("redis://:hunter2@127.0.0.1:{port}"))
+        .build()
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::Connect { .. }), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("cannot connect to Redis at redis://:***@127.0.0.1"), "{msg}");
+    assert!(!msg.contains("hunter2"), "no password in messages: {msg}");
+
+    let err = RateLimiter::builder().redis("http://nope").build().await.unwrap_err();
+    assert!(matches!(err, Error::InvalidUrl { .. }), "{err}");
+
+    let err = RateLimiter::builder().memory().prefix("a{b").build().await.unwrap_err();
+    assert!(matches!(err, Error::InvalidPrefix(_)), "{err}");
+
+    let err = RateLimiter::builder().build().await.unwrap_err();
+    assert!(err.to_string().contains("call `.redis(url)` or `.memory()`"), "{err}");
+}
+
+async fn limiter_with_policy(server: &RedisServer, policy: FailurePolicy) -> RateLimiter {
+    RateLimiter::builder()
+        .redis(server.url())
+        .prefix("t")
+        .failure_policy(policy)
+        .deadline(Some(Duration::from_millis(500)))
+        .build()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn failure_policies_decide_while_redis_is_down() {
+    let mut server = RedisServer::start();
+    let fallback = limiter_with_policy(&server, FailurePolicy::Fallback).await;
+    let allow = limiter_with_policy(&server, FailurePolicy::Allow).await;
+    let deny = limiter_with_policy(&server, FailurePolicy::Deny).await;
+    let limit = Limit::per_hour(1).burst(3);
+    assert_eq!(fallback.check("k", &limit).await.unwrap().source, Source::Store);
+    server.kill();
+
+    let mut admitted = 0;
+    for _ in 0..10 {
+        let d = fallback.check("k", &limit).await.unwrap();
+        assert_eq!(d.source, Source::Fallback);
+        admitted += usize::from(d.allowed);
+    }
+    assert_eq!(admitted, 3, "the fallback enforces the same limit in memory");
+    assert!(fallback.is_degraded());
+
+    for _ in 0..5 {
+        let d = allow.check("k", &limit).await.unwrap();
+        assert_eq!((d.allowed, d.source), (true, Source::FailOpen));
+        let d = deny.check("k", &limit).await.unwrap();
+        assert_eq!((d.allowed, d.source), (false, Source::FailClosed));
+        assert!(d.retry_after > Duration::ZERO);
+    }
+
+    server.restart();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let d = fallback.check("k", &limit).await.unwrap();
+        if d.source == Source::Store {
+            // The Redis bucket kept nothing (no persistence): a fresh full bucket.
+            assert_eq!(d.remaining, 2);
+            break;
+        }
+        assert!(Instant::now() < deadline, "still degraded 10 s after Redis came back");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(!fallback.is_degraded());
+}

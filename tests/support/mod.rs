@@ -1,0 +1,138 @@
+//! Shared helpers of the root integration tests.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use redis_ratelimit::{
+    Decision, FailurePolicy, Limit, ManualClock, MemoryStore, RateLimiter, Source,
+};
+use testkit::RedisServer;
+
+/// A limiter on one of the two stores, with a way to let time pass and to know how exact the
+/// store's answers can be.
+pub(crate) struct Harness {
+    pub(crate) limiter: RateLimiter,
+    pub(crate) clock: Option<ManualClock>,
+    pub(crate) memory: Option<MemoryStore>,
+    pub(crate) server: Option<RedisServer>,
+}
+
+/// A decision with the local instants that bracket when the store took it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Timed {
+    pub(crate) d: Decision,
+    pub(crate) sent: Instant,
+    pub(crate) received: Instant,
+}
+
+impl Harness {
+    pub(crate) async fn memory() -> Harness {
+        let clock = ManualClock::new();
+        let store = MemoryStore::with_clock(clock.clone());
+        let limiter = RateLimiter::builder()
+            .memory_store(store.clone())
+            .prefix("test")
+            .build()
+            .await
+            .unwrap();
+        Harness {
+            limiter,
+            clock: Some(clock),
+            memory: Some(store),
+            server: None,
+        }
+    }
+
+    pub(crate) async fn redis() -> Harness {
+        let server = RedisServer::start();
+        let limiter = redis_limiter(&server, "test").await;
+        Harness {
+            limiter,
+            clock: None,
+            memory: None,
+            server: Some(server),
+        }
+    }
+
+    pub(crate) fn is_memory(&self) -> bool {
+        self.clock.is_some()
+    }
+
+    /// Another limiter on the same store with another prefix.
+    pub(crate) async fn with_prefix(&self, prefix: &str) -> RateLimiter {
+        match (&self.memory, &self.server) {
+            (Some(store), _) => RateLimiter::builder()
+                .memory_store(store.clone())
+                .prefix(prefix)
+                .build()
+                .await
+                .unwrap(),
+            (_, Some(server)) => redis_limiter(server, prefix).await,
+            _ => unreachable!(),
+        }
+    }
+
+    /// Lets `by` pass: exactly on the memory store's clock, at least `by` on Redis.
+    pub(crate) async fn advance(&self, by: Duration) {
+        match &self.clock {
+            Some(clock) => clock.advance(by),
+            None => tokio::time::sleep(by).await,
+        }
+    }
+
+    pub(crate) async fn check(&self, key: &str, limit: &Limit, cost: u32) -> Timed {
+        let sent = Instant::now();
+        let d = self.limiter.check_n(key, limit, cost).await.unwrap();
+        let received = Instant::now();
+        assert_eq!(d.source, Source::Store, "the store decided, not a failure policy");
+        Timed { d, sent, received }
+    }
+
+    /// Asserts `actual` is `expected` on the memory store; on Redis, where real time passes
+    /// between calls, that it lies within `expected - slack ..= expected`.
+    pub(crate) fn assert_duration(&self, actual: Duration, expected: Duration, slack: Duration, what: &str) {
+        if self.is_memory() {
+            assert_eq!(actual, expected, "{what}");
+        } else {
+            assert!(
+                actual <= expected && actual + slack >= expected,
+                "{what}: {actual:?} not within {slack:?} below {expected:?}"
+            );
+        }
+    }
+}
+
+pub(crate) async fn redis_limiter(server: &RedisServer, prefix: &str) -> RateLimiter {
+    RateLimiter::builder()
+        .redis(server.url())
+        .prefix(prefix)
+        // Errors must show, never be hidden by a fallback; a loaded CI machine may be slow.
+        .failure_policy(FailurePolicy::Deny)
+        .deadline(Some(Duration::from_secs(10)))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Redis Cluster's hash slot of a key (CRC16/XMODEM of its hash tag, mod 16384).
+pub(crate) fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.iter()
+                .position(|&b| b == b'}')
+                .filter(|&close| close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for &byte in tagged {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+        }
+    }
+    crc % 16384
+}
