@@ -26,8 +26,18 @@ async fn full_bucket_admits_exactly_burst(h: Harness) {
     assert_eq!(denied.d.remaining, 0);
     assert_eq!(denied.d.limit, limit);
     // One token every 10 s; the bucket is full 50 s after it was emptied.
-    h.assert_duration(denied.d.retry_after, Duration::from_secs(10), SLACK, "retry_after");
-    h.assert_duration(denied.d.reset_after, Duration::from_secs(50), SLACK, "reset_after");
+    h.assert_duration(
+        denied.d.retry_after,
+        Duration::from_secs(10),
+        SLACK,
+        "retry_after",
+    );
+    h.assert_duration(
+        denied.d.reset_after,
+        Duration::from_secs(50),
+        SLACK,
+        "reset_after",
+    );
     // Still refused: a denied call takes nothing and changes nothing.
     let again = h.check("k", &limit, 1).await;
     assert!(!again.d.allowed);
@@ -39,13 +49,28 @@ async fn exact_values_with_a_fractional_interval(h: Harness) {
     let limit = Limit::per_second(3).burst(2);
     let first = h.check("k", &limit, 1).await.d;
     assert_eq!(first.remaining, 1);
-    h.assert_duration(first.reset_after, Duration::from_micros(333_334), SLACK, "reset 1");
+    h.assert_duration(
+        first.reset_after,
+        Duration::from_micros(333_334),
+        SLACK,
+        "reset 1",
+    );
     let second = h.check("k", &limit, 1).await.d;
     assert_eq!(second.remaining, 0);
-    h.assert_duration(second.reset_after, Duration::from_micros(666_667), SLACK, "reset 2");
+    h.assert_duration(
+        second.reset_after,
+        Duration::from_micros(666_667),
+        SLACK,
+        "reset 2",
+    );
     let third = h.check("k", &limit, 1).await.d;
     assert!(!third.allowed);
-    h.assert_duration(third.retry_after, Duration::from_micros(333_334), SLACK, "retry");
+    h.assert_duration(
+        third.retry_after,
+        Duration::from_micros(333_334),
+        SLACK,
+        "retry",
+    );
 }
 
 async fn cost_takes_that_many_tokens(h: Harness) {
@@ -60,7 +85,12 @@ async fn cost_takes_that_many_tokens(h: Harness) {
     assert!(!denied.allowed);
     assert_eq!(denied.remaining, 1);
     // Two more tokens are needed: 2 x 10 s.
-    h.assert_duration(denied.retry_after, Duration::from_secs(20), SLACK, "retry_after");
+    h.assert_duration(
+        denied.retry_after,
+        Duration::from_secs(20),
+        SLACK,
+        "retry_after",
+    );
     // A cheaper call still fits.
     let one = h.check("k", &limit, 1).await.d;
     assert!(one.allowed);
@@ -78,7 +108,10 @@ async fn waiting_exactly_retry_after_is_admitted(h: Harness) {
         assert!(wait > Duration::ZERO && wait <= Duration::from_micros(142_858));
         if h.is_memory() {
             h.advance(wait - Duration::from_micros(1)).await;
-            assert!(!h.check("k", &limit, 1).await.d.allowed, "a microsecond early");
+            assert!(
+                !h.check("k", &limit, 1).await.d.allowed,
+                "a microsecond early"
+            );
             h.advance(Duration::from_micros(1)).await;
         } else {
             h.advance(wait).await;
@@ -146,14 +179,25 @@ async fn keys_and_prefixes_are_independent(h: Harness) {
     let d = other.check("a", &limit).await.unwrap();
     assert!(d.allowed, "another prefix");
     // A different limit on the same key shares the bucket (the key names it, not the limit).
-    assert!(!h.check("a", &Limit::per_hour(2).burst(1), 1).await.d.allowed);
+    assert!(
+        !h.check("a", &Limit::per_hour(2).burst(1), 1)
+            .await
+            .d
+            .allowed
+    );
 }
 
 async fn impossible_costs_are_errors(h: Harness) {
     let limit = Limit::per_second(5);
     let err = h.limiter.check_n("k", &limit, 6).await.unwrap_err();
-    assert!(matches!(err, Error::CostExceedsBurst { cost: 6, .. }), "{err}");
-    assert!(err.to_string().contains("exceeds the burst capacity 5"), "{err}");
+    assert!(
+        matches!(err, Error::CostExceedsBurst { cost: 6, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("exceeds the burst capacity 5"),
+        "{err}"
+    );
     let err = h.limiter.check_n("k", &limit, 0).await.unwrap_err();
     assert!(matches!(err, Error::ZeroCost), "{err}");
     // Neither touched the bucket.

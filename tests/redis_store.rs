@@ -19,7 +19,11 @@ fn key_slot_matches_the_cluster_spec() {
     assert_eq!(key_slot(b"foo"), 12182);
     assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
     assert_eq!(key_slot(b"a{}b"), key_slot(b"a{}b"));
-    assert_ne!(key_slot(b"a{}{b}"), key_slot(b"b"), "an empty tag hashes the whole key");
+    assert_ne!(
+        key_slot(b"a{}{b}"),
+        key_slot(b"b"),
+        "an empty tag hashes the whole key"
+    );
 }
 
 #[tokio::test]
@@ -36,7 +40,10 @@ async fn the_key_lives_exactly_until_the_bucket_is_full() {
     assert!((19_900..=20_000).contains(&reset_ms), "{reset_ms}");
     // The expiry is the full instant rounded up to the millisecond, and Redis reads its own
     // clock in whole milliseconds: PTTL may exceed reset_after by up to 2 ms, never more.
-    assert!((reset_ms - 5..=reset_ms + 2).contains(&pttl), "PTTL {pttl} vs reset_after {reset_ms}");
+    assert!(
+        (reset_ms - 5..=reset_ms + 2).contains(&pttl),
+        "PTTL {pttl} vs reset_after {reset_ms}"
+    );
 }
 
 #[tokio::test]
@@ -75,14 +82,23 @@ async fn a_denied_call_writes_nothing() {
     let key = limiter.bucket_key("k");
     let read = |mut con: redis::aio::MultiplexedConnection, key: String| async move {
         let v: i64 = con.get(&key).await.unwrap();
-        let e: i64 = redis::cmd("PEXPIRETIME").arg(&key).query_async(&mut con).await.unwrap();
+        let e: i64 = redis::cmd("PEXPIRETIME")
+            .arg(&key)
+            .query_async(&mut con)
+            .await
+            .unwrap();
         (v, e)
     };
     let before = read(con.clone(), key.clone()).await;
     assert!(!limiter.check("k", &limit).await.unwrap().allowed);
     assert_eq!(read(con.clone(), key.clone()).await, before);
     // The value is a small integer: Redis keeps it int-encoded.
-    let encoding: String = redis::cmd("OBJECT").arg("ENCODING").arg(&key).query_async(&mut con).await.unwrap();
+    let encoding: String = redis::cmd("OBJECT")
+        .arg("ENCODING")
+        .arg(&key)
+        .query_async(&mut con)
+        .await
+        .unwrap();
     assert_eq!(encoding, "int");
 }
 
@@ -93,7 +109,11 @@ async fn script_flush_between_calls_changes_nothing() {
     let mut con = server.connection().await;
     let limit = Limit::per_minute(6).burst(5);
     assert_eq!(limiter.check("k", &limit).await.unwrap().remaining, 4);
-    let _: () = redis::cmd("SCRIPT").arg("FLUSH").query_async(&mut con).await.unwrap();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut con)
+        .await
+        .unwrap();
     let d = limiter.check("k", &limit).await.unwrap();
     assert_eq!((d.allowed, d.remaining, d.source), (true, 3, Source::Store));
 }
@@ -106,7 +126,18 @@ async fn hostile_keys_work_and_stay_in_one_slot() {
     let limit = Limit::per_minute(10);
     let long = "x".repeat(10_000);
     let hostile = [
-        "{", "}", "{}", "}{", "a{b}c", "{{{{", "%7B", "%", "%H", "ключ-🔑", "tab\there", "",
+        "{",
+        "}",
+        "{}",
+        "}{",
+        "a{b}c",
+        "{{{{",
+        "%7B",
+        "%",
+        "%H",
+        "ключ-🔑",
+        "tab\there",
+        "",
         long.as_str(),
     ];
     for (i, key) in hostile.iter().enumerate() {
@@ -118,8 +149,15 @@ async fn hostile_keys_work_and_stay_in_one_slot() {
         let bucket = limiter.named_bucket_key(&name, key);
         assert_eq!(bucket.matches('{').count(), 1, "{bucket}");
         assert_eq!(bucket.matches('}').count(), 1, "{bucket}");
-        assert!(bucket.starts_with("svc:{") && bucket.ends_with('}'), "{bucket}");
-        assert!(bucket.len() <= "svc:{}".len() + name.len() + 1 + MAX_PART_LEN, "bounded: {}", bucket.len());
+        assert!(
+            bucket.starts_with("svc:{") && bucket.ends_with('}'),
+            "{bucket}"
+        );
+        assert!(
+            bucket.len() <= "svc:{}".len() + name.len() + 1 + MAX_PART_LEN,
+            "bounded: {}",
+            bucket.len()
+        );
         // The hash tag is the whole "name:key": its slot depends on nothing else.
         let tag = &bucket["svc:{".len()..bucket.len() - 1];
         assert_eq!(key_slot(bucket.as_bytes()), key_slot(tag.as_bytes()));
@@ -161,17 +199,33 @@ async fn startup_errors_are_clear() {
         .unwrap_err();
     assert!(matches!(err, Error::Connect { .. }), "{err}");
     let msg = err.to_string();
-    assert!(msg.contains("cannot connect to Redis at redis://:***@127.0.0.1"), "{msg}");
+    assert!(
+        msg.contains("cannot connect to Redis at redis://:***@127.0.0.1"),
+        "{msg}"
+    );
     assert!(!msg.contains("hunter2"), "no password in messages: {msg}");
 
-    let err = RateLimiter::builder().redis("http://nope").build().await.unwrap_err();
+    let err = RateLimiter::builder()
+        .redis("http://nope")
+        .build()
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::InvalidUrl { .. }), "{err}");
 
-    let err = RateLimiter::builder().memory().prefix("a{b").build().await.unwrap_err();
+    let err = RateLimiter::builder()
+        .memory()
+        .prefix("a{b")
+        .build()
+        .await
+        .unwrap_err();
     assert!(matches!(err, Error::InvalidPrefix(_)), "{err}");
 
     let err = RateLimiter::builder().build().await.unwrap_err();
-    assert!(err.to_string().contains("call `.redis(url)` or `.memory()`"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("call `.redis(url)` or `.memory()`"),
+        "{err}"
+    );
 }
 
 async fn limiter_with_policy(server: &RedisServer, policy: FailurePolicy) -> RateLimiter {
@@ -192,7 +246,10 @@ async fn failure_policies_decide_while_redis_is_down() {
     let allow = limiter_with_policy(&server, FailurePolicy::Allow).await;
     let deny = limiter_with_policy(&server, FailurePolicy::Deny).await;
     let limit = Limit::per_hour(1).burst(3);
-    assert_eq!(fallback.check("k", &limit).await.unwrap().source, Source::Store);
+    assert_eq!(
+        fallback.check("k", &limit).await.unwrap().source,
+        Source::Store
+    );
     server.kill();
 
     let mut admitted = 0;
@@ -201,7 +258,10 @@ async fn failure_policies_decide_while_redis_is_down() {
         assert_eq!(d.source, Source::Fallback);
         admitted += usize::from(d.allowed);
     }
-    assert_eq!(admitted, 3, "the fallback enforces the same limit in memory");
+    assert_eq!(
+        admitted, 3,
+        "the fallback enforces the same limit in memory"
+    );
     assert!(fallback.is_degraded());
 
     for _ in 0..5 {
@@ -221,7 +281,10 @@ async fn failure_policies_decide_while_redis_is_down() {
             assert_eq!(d.remaining, 2);
             break;
         }
-        assert!(Instant::now() < deadline, "still degraded 10 s after Redis came back");
+        assert!(
+            Instant::now() < deadline,
+            "still degraded 10 s after Redis came back"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(!fallback.is_degraded());

@@ -84,13 +84,23 @@ impl Harness {
         let sent = Instant::now();
         let d = self.limiter.check_n(key, limit, cost).await.unwrap();
         let received = Instant::now();
-        assert_eq!(d.source, Source::Store, "the store decided, not a failure policy");
+        assert_eq!(
+            d.source,
+            Source::Store,
+            "the store decided, not a failure policy"
+        );
         Timed { d, sent, received }
     }
 
     /// Asserts `actual` is `expected` on the memory store; on Redis, where real time passes
     /// between calls, that it lies within `expected - slack ..= expected`.
-    pub(crate) fn assert_duration(&self, actual: Duration, expected: Duration, slack: Duration, what: &str) {
+    pub(crate) fn assert_duration(
+        &self,
+        actual: Duration,
+        expected: Duration,
+        slack: Duration,
+        what: &str,
+    ) {
         if self.is_memory() {
             assert_eq!(actual, expected, "{what}");
         } else {
@@ -131,7 +141,11 @@ pub(crate) fn key_slot(key: &[u8]) -> u16 {
     for &byte in tagged {
         crc ^= u16::from(byte) << 8;
         for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 { (crc << 1) ^ 0x1021 } else { crc << 1 };
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
         }
     }
     crc % 16384
