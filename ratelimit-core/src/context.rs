@@ -4,14 +4,14 @@
 use std::cell::Cell;
 use std::fmt;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 use http::{Extensions, HeaderMap, Method};
 
 use crate::Decision;
 
 tokio::task_local! {
-    static CONTEXT: RequestContext;
+    pub(crate) static CONTEXT: RequestContext;
 }
 
 /// What a [`KeyResolver`](crate::KeyResolver) may look at: the limited function's name and,
@@ -40,9 +40,23 @@ pub struct RequestContext {
     route: Option<String>,
     headers: HeaderMap,
     peer: Option<SocketAddr>,
+    client: Client,
+    ipv6_prefix: Option<u8>,
     extensions: Extensions,
     handler: Cell<Option<&'static str>>,
     recorded: Cell<Option<Recorded>>,
+}
+
+/// The client address as established by the HTTP layer.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+enum Client {
+    /// No layer said: the peer is the client.
+    #[default]
+    Peer,
+    /// Behind trusted proxies, this is the client.
+    Known(IpAddr),
+    /// A trusted proxy forwarded something that is not an address.
+    Unknown,
 }
 
 /// The last decision taken while serving this context, for response headers.
@@ -107,6 +121,21 @@ impl RequestContext {
         self
     }
 
+    /// With the client address established from trusted proxies' headers (`None`: a trusted
+    /// proxy forwarded no usable address, so the call has no client key).
+    #[must_use]
+    pub fn with_client_ip(mut self, client: Option<IpAddr>) -> Self {
+        self.client = client.map_or(Client::Unknown, Client::Known);
+        self
+    }
+
+    /// With the prefix length that groups IPv6 clients for [`Ip`](crate::Ip) (default 64).
+    #[must_use]
+    pub fn with_ipv6_prefix(mut self, bits: u8) -> Self {
+        self.ipv6_prefix = Some(bits.min(128));
+        self
+    }
+
     /// With all the request's extensions.
     #[must_use]
     pub fn with_extensions(mut self, extensions: Extensions) -> Self {
@@ -151,6 +180,20 @@ impl RequestContext {
         self.peer
     }
 
+    /// The client's address: the one established behind trusted proxies, else the peer's.
+    pub fn client_ip(&self) -> Option<IpAddr> {
+        match self.client {
+            Client::Peer => self.peer.map(|p| p.ip()),
+            Client::Known(ip) => Some(ip),
+            Client::Unknown => None,
+        }
+    }
+
+    /// The prefix length that groups IPv6 clients (default 64).
+    pub fn ipv6_prefix(&self) -> u8 {
+        self.ipv6_prefix.unwrap_or(64)
+    }
+
     /// The request's extensions.
     pub fn extensions(&self) -> &Extensions {
         &self.extensions
@@ -179,6 +222,7 @@ impl fmt::Debug for RequestContext {
             .field("route", &self.route)
             .field("headers", &self.headers.len())
             .field("peer", &self.peer)
+            .field("client", &self.client)
             .finish_non_exhaustive()
     }
 }

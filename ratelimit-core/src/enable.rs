@@ -109,7 +109,7 @@ pub async fn enable(options: EnableOptions) -> Result<&'static RateLimiter, Erro
 
 async fn enable_claimed(options: EnableOptions) -> Result<&'static RateLimiter, Error> {
     let decls = declared_limits();
-    let resolved = resolve_limits(&decls, options.resolved_config())?;
+    let resolved = resolve_limits(&decls, options.resolved_config().as_deref())?;
     let url = options.resolved_url();
     let limiter = RateLimiter::builder()
         .redis(url)
@@ -135,7 +135,7 @@ async fn enable_claimed(options: EnableOptions) -> Result<&'static RateLimiter, 
 /// Validates every declaration and applies the overrides, without touching any of them yet.
 fn resolve_limits(
     decls: &[&'static LimitDeclaration],
-    config: Option<PathBuf>,
+    config: Option<&std::path::Path>,
 ) -> Result<Vec<Effective>, Error> {
     for pair in decls.windows(2) {
         if pair[0].name() == pair[1].name() {
@@ -149,7 +149,7 @@ fn resolve_limits(
             )));
         }
     }
-    let overrides = crate::overrides::load(config.as_deref(), decls)?;
+    let overrides = crate::overrides::load(config, decls)?;
     decls
         .iter()
         .map(|decl| {

@@ -75,22 +75,28 @@ impl KeyResolver for Route {
     }
 }
 
-/// The client's IP address: the peer's, with IPv6 clients grouped by their /64 (one host
-/// usually owns a whole /64, so per-address buckets would be trivially evaded).
+/// The client's IP address: the peer's, or behind trusted proxies the one they forwarded
+/// (configured on the HTTP layer). IPv6 clients are grouped by their /64 (configurable on the
+/// layer): one host usually owns a whole /64, so per-address buckets would be trivially evaded.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Ip;
 
 impl Ip {
-    /// The client address as keyed: IPv4 as is, IPv6 truncated to its /64.
-    pub fn key_of(addr: IpAddr) -> String {
+    /// The client address as keyed: IPv4 as is, IPv6 truncated to `ipv6_prefix` bits.
+    pub fn key_of(addr: IpAddr, ipv6_prefix: u8) -> String {
         match addr {
             IpAddr::V4(v4) => v4.to_string(),
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
                 Some(v4) => v4.to_string(),
+                None if ipv6_prefix >= 128 => v6.to_string(),
                 None => {
-                    let s = v6.segments();
-                    let mut out = String::with_capacity(24);
-                    let _ = write!(out, "{:x}:{:x}:{:x}:{:x}::/64", s[0], s[1], s[2], s[3]);
+                    let bits = u128::from(v6);
+                    let mask = u128::MAX
+                        .checked_shl(128 - u32::from(ipv6_prefix))
+                        .unwrap_or(0);
+                    let net = std::net::Ipv6Addr::from(bits & mask);
+                    let mut out = String::with_capacity(44);
+                    let _ = write!(out, "{net}/{ipv6_prefix}");
                     out
                 }
             },
@@ -100,7 +106,8 @@ impl Ip {
 
 impl KeyResolver for Ip {
     fn resolve<'a>(&'a self, ctx: &'a RequestContext) -> Option<Cow<'a, str>> {
-        ctx.peer().map(|p| Cow::Owned(Ip::key_of(p.ip())))
+        ctx.client_ip()
+            .map(|ip| Cow::Owned(Ip::key_of(ip, ctx.ipv6_prefix())))
     }
 
     fn describe(&self) -> Cow<'static, str> {
@@ -309,9 +316,20 @@ mod tests {
     fn ipv6_clients_are_grouped_by_64() {
         let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
         let b: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
-        assert_eq!(Ip::key_of(a), Ip::key_of(b));
-        assert_eq!(Ip::key_of(a), "2001:db8:1:2::/64");
-        assert_eq!(Ip::key_of("::ffff:192.0.2.1".parse().unwrap()), "192.0.2.1");
+        assert_eq!(Ip::key_of(a, 64), Ip::key_of(b, 64));
+        assert_eq!(Ip::key_of(a, 64), "2001:db8:1:2::/64");
+        assert_eq!(Ip::key_of(a, 48), "2001:db8:1::/48");
+        assert_ne!(Ip::key_of(a, 128), Ip::key_of(b, 128));
+        assert_eq!(
+            Ip::key_of("::ffff:192.0.2.1".parse().unwrap(), 64),
+            "192.0.2.1"
+        );
+        let c = RequestContext::new()
+            .with_peer("[2001:db8:1:2:aaaa::1]:5".parse().unwrap())
+            .with_ipv6_prefix(56);
+        assert_eq!(Ip.resolve(&c).as_deref(), Some("2001:db8:1::/56"));
+        // Behind a trusted proxy that forwarded garbage, there is no client key.
+        assert_eq!(Ip.resolve(&c.with_client_ip(None)), None);
     }
 
     #[test]

@@ -20,11 +20,15 @@
 #[doc(hidden)]
 pub mod __private;
 mod bucket;
+mod client_ip;
 pub mod clock;
 mod context;
 mod decision;
 mod enable;
 mod error;
+pub mod headers;
+#[cfg(any(feature = "axum", feature = "actix-web"))]
+pub mod http;
 mod key;
 mod limit;
 mod limiter;
@@ -33,11 +37,16 @@ pub mod overrides;
 mod registry;
 pub mod store;
 
+pub use client_ip::TrustedProxies;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use context::{Recorded, RequestContext, scope, scope_returning};
 pub use decision::{Decision, RateLimited, Source};
 pub use enable::{DEFAULT_REDIS_URL, EnableOptions, enable};
 pub use error::Error;
+#[cfg(feature = "actix-web")]
+pub use http::actix::RateLimitMiddleware;
+#[cfg(feature = "axum")]
+pub use http::axum::RateLimitLayer;
 pub use key::{Global, Header, Ip, IpUri, KeyResolver, Principal, Route, Uri, User};
 pub use limit::{InvalidLimit, Limit, Unit, UnknownUnit};
 pub use limiter::{

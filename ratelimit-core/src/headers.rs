@@ -1,0 +1,264 @@
+//! Rate-limit response headers: the IETF draft (draft-ietf-httpapi-ratelimit-headers-11),
+//! Spring Cloud Gateway's `X-RateLimit-*`, and `Retry-After`.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
+
+use crate::{Decision, RateLimited, Source};
+
+/// Which header families to send; all by default.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct HeaderFamilies {
+    /// `RateLimit-Policy: "<name>";q=<burst>;w=<seconds>` and
+    /// `RateLimit: "<name>";r=<remaining>;t=<seconds>`.
+    pub ietf: bool,
+    /// `X-RateLimit-Remaining`, `-Replenish-Rate`, `-Burst-Capacity`, `-Requested-Tokens`.
+    pub spring: bool,
+    /// `Retry-After` on rejections (whole seconds, rounded up).
+    pub retry_after: bool,
+}
+
+impl HeaderFamilies {
+    /// Every family.
+    pub const ALL: HeaderFamilies = HeaderFamilies {
+        ietf: true,
+        spring: true,
+        retry_after: true,
+    };
+    /// None at all.
+    pub const NONE: HeaderFamilies = HeaderFamilies {
+        ietf: false,
+        spring: false,
+        retry_after: false,
+    };
+}
+
+impl Default for HeaderFamilies {
+    fn default() -> Self {
+        HeaderFamilies::ALL
+    }
+}
+
+/// `RateLimit-Policy`.
+pub static RATELIMIT_POLICY: HeaderName = HeaderName::from_static("ratelimit-policy");
+/// `RateLimit`.
+pub static RATELIMIT: HeaderName = HeaderName::from_static("ratelimit");
+/// `X-RateLimit-Remaining`.
+pub static X_REMAINING: HeaderName = HeaderName::from_static("x-ratelimit-remaining");
+/// `X-RateLimit-Replenish-Rate`.
+pub static X_REPLENISH_RATE: HeaderName = HeaderName::from_static("x-ratelimit-replenish-rate");
+/// `X-RateLimit-Burst-Capacity`.
+pub static X_BURST_CAPACITY: HeaderName = HeaderName::from_static("x-ratelimit-burst-capacity");
+/// `X-RateLimit-Requested-Tokens`.
+pub static X_REQUESTED_TOKENS: HeaderName = HeaderName::from_static("x-ratelimit-requested-tokens");
+
+/// Whole seconds, rounded up: a client that waits this long is never early.
+pub fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
+}
+
+/// Sets the headers of `decision` taken under the limit `name` on `headers` (replacing any
+/// already there, so a response is never sent two values).
+pub fn set_headers(headers: &mut HeaderMap, name: &str, d: &Decision, families: HeaderFamilies) {
+    if d.source == Source::NoKey {
+        // There was no bucket: no quota to describe.
+        return;
+    }
+    if families.ietf {
+        let sf_name = sf_string(name);
+        let window = ceil_secs(d.limit.refill_time()).max(1);
+        let policy = format!("{sf_name};q={};w={window}", d.limit.burst_capacity());
+        let state = format!("{sf_name};r={};t={}", d.remaining, ceil_secs(d.reset_after));
+        insert(headers, &RATELIMIT_POLICY, &policy);
+        insert(headers, &RATELIMIT, &state);
+    }
+    if families.spring {
+        headers.insert(X_REMAINING.clone(), HeaderValue::from(d.remaining));
+        headers.insert(
+            X_REPLENISH_RATE.clone(),
+            HeaderValue::from(d.limit.replenish()),
+        );
+        headers.insert(
+            X_BURST_CAPACITY.clone(),
+            HeaderValue::from(d.limit.burst_capacity()),
+        );
+        headers.insert(X_REQUESTED_TOKENS.clone(), HeaderValue::from(d.cost));
+    }
+    if families.retry_after && !d.allowed && d.retry_after > Duration::ZERO {
+        headers.insert(
+            http::header::RETRY_AFTER,
+            HeaderValue::from(ceil_secs(d.retry_after)),
+        );
+    }
+}
+
+fn insert(headers: &mut HeaderMap, name: &HeaderName, value: &str) {
+    if let Ok(v) = HeaderValue::from_str(value) {
+        headers.insert(name.clone(), v);
+    }
+}
+
+/// A structured-field string (RFC 8941): printable ASCII, `"` and `\` escaped.
+fn sf_string(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' | '\\' => {
+                out.push('\\');
+                out.push(c);
+            }
+            ' '..='~' => out.push(c),
+            _ => out.push('_'),
+        }
+    }
+    out.push('"');
+    out
+}
+
+/// The problem type of the IETF draft for an exhausted quota.
+pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
+impl RateLimited {
+    /// The HTTP status of this rejection: 429 when the quota is exhausted, 403 when the call
+    /// had no key (waiting will not help), 503 when the limiter could not decide and its
+    /// policy refuses.
+    pub fn status(&self) -> StatusCode {
+        match self.decision().source {
+            Source::NoKey => StatusCode::FORBIDDEN,
+            Source::FailClosed => StatusCode::SERVICE_UNAVAILABLE,
+            _ => StatusCode::TOO_MANY_REQUESTS,
+        }
+    }
+
+    /// An RFC 9457 `application/problem+json` body describing this rejection.
+    pub fn problem_json(&self) -> String {
+        let d = self.decision();
+        let name = self.name().unwrap_or("rate-limit");
+        let mut out = String::with_capacity(256);
+        let (kind, title) = match d.source {
+            Source::NoKey => ("about:blank", "Request has no rate-limit key"),
+            Source::FailClosed => ("about:blank", "Rate limiter unavailable"),
+            _ => (
+                QUOTA_EXCEEDED,
+                "Request cannot be satisfied as assigned quota has been exceeded",
+            ),
+        };
+        out.push_str("{\"type\":");
+        json_string(&mut out, kind);
+        out.push_str(",\"title\":");
+        json_string(&mut out, title);
+        let _ = write!(out, ",\"status\":{}", self.status().as_u16());
+        out.push_str(",\"violated-policies\":[");
+        json_string(&mut out, name);
+        out.push(']');
+        if !d.allowed && d.retry_after > Duration::ZERO {
+            let _ = write!(out, ",\"retry-after\":{}", ceil_secs(d.retry_after));
+        }
+        out.push('}');
+        out
+    }
+
+    /// The headers of this rejection (`Retry-After` and the configured families).
+    pub fn headers(&self, families: HeaderFamilies) -> HeaderMap {
+        let mut headers = HeaderMap::new();
+        set_headers(
+            &mut headers,
+            self.name().unwrap_or("rate-limit"),
+            self.decision(),
+            families,
+        );
+        headers.insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
+        headers
+    }
+}
+
+fn json_string(out: &mut String, s: &str) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if u32::from(c) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Limit;
+
+    fn decision(allowed: bool) -> Decision {
+        Decision::new(
+            allowed,
+            if allowed { 4 } else { 0 },
+            Limit::per_minute(3).burst(5),
+            1,
+            if allowed {
+                Duration::ZERO
+            } else {
+                Duration::from_millis(19_001)
+            },
+            Duration::from_millis(33_400),
+        )
+    }
+
+    #[test]
+    fn every_family_on_a_rejection() {
+        let mut h = HeaderMap::new();
+        set_headers(
+            &mut h,
+            "shop::orders",
+            &decision(false),
+            HeaderFamilies::ALL,
+        );
+        assert_eq!(h["ratelimit-policy"], "\"shop::orders\";q=5;w=100");
+        assert_eq!(h["ratelimit"], "\"shop::orders\";r=0;t=34");
+        assert_eq!(h["retry-after"], "20");
+        assert_eq!(h["x-ratelimit-remaining"], "0");
+        assert_eq!(h["x-ratelimit-replenish-rate"], "3");
+        assert_eq!(h["x-ratelimit-burst-capacity"], "5");
+        assert_eq!(h["x-ratelimit-requested-tokens"], "1");
+    }
+
+    #[test]
+    fn families_are_optional_and_allowed_calls_have_no_retry_after() {
+        let mut h = HeaderMap::new();
+        let families = HeaderFamilies {
+            spring: false,
+            ..HeaderFamilies::ALL
+        };
+        set_headers(&mut h, "n", &decision(true), families);
+        assert!(h.get("x-ratelimit-remaining").is_none());
+        assert!(h.get("retry-after").is_none());
+        assert_eq!(h["ratelimit"], "\"n\";r=4;t=34");
+    }
+
+    #[test]
+    fn names_are_escaped() {
+        assert_eq!(sf_string("a\"b\\c é"), "\"a\\\"b\\\\c _\"");
+    }
+
+    #[test]
+    fn problem_body() {
+        let r = RateLimited::new(decision(false), "k").with_name("shop::\"x\"");
+        assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(
+            r.problem_json(),
+            format!(
+                "{{\"type\":\"{QUOTA_EXCEEDED}\",\"title\":\"Request cannot be satisfied as assigned quota has been exceeded\",\"status\":429,\"violated-policies\":[\"shop::\\\"x\\\"\"],\"retry-after\":20}}"
+            )
+        );
+    }
+}

@@ -1,0 +1,191 @@
+//! actix-web integration.
+//!
+//! ```no_run
+//! use actix_web::{App, HttpServer};
+//! use ratelimit_core::http::actix::RateLimitMiddleware;
+//!
+//! # async fn run() -> std::io::Result<()> {
+//! HttpServer::new(|| App::new().wrap(RateLimitMiddleware::new()))
+//!     .bind(("127.0.0.1", 3000))?
+//!     .run()
+//!     .await
+//! # }
+//! ```
+
+use std::future::{Ready, ready};
+use std::rc::Rc;
+use std::sync::Arc;
+
+use actix_web::HttpMessage as _;
+use actix_web::body::MessageBody;
+use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
+use actix_web::http::StatusCode as ActixStatus;
+use actix_web::http::header::{
+    HeaderMap as ActixHeaders, HeaderName as ActixName, HeaderValue as ActixValue,
+};
+use actix_web::{HttpResponse, ResponseError};
+use futures_util::future::LocalBoxFuture;
+
+use super::{Config, SharedConfig, config_methods};
+use crate::context::CONTEXT;
+use crate::headers::{HeaderFamilies, set_headers};
+use crate::{Principal, RateLimited, RequestContext};
+
+type CopyExtension = fn(&actix_web::dev::Extensions, &mut http::Extensions);
+
+/// actix-web middleware that gives `#[rate_limit]` handlers their request context (method,
+/// path, matched pattern, headers, client address, and a [`Principal`] found in the request's
+/// extensions) and adds the rate-limit headers to their responses.
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct RateLimitMiddleware {
+    config: SharedConfig,
+    copies: Arc<Vec<CopyExtension>>,
+}
+
+impl RateLimitMiddleware {
+    /// A middleware trusting no proxy, grouping IPv6 clients by /64, sending every header
+    /// family, and passing on a [`Principal`] from the request's extensions.
+    pub fn new() -> RateLimitMiddleware {
+        RateLimitMiddleware {
+            config: Arc::new(Config::default()),
+            copies: Arc::new(vec![copy::<Principal>]),
+        }
+    }
+
+    /// Also pass values of type `T` from actix's request extensions to key resolvers
+    /// (`ctx.extensions().get::<T>()`).
+    pub fn extension<T: Clone + Send + Sync + 'static>(mut self) -> Self {
+        Arc::make_mut(&mut self.copies).push(copy::<T>);
+        self
+    }
+
+    config_methods!();
+}
+
+fn copy<T: Clone + Send + Sync + 'static>(
+    from: &actix_web::dev::Extensions,
+    to: &mut http::Extensions,
+) {
+    if let Some(v) = from.get::<T>() {
+        to.insert(v.clone());
+    }
+}
+
+impl<S, B> Transform<S, ServiceRequest> for RateLimitMiddleware
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
+    S::Future: 'static,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<B>;
+    type Error = actix_web::Error;
+    type Transform = RateLimitActixService<S>;
+    type InitError = ();
+    type Future = Ready<Result<Self::Transform, Self::InitError>>;
+
+    fn new_transform(&self, service: S) -> Self::Future {
+        ready(Ok(RateLimitActixService {
+            service: Rc::new(service),
+            config: Arc::clone(&self.config),
+            copies: Arc::clone(&self.copies),
+        }))
+    }
+}
+
+/// The service of [`RateLimitMiddleware`].
+#[derive(Debug)]
+pub struct RateLimitActixService<S> {
+    service: Rc<S>,
+    config: SharedConfig,
+    copies: Arc<Vec<CopyExtension>>,
+}
+
+impl<S, B> Service<ServiceRequest> for RateLimitActixService<S>
+where
+    S: Service<ServiceRequest, Response = ServiceResponse<B>, Error = actix_web::Error> + 'static,
+    S::Future: 'static,
+    B: MessageBody + 'static,
+{
+    type Response = ServiceResponse<B>;
+    type Error = actix_web::Error;
+    type Future = LocalBoxFuture<'static, Result<Self::Response, Self::Error>>;
+
+    forward_ready!(service);
+
+    fn call(&self, req: ServiceRequest) -> Self::Future {
+        let ctx = self.context_of(&req);
+        let families = self.config.families;
+        let fut = CONTEXT.scope(ctx, self.service.call(req));
+        Box::pin(async move {
+            let mut fut = std::pin::pin!(fut);
+            let mut response = (&mut fut).await?;
+            if let Some(recorded) = fut.as_mut().take_value().and_then(|c| c.recorded()) {
+                let mut headers = http::HeaderMap::new();
+                set_headers(&mut headers, recorded.name, &recorded.decision, families);
+                copy_headers(&headers, response.headers_mut());
+            }
+            Ok(response)
+        })
+    }
+}
+
+impl<S> RateLimitActixService<S> {
+    fn context_of(&self, req: &ServiceRequest) -> RequestContext {
+        let mut headers = http::HeaderMap::with_capacity(req.headers().len());
+        for (name, value) in req.headers() {
+            if let (Ok(n), Ok(v)) = (
+                http::HeaderName::from_bytes(name.as_str().as_bytes()),
+                http::HeaderValue::from_bytes(value.as_bytes()),
+            ) {
+                headers.append(n, v);
+            }
+        }
+        let mut extensions = http::Extensions::new();
+        {
+            let from = req.extensions();
+            for copy in self.copies.iter() {
+                copy(&from, &mut extensions);
+            }
+        }
+        let mut ctx = RequestContext::new()
+            .with_path(req.path())
+            .with_headers(headers)
+            .with_extensions(extensions);
+        if let Ok(method) = http::Method::from_bytes(req.method().as_str().as_bytes()) {
+            ctx = ctx.with_method(method);
+        }
+        if let Some(pattern) = req.match_pattern() {
+            ctx = ctx.with_route(pattern);
+        }
+        if let Some(peer) = req.peer_addr() {
+            ctx = ctx.with_peer(peer);
+        }
+        self.config.client(ctx)
+    }
+}
+
+fn copy_headers(from: &http::HeaderMap, to: &mut ActixHeaders) {
+    for (name, value) in from {
+        if let (Ok(n), Ok(v)) = (
+            ActixName::from_bytes(name.as_str().as_bytes()),
+            ActixValue::from_bytes(value.as_bytes()),
+        ) {
+            to.insert(n, v);
+        }
+    }
+}
+
+impl ResponseError for RateLimited {
+    fn status_code(&self) -> ActixStatus {
+        ActixStatus::from_u16(self.status().as_u16()).unwrap_or(ActixStatus::TOO_MANY_REQUESTS)
+    }
+
+    /// 429 (403 without a key, 503 when the limiter could not decide), `Retry-After`, every
+    /// rate-limit header, and an `application/problem+json` body.
+    fn error_response(&self) -> HttpResponse {
+        let mut response = HttpResponse::build(self.status_code()).body(self.problem_json());
+        copy_headers(&self.headers(HeaderFamilies::ALL), response.headers_mut());
+        response
+    }
+}

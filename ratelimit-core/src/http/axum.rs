@@ -1,0 +1,155 @@
+//! axum (tower) integration.
+//!
+//! ```no_run
+//! use std::net::SocketAddr;
+//! use axum::{Router, routing::get};
+//! use ratelimit_core::http::axum::RateLimitLayer;
+//!
+//! # async fn run(app: Router) -> std::io::Result<()> {
+//! let app = app.layer(RateLimitLayer::new());
+//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+//! // ConnectInfo gives `Ip` the peer address.
+//! axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await
+//! # }
+//! ```
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::extract::{ConnectInfo, MatchedPath};
+use axum::response::{IntoResponse, Response};
+use http::Request;
+use tokio::task::futures::TaskLocalFuture;
+
+use super::{Config, SharedConfig, config_methods};
+use crate::context::CONTEXT;
+use crate::headers::{HeaderFamilies, set_headers};
+use crate::{RateLimited, RequestContext};
+
+/// A tower layer that gives `#[rate_limit]` handlers below it their request context (method,
+/// path, matched route, headers, client address, extensions) and adds the rate-limit headers
+/// to their responses, allowed or rejected.
+///
+/// Add it with `Router::layer` after authentication middleware, so `User` sees the principal;
+/// serve with `into_make_service_with_connect_info::<SocketAddr>()` so `Ip` sees the peer.
+#[derive(Debug, Clone, Default)]
+#[must_use]
+pub struct RateLimitLayer {
+    config: SharedConfig,
+}
+
+impl RateLimitLayer {
+    /// A layer trusting no proxy, grouping IPv6 clients by /64, sending every header family.
+    pub fn new() -> RateLimitLayer {
+        RateLimitLayer {
+            config: Arc::new(Config::default()),
+        }
+    }
+
+    config_methods!();
+}
+
+impl<S> tower_layer::Layer<S> for RateLimitLayer {
+    type Service = RateLimitService<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimitService {
+            inner,
+            config: Arc::clone(&self.config),
+        }
+    }
+}
+
+/// The service of [`RateLimitLayer`].
+#[derive(Debug, Clone)]
+pub struct RateLimitService<S> {
+    inner: S,
+    config: SharedConfig,
+}
+
+impl<S, B> tower_service::Service<Request<B>> for RateLimitService<S>
+where
+    S: tower_service::Service<Request<B>, Response = Response>,
+{
+    type Response = Response;
+    type Error = S::Error;
+    type Future = ResponseFuture<S::Future>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let mut ctx = RequestContext::new()
+            .with_method(req.method().clone())
+            .with_path(req.uri().path())
+            .with_headers(req.headers().clone())
+            .with_extensions(req.extensions().clone());
+        if let Some(route) = req.extensions().get::<MatchedPath>() {
+            ctx = ctx.with_route(route.as_str());
+        }
+        if let Some(ConnectInfo(peer)) = req.extensions().get::<ConnectInfo<SocketAddr>>() {
+            ctx = ctx.with_peer(*peer);
+        }
+        let ctx = self.config.client(ctx);
+        ResponseFuture {
+            inner: CONTEXT.scope(ctx, self.inner.call(req)),
+            families: self.config.families,
+        }
+    }
+}
+
+pin_project_lite::pin_project! {
+    /// The response future of [`RateLimitService`].
+    pub struct ResponseFuture<F: Future> {
+        #[pin]
+        inner: TaskLocalFuture<RequestContext, F>,
+        families: HeaderFamilies,
+    }
+}
+
+impl<F, E> Future for ResponseFuture<F>
+where
+    F: Future<Output = Result<Response, E>>,
+{
+    type Output = Result<Response, E>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let mut this = self.project();
+        let result = std::task::ready!(this.inner.as_mut().poll(cx));
+        let families = *this.families;
+        Poll::Ready(result.map(|mut response| {
+            if let Some(recorded) = this.inner.take_value().and_then(|c| c.recorded()) {
+                set_headers(
+                    response.headers_mut(),
+                    recorded.name,
+                    &recorded.decision,
+                    families,
+                );
+            }
+            response
+        }))
+    }
+}
+
+impl<F: Future> std::fmt::Debug for ResponseFuture<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ResponseFuture").finish_non_exhaustive()
+    }
+}
+
+impl IntoResponse for RateLimited {
+    /// 429 (403 without a key, 503 when the limiter could not decide), `Retry-After`, every
+    /// rate-limit header, and an `application/problem+json` body.
+    fn into_response(self) -> Response {
+        (
+            self.status(),
+            self.headers(HeaderFamilies::ALL),
+            self.problem_json(),
+        )
+            .into_response()
+    }
+}

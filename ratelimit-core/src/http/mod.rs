@@ -1,0 +1,61 @@
+//! HTTP integrations: record each request's [`RequestContext`](crate::RequestContext) for the
+//! limited handlers below, and add the rate-limit headers to their responses.
+
+#[cfg(feature = "actix-web")]
+pub mod actix;
+#[cfg(feature = "axum")]
+pub mod axum;
+
+use std::sync::Arc;
+
+use crate::TrustedProxies;
+use crate::headers::HeaderFamilies;
+
+/// What both integrations are configured with.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Config {
+    pub(crate) proxies: TrustedProxies,
+    pub(crate) ipv6_prefix: Option<u8>,
+    pub(crate) families: HeaderFamilies,
+}
+
+/// Builder methods shared by `RateLimitLayer` and `RateLimitMiddleware`.
+macro_rules! config_methods {
+    () => {
+        /// Believe `Forwarded` / `X-Forwarded-For` / `X-Real-IP` from these proxies only: the
+        /// client is the right-most hop that is not one of them. None are trusted by default.
+        pub fn trusted_proxies(mut self, proxies: $crate::TrustedProxies) -> Self {
+            std::sync::Arc::make_mut(&mut self.config).proxies = proxies;
+            self
+        }
+
+        /// Group IPv6 clients by this prefix length for [`Ip`]($crate::Ip) (default 64).
+        pub fn ipv6_prefix(mut self, bits: u8) -> Self {
+            std::sync::Arc::make_mut(&mut self.config).ipv6_prefix = Some(bits);
+            self
+        }
+
+        /// Which header families to add to limited responses (all by default).
+        pub fn headers(mut self, families: $crate::headers::HeaderFamilies) -> Self {
+            std::sync::Arc::make_mut(&mut self.config).families = families;
+            self
+        }
+    };
+}
+pub(crate) use config_methods;
+
+impl Config {
+    /// Fills the client address and IPv6 grouping of `ctx`.
+    pub(crate) fn client(&self, mut ctx: crate::RequestContext) -> crate::RequestContext {
+        if let Some(peer) = ctx.peer() {
+            let client = self.proxies.client_ip(peer.ip(), ctx.headers());
+            ctx = ctx.with_client_ip(client);
+        }
+        if let Some(bits) = self.ipv6_prefix {
+            ctx = ctx.with_ipv6_prefix(bits);
+        }
+        ctx
+    }
+}
+
+pub(crate) type SharedConfig = Arc<Config>;
