@@ -34,6 +34,7 @@ mod limit;
 mod limiter;
 mod naming;
 pub mod overrides;
+mod policy;
 mod registry;
 pub mod store;
 
@@ -49,10 +50,8 @@ pub use http::actix::RateLimitMiddleware;
 pub use http::axum::RateLimitLayer;
 pub use key::{Global, Header, Ip, IpUri, KeyResolver, Principal, Route, Uri, User};
 pub use limit::{InvalidLimit, Limit, Unit, UnknownUnit};
-pub use limiter::{
-    DEFAULT_DEADLINE, DEFAULT_PREFIX, EmptyKeyPolicy, FailurePolicy, RateLimiter,
-    RateLimiterBuilder,
-};
+pub use limiter::{DEFAULT_PREFIX, RateLimiter, RateLimiterBuilder};
 pub use naming::MAX_PART_LEN;
+pub use policy::{DEFAULT_COOLDOWN, DEFAULT_DEADLINE, EmptyKeyPolicy, FailurePolicy};
 pub use registry::{Effective, LimitDeclaration, declared_limits};
 pub use store::{MemoryStore, RedisStore, Store};

@@ -292,9 +292,41 @@ pub(crate) struct Params {
     pub(crate) tau: u64,
 }
 
+impl Params {
+    /// One instance's share when `n` instances split the limit: the rate divided by `n`, and
+    /// the burst too (at least one token).
+    pub(crate) fn shared(self, n: u32, burst: u32) -> Params {
+        if n <= 1 {
+            return self;
+        }
+        let n = u64::from(n.min(10_000));
+        let interval = self.interval * n;
+        let tokens = (u64::from(burst) / n).max(1);
+        Params {
+            interval,
+            per_micro: self.per_micro,
+            tau: interval * tokens,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn shares_divide_rate_and_burst() {
+        let p = Limit::per_second(10).burst(9).params();
+        let s = p.shared(3, 9);
+        assert_eq!(s.interval, 3 * p.interval);
+        assert_eq!(s.tau / s.interval, 3);
+        assert_eq!(p.shared(1, 9), p);
+        assert_eq!(
+            p.shared(100, 9).tau,
+            p.shared(100, 9).interval,
+            "at least one token"
+        );
+    }
 
     #[test]
     fn params_are_exact_integers() {

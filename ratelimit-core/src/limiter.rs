@@ -1,57 +1,17 @@
 //! The rate limiter: key naming, cost validation and the store call.
 
 use std::fmt;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::decision::Source;
 use crate::naming::bucket_key;
+use crate::policy::{
+    DEFAULT_COOLDOWN, DEFAULT_DEADLINE, EmptyKeyPolicy, FailurePolicy, Gate, Resilience,
+};
 use crate::store::DynStore;
 use crate::{Decision, Error, Limit, MemoryStore, RedisStore, Store};
-
-/// What a limiter does with a call when its store fails (unreachable, slower than the
-/// deadline, erroring).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum FailurePolicy {
-    /// Enforce the same limit in this process's memory until the store is back (default).
-    #[default]
-    Fallback,
-    /// Admit the call (fail open, like Spring Cloud Gateway).
-    Allow,
-    /// Refuse the call (fail closed, like Envoy's `failure_mode_deny`).
-    Deny,
-}
-
-impl std::str::FromStr for FailurePolicy {
-    type Err = Error;
-
-    fn from_str(s: &str) -> Result<Self, Error> {
-        match s {
-            "fallback" => Ok(FailurePolicy::Fallback),
-            "allow" => Ok(FailurePolicy::Allow),
-            "deny" => Ok(FailurePolicy::Deny),
-            other => Err(Error::Config(format!(
-                "unknown failure policy `{other}`; expected one of `fallback`, `allow`, `deny`"
-            ))),
-        }
-    }
-}
-
-/// What a limiter does with a call whose key resolver found no key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum EmptyKeyPolicy {
-    /// Refuse the call (default, like Spring Cloud Gateway's `denyEmptyKey`).
-    #[default]
-    Deny,
-    /// Admit the call without a check.
-    Allow,
-}
-
-/// The per-call deadline when none is set.
-pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
 
 /// Decides whether calls may proceed, against buckets kept in Redis or in memory.
 ///
@@ -78,11 +38,8 @@ pub struct RateLimiter {
 struct Inner {
     backend: Backend,
     prefix: Box<str>,
-    policy: FailurePolicy,
     empty_key: EmptyKeyPolicy,
-    deadline: Option<Duration>,
-    fallback: OnceLock<MemoryStore>,
-    degraded: AtomicBool,
+    resilience: Resilience,
 }
 
 enum Backend {
@@ -155,15 +112,18 @@ impl RateLimiter {
     }
 
     fn from_parts(backend: Backend, prefix: Box<str>, b: &RateLimiterBuilder) -> RateLimiter {
+        let resilience = Resilience::new(
+            b.policy,
+            b.deadline.unwrap_or(Some(DEFAULT_DEADLINE)),
+            b.cooldown.unwrap_or(Some(DEFAULT_COOLDOWN)),
+            &prefix,
+        );
         RateLimiter {
             inner: Arc::new(Inner {
                 backend,
                 prefix,
-                policy: b.policy,
                 empty_key: b.empty_key,
-                deadline: b.deadline.unwrap_or(Some(DEFAULT_DEADLINE)),
-                fallback: OnceLock::new(),
-                degraded: AtomicBool::new(false),
+                resilience,
             }),
         }
     }
@@ -185,7 +145,7 @@ impl RateLimiter {
 
     /// What this limiter does when its store fails.
     pub fn failure_policy(&self) -> FailurePolicy {
-        self.inner.policy
+        self.inner.resilience.policy
     }
 
     /// What this limiter does with calls that have no key.
@@ -195,7 +155,18 @@ impl RateLimiter {
 
     /// Whether the store is failing now (the failure policy is deciding).
     pub fn is_degraded(&self) -> bool {
-        self.inner.degraded.load(Ordering::Relaxed)
+        self.inner.resilience.is_degraded()
+    }
+
+    /// How many instances share this limiter's Redis, as last seen by the heartbeat (1 for
+    /// other stores, or before the first heartbeat). The fallback policy enforces
+    /// `limit / live_instances` on each instance while Redis is down.
+    pub fn live_instances(&self) -> u32 {
+        self.inner
+            .resilience
+            .instances
+            .load(Ordering::Relaxed)
+            .max(1)
     }
 
     /// The decision for a call that has no key, per the empty-key policy.
@@ -206,74 +177,73 @@ impl RateLimiter {
     }
 
     async fn decide(&self, bucket: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
-        let result = match &self.inner.backend {
+        let guard = &self.inner.resilience;
+        let gate = match &self.inner.backend {
             Backend::Memory(s) => return Ok(s.check_now(bucket, limit, cost)),
-            Backend::Redis(s) => self.within_deadline(s.check(bucket, limit, cost)).await,
-            Backend::Custom(s) => self.within_deadline(s.check_dyn(bucket, limit, cost)).await,
+            _ => guard.gate(),
+        };
+        if gate == Gate::Open {
+            return Ok(guard.decide(bucket, limit, cost));
+        }
+        let result = match &self.inner.backend {
+            Backend::Redis(s) => guard.call(s.check(bucket, limit, cost)).await,
+            Backend::Custom(s) => guard.call(s.check_dyn(bucket, limit, cost)).await,
+            Backend::Memory(_) => unreachable!("decided above"),
         };
         match result {
             Ok(decision) => {
-                if self.inner.degraded.load(Ordering::Relaxed)
-                    && self.inner.degraded.swap(false, Ordering::Relaxed)
-                {
-                    tracing::info!(prefix = %self.inner.prefix, "rate-limit store is back; leaving degraded mode");
-                }
+                guard.succeeded(gate);
                 Ok(decision)
             }
-            Err(e) if e.is_store_failure() => Ok(self.on_store_failure(&e, bucket, limit, cost)),
-            Err(e) => Err(e),
+            Err(e) if e.is_store_failure() => {
+                guard.failed(gate, &e);
+                Ok(guard.decide(bucket, limit, cost))
+            }
+            Err(e) => {
+                // Not the store's fault (a misuse): the circuit stays as it was.
+                if gate == Gate::Probe {
+                    guard.failed(gate, &e);
+                }
+                Err(e)
+            }
         }
     }
+}
 
-    async fn within_deadline(
-        &self,
-        call: impl std::future::Future<Output = Result<Decision, Error>>,
-    ) -> Result<Decision, Error> {
-        match self.inner.deadline {
-            Some(deadline) => tokio::time::timeout(deadline, call)
-                .await
-                .unwrap_or(Err(Error::Timeout(deadline))),
-            None => call.await,
-        }
-    }
+/// How often each instance says it is alive.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// How long an instance counts as alive after its last heartbeat.
+const HEARTBEAT_TTL: Duration = Duration::from_secs(3);
 
-    fn on_store_failure(&self, error: &Error, bucket: &str, limit: &Limit, cost: u32) -> Decision {
-        let inner = &*self.inner;
-        if !inner.degraded.load(Ordering::Relaxed) && !inner.degraded.swap(true, Ordering::Relaxed)
-        {
-            tracing::warn!(
-                prefix = %inner.prefix,
-                policy = ?inner.policy,
-                %error,
-                "rate-limit store failed; entering degraded mode"
-            );
+/// Keeps this instance in the Redis set of live instances, and the count of them in the
+/// limiter, for as long as the limiter exists. The set's key has no hash tag braces after the
+/// prefix, so it can never collide with a bucket.
+fn spawn_heartbeat(store: RedisStore, limiter: &RateLimiter) {
+    use std::hash::BuildHasher;
+    let weak = Arc::downgrade(&limiter.inner);
+    let key = format!("{}:instances", limiter.inner.prefix);
+    let nonce =
+        std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now());
+    let id = format!("{}-{nonce:016x}", std::process::id());
+    let count = Arc::clone(&limiter.inner.resilience.instances);
+    tokio::spawn(async move {
+        let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if weak.strong_count() == 0 {
+                return;
+            }
+            let beat =
+                tokio::time::timeout(HEARTBEAT_EVERY, store.heartbeat(&key, &id, HEARTBEAT_TTL));
+            match beat.await {
+                Ok(Ok(n)) => count.store(n.max(1), Ordering::Relaxed),
+                // While Redis is down the last count stands: it is what the fallback divides by.
+                Ok(Err(e)) => tracing::debug!(%e, "rate-limit heartbeat failed"),
+                Err(_) => tracing::debug!("rate-limit heartbeat timed out"),
+            }
         }
-        match inner.policy {
-            FailurePolicy::Fallback => inner
-                .fallback
-                .get_or_init(MemoryStore::new)
-                .check_now(bucket, limit, cost)
-                .with_source(Source::Fallback),
-            FailurePolicy::Allow => Decision::new(
-                true,
-                u64::from(limit.burst_capacity()),
-                *limit,
-                cost,
-                Duration::ZERO,
-                Duration::ZERO,
-            )
-            .with_source(Source::FailOpen),
-            FailurePolicy::Deny => Decision::new(
-                false,
-                0,
-                *limit,
-                cost,
-                limit.interval() * cost,
-                Duration::ZERO,
-            )
-            .with_source(Source::FailClosed),
-        }
-    }
+    });
 }
 
 fn validate_cost(limit: &Limit, cost: u32) -> Result<(), Error> {
@@ -299,9 +269,9 @@ impl fmt::Debug for RateLimiter {
         f.debug_struct("RateLimiter")
             .field("prefix", &self.inner.prefix)
             .field("store", &store)
-            .field("policy", &self.inner.policy)
+            .field("policy", &self.inner.resilience.policy)
             .field("empty_key", &self.inner.empty_key)
-            .field("deadline", &self.inner.deadline)
+            .field("deadline", &self.inner.resilience.deadline)
             .finish()
     }
 }
@@ -315,6 +285,7 @@ pub struct RateLimiterBuilder {
     policy: FailurePolicy,
     empty_key: EmptyKeyPolicy,
     deadline: Option<Option<Duration>>,
+    cooldown: Option<Option<Duration>>,
 }
 
 enum StoreChoice {
@@ -383,6 +354,14 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// After a store failure, decide by the failure policy without asking the store for this
+    /// long, then let one call probe it (default [`DEFAULT_COOLDOWN`]; `None`: ask on every
+    /// call). An outage then costs one deadline per cool-down, not one per call.
+    pub fn circuit_cooldown(mut self, cooldown: Option<Duration>) -> Self {
+        self.cooldown = Some(cooldown);
+        self
+    }
+
     /// Connects (for Redis) and returns the limiter.
     ///
     /// # Errors
@@ -404,11 +383,11 @@ impl RateLimiterBuilder {
             StoreChoice::RedisUrl(url) => Backend::Redis(RedisStore::connect(&url).await?),
             StoreChoice::Ready(backend) => backend,
         };
-        Ok(RateLimiter::from_parts(
-            backend,
-            prefix.into_boxed_str(),
-            &this,
-        ))
+        let limiter = RateLimiter::from_parts(backend, prefix.into_boxed_str(), &this);
+        if let Backend::Redis(store) = &limiter.inner.backend {
+            spawn_heartbeat(store.clone(), &limiter);
+        }
+        Ok(limiter)
     }
 }
 

@@ -8,6 +8,7 @@ use hashbrown::HashTable;
 
 use crate::bucket::{self, State};
 use crate::clock::{Clock, MonotonicClock};
+use crate::limit::Params;
 use crate::{Decision, Error, Limit, Store};
 
 /// Default bound on the number of buckets a [`MemoryStore`] keeps.
@@ -128,6 +129,22 @@ impl MemoryStore {
 
     /// Decides synchronously: the memory store never waits.
     pub fn check_now(&self, key: &str, limit: &Limit, cost: u32) -> Decision {
+        self.check_with(key, limit.params(), limit, cost)
+    }
+
+    /// Decides with this instance's share of `limit` when `instances` share it.
+    pub(crate) fn check_share(
+        &self,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+        instances: u32,
+    ) -> Decision {
+        let params = limit.params().shared(instances, limit.burst_capacity());
+        self.check_with(key, params, limit, cost)
+    }
+
+    fn check_with(&self, key: &str, params: Params, limit: &Limit, cost: u32) -> Decision {
         let inner = &*self.inner;
         let now = inner.clock.now_micros();
         let hash = inner.hasher.hash_one(key);
@@ -137,7 +154,7 @@ impl MemoryStore {
 
         let eq = |e: &(Box<str>, State)| &*e.0 == key;
         let state = shard.table.find(hash, eq).map(|e| e.1);
-        let outcome = bucket::decide(now, state, limit.params(), u64::from(cost));
+        let outcome = bucket::decide(now, state, params, u64::from(cost));
         if let Some(new_state) = outcome.new_state {
             if let Some(entry) = shard.table.find_mut(hash, eq) {
                 entry.1 = new_state;

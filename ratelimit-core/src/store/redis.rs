@@ -12,6 +12,10 @@ use crate::{Decision, Error, Limit, Store};
 static SCRIPT: LazyLock<Script> =
     LazyLock::new(|| Script::new(include_str!("../scripts/gcra.lua")));
 
+/// The heartbeat script.
+static HEARTBEAT: LazyLock<Script> =
+    LazyLock::new(|| Script::new(include_str!("../scripts/heartbeat.lua")));
+
 /// Token buckets in Redis, shared by every process that uses the same server and prefix.
 ///
 /// Each decision is one `EVALSHA` of one Lua script, timed by the Redis server's `TIME` (so
@@ -94,6 +98,19 @@ impl RedisStore {
         }
         SCRIPT.prepare_invoke().load_async(&mut self.conn).await?;
         Ok(())
+    }
+
+    /// Records this instance as alive in the set `key` and returns how many are.
+    pub(crate) async fn heartbeat(&self, key: &str, id: &str, ttl: Duration) -> Result<u32, Error> {
+        let mut conn = self.conn.clone();
+        let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
+        let n: u32 = HEARTBEAT
+            .key(key)
+            .arg(id)
+            .arg(ttl_ms)
+            .invoke_async(&mut conn)
+            .await?;
+        Ok(n)
     }
 
     /// The underlying connection, for commands of your own.

@@ -1,0 +1,206 @@
+//! What happens when the store fails: the failure policy, the per-call deadline, a circuit
+//! breaker (an outage costs one deadline, not one per call), and the degraded-mode log lines.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::decision::Source;
+use crate::{Decision, Error, Limit, MemoryStore};
+
+/// What a limiter does with a call when its store fails (unreachable, slower than the
+/// deadline, erroring).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum FailurePolicy {
+    /// Enforce the limit in this process's memory until the store is back (default). With
+    /// Redis, each instance enforces its share: the limit divided by the number of instances
+    /// that were alive (see [`RateLimiter::live_instances`](crate::RateLimiter::live_instances)).
+    #[default]
+    Fallback,
+    /// Admit the call (fail open, like Spring Cloud Gateway).
+    Allow,
+    /// Refuse the call (fail closed, like Envoy's `failure_mode_deny`).
+    Deny,
+}
+
+impl std::str::FromStr for FailurePolicy {
+    type Err = Error;
+
+    fn from_str(s: &str) -> Result<Self, Error> {
+        match s {
+            "fallback" => Ok(FailurePolicy::Fallback),
+            "allow" => Ok(FailurePolicy::Allow),
+            "deny" => Ok(FailurePolicy::Deny),
+            other => Err(Error::Config(format!(
+                "unknown failure policy `{other}`; expected one of `fallback`, `allow`, `deny`"
+            ))),
+        }
+    }
+}
+
+/// What a limiter does with a call whose key resolver found no key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum EmptyKeyPolicy {
+    /// Refuse the call (default, like Spring Cloud Gateway's `denyEmptyKey`).
+    #[default]
+    Deny,
+    /// Admit the call without a check.
+    Allow,
+}
+
+/// The per-call deadline when none is set.
+pub const DEFAULT_DEADLINE: Duration = Duration::from_millis(50);
+
+/// How long the circuit stays open after a failure before one call probes the store again.
+pub const DEFAULT_COOLDOWN: Duration = Duration::from_millis(200);
+
+/// Whether a call may go to the store.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Gate {
+    /// The store is healthy.
+    Closed,
+    /// The store failed recently; this call tests whether it is back.
+    Probe,
+    /// The store failed recently; decide without it.
+    Open,
+}
+
+/// The failure handling of one limiter.
+#[derive(Debug)]
+pub(crate) struct Resilience {
+    pub(crate) policy: FailurePolicy,
+    pub(crate) deadline: Option<Duration>,
+    cooldown: Option<Duration>,
+    origin: Instant,
+    /// Milliseconds since `origin` until which the circuit is open; 0 when closed.
+    open_until: AtomicU64,
+    probing: AtomicBool,
+    degraded: AtomicBool,
+    fallback: OnceLock<MemoryStore>,
+    /// Live instances sharing the store, as last seen by the heartbeat (at least 1).
+    pub(crate) instances: Arc<AtomicU32>,
+    label: Box<str>,
+}
+
+impl Resilience {
+    pub(crate) fn new(
+        policy: FailurePolicy,
+        deadline: Option<Duration>,
+        cooldown: Option<Duration>,
+        label: &str,
+    ) -> Resilience {
+        Resilience {
+            policy,
+            deadline,
+            cooldown,
+            origin: Instant::now(),
+            open_until: AtomicU64::new(0),
+            probing: AtomicBool::new(false),
+            degraded: AtomicBool::new(false),
+            fallback: OnceLock::new(),
+            instances: Arc::new(AtomicU32::new(1)),
+            label: label.into(),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1)
+    }
+
+    pub(crate) fn is_degraded(&self) -> bool {
+        self.degraded.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn gate(&self) -> Gate {
+        let until = self.open_until.load(Ordering::Acquire);
+        if until == 0 {
+            return Gate::Closed;
+        }
+        if self.now_ms() < until || self.probing.swap(true, Ordering::AcqRel) {
+            return Gate::Open;
+        }
+        Gate::Probe
+    }
+
+    /// Runs a store call within the deadline.
+    pub(crate) async fn call(
+        &self,
+        call: impl std::future::Future<Output = Result<Decision, Error>>,
+    ) -> Result<Decision, Error> {
+        match self.deadline {
+            Some(deadline) => tokio::time::timeout(deadline, call)
+                .await
+                .unwrap_or(Err(Error::Timeout(deadline))),
+            None => call.await,
+        }
+    }
+
+    pub(crate) fn succeeded(&self, gate: Gate) {
+        if gate == Gate::Probe {
+            self.probing.store(false, Ordering::Release);
+        }
+        if self.open_until.load(Ordering::Relaxed) != 0 {
+            self.open_until.store(0, Ordering::Release);
+        }
+        if self.degraded.load(Ordering::Relaxed) && self.degraded.swap(false, Ordering::Relaxed) {
+            tracing::info!(limiter = %self.label, "rate-limit store is back; leaving degraded mode");
+        }
+    }
+
+    pub(crate) fn failed(&self, gate: Gate, error: &Error) {
+        if let Some(cooldown) = self.cooldown {
+            let cooldown = u64::try_from(cooldown.as_millis()).unwrap_or(u64::MAX);
+            self.open_until
+                .store(self.now_ms().saturating_add(cooldown), Ordering::Release);
+        }
+        if gate == Gate::Probe {
+            self.probing.store(false, Ordering::Release);
+        }
+        if !self.degraded.load(Ordering::Relaxed) && !self.degraded.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                limiter = %self.label,
+                policy = ?self.policy,
+                instances = self.instances.load(Ordering::Relaxed),
+                %error,
+                "rate-limit store failed; entering degraded mode"
+            );
+        }
+    }
+
+    /// The failure policy's decision for a call the store could not take.
+    pub(crate) fn decide(&self, bucket: &str, limit: &Limit, cost: u32) -> Decision {
+        match self.policy {
+            FailurePolicy::Fallback => {
+                let share = self.instances.load(Ordering::Relaxed).max(1);
+                self.fallback
+                    .get_or_init(MemoryStore::new)
+                    .check_share(bucket, limit, cost, share)
+                    .with_source(Source::Fallback)
+            }
+            FailurePolicy::Allow => Decision::new(
+                true,
+                u64::from(limit.burst_capacity()),
+                *limit,
+                cost,
+                Duration::ZERO,
+                Duration::ZERO,
+            )
+            .with_source(Source::FailOpen),
+            FailurePolicy::Deny => Decision::new(
+                false,
+                0,
+                *limit,
+                cost,
+                self.cooldown
+                    .unwrap_or(DEFAULT_COOLDOWN)
+                    .max(Duration::from_secs(1)),
+                Duration::ZERO,
+            )
+            .with_source(Source::FailClosed),
+        }
+    }
+}
