@@ -1,5 +1,11 @@
 //! Test support: real `redis-server` processes that the tests start themselves, on free
 //! loopback ports, in temporary directories, stopped when dropped. Never a shared server.
+//!
+//! The crate also holds two programs: `hammer` (one process of the multi-process accuracy
+//! test, `tests/accuracy.rs`) and `bench_memory` (Redis memory per active bucket, written up
+//! in `docs/benchmarks.md`).
+
+pub mod hammer;
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -165,13 +171,12 @@ fn spawn(dir: &Path, port: u16, extra: &[String]) -> Result<Child, String> {
             }
             return Err(format!("redis-server exited with {status}: {out}"));
         }
-        if let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) {
-            if let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(200)) {
-                if redis::cmd("PING").query::<String>(&mut con).is_ok() {
-                    drop(child.stderr.take());
-                    return Ok(child);
-                }
-            }
+        if let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+            && let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(200))
+            && redis::cmd("PING").query::<String>(&mut con).is_ok()
+        {
+            drop(child.stderr.take());
+            return Ok(child);
         }
         if Instant::now() > deadline {
             let _ = child.kill();
