@@ -19,3 +19,4 @@
 //! ```
 
 pub use ratelimit_core::*;
+pub use ratelimit_macros::{enable_redis_rate_limit, rate_limit};

@@ -13,9 +13,9 @@ use crate::{KeyResolver, RateLimited, RateLimiter};
 /// The check every `#[rate_limit]` function starts with: resolves the key from the current
 /// request context, decides, records the decision for the response headers, and returns the
 /// rejection when the call must not run.
-pub async fn check<K: KeyResolver + ?Sized>(
+pub async fn check(
     decl: &'static LimitDeclaration,
-    key: &K,
+    key: &dyn KeyResolver,
     limiter: Option<&RateLimiter>,
 ) -> Result<(), RateLimited> {
     let effective = decl.effective();
@@ -73,6 +73,10 @@ pub async fn check<K: KeyResolver + ?Sized>(
 static UNENABLED: LazyLock<RateLimiter> = LazyLock::new(RateLimiter::unenabled);
 
 /// What `limiter = ..` may name: a limiter, or a cell that holds one once initialised.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a limiter",
+    label = "`limiter = ..` takes a `RateLimiter`, or a `OnceLock`/`LazyLock` of one"
+)]
 pub trait AsLimiter {
     /// The limiter, if there is one yet.
     fn as_limiter(&self) -> Option<&RateLimiter>;
@@ -117,9 +121,4 @@ impl<T, E: From<RateLimited>> RateLimitReturn for Result<T, E> {
     fn rate_limited(rejection: RateLimited) -> Self {
         Err(E::from(rejection))
     }
-}
-
-/// Type-checks `key = ..` where the user wrote it.
-pub const fn key_resolver<K: KeyResolver>(key: K) -> K {
-    key
 }

@@ -1,4 +1,190 @@
-//! Procedural macros of redis-ratelimit. Use them through the `redis-ratelimit` crate.
+//! Procedural macros of [redis-ratelimit](https://docs.rs/redis-ratelimit):
+//! [`#[rate_limit]`](macro@rate_limit) and [`enable_redis_rate_limit!`].
 //!
-//! This crate is a skeleton until the annotation framework lands: it compiles and exports
-//! nothing yet.
+//! Use them through the `redis-ratelimit` crate, which re-exports them with the runtime
+//! they expand onto; this crate holds no runtime logic.
+
+mod args;
+mod attr;
+mod enable;
+mod expand;
+mod item;
+mod valid;
+
+use proc_macro::TokenStream;
+
+/// Limits how often an `async fn` runs: a token bucket per (function, key), shared by every
+/// instance of the service through Redis.
+///
+/// ```
+/// use redis_ratelimit::{rate_limit, RateLimited, Header};
+///
+/// #[derive(Debug)]
+/// enum ApiError {
+///     TooManyRequests(RateLimited),
+/// }
+///
+/// impl From<RateLimited> for ApiError {
+///     fn from(rejection: RateLimited) -> Self {
+///         ApiError::TooManyRequests(rejection)
+///     }
+/// }
+///
+/// /// 3 calls per minute per API key on average, up to 300 at once.
+/// #[rate_limit(replenish = 3, burst = 300, unit = "minute", key = Header("x-api-key"))]
+/// async fn list_orders() -> Result<Vec<u64>, ApiError> {
+///     Ok(vec![1, 2, 3])
+/// }
+/// ```
+///
+/// # Arguments
+///
+/// | argument | value | default | meaning |
+/// |---|---|---|---|
+/// | `replenish` | integer ≥ 1 | required | tokens added back per `unit` |
+/// | `burst` | integer ≥ 1 | `replenish` | the bucket's capacity: the most calls allowed at once |
+/// | `unit` | `"second"`, `"minute"`, `"hour"`, `"day"` | `"second"` | the period of `replenish` |
+/// | `key` | an expression whose value implements `KeyResolver` | `Uri` | which bucket a call takes from |
+/// | `cost` | integer ≥ 1, at most `burst` | `1` | tokens one call takes |
+/// | `name` | a string | `"module::path::function"` | the limit's name in config overrides, logs and metrics |
+/// | `limiter` | an expression: a `RateLimiter`, or a `OnceLock` / `LazyLock` of one | the global limiter | the limiter that decides |
+///
+/// `replenish`, `burst` and `cost` are integer literals, checked by the macro, or constants of
+/// type `u32` (`replenish = ORDERS_PER_MINUTE`), checked by the compiler when it evaluates the
+/// limit. Either way a limit that cannot work (`0`, a `cost` above `burst`) does not compile.
+///
+/// `key` is ordinary Rust evaluated at each call, in the function's scope: import the
+/// built-in resolvers you name (`use redis_ratelimit::{Ip, Route};`), write tuples
+/// (`key = (Ip, Route)`) to key on several dimensions, or give a value of your own type that
+/// implements `KeyResolver`. The resolver reads the call's `RequestContext`: the one the HTTP
+/// layer records for each request, or the one given to `redis_ratelimit::scope`. A call
+/// whose resolver finds no key (no request, no such header) is decided by the limiter's
+/// empty-key policy: denied by default.
+///
+/// # What it generates
+///
+/// The function keeps its signature, attributes and body. Before the body runs, the call takes
+/// `cost` tokens from its bucket; when the bucket has too few, the function returns
+/// `Err(RateLimited.into())` and the body does not run. The limit itself is a `static`,
+/// built once at compile time and registered for `redis_ratelimit::declared_limits()` with
+/// its name, key expression, file and the attribute's line.
+///
+/// Until `enable_redis_rate_limit!().await` has installed the global limiter, functions without
+/// a `limiter = ..` are limited in this process's memory, and each logs one error saying so.
+///
+/// # Requirements
+///
+/// - The function is an `async fn` (free function, method, trait method with a body;
+///   generics and `where` clauses are fine).
+/// - It returns `Result<T, E>` (directly or through a type alias) with
+///   `E: From<RateLimited>`; a rejection converts into `E`.
+/// - Names are unique in the program: two limits with one name are an error when
+///   `enable_redis_rate_limit!` runs. Methods named alike in one module need `name = ".."`.
+///
+/// Several `#[rate_limit]` attributes on one function (with different `name`s) check each
+/// limit in turn, the one nearest the `fn` first; a call refused by one limit keeps the tokens
+/// it took from the limits checked before it, so put the narrower limit (per client) nearest
+/// the function and the wider one (in all) above it.
+///
+/// # Errors at compile time
+///
+/// Each misuse is reported on the token that causes it: a function that is not `async`, an
+/// unknown argument (with the closest known name), an argument given twice, a missing
+/// `replenish`, a zero, negative or fractional count, a `cost` above `burst`, an unknown unit,
+/// a `key` that is not a `KeyResolver`, and a return type the rejection cannot convert into.
+///
+/// # Example: a method, a limiter of its own, several dimensions
+///
+/// ```
+/// use std::sync::OnceLock;
+/// use redis_ratelimit::{rate_limit, scope, Ip, RateLimited, RateLimiter, RequestContext, Route};
+///
+/// static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
+///
+/// struct Search;
+///
+/// impl Search {
+///     /// 10 searches per second per client and route, 50 at once; each search costs 5.
+///     #[rate_limit(replenish = 10, burst = 50, cost = 5, key = (Ip, Route),
+///                  name = "search", limiter = LIMITER)]
+///     async fn run(&self, query: &str) -> Result<usize, RateLimited> {
+///         Ok(query.len())
+///     }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redis_ratelimit::Error> {
+/// // `.redis(url)` shares the buckets between instances; memory keeps them in this process.
+/// let _ = LIMITER.set(RateLimiter::builder().memory().build().await?);
+///
+/// let request = RequestContext::new()
+///     .with_peer("203.0.113.9:5000".parse().unwrap())
+///     .with_route("/search");
+/// let admitted = scope(request, async {
+///     let mut admitted = 0;
+///     for _ in 0..20 {
+///         if Search.run("rust").await.is_ok() {
+///             admitted += 1;
+///         }
+///     }
+///     admitted
+/// })
+/// .await;
+/// assert_eq!(admitted, 10); // a burst of 50 tokens, 5 per search
+/// # Ok(()) }
+/// ```
+#[proc_macro_attribute]
+pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::rate_limit(args.into(), item.into()).into()
+}
+
+/// Installs the global limiter that `#[rate_limit]` functions use: an async expression
+/// evaluating to `Result<&'static RateLimiter, Error>`.
+///
+/// ```no_run
+/// use redis_ratelimit::enable_redis_rate_limit;
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     enable_redis_rate_limit!().await?;
+///     // serve...
+///     Ok(())
+/// }
+/// ```
+///
+/// It connects, loads the scripts, applies the configuration overrides to the declared limits,
+/// and fails with a clear error on anything wrong: a bad URL, an unreachable Redis, an
+/// override naming no declared limit, two limits with one name, a second call.
+///
+/// # Options
+///
+/// All optional, written `name = value` and separated by commas.
+///
+/// | option | value | default |
+/// |---|---|---|
+/// | `url` | an expression: `impl Into<String>` | env `REDIS_URL`, else `"redis://127.0.0.1:6379"`; `"memory://"` keeps buckets in this process |
+/// | `prefix` | an expression: `impl Into<String>` | the calling crate's package name, so services sharing a Redis never share buckets |
+/// | `policy` | `"fallback"`, `"allow"`, `"deny"` | `"fallback"`: when Redis fails, enforce the limits in memory on each node; `"allow"` fails open, `"deny"` fails closed |
+/// | `empty_key` | `"deny"`, `"allow"` | `"deny"`: calls whose key resolver finds no key are refused |
+/// | `deadline_ms` | an integer ≥ 1, or an expression of type `u64` | `50`: how long a call waits for Redis before the failure policy decides |
+/// | `config` | an expression: `impl Into<PathBuf>` | env `RATE_LIMIT_CONFIG`, else none: a TOML file of overrides |
+///
+/// ```no_run
+/// # use redis_ratelimit::enable_redis_rate_limit;
+/// # async fn run() -> Result<(), redis_ratelimit::Error> {
+/// let limiter = enable_redis_rate_limit!(
+///     url = "redis://10.0.0.5:6379/2",
+///     prefix = "orders",
+///     policy = "deny",
+///     deadline_ms = 20,
+///     config = "ratelimit.toml",
+/// )
+/// .await?;
+/// # let _ = limiter; Ok(()) }
+/// ```
+///
+/// Policies are checked at compile time: an unknown option or policy does not compile.
+#[proc_macro]
+pub fn enable_redis_rate_limit(options: TokenStream) -> TokenStream {
+    enable::enable_redis_rate_limit(options.into()).into()
+}

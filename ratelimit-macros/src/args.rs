@@ -1,0 +1,172 @@
+//! The `name = value, ...` lists both macros take, and what they share in reporting errors.
+
+use proc_macro2::{Span, TokenStream};
+use syn::ext::IdentExt as _;
+use syn::parse::{Parse, ParseStream, Parser as _};
+use syn::punctuated::Punctuated;
+use syn::{Expr, Ident, Token};
+
+/// One `name = value` (or a bare `name`, which is always an error) as written.
+pub(crate) struct RawArg {
+    pub(crate) name: Ident,
+    pub(crate) value: Option<Expr>,
+}
+
+impl Parse for RawArg {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        // Any identifier, keywords included, so that `type = ..` is reported as an unknown
+        // argument rather than as a syntax error.
+        let name = Ident::parse_any(input)?;
+        let value = if input.peek(Token![=]) {
+            input.parse::<Token![=]>()?;
+            Some(input.parse()?)
+        } else {
+            None
+        };
+        Ok(RawArg { name, value })
+    }
+}
+
+/// Splits `a = 1, b = "x"` into its arguments; only a syntax error fails.
+pub(crate) fn parse_list(tokens: TokenStream) -> syn::Result<Vec<RawArg>> {
+    let list = Punctuated::<RawArg, Token![,]>::parse_terminated.parse2(tokens)?;
+    Ok(list.into_iter().collect())
+}
+
+/// Every error found, so that one compile shows them all.
+#[derive(Default)]
+pub(crate) struct Errors(Option<syn::Error>);
+
+impl Errors {
+    pub(crate) fn push(&mut self, error: syn::Error) {
+        match &mut self.0 {
+            Some(all) => all.combine(error),
+            None => self.0 = Some(error),
+        }
+    }
+
+    pub(crate) fn at(&mut self, span: Span, message: impl std::fmt::Display) {
+        self.push(syn::Error::new(span, message));
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    pub(crate) fn finish(self) -> syn::Result<()> {
+        self.0.map_or(Ok(()), Err)
+    }
+}
+
+/// Stores `value` in `slot` unless the argument was already given, in which case the second
+/// occurrence is the error.
+pub(crate) fn set_once<T>(slot: &mut Option<T>, value: T, name: &Ident, errors: &mut Errors) {
+    if slot.is_some() {
+        errors.at(
+            name.span(),
+            format_args!("`{name}` is specified more than once; keep one"),
+        );
+    } else {
+        *slot = Some(value);
+    }
+}
+
+/// The error for an argument no macro knows: names the closest known one, or lists them all.
+///
+/// `aliases` maps names users bring from elsewhere (Spring's `burstCapacity`) to ours.
+pub(crate) fn unknown(
+    what: &str,
+    name: &Ident,
+    known: &[&str],
+    aliases: &[(&str, &str)],
+) -> syn::Error {
+    let written = name.to_string();
+    let suggestion = aliases
+        .iter()
+        .find(|(alias, _)| *alias == written)
+        .map(|(_, ours)| *ours)
+        .or_else(|| nearest(&written, known));
+    let message = match suggestion {
+        Some(ours) => format!("unknown {what} `{written}`; did you mean `{ours}`?"),
+        None => format!(
+            "unknown {what} `{written}`; expected one of {}",
+            quoted(known)
+        ),
+    };
+    syn::Error::new(name.span(), message)
+}
+
+/// `a`, `b`, `c`: for messages listing the accepted values.
+pub(crate) fn quoted(names: &[&str]) -> String {
+    let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
+    quoted.join(", ")
+}
+
+/// The known name closest to `written`, if it is close enough to be a typo.
+pub(crate) fn nearest<'a>(written: &str, known: &[&'a str]) -> Option<&'a str> {
+    let written = written.to_ascii_lowercase();
+    known
+        .iter()
+        .map(|k| (edit_distance(&written, k), *k))
+        .filter(|(d, k)| *d <= 2.max(k.len() / 3))
+        .min_by_key(|(d, _)| *d)
+        .map(|(_, k)| k)
+}
+
+/// Levenshtein distance, counting an adjacent transposition as one edit.
+fn edit_distance(a: &str, b: &str) -> usize {
+    let a: Vec<char> = a.chars().collect();
+    let b: Vec<char> = b.chars().collect();
+    // rows[i][j]: distance between a[..i] and b[..j]; three rows suffice for transpositions.
+    let mut before = vec![0; b.len() + 1];
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    let mut cur = vec![0; b.len() + 1];
+    for i in 1..=a.len() {
+        cur[0] = i;
+        for j in 1..=b.len() {
+            let substitution = prev[j - 1] + usize::from(a[i - 1] != b[j - 1]);
+            let mut best = substitution.min(prev[j] + 1).min(cur[j - 1] + 1);
+            if i > 1 && j > 1 && a[i - 1] == b[j - 2] && a[i - 2] == b[j - 1] {
+                best = best.min(before[j - 2] + 1);
+            }
+            cur[j] = best;
+        }
+        std::mem::swap(&mut before, &mut prev);
+        std::mem::swap(&mut prev, &mut cur);
+    }
+    prev[b.len()]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const ARGS: &[&str] = &[
+        "replenish",
+        "burst",
+        "unit",
+        "key",
+        "cost",
+        "name",
+        "limiter",
+    ];
+
+    #[test]
+    fn typos_find_the_argument() {
+        assert_eq!(nearest("bursts", ARGS), Some("burst"));
+        assert_eq!(nearest("replinish", ARGS), Some("replenish"));
+        assert_eq!(nearest("Unit", ARGS), Some("unit"));
+        assert_eq!(nearest("limit", ARGS), Some("limiter"));
+        assert_eq!(nearest("cots", ARGS), Some("cost"));
+        assert_eq!(nearest("frobnicate", ARGS), None);
+        assert_eq!(nearest("x", ARGS), None);
+    }
+
+    #[test]
+    fn distance_counts_edits() {
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("abc", "abc"), 0);
+        assert_eq!(edit_distance("abc", "acb"), 1);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
+}

@@ -1,0 +1,352 @@
+//! `#[rate_limit(...)]` arguments, parsed into [`RateLimitArgs`]: each value typed and kept
+//! with its span, every misuse reported on the token that caused it.
+
+use proc_macro2::{Span, TokenStream};
+use syn::spanned::Spanned as _;
+use syn::{Expr, ExprLit, ExprUnary, Ident, Lit, LitInt, LitStr, UnOp};
+
+use crate::args::{self, Errors, RawArg, set_once};
+
+const ARGUMENTS: &[&str] = &[
+    "replenish",
+    "burst",
+    "unit",
+    "key",
+    "cost",
+    "name",
+    "limiter",
+];
+
+/// Names from Spring's `RedisRateLimiter` and other limiters, mapped to ours.
+const ALIASES: &[(&str, &str)] = &[
+    ("replenishRate", "replenish"),
+    ("replenish_rate", "replenish"),
+    ("rate", "replenish"),
+    ("burstCapacity", "burst"),
+    ("burst_capacity", "burst"),
+    ("capacity", "burst"),
+    ("requestedTokens", "cost"),
+    ("requested_tokens", "cost"),
+    ("tokens", "cost"),
+    ("period", "unit"),
+    ("per", "unit"),
+    ("key_resolver", "key"),
+    ("keyResolver", "key"),
+];
+
+/// The arguments of one `#[rate_limit(...)]`, as written; `None` when left to the default.
+pub(crate) struct RateLimitArgs {
+    pub(crate) replenish: Option<Count>,
+    pub(crate) burst: Option<Count>,
+    pub(crate) unit: Option<(Unit, Span)>,
+    pub(crate) key: Option<Expr>,
+    pub(crate) cost: Option<Count>,
+    pub(crate) name: Option<LitStr>,
+    pub(crate) limiter: Option<Expr>,
+    /// Every known argument written, valid or not: a bad `replenish` is not also a missing one.
+    written: Vec<String>,
+}
+
+/// A number of tokens: a literal the macro checked, or a constant expression the compiler
+/// checks (`replenish = ORDERS_PER_MINUTE`).
+pub(crate) enum Count {
+    Literal(u32, LitInt),
+    Const(Expr),
+}
+
+impl Count {
+    /// The value, when written as a literal.
+    pub(crate) fn literal(&self) -> Option<u32> {
+        match self {
+            Count::Literal(n, _) => Some(*n),
+            Count::Const(_) => None,
+        }
+    }
+
+    pub(crate) fn span(&self) -> Span {
+        match self {
+            Count::Literal(_, lit) => lit.span(),
+            Count::Const(expr) => expr.span(),
+        }
+    }
+}
+
+/// The period of `replenish`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Unit {
+    Second,
+    Minute,
+    Hour,
+    Day,
+}
+
+impl Unit {
+    const NAMES: &[&str] = &["second", "minute", "hour", "day"];
+
+    fn from_name(name: &str) -> Option<Unit> {
+        [Unit::Second, Unit::Minute, Unit::Hour, Unit::Day]
+            .into_iter()
+            .find(|u| u.name() == name)
+    }
+
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            Unit::Second => "second",
+            Unit::Minute => "minute",
+            Unit::Hour => "hour",
+            Unit::Day => "day",
+        }
+    }
+
+    /// The name of the matching `redis_ratelimit::Unit` variant.
+    pub(crate) fn variant(self) -> &'static str {
+        match self {
+            Unit::Second => "Second",
+            Unit::Minute => "Minute",
+            Unit::Hour => "Hour",
+            Unit::Day => "Day",
+        }
+    }
+
+    pub(crate) fn as_micros(self) -> u64 {
+        match self {
+            Unit::Second => 1_000_000,
+            Unit::Minute => 60_000_000,
+            Unit::Hour => 3_600_000_000,
+            Unit::Day => 86_400_000_000,
+        }
+    }
+}
+
+impl RateLimitArgs {
+    /// Parses the attribute's arguments. Each bad argument adds its error to `errors` and is
+    /// left out; only a syntax error (a list that is not `name = value, ...`) stops early.
+    pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> syn::Result<RateLimitArgs> {
+        let mut args = RateLimitArgs {
+            replenish: None,
+            burst: None,
+            unit: None,
+            key: None,
+            cost: None,
+            name: None,
+            limiter: None,
+            written: Vec::new(),
+        };
+        for RawArg { name, value } in args::parse_list(tokens)? {
+            let kw = name.to_string();
+            if !ARGUMENTS.contains(&kw.as_str()) {
+                errors.push(args::unknown("argument", &name, ARGUMENTS, ALIASES));
+                continue;
+            }
+            args.written.push(kw.clone());
+            let Some(value) = value else {
+                errors.at(
+                    name.span(),
+                    format_args!("`{name}` needs a value: `{name} = {}`", example(&kw)),
+                );
+                continue;
+            };
+            match kw.as_str() {
+                "replenish" => {
+                    if let Some(count) = count(&name, value, errors) {
+                        set_once(&mut args.replenish, count, &name, errors);
+                    }
+                }
+                "burst" => {
+                    if let Some(count) = count(&name, value, errors) {
+                        set_once(&mut args.burst, count, &name, errors);
+                    }
+                }
+                "cost" => {
+                    if let Some(count) = count(&name, value, errors) {
+                        set_once(&mut args.cost, count, &name, errors);
+                    }
+                }
+                "unit" => {
+                    if let Some(unit) = unit(&value, errors) {
+                        set_once(&mut args.unit, unit, &name, errors);
+                    }
+                }
+                "name" => {
+                    if let Some(lit) = limit_name(&value, errors) {
+                        set_once(&mut args.name, lit, &name, errors);
+                    }
+                }
+                "key" => set_once(&mut args.key, value, &name, errors),
+                _ => set_once(&mut args.limiter, value, &name, errors),
+            }
+        }
+        Ok(args)
+    }
+
+    /// Whether `argument` was written, even with a value that was refused.
+    pub(crate) fn written(&self, argument: &str) -> bool {
+        self.written.iter().any(|w| w == argument)
+    }
+}
+
+/// A value to show in "needs a value" errors.
+fn example(argument: &str) -> &'static str {
+    match argument {
+        "unit" => "\"minute\"",
+        "key" => "Uri",
+        "name" => "\"orders.list\"",
+        "limiter" => "MY_LIMITER",
+        "cost" => "1",
+        _ => "10",
+    }
+}
+
+/// What each count means, to say why 0 is refused.
+fn zero_hint(argument: &str) -> &'static str {
+    match argument {
+        "replenish" => "it is the number of tokens added back per `unit`",
+        "burst" => {
+            "it is the bucket's capacity, the most calls allowed at once; leave it out to use `replenish`"
+        }
+        _ => "it is the number of tokens one call takes; leave it out for the default of 1",
+    }
+}
+
+/// `replenish`, `burst` or `cost`: a positive `u32` literal, or a constant expression.
+fn count(name: &Ident, value: Expr, errors: &mut Errors) -> Option<Count> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(lit), ..
+        }) => {
+            if !matches!(lit.suffix(), "" | "u32") {
+                errors.at(
+                    lit.span(),
+                    format_args!(
+                        "`{name}` is a `u32`; drop the `{}` suffix: `{name} = {}`",
+                        lit.suffix(),
+                        lit.base10_digits()
+                    ),
+                );
+                return None;
+            }
+            match lit.base10_parse::<u32>() {
+                Ok(0) => {
+                    errors.at(
+                        lit.span(),
+                        format_args!(
+                            "`{name}` must be at least 1: {}",
+                            zero_hint(&name.to_string())
+                        ),
+                    );
+                    None
+                }
+                Ok(n) => Some(Count::Literal(n, lit)),
+                Err(_) => {
+                    errors.at(
+                        lit.span(),
+                        format_args!("`{name}` must fit in a `u32` (at most {})", u32::MAX),
+                    );
+                    None
+                }
+            }
+        }
+        Expr::Lit(ExprLit { lit, .. }) => {
+            errors.push(not_a_count(name, &lit));
+            None
+        }
+        Expr::Unary(
+            negative @ ExprUnary {
+                op: UnOp::Neg(_), ..
+            },
+        ) => {
+            errors.at(
+                negative.span(),
+                format_args!(
+                    "`{name}` must be a positive integer; negative values mean nothing here"
+                ),
+            );
+            None
+        }
+        other => Some(Count::Const(other)),
+    }
+}
+
+/// The error for `replenish = 1.5`, `replenish = "3"` and the like.
+fn not_a_count(name: &Ident, lit: &Lit) -> syn::Error {
+    let message = match lit {
+        Lit::Float(f) => format!(
+            "`{name}` must be a whole number of tokens, not `{}`; to allow a fraction per unit, \
+             use a longer `unit` (1.5 per second is 90 per minute)",
+            f.base10_digits()
+        ),
+        Lit::Str(s) if s.value().trim().parse::<u32>().is_ok() => format!(
+            "`{name}` takes an integer, not a string: `{name} = {}`",
+            s.value().trim()
+        ),
+        _ => format!("`{name}` takes a positive integer: `{name} = 10`"),
+    };
+    syn::Error::new(lit.span(), message)
+}
+
+/// `unit = "minute"`.
+fn unit(value: &Expr, errors: &mut Errors) -> Option<(Unit, Span)> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) => {
+            let written = s.value();
+            if let Some(unit) = Unit::from_name(&written) {
+                return Some((unit, s.span()));
+            }
+            errors.at(
+                s.span(),
+                format_args!(
+                    "unknown unit `{written}`; expected one of {}",
+                    args::quoted(Unit::NAMES)
+                ),
+            );
+            None
+        }
+        other => {
+            // `unit = minute` or `unit = Unit::Minute`: say how to write it.
+            let last = match other {
+                Expr::Path(p) => p.path.segments.last().map(|s| s.ident.to_string()),
+                _ => None,
+            };
+            let message = match last.map(|l| l.to_ascii_lowercase()) {
+                Some(l) if Unit::from_name(&l).is_some() => {
+                    format!("`unit` takes a string: `unit = \"{l}\"`")
+                }
+                _ => format!(
+                    "`unit` takes a string, one of {}: `unit = \"minute\"`",
+                    args::quoted(Unit::NAMES)
+                ),
+            };
+            errors.at(other.span(), message);
+            None
+        }
+    }
+}
+
+/// `name = "orders.list"`.
+fn limit_name(value: &Expr, errors: &mut Errors) -> Option<LitStr> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(s), ..
+        }) => {
+            let written = s.value();
+            if written.trim().is_empty() {
+                errors.at(
+                    s.span(),
+                    "`name` must not be empty; leave it out to use `module::function`",
+                );
+                None
+            } else {
+                Some(s.clone())
+            }
+        }
+        other => {
+            errors.at(
+                other.span(),
+                "`name` takes a string literal: `name = \"orders.list\"`",
+            );
+            None
+        }
+    }
+}

@@ -1,0 +1,240 @@
+//! `enable_redis_rate_limit!(...)`: options checked at compile time, expanded onto
+//! `redis_ratelimit::enable(EnableOptions::new(<crate name>)...)`.
+
+use proc_macro2::{Ident, Span, TokenStream};
+use quote::{format_ident, quote};
+use syn::spanned::Spanned as _;
+use syn::{Expr, ExprLit, ExprUnary, Lit, UnOp};
+
+use crate::args::{self, Errors, RawArg, set_once};
+
+const OPTIONS: &[&str] = &[
+    "url",
+    "prefix",
+    "policy",
+    "empty_key",
+    "deadline_ms",
+    "config",
+];
+
+const ALIASES: &[(&str, &str)] = &[
+    ("redis_url", "url"),
+    ("redis", "url"),
+    ("key_prefix", "prefix"),
+    ("failure_policy", "policy"),
+    ("on_failure", "policy"),
+    ("empty_key_policy", "empty_key"),
+    ("deny_empty_key", "empty_key"),
+    ("deadline", "deadline_ms"),
+    ("timeout", "deadline_ms"),
+    ("timeout_ms", "deadline_ms"),
+    ("config_file", "config"),
+];
+
+/// Each policy as written, and its enum variant.
+const FAILURE_POLICIES: &[(&str, &str)] = &[
+    ("fallback", "Fallback"),
+    ("allow", "Allow"),
+    ("deny", "Deny"),
+];
+const EMPTY_KEY_POLICIES: &[(&str, &str)] = &[("deny", "Deny"), ("allow", "Allow")];
+
+#[derive(Default)]
+struct EnableArgs {
+    url: Option<Expr>,
+    prefix: Option<Expr>,
+    policy: Option<Ident>,
+    empty_key: Option<Ident>,
+    deadline_ms: Option<TokenStream>,
+    config: Option<Expr>,
+}
+
+/// The macro: the `enable` call, or, with errors, the errors and a call with defaults (so the
+/// surrounding `.await?` still type-checks and reports nothing more).
+pub(crate) fn enable_redis_rate_limit(tokens: TokenStream) -> TokenStream {
+    let mut errors = Errors::default();
+    let options = match args::parse_list(tokens) {
+        Ok(list) => parse(list, &mut errors),
+        Err(e) => {
+            errors.push(e);
+            EnableArgs::default()
+        }
+    };
+    let defaults = quote!(::redis_ratelimit::EnableOptions::new(::core::env!(
+        "CARGO_PKG_NAME"
+    )));
+    if let Err(e) = errors.finish() {
+        let errors = e.into_compile_error();
+        return quote!({ #errors ::redis_ratelimit::enable(#defaults) });
+    }
+    let EnableArgs {
+        url,
+        prefix,
+        policy,
+        empty_key,
+        deadline_ms,
+        config,
+    } = options;
+    let url = url.map(|e| quote!(.url(#e)));
+    let prefix = prefix.map(|e| quote!(.prefix(#e)));
+    let policy = policy.map(|v| quote!(.failure_policy(::redis_ratelimit::FailurePolicy::#v)));
+    let empty_key =
+        empty_key.map(|v| quote!(.empty_key_policy(::redis_ratelimit::EmptyKeyPolicy::#v)));
+    let deadline =
+        deadline_ms.map(|ms| quote!(.deadline(::core::time::Duration::from_millis(#ms))));
+    let config = config.map(|e| quote!(.config_file(#e)));
+    quote! {
+        ::redis_ratelimit::enable(#defaults #url #prefix #policy #empty_key #deadline #config)
+    }
+}
+
+fn parse(list: Vec<RawArg>, errors: &mut Errors) -> EnableArgs {
+    let mut options = EnableArgs::default();
+    for RawArg { name, value } in list {
+        let option = name.to_string();
+        if !OPTIONS.contains(&option.as_str()) {
+            errors.push(args::unknown("option", &name, OPTIONS, ALIASES));
+            continue;
+        }
+        let Some(value) = value else {
+            errors.at(
+                name.span(),
+                format_args!("`{name}` needs a value: `{name} = {}`", example(&option)),
+            );
+            continue;
+        };
+        match option.as_str() {
+            "url" => set_once(&mut options.url, value, &name, errors),
+            "prefix" => set_once(&mut options.prefix, value, &name, errors),
+            "config" => set_once(&mut options.config, value, &name, errors),
+            "policy" => {
+                if let Some(v) = policy(&name, &value, "failure policy", FAILURE_POLICIES, errors) {
+                    set_once(&mut options.policy, v, &name, errors);
+                }
+            }
+            "empty_key" => {
+                if let Some(v) = policy(
+                    &name,
+                    &value,
+                    "empty-key policy",
+                    EMPTY_KEY_POLICIES,
+                    errors,
+                ) {
+                    set_once(&mut options.empty_key, v, &name, errors);
+                }
+            }
+            _ => {
+                if let Some(ms) = millis(value, errors) {
+                    set_once(&mut options.deadline_ms, ms, &name, errors);
+                }
+            }
+        }
+    }
+    options
+}
+
+fn example(option: &str) -> &'static str {
+    match option {
+        "url" => "\"redis://127.0.0.1:6379\"",
+        "prefix" => "\"my-service\"",
+        "policy" => "\"fallback\"",
+        "empty_key" => "\"deny\"",
+        "deadline_ms" => "50",
+        _ => "\"ratelimit.toml\"",
+    }
+}
+
+/// A policy written as a string literal, mapped to its enum variant's name.
+fn policy(
+    name: &Ident,
+    value: &Expr,
+    what: &str,
+    valid: &[(&str, &str)],
+    errors: &mut Errors,
+) -> Option<Ident> {
+    let names: Vec<&str> = valid.iter().map(|(written, _)| *written).collect();
+    let Expr::Lit(ExprLit {
+        lit: Lit::Str(s), ..
+    }) = value
+    else {
+        errors.at(
+            value.span(),
+            format_args!(
+                "`{name}` takes a string, one of {}: `{name} = \"{}\"`",
+                args::quoted(&names),
+                names.first().copied().unwrap_or_default()
+            ),
+        );
+        return None;
+    };
+    let written = s.value();
+    let Some((_, variant)) = valid.iter().find(|(name, _)| *name == written) else {
+        errors.at(
+            s.span(),
+            format_args!(
+                "unknown {what} `{written}`; expected one of {}",
+                args::quoted(&names)
+            ),
+        );
+        return None;
+    };
+    Some(format_ident!("{variant}", span = s.span()))
+}
+
+/// `deadline_ms = 50`: a positive literal, or an expression of type `u64`.
+fn millis(value: Expr, errors: &mut Errors) -> Option<TokenStream> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(lit), ..
+        }) => match lit.base10_parse::<u64>() {
+            Ok(0) => {
+                errors.at(
+                    lit.span(),
+                    "`deadline_ms` must be at least 1: with no time to answer, every call would \
+                     fall to the failure policy",
+                );
+                None
+            }
+            Ok(_) if !matches!(lit.suffix(), "" | "u64") => {
+                errors.at(
+                    lit.span(),
+                    format_args!(
+                        "`deadline_ms` is a `u64`; drop the `{}` suffix",
+                        lit.suffix()
+                    ),
+                );
+                None
+            }
+            Ok(ms) => Some(lit_u64(ms, lit.span())),
+            Err(_) => {
+                errors.at(lit.span(), "`deadline_ms` must fit in a `u64`");
+                None
+            }
+        },
+        Expr::Lit(ExprLit { lit, .. }) => {
+            errors.at(
+                lit.span(),
+                "`deadline_ms` takes a whole number of milliseconds: `deadline_ms = 50`",
+            );
+            None
+        }
+        Expr::Unary(
+            negative @ ExprUnary {
+                op: UnOp::Neg(_), ..
+            },
+        ) => {
+            errors.at(
+                negative.span(),
+                "`deadline_ms` must be a positive number of milliseconds",
+            );
+            None
+        }
+        other => Some(quote!(#other)),
+    }
+}
+
+fn lit_u64(n: u64, span: Span) -> TokenStream {
+    let mut lit = proc_macro2::Literal::u64_unsuffixed(n);
+    lit.set_span(span);
+    quote!(#lit)
+}

@@ -1,0 +1,274 @@
+//! `#[rate_limit]` code generation: the user's function, with the check before its body.
+
+use proc_macro2::{Delimiter, Group, Ident, Literal, Span, TokenStream};
+use quote::{format_ident, quote, quote_spanned};
+use syn::ext::IdentExt as _;
+use syn::spanned::Spanned as _;
+use syn::visit_mut::VisitMut;
+use syn::{ReturnType, Signature, Type};
+
+use crate::args::Errors;
+use crate::attr::{Count, RateLimitArgs, Unit};
+use crate::item::ItemFn;
+use crate::valid;
+
+/// The attribute: parse, validate, expand; on any error, the function as written plus every
+/// error, so the rest of the crate (and an IDE) still sees the function.
+pub(crate) fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
+    let func: ItemFn = match syn::parse2(item.clone()) {
+        Ok(func) => func,
+        Err(e) => return with_errors(item, e),
+    };
+    let mut errors = Errors::default();
+    valid::check_function(&func.sig, &mut errors);
+    let args = match RateLimitArgs::parse(args, &mut errors) {
+        Ok(args) => args,
+        Err(e) => {
+            errors.push(e);
+            return item_with(item, errors);
+        }
+    };
+    valid::check(&args, &mut errors);
+    if errors.is_empty() {
+        expand(&args, &func)
+    } else {
+        item_with(item, errors)
+    }
+}
+
+/// tokio-macros' `token_stream_with_error`: the input unchanged, and the errors.
+fn with_errors(mut item: TokenStream, error: syn::Error) -> TokenStream {
+    item.extend(error.into_compile_error());
+    item
+}
+
+fn item_with(item: TokenStream, errors: Errors) -> TokenStream {
+    match errors.finish() {
+        Ok(()) => item,
+        Err(e) => with_errors(item, e),
+    }
+}
+
+fn expand(args: &RateLimitArgs, func: &ItemFn) -> TokenStream {
+    let ItemFn {
+        outer_attrs,
+        vis,
+        sig,
+        brace,
+        inner_attrs,
+        body,
+    } = func;
+    // Locals are hygienic; the static is an item, so its name is only prefixed.
+    let decl = Ident::new("__RL_DECL", Span::mixed_site());
+    let key_var = Ident::new("__rl_key", Span::mixed_site());
+    let rejection = Ident::new("__rl_rejection", Span::mixed_site());
+
+    let declaration = declaration(args, sig);
+    // `&(expr)` spanned at the expression, and coerced to `&dyn KeyResolver` (one `check` for
+    // every function): a value that is not a `KeyResolver` is reported once, on the user's
+    // expression.
+    let key = match &args.key {
+        Some(expr) => quote_spanned!(at(expr.span())=> &(#expr)),
+        None => quote!(&::redis_ratelimit::Uri),
+    };
+    let limiter = match &args.limiter {
+        Some(expr) => {
+            let span = at(expr.span());
+            quote_spanned!(span=> ::redis_ratelimit::__private::AsLimiter::as_limiter(&(#expr)))
+        }
+        None => quote!(::redis_ratelimit::__private::global()),
+    };
+    let returned = return_type(sig);
+
+    let mut user_body = Group::new(Delimiter::Brace, body.clone());
+    user_body.set_span(brace.span.join());
+    let mut new_body = Group::new(
+        Delimiter::Brace,
+        quote! {
+            #(#inner_attrs)*
+            static #decl: ::redis_ratelimit::__private::LimitDeclaration = #declaration;
+            ::redis_ratelimit::__private::inventory::submit! {
+                ::redis_ratelimit::__private::Registration(&#decl)
+            }
+            let #key_var: &dyn ::redis_ratelimit::KeyResolver = #key;
+            if let ::core::result::Result::Err(#rejection) =
+                ::redis_ratelimit::__private::check(&#decl, #key_var, #limiter).await
+            {
+                return #returned::rate_limited(#rejection);
+            }
+            #user_body
+        },
+    );
+    new_body.set_span(brace.span.join());
+    quote! {
+        #(#outer_attrs)*
+        #vis #sig #new_body
+    }
+}
+
+/// The `static` initialiser: the limit and its metadata, evaluated at compile time.
+fn declaration(args: &RateLimitArgs, sig: &Signature) -> TokenStream {
+    let name = match &args.name {
+        Some(lit) => quote!(#lit),
+        None => {
+            let function = sig.ident.unraw().to_string();
+            quote!(::core::concat!(::core::module_path!(), "::", #function))
+        }
+    };
+    let (unit, unit_span) = args.unit.unwrap_or((Unit::Second, Span::call_site()));
+    let unit = format_ident!("{}", unit.variant(), span = unit_span);
+    let key = match &args.key {
+        Some(expr) => quote!(::core::stringify!(#expr)),
+        None => quote!("Uri"),
+    };
+
+    // Literals were checked by the macro. Constants are bound and checked here, when the
+    // compiler evaluates the static, each failure reported on the user's expression.
+    let mut checks = TokenStream::new();
+    let one = Count::Literal(1, syn::LitInt::new("1", Span::call_site()));
+    // `valid::check` guarantees `replenish` is present.
+    let replenish = args.replenish.as_ref().unwrap_or(&one);
+    let replenish_value = bind(replenish, "replenish", &mut checks);
+    let burst = args.burst.as_ref();
+    let burst_value = burst.map(|b| bind(b, "burst", &mut checks));
+    let cost = args.cost.as_ref().unwrap_or(&one);
+    let cost_value = bind(cost, "cost", &mut checks);
+    let capacity = burst_value.as_ref().unwrap_or(&replenish_value);
+    let constant = [Some(cost), burst, Some(replenish)]
+        .into_iter()
+        .flatten()
+        .find(|c| c.literal().is_none());
+    if let Some(constant) = constant {
+        checks.extend(quote_spanned! {at(constant.span())=>
+            ::core::assert!(
+                #cost_value <= #capacity,
+                "`cost` exceeds the burst, so no call could ever pass; raise `burst` or lower `cost`",
+            );
+        });
+    }
+
+    let burst = burst_value.map(|b| quote!(.burst(#b)));
+    let declaration = quote! {
+        ::redis_ratelimit::__private::LimitDeclaration::new(
+            #name,
+            ::redis_ratelimit::Limit::new(#replenish_value, ::redis_ratelimit::Unit::#unit)#burst,
+            #cost_value,
+            #key,
+            ::core::file!(),
+            ::core::line!(),
+        )
+    };
+    if checks.is_empty() {
+        declaration
+    } else {
+        quote!({ #checks #declaration })
+    }
+}
+
+/// A count's value in the initialiser: a literal as is; a constant bound to a local, typed
+/// `u32` and asserted non-zero where the user wrote it.
+fn bind(count: &Count, argument: &str, checks: &mut TokenStream) -> TokenStream {
+    match count {
+        Count::Literal(n, lit) => {
+            let mut n = Literal::u32_unsuffixed(*n);
+            n.set_span(lit.span());
+            quote!(#n)
+        }
+        Count::Const(expr) => {
+            let local = Ident::new(argument, Span::mixed_site());
+            let message = format!("`{argument}` must be at least 1");
+            let span = at(expr.span());
+            checks.extend(quote_spanned! {span=>
+                let #local: ::core::primitive::u32 = #expr;
+                ::core::assert!(#local >= 1, #message);
+            });
+            quote!(#local)
+        }
+    }
+}
+
+/// `<ReturnType as RateLimitReturn>`, spanned at the user's return type so that a return
+/// type the rejection cannot convert into is reported there. `impl Trait` cannot be named in
+/// an expression, so it becomes `_` (inferred from the function's return type).
+fn return_type(sig: &Signature) -> TokenStream {
+    match &sig.output {
+        ReturnType::Default => {
+            quote_spanned!(at(sig.ident.span())=> <() as ::redis_ratelimit::__private::RateLimitReturn>)
+        }
+        ReturnType::Type(_, ty) => {
+            let mut ty = (**ty).clone();
+            ImplTraitToInfer.visit_type_mut(&mut ty);
+            let span = at(ty.span());
+            quote_spanned!(span=> <#ty as ::redis_ratelimit::__private::RateLimitReturn>)
+        }
+    }
+}
+
+struct ImplTraitToInfer;
+
+impl VisitMut for ImplTraitToInfer {
+    fn visit_type_mut(&mut self, ty: &mut Type) {
+        if let Type::ImplTrait(impl_trait) = ty {
+            *ty = Type::Infer(syn::TypeInfer {
+                underscore_token: syn::Token![_](impl_trait.impl_token.span),
+            });
+        } else {
+            syn::visit_mut::visit_type_mut(self, ty);
+        }
+    }
+}
+
+/// A span that reports at the user's token but counts as macro output, so lints on the
+/// user's code (clippy's pedantic ones included) do not fire on generated code.
+fn at(user: Span) -> Span {
+    Span::call_site().located_at(user)
+}
+
+#[cfg(test)]
+mod tests {
+    use quote::quote;
+
+    use super::rate_limit;
+
+    #[test]
+    fn the_check_goes_before_the_body_and_the_signature_is_kept() {
+        let out = rate_limit(
+            quote!(
+                replenish = 3,
+                burst = 300,
+                unit = "minute",
+                key = Header("x-api-key")
+            ),
+            quote! {
+                /// Lists orders.
+                pub async fn list_orders(&self, page: u32) -> ApiResult<Vec<Order>> {
+                    #![allow(clippy::unused_async)]
+                    Ok(self.page(page))
+                }
+            },
+        )
+        .to_string();
+        let check = out.find("__private :: check").expect("the check");
+        let body = out.find("self . page (page)").expect("the body");
+        assert!(check < body, "{out}");
+        assert!(out.starts_with("# [doc = r\" Lists orders.\"] pub async fn list_orders (& self , page : u32) -> ApiResult < Vec < Order > >"), "{out}");
+        // The inner attribute stays first in the body.
+        assert!(
+            out.contains("{ # ! [allow (clippy :: unused_async)] static __RL_DECL"),
+            "{out}"
+        );
+        assert!(out.contains(":: redis_ratelimit :: Limit :: new (3 , :: redis_ratelimit :: Unit :: Minute) . burst (300)"), "{out}");
+        assert!(out.contains("< ApiResult < Vec < Order > > as :: redis_ratelimit :: __private :: RateLimitReturn > :: rate_limited"), "{out}");
+    }
+
+    #[test]
+    fn on_error_the_function_is_kept_as_written() {
+        let item = quote! {
+            fn not_async() -> Result<(), E> { Ok(()) }
+        };
+        let out = rate_limit(quote!(replenish = 0, bursts = 1), item.clone()).to_string();
+        assert!(out.starts_with(&item.to_string()), "{out}");
+        assert_eq!(out.matches("compile_error").count(), 3, "{out}");
+        assert!(!out.contains("__private"), "{out}");
+    }
+}

@@ -1,0 +1,103 @@
+//! Checks that span several `#[rate_limit]` arguments.
+
+use proc_macro2::Span;
+use syn::Signature;
+
+use crate::args::Errors;
+use crate::attr::{Count, RateLimitArgs, Unit};
+
+/// The largest quantity the runtime's exact arithmetic holds (see `Limit::try_new`).
+const MAX_FINE: u128 = 1 << 51;
+
+/// Reports a function the check cannot be put in front of.
+pub(crate) fn check_function(sig: &Signature, errors: &mut Errors) {
+    if sig.asyncness.is_none() {
+        errors.at(
+            sig.fn_token.span,
+            "the `async` keyword is missing: `#[rate_limit]` awaits the limiter before the \
+             body runs, so it goes on an `async fn`",
+        );
+    }
+}
+
+/// Reports what the arguments cannot mean together. Checks needing a value written as a
+/// constant expression are left to the compiler, which evaluates the limit in a `static`.
+pub(crate) fn check(args: &RateLimitArgs, errors: &mut Errors) {
+    let Some(replenish) = &args.replenish else {
+        if args.written("replenish") {
+            return; // already reported on its value
+        }
+        errors.at(
+            Span::call_site(),
+            "missing `replenish`: the tokens added back per `unit`, e.g. \
+             `#[rate_limit(replenish = 10, unit = \"minute\")]`",
+        );
+        return;
+    };
+    let unit = args.unit.map_or(Unit::Second, |(unit, _)| unit);
+    // `burst` defaults to `replenish`.
+    let (burst, burst_written) = match &args.burst {
+        Some(b) => (b.literal(), true),
+        None if args.written("burst") => return, // its error is reported already
+        None => (replenish.literal(), false),
+    };
+    if let (Some(cost), Some(burst)) = (args.cost.as_ref().and_then(Count::literal), burst)
+        && cost > burst
+    {
+        let capacity = if burst_written {
+            format!("`burst = {burst}`")
+        } else {
+            format!("the burst of {burst} (`burst` defaults to `replenish`)")
+        };
+        errors.at(
+            args.cost.as_ref().map_or_else(Span::call_site, Count::span),
+            format_args!(
+                "`cost = {cost}` exceeds {capacity}, so no call could ever pass; \
+                 raise `burst` or lower `cost`"
+            ),
+        );
+    }
+    if let (Some(r), Some(b)) = (replenish.literal(), burst)
+        && too_fine(r, b, unit)
+    {
+        let span = args.burst.as_ref().map_or(replenish.span(), Count::span);
+        errors.at(
+            span,
+            format_args!(
+                "a limit of {r} per {} with burst {b} is too fine-grained to compute exactly; \
+                 use a smaller `burst` or a `replenish` that divides the unit more evenly",
+                unit.name()
+            ),
+        );
+    }
+}
+
+/// Mirrors `Limit::try_new`: the bucket's refill time, in units of `1 / replenish` of a
+/// microsecond, must stay far enough below 2^53 for Lua's doubles.
+fn too_fine(replenish: u32, burst: u32, unit: Unit) -> bool {
+    let period = unit.as_micros();
+    let g = gcd(period, u64::from(replenish));
+    let tau = u128::from(period / g) * u128::from(burst);
+    let per_micro = u128::from(u64::from(replenish) / g);
+    2 * tau + 2048 * per_micro > MAX_FINE
+}
+
+fn gcd(mut a: u64, mut b: u64) -> u64 {
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    a
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn too_fine_matches_the_runtime() {
+        assert!(too_fine(1_000_003, u32::MAX, Unit::Day));
+        assert!(!too_fine(1_000_000, 1_000_000, Unit::Day));
+        assert!(!too_fine(u32::MAX, u32::MAX, Unit::Second));
+        assert!(!too_fine(3, 300, Unit::Minute));
+    }
+}
