@@ -1,39 +1,54 @@
-//! A loop of calls through one limit, printing every decision.
+//! A loop of calls to one rate-limited function, printing every decision.
 //!
 //! ```sh
-//! cargo run --example quickstart                                 # in-memory store
+//! cargo run --example quickstart                                   # in-memory store
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run --example quickstart  # shared buckets in Redis
 //! ```
-
 #![allow(clippy::print_stdout)]
 
 use std::time::Duration;
 
-use redis_ratelimit::{Limit, RateLimiter};
+use redis_ratelimit::{
+    Global, RateLimited, RequestContext, enable_redis_rate_limit, rate_limit, scope_returning,
+};
+
+/// 2 calls per second on average, up to 5 at once, one bucket for every caller.
+#[rate_limit(replenish = 2, burst = 5, key = Global)]
+async fn fetch_report(call: u32) -> Result<String, RateLimited> {
+    Ok(format!("report #{call}"))
+}
 
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let builder = RateLimiter::builder().prefix("quickstart");
-    let limiter = match std::env::var("REDIS_URL") {
-        Ok(url) if !url.is_empty() => {
-            println!("store: Redis at {url}");
-            builder.redis(url).build().await?
-        }
-        _ => {
-            println!("store: in memory (set REDIS_URL to share buckets through Redis)");
-            builder.memory().build().await?
-        }
-    };
+    let url = std::env::var("REDIS_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "memory://".to_owned());
+    enable_redis_rate_limit!(url = url.clone()).await?;
+    if url.starts_with("memory:") {
+        println!("store: in memory (set REDIS_URL to share buckets through Redis)");
+    } else {
+        println!("store: Redis at {url}");
+    }
+    for decl in redis_ratelimit::declared_limits() {
+        println!(
+            "limit `{}`: {} keyed by {}",
+            decl.name(),
+            decl.effective().limit,
+            decl.key()
+        );
+    }
 
-    // 2 calls per second on average, up to 5 at once.
-    let limit = Limit::per_second(2).burst(5);
-    println!("limit: {limit}");
     for call in 1..=12 {
-        let d = limiter.check("user:42", &limit).await?;
-        if d.allowed {
-            println!("call {call:>2}: allowed, {} left", d.remaining);
-        } else {
-            println!("call {call:>2}: denied, retry in {:?}", d.retry_after);
+        // The context records the decision, to print what is left.
+        let (result, ctx) = scope_returning(RequestContext::new(), fetch_report(call)).await;
+        let remaining = ctx.recorded().map_or(0, |r| r.decision.remaining);
+        match result {
+            Ok(report) => println!("call {call:>2}: allowed: {report}, {remaining} left"),
+            Err(rejected) => println!(
+                "call {call:>2}: denied, retry in {:?}",
+                rejected.retry_after()
+            ),
         }
         tokio::time::sleep(Duration::from_millis(150)).await;
     }

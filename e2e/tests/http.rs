@@ -1,0 +1,376 @@
+//! The example services end to end: real processes (two instances sharing one Redis), a real
+//! HTTP client over loopback sockets, a real redis-server started by the test. Every
+//! assertion runs against the axum service and the actix-web service alike.
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use reqwest::{Client, Response, StatusCode};
+use testkit::RedisServer;
+
+const AXUM: &str = env!("CARGO_BIN_EXE_axum_server");
+const ACTIX: &str = env!("CARGO_BIN_EXE_actix_server");
+
+/// One running instance of an example service, killed when dropped.
+struct Service {
+    child: Child,
+    base: String,
+}
+
+impl Service {
+    async fn start(bin: &str, redis: &RedisServer, env: &[(&str, &str)]) -> Service {
+        let port = testkit::free_port();
+        let child = Command::new(bin)
+            .env("PORT", port.to_string())
+            .env("REDIS_URL", redis.url())
+            .env_remove("TRUSTED_PROXIES")
+            .envs(env.iter().copied())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap_or_else(|e| panic!("start {bin}: {e}"));
+        let mut service = Service {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+        };
+        let client = client();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Ok(r) = client.get(service.url("/health")).send().await {
+                if r.status() == StatusCode::OK {
+                    return service;
+                }
+            }
+            if let Some(status) = service.child.try_wait().unwrap() {
+                panic!("{bin} exited during startup: {status}");
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{bin} did not answer /health within 30 s"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base)
+    }
+}
+
+impl Drop for Service {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn client() -> Client {
+    Client::builder()
+        .no_proxy()
+        .timeout(Duration::from_secs(10))
+        .build()
+        .unwrap()
+}
+
+fn header<'a>(r: &'a Response, name: &str) -> Option<&'a str> {
+    r.headers().get(name).map(|v| v.to_str().unwrap())
+}
+
+fn limit_name(bin: &str, function: &str) -> String {
+    let crate_name = std::path::Path::new(bin)
+        .file_name()
+        .unwrap()
+        .to_str()
+        .unwrap();
+    format!("{crate_name}::{function}")
+}
+
+/// Requests alternating between two instances share one budget: exactly `burst` pass.
+async fn two_instances_share_one_budget(bin: &str) {
+    let redis = RedisServer::start();
+    let a = Service::start(bin, &redis, &[]).await;
+    let b = Service::start(bin, &redis, &[]).await;
+    let http = client();
+
+    let mut ok = 0;
+    let mut statuses = Vec::new();
+    for i in 0..10 {
+        let service = if i % 2 == 0 { &a } else { &b };
+        let s = http
+            .post(service.url("/login"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        ok += usize::from(s == StatusCode::OK);
+        statuses.push(s.as_u16());
+    }
+    assert_eq!(
+        ok, 5,
+        "login is 5 per minute per IP across both instances: {statuses:?}"
+    );
+    assert!(statuses[5..].iter().all(|&s| s == 429), "{statuses:?}");
+
+    let mut ok = 0;
+    for i in 0..310 {
+        let service = if i % 2 == 0 { &a } else { &b };
+        let r = http
+            .get(service.url("/orders"))
+            .header("x-user", "alice")
+            .send()
+            .await
+            .unwrap();
+        ok += usize::from(r.status() == StatusCode::OK);
+    }
+    assert_eq!(
+        ok, 300,
+        "orders: a burst of 300 per user across both instances"
+    );
+    // Another user has a bucket of their own; no user at all has none (403).
+    let r = http
+        .get(a.url("/orders"))
+        .header("x-user", "bob")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    let r = http.get(b.url("/orders")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::FORBIDDEN);
+}
+
+/// Every header is right on a 200 and on a 429, and the 429 carries a problem+json body.
+async fn headers_are_exact(bin: &str) {
+    let redis = RedisServer::start();
+    let service = Service::start(bin, &redis, &[]).await;
+    let http = client();
+    let name = limit_name(bin, "login");
+
+    let r = http.post(service.url("/login")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::OK);
+    assert_eq!(
+        header(&r, "ratelimit-policy"),
+        Some(format!("\"{name}\";q=5;w=60").as_str())
+    );
+    assert_eq!(
+        header(&r, "ratelimit"),
+        Some(format!("\"{name}\";r=4;t=12").as_str())
+    );
+    assert_eq!(header(&r, "x-ratelimit-remaining"), Some("4"));
+    assert_eq!(header(&r, "x-ratelimit-replenish-rate"), Some("5"));
+    assert_eq!(header(&r, "x-ratelimit-burst-capacity"), Some("5"));
+    assert_eq!(header(&r, "x-ratelimit-requested-tokens"), Some("1"));
+    assert_eq!(header(&r, "retry-after"), None);
+
+    for _ in 0..4 {
+        assert_eq!(
+            http.post(service.url("/login"))
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            StatusCode::OK
+        );
+    }
+    let r = http.post(service.url("/login")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+    assert!(
+        (11..=12).contains(&retry),
+        "one token every 12 s: Retry-After {retry}"
+    );
+    assert_eq!(
+        header(&r, "ratelimit-policy"),
+        Some(format!("\"{name}\";q=5;w=60").as_str())
+    );
+    let state = header(&r, "ratelimit").unwrap().to_owned();
+    assert!(
+        state == format!("\"{name}\";r=0;t=60") || state == format!("\"{name}\";r=0;t=59"),
+        "{state}"
+    );
+    assert_eq!(header(&r, "x-ratelimit-remaining"), Some("0"));
+    assert_eq!(header(&r, "content-type"), Some("application/problem+json"));
+    let body: serde_json::Value = serde_json::from_str(&r.text().await.unwrap()).unwrap();
+    assert_eq!(body["status"], 429);
+    assert_eq!(
+        body["type"],
+        "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    );
+    assert_eq!(body["violated-policies"][0], name.as_str());
+
+    // An unlimited route carries no rate-limit header.
+    let r = http.get(service.url("/health")).send().await.unwrap();
+    assert_eq!(header(&r, "ratelimit"), None);
+}
+
+/// A client that waits exactly Retry-After seconds is admitted.
+async fn retry_after_is_never_early(bin: &str) {
+    let redis = RedisServer::start();
+    let service = Service::start(bin, &redis, &[]).await;
+    let http = client();
+    // 10 per minute: one token every 6 s.
+    for _ in 0..10 {
+        let s = http
+            .get(service.url("/users/1"))
+            .send()
+            .await
+            .unwrap()
+            .status();
+        assert_eq!(s, StatusCode::OK);
+    }
+    let r = http.get(service.url("/users/1")).send().await.unwrap();
+    assert_eq!(r.status(), StatusCode::TOO_MANY_REQUESTS);
+    let retry: u64 = header(&r, "retry-after").unwrap().parse().unwrap();
+    assert!((1..=6).contains(&retry), "{retry}");
+    tokio::time::sleep(Duration::from_secs(retry)).await;
+    let r = http.get(service.url("/users/1")).send().await.unwrap();
+    assert_eq!(
+        r.status(),
+        StatusCode::OK,
+        "admitted after exactly Retry-After = {retry} s"
+    );
+}
+
+/// `Route` keys `/users/1` and `/users/2` on one bucket; `Uri` keys `/items/1` and `/items/2`
+/// on two.
+async fn route_shares_a_bucket_and_uri_does_not(bin: &str) {
+    let redis = RedisServer::start();
+    let service = Service::start(bin, &redis, &[]).await;
+    let http = client();
+    for i in 0..10 {
+        let path = format!("/users/{}", i % 2 + 1);
+        assert_eq!(
+            http.get(service.url(&path)).send().await.unwrap().status(),
+            StatusCode::OK
+        );
+    }
+    let s = http
+        .get(service.url("/users/3"))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(
+        s,
+        StatusCode::TOO_MANY_REQUESTS,
+        "every /users/{{id}} shares the route's bucket"
+    );
+
+    for _ in 0..10 {
+        assert_eq!(
+            http.get(service.url("/items/1"))
+                .send()
+                .await
+                .unwrap()
+                .status(),
+            StatusCode::OK
+        );
+    }
+    assert_eq!(
+        http.get(service.url("/items/1"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::TOO_MANY_REQUESTS
+    );
+    assert_eq!(
+        http.get(service.url("/items/2"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        StatusCode::OK,
+        "another path has its own bucket"
+    );
+}
+
+/// Forwarding headers from an untrusted peer change nothing; from a trusted proxy, the
+/// forwarded client is the key.
+async fn forwarded_headers_need_a_trusted_proxy(bin: &str) {
+    let redis = RedisServer::start();
+    let untrusted = Service::start(bin, &redis, &[]).await;
+    let http = client();
+    let mut statuses = Vec::new();
+    for i in 0..6 {
+        let r = http
+            .post(untrusted.url("/login"))
+            .header("x-forwarded-for", format!("203.0.113.{i}"))
+            .header("forwarded", format!("for=198.51.100.{i}"))
+            .header("x-real-ip", format!("192.0.2.{i}"))
+            .send()
+            .await
+            .unwrap();
+        statuses.push(r.status().as_u16());
+    }
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 200, 200, 429],
+        "spoofed headers are ignored"
+    );
+    drop(untrusted);
+
+    let redis = RedisServer::start();
+    let behind_proxy = Service::start(bin, &redis, &[("TRUSTED_PROXIES", "127.0.0.1/32")]).await;
+    for _ in 0..5 {
+        let r = http
+            .post(behind_proxy.url("/login"))
+            .header("x-forwarded-for", "203.0.113.1")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status(), StatusCode::OK);
+    }
+    let blocked = http
+        .post(behind_proxy.url("/login"))
+        .header("x-forwarded-for", "6.6.6.6, 203.0.113.1")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        blocked.status(),
+        StatusCode::TOO_MANY_REQUESTS,
+        "the right-most untrusted hop is the client, whatever the client prepends"
+    );
+    let other = http
+        .post(behind_proxy.url("/login"))
+        .header("x-forwarded-for", "203.0.113.2")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        other.status(),
+        StatusCode::OK,
+        "another client behind the proxy"
+    );
+}
+
+macro_rules! both_services {
+    ($($case:ident),* $(,)?) => {
+        mod axum {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(super::AXUM).await;
+                }
+            )*
+        }
+        mod actix {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(super::ACTIX).await;
+                }
+            )*
+        }
+    };
+}
+
+both_services!(
+    two_instances_share_one_budget,
+    headers_are_exact,
+    retry_after_is_never_early,
+    route_shares_a_bucket_and_uri_does_not,
+    forwarded_headers_need_a_trusted_proxy,
+);

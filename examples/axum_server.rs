@@ -1,0 +1,145 @@
+//! A small API behind rate limits, on axum.
+//!
+//! | route | limit | key |
+//! |---|---|---|
+//! | `POST /login` | 5 per minute | client IP |
+//! | `GET /orders` | 3 per minute, bursts of 300 | user (the `x-user` header, via a tiny auth middleware) |
+//! | `GET /search` | 100 per second | one bucket for everybody |
+//! | `GET /users/{id}` | 10 per minute | the route: `/users/1` and `/users/2` share a bucket |
+//! | `GET /items/{id}` | 10 per minute | the path: `/items/1` and `/items/2` are two buckets |
+//! | `GET /health` | none | |
+//!
+//! `TRUSTED_PROXIES` (comma-separated CIDRs) makes the client IP come from `Forwarded` /
+//! `X-Forwarded-For` when the peer is one of them; by default those headers are ignored.
+//!
+//! ```sh
+//! cargo run --example axum_server --features axum                        # in memory
+//! REDIS_URL=redis://127.0.0.1:6379 PORT=8080 cargo run --example axum_server --features axum
+//! curl -i -H 'x-user: alice' localhost:3000/orders
+//! ```
+#![allow(clippy::print_stdout)]
+
+use std::net::SocketAddr;
+
+use axum::extract::Request;
+use axum::http::StatusCode;
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use redis_ratelimit::{
+    Global, Ip, Principal, RateLimitLayer, RateLimited, Route, TrustedProxies, Uri, User,
+    enable_redis_rate_limit, rate_limit,
+};
+use serde_json::{Value, json};
+
+/// The API's error type: a rejection by a rate limit is one of its cases.
+#[derive(Debug)]
+enum ApiError {
+    RateLimited(RateLimited),
+}
+
+impl From<RateLimited> for ApiError {
+    fn from(rejection: RateLimited) -> Self {
+        ApiError::RateLimited(rejection)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        match self {
+            // 429 with Retry-After, the rate-limit headers and a problem+json body.
+            ApiError::RateLimited(rejection) => rejection.into_response(),
+        }
+    }
+}
+
+#[rate_limit(replenish = 5, unit = "minute", key = Ip)]
+async fn login() -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!({ "token": "t-123" })))
+}
+
+#[rate_limit(replenish = 3, burst = 300, unit = "minute", key = User)]
+async fn list_orders() -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!({ "orders": [1, 2, 3] })))
+}
+
+#[rate_limit(replenish = 100, key = Global)]
+async fn search() -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!({ "results": [] })))
+}
+
+#[rate_limit(replenish = 10, unit = "minute", key = Route)]
+async fn get_user() -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!({ "user": "someone" })))
+}
+
+#[rate_limit(replenish = 10, unit = "minute", key = Uri)]
+async fn get_item() -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!({ "item": "something" })))
+}
+
+async fn health() -> StatusCode {
+    StatusCode::OK
+}
+
+/// Stands in for real authentication: whoever the `x-user` header names is the user.
+async fn auth(mut req: Request, next: Next) -> Response {
+    let user = req
+        .headers()
+        .get("x-user")
+        .and_then(|v| v.to_str().ok())
+        .map(str::to_owned);
+    if let Some(user) = user {
+        req.extensions_mut().insert(Principal(user));
+    }
+    next.run(req).await
+}
+
+fn app(proxies: TrustedProxies) -> Router {
+    Router::new()
+        .route("/login", post(login))
+        .route("/orders", get(list_orders))
+        .route("/search", get(search))
+        .route("/users/{id}", get(get_user))
+        .route("/items/{id}", get(get_item))
+        .route("/health", get(health))
+        // Layers run outside in: auth (added last) runs first, so the rate-limit layer sees the
+        // principal it put in the request's extensions.
+        .layer(RateLimitLayer::new().trusted_proxies(proxies))
+        .layer(middleware::from_fn(auth))
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let url = std::env::var("REDIS_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| "memory://".to_owned());
+    let limiter = enable_redis_rate_limit!(url = url.clone()).await?;
+    let store = if url.starts_with("memory:") {
+        "in memory"
+    } else {
+        url.as_str()
+    };
+    println!("rate limits: {store} (prefix `{}`)", limiter.prefix());
+
+    let proxies = TrustedProxies::new(
+        std::env::var("TRUSTED_PROXIES")
+            .unwrap_or_default()
+            .split(',')
+            .filter(|c| !c.trim().is_empty()),
+    )?;
+    let port: u16 = std::env::var("PORT")
+        .ok()
+        .and_then(|p| p.parse().ok())
+        .unwrap_or(3000);
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    axum::serve(
+        listener,
+        app(proxies).into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
+    Ok(())
+}
