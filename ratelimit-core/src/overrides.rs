@@ -143,6 +143,20 @@ pub(crate) fn load(
     file: Option<&Path>,
     decls: &[&'static LimitDeclaration],
 ) -> Result<Overrides, Error> {
+    let env = std::env::vars_os().filter_map(|(k, v)| {
+        let k = k.into_string().ok()?;
+        k.starts_with(ENV_PREFIX)
+            .then(|| (k, v.to_string_lossy().into_owned()))
+    });
+    load_from(file, env, decls)
+}
+
+/// [`load`] with the environment given, for tests.
+fn load_from(
+    file: Option<&Path>,
+    env: impl Iterator<Item = (String, String)>,
+    decls: &[&'static LimitDeclaration],
+) -> Result<Overrides, Error> {
     let declared = |name: &str| decls.iter().any(|d| d.name() == name);
     let mut out = Overrides::default();
     if let Some(path) = file {
@@ -164,8 +178,8 @@ pub(crate) fn load(
                 .push((shown.clone(), o));
         }
     }
-    for (var, value) in std::env::vars_os() {
-        let Some(var) = var.to_str() else { continue };
+    for (var, value) in env {
+        let var = var.as_str();
         if !var.starts_with(ENV_PREFIX) {
             continue;
         }
@@ -192,7 +206,6 @@ pub(crate) fn load(
                 )));
             }
         };
-        let value = value.to_string_lossy();
         let o = parse_env(&value)
             .map_err(|e| Error::Config(format!("{var}: limit `{}`: {e}", decl.name())))?;
         out.by_name
@@ -269,6 +282,157 @@ impl Overrides {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Limit;
+
+    static ORDERS: LimitDeclaration = LimitDeclaration::new(
+        "shop::orders",
+        Limit::per_minute(3).burst(300),
+        1,
+        "User",
+        "src/orders.rs",
+        7,
+    );
+    static SEARCH: LimitDeclaration = LimitDeclaration::new(
+        "shop::search",
+        Limit::per_second(100),
+        2,
+        "Global",
+        "src/search.rs",
+        9,
+    );
+
+    fn decls() -> Vec<&'static LimitDeclaration> {
+        vec![&ORDERS, &SEARCH]
+    }
+
+    fn file(text: &str) -> tempfile_path::TempFile {
+        tempfile_path::TempFile::new(text)
+    }
+
+    /// A file in the system's temporary directory, removed when dropped.
+    mod tempfile_path {
+        pub(super) struct TempFile(pub(super) std::path::PathBuf);
+        impl TempFile {
+            pub(super) fn new(text: &str) -> TempFile {
+                use std::hash::BuildHasher;
+                let n = std::collections::hash_map::RandomState::new().hash_one(text);
+                let path = std::env::temp_dir()
+                    .join(format!("rl-overrides-{}-{n:x}.toml", std::process::id()));
+                std::fs::write(&path, text).unwrap();
+                TempFile(path)
+            }
+        }
+        impl Drop for TempFile {
+            fn drop(&mut self) {
+                let _ = std::fs::remove_file(&self.0);
+            }
+        }
+    }
+
+    fn env(pairs: &[(&str, &str)]) -> impl Iterator<Item = (String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+            .collect::<Vec<_>>()
+            .into_iter()
+    }
+
+    #[test]
+    fn the_file_then_the_environment_change_declared_limits() {
+        let f = file(
+            "[limits.\"shop::orders\"]\nreplenish = 10\nunit = \"hour\"\n\n[limits.\"shop::search\"]\nenabled = false\n",
+        );
+        let o = load_from(
+            Some(&f.0),
+            env(&[
+                ("RATE_LIMIT_OVERRIDE_SHOP__ORDERS", "burst=50,cost=5"),
+                ("UNRELATED", "x"),
+            ]),
+            &decls(),
+        )
+        .unwrap();
+        let orders = o.apply(&ORDERS).unwrap();
+        assert_eq!(orders.limit, Limit::per_hour(10).burst(50));
+        assert_eq!((orders.cost, orders.enabled), (5, true));
+        let search = o.apply(&SEARCH).unwrap();
+        assert_eq!(
+            (search.limit, search.cost, search.enabled),
+            (Limit::per_second(100), 2, false)
+        );
+    }
+
+    #[test]
+    fn errors_name_the_source_the_limit_and_the_field() {
+        let f = file("[limits.\"shop::ordres\"]\nreplenish = 1\n");
+        let e = load_from(Some(&f.0), env(&[]), &decls())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("names no declared limit") && e.contains("shop::ordres"),
+            "{e}"
+        );
+        assert!(e.contains(&f.0.display().to_string()), "{e}");
+        assert!(e.contains("shop::orders, shop::search"), "{e}");
+
+        let e = load_from(
+            None,
+            env(&[("RATE_LIMIT_OVERRIDE_SHOP__NOPE", "burst=1")]),
+            &decls(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("RATE_LIMIT_OVERRIDE_SHOP__NOPE names no declared limit"),
+            "{e}"
+        );
+
+        let f = file("[limits.\"shop::orders\"]\nburst = 0\n");
+        let o = load_from(Some(&f.0), env(&[]), &decls()).unwrap();
+        let e = o.apply(&ORDERS).unwrap_err().to_string();
+        assert!(
+            e.contains("limit `shop::orders`: field `burst`: must be at least 1"),
+            "{e}"
+        );
+
+        let o = load_from(
+            None,
+            env(&[("RATE_LIMIT_OVERRIDE_SHOP__SEARCH", "cost=101")]),
+            &decls(),
+        )
+        .unwrap();
+        let e = o.apply(&SEARCH).unwrap_err().to_string();
+        assert!(
+            e.starts_with("RATE_LIMIT_OVERRIDE_SHOP__SEARCH: limit `shop::search`: field `cost`"),
+            "{e}"
+        );
+
+        let o = load_from(
+            None,
+            env(&[("RATE_LIMIT_OVERRIDE_SHOP__SEARCH", "unit=fortnight")]),
+            &decls(),
+        )
+        .unwrap();
+        let e = o.apply(&SEARCH).unwrap_err().to_string();
+        assert!(e.contains("field `unit`: unknown unit `fortnight`"), "{e}");
+
+        let e = load_from(
+            None,
+            env(&[("RATE_LIMIT_OVERRIDE_SHOP__SEARCH", "burst=-1")]),
+            &decls(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("limit `shop::search`: field `burst`"), "{e}");
+
+        let missing = std::path::Path::new("/nonexistent/limits.toml");
+        let e = load_from(Some(missing), env(&[]), &decls())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("cannot read the rate-limit config `/nonexistent/limits.toml`"),
+            "{e}"
+        );
+    }
 
     #[test]
     fn file_format() {

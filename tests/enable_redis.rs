@@ -1,0 +1,77 @@
+//! `enable_redis_rate_limit!` against a real redis-server: a config file overrides a declared
+//! limit, the global limiter decides annotated calls in Redis, and enabling twice fails.
+//!
+//! One test per file: enabling is once per process.
+#![allow(clippy::unwrap_used)]
+
+use redis::AsyncCommands;
+use redis_ratelimit::{
+    Error, Global, RateLimited, RequestContext, Source, enable_redis_rate_limit, rate_limit, scope,
+};
+use testkit::RedisServer;
+
+#[rate_limit(replenish = 100, unit = "minute", key = Global)]
+async fn orders() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(replenish = 1, unit = "day", key = Global)]
+async fn search() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_config_file_overrides_declared_limits_on_redis() {
+    let server = RedisServer::start();
+    let config = server.dir().join("limits.toml");
+    std::fs::write(
+        &config,
+        "[limits.\"enable_redis::orders\"]\nburst = 2\n\n[limits.\"enable_redis::search\"]\nenabled = false\n",
+    )
+    .unwrap();
+
+    let limiter = enable_redis_rate_limit!(
+        url = server.url(),
+        prefix = "er",
+        deadline_ms = 5000,
+        config = config.clone()
+    )
+    .await
+    .unwrap();
+    assert_eq!(limiter.prefix(), "er");
+
+    let decl = redis_ratelimit::declared_limits()
+        .into_iter()
+        .find(|d| d.name() == "enable_redis::orders")
+        .unwrap();
+    assert_eq!(decl.declared_limit().burst_capacity(), 100);
+    assert_eq!(decl.effective().limit.burst_capacity(), 2);
+
+    // The override's burst of 2 holds, decided in Redis.
+    assert!(scope(RequestContext::new(), orders()).await.is_ok());
+    assert!(scope(RequestContext::new(), orders()).await.is_ok());
+    let refused = scope(RequestContext::new(), orders()).await.unwrap_err();
+    assert_eq!(refused.decision().source, Source::Store);
+    let mut con = server.connection().await;
+    let exists: bool = con
+        .exists("er:{enable_redis::orders:global}")
+        .await
+        .unwrap();
+    assert!(exists);
+
+    // A disabled limit lets every call through without touching Redis.
+    for _ in 0..5 {
+        assert!(search().await.is_ok());
+    }
+    let exists: bool = con
+        .exists("er:{enable_redis::search:global}")
+        .await
+        .unwrap();
+    assert!(!exists);
+
+    // Enabling again is an error, not a silent replacement.
+    let again = enable_redis_rate_limit!(url = server.url())
+        .await
+        .unwrap_err();
+    assert!(matches!(again, Error::AlreadyEnabled), "{again}");
+}
