@@ -298,3 +298,136 @@ async fn failure_policies_decide_while_redis_is_down() {
     }
     assert!(!fallback.is_degraded());
 }
+
+async fn evalsha_calls(con: &mut redis::aio::MultiplexedConnection) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(con)
+        .await
+        .unwrap();
+    info.lines()
+        .find_map(|l| l.strip_prefix("cmdstat_evalsha:calls="))
+        .and_then(|rest| rest.split(',').next())
+        .map_or(0, |n| n.parse().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_deny_cache_refuses_locally_and_never_over_admits() {
+    let server = RedisServer::start();
+    let limiter = Arc::new(
+        RateLimiter::builder()
+            .redis(server.url())
+            .prefix("dc")
+            .failure_policy(FailurePolicy::Deny)
+            .deadline(Some(Duration::from_secs(10)))
+            .build()
+            .await
+            .unwrap(),
+    );
+    let mut con = server.connection().await;
+    // 20 per second, burst 5: a flood of 8 tasks for 1.5 s on one key.
+    let limit = Limit::per_second(20).burst(5);
+    let before = evalsha_calls(&mut con).await;
+    let start = Instant::now();
+    let tasks: Vec<_> = (0..8)
+        .map(|_| {
+            let limiter = Arc::clone(&limiter);
+            tokio::spawn(async move {
+                let (mut admitted, mut local, mut calls) = (0u64, 0u64, 0u64);
+                while start.elapsed() < Duration::from_millis(1500) {
+                    let d = limiter.check("hot", &limit).await.unwrap();
+                    calls += 1;
+                    admitted += u64::from(d.allowed);
+                    local += u64::from(d.source == Source::DenyCache);
+                    assert!(
+                        matches!(d.source, Source::Store | Source::DenyCache),
+                        "{d:?}"
+                    );
+                    if d.source == Source::DenyCache {
+                        assert!(!d.allowed && d.retry_after > Duration::ZERO);
+                    }
+                    tokio::task::yield_now().await;
+                }
+                (admitted, local, calls)
+            })
+        })
+        .collect();
+    let (mut admitted, mut local, mut calls) = (0, 0, 0);
+    for t in tasks {
+        let (a, l, c) = t.await.unwrap();
+        admitted += a;
+        local += l;
+        calls += c;
+    }
+    let elapsed = start.elapsed();
+    let evalsha = evalsha_calls(&mut con).await - before;
+    // Never more than the bucket allows (elapsed measured locally, after the last call).
+    let bound = 5 + (20.0 * elapsed.as_secs_f64()).ceil() as u64;
+    assert!(admitted <= bound, "admitted {admitted} > {bound}");
+    // And not fewer than the store alone would have admitted, give or take a token.
+    let floor = 5 + (20.0 * (elapsed.as_secs_f64() - 0.1)) as u64;
+    assert!(
+        admitted + 1 >= floor,
+        "admitted {admitted} < {floor}: the cache refused too much"
+    );
+    // Most refusals never reached Redis.
+    assert!(local > calls / 2, "{local} local of {calls}");
+    assert!(
+        evalsha < calls / 2,
+        "{evalsha} EVALSHA for {calls} decisions"
+    );
+    println!(
+        "deny cache: {calls} decisions, {admitted} admitted, {local} refused locally, {evalsha} EVALSHA"
+    );
+}
+
+#[tokio::test]
+async fn reset_refills_a_bucket_in_redis_and_in_the_deny_cache() {
+    let server = RedisServer::start();
+    let limiter = RateLimiter::builder()
+        .redis(server.url())
+        .prefix("rs")
+        .failure_policy(FailurePolicy::Deny)
+        .deadline(Some(Duration::from_secs(10)))
+        .build()
+        .await
+        .unwrap();
+    let limit = Limit::per_hour(1).burst(2);
+    for _ in 0..2 {
+        assert!(limiter.check("k", &limit).await.unwrap().allowed);
+    }
+    assert_eq!(
+        limiter.check("k", &limit).await.unwrap().source,
+        Source::Store
+    );
+    assert_eq!(
+        limiter.check("k", &limit).await.unwrap().source,
+        Source::DenyCache
+    );
+    assert_eq!(limiter.deny_cache_len(), 1);
+    // A smaller cost than the one refused is asked of Redis, not refused locally.
+    let two = Limit::per_hour(1).burst(2);
+    assert_eq!(
+        limiter.check_n("k", &two, 2).await.unwrap().source,
+        Source::DenyCache
+    );
+
+    limiter.reset("k").await.unwrap();
+    assert_eq!(limiter.deny_cache_len(), 0);
+    let d = limiter.check("k", &limit).await.unwrap();
+    assert_eq!((d.allowed, d.remaining, d.source), (true, 1, Source::Store));
+
+    // Turned off, every call asks Redis.
+    let uncached = RateLimiter::builder()
+        .redis(server.url())
+        .prefix("rs2")
+        .deny_cache(0)
+        .deadline(Some(Duration::from_secs(10)))
+        .build()
+        .await
+        .unwrap();
+    for _ in 0..4 {
+        let d = uncached.check("k", &limit).await.unwrap();
+        assert_eq!(d.source, Source::Store);
+    }
+}

@@ -41,6 +41,9 @@ pub enum Source {
     FailClosed,
     /// The call had no key and the empty-key policy decided.
     NoKey,
+    /// Refused locally: the store refused the same or a smaller cost on this bucket, and the
+    /// bucket cannot have refilled enough since (the deny cache).
+    DenyCache,
 }
 
 impl Decision {

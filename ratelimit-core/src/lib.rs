@@ -24,6 +24,7 @@ mod client_ip;
 pub mod clock;
 mod context;
 mod decision;
+mod deny_cache;
 mod enable;
 mod error;
 pub mod headers;
@@ -42,6 +43,7 @@ pub use client_ip::TrustedProxies;
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use context::{Recorded, RequestContext, scope, scope_returning};
 pub use decision::{Decision, RateLimited, Source};
+pub use deny_cache::DEFAULT_DENY_CACHE_CAPACITY;
 pub use enable::{DEFAULT_REDIS_URL, EnableOptions, enable};
 pub use error::Error;
 #[cfg(feature = "actix-web")]

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use crate::decision::Source;
+use crate::deny_cache::{DEFAULT_DENY_CACHE_CAPACITY, DenyCache};
 use crate::naming::bucket_key;
 use crate::policy::{
     DEFAULT_COOLDOWN, DEFAULT_DEADLINE, EmptyKeyPolicy, FailurePolicy, Gate, Resilience,
@@ -40,6 +41,7 @@ struct Inner {
     prefix: Box<str>,
     empty_key: EmptyKeyPolicy,
     resilience: Resilience,
+    deny_cache: Option<DenyCache>,
 }
 
 enum Backend {
@@ -118,12 +120,20 @@ impl RateLimiter {
             b.cooldown.unwrap_or(Some(DEFAULT_COOLDOWN)),
             &prefix,
         );
+        // A memory store answers as fast as the cache would: no cache in front of it.
+        let deny_cache = match (&backend, b.deny_cache) {
+            (Backend::Memory(_), _) | (_, Some(0)) => None,
+            (_, capacity) => Some(DenyCache::new(
+                capacity.unwrap_or(DEFAULT_DENY_CACHE_CAPACITY),
+            )),
+        };
         RateLimiter {
             inner: Arc::new(Inner {
                 backend,
                 prefix,
                 empty_key: b.empty_key,
                 resilience,
+                deny_cache,
             }),
         }
     }
@@ -177,15 +187,24 @@ impl RateLimiter {
     }
 
     async fn decide(&self, bucket: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
-        let guard = &self.inner.resilience;
-        let gate = match &self.inner.backend {
-            Backend::Memory(s) => return Ok(s.check_now(bucket, limit, cost)),
-            _ => guard.gate(),
-        };
+        let inner = &*self.inner;
+        let guard = &inner.resilience;
+        if let Backend::Memory(s) = &inner.backend {
+            return Ok(s.check_now(bucket, limit, cost));
+        }
+        if let Some(refused) = inner
+            .deny_cache
+            .as_ref()
+            .and_then(|c| c.check(bucket, limit, cost))
+        {
+            return Ok(refused);
+        }
+        let gate = guard.gate();
         if gate == Gate::Open {
             return Ok(guard.decide(bucket, limit, cost));
         }
-        let result = match &self.inner.backend {
+        let sent = std::time::Instant::now();
+        let result = match &inner.backend {
             Backend::Redis(s) => guard.call(s.check(bucket, limit, cost)).await,
             Backend::Custom(s) => guard.call(s.check_dyn(bucket, limit, cost)).await,
             Backend::Memory(_) => unreachable!("decided above"),
@@ -193,6 +212,9 @@ impl RateLimiter {
         match result {
             Ok(decision) => {
                 guard.succeeded(gate);
+                if let Some(cache) = &inner.deny_cache {
+                    cache.remember(bucket, &decision, sent, std::time::Instant::now());
+                }
                 Ok(decision)
             }
             Err(e) if e.is_store_failure() => {
@@ -207,6 +229,49 @@ impl RateLimiter {
                 Err(e)
             }
         }
+    }
+
+    /// Empties nothing and refills `key`'s bucket: deletes it from the store (a missing
+    /// bucket is a full one) and from the local deny cache.
+    ///
+    /// # Errors
+    /// The store's error; the failure policy does not apply to administrative calls.
+    pub async fn reset(&self, key: &str) -> Result<(), Error> {
+        self.reset_bucket(&bucket_key(&self.inner.prefix, None, key))
+            .await
+    }
+
+    /// [`reset`](RateLimiter::reset) for the bucket of `key` under the limit called `name`.
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn reset_named(&self, name: &str, key: &str) -> Result<(), Error> {
+        self.reset_bucket(&bucket_key(&self.inner.prefix, Some(name), key))
+            .await
+    }
+
+    async fn reset_bucket(&self, bucket: &str) -> Result<(), Error> {
+        if let Some(cache) = &self.inner.deny_cache {
+            cache.forget(bucket);
+        }
+        match &self.inner.backend {
+            Backend::Memory(s) => s.reset(bucket).await,
+            Backend::Redis(s) => s.reset(bucket).await,
+            Backend::Custom(s) => s.reset_dyn(bucket).await,
+        }
+    }
+
+    /// Forgets every refusal remembered by the local deny cache (after changing limits at run
+    /// time, say). The next call on each bucket asks the store.
+    pub fn clear_deny_cache(&self) {
+        if let Some(cache) = &self.inner.deny_cache {
+            cache.clear();
+        }
+    }
+
+    /// How many refused buckets the local deny cache remembers now.
+    pub fn deny_cache_len(&self) -> usize {
+        self.inner.deny_cache.as_ref().map_or(0, DenyCache::len)
     }
 }
 
@@ -286,6 +351,7 @@ pub struct RateLimiterBuilder {
     empty_key: EmptyKeyPolicy,
     deadline: Option<Option<Duration>>,
     cooldown: Option<Option<Duration>>,
+    deny_cache: Option<usize>,
 }
 
 enum StoreChoice {
@@ -359,6 +425,15 @@ impl RateLimiterBuilder {
     /// call). An outage then costs one deadline per cool-down, not one per call.
     pub fn circuit_cooldown(mut self, cooldown: Option<Duration>) -> Self {
         self.cooldown = Some(cooldown);
+        self
+    }
+
+    /// Remember up to `capacity` buckets the store refused, and refuse calls on them locally
+    /// until the store could admit them (default [`DEFAULT_DENY_CACHE_CAPACITY`]; 0 turns the
+    /// cache off). It never admits anything; a flood on an exhausted key then costs no round
+    /// trips. Not used in front of a memory store.
+    pub fn deny_cache(mut self, capacity: usize) -> Self {
+        self.deny_cache = Some(capacity);
         self
     }
 

@@ -122,6 +122,17 @@ impl MemoryStore {
         self.len() == 0
     }
 
+    /// Deletes the bucket `key` (it is full again).
+    pub fn remove(&self, key: &str) {
+        let inner = &*self.inner;
+        let hash = inner.hasher.hash_one(key);
+        let shard_index = usize::try_from((hash << 7) >> inner.shard_shift).unwrap_or(0);
+        let mut shard = lock(&inner.shards[shard_index]);
+        if let Ok(entry) = shard.table.find_entry(hash, |e| &*e.0 == key) {
+            entry.remove();
+        }
+    }
+
     /// Active buckets evicted because the store was at its bound.
     pub fn evicted_active(&self) -> u64 {
         self.inner.evicted.load(Ordering::Relaxed)
@@ -226,6 +237,11 @@ impl fmt::Debug for MemoryStore {
 impl Store for MemoryStore {
     async fn check(&self, key: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
         Ok(self.check_now(key, limit, cost))
+    }
+
+    async fn reset(&self, key: &str) -> Result<(), Error> {
+        self.remove(key);
+        Ok(())
     }
 }
 

@@ -23,6 +23,9 @@ pub trait Store: Send + Sync + 'static {
         limit: &Limit,
         cost: u32,
     ) -> impl Future<Output = Result<Decision, Error>> + Send;
+
+    /// Deletes the bucket `key` (it is full again).
+    fn reset(&self, key: &str) -> impl Future<Output = Result<(), Error>> + Send;
 }
 
 type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -35,6 +38,8 @@ pub(crate) trait DynStore: Send + Sync + 'static {
         limit: &'a Limit,
         cost: u32,
     ) -> BoxFuture<'a, Result<Decision, Error>>;
+
+    fn reset_dyn<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), Error>>;
 }
 
 impl<S: Store> DynStore for S {
@@ -45,5 +50,9 @@ impl<S: Store> DynStore for S {
         cost: u32,
     ) -> BoxFuture<'a, Result<Decision, Error>> {
         Box::pin(self.check(key, limit, cost))
+    }
+
+    fn reset_dyn<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(self.reset(key))
     }
 }
