@@ -16,7 +16,7 @@ fn needs_escape(b: u8) -> bool {
 }
 
 /// Appends `part`, escaped or digested, to `out`.
-pub(crate) fn push_part(out: &mut String, part: &str) {
+fn push_part(out: &mut String, part: &str) {
     let specials = part.bytes().filter(|&b| needs_escape(b)).count();
     if part.len() + 2 * specials > MAX_PART_LEN {
         out.push_str("%H");
@@ -47,7 +47,7 @@ fn push_hex(out: &mut String, byte: u8) {
 }
 
 /// The bucket key of `key` under `name` (or of `key` alone) with `prefix`.
-pub(crate) fn bucket_key(prefix: &str, name: Option<&str>, key: &str) -> String {
+pub fn bucket_key(prefix: &str, name: Option<&str>, key: &str) -> String {
     let mut out = String::with_capacity(
         prefix.len() + 3 + name.map_or(0, |n| n.len() + 1) + key.len().min(MAX_PART_LEN + 2),
     );
@@ -98,6 +98,23 @@ mod tests {
             bucket_key("app", None, &"a".repeat(MAX_PART_LEN)).len(),
             3 + 2 + MAX_PART_LEN + 1
         );
+    }
+
+    proptest::proptest! {
+        /// Whatever the name and key, the bucket key has exactly one hash tag, holding all of
+        /// "name:key" (so its slot depends on nothing else), and a bounded length; distinct
+        /// keys under one name give distinct bucket keys.
+        #[test]
+        fn any_input_keeps_one_bounded_tag(name in ".{0,40}", a in ".{0,300}", b in ".{0,300}") {
+            let k = bucket_key("p", Some(&name), &a);
+            proptest::prop_assert!(k.starts_with("p:{") && k.ends_with('}'), "{}", k);
+            proptest::prop_assert_eq!(k.matches('{').count(), 1);
+            proptest::prop_assert_eq!(k.matches('}').count(), 1);
+            proptest::prop_assert!(k.len() <= 3 + 2 * (MAX_PART_LEN + 1) + 1);
+            if a != b {
+                proptest::prop_assert_ne!(k, bucket_key("p", Some(&name), &b));
+            }
+        }
     }
 
     #[test]

@@ -453,6 +453,16 @@ mod tests {
         assert!(e.contains("burst"), "{e}");
     }
 
+    proptest::proptest! {
+        /// The parsers answer any input with a value or an error, never a panic.
+        #[test]
+        fn parsers_never_panic(text in ".{0,200}", env in "[a-z=,0-9 ]{0,60}") {
+            let _ = parse(&text);
+            let _ = parse(&format!("[limits.a]\n{text}"));
+            let _ = parse_env(&env);
+        }
+    }
+
     #[test]
     fn env_format() {
         let o = parse_env("replenish=5, unit=hour,cost=1").unwrap();
