@@ -34,9 +34,11 @@ struct Entry {
     full_at: Instant,
 }
 
+type Shard = Mutex<HashMap<Box<str>, Entry>>;
+
 #[derive(Debug)]
 pub(crate) struct DenyCache {
-    shards: Box<[Mutex<HashMap<Box<str>, Entry>>]>,
+    shards: Box<[Shard]>,
     hasher: RandomState,
     shard_cap: usize,
     len: AtomicUsize,

@@ -1,11 +1,15 @@
 //! Test support: real `redis-server` processes that the tests start themselves, on free
 //! loopback ports, in temporary directories, stopped when dropped. Never a shared server.
+//! [`RedisServer`] is one server; [`cluster::RedisCluster`] a six-node Redis Cluster;
+//! [`sentinel::SentinelSetup`] a master, a replica and three sentinels.
 //!
 //! The crate also holds two programs: `hammer` (one process of the multi-process accuracy
 //! test, `tests/accuracy.rs`) and `bench_memory` (Redis memory per active bucket, written up
 //! in `docs/benchmarks.md`).
 
+pub mod cluster;
 pub mod hammer;
+pub mod sentinel;
 
 use std::io::Read;
 use std::net::TcpListener;
@@ -133,24 +137,31 @@ impl Drop for RedisServer {
 }
 
 fn spawn(dir: &Path, port: u16, extra: &[String]) -> Result<Child, String> {
+    let mut cmd = Command::new(redis_server_bin());
+    cmd.args([
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+    ])
+    .args(["--daemonize", "no", "--protected-mode", "yes"])
+    .arg("--logfile")
+    .arg(dir.join("redis.log"))
+    .arg("--dir")
+    .arg(dir)
+    .args(extra);
+    launch(cmd, dir, port)
+}
+
+/// Runs `cmd` (a `redis-server` that logs to `dir/redis.log` and listens on `port`) and waits
+/// until it answers `PING` (at most 10 s).
+pub(crate) fn launch(mut cmd: Command, dir: &Path, port: u16) -> Result<Child, String> {
     let bin = redis_server_bin();
-    let mut child = Command::new(&bin)
-        .args([
-            "--port",
-            &port.to_string(),
-            "--bind",
-            "127.0.0.1",
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-        ])
-        .args(["--daemonize", "no", "--protected-mode", "yes"])
-        .arg("--logfile")
-        .arg(dir.join("redis.log"))
-        .arg("--dir")
-        .arg(dir)
-        .args(extra)
+    let mut child = cmd
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
@@ -180,6 +191,7 @@ fn spawn(dir: &Path, port: u16, extra: &[String]) -> Result<Child, String> {
         }
         if Instant::now() > deadline {
             let _ = child.kill();
+            let _ = child.wait();
             return Err(format!(
                 "redis-server on port {port} did not answer PING within 10 s"
             ));

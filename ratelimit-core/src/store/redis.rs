@@ -1,6 +1,7 @@
 use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use redis::aio::{
     ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
@@ -8,18 +9,22 @@ use redis::aio::{
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelServerType};
-use redis::{AsyncConnectionConfig, Client, RedisError, Script, Value};
+use redis::{AsyncConnectionConfig, Client, ConnectionAddr, RedisError, Script, Value};
 
 use crate::error::redact_url;
 use crate::{Decision, Error, Limit, Store};
 
+/// The decision script's text.
+const GCRA_LUA: &str = include_str!("../scripts/gcra.lua");
+
+/// The heartbeat script's text.
+const HEARTBEAT_LUA: &str = include_str!("../scripts/heartbeat.lua");
+
 /// The decision script, hashed once per process.
-static SCRIPT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/gcra.lua")));
+static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(GCRA_LUA));
 
 /// The heartbeat script.
-static HEARTBEAT: LazyLock<Script> =
-    LazyLock::new(|| Script::new(include_str!("../scripts/heartbeat.lua")));
+static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| Script::new(HEARTBEAT_LUA));
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -28,15 +33,20 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 ///
 /// Each decision is one `EVALSHA` of one Lua script, timed by the Redis server's `TIME` (so
 /// the callers' clocks never matter). A missing script (after a restart, a failover or
-/// `SCRIPT FLUSH`) is loaded again and the call retried once. All calls share one multiplexed
-/// connection per node, so concurrent calls are pipelined; it reconnects on its own.
+/// `SCRIPT FLUSH`) costs one more round trip: the call is retried once with `EVAL` and the
+/// script's text, which cannot miss (a `SCRIPT LOAD` then `EVALSHA` retry can, when the
+/// script is flushed again in between) and caches the script again. All calls share one
+/// multiplexed connection per node, so concurrent calls are pipelined; it reconnects on its
+/// own.
 ///
 /// The URL picks the deployment:
 /// - `redis://host:port/db` (or `rediss://` for TLS): one server;
 /// - `redis+cluster://host1:port1,host2:port2`: a Redis Cluster, from any of its nodes (every
 ///   bucket key is hash-tagged, so a script never spans slots);
 /// - `redis+sentinel://sentinel1:26379,sentinel2:26379/mymaster`: the master that the Sentinels
-///   name, followed across failovers.
+///   name, followed across failovers: after a connection error or a `READONLY` reply, and
+///   within about a second of the Sentinels naming another master even while the old one
+///   still accepts writes.
 ///
 /// Credentials go before the first host (`redis+cluster://:secret@h1:7000,h2:7001`) and apply
 /// to the data nodes. Needs Redis 7.0 or newer.
@@ -53,49 +63,202 @@ enum Conn {
     Sentinel(Arc<SentinelConn>),
 }
 
-/// The master named by Sentinel, resolved again after a connection fails or the node answers
-/// that it is a read-only replica (a failover happened).
+/// The master named by Sentinel, resolved again after a connection fails, after the node
+/// answers that it is a read-only replica, and as soon as the sentinels name another master.
+///
+/// The last matters: after a failover that keeps the old master running (`SENTINEL FAILOVER`,
+/// a partition), the old master stays a writable master for seconds (about ten with the
+/// default settings) until the sentinels demote it. A client that only follows connection
+/// errors keeps writing its buckets there while other instances use the new master, so each
+/// side admits the full limit. So at most once per [`SENTINEL_CHECK_EVERY`], a call also asks
+/// a sentinel, in the background, which master it names, and drops the connection when that
+/// is not the one in use.
 struct SentinelConn {
     client: tokio::sync::Mutex<SentinelClient>,
-    current: RwLock<Option<MultiplexedConnection>>,
+    master_name: String,
+    current: RwLock<Option<Current>>,
+    /// A connection to one of the sentinels, for the background check.
+    sentinel: tokio::sync::Mutex<Option<MultiplexedConnection>>,
+    origin: Instant,
+    /// Milliseconds since `origin` of the last check (or connection).
+    checked_at: AtomicU64,
+    checking: AtomicBool,
 }
 
+/// The connection in use and the address of the master it goes to.
+#[derive(Clone)]
+struct Current {
+    conn: MultiplexedConnection,
+    addr: ConnectionAddr,
+}
+
+/// How often the sentinels are asked whether the master in use is still theirs.
+const SENTINEL_CHECK_EVERY: Duration = Duration::from_secs(1);
+
 impl SentinelConn {
+    fn new(client: SentinelClient, master_name: String) -> SentinelConn {
+        SentinelConn {
+            client: tokio::sync::Mutex::new(client),
+            master_name,
+            current: RwLock::new(None),
+            sentinel: tokio::sync::Mutex::new(None),
+            origin: Instant::now(),
+            checked_at: AtomicU64::new(0),
+            checking: AtomicBool::new(false),
+        }
+    }
+
+    fn config() -> AsyncConnectionConfig {
+        AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT))
+    }
+
+    fn now_ms(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_millis()).unwrap_or(u64::MAX)
+    }
+
     async fn connection(&self) -> Result<MultiplexedConnection, RedisError> {
         if let Some(c) = self.cached() {
-            return Ok(c);
+            return Ok(c.conn);
         }
         let mut client = self.client.lock().await;
         if let Some(c) = self.cached() {
-            return Ok(c);
+            return Ok(c.conn);
         }
-        let config = AsyncConnectionConfig::new()
-            .set_connection_timeout(Some(CONNECT_TIMEOUT))
-            .set_response_timeout(Some(RESPONSE_TIMEOUT));
-        let conn = client.get_async_connection_with_config(&config).await?;
+        let master = client.async_get_client().await?;
+        let addr = master.get_connection_info().addr().clone();
+        let conn = master
+            .get_multiplexed_async_connection_with_config(&Self::config())
+            .await?;
         *self
             .current
             .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(conn.clone());
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Current {
+            conn: conn.clone(),
+            addr,
+        });
+        self.checked_at.store(self.now_ms(), Ordering::Relaxed);
         Ok(conn)
     }
 
-    fn cached(&self) -> Option<MultiplexedConnection> {
+    fn cached(&self) -> Option<Current> {
         self.current
             .read()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
             .clone()
     }
 
+    fn forget(&self) {
+        *self
+            .current
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+    }
+
     fn observe(&self, e: &RedisError) {
         let failed_over = e.code() == Some("READONLY");
         if failed_over || e.is_unrecoverable_error() || e.is_connection_dropped() || e.is_io_error()
         {
-            *self
+            self.forget();
+        }
+    }
+
+    /// Starts a background check of the master in use if none ran for
+    /// [`SENTINEL_CHECK_EVERY`]. Never waits, never fails.
+    fn check_soon(self: &Arc<Self>) {
+        let every = u64::try_from(SENTINEL_CHECK_EVERY.as_millis()).unwrap_or(u64::MAX);
+        let now = self.now_ms();
+        if now
+            < self
+                .checked_at
+                .load(Ordering::Relaxed)
+                .saturating_add(every)
+            || self.checking.swap(true, Ordering::AcqRel)
+        {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            self.checking.store(false, Ordering::Release);
+            return;
+        };
+        let this = Arc::clone(self);
+        runtime.spawn(async move {
+            let checked = tokio::time::timeout(CONNECT_TIMEOUT, this.check()).await;
+            if let Ok(Err(e)) | Err(e) = checked.map_err(|_| "timed out".to_owned()) {
+                tracing::debug!(%e, "could not ask the sentinels for the master");
+            }
+            this.checked_at.store(this.now_ms(), Ordering::Relaxed);
+            this.checking.store(false, Ordering::Release);
+        });
+    }
+
+    /// Asks a sentinel which master it names; drops the connection in use if it goes elsewhere
+    /// (the next call resolves the master again, checking its role).
+    async fn check(&self) -> Result<(), String> {
+        let Some(current) = self.cached() else {
+            return Ok(());
+        };
+        let mut sentinel = self.sentinel.lock().await;
+        let mut conn = match sentinel.as_ref() {
+            Some(c) => c.clone(),
+            None => {
+                let client = self
+                    .client
+                    .lock()
+                    .await
+                    .async_get_sentinel_client()
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let c = client
+                    .get_multiplexed_async_connection_with_config(&Self::config())
+                    .await
+                    .map_err(|e| e.to_string())?;
+                *sentinel = Some(c.clone());
+                c
+            }
+        };
+        let named: Result<Option<(String, u16)>, RedisError> = redis::cmd("SENTINEL")
+            .arg("get-master-addr-by-name")
+            .arg(&self.master_name)
+            .query_async(&mut conn)
+            .await;
+        let named = match named {
+            Ok(n) => n,
+            Err(e) => {
+                *sentinel = None;
+                return Err(e.to_string());
+            }
+        };
+        let Some((host, port)) = named else {
+            return Err(format!(
+                "the sentinel knows no master `{}`",
+                self.master_name
+            ));
+        };
+        let in_use = match &current.addr {
+            ConnectionAddr::Tcp(h, p)
+            | ConnectionAddr::TcpTls {
+                host: h, port: p, ..
+            } => (h.as_str(), *p),
+            _ => return Ok(()),
+        };
+        if in_use != (host.as_str(), port) {
+            tracing::info!(
+                from = %current.addr,
+                to = %format_args!("{host}:{port}"),
+                "the sentinels name another master; switching"
+            );
+            // Only if nobody has switched meanwhile.
+            let mut slot = self
                 .current
                 .write()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if slot.as_ref().is_some_and(|c| c.addr == current.addr) {
+                *slot = None;
+            }
         }
+        Ok(())
     }
 }
 
@@ -232,15 +395,12 @@ impl RedisStore {
                     .set_redis_connection_info(info);
                 let client = SentinelClient::build(
                     sentinels,
-                    master,
+                    master.clone(),
                     Some(node),
                     SentinelServerType::Master,
                 )
                 .map_err(invalid)?;
-                let conn = Arc::new(SentinelConn {
-                    client: tokio::sync::Mutex::new(client),
-                    current: RwLock::new(None),
-                });
+                let conn = Arc::new(SentinelConn::new(client, master));
                 conn.connection().await.map_err(unreachable)?;
                 Conn::Sentinel(conn)
             }
@@ -301,7 +461,10 @@ impl RedisStore {
             Conn::Cluster(c) => f(AnyConn::Cluster(c.clone())).await,
             Conn::Sentinel(s) => {
                 let result = match s.connection().await {
-                    Ok(c) => f(AnyConn::Multiplexed(c)).await,
+                    Ok(c) => {
+                        s.check_soon();
+                        f(AnyConn::Multiplexed(c)).await
+                    }
                     Err(e) => Err(e),
                 };
                 if let Err(e) = &result {
@@ -316,16 +479,41 @@ impl RedisStore {
     pub(crate) async fn heartbeat(&self, key: &str, id: &str, ttl: Duration) -> Result<u32, Error> {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         let n: u32 = self
-            .run(|mut c| async move {
-                HEARTBEAT
-                    .key(key)
-                    .arg(id)
-                    .arg(ttl_ms)
-                    .invoke_async(&mut c)
-                    .await
+            .eval(&HEARTBEAT, HEARTBEAT_LUA, key, |c| {
+                c.arg(id).arg(ttl_ms);
             })
             .await?;
         Ok(n)
+    }
+
+    /// Runs `script` (whose text is `text`) on `key`, with the arguments `args` adds: `EVALSHA`,
+    /// and on `NOSCRIPT` (a restart, a failover, `SCRIPT FLUSH`) `EVAL` with the text, on the
+    /// same node. `EVAL` cannot miss, so no flush between a reload and a retry can fail the
+    /// call, and it caches the script again for the next `EVALSHA`. In a cluster it goes to the
+    /// key's node only, whereas `SCRIPT LOAD` goes to every master and fails while any of them
+    /// is down.
+    async fn eval<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        text: &'static str,
+        key: &str,
+        args: impl Fn(&mut redis::Cmd),
+    ) -> Result<T, RedisError> {
+        self.run(|mut c| async move {
+            let mut evalsha = redis::cmd("EVALSHA");
+            evalsha.arg(script.get_hash()).arg(1).arg(key);
+            args(&mut evalsha);
+            match evalsha.query_async(&mut c).await {
+                Err(e) if e.code() == Some("NOSCRIPT") => {
+                    let mut eval = redis::cmd("EVAL");
+                    eval.arg(text).arg(1).arg(key);
+                    args(&mut eval);
+                    eval.query_async(&mut c).await
+                }
+                other => other,
+            }
+        })
+        .await
     }
 }
 
@@ -400,18 +588,17 @@ impl fmt::Debug for RedisStore {
 }
 
 impl Store for RedisStore {
+    async fn reset(&self, key: &str) -> Result<(), Error> {
+        self.run(|mut c| async move { redis::cmd("DEL").arg(key).query_async::<()>(&mut c).await })
+            .await?;
+        Ok(())
+    }
+
     async fn check(&self, key: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
         let p = limit.params();
         let reply: Value = self
-            .run(|mut c| async move {
-                SCRIPT
-                    .key(key)
-                    .arg(p.interval)
-                    .arg(p.per_micro)
-                    .arg(p.tau)
-                    .arg(cost)
-                    .invoke_async(&mut c)
-                    .await
+            .eval(&SCRIPT, GCRA_LUA, key, |c| {
+                c.arg(p.interval).arg(p.per_micro).arg(p.tau).arg(cost);
             })
             .await?;
         parse_reply(&reply, *limit, cost)

@@ -193,7 +193,8 @@ async fn run(args: Args) -> Result<HammerReport, String> {
                 calls += 1;
                 match limiter.check(&key, &limit).await {
                     Ok(d) => {
-                        if d.source != Source::Store {
+                        // The deny cache only repeats refusals Redis made: it counts as Redis.
+                        if !matches!(d.source, Source::Store | Source::DenyCache) {
                             c.nonstore += 1;
                         }
                         if d.allowed {

@@ -1,0 +1,316 @@
+//! Redis Cluster: a real local cluster of six nodes per test (three masters, three replicas).
+//! Limits hold on keys spread over every master; after a manual failover and after a master
+//! is killed, Redis decides again within a bounded time, with no error ever reaching a caller.
+//!
+//! Timings are measured and printed (run with `--nocapture`); their assertions are generous.
+
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+mod common;
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::time::{Duration, Instant};
+
+use common::{Call, Load, TOLERANT_DEADLINE, assert_no_errors, ms, strict_limiter};
+use ratelimit_core::{Limit, RateLimiter, Source};
+use testkit::cluster::RedisCluster;
+
+/// Keys `k0..` whose buckets are spread over the masters, grouped by the master serving them.
+fn keys_by_master(
+    cluster: &RedisCluster,
+    limiter: &RateLimiter,
+    n: usize,
+) -> BTreeMap<u16, Vec<String>> {
+    let mut by = BTreeMap::<u16, Vec<String>>::new();
+    for i in 0..n {
+        let key = format!("k{i}");
+        by.entry(cluster.master_of_key(&limiter.bucket_key(&key)))
+            .or_default()
+            .push(key);
+    }
+    by
+}
+
+/// Whether `key` exists on the node on `port` itself (no redirection).
+fn exists_on(cluster: &RedisCluster, port: u16, key: &str) -> bool {
+    let mut con = cluster.node_connection(port).unwrap();
+    // A node answers MOVED for a key of a slot it does not serve.
+    redis::cmd("EXISTS")
+        .arg(key)
+        .query::<u32>(&mut con)
+        .is_ok_and(|n| n == 1)
+}
+
+/// Many keys over every master, each admitting exactly its burst under concurrent calls;
+/// every decision is Redis's (so no CROSSSLOT or other error ever happened).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limits_hold_on_every_master() {
+    let cluster = RedisCluster::start();
+    let limiter = strict_limiter(&cluster.url(), "cl").await;
+    let limit = Limit::per_hour(1).burst(5);
+    let by = keys_by_master(&cluster, &limiter, 60);
+    assert_eq!(
+        by.keys().copied().collect::<BTreeSet<u16>>(),
+        cluster.masters().into_iter().collect(),
+        "the keys cover every master"
+    );
+    let keys: Vec<String> = by.values().flatten().cloned().collect();
+    let mut tasks = Vec::new();
+    for key in &keys {
+        for _ in 0..2 {
+            let limiter = limiter.clone();
+            let key = key.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut out = Vec::new();
+                for _ in 0..4 {
+                    let d = limiter.check(&key, &limit).await.unwrap();
+                    out.push((key.clone(), d.allowed, d.source));
+                }
+                out
+            }));
+        }
+    }
+    let mut admitted = BTreeMap::<String, usize>::new();
+    for t in tasks {
+        for (key, allowed, source) in t.await.unwrap() {
+            // The deny cache only repeats refusals of Redis's.
+            assert!(
+                matches!(source, Source::Store | Source::DenyCache),
+                "{key}: {source:?}"
+            );
+            *admitted.entry(key).or_default() += usize::from(allowed);
+        }
+    }
+    for key in &keys {
+        assert_eq!(admitted[key], 5, "{key} admitted exactly its burst");
+    }
+    for (master, ks) in &by {
+        for k in ks {
+            assert!(
+                exists_on(&cluster, *master, &limiter.bucket_key(k)),
+                "{k}'s bucket is on master {master}"
+            );
+        }
+    }
+    let per_master: Vec<usize> = by.values().map(Vec::len).collect();
+    println!(
+        "cluster: {} keys over masters {:?} ({per_master:?} keys each), each admitted exactly 5 \
+         of 8 calls",
+        keys.len(),
+        by.keys().collect::<Vec<_>>()
+    );
+}
+
+struct FailoverRun {
+    calls: Vec<Call>,
+    /// Keys (by index in the load's list) served by the master that failed.
+    moved: BTreeSet<usize>,
+    t_fault: Instant,
+    t_settled: Instant,
+}
+
+impl FailoverRun {
+    /// Calls on the other masters' slots that Redis did not decide.
+    fn nonstore_elsewhere(&self) -> usize {
+        self.calls
+            .iter()
+            .filter(|c| !self.moved.contains(&c.key) && !c.by_redis())
+            .count()
+    }
+
+    fn report(&self, what: &str) -> Duration {
+        let calls = &self.calls;
+        assert_no_errors(calls);
+        assert!(
+            calls
+                .iter()
+                .all(|c| c.by_redis() || c.source() == Some(Source::Fallback)),
+            "only Redis or the fallback decide"
+        );
+        let nonstore = |moved: bool| {
+            calls
+                .iter()
+                .filter(|c| self.moved.contains(&c.key) == moved)
+                .filter(|c| !c.by_redis())
+                .count()
+        };
+        let first_store_after = |t: Instant| {
+            calls
+                .iter()
+                .find(|c| {
+                    c.start > t && self.moved.contains(&c.key) && c.source() == Some(Source::Store)
+                })
+                .map(|c| c.end)
+        };
+        let settle = self.t_settled - self.t_fault;
+        let back = first_store_after(self.t_settled).map(|t| t - self.t_settled);
+        let last_nonstore = calls
+            .iter()
+            .filter(|c| !c.by_redis())
+            .map(|c| c.end)
+            .max()
+            .map(|t| t.saturating_duration_since(self.t_fault));
+        println!(
+            "{what}: {} calls; cluster settled {:.1} ms after the fault; first store decision on \
+             the failed master's slots {:?} ms after it settled; last non-store decision {:?} ms \
+             after the fault; non-store decisions: {} on its slots, {} on other masters' slots",
+            calls.len(),
+            ms(settle),
+            back.map(ms),
+            last_nonstore.map(ms),
+            nonstore(true),
+            nonstore(false)
+        );
+        let back = back.expect("Redis decides again on the failed master's slots");
+        assert!(back < Duration::from_secs(10), "{back:?}");
+        let tail = calls
+            .iter()
+            .filter(|c| c.start > self.t_settled + back + Duration::from_secs(1));
+        let (n, bad) = tail.fold((0, 0), |(n, bad), c| {
+            (n + 1, bad + usize::from(!c.by_redis()))
+        });
+        assert!(n > 0, "the load ran after the failover");
+        assert!(
+            bad * 20 <= n,
+            "Redis decides again after the failover: {bad} of {n} calls were not its"
+        );
+        back
+    }
+}
+
+/// Runs a load over keys on every master, applies `fault` to the master of the first group
+/// (it returns when the cluster has settled), and keeps the load running for 2 s more.
+async fn failover_under_load(
+    cluster: &mut RedisCluster,
+    limiter: &RateLimiter,
+    fault: impl FnOnce(&mut RedisCluster, u16),
+) -> FailoverRun {
+    let by = keys_by_master(cluster, limiter, 30);
+    let failing = *by.keys().next().unwrap();
+    let keys: Vec<String> = by.values().flatten().cloned().collect();
+    let moved: BTreeSet<usize> = (0..by[&failing].len()).collect();
+    let limit = Limit::per_second(1000).burst(1000);
+    let load = Load::start(limiter, keys, limit, 6, Duration::from_millis(2));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t_fault = Instant::now();
+    fault(cluster, failing);
+    let t_settled = Instant::now();
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let calls = load.stop().await;
+    FailoverRun {
+        calls,
+        moved,
+        t_fault,
+        t_settled,
+    }
+}
+
+/// `CLUSTER FAILOVER` on a replica under load: its master's slots move to it with their data
+/// (an exhausted bucket stays exhausted), and Redis decides again at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manual_failover_keeps_limits_and_state() {
+    let mut cluster = RedisCluster::start();
+    let limiter = RateLimiter::builder()
+        .redis(cluster.url())
+        .prefix("mf")
+        .deadline(Some(TOLERANT_DEADLINE))
+        .build()
+        .await
+        .unwrap();
+    let by = keys_by_master(&cluster, &limiter, 30);
+    let failing = *by.keys().next().unwrap();
+    // A bucket of the master that will fail over, exhausted before it does.
+    let exhausted = (0..1000)
+        .map(|i| format!("x{i}"))
+        .find(|k| cluster.master_of_key(&limiter.bucket_key(k)) == failing)
+        .unwrap();
+    let slow = Limit::per_hour(1).burst(3);
+    let admitted = {
+        let mut n = 0;
+        for _ in 0..5 {
+            let d = limiter.check(&exhausted, &slow).await.unwrap();
+            assert!(matches!(d.source, Source::Store | Source::DenyCache));
+            n += usize::from(d.allowed);
+        }
+        n
+    };
+    assert_eq!(admitted, 3);
+    let mut promoted = 0;
+    let run = failover_under_load(&mut cluster, &limiter, |c, master| {
+        let replica = c.replica_of(master).unwrap();
+        c.failover(replica).unwrap();
+        promoted = replica;
+    })
+    .await;
+    run.report("manual failover");
+    assert_ne!(promoted, 0);
+    assert!(cluster.masters().contains(&promoted));
+    assert!(
+        exists_on(&cluster, promoted, &limiter.bucket_key(&exhausted)),
+        "the bucket moved to the promoted replica"
+    );
+    // Ask Redis itself, not the deny cache's memory of the refusals before the failover.
+    limiter.clear_deny_cache();
+    let d = limiter.check(&exhausted, &slow).await.unwrap();
+    assert_eq!(
+        (d.allowed, d.source),
+        (false, Source::Store),
+        "the exhausted bucket is still exhausted after the failover"
+    );
+}
+
+/// A master killed under load: its replica is promoted by the cluster, the limiter follows
+/// the new slot map, and Redis decides again within a bounded time; calls on the other masters'
+/// slots are not disturbed beyond that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_master_is_replaced() {
+    let mut cluster = RedisCluster::start();
+    let limiter = RateLimiter::builder()
+        .redis(cluster.url())
+        .prefix("km")
+        .deadline(Some(TOLERANT_DEADLINE))
+        .build()
+        .await
+        .unwrap();
+    let mut new_master = 0;
+    let run = failover_under_load(&mut cluster, &limiter, |c, master| {
+        new_master = c.kill_master(master).unwrap();
+    })
+    .await;
+    let back = run.report("killed master");
+    let since_kill = run.t_settled - run.t_fault + back;
+    println!(
+        "killed master: Redis decided again on its slots {:.1} ms after the kill",
+        ms(since_kill)
+    );
+    assert!(since_kill < Duration::from_secs(30));
+    assert!(cluster.masters().contains(&new_master));
+}
+
+/// Reproduces a limitation of the limiter-wide circuit breaker (`policy.rs`): when one master
+/// of a cluster dies, the first failed call opens the circuit for every key, so calls on the
+/// healthy masters' slots are decided by the fallback too until the cluster has failed over
+/// (about 2 s, thousands of calls here), although their masters answer all along. Run with
+/// `--run-ignored all`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "known limitation: the circuit breaker is per limiter, not per cluster node"]
+async fn a_killed_master_leaves_the_other_masters_alone() {
+    let mut cluster = RedisCluster::start();
+    let limiter = RateLimiter::builder()
+        .redis(cluster.url())
+        .prefix("km")
+        .deadline(Some(TOLERANT_DEADLINE))
+        .build()
+        .await
+        .unwrap();
+    let run = failover_under_load(&mut cluster, &limiter, |c, master| {
+        c.kill_master(master).unwrap();
+    })
+    .await;
+    run.report("killed master (healthy masters)");
+    assert_eq!(
+        run.nonstore_elsewhere(),
+        0,
+        "calls on the healthy masters' slots were decided by the fallback"
+    );
+}

@@ -1,0 +1,280 @@
+//! Shared helpers of the fault tests: a bounded load of real `check` calls, and what it saw.
+#![allow(dead_code, clippy::unwrap_used, clippy::print_stdout)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use ratelimit_core::{FailurePolicy, Limit, RateLimiter, Source};
+
+/// Hard cap on how long any load runs, whatever the test does.
+pub(crate) const LOAD_CAP: Duration = Duration::from_secs(40);
+/// Hard cap on the calls of one load task.
+pub(crate) const MAX_CALLS_PER_TASK: usize = 200_000;
+
+/// The per-call deadline of the limiters in tests of faults other than slowness: far above the
+/// scheduling noise of a busy two-core test machine (where the default 50 ms can be missed
+/// now and then), so that every decision not taken by Redis is due to the fault itself. The
+/// default deadline is exercised by the pause test.
+pub(crate) const TOLERANT_DEADLINE: Duration = Duration::from_millis(500);
+
+/// One call of a load: when it ran and what it returned.
+#[derive(Debug, Clone)]
+pub(crate) struct Call {
+    /// The task that made it.
+    pub(crate) task: usize,
+    /// Index of the key in the load's key list.
+    pub(crate) key: usize,
+    /// Just before the call.
+    pub(crate) start: Instant,
+    /// Just after it returned.
+    pub(crate) end: Instant,
+    /// `(allowed, source)`, or the error's text.
+    pub(crate) outcome: Result<(bool, Source), String>,
+}
+
+impl Call {
+    /// How long the call took.
+    pub(crate) fn latency(&self) -> Duration {
+        self.end - self.start
+    }
+
+    /// The decision's source, if the call returned one.
+    pub(crate) fn source(&self) -> Option<Source> {
+        self.outcome.as_ref().ok().map(|o| o.1)
+    }
+
+    /// Whether Redis decided the call: the store itself, or the local deny cache repeating a
+    /// refusal of the store's (it only ever refuses what the store would refuse).
+    pub(crate) fn by_redis(&self) -> bool {
+        matches!(self.source(), Some(Source::Store | Source::DenyCache))
+    }
+
+    /// Whether the call was admitted.
+    pub(crate) fn allowed(&self) -> bool {
+        self.outcome.as_ref().is_ok_and(|o| o.0)
+    }
+}
+
+/// Tasks calling `check` in a loop until stopped (or capped).
+pub(crate) struct Load {
+    stop: Arc<AtomicBool>,
+    handles: Vec<tokio::task::JoinHandle<Vec<Call>>>,
+}
+
+impl Load {
+    /// Starts `tasks` tasks; task `t` calls `check(keys[(t + i) % keys.len()])` then sleeps
+    /// `pause`, until [`stop`](Load::stop), [`MAX_CALLS_PER_TASK`] calls or [`LOAD_CAP`].
+    pub(crate) fn start(
+        limiter: &RateLimiter,
+        keys: Vec<String>,
+        limit: Limit,
+        tasks: usize,
+        pause: Duration,
+    ) -> Load {
+        assert!(!keys.is_empty());
+        let stop = Arc::new(AtomicBool::new(false));
+        let keys = Arc::new(keys);
+        let handles = (0..tasks)
+            .map(|task| {
+                let limiter = limiter.clone();
+                let keys = Arc::clone(&keys);
+                let stop = Arc::clone(&stop);
+                tokio::spawn(async move {
+                    let began = Instant::now();
+                    let mut calls = Vec::new();
+                    for i in 0..MAX_CALLS_PER_TASK {
+                        if stop.load(Ordering::Relaxed) || began.elapsed() > LOAD_CAP {
+                            break;
+                        }
+                        let key = (task + i) % keys.len();
+                        let start = Instant::now();
+                        let outcome = limiter
+                            .check(&keys[key], &limit)
+                            .await
+                            .map(|d| (d.allowed, d.source))
+                            .map_err(|e| e.to_string());
+                        calls.push(Call {
+                            task,
+                            key,
+                            start,
+                            end: Instant::now(),
+                            outcome,
+                        });
+                        if !pause.is_zero() {
+                            tokio::time::sleep(pause).await;
+                        }
+                    }
+                    calls
+                })
+            })
+            .collect();
+        Load { stop, handles }
+    }
+
+    /// Stops the tasks and returns every call, in order of completion.
+    pub(crate) async fn stop(self) -> Vec<Call> {
+        self.stop.store(true, Ordering::Relaxed);
+        let mut all = Vec::new();
+        for h in self.handles {
+            all.extend(h.await.unwrap());
+        }
+        all.sort_by_key(|c| c.end);
+        all
+    }
+}
+
+/// Calls that returned an error (none may).
+pub(crate) fn errors(calls: &[Call]) -> Vec<&Call> {
+    calls.iter().filter(|c| c.outcome.is_err()).collect()
+}
+
+/// Asserts that no call returned an error, showing the first few if some did.
+pub(crate) fn assert_no_errors(calls: &[Call]) {
+    let errs = errors(calls);
+    assert!(
+        errs.is_empty(),
+        "{} of {} calls returned an error, e.g. {:?}",
+        errs.len(),
+        calls.len(),
+        &errs[..errs.len().min(3)]
+    );
+}
+
+/// The source a failure policy promises for the calls it decides.
+pub(crate) fn policy_source(policy: FailurePolicy) -> Source {
+    match policy {
+        FailurePolicy::Fallback => Source::Fallback,
+        FailurePolicy::Allow => Source::FailOpen,
+        FailurePolicy::Deny => Source::FailClosed,
+        _ => unreachable!("a new policy"),
+    }
+}
+
+/// A limiter on `url` that fails closed and waits long for Redis: any decision not taken by
+/// the store shows up as `Source::FailClosed` (so tests can assert there is none) and can
+/// only lower an admitted count.
+pub(crate) async fn strict_limiter(url: &str, prefix: &str) -> RateLimiter {
+    RateLimiter::builder()
+        .redis(url)
+        .prefix(prefix)
+        .failure_policy(FailurePolicy::Deny)
+        .deadline(Some(Duration::from_secs(5)))
+        .circuit_cooldown(None)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Calls `check(key)` every `every` until the store decides, for at most `within`; returns
+/// how long that took, or `None`.
+pub(crate) async fn until_store(
+    limiter: &RateLimiter,
+    key: &str,
+    limit: &Limit,
+    every: Duration,
+    within: Duration,
+) -> Option<Duration> {
+    let t0 = Instant::now();
+    while t0.elapsed() < within {
+        if let Ok(d) = limiter.check(key, limit).await
+            && d.source == Source::Store
+        {
+            return Some(t0.elapsed());
+        }
+        tokio::time::sleep(every).await;
+    }
+    None
+}
+
+/// Milliseconds, for reports.
+pub(crate) fn ms(d: Duration) -> f64 {
+    d.as_secs_f64() * 1000.0
+}
+
+/// The limiter's own log lines, captured by a minimal global `tracing` subscriber, so that
+/// tests can count the "entering/leaving degraded mode" lines of one limiter (by prefix).
+pub(crate) mod logs {
+    use std::fmt;
+    use std::sync::{Mutex, Once};
+
+    use tracing::field::{Field, Visit};
+    use tracing::span::{Attributes, Id, Record};
+    use tracing::{Event, Level, Metadata, Subscriber};
+
+    /// One captured event.
+    #[derive(Debug, Clone)]
+    pub(crate) struct Line {
+        /// Its level.
+        pub(crate) level: Level,
+        /// Its `limiter` field (the limiter's prefix), if any.
+        pub(crate) limiter: String,
+        /// Its message.
+        pub(crate) message: String,
+    }
+
+    static LINES: Mutex<Vec<Line>> = Mutex::new(Vec::new());
+    static INSTALL: Once = Once::new();
+
+    struct Capture;
+
+    #[derive(Default)]
+    struct Fields {
+        limiter: String,
+        message: String,
+    }
+
+    impl Visit for Fields {
+        fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+            match field.name() {
+                "message" => self.message = format!("{value:?}"),
+                "limiter" => self.limiter = format!("{value:?}"),
+                _ => {}
+            }
+        }
+    }
+
+    impl Subscriber for Capture {
+        fn enabled(&self, m: &Metadata<'_>) -> bool {
+            m.target().starts_with("ratelimit_core") && *m.level() <= Level::INFO
+        }
+        fn new_span(&self, _: &Attributes<'_>) -> Id {
+            Id::from_u64(1)
+        }
+        fn record(&self, _: &Id, _: &Record<'_>) {}
+        fn record_follows_from(&self, _: &Id, _: &Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut f = Fields::default();
+            event.record(&mut f);
+            let line = Line {
+                level: *event.metadata().level(),
+                limiter: f.limiter,
+                message: f.message,
+            };
+            LINES
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(line);
+        }
+        fn enter(&self, _: &Id) {}
+        fn exit(&self, _: &Id) {}
+    }
+
+    /// Installs the capture as the process's global subscriber (once).
+    pub(crate) fn install() {
+        INSTALL.call_once(|| {
+            let _ = tracing::subscriber::set_global_default(Capture);
+        });
+    }
+
+    /// The captured lines of the limiter with prefix `limiter` whose message contains `needle`.
+    pub(crate) fn matching(limiter: &str, needle: &str) -> Vec<Line> {
+        LINES
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .iter()
+            .filter(|l| l.limiter == limiter && l.message.contains(needle))
+            .cloned()
+            .collect()
+    }
+}

@@ -1,0 +1,186 @@
+//! Redis Sentinel: a real local deployment per test (a master, a replica, three sentinels).
+//! When the master dies, or is demoted by a forced failover while it still runs, the limiter
+//! follows the master the sentinels name, with no error ever reaching a caller.
+//!
+//! Timings are measured and printed (run with `--nocapture`); their assertions are generous.
+
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{Call, Load, TOLERANT_DEADLINE, assert_no_errors, ms};
+use ratelimit_core::{Limit, RateLimiter, Source};
+use testkit::sentinel::SentinelSetup;
+
+struct Run {
+    calls: Vec<Call>,
+    t_fault: Instant,
+    t_promoted: Instant,
+    new_master: u16,
+}
+
+/// Runs a load, applies `fault` (which returns the old master's port), waits until the
+/// sentinels name a new master, and keeps the load running until Redis decides again
+/// (at most 30 s) and 1 s more.
+async fn failover_under_load(
+    setup: &mut SentinelSetup,
+    limiter: &RateLimiter,
+    fault: impl FnOnce(&mut SentinelSetup) -> u16,
+) -> Run {
+    let limit = Limit::per_second(1000).burst(1000);
+    let keys: Vec<String> = (0..8).map(|i| format!("k{i}")).collect();
+    let load = Load::start(limiter, keys, limit, 6, Duration::from_millis(2));
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let t_fault = Instant::now();
+    let old = fault(setup);
+    let new_master = setup.wait_new_master(old, Duration::from_secs(30)).unwrap();
+    let t_promoted = Instant::now();
+    let back = common::until_store(
+        limiter,
+        "probe",
+        &limit,
+        Duration::from_millis(10),
+        Duration::from_secs(30),
+    )
+    .await;
+    assert!(back.is_some(), "Redis decides again within 30 s");
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    Run {
+        calls: load.stop().await,
+        t_fault,
+        t_promoted,
+        new_master,
+    }
+}
+
+impl Run {
+    fn check(&self, what: &str) {
+        let calls = &self.calls;
+        assert_no_errors(calls);
+        assert!(
+            calls
+                .iter()
+                .all(|c| c.by_redis() || c.source() == Some(Source::Fallback)),
+            "only Redis or the fallback decide"
+        );
+        let promoted = self.t_promoted - self.t_fault;
+        let back = calls
+            .iter()
+            .filter(|c| c.start > self.t_fault && c.by_redis())
+            .map(|c| c.end)
+            .find(|&end| {
+                // The first store decision after which no call is decided by the fallback.
+                calls.iter().filter(|c| c.start > end).all(Call::by_redis)
+            })
+            .map(|t| t - self.t_fault);
+        let fallback = calls
+            .iter()
+            .filter(|c| c.source() == Some(Source::Fallback))
+            .count();
+        println!(
+            "{what}: {} calls, {fallback} decided by the fallback; sentinels named the new master \
+             {:.1} ms after the fault; Redis decided again for good {:?} ms after the fault",
+            calls.len(),
+            ms(promoted),
+            back.map(ms)
+        );
+        let back = back.expect("Redis decides again after the failover");
+        assert!(back < Duration::from_secs(30), "{back:?}");
+    }
+}
+
+/// The master is killed under load: the sentinels promote the replica, the limiter finds it
+/// and Redis decides again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_limiter_follows_the_new_master_after_the_old_one_dies() {
+    let t0 = Instant::now();
+    let mut setup = SentinelSetup::start();
+    println!("sentinel: deployment ready in {:.0} ms", ms(t0.elapsed()));
+    let limiter = RateLimiter::builder()
+        .redis(setup.url())
+        .prefix("sd")
+        .deadline(Some(TOLERANT_DEADLINE))
+        .build()
+        .await
+        .unwrap();
+    let limit = Limit::per_hour(1).burst(3);
+    assert_eq!(
+        limiter.check("x", &limit).await.unwrap().source,
+        Source::Store
+    );
+    let run = failover_under_load(&mut setup, &limiter, SentinelSetup::kill_master).await;
+    run.check("sentinel, master killed");
+    // New buckets are written to the new master.
+    let d = limiter.check("after", &limit).await.unwrap();
+    assert_eq!((d.allowed, d.source), (true, Source::Store));
+    let mut con = setup.server(run.new_master).connection().await;
+    let exists: u32 = redis::cmd("EXISTS")
+        .arg(limiter.bucket_key("after"))
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(exists, 1, "the bucket is on the new master");
+}
+
+/// `SENTINEL FAILOVER` under load: the replica is promoted while the old master still runs.
+/// The sentinels demote the old master only seconds later (about ten); meanwhile it still
+/// accepts writes, so a limiter that stayed on it would keep buckets apart from every
+/// instance that found the new master (each side admitting the full limit). The limiter
+/// moves to the master the sentinels name within a few seconds, before the demotion.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_limiter_leaves_a_demoted_master() {
+    let mut setup = SentinelSetup::start();
+    let limiter = RateLimiter::builder()
+        .redis(setup.url())
+        .prefix("sf")
+        .deadline(Some(TOLERANT_DEADLINE))
+        .build()
+        .await
+        .unwrap();
+    let old = setup.master_port().unwrap();
+    let run = failover_under_load(&mut setup, &limiter, |s| {
+        s.force_failover().unwrap();
+        old
+    })
+    .await;
+    run.check("sentinel, forced failover");
+    let limit = Limit::per_hour(1).burst(3);
+    let mut con = setup.server(run.new_master).connection().await;
+    let mut moved = None;
+    for i in 0..500 {
+        if run.t_promoted.elapsed() > Duration::from_secs(8) {
+            break;
+        }
+        let key = format!("after{i}");
+        let d = limiter.check(&key, &limit).await.unwrap();
+        let exists: u32 = redis::cmd("EXISTS")
+            .arg(limiter.bucket_key(&key))
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        if d.source == Source::Store && exists == 1 {
+            moved = Some(run.t_promoted.elapsed());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let old_role: redis::Value = redis::cmd("ROLE")
+        .query_async(&mut setup.server(old).connection().await)
+        .await
+        .unwrap();
+    let old_still_master = matches!(&old_role, redis::Value::Array(v) if matches!(v.first(), Some(redis::Value::BulkString(b)) if b == b"master"));
+    println!(
+        "sentinel, forced failover: buckets written to the new master {:?} ms after the \
+         sentinels named it (the old master was {} a master then)",
+        moved.map(ms),
+        if old_still_master {
+            "still"
+        } else {
+            "no longer"
+        }
+    );
+    let moved = moved.expect("the limiter writes to the new master within 8 s of its promotion");
+    assert!(moved < Duration::from_secs(8));
+}
