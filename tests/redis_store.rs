@@ -19,19 +19,6 @@ async fn bucket_keys(con: &mut redis::aio::MultiplexedConnection, prefix: &str) 
     keys.len()
 }
 
-#[test]
-fn key_slot_matches_the_cluster_spec() {
-    assert_eq!(key_slot(b"123456789"), 0x31C3);
-    assert_eq!(key_slot(b"foo"), 12182);
-    assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
-    assert_eq!(key_slot(b"a{}b"), key_slot(b"a{}b"));
-    assert_ne!(
-        key_slot(b"a{}{b}"),
-        key_slot(b"b"),
-        "an empty tag hashes the whole key"
-    );
-}
-
 #[tokio::test]
 async fn the_key_lives_exactly_until_the_bucket_is_full() {
     let server = RedisServer::start();

@@ -7,7 +7,7 @@ pub use inventory;
 
 use crate::context::with_current;
 use crate::decision::Source;
-pub use crate::naming::bucket_key;
+pub use crate::naming::{bucket_key, key_slot};
 pub use crate::registry::{LimitDeclaration, Registration, global};
 use crate::{KeyResolver, RateLimited, RateLimiter};
 

@@ -8,8 +8,10 @@ use std::time::Duration;
 use crate::decision::Source;
 use crate::deny_cache::{DEFAULT_DENY_CACHE_CAPACITY, DenyCache};
 use crate::naming::bucket_key;
+use crate::naming::key_slot;
 use crate::policy::{
     DEFAULT_COOLDOWN, DEFAULT_DEADLINE, EmptyKeyPolicy, FailurePolicy, Gate, Resilience,
+    SLOTS_PER_CIRCUIT,
 };
 use crate::store::DynStore;
 use crate::{Decision, Error, Limit, MemoryStore, RedisStore, Store};
@@ -114,10 +116,15 @@ impl RateLimiter {
     }
 
     fn from_parts(backend: Backend, prefix: Box<str>, b: &RateLimiterBuilder) -> RateLimiter {
+        let circuits = match &backend {
+            Backend::Redis(s) if s.is_cluster() => 16_384 / usize::from(SLOTS_PER_CIRCUIT),
+            _ => 1,
+        };
         let resilience = Resilience::new(
             b.policy,
             b.deadline.unwrap_or(Some(DEFAULT_DEADLINE)),
             b.cooldown.unwrap_or(Some(DEFAULT_COOLDOWN)),
+            circuits,
             &prefix,
         );
         // A memory store answers as fast as the cache would: no cache in front of it.
@@ -199,7 +206,8 @@ impl RateLimiter {
         {
             return Ok(refused);
         }
-        let gate = guard.gate();
+        let circuit = guard.circuit_of(|| key_slot(bucket.as_bytes()));
+        let gate = guard.gate(circuit);
         if gate == Gate::Open {
             return Ok(guard.decide(bucket, limit, cost));
         }
@@ -211,20 +219,20 @@ impl RateLimiter {
         };
         match result {
             Ok(decision) => {
-                guard.succeeded(gate);
+                guard.succeeded(gate, circuit);
                 if let Some(cache) = &inner.deny_cache {
                     cache.remember(bucket, &decision, sent, std::time::Instant::now());
                 }
                 Ok(decision)
             }
             Err(e) if e.is_store_failure() => {
-                guard.failed(gate, &e);
+                guard.failed(gate, circuit, &e);
                 Ok(guard.decide(bucket, limit, cost))
             }
             Err(e) => {
                 // Not the store's fault (a misuse): the circuit stays as it was.
                 if gate == Gate::Probe {
-                    guard.failed(gate, &e);
+                    guard.failed(gate, circuit, &e);
                 }
                 Err(e)
             }

@@ -15,27 +15,58 @@ fn needs_escape(b: u8) -> bool {
     matches!(b, b'{' | b'}' | b'%')
 }
 
-/// Appends `part`, escaped or digested, to `out`.
-fn push_part(out: &mut String, part: &str) {
-    let specials = part.bytes().filter(|&b| needs_escape(b)).count();
-    if part.len() + 2 * specials > MAX_PART_LEN {
-        out.push_str("%H");
-        let digest = Sha256::digest(part.as_bytes());
-        for byte in &digest[..16] {
-            push_hex(out, *byte);
+/// Length of a digested part: `%H` and 32 hex digits.
+const DIGEST_LEN: usize = 2 + 32;
+
+/// How a part is written into a bucket key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Part {
+    /// As it is: nothing to escape.
+    Plain,
+    /// With `{`, `}` and `%` escaped.
+    Escaped,
+    /// Replaced by its digest: too long once escaped.
+    Digest,
+}
+
+/// How `part` is written, and its length then. One pass over at most [`MAX_PART_LEN`] bytes;
+/// a part longer than that is digested without a look at its bytes.
+fn plan(part: &str) -> (Part, usize) {
+    if part.len() > MAX_PART_LEN {
+        return (Part::Digest, DIGEST_LEN);
+    }
+    // At most MAX_PART_LEN (< 256) bytes: a u8 count cannot overflow, and the fold vectorizes.
+    let specials = usize::from(part.bytes().fold(0u8, |n, b| n + u8::from(needs_escape(b))));
+    let len = part.len() + 2 * specials;
+    if len > MAX_PART_LEN {
+        (Part::Digest, DIGEST_LEN)
+    } else if specials == 0 {
+        (Part::Plain, len)
+    } else {
+        (Part::Escaped, len)
+    }
+}
+
+/// Appends `part`, written as `how` says, to `out`.
+fn push_part(out: &mut String, part: &str, how: Part) {
+    match how {
+        Part::Plain => out.push_str(part),
+        Part::Escaped => {
+            for c in part.chars() {
+                match c {
+                    '{' => out.push_str("%7B"),
+                    '}' => out.push_str("%7D"),
+                    '%' => out.push_str("%25"),
+                    c => out.push(c),
+                }
+            }
         }
-        return;
-    }
-    if specials == 0 {
-        out.push_str(part);
-        return;
-    }
-    for c in part.chars() {
-        match c {
-            '{' => out.push_str("%7B"),
-            '}' => out.push_str("%7D"),
-            '%' => out.push_str("%25"),
-            c => out.push(c),
+        Part::Digest => {
+            out.push_str("%H");
+            let digest = Sha256::digest(part.as_bytes());
+            for byte in &digest[..16] {
+                push_hex(out, *byte);
+            }
         }
     }
 }
@@ -46,20 +77,50 @@ fn push_hex(out: &mut String, byte: u8) {
     out.push(char::from(HEX[usize::from(byte & 0xf)]));
 }
 
-/// The bucket key of `key` under `name` (or of `key` alone) with `prefix`.
+/// The bucket key of `key` under `name` (or of `key` alone) with `prefix`: one allocation
+/// of exactly its length.
 pub fn bucket_key(prefix: &str, name: Option<&str>, key: &str) -> String {
-    let mut out = String::with_capacity(
-        prefix.len() + 3 + name.map_or(0, |n| n.len() + 1) + key.len().min(MAX_PART_LEN + 2),
-    );
+    let name = name.map(|n| (n, plan(n)));
+    let (key_how, key_len) = plan(key);
+    let len = prefix.len() + 3 + name.map_or(0, |(_, (_, n))| n + 1) + key_len;
+    let mut out = String::with_capacity(len);
     out.push_str(prefix);
     out.push_str(":{");
-    if let Some(name) = name {
-        push_part(&mut out, name);
+    if let Some((name, (how, _))) = name {
+        push_part(&mut out, name, how);
         out.push(':');
     }
-    push_part(&mut out, key);
+    push_part(&mut out, key, key_how);
     out.push('}');
+    debug_assert_eq!(out.len(), len, "the planned length");
     out
+}
+
+/// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag, modulo 16384.
+pub fn key_slot(key: &[u8]) -> u16 {
+    let tagged = key
+        .iter()
+        .position(|&b| b == b'{')
+        .and_then(|open| {
+            let rest = &key[open + 1..];
+            rest.iter()
+                .position(|&b| b == b'}')
+                .filter(|&close| close > 0)
+                .map(|close| &rest[..close])
+        })
+        .unwrap_or(key);
+    let mut crc: u16 = 0;
+    for &byte in tagged {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc % 16_384
 }
 
 #[cfg(test)]
@@ -115,6 +176,19 @@ mod tests {
                 proptest::prop_assert_ne!(k, bucket_key("p", Some(&name), &b));
             }
         }
+    }
+
+    #[test]
+    fn slots_follow_the_cluster_spec() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(key_slot(b"123456789"), 0x31C3);
+        assert_eq!(key_slot(b"foo"), 12182);
+        assert_eq!(key_slot(b"{user1000}.following"), key_slot(b"user1000"));
+        assert_ne!(
+            key_slot(b"a{}{b}"),
+            key_slot(b"b"),
+            "an empty tag hashes the whole key"
+        );
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! What happens when the store fails: the failure policy, the per-call deadline, a circuit
 //! breaker (an outage costs one deadline, not one per call), and the degraded-mode log lines.
 
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
@@ -67,6 +67,18 @@ pub(crate) enum Gate {
     Open,
 }
 
+/// One circuit breaker.
+#[derive(Debug, Default)]
+struct Circuit {
+    /// Milliseconds since `origin` until which the circuit is open; 0 when closed.
+    open_until: AtomicU64,
+    probing: AtomicBool,
+}
+
+/// Hash slots per circuit on Redis Cluster: nodes own contiguous slot ranges, so a failed
+/// node opens its own circuits and at most two it shares with a neighbour.
+pub(crate) const SLOTS_PER_CIRCUIT: u16 = 64;
+
 /// The failure handling of one limiter.
 #[derive(Debug)]
 pub(crate) struct Resilience {
@@ -74,9 +86,11 @@ pub(crate) struct Resilience {
     pub(crate) deadline: Option<Duration>,
     cooldown: Option<Duration>,
     origin: Instant,
-    /// Milliseconds since `origin` until which the circuit is open; 0 when closed.
-    open_until: AtomicU64,
-    probing: AtomicBool,
+    /// One circuit per group of hash slots on Redis Cluster (a failed master opens only the
+    /// circuits of its own slots), one in all elsewhere.
+    circuits: Box<[Circuit]>,
+    /// How many circuits are open.
+    open: AtomicUsize,
     degraded: AtomicBool,
     fallback: OnceLock<MemoryStore>,
     /// Live instances sharing the store, as last seen by the heartbeat (at least 1).
@@ -89,6 +103,7 @@ impl Resilience {
         policy: FailurePolicy,
         deadline: Option<Duration>,
         cooldown: Option<Duration>,
+        circuits: usize,
         label: &str,
     ) -> Resilience {
         Resilience {
@@ -96,8 +111,8 @@ impl Resilience {
             deadline,
             cooldown,
             origin: Instant::now(),
-            open_until: AtomicU64::new(0),
-            probing: AtomicBool::new(false),
+            circuits: (0..circuits.max(1)).map(|_| Circuit::default()).collect(),
+            open: AtomicUsize::new(0),
             degraded: AtomicBool::new(false),
             fallback: OnceLock::new(),
             instances: Arc::new(AtomicU32::new(1)),
@@ -115,12 +130,21 @@ impl Resilience {
         self.degraded.load(Ordering::Relaxed)
     }
 
-    pub(crate) fn gate(&self) -> Gate {
-        let until = self.open_until.load(Ordering::Acquire);
+    /// The circuit of a call: of its slot group on Redis Cluster, else the only one.
+    pub(crate) fn circuit_of(&self, slot: impl FnOnce() -> u16) -> usize {
+        if self.circuits.len() == 1 {
+            return 0;
+        }
+        usize::from(slot() / SLOTS_PER_CIRCUIT) % self.circuits.len()
+    }
+
+    pub(crate) fn gate(&self, circuit: usize) -> Gate {
+        let c = &self.circuits[circuit];
+        let until = c.open_until.load(Ordering::Acquire);
         if until == 0 {
             return Gate::Closed;
         }
-        if self.now_ms() < until || self.probing.swap(true, Ordering::AcqRel) {
+        if self.now_ms() < until || c.probing.swap(true, Ordering::AcqRel) {
             return Gate::Open;
         }
         Gate::Probe
@@ -139,26 +163,34 @@ impl Resilience {
         }
     }
 
-    pub(crate) fn succeeded(&self, gate: Gate) {
+    pub(crate) fn succeeded(&self, gate: Gate, circuit: usize) {
+        let c = &self.circuits[circuit];
         if gate == Gate::Probe {
-            self.probing.store(false, Ordering::Release);
+            c.probing.store(false, Ordering::Release);
         }
-        if self.open_until.load(Ordering::Relaxed) != 0 {
-            self.open_until.store(0, Ordering::Release);
+        if c.open_until.load(Ordering::Relaxed) != 0 && c.open_until.swap(0, Ordering::AcqRel) != 0
+        {
+            self.open.fetch_sub(1, Ordering::AcqRel);
         }
-        if self.degraded.load(Ordering::Relaxed) && self.degraded.swap(false, Ordering::Relaxed) {
+        if self.degraded.load(Ordering::Relaxed)
+            && self.open.load(Ordering::Acquire) == 0
+            && self.degraded.swap(false, Ordering::Relaxed)
+        {
             tracing::info!(limiter = %self.label, "rate-limit store is back; leaving degraded mode");
         }
     }
 
-    pub(crate) fn failed(&self, gate: Gate, error: &Error) {
+    pub(crate) fn failed(&self, gate: Gate, circuit: usize, error: &Error) {
+        let c = &self.circuits[circuit];
         if let Some(cooldown) = self.cooldown {
             let cooldown = u64::try_from(cooldown.as_millis()).unwrap_or(u64::MAX);
-            self.open_until
-                .store(self.now_ms().saturating_add(cooldown), Ordering::Release);
+            let until = self.now_ms().saturating_add(cooldown);
+            if c.open_until.swap(until, Ordering::AcqRel) == 0 {
+                self.open.fetch_add(1, Ordering::AcqRel);
+            }
         }
         if gate == Gate::Probe {
-            self.probing.store(false, Ordering::Release);
+            c.probing.store(false, Ordering::Release);
         }
         if !self.degraded.load(Ordering::Relaxed) && !self.degraded.swap(true, Ordering::Relaxed) {
             tracing::warn!(

@@ -105,6 +105,8 @@ struct FailoverRun {
     calls: Vec<Call>,
     /// Keys (by index in the load's list) served by the master that failed.
     moved: BTreeSet<usize>,
+    /// Keys of other masters that share a circuit (a group of 64 hash slots) with it.
+    sharing: BTreeSet<usize>,
     t_fault: Instant,
     t_settled: Instant,
 }
@@ -115,6 +117,16 @@ impl FailoverRun {
         self.calls
             .iter()
             .filter(|c| !self.moved.contains(&c.key) && !c.by_redis())
+            .count()
+    }
+
+    /// Calls on keys that share no circuit with the failed master that Redis did not decide.
+    fn nonstore_unrelated(&self) -> usize {
+        self.calls
+            .iter()
+            .filter(|c| {
+                !self.moved.contains(&c.key) && !self.sharing.contains(&c.key) && !c.by_redis()
+            })
             .count()
     }
 
@@ -189,6 +201,25 @@ async fn failover_under_load(
     let failing = *by.keys().next().unwrap();
     let keys: Vec<String> = by.values().flatten().cloned().collect();
     let moved: BTreeSet<usize> = (0..by[&failing].len()).collect();
+    // The limiter keeps one circuit per 64 hash slots on a cluster.
+    let circuit = |slot: u16| slot / 64;
+    let failing_circuits: BTreeSet<u16> = cluster
+        .slots()
+        .iter()
+        .filter(|r| r.master == failing)
+        .flat_map(|r| circuit(r.start)..=circuit(r.end))
+        .collect();
+    let sharing: BTreeSet<usize> = keys
+        .iter()
+        .enumerate()
+        .filter(|(i, k)| {
+            !moved.contains(i)
+                && failing_circuits.contains(&circuit(ratelimit_core::__private::key_slot(
+                    limiter.bucket_key(k).as_bytes(),
+                )))
+        })
+        .map(|(i, _)| i)
+        .collect();
     let limit = Limit::per_second(1000).burst(1000);
     let load = Load::start(limiter, keys, limit, 6, Duration::from_millis(2));
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -200,6 +231,7 @@ async fn failover_under_load(
     FailoverRun {
         calls,
         moved,
+        sharing,
         t_fault,
         t_settled,
     }
@@ -287,13 +319,10 @@ async fn a_killed_master_is_replaced() {
     assert!(cluster.masters().contains(&new_master));
 }
 
-/// Reproduces a limitation of the limiter-wide circuit breaker (`policy.rs`): when one master
-/// of a cluster dies, the first failed call opens the circuit for every key, so calls on the
-/// healthy masters' slots are decided by the fallback too until the cluster has failed over
-/// (about 2 s, thousands of calls here), although their masters answer all along. Run with
-/// `--run-ignored all`.
+/// A master dies: calls on the healthy masters' slots keep being decided by Redis. The limiter
+/// keeps one circuit per 64 hash slots on a cluster, so only the failed master's circuits
+/// (and at most the two it shares with a neighbour) open.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "known limitation: the circuit breaker is per limiter, not per cluster node"]
 async fn a_killed_master_leaves_the_other_masters_alone() {
     let mut cluster = RedisCluster::start();
     let limiter = RateLimiter::builder()
@@ -308,9 +337,23 @@ async fn a_killed_master_leaves_the_other_masters_alone() {
     })
     .await;
     run.report("killed master (healthy masters)");
-    assert_eq!(
-        run.nonstore_elsewhere(),
-        0,
-        "calls on the healthy masters' slots were decided by the fallback"
+    println!(
+        "healthy masters: {} calls decided by the fallback on keys sharing a circuit with the \
+         failed master ({} keys), {} on the others",
+        run.nonstore_elsewhere() - run.nonstore_unrelated(),
+        run.sharing.len(),
+        run.nonstore_unrelated()
+    );
+    // Before circuits per slot group, thousands of these calls (86 %) went to the fallback;
+    // a rare one may still miss the deadline while the cluster client refreshes its slots.
+    let unrelated = run
+        .calls
+        .iter()
+        .filter(|c| !run.moved.contains(&c.key) && !run.sharing.contains(&c.key))
+        .count();
+    assert!(
+        run.nonstore_unrelated() * 100 <= unrelated,
+        "{} of {unrelated} calls on the healthy masters' own circuits were decided by the fallback",
+        run.nonstore_unrelated()
     );
 }

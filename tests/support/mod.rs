@@ -126,29 +126,7 @@ pub(crate) async fn redis_limiter(server: &RedisServer, prefix: &str) -> RateLim
         .unwrap()
 }
 
-/// Redis Cluster's hash slot of a key (CRC16/XMODEM of its hash tag, mod 16384).
-pub(crate) fn key_slot(key: &[u8]) -> u16 {
-    let tagged = key
-        .iter()
-        .position(|&b| b == b'{')
-        .and_then(|open| {
-            let rest = &key[open + 1..];
-            rest.iter()
-                .position(|&b| b == b'}')
-                .filter(|&close| close > 0)
-                .map(|close| &rest[..close])
-        })
-        .unwrap_or(key);
-    let mut crc: u16 = 0;
-    for &byte in tagged {
-        crc ^= u16::from(byte) << 8;
-        for _ in 0..8 {
-            crc = if crc & 0x8000 != 0 {
-                (crc << 1) ^ 0x1021
-            } else {
-                crc << 1
-            };
-        }
-    }
-    crc % 16384
-}
+/// Redis Cluster's hash slot of a key (the limiter's own; its values are checked against the
+/// cluster specification in ratelimit-core).
+#[allow(unused_imports)]
+pub(crate) use redis_ratelimit::__private::key_slot;

@@ -475,6 +475,11 @@ impl RedisStore {
         }
     }
 
+    /// Whether this is a Redis Cluster deployment.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
+    }
+
     /// Records this instance as alive in the set `key` and returns how many are.
     pub(crate) async fn heartbeat(&self, key: &str, id: &str, ttl: Duration) -> Result<u32, Error> {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
