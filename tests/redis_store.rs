@@ -349,10 +349,11 @@ async fn the_deny_cache_refuses_locally_and_never_over_admits() {
     let elapsed = start.elapsed();
     let evalsha = evalsha_calls(&mut con).await - before;
     // Never more than the bucket allows (elapsed measured locally, after the last call).
-    let bound = 5 + (20.0 * elapsed.as_secs_f64()).ceil() as u64;
+    let elapsed_us = u64::try_from(elapsed.as_micros()).unwrap();
+    let bound = 5 + (20 * elapsed_us).div_ceil(1_000_000);
     assert!(admitted <= bound, "admitted {admitted} > {bound}");
     // And not fewer than the store alone would have admitted, give or take a token.
-    let floor = 5 + (20.0 * (elapsed.as_secs_f64() - 0.1)) as u64;
+    let floor = 5 + 20 * elapsed_us.saturating_sub(100_000) / 1_000_000;
     assert!(
         admitted + 1 >= floor,
         "admitted {admitted} < {floor}: the cache refused too much"

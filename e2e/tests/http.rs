@@ -38,10 +38,10 @@ impl Service {
         let client = client();
         let deadline = Instant::now() + Duration::from_secs(30);
         loop {
-            if let Ok(r) = client.get(service.url("/health")).send().await {
-                if r.status() == StatusCode::OK {
-                    return service;
-                }
+            if let Ok(r) = client.get(service.url("/health")).send().await
+                && r.status() == StatusCode::OK
+            {
+                return service;
             }
             if let Some(status) = service.child.try_wait().unwrap() {
                 panic!("{bin} exited during startup: {status}");
