@@ -1,0 +1,244 @@
+//! Load generator: decisions per second and latency of `RateLimiter` on a real Redis, against
+//! `redis-benchmark` running the project's own script on the same server.
+//!
+//! ```sh
+//! cargo bench --bench loadgen                      # 5 runs, plots in docs/
+//! cargo bench --bench loadgen -- --runs 1 --duration 1 --no-plots   # a quick look
+//! cargo bench --bench loadgen -- --help
+//! ```
+//!
+//! Each run measures, on one `redis-server` (started here on a free loopback port, or the one
+//! given by `--url`, which must be on this machine):
+//! 1. `redis-benchmark -c 50 -P 16` running `EVALSHA <gcra.lua> 1 bench:{k:__rand_int__} ..`:
+//!    what one Redis can do of this work (the ceiling);
+//! 2. `redis-benchmark -c 1`, same command: the latency of one call with nothing queued;
+//! 3. the `RateLimiter` (Redis store, prefix `bench`, `FailurePolicy::Deny`, a 5 s deadline)
+//!    from N tasks of this process on the same keys, for each N of `--concurrency`.
+//!
+//! Both sides use the same keys (`bench:{k:<12 digits>}`, uniformly drawn from `--keys`) and
+//! the same script arguments, so Redis does the same work for each. Results in
+//! `docs/benchmarks.md`.
+
+#![allow(clippy::unwrap_used, clippy::print_stdout, missing_docs)]
+
+#[path = "loadgen/args.rs"]
+mod args;
+#[path = "loadgen/load.rs"]
+mod load;
+#[path = "loadgen/plot.rs"]
+mod plot;
+#[path = "loadgen/redis_benchmark.rs"]
+mod redis_benchmark;
+#[path = "loadgen/report.rs"]
+mod report;
+#[path = "loadgen/stats.rs"]
+mod stats;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis_ratelimit::{FailurePolicy, Limit, RateLimiter};
+
+use crate::args::{Args, RuntimeFlavor};
+use crate::load::{Client, Point};
+use crate::redis_benchmark::{Bench, ScriptArgs};
+use crate::report::Run;
+
+/// The decision script, exactly as the limiter loads it.
+const SCRIPT: &str = include_str!("../ratelimit-core/src/scripts/gcra.lua");
+
+fn main() {
+    let args = match Args::parse(std::env::args().skip(1)) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("loadgen: {e}\n\n{}", args::USAGE);
+            std::process::exit(2);
+        }
+    };
+    if args.help {
+        println!("{}", args::USAGE);
+        return;
+    }
+
+    // Our own server unless told otherwise; kept alive until the end of main.
+    let (_server, url) = match &args.url {
+        Some(url) => (None, url.clone()),
+        None => {
+            let server = testkit::RedisServer::start();
+            let url = server.url();
+            (Some(server), url)
+        }
+    };
+    let port = args::loopback_port(&url).unwrap_or_else(|e| {
+        eprintln!("loadgen: {e}");
+        std::process::exit(2);
+    });
+
+    let limit = Limit::try_new(args.rate, args.burst, redis_ratelimit::Unit::Second)
+        .unwrap_or_else(|e| panic!("--rate {} --burst {}: {e}", args.rate, args.burst));
+    let script = ScriptArgs::for_limit(args.rate, args.burst, 1);
+    let keys: Arc<[String]> = (0..args.keys).map(|i| format!("k:{i:012}")).collect();
+
+    let rt = runtime(&args);
+    let limiter = rt.block_on(async {
+        RateLimiter::builder()
+            .redis(url.clone())
+            .prefix("bench")
+            .failure_policy(FailurePolicy::Deny)
+            .deadline(Some(Duration::from_secs(5)))
+            .build()
+            .await
+            .unwrap()
+    });
+    let bench = Bench::new(&url, port, SCRIPT, script, args.keys);
+    check_same_work(&rt, &limiter, &bench, &keys, &limit, &script);
+    let client = if args.redis_rs_only {
+        let conn = rt.block_on(async {
+            redis::Client::open(url.as_str())
+                .unwrap()
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap()
+        });
+        Client::RedisRs {
+            conn,
+            script: Arc::new(redis::Script::new(SCRIPT)),
+            args: script,
+        }
+    } else {
+        Client::Limiter(limiter)
+    };
+
+    print_setup(&args, &url, &bench, &script);
+    let (ceiling_n, single_n) = bench.calibrate(args.duration);
+    println!(
+        "calibrated: redis-benchmark -n {ceiling_n} at -c 50 -P 16, -n {single_n} at -c 1 \
+         (about {:.1} s each)\n",
+        args.duration.as_secs_f64()
+    );
+
+    let mut runs = Vec::with_capacity(args.runs);
+    for r in 1..=args.runs {
+        let load_before = stats::load_average();
+        let ceiling = bench.run(50, 16, ceiling_n);
+        println!("run {r}/{}  {}", args.runs, ceiling.line("-c 50 -P 16"));
+        let single = bench.run(1, 1, single_n);
+        println!("run {r}/{}  {}", args.runs, single.line("-c 1"));
+        let mut points: Vec<Point> = Vec::with_capacity(args.concurrency.len());
+        for &tasks in &args.concurrency {
+            let point = rt.block_on(load::measure(
+                &client,
+                &keys,
+                limit,
+                tasks,
+                args.warmup,
+                args.duration,
+                &bench,
+            ));
+            println!("run {r}/{}  {}", args.runs, point.line());
+            points.push(point);
+        }
+        let load_after = stats::load_average();
+        println!(
+            "run {r}/{}  load average {load_before} -> {load_after}\n",
+            args.runs
+        );
+        runs.push(Run {
+            ceiling,
+            single,
+            points,
+            load: (load_before, load_after),
+        });
+    }
+
+    let summary = report::Summary::new(&args, &runs);
+    summary.print(&args);
+    if args.plots {
+        match plot::draw(&args, &summary) {
+            Ok(files) => {
+                for f in files {
+                    println!("wrote {}", f.display());
+                }
+            }
+            Err(e) => eprintln!("loadgen: no plots: {e}"),
+        }
+    }
+}
+
+fn runtime(args: &Args) -> tokio::runtime::Runtime {
+    let mut builder = match args.runtime {
+        RuntimeFlavor::CurrentThread => tokio::runtime::Builder::new_current_thread(),
+        RuntimeFlavor::MultiThread => {
+            let mut b = tokio::runtime::Builder::new_multi_thread();
+            b.worker_threads(args.workers);
+            b
+        }
+    };
+    builder.enable_all().build().unwrap()
+}
+
+/// Fails loudly unless `redis-benchmark` and the limiter would do the same thing: the script
+/// `redis-benchmark` runs is the one the limiter loaded, a bucket key of ours is spelled as
+/// `redis-benchmark`'s, and the script arguments give the limiter's decision.
+fn check_same_work(
+    rt: &tokio::runtime::Runtime,
+    limiter: &RateLimiter,
+    bench: &Bench,
+    keys: &[String],
+    limit: &Limit,
+    script: &ScriptArgs,
+) {
+    assert_eq!(
+        bench.sha,
+        redis::Script::new(SCRIPT).get_hash(),
+        "SCRIPT LOAD and the limiter hash the same script"
+    );
+    assert_eq!(limiter.bucket_key(&keys[42]), "bench:{k:000000000042}");
+    let ours = rt.block_on(limiter.check("k:check-a", limit)).unwrap();
+    let theirs = bench.evalsha("bench:{k:check-b}");
+    assert_eq!(
+        (u64::from(ours.allowed), ours.remaining),
+        (theirs[0], theirs[1]),
+        "the script arguments {script:?} do what the limiter asks"
+    );
+    assert!(ours.allowed, "the limit must admit the calls");
+}
+
+fn print_setup(args: &Args, url: &str, bench: &Bench, script: &ScriptArgs) {
+    println!("# loadgen");
+    println!(
+        "server: {url} ({}); redis-benchmark: {}",
+        bench.server_version(),
+        bench.bin.display()
+    );
+    println!(
+        "limit: {} per second, burst {} (script ARGV {} {} {} {}); {} keys; prefix `bench`",
+        args.rate,
+        args.burst,
+        script.interval,
+        script.per_micro,
+        script.tau,
+        script.cost,
+        args.keys
+    );
+    println!(
+        "runtime: {}; {} runs; each measurement {:.1} s after {:.1} s of warm-up; tasks {:?}",
+        args.runtime_label(),
+        args.runs,
+        args.duration.as_secs_f64(),
+        args.warmup.as_secs_f64(),
+        args.concurrency
+    );
+    println!(
+        "measured client (\"ours\"): {}",
+        if args.redis_rs_only {
+            "redis-rs alone: Script::invoke_async on one MultiplexedConnection (--redis-rs-only)"
+        } else {
+            "RateLimiter::check, Redis store, FailurePolicy::Deny, 5 s deadline"
+        }
+    );
+    println!(
+        "redis-benchmark command: {}\n",
+        bench.command_line(50, 16, 0)
+    );
+}

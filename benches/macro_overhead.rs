@@ -1,0 +1,91 @@
+//! What `#[rate_limit]` costs over calling the limiter by hand: the same function, on the
+//! same in-memory limiter, the same bucket and limit, once annotated and once calling
+//! `RateLimiter::check_named` itself. Both run on Tokio's current-thread runtime (criterion's
+//! `to_async`, one `block_on` per sample), outside any request scope (the macro then resolves
+//! its key against an empty context), and once inside one.
+//!
+//! `cargo bench --bench macro_overhead`; results in `docs/benchmarks.md`.
+
+#![allow(clippy::unwrap_used, missing_docs)]
+
+use std::hint::black_box;
+use std::sync::OnceLock;
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use redis_ratelimit::{Global, Limit, RateLimited, RateLimiter, RequestContext, rate_limit, scope};
+
+/// Both functions share this name, so both use the same bucket key.
+const NAME: &str = "bench::limited";
+/// Every call admitted, the bucket never full (so never dropped): the write path every time.
+const LIMIT: Limit = Limit::per_second(1).burst(1_000_000_000);
+
+static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
+
+#[derive(Debug)]
+struct ApiError;
+
+impl From<RateLimited> for ApiError {
+    fn from(_: RateLimited) -> Self {
+        ApiError
+    }
+}
+
+#[rate_limit(
+    replenish = 1,
+    burst = 1_000_000_000,
+    key = Global,
+    name = "bench::limited",
+    limiter = LIMITER
+)]
+async fn annotated(x: u64) -> Result<u64, ApiError> {
+    Ok(x + 1)
+}
+
+async fn by_hand(x: u64) -> Result<u64, ApiError> {
+    let limiter = LIMITER.get().ok_or(ApiError)?;
+    let decision = limiter
+        .check_named(NAME, "global", &LIMIT, 1)
+        .await
+        .map_err(|_| ApiError)?;
+    if !decision.allowed {
+        return Err(ApiError);
+    }
+    Ok(x + 1)
+}
+
+fn macro_overhead(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let limiter = rt
+        .block_on(RateLimiter::builder().memory().prefix("svc").build())
+        .unwrap();
+    LIMITER.set(limiter).unwrap();
+    // Same key: the resolver gives what the hand-written call passes.
+    let empty = RequestContext::new();
+    let key = redis_ratelimit::KeyResolver::resolve(&Global, &empty);
+    assert_eq!(key.as_deref(), Some("global"));
+    assert!(rt.block_on(annotated(1)).is_ok());
+    assert!(rt.block_on(by_hand(1)).is_ok());
+
+    let mut group = c.benchmark_group("macro_overhead");
+    group.bench_function("by_hand", |b| {
+        b.to_async(&rt).iter(|| by_hand(black_box(1)));
+    });
+    group.bench_function("annotated", |b| {
+        b.to_async(&rt).iter(|| annotated(black_box(1)));
+    });
+    group.bench_function("by_hand_in_scope", |b| {
+        b.to_async(&rt)
+            .iter(|| scope(RequestContext::new(), by_hand(black_box(1))));
+    });
+    group.bench_function("annotated_in_scope", |b| {
+        b.to_async(&rt)
+            .iter(|| scope(RequestContext::new(), annotated(black_box(1))));
+    });
+    group.finish();
+}
+
+criterion_group!(benches, macro_overhead);
+criterion_main!(benches);
