@@ -10,8 +10,8 @@ use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use redis_ratelimit::{
-    Global, Header, ManualClock, MemoryStore, RateLimited, RateLimiter, RequestContext, Source,
-    Uri, declared_limits, rate_limit, scope, scope_returning,
+    FailurePolicy, Global, Header, ManualClock, MemoryStore, RateLimited, RateLimiter,
+    RequestContext, Source, Uri, declared_limits, rate_limit, scope, scope_returning,
 };
 
 static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
@@ -390,6 +390,47 @@ async fn before_enable_the_global_limit_is_enforced_in_memory() {
     // This file never enables the global limiter: the calls are limited in this process.
     assert!(before_enable().await.is_ok());
     assert!(before_enable().await.is_ok());
-    assert!(before_enable().await.is_err());
+    let rejection = before_enable().await.unwrap_err();
+    assert_eq!(rejection.decision().source, Source::Fallback);
     assert_eq!(UNENABLED_RUNS.load(Ordering::SeqCst), 2);
+}
+
+static FAIL_CLOSED_RUNS: AtomicUsize = AtomicUsize::new(0);
+
+#[rate_limit(replenish = 2, unit = "day", key = Global, policy = "deny")]
+async fn fails_closed() -> Result<(), RateLimited> {
+    FAIL_CLOSED_RUNS.fetch_add(1, Ordering::SeqCst);
+    Ok(())
+}
+
+#[rate_limit(replenish = 2, unit = "day", key = Global, policy = "allow")]
+async fn fails_open() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn before_enable_a_limit_follows_its_own_failure_policy() {
+    // Not enabled counts as Redis being down: `deny` refuses every call, `allow` admits all.
+    let rejection = fails_closed().await.unwrap_err();
+    assert_eq!(rejection.decision().source, Source::FailClosed);
+    assert!(fails_closed().await.is_err());
+    assert_eq!(FAIL_CLOSED_RUNS.load(Ordering::SeqCst), 0);
+    for _ in 0..5 {
+        assert!(
+            fails_open().await.is_ok(),
+            "over the burst of 2, still admitted"
+        );
+    }
+    let limits = declared_limits();
+    let declared = |suffix: &str| {
+        limits
+            .iter()
+            .find(|d| d.name().ends_with(suffix))
+            .unwrap()
+            .declared_limit()
+            .failure_policy()
+    };
+    assert_eq!(declared("::fails_closed"), Some(FailurePolicy::Deny));
+    assert_eq!(declared("::fails_open"), Some(FailurePolicy::Allow));
+    assert_eq!(declared("::before_enable"), None);
 }

@@ -23,16 +23,17 @@ pub async fn check(
     if !effective.enabled {
         return Ok(());
     }
-    let limiter = match limiter {
-        Some(l) => l,
+    let (limiter, enabled) = match limiter {
+        Some(l) => (l, true),
         None => {
             decl.warn_once(&format_args!(
                 "redis-ratelimit is not enabled: `{}` ran before `enable_redis_rate_limit!().await` \
-                 (or its `limiter = ..` is not initialised); enforcing it in this process's memory \
-                 per the default failure policy",
-                decl.name()
+                 (or its `limiter = ..` is not initialised); deciding it by its failure policy \
+                 ({}) as if Redis were down",
+                decl.name(),
+                effective.limit.failure_policy().unwrap_or_default()
             ));
-            &UNENABLED
+            (&*UNENABLED, false)
         }
     };
     let name = decl.name();
@@ -41,21 +42,27 @@ pub async fn check(
         key.resolve(ctx).map(|k| limiter.named_bucket_key(name, &k))
     });
     let decision = match bucket {
-        Some(bucket) => match limiter
-            .check_bucket(&bucket, &effective.limit, effective.cost)
-            .await
-        {
-            Ok(d) => (d, bucket),
-            Err(e) => {
-                // Only misuse reaches here (cost validated at enable); refuse rather than run
-                // unchecked, and say why once.
-                decl.warn_once(&format_args!("rate limit `{name}` cannot be checked: {e}"));
-                let d = limiter
-                    .decide_without_key(&effective.limit, effective.cost)
-                    .with_source(Source::FailClosed);
-                (d, bucket)
+        Some(bucket) => {
+            let decided = if enabled {
+                limiter
+                    .check_bucket(&bucket, &effective.limit, effective.cost)
+                    .await
+            } else {
+                limiter.decide_by_policy(&bucket, &effective.limit, effective.cost)
+            };
+            match decided {
+                Ok(d) => (d, bucket),
+                Err(e) => {
+                    // Only misuse reaches here (cost validated at enable); refuse rather than
+                    // run unchecked, and say why once.
+                    decl.warn_once(&format_args!("rate limit `{name}` cannot be checked: {e}"));
+                    let d = limiter
+                        .decide_without_key(&effective.limit, effective.cost)
+                        .with_source(Source::FailClosed);
+                    (d, bucket)
+                }
             }
-        },
+        }
         None => {
             let d = limiter.decide_without_key(&effective.limit, effective.cost);
             (d, String::new())
@@ -70,7 +77,8 @@ pub async fn check(
     }
 }
 
-/// Calls made before `enable_redis_rate_limit!` are limited here, in memory.
+/// Calls made before `enable_redis_rate_limit!` are decided by their failure policy, as if
+/// the store were down; this limiter holds the fallback's memory.
 static UNENABLED: LazyLock<RateLimiter> = LazyLock::new(RateLimiter::unenabled);
 
 /// What `limiter = ..` may name: a limiter, or a cell that holds one once initialised.

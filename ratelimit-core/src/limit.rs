@@ -5,6 +5,8 @@ use std::num::NonZeroU32;
 use std::str::FromStr;
 use std::time::Duration;
 
+use crate::FailurePolicy;
+
 /// The period over which [`Limit::replenish`] tokens are added back to a bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Unit {
@@ -122,6 +124,7 @@ pub struct Limit {
     replenish: NonZeroU32,
     burst: NonZeroU32,
     unit: Unit,
+    on_failure: Option<FailurePolicy>,
 }
 
 /// Largest fine-unit quantity the arithmetic may hold; Lua's doubles are exact below 2^53 and
@@ -180,7 +183,7 @@ impl Limit {
     /// If `burst` is 0, or the limit is too fine-grained (see [`InvalidLimit::TooFine`]).
     pub const fn burst(self, burst: u32) -> Limit {
         match Limit::try_new(self.replenish.get(), burst, self.unit) {
-            Ok(limit) => limit,
+            Ok(limit) => limit.with_failure_policy(self.on_failure),
             Err(InvalidLimit::ZeroBurst) => panic!("`burst` must be at least 1"),
             Err(_) => panic!("invalid limit: burst x unit is too large; see InvalidLimit::TooFine"),
         }
@@ -213,7 +216,36 @@ impl Limit {
             replenish: replenish_nz,
             burst: burst_nz,
             unit,
+            on_failure: None,
         })
+    }
+
+    /// The same limit with its own failure policy: what calls under this limit get while the
+    /// store fails, instead of the limiter's [`failure_policy`](crate::RateLimiter::failure_policy).
+    ///
+    /// ```
+    /// use ratelimit_core::{FailurePolicy, Limit};
+    ///
+    /// // Payments fail closed even when the limiter's default is to fall back to memory.
+    /// const PAYMENTS: Limit = Limit::per_second(5).burst(10).on_failure(FailurePolicy::Deny);
+    /// assert_eq!(PAYMENTS.failure_policy(), Some(FailurePolicy::Deny));
+    /// assert_eq!(Limit::per_second(5).failure_policy(), None);
+    /// ```
+    #[must_use]
+    pub const fn on_failure(self, policy: FailurePolicy) -> Limit {
+        self.with_failure_policy(Some(policy))
+    }
+
+    /// The same limit with the given failure policy, or with the limiter's when `None`.
+    #[must_use]
+    pub const fn with_failure_policy(mut self, policy: Option<FailurePolicy>) -> Limit {
+        self.on_failure = policy;
+        self
+    }
+
+    /// This limit's own failure policy, if it has one; `None` defers to the limiter's.
+    pub const fn failure_policy(&self) -> Option<FailurePolicy> {
+        self.on_failure
     }
 
     /// Tokens added per [`unit`](Limit::unit).
@@ -266,7 +298,11 @@ impl fmt::Display for Limit {
             f,
             "{} per {} (burst {})",
             self.replenish, self.unit, self.burst
-        )
+        )?;
+        match self.on_failure {
+            Some(policy) => write!(f, ", on failure {policy}"),
+            None => Ok(()),
+        }
     }
 }
 

@@ -105,6 +105,18 @@ impl RateLimiter {
         self.decide(bucket, limit, cost).await
     }
 
+    /// Decides as the failure policy would with the store down (calls made before
+    /// `enable_redis_rate_limit!`).
+    pub(crate) fn decide_by_policy(
+        &self,
+        bucket: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> Result<Decision, Error> {
+        validate_cost(limit, cost)?;
+        Ok(self.inner.resilience.decide(bucket, limit, cost))
+    }
+
     /// The limiter of calls made before `enable_redis_rate_limit!`: in memory, default
     /// policies.
     pub(crate) fn unenabled() -> RateLimiter {
@@ -160,7 +172,8 @@ impl RateLimiter {
         &self.inner.prefix
     }
 
-    /// What this limiter does when its store fails.
+    /// What this limiter does when its store fails, for limits without their own
+    /// ([`Limit::on_failure`]).
     pub fn failure_policy(&self) -> FailurePolicy {
         self.inner.resilience.policy
     }

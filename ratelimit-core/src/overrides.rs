@@ -13,6 +13,7 @@
 //! burst = 100           # bucket capacity, >= 1
 //! unit = "minute"       # second | minute | hour | day
 //! cost = 2              # tokens per call, 1..=burst
+//! policy = "deny"       # while Redis fails: fallback | allow | deny
 //!
 //! [limits."shop::search"]
 //! enabled = false       # calls pass unchecked
@@ -22,7 +23,7 @@
 //! `RATE_LIMIT_OVERRIDE_<NAME>`, where `<NAME>` is the limit's name in upper case with every
 //! character other than a letter or digit replaced by `_` (`shop::orders::list_orders` →
 //! `RATE_LIMIT_OVERRIDE_SHOP__ORDERS__LIST_ORDERS`), holds comma-separated fields
-//! (`replenish=10,burst=100,unit=minute,cost=2`) or `disabled`. It wins over the file.
+//! (`replenish=10,burst=100,unit=minute,cost=2,policy=deny`) or `disabled`. It wins over the file.
 //!
 //! An override that names no declared limit, or has an invalid value, makes
 //! `enable_redis_rate_limit!` fail with an error naming the file or variable, the limit and
@@ -34,7 +35,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::registry::{Effective, LimitDeclaration, describe_names};
-use crate::{Error, Limit, Unit};
+use crate::{Error, FailurePolicy, Limit, Unit};
 
 /// The prefix of the per-limit environment variables.
 pub const ENV_PREFIX: &str = "RATE_LIMIT_OVERRIDE_";
@@ -54,6 +55,8 @@ pub struct Override {
     pub cost: Option<u32>,
     /// `false` disables the limit.
     pub enabled: Option<bool>,
+    /// The failure policy of this limit: `fallback`, `allow` or `deny`.
+    pub policy: Option<String>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -104,6 +107,7 @@ pub fn parse_env(value: &str) -> Result<Override, Error> {
             "burst" => o.burst = Some(number()?),
             "cost" => o.cost = Some(number()?),
             "unit" => o.unit = Some(v.to_owned()),
+            "policy" => o.policy = Some(v.to_owned()),
             "enabled" => {
                 o.enabled = Some(v.parse().map_err(|_| {
                     Error::Config(format!("field `enabled`: `{v}` is not `true` or `false`"))
@@ -111,7 +115,7 @@ pub fn parse_env(value: &str) -> Result<Override, Error> {
             }
             other => {
                 return Err(Error::Config(format!(
-                    "unknown field `{other}`; expected one of `replenish`, `burst`, `unit`, `cost`, `enabled`"
+                    "unknown field `{other}`; expected one of `replenish`, `burst`, `unit`, `cost`, `enabled`, `policy`"
                 )));
             }
         }
@@ -224,6 +228,7 @@ impl Overrides {
         let mut unit = decl.declared_limit().unit();
         let mut cost = decl.declared_cost();
         let mut enabled = true;
+        let mut policy = decl.declared_limit().failure_policy();
         let Some(list) = self.by_name.get(decl.name()) else {
             return Ok(Effective {
                 limit: decl.declared_limit(),
@@ -256,6 +261,9 @@ impl Overrides {
             if let Some(e) = o.enabled {
                 enabled = e;
             }
+            if let Some(p) = &o.policy {
+                policy = Some(p.parse::<FailurePolicy>().map_err(|e| fail("policy", &e))?);
+            }
             if replenish == 0 {
                 return Err(fail("replenish", &"must be at least 1"));
             }
@@ -270,7 +278,7 @@ impl Overrides {
                 ));
             }
         }
-        let limit = Limit::try_new(replenish, burst, unit)?;
+        let limit = Limit::try_new(replenish, burst, unit)?.with_failure_policy(policy);
         Ok(Effective {
             limit,
             cost,
@@ -294,7 +302,7 @@ mod tests {
     );
     static SEARCH: LimitDeclaration = LimitDeclaration::new(
         "shop::search",
-        Limit::per_second(100),
+        Limit::per_second(100).on_failure(FailurePolicy::Allow),
         2,
         "Global",
         "src/search.rs",
@@ -340,25 +348,44 @@ mod tests {
     #[test]
     fn the_file_then_the_environment_change_declared_limits() {
         let f = file(
-            "[limits.\"shop::orders\"]\nreplenish = 10\nunit = \"hour\"\n\n[limits.\"shop::search\"]\nenabled = false\n",
+            "[limits.\"shop::orders\"]\nreplenish = 10\nunit = \"hour\"\npolicy = \"allow\"\n\n[limits.\"shop::search\"]\nenabled = false\n",
         );
         let o = load_from(
             Some(&f.0),
             env(&[
-                ("RATE_LIMIT_OVERRIDE_SHOP__ORDERS", "burst=50,cost=5"),
+                (
+                    "RATE_LIMIT_OVERRIDE_SHOP__ORDERS",
+                    "burst=50,cost=5,policy=deny",
+                ),
                 ("UNRELATED", "x"),
             ]),
             &decls(),
         )
         .unwrap();
         let orders = o.apply(&ORDERS).unwrap();
-        assert_eq!(orders.limit, Limit::per_hour(10).burst(50));
+        assert_eq!(
+            orders.limit,
+            Limit::per_hour(10)
+                .burst(50)
+                .on_failure(FailurePolicy::Deny)
+        );
         assert_eq!((orders.cost, orders.enabled), (5, true));
         let search = o.apply(&SEARCH).unwrap();
         assert_eq!(
             (search.limit, search.cost, search.enabled),
-            (Limit::per_second(100), 2, false)
+            (
+                Limit::per_second(100).on_failure(FailurePolicy::Allow),
+                2,
+                false
+            )
         );
+        // Without overrides, the declared policy stays.
+        let none = load_from(None, env(&[]), &decls()).unwrap();
+        assert_eq!(
+            none.apply(&SEARCH).unwrap().limit.failure_policy(),
+            Some(FailurePolicy::Allow)
+        );
+        assert_eq!(none.apply(&ORDERS).unwrap().limit.failure_policy(), None);
     }
 
     #[test]
@@ -414,6 +441,14 @@ mod tests {
         .unwrap();
         let e = o.apply(&SEARCH).unwrap_err().to_string();
         assert!(e.contains("field `unit`: unknown unit `fortnight`"), "{e}");
+
+        let f = file("[limits.\"shop::search\"]\npolicy = \"sometimes\"\n");
+        let o = load_from(Some(&f.0), env(&[]), &decls()).unwrap();
+        let e = o.apply(&SEARCH).unwrap_err().to_string();
+        assert!(
+            e.contains("limit `shop::search`: field `policy`: unknown failure policy `sometimes`"),
+            "{e}"
+        );
 
         let e = load_from(
             None,

@@ -24,6 +24,23 @@ pub enum FailurePolicy {
     Deny,
 }
 
+impl FailurePolicy {
+    /// The policy's name as written in `policy = ".."` and config overrides.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            FailurePolicy::Fallback => "fallback",
+            FailurePolicy::Allow => "allow",
+            FailurePolicy::Deny => "deny",
+        }
+    }
+}
+
+impl std::fmt::Display for FailurePolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 impl std::str::FromStr for FailurePolicy {
     type Err = Error;
 
@@ -203,9 +220,10 @@ impl Resilience {
         }
     }
 
-    /// The failure policy's decision for a call the store could not take.
+    /// The failure policy's decision for a call the store could not take: the limit's own
+    /// policy if it has one, else the limiter's.
     pub(crate) fn decide(&self, bucket: &str, limit: &Limit, cost: u32) -> Decision {
-        match self.policy {
+        match limit.failure_policy().unwrap_or(self.policy) {
             FailurePolicy::Fallback => {
                 let share = self.instances.load(Ordering::Relaxed).max(1);
                 self.fallback

@@ -1,10 +1,12 @@
 //! The `name = value, ...` lists both macros take, and what they share in reporting errors.
 
 use proc_macro2::{Span, TokenStream};
+use quote::format_ident;
 use syn::ext::IdentExt as _;
 use syn::parse::{Parse, ParseStream, Parser as _};
 use syn::punctuated::Punctuated;
-use syn::{Expr, Ident, Token};
+use syn::spanned::Spanned as _;
+use syn::{Expr, ExprLit, Ident, Lit, Token};
 
 /// One `name = value` (or a bare `name`, which is always an error) as written.
 pub(crate) struct RawArg {
@@ -169,4 +171,48 @@ mod tests {
         assert_eq!(edit_distance("abc", "acb"), 1);
         assert_eq!(edit_distance("kitten", "sitting"), 3);
     }
+}
+
+/// Each failure policy as written, and its `FailurePolicy` variant.
+pub(crate) const FAILURE_POLICIES: &[(&str, &str)] = &[
+    ("fallback", "Fallback"),
+    ("allow", "Allow"),
+    ("deny", "Deny"),
+];
+
+/// A policy written as a string literal, mapped to its enum variant's name.
+pub(crate) fn policy(
+    name: &Ident,
+    value: &Expr,
+    what: &str,
+    valid: &[(&str, &str)],
+    errors: &mut Errors,
+) -> Option<Ident> {
+    let names: Vec<&str> = valid.iter().map(|(written, _)| *written).collect();
+    let Expr::Lit(ExprLit {
+        lit: Lit::Str(s), ..
+    }) = value
+    else {
+        errors.at(
+            value.span(),
+            format_args!(
+                "`{name}` takes a string, one of {}: `{name} = \"{}\"`",
+                quoted(&names),
+                names.first().copied().unwrap_or_default()
+            ),
+        );
+        return None;
+    };
+    let written = s.value();
+    let Some((_, variant)) = valid.iter().find(|(name, _)| *name == written) else {
+        errors.at(
+            s.span(),
+            format_args!(
+                "unknown {what} `{written}`; expected one of {}",
+                quoted(&names)
+            ),
+        );
+        return None;
+    };
+    Some(format_ident!("{variant}", span = s.span()))
 }

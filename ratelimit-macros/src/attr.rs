@@ -5,7 +5,7 @@ use proc_macro2::{Span, TokenStream};
 use syn::spanned::Spanned as _;
 use syn::{Expr, ExprLit, ExprUnary, Ident, Lit, LitInt, LitStr, UnOp};
 
-use crate::args::{self, Errors, RawArg, set_once};
+use crate::args::{self, Errors, FAILURE_POLICIES, RawArg, set_once};
 
 const ARGUMENTS: &[&str] = &[
     "replenish",
@@ -15,6 +15,7 @@ const ARGUMENTS: &[&str] = &[
     "cost",
     "name",
     "limiter",
+    "policy",
 ];
 
 /// Names from Spring's `RedisRateLimiter` and other limiters, mapped to ours.
@@ -32,6 +33,8 @@ const ALIASES: &[(&str, &str)] = &[
     ("per", "unit"),
     ("key_resolver", "key"),
     ("keyResolver", "key"),
+    ("failure_policy", "policy"),
+    ("on_failure", "policy"),
 ];
 
 /// The arguments of one `#[rate_limit(...)]`, as written; `None` when left to the default.
@@ -43,6 +46,8 @@ pub(crate) struct RateLimitArgs {
     pub(crate) cost: Option<Count>,
     pub(crate) name: Option<LitStr>,
     pub(crate) limiter: Option<Expr>,
+    /// The `FailurePolicy` variant of `policy = ".."`.
+    pub(crate) policy: Option<Ident>,
     /// Every known argument written, valid or not: a bad `replenish` is not also a missing one.
     written: Vec<String>,
 }
@@ -130,6 +135,7 @@ impl RateLimitArgs {
             cost: None,
             name: None,
             limiter: None,
+            policy: None,
             written: Vec::new(),
         };
         for RawArg { name, value } in args::parse_list(tokens)? {
@@ -172,6 +178,13 @@ impl RateLimitArgs {
                         set_once(&mut args.name, lit, &name, errors);
                     }
                 }
+                "policy" => {
+                    if let Some(v) =
+                        args::policy(&name, &value, "failure policy", FAILURE_POLICIES, errors)
+                    {
+                        set_once(&mut args.policy, v, &name, errors);
+                    }
+                }
                 "key" => set_once(&mut args.key, value, &name, errors),
                 _ => set_once(&mut args.limiter, value, &name, errors),
             }
@@ -193,6 +206,7 @@ fn example(argument: &str) -> &'static str {
         "name" => "\"orders.list\"",
         "limiter" => "MY_LIMITER",
         "cost" => "1",
+        "policy" => "\"deny\"",
         _ => "10",
     }
 }

@@ -2,11 +2,11 @@
 //! `redis_ratelimit::enable(EnableOptions::new(<crate name>)...)`.
 
 use proc_macro2::{Ident, Span, TokenStream};
-use quote::{format_ident, quote};
+use quote::quote;
 use syn::spanned::Spanned as _;
 use syn::{Expr, ExprLit, ExprUnary, Lit, UnOp};
 
-use crate::args::{self, Errors, RawArg, set_once};
+use crate::args::{self, Errors, FAILURE_POLICIES, RawArg, policy, set_once};
 
 const OPTIONS: &[&str] = &[
     "url",
@@ -31,12 +31,7 @@ const ALIASES: &[(&str, &str)] = &[
     ("config_file", "config"),
 ];
 
-/// Each policy as written, and its enum variant.
-const FAILURE_POLICIES: &[(&str, &str)] = &[
-    ("fallback", "Fallback"),
-    ("allow", "Allow"),
-    ("deny", "Deny"),
-];
+/// Each empty-key policy as written, and its enum variant.
 const EMPTY_KEY_POLICIES: &[(&str, &str)] = &[("deny", "Deny"), ("allow", "Allow")];
 
 #[derive(Default)]
@@ -142,43 +137,6 @@ fn example(option: &str) -> &'static str {
         "deadline_ms" => "50",
         _ => "\"ratelimit.toml\"",
     }
-}
-
-/// A policy written as a string literal, mapped to its enum variant's name.
-fn policy(
-    name: &Ident,
-    value: &Expr,
-    what: &str,
-    valid: &[(&str, &str)],
-    errors: &mut Errors,
-) -> Option<Ident> {
-    let names: Vec<&str> = valid.iter().map(|(written, _)| *written).collect();
-    let Expr::Lit(ExprLit {
-        lit: Lit::Str(s), ..
-    }) = value
-    else {
-        errors.at(
-            value.span(),
-            format_args!(
-                "`{name}` takes a string, one of {}: `{name} = \"{}\"`",
-                args::quoted(&names),
-                names.first().copied().unwrap_or_default()
-            ),
-        );
-        return None;
-    };
-    let written = s.value();
-    let Some((_, variant)) = valid.iter().find(|(name, _)| *name == written) else {
-        errors.at(
-            s.span(),
-            format_args!(
-                "unknown {what} `{written}`; expected one of {}",
-                args::quoted(&names)
-            ),
-        );
-        return None;
-    };
-    Some(format_ident!("{variant}", span = s.span()))
 }
 
 /// `deadline_ms = 50`: a positive literal, or an expression of type `u64`.

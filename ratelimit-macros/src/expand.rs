@@ -148,10 +148,14 @@ fn declaration(args: &RateLimitArgs, sig: &Signature) -> TokenStream {
     }
 
     let burst = burst_value.map(|b| quote!(.burst(#b)));
+    let policy = args
+        .policy
+        .as_ref()
+        .map(|v| quote!(.on_failure(::redis_ratelimit::FailurePolicy::#v)));
     let declaration = quote! {
         ::redis_ratelimit::__private::LimitDeclaration::new(
             #name,
-            ::redis_ratelimit::Limit::new(#replenish_value, ::redis_ratelimit::Unit::#unit)#burst,
+            ::redis_ratelimit::Limit::new(#replenish_value, ::redis_ratelimit::Unit::#unit)#burst #policy,
             #cost_value,
             #key,
             ::core::file!(),

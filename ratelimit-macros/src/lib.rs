@@ -48,6 +48,7 @@ use proc_macro::TokenStream;
 /// | `cost` | integer ≥ 1, at most `burst` | `1` | tokens one call takes |
 /// | `name` | a string | `"module::path::function"` | the limit's name in config overrides, logs and metrics |
 /// | `limiter` | an expression: a `RateLimiter`, or a `OnceLock` / `LazyLock` of one | the global limiter | the limiter that decides |
+/// | `policy` | `"fallback"`, `"allow"`, `"deny"` | the limiter's | what this limit's calls get while Redis fails (see `FailurePolicy`) |
 ///
 /// `replenish`, `burst` and `cost` are integer literals, checked by the macro, or constants of
 /// type `u32` (`replenish = ORDERS_PER_MINUTE`), checked by the compiler when it evaluates the
@@ -69,8 +70,13 @@ use proc_macro::TokenStream;
 /// built once at compile time and registered for `redis_ratelimit::declared_limits()` with
 /// its name, key expression, file and the attribute's line.
 ///
+/// `policy` lets one limit fail differently from the rest: a payment endpoint that must fail
+/// closed (`policy = "deny"`) beside read endpoints that fall back to memory. A config
+/// override's `policy` field changes it without recompiling.
+///
 /// Until `enable_redis_rate_limit!().await` has installed the global limiter, functions without
-/// a `limiter = ..` are limited in this process's memory, and each logs one error saying so.
+/// a `limiter = ..` are decided by their failure policy as if Redis were down (by default, in
+/// this process's memory), and each logs one error saying so.
 ///
 /// # Requirements
 ///

@@ -391,7 +391,7 @@ async fn a_paused_redis_costs_one_deadline_not_the_pause() {
 
 /// (e) What each policy admits while Redis is down, with two instances sharing each limit
 /// (seen by the heartbeat before the outage): the fallback enforces this instance's half,
-/// allow admits everything, deny nothing.
+/// allow admits everything, deny nothing; a limit with its own policy follows it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_each_policy_admits_while_redis_is_down() {
     const RATE: u32 = 10;
@@ -435,30 +435,42 @@ async fn what_each_policy_admits_while_redis_is_down() {
     let t_kill = Instant::now();
     let mut loads = Vec::new();
     for (policy, pair) in &pairs {
-        for l in pair {
+        for (i, l) in pair.iter().enumerate() {
+            let label = format!("{policy:?} instance {}", i + 1);
             let load = Load::start(l, vec!["k".to_owned()], limit, 4, Duration::from_millis(5));
-            loads.push((*policy, load));
+            loads.push((*policy, label, load));
         }
+    }
+    // A limit's own policy wins over its limiter's: fail closed on a fallback limiter, open
+    // on a deny limiter.
+    for (own, on) in [
+        (FailurePolicy::Deny, FailurePolicy::Fallback),
+        (FailurePolicy::Allow, FailurePolicy::Deny),
+    ] {
+        let l = &pairs.iter().find(|p| p.0 == on).unwrap().1[0];
+        let label = format!("{on:?} instance 1, a limit with policy {own:?}");
+        let keys = vec!["own-policy".to_owned()];
+        let load = Load::start(l, keys, limit.on_failure(own), 4, Duration::from_millis(5));
+        loads.push((own, label, load));
     }
     tokio::time::sleep(Duration::from_secs(3)).await;
     let mut results = Vec::new();
-    for (policy, load) in loads {
-        results.push((policy, load.stop().await));
+    for (policy, label, load) in loads {
+        results.push((policy, label, load.stop().await));
     }
     let outage = t_kill.elapsed();
     let secs = outage.as_secs_f64();
     // This instance's share: half the burst, and half the rate over the whole outage.
     let share_bound = usize::try_from(BURST / 2).unwrap()
         + usize::try_from((u128::from(RATE) * outage.as_micros()).div_ceil(2 * 1_000_000)).unwrap();
-    for (i, (policy, calls)) in results.iter().enumerate() {
+    for (policy, label, calls) in &results {
         assert_no_errors(calls);
         let expected = policy_source(*policy);
         assert!(
             calls.iter().all(|c| c.source() == Some(expected)),
-            "{policy:?}: every call decided by the policy ({expected:?})"
+            "{label}: every call decided by the policy ({expected:?})"
         );
         let admitted = calls.iter().filter(|c| c.allowed()).count();
-        let instance = i % 2 + 1;
         let promise = match policy {
             FailurePolicy::Fallback => format!(
                 "<= burst/2 + rate/2 x {secs:.2} s = {share_bound} (its share of {limit}), \
@@ -468,17 +480,19 @@ async fn what_each_policy_admits_while_redis_is_down() {
             _ => "none".to_owned(),
         };
         println!(
-            "outage {secs:.2} s, {policy:?} instance {instance}: {admitted} of {} calls \
-             admitted (promise: {promise})",
+            "outage {secs:.2} s, {label}: {admitted} of {} calls admitted (promise: {promise})",
             calls.len()
         );
         match policy {
             FailurePolicy::Fallback => {
-                assert!(admitted <= share_bound, "{admitted} > {share_bound}");
-                assert!(admitted >= (BURST / 2) as usize, "{admitted}");
+                assert!(
+                    admitted <= share_bound,
+                    "{label}: {admitted} > {share_bound}"
+                );
+                assert!(admitted >= (BURST / 2) as usize, "{label}: {admitted}");
             }
-            FailurePolicy::Allow => assert_eq!(admitted, calls.len()),
-            _ => assert_eq!(admitted, 0),
+            FailurePolicy::Allow => assert_eq!(admitted, calls.len(), "{label}"),
+            _ => assert_eq!(admitted, 0, "{label}"),
         }
     }
     server.restart();

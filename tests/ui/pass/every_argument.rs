@@ -12,6 +12,7 @@ static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
     cost = 2,
     name = "orders.list",
     limiter = LIMITER,
+    policy = "deny",
 )]
 async fn list_orders() -> Result<Vec<u64>, RateLimited> {
     Ok(vec![1, 2, 3])
