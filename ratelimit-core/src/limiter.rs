@@ -138,6 +138,7 @@ impl RateLimiter {
             b.cooldown.unwrap_or(Some(DEFAULT_COOLDOWN)),
             circuits,
             &prefix,
+            b.fallback.clone(),
         );
         // A memory store answers as fast as the cache would: no cache in front of it.
         let deny_cache = match (&backend, b.deny_cache) {
@@ -376,6 +377,7 @@ pub struct RateLimiterBuilder {
     deadline: Option<Option<Duration>>,
     cooldown: Option<Option<Duration>>,
     deny_cache: Option<usize>,
+    fallback: Option<MemoryStore>,
 }
 
 enum StoreChoice {
@@ -461,6 +463,14 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// Enforce the [`Fallback`](FailurePolicy::Fallback) policy in this store (default: a
+    /// [`MemoryStore::new`], bounded at 1,000,000 buckets), to choose its bound: say
+    /// `MemoryStore::new().with_max_keys(100_000)`.
+    pub fn fallback_store(mut self, store: MemoryStore) -> Self {
+        self.fallback = Some(store);
+        self
+    }
+
     /// Connects (for Redis) and returns the limiter.
     ///
     /// # Errors
@@ -505,6 +515,84 @@ impl fmt::Debug for RateLimiterBuilder {
             .field("policy", &self.policy)
             .field("empty_key", &self.empty_key)
             .field("deadline", &self.deadline)
+            .field("cooldown", &self.cooldown)
+            .field("deny_cache", &self.deny_cache)
+            .field("fallback", &self.fallback)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ManualClock;
+
+    /// A store of the user's own that is down: every call fails as a timeout would.
+    struct DownStore;
+
+    impl Store for DownStore {
+        async fn check(&self, _: &str, _: &Limit, _: u32) -> Result<Decision, Error> {
+            Err(Error::Timeout(Duration::from_millis(1)))
+        }
+
+        async fn reset(&self, _: &str) -> Result<(), Error> {
+            Err(Error::Timeout(Duration::from_millis(1)))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_fallback_runs_in_the_store_given_within_its_bound() {
+        // A multiple of the shard count (at most 256): each shard holds at most its part.
+        let fallback = MemoryStore::with_clock(ManualClock::new()).with_max_keys(256);
+        let limiter = RateLimiter::builder()
+            .store(DownStore)
+            .fallback_store(fallback.clone())
+            .build()
+            .await
+            .unwrap();
+        let limit = Limit::per_hour(1);
+        for key in 0..1000 {
+            let d = limiter.check(&key.to_string(), &limit).await.unwrap();
+            assert_eq!((d.allowed, d.source), (true, Source::Fallback), "{key}");
+        }
+        assert!(limiter.is_degraded());
+        let held = fallback.len();
+        assert!(
+            (1..=256).contains(&held),
+            "the bound of the store given holds: {held}"
+        );
+        assert_eq!(
+            fallback.evicted_active(),
+            1000 - u64::try_from(held).unwrap()
+        );
+        // The bucket just taken from stays, exhausted, in the fallback.
+        assert!(!limiter.check("999", &limit).await.unwrap().allowed);
+    }
+
+    #[tokio::test]
+    async fn a_limit_with_its_own_policy_overrides_the_limiters() {
+        let limiter = RateLimiter::builder()
+            .store(DownStore)
+            .failure_policy(FailurePolicy::Fallback)
+            .build()
+            .await
+            .unwrap();
+        let limit = Limit::per_hour(1);
+        let closed = limit.on_failure(FailurePolicy::Deny);
+        let open = limit.on_failure(FailurePolicy::Allow);
+        for _ in 0..3 {
+            let d = limiter.check("k", &closed).await.unwrap();
+            assert_eq!((d.allowed, d.source), (false, Source::FailClosed));
+            assert!(
+                d.retry_after > Duration::ZERO,
+                "a refusal says when to retry"
+            );
+            let d = limiter.check("k", &open).await.unwrap();
+            assert_eq!((d.allowed, d.source), (true, Source::FailOpen));
+        }
+        let d = limiter.check("k", &limit).await.unwrap();
+        assert_eq!((d.allowed, d.source), (true, Source::Fallback));
+        assert!(!limiter.check("k", &limit).await.unwrap().allowed);
+        assert_eq!(closed.to_string(), "1 per hour (burst 1), on failure deny");
     }
 }

@@ -122,7 +122,9 @@ impl Resilience {
         cooldown: Option<Duration>,
         circuits: usize,
         label: &str,
+        fallback: Option<MemoryStore>,
     ) -> Resilience {
+        let fallback = fallback.map(OnceLock::from).unwrap_or_default();
         Resilience {
             policy,
             deadline,
@@ -131,7 +133,7 @@ impl Resilience {
             circuits: (0..circuits.max(1)).map(|_| Circuit::default()).collect(),
             open: AtomicUsize::new(0),
             degraded: AtomicBool::new(false),
-            fallback: OnceLock::new(),
+            fallback,
             instances: Arc::new(AtomicU32::new(1)),
             label: label.into(),
         }
