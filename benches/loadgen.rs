@@ -13,7 +13,9 @@
 //!    what one Redis can do of this work (the ceiling);
 //! 2. `redis-benchmark -c 1`, same command: the latency of one call with nothing queued;
 //! 3. the `RateLimiter` (Redis store, prefix `bench`, `FailurePolicy::Deny`, a 5 s deadline)
-//!    from N tasks of this process on the same keys, for each N of `--concurrency`.
+//!    from N tasks of this process on the same keys, for each N of `--concurrency`;
+//! 4. the deny cache: 64 tasks flooding one key that Redis refused (1 call per hour), against
+//!    the ceiling of 1., with the admissions and `EVALSHA`s during the flood.
 //!
 //! Both sides use the same keys (`bench:{k:<12 digits>}`, uniformly drawn from `--keys`) and
 //! the same script arguments, so Redis does the same work for each. Results in
@@ -43,6 +45,10 @@ use crate::args::{Args, RuntimeFlavor};
 use crate::load::{Client, Point};
 use crate::redis_benchmark::{Bench, ScriptArgs};
 use crate::report::Run;
+
+/// The deny-cache flood's limit: one call an hour, so after the warm-up's first call Redis
+/// refuses the key for the whole measurement, and any admission in it would be an error.
+const FLOOD_LIMIT: Limit = Limit::per_hour(1);
 
 /// The decision script, exactly as the limiter loads it.
 const SCRIPT: &str = include_str!("../ratelimit-core/src/scripts/gcra.lua");
@@ -117,6 +123,7 @@ fn main() {
         args.duration.as_secs_f64()
     );
 
+    let flood_keys: Arc<[String]> = Arc::new(["flood".to_owned()]);
     let mut runs = Vec::with_capacity(args.runs);
     for r in 1..=args.runs {
         let load_before = stats::load_average();
@@ -138,6 +145,23 @@ fn main() {
             println!("run {r}/{}  {}", args.runs, point.line());
             points.push(point);
         }
+        // The deny cache: every task on one key Redis has refused for the next hour.
+        let flood = match &client {
+            Client::Limiter(_) => {
+                let point = rt.block_on(load::measure(
+                    &client,
+                    &flood_keys,
+                    FLOOD_LIMIT,
+                    report::CEILING_TASKS,
+                    args.warmup,
+                    args.duration,
+                    &bench,
+                ));
+                println!("run {r}/{}  deny-cache flood: {}", args.runs, point.line());
+                Some(point)
+            }
+            Client::RedisRs { .. } => None,
+        };
         let load_after = stats::load_average();
         println!(
             "run {r}/{}  load average {load_before} -> {load_after}\n",
@@ -147,6 +171,7 @@ fn main() {
             ceiling,
             single,
             points,
+            flood,
             load: (load_before, load_after),
         });
     }

@@ -3,7 +3,7 @@
 use crate::args::Args;
 use crate::load::Point;
 use crate::redis_benchmark::BenchResult;
-use crate::stats::{Spread, thousands};
+use crate::stats::{Spread, thousands, us};
 
 /// The concurrency compared with the `-c 50 -P 16` ceiling.
 pub(crate) const CEILING_TASKS: usize = 64;
@@ -18,7 +18,29 @@ pub(crate) struct Run {
     pub(crate) ceiling: BenchResult,
     pub(crate) single: BenchResult,
     pub(crate) points: Vec<Point>,
+    /// The deny-cache flood, when the limiter is measured.
+    pub(crate) flood: Option<Point>,
     pub(crate) load: (String, String),
+}
+
+/// Target: decisions/s of the deny-cache flood ÷ the ceiling.
+pub(crate) const FLOOD_TARGET: f64 = 10.0;
+
+/// The deny-cache flood over all runs.
+#[derive(Debug)]
+pub(crate) struct Flood {
+    pub(crate) decisions_per_sec: Spread,
+    /// Per run: the flood's decisions/s ÷ that run's ceiling.
+    pub(crate) ratio: Spread,
+    pub(crate) p50_us: Spread,
+    pub(crate) decisions: u64,
+    /// Calls admitted during the measurement: must be 0 (Redis refuses the key all along).
+    pub(crate) admitted: u64,
+    /// Decisions made by the deny cache, without a round trip.
+    pub(crate) by_cache: u64,
+    /// `EVALSHA`s the server ran during the measurement.
+    pub(crate) evalsha: u64,
+    pub(crate) errors: u64,
 }
 
 /// One concurrency over all runs.
@@ -51,6 +73,7 @@ pub(crate) struct Summary {
     pub(crate) throughput_ratio: Option<Spread>,
     /// Per run: our p50 at one task ÷ that run's `-c 1` p50.
     pub(crate) latency_ratio: Option<Spread>,
+    pub(crate) flood: Option<Flood>,
     pub(crate) loads: Vec<(String, String)>,
 }
 
@@ -87,6 +110,23 @@ impl Summary {
                     .map(|r| r.points[i].latency_us(0.5) / (r.single.p50_ms * 1000.0)),
             )
         });
+        let floods: Vec<(&Point, f64)> = runs
+            .iter()
+            .filter_map(|r| r.flood.as_ref().map(|f| (f, r.ceiling.rps)))
+            .collect();
+        let flood = (!floods.is_empty()).then(|| Flood {
+            decisions_per_sec: Spread::of(floods.iter().map(|(f, _)| f.decisions_per_sec())),
+            ratio: Spread::of(floods.iter().map(|(f, c)| f.decisions_per_sec() / c)),
+            p50_us: Spread::of(floods.iter().map(|(f, _)| f.latency_us(0.5))),
+            decisions: floods.iter().map(|(f, _)| f.stats.decisions).sum(),
+            admitted: floods
+                .iter()
+                .map(|(f, _)| f.stats.decisions - f.stats.denied)
+                .sum(),
+            by_cache: floods.iter().map(|(f, _)| f.stats.not_by_store).sum(),
+            evalsha: floods.iter().map(|(f, _)| f.server.calls).sum(),
+            errors: floods.iter().map(|(f, _)| f.stats.errors).sum(),
+        });
         Summary {
             runs: runs.len(),
             ceiling_rps: Spread::of(runs.iter().map(|r| r.ceiling.rps)),
@@ -98,6 +138,7 @@ impl Summary {
             levels,
             throughput_ratio,
             latency_ratio,
+            flood,
             loads: runs.iter().map(|r| r.load.clone()).collect(),
         }
     }
@@ -163,6 +204,25 @@ impl Summary {
                  {LATENCY_TARGET}: {})",
                 r.show(3),
                 verdict(r.median <= LATENCY_TARGET)
+            );
+        }
+        if let Some(f) = &self.flood {
+            println!(
+                "deny-cache flood, {CEILING_TASKS} tasks on one refused key: {} decisions/s, \
+                 p50 {} µs; {} decisions, {} by the cache, {} EVALSHA, {} admitted, {} errors",
+                f.decisions_per_sec.show_count(),
+                f.p50_us.show(2),
+                thousands(us(f.decisions)),
+                thousands(us(f.by_cache)),
+                f.evalsha,
+                f.admitted,
+                f.errors
+            );
+            println!(
+                "ratio: deny-cache flood ÷ redis-benchmark -c 50 -P 16 = {} (target ≥ \
+                 {FLOOD_TARGET} with 0 admitted: {})",
+                f.ratio.show(1),
+                verdict(f.ratio.median >= FLOOD_TARGET && f.admitted == 0 && f.errors == 0)
             );
         }
         let loads: Vec<String> = self.loads.iter().map(|(a, b)| format!("{a}→{b}")).collect();
