@@ -160,7 +160,8 @@ async fn enable_through_the_macro_then_call() -> Result<(), Error> {
         Some("ok")
     );
 
-    // `limiter = LIMITER` was never initialised: that function is limited in memory.
+    // `limiter = LIMITER` was never initialised: that function is decided by its failure
+    // policy as if Redis were down, and the default policy limits it in memory.
     let ctx = RequestContext::new()
         .with_peer("192.0.2.1:4000".parse().expect("an address"))
         .with_route("/orders/{id}");
@@ -168,7 +169,7 @@ async fn enable_through_the_macro_then_call() -> Result<(), Error> {
     assert_eq!(result.ok(), Some(5));
     let recorded = ctx.recorded().expect("decision recorded");
     assert_eq!(recorded.name, "lints.every_argument");
-    assert_eq!(recorded.decision.source, Source::Store);
+    assert_eq!(recorded.decision.source, Source::Fallback);
     assert_eq!(recorded.decision.remaining, 298);
     Ok(())
 }

@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 pub use inventory;
 
-use crate::context::with_current;
+use crate::context::{record_current, with_current};
 use crate::decision::Source;
 pub use crate::naming::{bucket_key, key_slot};
 pub use crate::registry::{LimitDeclaration, Registration, global};
@@ -69,7 +69,7 @@ pub async fn check(
         }
     };
     let (decision, bucket) = decision;
-    with_current(|ctx| ctx.record(name, decision));
+    record_current(name, decision);
     if decision.allowed {
         Ok(())
     } else {

@@ -247,9 +247,31 @@ pub async fn scope_returning<F: Future>(
 
 /// Calls `f` with the current context, or with an empty one outside any scope.
 pub(crate) fn with_current<R>(f: impl FnOnce(&RequestContext) -> R) -> R {
-    if CONTEXT.try_with(|_| ()).is_ok() {
-        CONTEXT.with(f)
-    } else {
-        f(&RequestContext::default())
+    // One task-local lookup in a scope; outside one, this thread's empty context rather than
+    // a new one built and dropped on every call.
+    let mut f = Some(f);
+    let mut call = |ctx: &RequestContext| f.take().map(|f| f(ctx));
+    if let Ok(Some(r)) = CONTEXT.try_with(&mut call) {
+        return r;
     }
+    match EMPTY.try_with(&mut call) {
+        Ok(Some(r)) => r,
+        // This thread is being torn down: a context of its own for the last calls.
+        _ => match f {
+            Some(f) => f(&RequestContext::default()),
+            None => unreachable!("`f` runs once, and only the branch that ran it returns"),
+        },
+    }
+}
+
+/// Records `decision` in the current context for the response headers; outside a scope no
+/// one reads it, so nothing is recorded.
+pub(crate) fn record_current(name: &'static str, decision: Decision) {
+    let _ = CONTEXT.try_with(|ctx| ctx.record(name, decision));
+}
+
+thread_local! {
+    /// The context of calls made outside any scope. Only the handler's name is ever set on
+    /// it (just before the key is resolved); nothing is recorded.
+    static EMPTY: RequestContext = RequestContext::default();
 }
