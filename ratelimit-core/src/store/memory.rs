@@ -52,8 +52,25 @@ struct Inner {
     hasher: DefaultHashBuilder,
     shard_shift: u32,
     shard_cap: usize,
-    clock: Box<dyn Clock>,
+    clock: TimeSource,
     evicted: AtomicU64,
+}
+
+/// The store's clock: the monotonic one called directly (inlined on the hot path), any other
+/// through the trait.
+enum TimeSource {
+    Monotonic(MonotonicClock),
+    Other(Box<dyn Clock>),
+}
+
+impl TimeSource {
+    #[inline]
+    fn now_micros(&self) -> u64 {
+        match self {
+            TimeSource::Monotonic(c) => c.now_micros(),
+            TimeSource::Other(c) => c.now_micros(),
+        }
+    }
 }
 
 struct Shard {
@@ -70,12 +87,15 @@ struct ShardLock(Mutex<Shard>);
 impl MemoryStore {
     /// A store on the process's monotonic clock, bounded to [`DEFAULT_MAX_KEYS`] buckets.
     pub fn new() -> MemoryStore {
-        MemoryStore::build(Box::new(MonotonicClock::new()), DEFAULT_MAX_KEYS)
+        MemoryStore::build(
+            TimeSource::Monotonic(MonotonicClock::new()),
+            DEFAULT_MAX_KEYS,
+        )
     }
 
     /// A store on `clock` (a [`ManualClock`](crate::ManualClock) in tests).
     pub fn with_clock(clock: impl Clock) -> MemoryStore {
-        MemoryStore::build(Box::new(clock), DEFAULT_MAX_KEYS)
+        MemoryStore::build(TimeSource::Other(Box::new(clock)), DEFAULT_MAX_KEYS)
     }
 
     /// The same store bounded to about `max_keys` buckets (at least one per shard).
@@ -89,12 +109,12 @@ impl MemoryStore {
         let clock = match Arc::try_unwrap(self.inner) {
             Ok(inner) => inner.clock,
             // Shared already: keep the time source semantics by starting a fresh monotonic one.
-            Err(_) => Box::new(MonotonicClock::new()),
+            Err(_) => TimeSource::Monotonic(MonotonicClock::new()),
         };
         MemoryStore::build(clock, max_keys)
     }
 
-    fn build(clock: Box<dyn Clock>, max_keys: usize) -> MemoryStore {
+    fn build(clock: TimeSource, max_keys: usize) -> MemoryStore {
         let parallelism = std::thread::available_parallelism().map_or(4, usize::from);
         let shards = (parallelism * 8).next_power_of_two().clamp(8, 256);
         let shard_shift = 64 - shards.trailing_zeros();
