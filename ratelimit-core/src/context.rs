@@ -246,22 +246,18 @@ pub async fn scope_returning<F: Future>(
 }
 
 /// Calls `f` with the current context, or with an empty one outside any scope.
-pub(crate) fn with_current<R>(f: impl FnOnce(&RequestContext) -> R) -> R {
+pub(crate) fn with_current<R>(mut f: impl FnMut(&RequestContext) -> R) -> R {
     // One task-local lookup in a scope; outside one, this thread's empty context rather than
-    // a new one built and dropped on every call.
-    let mut f = Some(f);
-    let mut call = |ctx: &RequestContext| f.take().map(|f| f(ctx));
-    if let Ok(Some(r)) = CONTEXT.try_with(&mut call) {
+    // a new one built and dropped on every call. `try_with` runs `f` only when it succeeds,
+    // so `f` runs exactly once.
+    if let Ok(r) = CONTEXT.try_with(&mut f) {
         return r;
     }
-    match EMPTY.try_with(&mut call) {
-        Ok(Some(r)) => r,
-        // This thread is being torn down: a context of its own for the last calls.
-        _ => match f {
-            Some(f) => f(&RequestContext::default()),
-            None => unreachable!("`f` runs once, and only the branch that ran it returns"),
-        },
+    if let Ok(r) = EMPTY.try_with(&mut f) {
+        return r;
     }
+    // This thread is being torn down: a context of its own for the last calls.
+    f(&RequestContext::default())
 }
 
 /// Records `decision` in the current context for the response headers; outside a scope no

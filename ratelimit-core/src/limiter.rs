@@ -232,7 +232,8 @@ impl RateLimiter {
             // One small allocation beside a network round trip is the cheaper side.
             Backend::Redis(s) => guard.call(Box::pin(s.check(bucket, limit, cost))).await,
             Backend::Custom(s) => guard.call(s.check_dyn(bucket, limit, cost)).await,
-            Backend::Memory(_) => unreachable!("decided above"),
+            // Answered before the deny cache; the same answer here, should that ever move.
+            Backend::Memory(s) => Ok(s.check_now(bucket, limit, cost)),
         };
         match result {
             Ok(decision) => {
