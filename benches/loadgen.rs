@@ -9,7 +9,7 @@
 //!
 //! Each run measures, on one `redis-server` (started here on a free loopback port, or the one
 //! given by `--url`, which must be on this machine):
-//! 1. `redis-benchmark -c 50 -P 16` running `EVALSHA <gcra.lua> 1 bench:{k:__rand_int__} ..`:
+//! 1. `redis-benchmark -c 50 -P 16` running `EVALSHA <gcra.lua> 1 bench:{:k:__rand_int__} ..`:
 //!    what one Redis can do of this work (the ceiling);
 //! 2. `redis-benchmark -c 1`, same command: the latency of one call with nothing queued;
 //! 3. the `RateLimiter` (Redis store, prefix `bench`, `FailurePolicy::Deny`, a 5 s deadline)
@@ -17,7 +17,7 @@
 //! 4. the deny cache: 64 tasks flooding one key that Redis refused (1 call per hour), against
 //!    the ceiling of 1., with the admissions and `EVALSHA`s during the flood.
 //!
-//! Both sides use the same keys (`bench:{k:<12 digits>}`, uniformly drawn from `--keys`) and
+//! Both sides use the same keys (`bench:{:k:<12 digits>}`, uniformly drawn from `--keys`) and
 //! the same script arguments, so Redis does the same work for each. Results in
 //! `docs/benchmarks.md`.
 
@@ -218,9 +218,9 @@ fn check_same_work(
         redis::Script::new(SCRIPT).get_hash(),
         "SCRIPT LOAD and the limiter hash the same script"
     );
-    assert_eq!(limiter.bucket_key(&keys[42]), "bench:{k:000000000042}");
+    assert_eq!(limiter.bucket_key(&keys[42]), "bench:{:k:000000000042}");
     let ours = rt.block_on(limiter.check("k:check-a", limit)).unwrap();
-    let theirs = bench.evalsha("bench:{k:check-b}");
+    let theirs = bench.evalsha("bench:{:k:check-b}");
     assert_eq!(
         (u64::from(ours.allowed), ours.remaining),
         (theirs[0], theirs[1]),

@@ -27,10 +27,6 @@ impl KeyResolver for ApiKey {
             (8..=64).contains(&body.len()) && body.bytes().all(|b| b.is_ascii_alphanumeric());
         valid.then_some(Cow::Borrowed(key))
     }
-
-    fn describe(&self) -> Cow<'static, str> {
-        Cow::Borrowed("ApiKey")
-    }
 }
 
 /// The tenant that authentication established, kept in the request's extensions.

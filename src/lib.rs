@@ -20,3 +20,20 @@
 
 pub use ratelimit_core::*;
 pub use ratelimit_macros::{enable_redis_rate_limit, rate_limit};
+
+/// Every fenced code block of the README and the docs is compiled (and run, unless marked
+/// `no_run`) by `cargo test --doc`, so the documentation cannot drift from the API.
+#[cfg(all(doctest, feature = "axum", feature = "actix-web"))]
+mod documentation {
+    #[doc = include_str!("../README.md")]
+    struct Readme;
+
+    #[doc = include_str!("../docs/guide.md")]
+    struct Guide;
+
+    #[doc = include_str!("../docs/operations.md")]
+    struct Operations;
+
+    #[doc = include_str!("../docs/benchmarks.md")]
+    struct Benchmarks;
+}

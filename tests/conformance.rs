@@ -204,6 +204,122 @@ async fn impossible_costs_are_errors(h: Harness) {
     assert_eq!(h.check("k", &limit, 5).await.d.remaining, 0);
 }
 
+async fn a_raised_quota_keeps_its_retry_after(h: Harness) {
+    // 3 per minute with a burst of 5, drained; then an override raises it to 60 per minute.
+    let old = Limit::per_minute(3).burst(5);
+    for _ in 0..5 {
+        assert!(h.check("k", &old, 1).await.d.allowed);
+    }
+    let new = Limit::per_minute(60);
+    let refused = h.check("k", &new, 1).await.d;
+    assert!(!refused.allowed);
+    h.assert_duration(
+        refused.retry_after,
+        Duration::from_secs(1),
+        SLACK,
+        "one token at the new rate",
+    );
+    h.advance(refused.retry_after).await;
+    assert!(
+        h.check("k", &new, 1).await.d.allowed,
+        "waiting retry_after is admitted"
+    );
+}
+
+async fn a_lowered_burst_keeps_its_retry_after(h: Harness) {
+    // 1 per second with a burst of 10, drained; then the burst is lowered to 1.
+    let old = Limit::per_second(1).burst(10);
+    for _ in 0..10 {
+        assert!(h.check("k", &old, 1).await.d.allowed);
+    }
+    let new = Limit::per_second(1).burst(1);
+    for _ in 0..2 {
+        let refused = h.check("k", &new, 1).await.d;
+        assert!(!refused.allowed);
+        h.assert_duration(refused.retry_after, Duration::from_secs(1), SLACK, "retry");
+        h.advance(refused.retry_after).await;
+        assert!(
+            h.check("k", &new, 1).await.d.allowed,
+            "waiting retry_after is admitted"
+        );
+    }
+}
+
+async fn a_new_fine_unit_reads_the_bucket_no_fuller(h: Harness) {
+    // 3 per second keeps sub-microsecond remainders; 10 per second must not read them as
+    // credit: the second of debt is a whole empty bucket, the first token 100 ms away.
+    let old = Limit::per_second(3).burst(3);
+    for _ in 0..3 {
+        assert!(h.check("k", &old, 1).await.d.allowed);
+    }
+    let new = Limit::per_second(10);
+    let refused = h.check("k", &new, 1).await.d;
+    assert!(!refused.allowed);
+    h.assert_duration(
+        refused.retry_after,
+        Duration::from_millis(100),
+        SLACK,
+        "retry",
+    );
+    if h.is_memory() {
+        h.advance(refused.retry_after - Duration::from_micros(1))
+            .await;
+        assert!(
+            !h.check("k", &new, 1).await.d.allowed,
+            "a microsecond early"
+        );
+        h.advance(Duration::from_micros(1)).await;
+    } else {
+        h.advance(refused.retry_after).await;
+    }
+    assert!(h.check("k", &new, 1).await.d.allowed);
+}
+
+async fn named_and_unnamed_buckets_never_meet(h: Harness) {
+    let limit = Limit::per_hour(1);
+    let l = &h.limiter;
+    // Each pair collided when `:` alone separated the name from the key.
+    assert!(l.check("orders:alice", &limit).await.unwrap().allowed);
+    assert!(
+        l.check_named("orders", "alice", &limit, 1)
+            .await
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        l.check_named("api", "admin:alice", &limit, 1)
+            .await
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        l.check_named("api:admin", "alice", &limit, 1)
+            .await
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        l.check_named("shop::orders", ":list:bob", &limit, 1)
+            .await
+            .unwrap()
+            .allowed
+    );
+    assert!(
+        l.check_named("shop::orders::list", "bob", &limit, 1)
+            .await
+            .unwrap()
+            .allowed
+    );
+    // And each of them is its own bucket, now empty.
+    assert!(!l.check("orders:alice", &limit).await.unwrap().allowed);
+    assert!(
+        !l.check_named("api:admin", "alice", &limit, 1)
+            .await
+            .unwrap()
+            .allowed
+    );
+}
+
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
         mod memory {
@@ -233,4 +349,8 @@ conformance!(
     refill_follows_the_rate_for_every_unit,
     keys_and_prefixes_are_independent,
     impossible_costs_are_errors,
+    a_raised_quota_keeps_its_retry_after,
+    a_lowered_burst_keeps_its_retry_after,
+    a_new_fine_unit_reads_the_bucket_no_fuller,
+    named_and_unnamed_buckets_never_meet,
 );

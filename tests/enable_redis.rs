@@ -54,7 +54,7 @@ async fn a_config_file_overrides_declared_limits_on_redis() {
     assert_eq!(refused.decision().source, Source::Store);
     let mut con = server.connection().await;
     let exists: bool = con
-        .exists("er:{enable_redis::orders:global}")
+        .exists("er:{20:enable_redis::orders:global}")
         .await
         .unwrap();
     assert!(exists);
@@ -64,7 +64,7 @@ async fn a_config_file_overrides_declared_limits_on_redis() {
         assert!(search().await.is_ok());
     }
     let exists: bool = con
-        .exists("er:{enable_redis::search:global}")
+        .exists("er:{20:enable_redis::search:global}")
         .await
         .unwrap();
     assert!(!exists);

@@ -131,6 +131,112 @@ impl Orders {
     }
 }
 
+/// One-line bodies, each shape users write: the re-emitted body must not read as a block in
+/// braces of its own (`unused_braces`), nor trip clippy's pedantic lints. rustfmt would spread
+/// the bodies over several lines, where `unused_braces` stays quiet.
+#[rustfmt::skip]
+pub mod one_line {
+    use std::fmt::Debug;
+
+    use redis_ratelimit::{RateLimited, rate_limit};
+
+    use super::{ApiError, ApiResult};
+
+    /// A value.
+    ///
+    /// # Errors
+    /// When rate limited.
+    #[rate_limit(replenish = 10, name = "lints.one_line.value")]
+    pub async fn value() -> Result<u32, RateLimited> { Ok(1) }
+
+    /// Unit.
+    ///
+    /// # Errors
+    /// When rate limited.
+    #[rate_limit(replenish = 10, name = "lints.one_line.unit")]
+    pub async fn unit() -> ApiResult<()> { Ok(()) }
+
+    /// An early return on one line.
+    ///
+    /// # Errors
+    /// When rate limited, or when `id` is 0.
+    #[rate_limit(replenish = 10, name = "lints.one_line.early")]
+    pub async fn early(id: u64) -> ApiResult<u64> { if id == 0 { return Err(ApiError::NotFound); } Ok(id) }
+
+    /// `?` on one line.
+    ///
+    /// # Errors
+    /// When rate limited, or when `input` is not a number.
+    #[rate_limit(replenish = 10, name = "lints.one_line.question_mark")]
+    pub async fn question_mark(input: &str) -> Result<u64, Box<dyn std::error::Error + Send + Sync>> { Ok(input.parse::<u64>()?) }
+
+    /// Generic, with a where clause and a lifetime.
+    ///
+    /// # Errors
+    /// When rate limited.
+    #[rate_limit(replenish = 10, name = "lints.one_line.generic")]
+    pub async fn generic<'a, T>(value: &'a T) -> Result<&'a T, RateLimited> where T: Debug + Sync { Ok(value) }
+
+    /// `impl Trait` in argument and return position.
+    ///
+    /// # Errors
+    /// When rate limited.
+    #[rate_limit(replenish = 10, name = "lints.one_line.impl_trait")]
+    pub async fn impl_trait(items: impl IntoIterator<Item = u64> + Send) -> Result<impl Debug, RateLimited> { Ok(items.into_iter().sum::<u64>()) }
+
+    /// An `async move` block in the body.
+    ///
+    /// # Errors
+    /// When rate limited.
+    #[rate_limit(replenish = 10, name = "lints.one_line.async_block")]
+    pub async fn async_block(n: u64) -> Result<u64, RateLimited> { Ok(async move { n + 1 }.await) }
+
+    /// Outer attributes on both sides of the macro.
+    ///
+    /// # Errors
+    /// When rate limited.
+    #[inline]
+    #[rate_limit(replenish = 10, name = "lints.one_line.attributes")]
+    #[allow(clippy::unnecessary_wraps)]
+    #[must_use = "the result says whether the call ran"]
+    pub async fn attributes() -> Result<bool, RateLimited> { Ok(true) }
+
+    /// An inner attribute.
+    ///
+    /// # Errors
+    /// When rate limited.
+    #[rate_limit(replenish = 10, name = "lints.one_line.inner_attribute")]
+    pub async fn inner_attribute() -> Result<bool, RateLimited> { #![allow(unused_variables)] Ok(false) }
+
+    /// Two limits stacked.
+    ///
+    /// # Errors
+    /// When rate limited.
+    #[rate_limit(replenish = 100, name = "lints.one_line.stacked.total", key = redis_ratelimit::Global)]
+    #[rate_limit(replenish = 10, name = "lints.one_line.stacked")]
+    pub async fn stacked() -> Result<u8, RateLimited> { Ok(2) }
+
+    /// A limited counter.
+    #[derive(Debug, Default)]
+    pub struct Counter(u64);
+
+    impl Counter {
+        /// `&self`.
+        ///
+        /// # Errors
+        /// When rate limited.
+        #[rate_limit(replenish = 10, name = "lints.one_line.get")]
+        pub async fn get(&self) -> Result<u64, RateLimited> { Ok(self.0) }
+
+        /// `self` by value.
+        ///
+        /// # Errors
+        /// When rate limited.
+        #[rate_limit(replenish = 10, name = "lints.one_line.into_inner")]
+        pub async fn into_inner(self) -> Result<u64, RateLimited> { Ok(self.0) }
+    }
+}
+
 #[tokio::test]
 async fn enable_through_the_macro_then_call() -> Result<(), Error> {
     let limiter = enable_redis_rate_limit!(
@@ -159,6 +265,27 @@ async fn enable_through_the_macro_then_call() -> Result<(), Error> {
         constants().await.map(|d| d.to_string()).ok().as_deref(),
         Some("ok")
     );
+
+    assert_eq!(one_line::value().await.ok(), Some(1));
+    assert!(one_line::unit().await.is_ok());
+    assert!(matches!(one_line::early(0).await, Err(ApiError::NotFound)));
+    assert_eq!(one_line::question_mark("4").await.ok(), Some(4));
+    assert_eq!(one_line::generic(&3).await.ok(), Some(&3));
+    assert_eq!(
+        one_line::impl_trait([1, 2])
+            .await
+            .map(|s| format!("{s:?}"))
+            .ok()
+            .as_deref(),
+        Some("3")
+    );
+    assert_eq!(one_line::async_block(1).await.ok(), Some(2));
+    assert_eq!(one_line::attributes().await.ok(), Some(true));
+    assert_eq!(one_line::inner_attribute().await.ok(), Some(false));
+    assert_eq!(one_line::stacked().await.ok(), Some(2));
+    let counter = one_line::Counter::default();
+    assert_eq!(counter.get().await.ok(), Some(0));
+    assert_eq!(counter.into_inner().await.ok(), Some(0));
 
     // `limiter = LIMITER` was never initialised: that function is decided by its failure
     // policy as if Redis were down, and the default policy limits it in memory.

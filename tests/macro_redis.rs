@@ -89,11 +89,11 @@ async fn annotated_functions_on_redis() {
     assert_eq!(
         keys,
         [
-            "mr:{macro_redis::export:k1}",
-            "mr:{macro_redis::export:k2}",
-            "mr:{macro_redis::page:/a}",
-            "mr:{macro_redis::page:/b}",
-            "mr:{reports:/r}",
+            "mr:{17:macro_redis::page:/a}",
+            "mr:{17:macro_redis::page:/b}",
+            "mr:{19:macro_redis::export:k1}",
+            "mr:{19:macro_redis::export:k2}",
+            "mr:{7:reports:/r}",
         ]
     );
 

@@ -419,3 +419,144 @@ async fn reset_refills_a_bucket_in_redis_and_in_the_deny_cache() {
         assert_eq!(d.source, Source::Store);
     }
 }
+
+/// Values the script never writes, put at bucket keys by anything else (an operator, an older
+/// tool, a collision): each affects its own key alone, is read as an empty bucket (nothing is
+/// admitted that the bucket may not have had) and overwritten; the store stays healthy.
+#[tokio::test]
+async fn a_foreign_value_at_one_key_is_that_key_s_problem_alone() {
+    let server = RedisServer::start();
+    let limiter = redis_limiter(&server, "t").await;
+    let mut con = server.connection().await;
+    let limit = Limit::per_second(10).burst(1);
+    let huge = "9".repeat(30);
+    let values: [(&str, &[&str]); 9] = [
+        ("hash", &["HSET", "f", "v"]),
+        ("list", &["RPUSH", "v"]),
+        ("text", &["SET", "abc", "PX", "60000"]),
+        ("nan", &["SET", "nan", "PX", "60000"]),
+        ("inf", &["SET", "inf", "PX", "60000"]),
+        ("float", &["SET", "1e2", "PX", "60000"]),
+        ("-0", &["SET", "-0", "PX", "60000"]),
+        ("huge", &["SET", &huge, "PX", "60000"]),
+        ("no ttl", &["SET", "5"]),
+    ];
+    for (what, command) in values {
+        let key = format!("foreign-{what}");
+        let bucket = limiter.bucket_key(&key);
+        let mut cmd = redis::cmd(command[0]);
+        cmd.arg(&bucket).arg(&command[1..]);
+        let () = cmd.query_async(&mut con).await.unwrap();
+
+        let d = limiter.check(&key, &limit).await.unwrap();
+        assert_eq!(d.source, Source::Store, "{what}: the script decided");
+        assert!(!d.allowed, "{what}: read as an empty bucket");
+        assert!(
+            d.retry_after > Duration::ZERO && d.retry_after <= Duration::from_millis(100),
+            "{what}: {:?}",
+            d.retry_after
+        );
+        assert!(!limiter.is_degraded(), "{what}: not a store failure");
+        let other = limiter
+            .check(&format!("healthy-{what}"), &limit)
+            .await
+            .unwrap();
+        assert!(other.allowed && other.source == Source::Store, "{what}");
+
+        tokio::time::sleep(d.retry_after).await;
+        let d = limiter.check(&key, &limit).await.unwrap();
+        assert!(
+            d.allowed,
+            "{what}: overwritten, and waiting retry_after is admitted"
+        );
+        let kind: String = redis::cmd("TYPE")
+            .arg(&bucket)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let pttl: i64 = con.pttl(&bucket).await.unwrap();
+        assert_eq!(kind, "string", "{what}");
+        assert!(pttl > 0, "{what}: the bucket expires again");
+    }
+}
+
+/// A bucket written while the server's clock was an hour ahead (or read after it stepped
+/// back) owes more than the limit can hold: refused with an honest retry_after, admitted
+/// after it.
+#[tokio::test]
+async fn a_clock_stepped_back_answers_an_honest_retry_after() {
+    let server = RedisServer::start();
+    let limiter = redis_limiter(&server, "t").await;
+    let mut con = server.connection().await;
+    let limit = Limit::per_second(2).burst(1);
+    let bucket = limiter.bucket_key("k");
+    let () = redis::cmd("SET")
+        .arg(&bucket)
+        .arg(0)
+        .arg("PX")
+        .arg(3_600_000)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    for _ in 0..2 {
+        let d = limiter.check("k", &limit).await.unwrap();
+        assert!(!d.allowed);
+        assert!(
+            d.retry_after <= Duration::from_millis(500),
+            "{:?}",
+            d.retry_after
+        );
+        tokio::time::sleep(d.retry_after).await;
+        assert!(
+            limiter.check("k", &limit).await.unwrap().allowed,
+            "waited retry_after"
+        );
+    }
+}
+
+/// Twelve live instances share a burst of 9: while Redis is down each enforces 9/12 of a
+/// token and 10/12 per second. No instance admits a call from nothing (the fleet would have
+/// admitted 12 against a burst of 9), and the first refusal's retry_after comes true.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fallback_share_is_exact_and_its_retry_after_comes_true() {
+    let mut server = RedisServer::start();
+    let limiter = RateLimiter::builder()
+        .redis(server.url())
+        .prefix("share")
+        .failure_policy(FailurePolicy::Fallback)
+        .deadline(Some(Duration::from_millis(300)))
+        .build()
+        .await
+        .unwrap();
+    // Eleven other instances, alive as far as the heartbeat can tell.
+    let mut con = server.connection().await;
+    let far: i64 = 4_000_000_000_000;
+    for i in 0..11 {
+        let _: i64 = con
+            .zadd("share:instances", format!("other-{i}"), far)
+            .await
+            .unwrap();
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while limiter.live_instances() != 12 {
+        assert!(
+            Instant::now() < deadline,
+            "{} instances",
+            limiter.live_instances()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop(con);
+    server.kill();
+
+    let limit = Limit::per_second(10).burst(9);
+    let refused = limiter.check("k", &limit).await.unwrap();
+    assert_eq!(refused.source, Source::Fallback);
+    assert!(!refused.allowed, "9/12 of a token admits nothing");
+    // A quarter of a token at 10/12 per second: 300 ms.
+    assert_eq!(refused.retry_after, Duration::from_millis(300));
+    tokio::time::sleep(refused.retry_after).await;
+    let d = limiter.check("k", &limit).await.unwrap();
+    assert_eq!(d.source, Source::Fallback);
+    assert!(d.allowed, "waiting retry_after is admitted");
+}

@@ -1,14 +1,12 @@
 //! The PNG plots: decisions/s against concurrency with the `redis-benchmark` ceiling, and
 //! latency percentiles against concurrency.
 //!
-//! plotters draws text with `ab_glyph` from a TTF file: `--font PATH`, else DejaVu Sans
-//! (Debian: `apt-get install fonts-dejavu-core`), else whatever `fc-match sans-serif` names.
+//! Text is drawn with `--font PATH`, else the font `testkit::font` finds.
 
 use std::path::{Path, PathBuf};
 
 use plotters::coord::types::RangedCoordf64;
 use plotters::prelude::*;
-use plotters::style::FontStyle;
 
 use crate::args::Args;
 use crate::report::{CEILING_TASKS, QUANTILES, Summary, THROUGHPUT_TARGET};
@@ -28,7 +26,7 @@ type Error = Box<dyn std::error::Error>;
 
 /// Draws both plots into `args.out`; returns their paths.
 pub(crate) fn draw(args: &Args, summary: &Summary) -> Result<Vec<PathBuf>, Error> {
-    register_font(args.font.as_deref())?;
+    testkit::font::register(args.font.as_deref())?;
     std::fs::create_dir_all(&args.out)?;
     let throughput = args.out.join(format!("{}-throughput.png", args.prefix));
     let latency = args.out.join(format!("{}-latency.png", args.prefix));
@@ -40,37 +38,6 @@ pub(crate) fn draw(args: &Args, summary: &Summary) -> Result<Vec<PathBuf>, Error
     draw_throughput(&throughput, summary, &caption)?;
     draw_latency(&latency, summary, &caption)?;
     Ok(vec![throughput, latency])
-}
-
-fn register_font(given: Option<&Path>) -> Result<(), Error> {
-    let path = match given {
-        Some(p) => p.to_path_buf(),
-        None => find_font()
-            .ok_or("no TTF font found: install fonts-dejavu-core (Debian) or pass --font PATH")?,
-    };
-    let bytes = std::fs::read(&path).map_err(|e| format!("{}: {e}", path.display()))?;
-    // plotters keeps registered fonts for the life of the program.
-    let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
-    plotters::style::register_font("sans-serif", FontStyle::Normal, bytes)
-        .map_err(|_| format!("{}: not a TTF font plotters can read", path.display()))?;
-    Ok(())
-}
-
-fn find_font() -> Option<PathBuf> {
-    let known = [
-        "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
-        "/usr/share/fonts/TTF/DejaVuSans.ttf",
-        "/usr/share/fonts/dejavu/DejaVuSans.ttf",
-    ];
-    if let Some(p) = known.iter().map(PathBuf::from).find(|p| p.is_file()) {
-        return Some(p);
-    }
-    let out = std::process::Command::new("fc-match")
-        .args(["-f", "%{file}", "sans-serif:fontformat=TrueType"])
-        .output()
-        .ok()?;
-    let p = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
-    p.is_file().then_some(p)
 }
 
 /// Concurrency is drawn on a log2 axis: x = log2(tasks).

@@ -137,7 +137,7 @@ impl Bench {
             "EVALSHA",
             &self.sha,
             "1",
-            "bench:{k:__rand_int__}",
+            "bench:{:k:__rand_int__}",
             &a.interval.to_string(),
             &a.per_micro.to_string(),
             &a.tau.to_string(),

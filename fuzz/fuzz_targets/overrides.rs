@@ -11,11 +11,9 @@ fuzz_target!(|data: &[u8]| {
     };
     if let Ok(limits) = parse(text) {
         for o in limits.values() {
-            if let Some(unit) = &o.unit {
-                let _ = unit.parse::<ratelimit_core::Unit>();
-            }
             if let (Some(r), Some(b)) = (o.replenish, o.burst) {
-                let _ = ratelimit_core::Limit::try_new(r, b, ratelimit_core::Unit::Second);
+                let unit = o.unit.unwrap_or(ratelimit_core::Unit::Second);
+                let _ = ratelimit_core::Limit::try_new(r, b, unit);
             }
         }
     }

@@ -2,10 +2,11 @@
 //! API: its items change without notice.
 
 use std::sync::LazyLock;
+use std::sync::atomic::Ordering;
 
 pub use inventory;
 
-use crate::context::{record_current, with_current};
+use crate::context::{missing_piece, record_current, with_current};
 use crate::decision::Source;
 pub use crate::naming::{bucket_key, key_slot};
 pub use crate::registry::{LimitDeclaration, Registration, global};
@@ -64,6 +65,7 @@ pub async fn check(
             }
         }
         None => {
+            report_missing_piece(decl, key);
             let d = limiter.decide_without_key(&effective.limit, effective.cost);
             (d, String::new())
         }
@@ -74,6 +76,23 @@ pub async fn check(
         Ok(())
     } else {
         Err(RateLimited::new(decision, bucket).with_name(name))
+    }
+}
+
+/// A forgotten layer (or `ConnectInfo`) makes every call keyless and refused with nothing to
+/// say why; say it once per limit. A request that simply lacks what the key reads is the
+/// empty-key policy's business, not a misconfiguration, and is not logged.
+fn report_missing_piece(decl: &'static LimitDeclaration, key: &dyn KeyResolver) {
+    if decl.warned.load(Ordering::Relaxed) {
+        return;
+    }
+    if let Some(missing) = missing_piece(key) {
+        decl.warn_once(&format_args!(
+            "rate limit `{}` (key = {}) finds no key for any call: {missing}; until then every \
+             call is decided by the empty-key policy (refused with 403 by default)",
+            decl.name(),
+            decl.key()
+        ));
     }
 }
 
@@ -129,5 +148,161 @@ pub trait RateLimitReturn {
 impl<T, E: From<RateLimited>> RateLimitReturn for Result<T, E> {
     fn rate_limited(rejection: RateLimited) -> Self {
         Err(E::from(rejection))
+    }
+}
+
+/// What tests of the generated code's path share: a `tracing` subscriber that keeps every
+/// event, and declarations of their own.
+#[cfg(test)]
+pub(crate) mod test_support {
+    #![allow(clippy::unwrap_used)]
+
+    use std::fmt::{self, Write as _};
+    use std::sync::{Arc, Mutex};
+
+    use tracing::field::{Field, Visit};
+    use tracing::{Event, Level, Metadata, Subscriber, span};
+
+    use crate::Limit;
+    use crate::registry::LimitDeclaration;
+
+    /// A declaration of its own for one test (its logged-once flag untouched by others).
+    pub(crate) fn declaration(name: &'static str, key: &'static str) -> &'static LimitDeclaration {
+        Box::leak(Box::new(LimitDeclaration::new(
+            name,
+            Limit::per_minute(1),
+            1,
+            key,
+            file!(),
+            line!(),
+        )))
+    }
+
+    /// Every event, as "LEVEL field=value ...", for the test to read back.
+    #[derive(Clone, Default)]
+    pub(crate) struct Capture(Arc<Mutex<Vec<String>>>);
+
+    struct Line(String);
+
+    impl Visit for Line {
+        fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+            let _ = write!(self.0, " {}={value:?}", field.name());
+        }
+    }
+
+    impl Subscriber for Capture {
+        fn enabled(&self, _: &Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
+            span::Id::from_u64(1)
+        }
+        fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
+        fn record_follows_from(&self, _: &span::Id, _: &span::Id) {}
+        fn event(&self, event: &Event<'_>) {
+            let mut line = Line(event.metadata().level().to_string());
+            event.record(&mut line);
+            self.0.lock().unwrap().push(line.0);
+        }
+        fn enter(&self, _: &span::Id) {}
+        fn exit(&self, _: &span::Id) {}
+    }
+
+    impl Capture {
+        /// The ERROR events that mention `name`.
+        pub(crate) fn errors_about(&self, name: &str) -> Vec<String> {
+            self.0
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|l| l.starts_with(Level::ERROR.as_str()) && l.contains(name))
+                .cloned()
+                .collect()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::test_support::{Capture, declaration};
+    use super::*;
+    use crate::context::{Origin, scope};
+    use crate::headers::HeaderFamilies;
+    use crate::{Header, Ip, RequestContext, Uri};
+
+    /// Runs `calls` keyed calls of `decl` in contexts made by `ctx` (none when `None`) and
+    /// returns the errors logged about it.
+    fn errors_after_calls(
+        decl: &'static LimitDeclaration,
+        key: &dyn KeyResolver,
+        ctx: Option<fn() -> RequestContext>,
+    ) -> Vec<String> {
+        let capture = Capture::default();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let limiter = RateLimiter::unenabled();
+        tracing::subscriber::with_default(capture.clone(), || {
+            runtime.block_on(async {
+                for _ in 0..20 {
+                    let call = check(decl, key, Some(&limiter));
+                    let _ = match ctx {
+                        Some(ctx) => scope(ctx(), call).await,
+                        None => call.await,
+                    };
+                }
+            });
+        });
+        capture.errors_about(decl.name())
+    }
+
+    #[test]
+    fn a_call_outside_any_context_logs_the_missing_layer_once() {
+        let decl = declaration("t::no_layer", "Uri");
+        let errors = errors_after_calls(decl, &Uri, None);
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("RateLimitLayer"), "{errors:?}");
+        assert!(errors[0].contains("RateLimitMiddleware"), "{errors:?}");
+    }
+
+    #[test]
+    fn a_layer_without_connect_info_logs_the_missing_peer_once() {
+        let decl = declaration("t::no_peer", "Ip");
+        let errors = errors_after_calls(
+            decl,
+            &Ip,
+            Some(|| {
+                RequestContext::new()
+                    .with_path("/login")
+                    .served_by(Origin::Axum, HeaderFamilies::ALL)
+            }),
+        );
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].contains("into_make_service_with_connect_info::<SocketAddr>()"),
+            "{errors:?}"
+        );
+    }
+
+    #[test]
+    fn a_request_without_the_header_is_not_a_misconfiguration() {
+        let decl = declaration("t::no_header", "Header(\"x-api-key\")");
+        let ctx = || {
+            RequestContext::new()
+                .with_path("/x")
+                .served_by(Origin::Axum, HeaderFamilies::ALL)
+        };
+        assert_eq!(
+            errors_after_calls(decl, &Header("x-api-key"), Some(ctx)),
+            Vec::<String>::new()
+        );
+        let decl = declaration("t::with_peer", "Ip");
+        let ctx = || RequestContext::new().with_peer("192.0.2.7:1000".parse().unwrap());
+        assert_eq!(
+            errors_after_calls(decl, &Ip, Some(ctx)),
+            Vec::<String>::new()
+        );
     }
 }

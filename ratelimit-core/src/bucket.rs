@@ -8,12 +8,14 @@ use std::time::Duration;
 
 use crate::limit::Params;
 
-/// A bucket that is not full: it is full again at `expire_ms` minus `remainder` fine units.
-/// Exactly what Redis keeps: the key's expiry (ms) and its integer value.
+/// A bucket that is not full: it is full again at `expire_ms` minus `remainder` fine units of
+/// `1 / per_micro` microsecond. Exactly what Redis keeps: the key's expiry (ms) and its integer
+/// value, which carries the fine unit it was written in (see `gcra.lua`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct State {
     pub(crate) expire_ms: u64,
     pub(crate) remainder: u64,
+    pub(crate) per_micro: u64,
 }
 
 /// The outcome of one decision: what the caller sees, and the state to store if it changed.
@@ -23,7 +25,8 @@ pub(crate) struct Outcome {
     pub(crate) remaining: u64,
     pub(crate) retry_after_us: u64,
     pub(crate) reset_after_us: u64,
-    /// `Some` when admitted (the state always changes then); `None` when denied.
+    /// `Some` when the state changed: always when admitted; when refused, only if the stored
+    /// state had to be read differently from what it says (see [`decide`]).
     pub(crate) new_state: Option<State>,
 }
 
@@ -39,6 +42,13 @@ impl Outcome {
 
 /// Decides one call of `cost` tokens at `now_us` on a bucket in `state` (`None`: full).
 /// The caller guarantees `1 <= cost <= burst`.
+///
+/// A state may say more than the limit allows: the limit changed since it was written (a
+/// lower burst, another rate), or the clock stepped back. Such a bucket reads as empty, and
+/// that reading is stored even when the call is refused: otherwise the refusal's
+/// `retry_after` would be measured from the clamped state while the stored one still owes
+/// more, and a caller waiting it would be refused again. A state written in another fine unit
+/// is read in whole microseconds, rounded towards empty, and stored again in this limit's.
 #[inline]
 pub(crate) fn decide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outcome {
     match decide_narrow(now_us, state, p, cost) {
@@ -56,19 +66,31 @@ fn decide_narrow(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Opt
         interval,
         per_micro: d,
         tau,
+        absent,
     } = p;
     // Fine units to microseconds, rounded up; most limits have a whole number of
     // microseconds per token (`d == 1`), which needs no division.
     let to_micros = |fine: u64| if d == 1 { fine } else { fine.div_ceil(d) };
-    let x = match state {
-        None => 0,
+    // An absent bucket that is not full must be stored even when refused: read again, it
+    // would not have drained.
+    let (x, stale) = match state {
+        None => (absent, absent > 0),
         Some(s) => {
             let expire_us = s.expire_ms.checked_mul(1000)?;
-            match expire_us.checked_sub(now_us) {
+            let owed = match expire_us.checked_sub(now_us) {
                 // Full again already, or now: nothing owed (the remainder is never negative).
-                None | Some(0) => 0,
-                Some(until) => until.checked_mul(d)?.saturating_sub(s.remainder).min(tau),
-            }
+                None | Some(0) => (0, false),
+                Some(until) if s.per_micro == d => {
+                    (until.checked_mul(d)?.saturating_sub(s.remainder), false)
+                }
+                Some(until) => (
+                    until
+                        .saturating_sub(s.remainder / s.per_micro.max(1))
+                        .checked_mul(d)?,
+                    true,
+                ),
+            };
+            if owed.0 > tau { (tau, true) } else { owed }
         }
     };
     let new_x = x.checked_add(cost.checked_mul(interval)?)?;
@@ -78,21 +100,32 @@ fn decide_narrow(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Opt
             remaining: (tau - x) / interval,
             retry_after_us: to_micros(new_x - tau),
             reset_after_us: to_micros(x),
-            new_state: None,
+            new_state: if stale {
+                Some(stored_narrow(now_us, x, d, to_micros(x))?)
+            } else {
+                None
+            },
         });
     }
     let reset = to_micros(new_x);
-    let expire_ms = now_us.checked_add(reset)?.div_ceil(1000);
-    let remainder = (expire_ms.checked_mul(1000)? - now_us).checked_mul(d)? - new_x;
     Some(Outcome {
         allowed: true,
         remaining: (tau - new_x) / interval,
         retry_after_us: 0,
         reset_after_us: reset,
-        new_state: Some(State {
-            expire_ms,
-            remainder,
-        }),
+        new_state: Some(stored_narrow(now_us, new_x, d, reset)?),
+    })
+}
+
+/// The state of a bucket `x` fine units (`reset` microseconds, rounded up) from full.
+#[inline]
+fn stored_narrow(now_us: u64, x: u64, d: u64, reset: u64) -> Option<State> {
+    let expire_ms = now_us.checked_add(reset)?.div_ceil(1000);
+    let remainder = (expire_ms.checked_mul(1000)? - now_us).checked_mul(d)? - x;
+    Some(State {
+        expire_ms,
+        remainder,
+        per_micro: d,
     })
 }
 
@@ -104,14 +137,29 @@ fn decide_wide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outco
     let now = u128::from(now_us);
 
     // x: fine units until the bucket is full again, clamped to [0, tau] like the script.
-    let x = match state {
-        None => 0,
+    let (x, stale) = match state {
+        None => (u128::from(p.absent), p.absent > 0),
         Some(s) => {
             let until = i128::try_from(u128::from(s.expire_ms) * 1000).unwrap_or(i128::MAX)
                 - i128::try_from(now).unwrap_or(i128::MAX);
-            let x = until.saturating_mul(i128::try_from(d).unwrap_or(i128::MAX))
-                - i128::from(s.remainder);
-            u128::try_from(x.max(0)).unwrap_or(0).min(tau)
+            let d_signed = i128::try_from(d).unwrap_or(i128::MAX);
+            let (owed, stale) = if until <= 0 {
+                (0, false)
+            } else if s.per_micro == p.per_micro {
+                (
+                    until.saturating_mul(d_signed) - i128::from(s.remainder),
+                    false,
+                )
+            } else {
+                let whole_us = i128::from(s.remainder / s.per_micro.max(1));
+                ((until - whole_us).saturating_mul(d_signed), true)
+            };
+            let owed = u128::try_from(owed.max(0)).unwrap_or(0);
+            if owed > tau {
+                (tau, true)
+            } else {
+                (owed, stale)
+            }
         }
     };
 
@@ -122,21 +170,24 @@ fn decide_wide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outco
             remaining: narrow((tau - x) / interval),
             retry_after_us: narrow((new_x - tau).div_ceil(d)),
             reset_after_us: narrow(x.div_ceil(d)),
-            new_state: None,
+            new_state: stale.then(|| stored_wide(now, x, d)),
         };
     }
-    let reset = new_x.div_ceil(d);
-    let expire_ms = (now + reset).div_ceil(1000);
-    let remainder = (expire_ms * 1000 - now) * d - new_x;
     Outcome {
         allowed: true,
         remaining: narrow((tau - new_x) / interval),
         retry_after_us: 0,
-        reset_after_us: narrow(reset),
-        new_state: Some(State {
-            expire_ms: narrow(expire_ms),
-            remainder: narrow(remainder),
-        }),
+        reset_after_us: narrow(new_x.div_ceil(d)),
+        new_state: Some(stored_wide(now, new_x, d)),
+    }
+}
+
+fn stored_wide(now: u128, x: u128, d: u128) -> State {
+    let expire_ms = (now + x.div_ceil(d)).div_ceil(1000);
+    State {
+        expire_ms: narrow(expire_ms),
+        remainder: narrow((expire_ms * 1000 - now) * d - x),
+        per_micro: narrow(d),
     }
 }
 
@@ -200,6 +251,138 @@ mod tests {
         }
     }
 
+    /// Runs `calls` (time, cost) under `limit` from `state`, keeping what is stored.
+    fn step(state: &mut Option<State>, now: u64, limit: Limit, cost: u64) -> Outcome {
+        let o = decide(now, *state, limit.params(), cost);
+        if o.new_state.is_some() {
+            *state = o.new_state;
+        }
+        o
+    }
+
+    #[test]
+    fn a_raised_quota_keeps_its_retry_after() {
+        // 3 per minute, burst 5, drained; then the quota becomes 60 per minute.
+        let old = Limit::per_minute(3).burst(5);
+        let mut state = None;
+        for _ in 0..5 {
+            assert!(step(&mut state, T0, old, 1).allowed);
+        }
+        let new = Limit::per_minute(60);
+        let refused = step(&mut state, T0, new, 1);
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after_us, 1_000_000, "one token at 1/s");
+        // Waiting exactly that is admitted, not refused again with the same answer.
+        assert!(step(&mut state, T0 + 1_000_000, new, 1).allowed);
+        assert!(!step(&mut state, T0 + 1_000_000, new, 1).allowed);
+    }
+
+    #[test]
+    fn a_lowered_burst_keeps_its_retry_after() {
+        // 1 per second, burst 10, drained; then the burst becomes 1.
+        let old = Limit::per_second(1).burst(10);
+        let mut state = None;
+        for _ in 0..10 {
+            assert!(step(&mut state, T0, old, 1).allowed);
+        }
+        let new = Limit::per_second(1).burst(1);
+        let mut now = T0;
+        for _ in 0..5 {
+            let refused = step(&mut state, now, new, 1);
+            assert!(!refused.allowed);
+            assert_eq!(refused.retry_after_us, 1_000_000);
+            now += refused.retry_after_us;
+            assert!(step(&mut state, now, new, 1).allowed, "waited retry_after");
+        }
+    }
+
+    #[test]
+    fn a_clock_stepped_back_keeps_its_retry_after() {
+        let limit = Limit::per_second(1).burst(1);
+        let mut state = None;
+        assert!(step(&mut state, T0, limit, 1).allowed);
+        // The clock goes back an hour: the bucket is owed more than it can ever hold.
+        let back = T0 - 3_600_000_000;
+        let refused = step(&mut state, back, limit, 1);
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after_us, 1_000_000);
+        assert!(step(&mut state, back + 1_000_000, limit, 1).allowed);
+    }
+
+    #[test]
+    fn a_state_in_another_fine_unit_reads_no_fuller() {
+        // 3 per second (d = 3) leaves a sub-microsecond remainder; 1000 per second (d = 1)
+        // must not read it as whole microseconds of credit.
+        let old = Limit::per_second(3).burst(3);
+        let mut state = None;
+        for _ in 0..3 {
+            assert!(step(&mut state, T0 + 7, old, 1).allowed);
+        }
+        let s = state.unwrap();
+        assert_eq!(s.per_micro, 3);
+        assert!(s.remainder > 0);
+        // Owed: 1 s exactly. Under 1 per 100 ms with burst 10, that is a full empty bucket:
+        // no token before 100 ms.
+        let new = Limit::per_second(10);
+        let refused = step(&mut state, T0 + 7, new, 1);
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after_us, 100_000);
+        assert!(!step(&mut state, T0 + 7 + 99_999, new, 1).allowed);
+        assert!(step(&mut state, T0 + 7 + 100_000, new, 1).allowed);
+    }
+
+    /// Limits with a whole and a fractional number of microseconds per token.
+    fn any_limit() -> impl Strategy<Value = Limit> {
+        (1u32..2000, 1u32..50, 0usize..2)
+            .prop_map(|(r, b, u)| Limit::try_new(r, b, crate::Unit::ALL[u]).unwrap())
+    }
+
+    proptest! {
+        /// After any change of limit, every refusal's `retry_after`, waited exactly, is
+        /// admitted; and no call is admitted before the time already owed allows it (the
+        /// bucket is never fuller than before the change, only never emptier than empty).
+        #[test]
+        fn every_change_of_limit_stays_honest(
+            first in any_limit(),
+            second in any_limit(),
+            before in prop::collection::vec((0u64..500_000, 1u64..4), 1..40),
+            switch_after in 0u64..3_000_000,
+            cost in 1u64..4,
+        ) {
+            let mut state = None;
+            let mut now = T0;
+            for (dt, c) in before {
+                now += dt;
+                step(&mut state, now, first, c.min(u64::from(first.burst_capacity())));
+            }
+            now += switch_after;
+            let p = second.params();
+            let cost = cost.min(u64::from(second.burst_capacity()));
+            // What is owed at the first call under the new limit, in fine units of the old:
+            // the TAT, exact, and the latest it may be read as (never emptier than empty).
+            let owed = state.map(|s| (i128::from(s.expire_ms) * 1000 * i128::from(s.per_micro)
+                - i128::from(s.remainder), i128::from(s.per_micro)));
+            let first_call = now;
+            let o = step(&mut state, now, second, cost);
+            if !o.allowed {
+                prop_assert!(o.retry_after_us > 0);
+                now += o.retry_after_us;
+                let again = step(&mut state, now, second, cost);
+                prop_assert!(again.allowed, "waiting retry_after must be admitted");
+            }
+            if let Some((tat, d_old)) = owed {
+                // Admitted at `now` only if min(TAT, first_call + tau) - now <=
+                // tau - cost * interval (in µs), compared exactly in fine units of both.
+                let d_new = i128::from(p.per_micro);
+                let cap = (i128::from(first_call) * d_new + i128::from(p.tau)) * d_old;
+                let tat = (tat * d_new).min(cap);
+                let lhs = tat - i128::from(now) * d_old * d_new;
+                let rhs = (i128::from(p.tau) - i128::from(cost * p.interval)) * d_old;
+                prop_assert!(lhs <= rhs, "admitted early: {} > {}", lhs, rhs);
+            }
+        }
+    }
+
     proptest! {
         /// Over any sequence of calls, admissions never exceed burst + rate x elapsed, the
         /// stored state always fits, and a refused call never changes the state.
@@ -226,7 +409,7 @@ mod tests {
                     prop_assert!(s.expire_ms * 1000 > now);
                     state = Some(s);
                 } else {
-                    prop_assert!(o.new_state.is_none());
+                    prop_assert!(o.new_state.is_none(), "under one limit a refusal writes nothing");
                     prop_assert!(o.retry_after_us > 0);
                 }
                 let elapsed = u128::from(now - T0);
@@ -259,12 +442,14 @@ mod tests {
             let arbitrary = state.map(|(offset_us, remainder)| State {
                 expire_ms: now.saturating_add_signed(offset_us) / 1000,
                 remainder,
+                per_micro: if remainder % 3 == 0 { p.per_micro } else { 1 + remainder % 7 },
             });
             // A stored bucket is full again within `tau`, plus the expiry's rounding.
             let refill_us = p.tau.div_ceil(p.per_micro) + 1000;
             let stored = near.map(|(ahead, remainder)| State {
                 expire_ms: (now + ahead % refill_us) / 1000 + 1,
                 remainder: remainder % (1001 * p.per_micro),
+                per_micro: p.per_micro,
             });
             for state in [None, arbitrary, stored] {
                 let wide = decide_wide(now, state, p, cost);

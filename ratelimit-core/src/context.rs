@@ -8,7 +8,8 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::{Extensions, HeaderMap, Method};
 
-use crate::Decision;
+use crate::headers::HeaderFamilies;
+use crate::{Decision, KeyResolver};
 
 tokio::task_local! {
     pub(crate) static CONTEXT: RequestContext;
@@ -45,6 +46,21 @@ pub struct RequestContext {
     extensions: Extensions,
     handler: Cell<Option<&'static str>>,
     recorded: Cell<Option<Recorded>>,
+    origin: Origin,
+    families: Option<HeaderFamilies>,
+}
+
+/// Who built a context: decides what a diagnostic tells the user to fix.
+#[cfg_attr(not(all(feature = "axum", feature = "actix-web")), allow(dead_code))]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) enum Origin {
+    /// [`scope`] or [`scope_returning`], with a context the caller built.
+    #[default]
+    Scope,
+    /// The axum layer.
+    Axum,
+    /// The actix-web middleware.
+    Actix,
 }
 
 /// The client address as established by the HTTP layer.
@@ -204,6 +220,14 @@ impl RequestContext {
         self.recorded.get()
     }
 
+    /// Marks the context as built by an HTTP integration configured to send `families`.
+    #[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
+    pub(crate) fn served_by(mut self, origin: Origin, families: HeaderFamilies) -> Self {
+        self.origin = origin;
+        self.families = Some(families);
+        self
+    }
+
     pub(crate) fn set_handler(&self, name: &'static str) {
         self.handler.set(Some(name));
     }
@@ -264,6 +288,81 @@ pub(crate) fn with_current<R>(mut f: impl FnMut(&RequestContext) -> R) -> R {
 /// one reads it, so nothing is recorded.
 pub(crate) fn record_current(name: &'static str, decision: Decision) {
     let _ = CONTEXT.try_with(|ctx| ctx.record(name, decision));
+}
+
+/// The header families of the integration serving the current request; every family outside
+/// one, since nothing chose otherwise.
+#[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
+pub(crate) fn families_in_force() -> HeaderFamilies {
+    CONTEXT
+        .try_with(|ctx| ctx.families)
+        .ok()
+        .flatten()
+        .unwrap_or(HeaderFamilies::ALL)
+}
+
+/// Why a call found no key, when the cause is how the service is wired rather than the
+/// request itself (a request without the header `Header` reads is normal: the empty-key
+/// policy answers it, and nothing is wrong to log).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum MissingPiece {
+    /// The call runs outside any request context: no layer, no middleware, no [`scope`].
+    Context,
+    /// There is a context, but no peer address, and the key needs one.
+    Peer(Origin),
+}
+
+impl fmt::Display for MissingPiece {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            MissingPiece::Context => {
+                "it runs outside any request context: add `RateLimitLayer` (axum) or \
+                 `RateLimitMiddleware` (actix-web) around the handler, or call it inside \
+                 `redis_ratelimit::scope(..)`"
+            }
+            MissingPiece::Peer(Origin::Axum) => {
+                "`RateLimitLayer` found no peer address (no `ConnectInfo<SocketAddr>`): serve \
+                 the router with `into_make_service_with_connect_info::<SocketAddr>()`"
+            }
+            MissingPiece::Peer(Origin::Actix) => {
+                "`RateLimitMiddleware` found no peer address: the request did not come from a \
+                 socket (a test request needs `TestRequest::peer_addr`)"
+            }
+            MissingPiece::Peer(Origin::Scope) => {
+                "its request context has no peer address: add one with \
+                 `RequestContext::with_peer`"
+            }
+        })
+    }
+}
+
+/// The misconfiguration that made `key` find no key in the current context, if that is why.
+pub(crate) fn missing_piece(key: &dyn KeyResolver) -> Option<MissingPiece> {
+    CONTEXT
+        .try_with(|ctx| {
+            if ctx.peer.is_some() {
+                return None;
+            }
+            // Would the key resolve with a peer? Then the missing peer is why it did not.
+            let probe = RequestContext {
+                method: ctx.method.clone(),
+                path: ctx.path.clone(),
+                route: ctx.route.clone(),
+                headers: ctx.headers.clone(),
+                peer: Some(SocketAddr::from(([192, 0, 2, 1], 0))),
+                client: ctx.client,
+                ipv6_prefix: ctx.ipv6_prefix,
+                extensions: ctx.extensions.clone(),
+                handler: Cell::new(ctx.handler.get()),
+                recorded: Cell::new(None),
+                origin: ctx.origin,
+                families: ctx.families,
+            };
+            key.resolve(&probe)
+                .is_some()
+                .then_some(MissingPiece::Peer(ctx.origin))
+        })
+        .unwrap_or(Some(MissingPiece::Context))
 }
 
 thread_local! {

@@ -2,69 +2,41 @@
 //! the declared limits, and fails fast on anything wrong.
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use crate::registry::{self, Effective, LimitDeclaration, declared_limits};
-use crate::{EmptyKeyPolicy, Error, FailurePolicy, RateLimiter};
+use crate::{Error, RateLimiter, RateLimiterBuilder};
 
 /// The URL used when neither `url = ..` nor `REDIS_URL` gives one.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
 
-/// Settings of `enable_redis_rate_limit!(...)`; every one is optional.
-#[derive(Debug, Clone)]
+/// Settings of `enable_redis_rate_limit!(...)`: a [`RateLimiterBuilder`] for the limiter, and
+/// the overrides file.
+///
+/// Whatever the builder leaves unset gets `enable`'s defaults, not the builder's: the store
+/// is the Redis at env `REDIS_URL`, else [`DEFAULT_REDIS_URL`]; the prefix is the calling
+/// crate's name.
+#[derive(Debug)]
 #[must_use]
 pub struct EnableOptions {
-    url: Option<String>,
-    prefix: String,
-    policy: FailurePolicy,
-    empty_key: EmptyKeyPolicy,
-    deadline: Option<Duration>,
+    crate_name: String,
+    limiter: RateLimiterBuilder,
     config: Option<PathBuf>,
 }
 
 impl EnableOptions {
     /// Defaults, with keys prefixed by `crate_name` (the macro passes the calling crate's).
     pub fn new(crate_name: &str) -> EnableOptions {
+        EnableOptions::with_builder(crate_name, RateLimiter::builder())
+    }
+
+    /// The limiter as `builder` configures it (deny cache, circuit cool-down, fallback store,
+    /// ...), with `enable`'s defaults for the store and prefix if it has none.
+    pub fn with_builder(crate_name: &str, builder: RateLimiterBuilder) -> EnableOptions {
         EnableOptions {
-            url: None,
-            prefix: crate_name.to_owned(),
-            policy: FailurePolicy::default(),
-            empty_key: EmptyKeyPolicy::default(),
-            deadline: Some(crate::DEFAULT_DEADLINE),
+            crate_name: crate_name.to_owned(),
+            limiter: builder,
             config: None,
         }
-    }
-
-    /// The Redis URL (default: env `REDIS_URL`, then [`DEFAULT_REDIS_URL`]); `memory://`
-    /// keeps buckets in this process.
-    pub fn url(mut self, url: impl Into<String>) -> Self {
-        self.url = Some(url.into());
-        self
-    }
-
-    /// The key prefix (default: the calling crate's name).
-    pub fn prefix(mut self, prefix: impl Into<String>) -> Self {
-        self.prefix = prefix.into();
-        self
-    }
-
-    /// What to do when Redis fails (default [`FailurePolicy::Fallback`]).
-    pub fn failure_policy(mut self, policy: FailurePolicy) -> Self {
-        self.policy = policy;
-        self
-    }
-
-    /// What to do with calls that have no key (default [`EmptyKeyPolicy::Deny`]).
-    pub fn empty_key_policy(mut self, policy: EmptyKeyPolicy) -> Self {
-        self.empty_key = policy;
-        self
-    }
-
-    /// How long a call may wait for Redis before the failure policy decides (default
-    /// [`DEFAULT_DEADLINE`](crate::DEFAULT_DEADLINE)).
-    pub fn deadline(mut self, deadline: Duration) -> Self {
-        self.deadline = Some(deadline);
-        self
     }
 
     /// A TOML file of overrides (default: env `RATE_LIMIT_CONFIG`, else none). See
@@ -74,13 +46,6 @@ impl EnableOptions {
         self
     }
 
-    fn resolved_url(&self) -> String {
-        self.url
-            .clone()
-            .or_else(|| std::env::var("REDIS_URL").ok().filter(|u| !u.is_empty()))
-            .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned())
-    }
-
     fn resolved_config(&self) -> Option<PathBuf> {
         self.config.clone().or_else(|| {
             std::env::var_os("RATE_LIMIT_CONFIG")
@@ -88,6 +53,13 @@ impl EnableOptions {
                 .map(PathBuf::from)
         })
     }
+}
+
+fn default_url() -> String {
+    std::env::var("REDIS_URL")
+        .ok()
+        .filter(|u| !u.is_empty())
+        .unwrap_or_else(|| DEFAULT_REDIS_URL.to_owned())
 }
 
 /// Builds the global limiter from `options`; what `enable_redis_rate_limit!` runs.
@@ -110,13 +82,9 @@ pub async fn enable(options: EnableOptions) -> Result<&'static RateLimiter, Erro
 async fn enable_claimed(options: EnableOptions) -> Result<&'static RateLimiter, Error> {
     let decls = declared_limits();
     let resolved = resolve_limits(&decls, options.resolved_config().as_deref())?;
-    let url = options.resolved_url();
-    let limiter = RateLimiter::builder()
-        .redis(url)
-        .prefix(options.prefix.clone())
-        .failure_policy(options.policy)
-        .empty_key_policy(options.empty_key)
-        .deadline(options.deadline)
+    let limiter = options
+        .limiter
+        .or_defaults(default_url, &options.crate_name)
         .build()
         .await?;
     for (decl, effective) in decls.iter().zip(resolved) {

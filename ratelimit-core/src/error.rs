@@ -68,6 +68,15 @@ pub enum Error {
         version: String,
     },
 
+    /// A Redis limiter was built outside a Tokio runtime: its connections, heartbeat and
+    /// reset listener run on Tokio.
+    #[error(
+        "redis-ratelimit needs a Tokio runtime to use Redis: build the limiter (or call \
+         enable_redis_rate_limit!) from code running on Tokio, e.g. inside #[tokio::main] or \
+         Runtime::block_on"
+    )]
+    NoRuntime,
+
     /// The store did not answer within the per-call deadline.
     #[error("the rate-limit store did not answer within {0:?}")]
     Timeout(std::time::Duration),
@@ -103,29 +112,80 @@ impl Error {
     }
 }
 
-/// The URL without its password, for messages and logs.
+/// The URL without its secrets, for messages and logs.
+///
+/// Redis URL parsers disagree on where the userinfo ends when a password holds `@`, `/`, `?`
+/// or `#` (`url` takes the last `@` of the authority, a split on the first `/` stops inside
+/// the password), so this takes no parser's side: everything up to the *last* `@` of the
+/// whole URL is userinfo, and only a user name of plain characters before its first `:` is
+/// kept. Queries (`?password=..`) and fragments are dropped. When that userinfo holds a
+/// `/`, `?` or `#`, the `@` may as well sit in a path or a query value, so nothing after the
+/// scheme is shown. Over-redacting is the price of never showing a secret.
 pub(crate) fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
+        // Not a URL: it may be anything, a password included.
+        return "(unparsable URL)".to_owned();
     };
-    match rest.split_once('@') {
-        Some((userinfo, host)) => {
-            let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-            format!("{scheme}://{user}:***@{host}")
+    let mut out = format!("{scheme}://");
+    let rest = match rest.rsplit_once('@') {
+        Some((userinfo, _)) if userinfo.contains(['/', '?', '#']) => {
+            out.push_str("***");
+            return out;
         }
-        None => url.to_owned(),
+        Some((userinfo, after)) => {
+            let user = userinfo.split_once(':').map(|(user, _)| user);
+            match user {
+                Some(user)
+                    if user
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b)) =>
+                {
+                    out.push_str(user);
+                    out.push_str(":***@");
+                }
+                _ => out.push_str("***@"),
+            }
+            after
+        }
+        None => rest,
+    };
+    let rest = rest.split_once('#').map_or(rest, |(before, _)| before);
+    match rest.split_once('?') {
+        // Not even the names: a password holding `&` or `=` would make pieces of itself look
+        // like names.
+        Some((path, _)) => {
+            out.push_str(path);
+            out.push_str("?***");
+        }
+        None => out.push_str(rest),
     }
+    out
 }
 
 #[cfg(test)]
 mod tests {
+    use super::redact_url;
+
     #[test]
     fn passwords_never_reach_messages() {
+        assert_eq!(redact_url("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact_url("redis://:secret@h"), "redis://:***@h");
+        assert_eq!(redact_url("redis://h:1"), "redis://h:1");
+        // The password holds `@`: the parser splits at the last one, and so does this.
+        assert_eq!(redact_url("redis://:p@ss@h"), "redis://:***@h");
+        assert_eq!(redact_url("redis://u:p/w@h:1/0"), "redis://***");
+        assert_eq!(redact_url("rediss://u:p?w#x@h"), "rediss://***");
+        assert_eq!(redact_url("redis://h/0?password=a@b&x=1"), "redis://***");
+        // A user-only userinfo may be a password written without its `:`.
+        assert_eq!(redact_url("redis://secret@h"), "redis://***@h");
         assert_eq!(
-            super::redact_url("redis://u:secret@h:1/0"),
-            "redis://u:***@h:1/0"
+            redact_url("redis+cluster://:pw@a:1,b:2"),
+            "redis+cluster://:***@a:1,b:2"
         );
-        assert_eq!(super::redact_url("redis://:secret@h"), "redis://:***@h");
-        assert_eq!(super::redact_url("redis://h:1"), "redis://h:1");
+        assert_eq!(
+            redact_url("redis://h:1/0?password=secret&protocol=resp3"),
+            "redis://h:1/0?***"
+        );
+        assert_eq!(redact_url("secret"), "(unparsable URL)");
     }
 }

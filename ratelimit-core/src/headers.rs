@@ -8,14 +8,26 @@ use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
 use crate::{Decision, RateLimited, Source};
 
-/// Which header families to send; all by default.
+/// Which header families to send; all by default. Build one from [`ALL`](Self::ALL) or
+/// [`NONE`](Self::NONE) (the struct is `non_exhaustive`, so literals do not compile outside
+/// this crate):
+///
+/// ```
+/// use ratelimit_core::headers::HeaderFamilies;
+///
+/// let families = HeaderFamilies::ALL.without_spring();
+/// assert!(families.ietf && !families.spring && families.retry_after);
+/// assert_eq!(HeaderFamilies::NONE.with_ietf().with_retry_after(), families);
+/// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
 pub struct HeaderFamilies {
     /// `RateLimit-Policy: "<name>";q=<burst>;w=<seconds>` and
     /// `RateLimit: "<name>";r=<remaining>;t=<seconds>`.
     pub ietf: bool,
-    /// `X-RateLimit-Remaining`, `-Replenish-Rate`, `-Burst-Capacity`, `-Requested-Tokens`.
+    /// Spring Cloud Gateway's `X-RateLimit-Remaining`, `-Burst-Capacity`,
+    /// `-Requested-Tokens`, and `-Replenish-Rate` (tokens per second, as Spring means it;
+    /// left out when the rate is not a whole number per second).
     pub spring: bool,
     /// `Retry-After` on rejections (whole seconds, rounded up).
     pub retry_after: bool,
@@ -34,6 +46,48 @@ impl HeaderFamilies {
         spring: false,
         retry_after: false,
     };
+
+    /// These families and the IETF `RateLimit` / `RateLimit-Policy` headers.
+    #[must_use]
+    pub const fn with_ietf(mut self) -> HeaderFamilies {
+        self.ietf = true;
+        self
+    }
+
+    /// These families without the IETF headers.
+    #[must_use]
+    pub const fn without_ietf(mut self) -> HeaderFamilies {
+        self.ietf = false;
+        self
+    }
+
+    /// These families and Spring Cloud Gateway's `X-RateLimit-*` headers.
+    #[must_use]
+    pub const fn with_spring(mut self) -> HeaderFamilies {
+        self.spring = true;
+        self
+    }
+
+    /// These families without Spring's headers: `HeaderFamilies::ALL.without_spring()`.
+    #[must_use]
+    pub const fn without_spring(mut self) -> HeaderFamilies {
+        self.spring = false;
+        self
+    }
+
+    /// These families and `Retry-After` on rejections.
+    #[must_use]
+    pub const fn with_retry_after(mut self) -> HeaderFamilies {
+        self.retry_after = true;
+        self
+    }
+
+    /// These families without `Retry-After`.
+    #[must_use]
+    pub const fn without_retry_after(mut self) -> HeaderFamilies {
+        self.retry_after = false;
+        self
+    }
 }
 
 impl Default for HeaderFamilies {
@@ -77,10 +131,9 @@ pub fn set_headers(headers: &mut HeaderMap, name: &str, d: &Decision, families: 
     }
     if families.spring {
         headers.insert(X_REMAINING.clone(), HeaderValue::from(d.remaining));
-        headers.insert(
-            X_REPLENISH_RATE.clone(),
-            HeaderValue::from(d.limit.replenish()),
-        );
+        if let Some(rate) = whole_tokens_per_second(&d.limit) {
+            headers.insert(X_REPLENISH_RATE.clone(), HeaderValue::from(rate));
+        }
         headers.insert(
             X_BURST_CAPACITY.clone(),
             HeaderValue::from(d.limit.burst_capacity()),
@@ -92,6 +145,19 @@ pub fn set_headers(headers: &mut HeaderMap, name: &str, d: &Decision, families: 
             http::header::RETRY_AFTER,
             HeaderValue::from(ceil_secs(d.retry_after)),
         );
+    }
+}
+
+/// Spring Cloud Gateway's `replenishRate` is an integer number of tokens per second. A rate
+/// that is not one (3 per minute is 0.05 per second) has no honest value in that header, so it
+/// is left out; `RateLimit-Policy` describes every rate exactly.
+fn whole_tokens_per_second(limit: &crate::Limit) -> Option<u64> {
+    let per_unit = u128::from(limit.replenish()) * 1_000_000;
+    let unit = u128::from(limit.unit().as_micros());
+    if per_unit % unit == 0 {
+        u64::try_from(per_unit / unit).ok()
+    } else {
+        None
     }
 }
 
@@ -227,7 +293,8 @@ mod tests {
         assert_eq!(h["ratelimit"], "\"shop::orders\";r=0;t=34");
         assert_eq!(h["retry-after"], "20");
         assert_eq!(h["x-ratelimit-remaining"], "0");
-        assert_eq!(h["x-ratelimit-replenish-rate"], "3");
+        // 3 per minute is no whole number per second.
+        assert!(h.get("x-ratelimit-replenish-rate").is_none());
         assert_eq!(h["x-ratelimit-burst-capacity"], "5");
         assert_eq!(h["x-ratelimit-requested-tokens"], "1");
     }
@@ -235,14 +302,47 @@ mod tests {
     #[test]
     fn families_are_optional_and_allowed_calls_have_no_retry_after() {
         let mut h = HeaderMap::new();
-        let families = HeaderFamilies {
-            spring: false,
-            ..HeaderFamilies::ALL
-        };
+        let families = HeaderFamilies::ALL.without_spring();
+        assert_eq!(
+            families,
+            HeaderFamilies::NONE.with_ietf().with_retry_after()
+        );
+        assert_eq!(
+            HeaderFamilies::ALL,
+            HeaderFamilies::NONE
+                .with_spring()
+                .with_ietf()
+                .with_retry_after()
+        );
+        assert_eq!(
+            HeaderFamilies::NONE,
+            HeaderFamilies::ALL
+                .without_spring()
+                .without_ietf()
+                .without_retry_after()
+        );
         set_headers(&mut h, "n", &decision(true), families);
         assert!(h.get("x-ratelimit-remaining").is_none());
         assert!(h.get("retry-after").is_none());
         assert_eq!(h["ratelimit"], "\"n\";r=4;t=34");
+    }
+
+    #[test]
+    fn spring_replenish_rate_is_whole_tokens_per_second_or_absent() {
+        let rate = |limit: Limit| {
+            let mut h = HeaderMap::new();
+            let d = Decision::new(true, 1, limit, 1, Duration::ZERO, Duration::ZERO);
+            set_headers(&mut h, "n", &d, HeaderFamilies::ALL);
+            assert!(h.get("x-ratelimit-burst-capacity").is_some());
+            h.get("x-ratelimit-replenish-rate")
+                .map(|v| v.to_str().unwrap_or_default().to_owned())
+        };
+        assert_eq!(rate(Limit::per_second(7)).as_deref(), Some("7"));
+        assert_eq!(rate(Limit::per_minute(120)).as_deref(), Some("2"));
+        assert_eq!(rate(Limit::per_hour(7200)).as_deref(), Some("2"));
+        // 3 per minute is 0.05 per second: Spring's integer header cannot say it.
+        assert_eq!(rate(Limit::per_minute(3)), None);
+        assert_eq!(rate(Limit::per_minute(90)), None);
     }
 
     #[test]

@@ -40,25 +40,116 @@ pub trait KeyResolver: Send + Sync + 'static {
     /// The key of this call, or `None` when it has none (then the empty-key policy applies:
     /// deny by default).
     fn resolve<'a>(&'a self, ctx: &'a RequestContext) -> Option<Cow<'a, str>>;
-
-    /// A short description for [`declared_limits`](crate::declared_limits) and logs.
-    fn describe(&self) -> Cow<'static, str> {
-        Cow::Borrowed(std::any::type_name::<Self>())
-    }
 }
 
-/// The request's path, without the query: `/orders/1` and `/orders/2` are two buckets.
+/// The request's path, without the query and normalised: `/orders/1` and `/orders/2` are two
+/// buckets, while `/orders/1`, `/orders/%31`, `/orders//1` and `/orders/x/../1` are one.
+///
+/// A path is one bucket per resource the handler can tell apart, so that no spelling of a path
+/// escapes its bucket (see [`normalize_path`]).
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Uri;
 
 impl KeyResolver for Uri {
     fn resolve<'a>(&'a self, ctx: &'a RequestContext) -> Option<Cow<'a, str>> {
-        ctx.path().map(Cow::Borrowed)
+        ctx.path().map(normalize_path)
     }
+}
 
-    fn describe(&self) -> Cow<'static, str> {
-        Cow::Borrowed("Uri")
+/// Characters a normalised path keeps as they are: RFC 3986's unreserved characters and the
+/// others a path segment may hold unescaped (sub-delims, `:`, `@`). Every other byte is
+/// percent-encoded, in upper case.
+const SEGMENT_KEEPS: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'.')
+    .remove(b'_')
+    .remove(b'~')
+    .remove(b'!')
+    .remove(b'$')
+    .remove(b'&')
+    .remove(b'\'')
+    .remove(b'(')
+    .remove(b')')
+    .remove(b'*')
+    .remove(b'+')
+    .remove(b',')
+    .remove(b';')
+    .remove(b'=')
+    .remove(b':')
+    .remove(b'@');
+
+/// The path as [`Uri`] keys it: one spelling per sequence of decoded segments.
+///
+/// Each segment is percent-decoded and encoded again canonically (RFC 3986 §6.2.2: escapes of
+/// unreserved characters decoded, the rest upper case; beyond it, escapes of sub-delims are
+/// decoded too, since frameworks hand handlers the decoded segment); `.` and `..` segments are
+/// removed (§5.2.4, also when written `%2E`); empty segments (`//`) are dropped. `/` written
+/// as `%2F` stays `%2F`: inside a segment it is data, not a separator.
+///
+/// Why merge this much: a limit keyed by path must not be escaped by respelling the path. Two
+/// spellings that a router would send to different resources (`/a//b` and `/a/b` under a
+/// wildcard route) may now share a bucket: that only ever limits more, never less, and a
+/// caller can drain a path's bucket by requesting the path itself anyway.
+///
+/// ```
+/// use ratelimit_core::normalize_path;
+///
+/// assert_eq!(normalize_path("/uri/%76ictim"), "/uri/victim");
+/// assert_eq!(normalize_path("/uri/v%69ctim"), "/uri/victim");
+/// assert_eq!(normalize_path("/uri//./x/../victim"), "/uri/victim");
+/// assert_eq!(normalize_path("/a%2fb"), "/a%2Fb");
+/// assert_eq!(normalize_path("/users/42"), "/users/42");
+/// ```
+pub fn normalize_path(path: &str) -> Cow<'_, str> {
+    if is_normal(path) {
+        return Cow::Borrowed(path);
     }
+    let absolute = path.starts_with('/');
+    let mut segments: Vec<Vec<u8>> = Vec::new();
+    // Whether the path ends in a directory (a `/`, `.` or `..`): its trailing slash stays.
+    let mut trailing = false;
+    for raw in path.split('/') {
+        let decoded: Vec<u8> = percent_encoding::percent_decode_str(raw).collect();
+        trailing = false;
+        match decoded.as_slice() {
+            b"" => trailing = true,
+            b"." => trailing = true,
+            b".." => {
+                segments.pop();
+                trailing = true;
+            }
+            _ => segments.push(decoded),
+        }
+    }
+    let mut out = String::with_capacity(path.len());
+    for segment in &segments {
+        if absolute || !out.is_empty() {
+            out.push('/');
+        }
+        out.extend(percent_encoding::percent_encode(segment, SEGMENT_KEEPS));
+    }
+    if (trailing && !segments.is_empty()) || (absolute && segments.is_empty()) {
+        out.push('/');
+    }
+    Cow::Owned(out)
+}
+
+/// Whether `path` is already what [`normalize_path`] makes of it: no escape, no empty or dot
+/// segment, only characters kept as they are. One pass, no allocation: the common case.
+fn is_normal(path: &str) -> bool {
+    let kept = |b: u8| b.is_ascii_alphanumeric() || b"-._~!$&'()*+,;=:@/".contains(&b);
+    if !path.bytes().all(kept) {
+        return false;
+    }
+    let last = path.split('/').count() - 1;
+    path.split('/')
+        .enumerate()
+        .all(|(i, segment)| match segment {
+            "." | ".." => false,
+            // Only the one before a leading `/` and the one after a trailing `/`.
+            "" => i == 0 || i == last,
+            _ => true,
+        })
 }
 
 /// The matched route template: `/users/1` and `/users/2` share the bucket of `/users/{id}`.
@@ -68,10 +159,6 @@ pub struct Route;
 impl KeyResolver for Route {
     fn resolve<'a>(&'a self, ctx: &'a RequestContext) -> Option<Cow<'a, str>> {
         ctx.route().map(Cow::Borrowed)
-    }
-
-    fn describe(&self) -> Cow<'static, str> {
-        Cow::Borrowed("Route")
     }
 }
 
@@ -109,10 +196,6 @@ impl KeyResolver for Ip {
         ctx.client_ip()
             .map(|ip| Cow::Owned(Ip::key_of(ip, ctx.ipv6_prefix())))
     }
-
-    fn describe(&self) -> Cow<'static, str> {
-        Cow::Borrowed("Ip")
-    }
 }
 
 /// The client's IP and the path together: one bucket per client per path.
@@ -122,10 +205,6 @@ pub struct IpUri;
 impl KeyResolver for IpUri {
     fn resolve<'a>(&'a self, ctx: &'a RequestContext) -> Option<Cow<'a, str>> {
         (Ip, Uri).resolve(ctx)
-    }
-
-    fn describe(&self) -> Cow<'static, str> {
-        Cow::Borrowed("IpUri")
     }
 }
 
@@ -153,10 +232,6 @@ impl KeyResolver for Header {
             }
         })
     }
-
-    fn describe(&self) -> Cow<'static, str> {
-        Cow::Owned(format!("Header({:?})", self.0))
-    }
 }
 
 /// The authenticated user: authentication middleware inserts a `Principal` into the
@@ -175,10 +250,6 @@ impl KeyResolver for User {
             .filter(|p| !p.0.is_empty())
             .map(|p| Cow::Borrowed(p.0.as_str()))
     }
-
-    fn describe(&self) -> Cow<'static, str> {
-        Cow::Borrowed("User")
-    }
 }
 
 /// One bucket for every caller.
@@ -189,29 +260,17 @@ impl KeyResolver for Global {
     fn resolve<'a>(&'a self, _ctx: &'a RequestContext) -> Option<Cow<'a, str>> {
         Some(Cow::Borrowed("global"))
     }
-
-    fn describe(&self) -> Cow<'static, str> {
-        Cow::Borrowed("Global")
-    }
 }
 
 impl<K: KeyResolver + ?Sized> KeyResolver for Box<K> {
     fn resolve<'a>(&'a self, ctx: &'a RequestContext) -> Option<Cow<'a, str>> {
         (**self).resolve(ctx)
     }
-
-    fn describe(&self) -> Cow<'static, str> {
-        (**self).describe()
-    }
 }
 
 impl<K: KeyResolver + ?Sized> KeyResolver for std::sync::Arc<K> {
     fn resolve<'a>(&'a self, ctx: &'a RequestContext) -> Option<Cow<'a, str>> {
         (**self).resolve(ctx)
-    }
-
-    fn describe(&self) -> Cow<'static, str> {
-        (**self).describe()
     }
 }
 
@@ -245,12 +304,6 @@ macro_rules! tuple_resolver {
                 Some(Cow::Owned(out))
             }
 
-            #[allow(non_snake_case)]
-            fn describe(&self) -> Cow<'static, str> {
-                let ($($name,)+) = self;
-                let parts: Vec<Cow<'static, str>> = vec![$($name.describe()),+];
-                Cow::Owned(format!("({})", parts.join(", ")))
-            }
         }
     };
 }
@@ -296,7 +349,7 @@ mod tests {
     fn missing_parts_give_no_key() {
         let empty = RequestContext::new();
         for r in [&Uri as &dyn KeyResolver, &Route, &Ip, &IpUri, &User] {
-            assert_eq!(r.resolve(&empty), None, "{}", r.describe());
+            assert_eq!(r.resolve(&empty), None);
         }
         assert_eq!((Global, Uri).resolve(&empty), None);
     }
@@ -338,5 +391,122 @@ mod tests {
         headers.insert("x-k", http::HeaderValue::from_bytes(b"\xff\xfe").unwrap());
         let c = RequestContext::new().with_headers(headers);
         assert_eq!(Header("x-k").resolve(&c).as_deref(), Some("\u{fffd}fffe"));
+    }
+}
+
+#[cfg(test)]
+mod path_tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn spellings_of_one_path_share_a_key() {
+        for spelling in [
+            "/uri/victim",
+            "/uri/%76ictim",
+            "/uri/v%69ctim",
+            "/uri/%76%69%63%74%69%6d",
+            "/uri/%76%69%63%74%69%6D",
+            "/uri//victim",
+            "//uri/victim",
+            "/uri/./victim",
+            "/uri/%2e/victim",
+            "/uri/x/../victim",
+            "/uri/x/%2E%2E/victim",
+            "/../uri/victim",
+        ] {
+            assert_eq!(normalize_path(spelling), "/uri/victim", "{spelling}");
+        }
+    }
+
+    #[test]
+    fn distinct_paths_keep_distinct_keys() {
+        let paths = [
+            "/uri/victim",
+            "/uri/victim/",
+            "/uri/Victim",
+            "/uri/victim%2Fx",
+            "/uri/victim/x",
+            "/uri/vict%20im",
+            "/uri/vict+im",
+            "/uri",
+            "/",
+            "",
+        ];
+        let keys: std::collections::HashSet<String> = paths
+            .iter()
+            .map(|p| normalize_path(p).into_owned())
+            .collect();
+        assert_eq!(keys.len(), paths.len(), "{keys:?}");
+        // Escapes of other bytes are upper-cased; a bare `%` is data.
+        assert_eq!(normalize_path("/a%2fb%c3%a9"), "/a%2Fb%C3%A9");
+        assert_eq!(normalize_path("/100%"), "/100%25");
+        assert_eq!(normalize_path("/100%25"), "/100%25");
+        assert_eq!(normalize_path("/a/b/.."), "/a/");
+        assert_eq!(normalize_path("/a/b/."), "/a/b/");
+    }
+
+    #[test]
+    fn the_uri_resolver_normalises() {
+        let ctx = RequestContext::new().with_path("/uri/%76ictim");
+        assert_eq!(Uri.resolve(&ctx).as_deref(), Some("/uri/victim"));
+        let ctx = RequestContext::new().with_path("/users/1");
+        assert!(
+            matches!(Uri.resolve(&ctx), Some(Cow::Borrowed(_))),
+            "no copy"
+        );
+    }
+
+    /// Bytes of a path: the characters that matter to the format, escapes, separators, dots.
+    fn path() -> impl Strategy<Value = String> {
+        prop::collection::vec(
+            prop_oneof![
+                Just("/".to_owned()),
+                Just(".".to_owned()),
+                Just("%".to_owned()),
+                Just("%2e".to_owned()),
+                Just("%2F".to_owned()),
+                Just("%41".to_owned()),
+                "[a-zA-Z0-9]{1,3}",
+                "[%!$&'()*+,;=:@ ~é]",
+            ],
+            0..12,
+        )
+        .prop_map(|parts| parts.concat())
+    }
+
+    /// The decoded segments a router hands a handler, after dot-segment removal: what two
+    /// paths must agree on to be one resource.
+    fn resource(path: &str) -> Vec<Vec<u8>> {
+        let mut out: Vec<Vec<u8>> = Vec::new();
+        for raw in path.split('/') {
+            let d: Vec<u8> = percent_encoding::percent_decode_str(raw).collect();
+            match d.as_slice() {
+                b"" | b"." => {}
+                b".." => {
+                    out.pop();
+                }
+                _ => out.push(d),
+            }
+        }
+        out
+    }
+
+    proptest! {
+        /// Normalising is idempotent, borrows only when nothing changes, and two paths share
+        /// a key exactly when they name one resource (and agree on a trailing `/`).
+        #[test]
+        fn one_key_per_resource(a in path(), b in path()) {
+            let na = normalize_path(&a);
+            prop_assert_eq!(normalize_path(&na), na.clone());
+            if matches!(na, Cow::Borrowed(_)) {
+                prop_assert_eq!(&na, &a);
+            }
+            prop_assert_eq!(resource(&na), resource(&a));
+            let nb = normalize_path(&b);
+            if resource(&a) != resource(&b) {
+                prop_assert_ne!(na, nb);
+            }
+        }
     }
 }

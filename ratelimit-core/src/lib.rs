@@ -27,6 +27,7 @@ mod decision;
 mod deny_cache;
 mod enable;
 mod error;
+mod fleet;
 pub mod headers;
 #[cfg(any(feature = "axum", feature = "actix-web"))]
 pub mod http;
@@ -50,7 +51,9 @@ pub use error::Error;
 pub use http::actix::RateLimitMiddleware;
 #[cfg(feature = "axum")]
 pub use http::axum::RateLimitLayer;
-pub use key::{Global, Header, Ip, IpUri, KeyResolver, Principal, Route, Uri, User};
+pub use key::{
+    Global, Header, Ip, IpUri, KeyResolver, Principal, Route, Uri, User, normalize_path,
+};
 pub use limit::{InvalidLimit, Limit, Unit, UnknownUnit};
 pub use limiter::{DEFAULT_PREFIX, RateLimiter, RateLimiterBuilder};
 pub use naming::MAX_PART_LEN;

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use crate::decision::Source;
 use crate::deny_cache::{DEFAULT_DENY_CACHE_CAPACITY, DenyCache};
+use crate::fleet::{self, Member};
 use crate::naming::bucket_key;
 use crate::naming::key_slot;
 use crate::policy::{
@@ -43,7 +44,10 @@ struct Inner {
     prefix: Box<str>,
     empty_key: EmptyKeyPolicy,
     resilience: Resilience,
-    deny_cache: Option<DenyCache>,
+    deny_cache: Option<Arc<DenyCache>>,
+    /// This process in the fleet sharing the Redis deployment and prefix (Redis only): the
+    /// instance count and the resets other instances publish.
+    fleet: Option<Arc<Member>>,
 }
 
 enum Backend {
@@ -124,29 +128,41 @@ impl RateLimiter {
             Backend::Memory(MemoryStore::new()),
             DEFAULT_PREFIX.into(),
             &RateLimiterBuilder::default(),
+            None,
         )
     }
 
-    fn from_parts(backend: Backend, prefix: Box<str>, b: &RateLimiterBuilder) -> RateLimiter {
+    fn from_parts(
+        backend: Backend,
+        prefix: Box<str>,
+        b: &RateLimiterBuilder,
+        fleet: Option<Arc<Member>>,
+    ) -> RateLimiter {
         let circuits = match &backend {
             Backend::Redis(s) if s.is_cluster() => 16_384 / usize::from(SLOTS_PER_CIRCUIT),
             _ => 1,
         };
-        let resilience = Resilience::new(
+        let mut resilience = Resilience::new(
             b.policy,
-            b.deadline.unwrap_or(Some(DEFAULT_DEADLINE)),
-            b.cooldown.unwrap_or(Some(DEFAULT_COOLDOWN)),
+            b.deadline,
+            b.cooldown,
             circuits,
             &prefix,
             b.fallback.clone(),
         );
-        // A memory store answers as fast as the cache would: no cache in front of it.
+        if let Some(member) = &fleet {
+            resilience.instances = Arc::clone(&member.count);
+        }
+        // A memory store answers as fast as the cache would: no cache in front of it. A Redis
+        // store that cannot hear of resets would keep refusing after one: no cache either.
         let deny_cache = match (&backend, b.deny_cache) {
-            (Backend::Memory(_), _) | (_, Some(0)) => None,
-            (_, capacity) => Some(DenyCache::new(
-                capacity.unwrap_or(DEFAULT_DENY_CACHE_CAPACITY),
-            )),
+            (Backend::Memory(_), _) | (_, 0) => None,
+            (Backend::Redis(s), _) if !s.can_listen() => None,
+            (_, capacity) => Some(Arc::new(DenyCache::new(capacity))),
         };
+        if let (Some(member), Some(cache)) = (&fleet, &deny_cache) {
+            member.listen(cache);
+        }
         RateLimiter {
             inner: Arc::new(Inner {
                 backend,
@@ -154,6 +170,7 @@ impl RateLimiter {
                 empty_key: b.empty_key,
                 resilience,
                 deny_cache,
+                fleet,
             }),
         }
     }
@@ -189,9 +206,10 @@ impl RateLimiter {
         self.inner.resilience.is_degraded()
     }
 
-    /// How many instances share this limiter's Redis, as last seen by the heartbeat (1 for
-    /// other stores, or before the first heartbeat). The fallback policy enforces
-    /// `limit / live_instances` on each instance while Redis is down.
+    /// How many instances share this limiter's Redis deployment and prefix, as last seen by
+    /// the heartbeat (1 for other stores, or before the first heartbeat). An instance is a
+    /// process: every limiter a process builds on one deployment and prefix counts once. The
+    /// fallback policy enforces `limit / live_instances` on each instance while Redis is down.
     pub fn live_instances(&self) -> u32 {
         self.inner
             .resilience
@@ -257,8 +275,11 @@ impl RateLimiter {
         }
     }
 
-    /// Empties nothing and refills `key`'s bucket: deletes it from the store (a missing
-    /// bucket is a full one) and from the local deny cache.
+    /// Refills `key`'s bucket: deletes it from the store (a missing bucket is a full one) and
+    /// from the deny caches of every instance (on Redis, each hears of it by pub/sub within
+    /// milliseconds). It addresses the bucket of [`check`](RateLimiter::check); a
+    /// `#[rate_limit]` function's buckets are its limit's: use
+    /// [`reset_named`](RateLimiter::reset_named) with the limit's name.
     ///
     /// # Errors
     /// The store's error; the failure policy does not apply to administrative calls.
@@ -267,7 +288,9 @@ impl RateLimiter {
             .await
     }
 
-    /// [`reset`](RateLimiter::reset) for the bucket of `key` under the limit called `name`.
+    /// [`reset`](RateLimiter::reset) for the bucket of `key` under the limit called `name`: a
+    /// `#[rate_limit]` function's bucket, by its limit's name (`module::function` unless it
+    /// has `name = ".."`; see [`declared_limits`](crate::declared_limits)).
     ///
     /// # Errors
     /// The store's error.
@@ -282,7 +305,15 @@ impl RateLimiter {
         }
         match &self.inner.backend {
             Backend::Memory(s) => s.reset(bucket).await,
-            Backend::Redis(s) => s.reset(bucket).await,
+            Backend::Redis(s) => {
+                s.reset(bucket).await?;
+                // After the bucket is gone, so that an instance that hears of the reset and asks
+                // again finds it full.
+                match &self.inner.fleet {
+                    Some(member) => s.publish(member.channel(), bucket).await,
+                    None => Ok(()),
+                }
+            }
             Backend::Custom(s) => s.reset_dyn(bucket).await,
         }
     }
@@ -297,44 +328,8 @@ impl RateLimiter {
 
     /// How many refused buckets the local deny cache remembers now.
     pub fn deny_cache_len(&self) -> usize {
-        self.inner.deny_cache.as_ref().map_or(0, DenyCache::len)
+        self.inner.deny_cache.as_deref().map_or(0, DenyCache::len)
     }
-}
-
-/// How often each instance says it is alive.
-const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
-/// How long an instance counts as alive after its last heartbeat.
-const HEARTBEAT_TTL: Duration = Duration::from_secs(3);
-
-/// Keeps this instance in the Redis set of live instances, and the count of them in the
-/// limiter, for as long as the limiter exists. The set's key has no hash tag braces after the
-/// prefix, so it can never collide with a bucket.
-fn spawn_heartbeat(store: RedisStore, limiter: &RateLimiter) {
-    use std::hash::BuildHasher;
-    let weak = Arc::downgrade(&limiter.inner);
-    let key = format!("{}:instances", limiter.inner.prefix);
-    let nonce =
-        std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now());
-    let id = format!("{}-{nonce:016x}", std::process::id());
-    let count = Arc::clone(&limiter.inner.resilience.instances);
-    tokio::spawn(async move {
-        let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        loop {
-            tick.tick().await;
-            if weak.strong_count() == 0 {
-                return;
-            }
-            let beat =
-                tokio::time::timeout(HEARTBEAT_EVERY, store.heartbeat(&key, &id, HEARTBEAT_TTL));
-            match beat.await {
-                Ok(Ok(n)) => count.store(n.max(1), Ordering::Relaxed),
-                // While Redis is down the last count stands: it is what the fallback divides by.
-                Ok(Err(e)) => tracing::debug!(%e, "rate-limit heartbeat failed"),
-                Err(_) => tracing::debug!("rate-limit heartbeat timed out"),
-            }
-        }
-    });
 }
 
 fn validate_cost(limit: &Limit, cost: u32) -> Result<(), Error> {
@@ -367,18 +362,36 @@ impl fmt::Debug for RateLimiter {
     }
 }
 
-/// Configures a [`RateLimiter`]; see [`RateLimiter::builder`].
-#[derive(Default)]
+/// Configures a [`RateLimiter`]; see [`RateLimiter::builder`]. `enable_redis_rate_limit!`
+/// takes one too (`builder = ..`), for the settings it has no option of its own for.
 #[must_use]
 pub struct RateLimiterBuilder {
     store: Option<StoreChoice>,
     prefix: Option<String>,
     policy: FailurePolicy,
     empty_key: EmptyKeyPolicy,
-    deadline: Option<Option<Duration>>,
-    cooldown: Option<Option<Duration>>,
-    deny_cache: Option<usize>,
+    /// `None`: no deadline.
+    deadline: Option<Duration>,
+    /// `None`: no circuit breaker.
+    cooldown: Option<Duration>,
+    /// 0: no deny cache.
+    deny_cache: usize,
     fallback: Option<MemoryStore>,
+}
+
+impl Default for RateLimiterBuilder {
+    fn default() -> Self {
+        RateLimiterBuilder {
+            store: None,
+            prefix: None,
+            policy: FailurePolicy::default(),
+            empty_key: EmptyKeyPolicy::default(),
+            deadline: Some(DEFAULT_DEADLINE),
+            cooldown: Some(DEFAULT_COOLDOWN),
+            deny_cache: DEFAULT_DENY_CACHE_CAPACITY,
+            fallback: None,
+        }
+    }
 }
 
 enum StoreChoice {
@@ -440,27 +453,29 @@ impl RateLimiterBuilder {
     }
 
     /// How long a call may wait for the store before the failure policy decides it (default
-    /// [`DEFAULT_DEADLINE`]; `None`: wait as long as the connection's own timeouts allow).
-    /// Needs a Tokio runtime with timers enabled.
-    pub fn deadline(mut self, deadline: Option<Duration>) -> Self {
-        self.deadline = Some(deadline);
+    /// [`DEFAULT_DEADLINE`]): `.deadline(Duration::from_millis(20))`, or `.deadline(None)` for
+    /// none (wait as long as the connection's own timeouts allow). Needs a Tokio runtime with
+    /// timers enabled.
+    pub fn deadline(mut self, deadline: impl Into<Option<Duration>>) -> Self {
+        self.deadline = deadline.into();
         self
     }
 
     /// After a store failure, decide by the failure policy without asking the store for this
     /// long, then let one call probe it (default [`DEFAULT_COOLDOWN`]; `None`: ask on every
     /// call). An outage then costs one deadline per cool-down, not one per call.
-    pub fn circuit_cooldown(mut self, cooldown: Option<Duration>) -> Self {
-        self.cooldown = Some(cooldown);
+    pub fn circuit_cooldown(mut self, cooldown: impl Into<Option<Duration>>) -> Self {
+        self.cooldown = cooldown.into();
         self
     }
 
     /// Remember up to `capacity` buckets the store refused, and refuse calls on them locally
     /// until the store could admit them (default [`DEFAULT_DENY_CACHE_CAPACITY`]; 0 turns the
     /// cache off). It never admits anything; a flood on an exhausted key then costs no round
-    /// trips. Not used in front of a memory store.
+    /// trips. Not used in front of a memory store, nor of a [`RedisStore::from_connection`],
+    /// which cannot hear of resets made by other instances.
     pub fn deny_cache(mut self, capacity: usize) -> Self {
-        self.deny_cache = Some(capacity);
+        self.deny_cache = capacity;
         self
     }
 
@@ -472,11 +487,23 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// The settings `enable_redis_rate_limit!` gives when the builder has none: the store at
+    /// `url()`, the prefix `prefix`.
+    pub(crate) fn or_defaults(mut self, url: impl FnOnce() -> String, prefix: &str) -> Self {
+        if self.store.is_none() {
+            self.store = Some(StoreChoice::RedisUrl(url()));
+        }
+        if self.prefix.is_none() {
+            self.prefix = Some(prefix.to_owned());
+        }
+        self
+    }
+
     /// Connects (for Redis) and returns the limiter.
     ///
     /// # Errors
-    /// [`Error::NoStore`], [`Error::InvalidPrefix`], and the Redis connection errors of
-    /// [`RedisStore::connect`].
+    /// [`Error::NoStore`], [`Error::InvalidPrefix`], [`Error::NoRuntime`] for Redis outside a
+    /// Tokio runtime, and the Redis connection errors of [`RedisStore::connect`].
     pub async fn build(self) -> Result<RateLimiter, Error> {
         let mut this = self;
         let prefix = this
@@ -486,18 +513,28 @@ impl RateLimiterBuilder {
         if prefix.contains(['{', '}']) {
             return Err(Error::InvalidPrefix(prefix));
         }
-        let backend = match this.store.take().ok_or(Error::NoStore)? {
+        let store = this.store.take().ok_or(Error::NoStore)?;
+        let backend = match store {
             StoreChoice::RedisUrl(url) if url.starts_with("memory:") => {
                 Backend::Memory(MemoryStore::new())
             }
-            StoreChoice::RedisUrl(url) => Backend::Redis(RedisStore::connect(&url).await?),
+            // Before connecting: the client itself needs Tokio's reactor, and panics without it.
+            StoreChoice::RedisUrl(url) => match tokio::runtime::Handle::try_current() {
+                Ok(_) => Backend::Redis(RedisStore::connect(&url).await?),
+                Err(_) => return Err(Error::NoRuntime),
+            },
             StoreChoice::Ready(backend) => backend,
         };
-        let limiter = RateLimiter::from_parts(backend, prefix.into_boxed_str(), &this);
-        if let Backend::Redis(store) = &limiter.inner.backend {
-            spawn_heartbeat(store.clone(), &limiter);
-        }
-        Ok(limiter)
+        let fleet = match &backend {
+            Backend::Redis(store) => Some(fleet::join(store, &prefix)?),
+            _ => None,
+        };
+        Ok(RateLimiter::from_parts(
+            backend,
+            prefix.into_boxed_str(),
+            &this,
+            fleet,
+        ))
     }
 }
 

@@ -1,10 +1,19 @@
-//! Bucket key naming: `{prefix}:{{name}:{key}}`.
+//! Bucket key naming: `{prefix}:{<n>:<name>:<key>}` for a named limit, `{prefix}:{:<key>}` for
+//! an unnamed one.
 //!
 //! The braces are a Redis Cluster hash tag: every bucket of one (name, key) lives in one slot.
 //! Names and keys come from users' input, so `{`, `}` and `%` are percent-escaped (no input
 //! can end the tag early and move a key to another slot), and an escaped part longer than
 //! [`MAX_PART_LEN`] bytes is replaced by a digest (no input can grow Redis memory without
 //! bound). `%H` marks a digest; an escaped part never contains it, so the two cannot collide.
+//!
+//! The tag must also be injective: no two distinct (name, key) pairs, and no named and unnamed
+//! pair, may write one Redis key. A bare `:` between name and key is not (`("api",
+//! "admin:alice")` and `("api:admin", "alice")` would meet), so a named tag starts with the
+//! decimal length `<n>` of the written name: reading the digits up to the first `:` gives
+//! where the name ends, whatever `:`s the name and the key hold. An unnamed tag starts with
+//! `:`, which no length does, so it meets no named one. Escaping, the digest and the length
+//! prefix are each reversible (or collision-resistant), so the whole key is.
 
 use sha2::{Digest, Sha256};
 
@@ -82,18 +91,41 @@ fn push_hex(out: &mut String, byte: u8) {
 pub fn bucket_key(prefix: &str, name: Option<&str>, key: &str) -> String {
     let name = name.map(|n| (n, plan(n)));
     let (key_how, key_len) = plan(key);
-    let len = prefix.len() + 3 + name.map_or(0, |(_, (_, n))| n + 1) + key_len;
+    // The written name is at most MAX_PART_LEN (128) bytes: at most 3 digits.
+    let name_len = name.map_or(0, |(_, (_, n))| decimal_len(n) + 1 + n);
+    let len = prefix.len() + 4 + name_len + key_len;
     let mut out = String::with_capacity(len);
     out.push_str(prefix);
     out.push_str(":{");
-    if let Some((name, (how, _))) = name {
-        push_part(&mut out, name, how);
+    if let Some((name, (how, written))) = name {
+        push_decimal(&mut out, written);
         out.push(':');
+        push_part(&mut out, name, how);
     }
+    out.push(':');
     push_part(&mut out, key, key_how);
     out.push('}');
     debug_assert_eq!(out.len(), len, "the planned length");
     out
+}
+
+fn decimal_len(n: usize) -> usize {
+    match n {
+        0..=9 => 1,
+        10..=99 => 2,
+        _ => 3,
+    }
+}
+
+/// Appends `n` (at most [`MAX_PART_LEN`], so at most three digits) in decimal.
+fn push_decimal(out: &mut String, n: usize) {
+    debug_assert!(n <= MAX_PART_LEN);
+    let digits = [n / 100, (n / 10) % 10, n % 10];
+    for (i, d) in digits.iter().enumerate() {
+        if i + decimal_len(n) >= 3 {
+            out.push(char::from(b'0' + u8::try_from(*d).unwrap_or(0)));
+        }
+    }
 }
 
 /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag, modulo 16384.
@@ -126,20 +158,43 @@ pub fn key_slot(key: &[u8]) -> u16 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use proptest::prelude::*;
 
     #[test]
     fn plain_keys_are_readable() {
         assert_eq!(
             bucket_key("app", Some("orders::list"), "/orders"),
-            "app:{orders::list:/orders}"
+            "app:{12:orders::list:/orders}"
         );
-        assert_eq!(bucket_key("app", None, "user:42"), "app:{user:42}");
+        assert_eq!(bucket_key("app", None, "user:42"), "app:{:user:42}");
+    }
+
+    #[test]
+    fn colons_cannot_move_the_boundary_between_name_and_key() {
+        // The collisions a bare `:` separator allowed.
+        let pairs = [
+            ((None, "orders:alice"), (Some("orders"), "alice")),
+            ((Some("api"), "admin:alice"), (Some("api:admin"), "alice")),
+            (
+                (Some("shop::orders"), ":list:bob"),
+                (Some("shop::orders::list"), "bob"),
+            ),
+            ((None, ":x"), (Some(""), "x")),
+            ((None, "1:a:b"), (Some("a"), "b")),
+        ];
+        for ((n1, k1), (n2, k2)) in pairs {
+            assert_ne!(
+                bucket_key("p", n1, k1),
+                bucket_key("p", n2, k2),
+                "{n1:?}/{k1:?} vs {n2:?}/{k2:?}"
+            );
+        }
     }
 
     #[test]
     fn braces_cannot_end_the_tag() {
         let k = bucket_key("app", Some("n"), "}x{y%");
-        assert_eq!(k, "app:{n:%7Dx%7By%25}");
+        assert_eq!(k, "app:{1:n:%7Dx%7By%25}");
         assert_eq!(k.matches('{').count(), 1);
         assert_eq!(k.matches('}').count(), 1);
         assert!(k.ends_with('}'));
@@ -157,23 +212,105 @@ mod tests {
         assert!(bucket_key("app", None, &braces).contains("%H"));
         assert_eq!(
             bucket_key("app", None, &"a".repeat(MAX_PART_LEN)).len(),
-            3 + 2 + MAX_PART_LEN + 1
+            3 + 3 + MAX_PART_LEN + 1
         );
+        // The longest name keeps its three-digit length.
+        let name = "n".repeat(MAX_PART_LEN);
+        assert!(bucket_key("app", Some(&name), "k").starts_with("app:{128:nnn"));
     }
 
-    proptest::proptest! {
+    /// A part as the key holds it: its text when written as it is or escaped, its digest's
+    /// text when digested (a digest stands for its input, collision-resistant).
+    #[derive(Debug, PartialEq, Eq)]
+    enum Read {
+        Text(String),
+        Digest(String),
+    }
+
+    fn unescape(written: &str) -> Read {
+        if let Some(digest) = written.strip_prefix("%H") {
+            return Read::Digest(digest.to_owned());
+        }
+        Read::Text(
+            written
+                .replace("%7B", "{")
+                .replace("%7D", "}")
+                .replace("%25", "%"),
+        )
+    }
+
+    /// Reads a bucket key back into (prefix, name, key): the proof that the naming is
+    /// injective is that this inverse exists.
+    fn parse(bucket: &str) -> (String, Option<Read>, Read) {
+        let open = bucket.find(":{").unwrap();
+        let prefix = bucket[..open].to_owned();
+        let tag = &bucket[open + 2..bucket.len() - 1];
+        let (len, rest) = tag.split_once(':').unwrap();
+        if len.is_empty() {
+            return (prefix, None, unescape(rest));
+        }
+        let len: usize = len.parse().unwrap();
+        let (name, key) = (&rest[..len], &rest[len..]);
+        (
+            prefix,
+            Some(unescape(name)),
+            unescape(key.strip_prefix(':').unwrap()),
+        )
+    }
+
+    fn as_read(part: &str) -> Read {
+        match plan(part) {
+            (Part::Digest, _) => {
+                let mut out = String::new();
+                push_part(&mut out, part, Part::Digest);
+                Read::Digest(out[2..].to_owned())
+            }
+            _ => Read::Text(part.to_owned()),
+        }
+    }
+
+    /// Names and keys made of the characters that matter to the format.
+    fn part() -> impl Strategy<Value = String> {
+        prop_oneof![
+            "[a-z0-9:{}%]{0,12}",
+            "[:1%H7BD25]{0,8}",
+            ".{0,40}",
+            "[:{]{60,140}",
+        ]
+    }
+
+    proptest! {
         /// Whatever the name and key, the bucket key has exactly one hash tag, holding all of
-        /// "name:key" (so its slot depends on nothing else), and a bounded length; distinct
-        /// keys under one name give distinct bucket keys.
+        /// the tag (so its slot depends on nothing else), and a bounded length.
         #[test]
-        fn any_input_keeps_one_bounded_tag(name in ".{0,40}", a in ".{0,300}", b in ".{0,300}") {
+        fn any_input_keeps_one_bounded_tag(name in ".{0,40}", a in ".{0,300}") {
             let k = bucket_key("p", Some(&name), &a);
-            proptest::prop_assert!(k.starts_with("p:{") && k.ends_with('}'), "{}", k);
-            proptest::prop_assert_eq!(k.matches('{').count(), 1);
-            proptest::prop_assert_eq!(k.matches('}').count(), 1);
-            proptest::prop_assert!(k.len() <= 3 + 2 * (MAX_PART_LEN + 1) + 1);
-            if a != b {
-                proptest::prop_assert_ne!(k, bucket_key("p", Some(&name), &b));
+            prop_assert!(k.starts_with("p:{") && k.ends_with('}'), "{}", k);
+            prop_assert_eq!(k.matches('{').count(), 1);
+            prop_assert_eq!(k.matches('}').count(), 1);
+            prop_assert!(k.len() <= 3 + 4 + 3 + 2 * MAX_PART_LEN + 1);
+        }
+
+        /// Every bucket key reads back into the (name, key) it was made of: distinct pairs,
+        /// named or not, never share a bucket.
+        #[test]
+        fn naming_is_injective(
+            n1 in prop::option::of(part()),
+            k1 in part(),
+            n2 in prop::option::of(part()),
+            k2 in part(),
+        ) {
+            for (n, k) in [(&n1, &k1), (&n2, &k2)] {
+                let (prefix, name, key) = parse(&bucket_key("p", n.as_deref(), k));
+                prop_assert_eq!(prefix, "p");
+                prop_assert_eq!(name, n.as_deref().map(as_read));
+                prop_assert_eq!(key, as_read(k));
+            }
+            if (&n1, &k1) != (&n2, &k2) {
+                prop_assert_ne!(
+                    bucket_key("p", n1.as_deref(), &k1),
+                    bucket_key("p", n2.as_deref(), &k2)
+                );
             }
         }
     }
@@ -193,6 +330,6 @@ mod tests {
 
     #[test]
     fn unicode_is_kept() {
-        assert_eq!(bucket_key("p", None, "ключ-🔑"), "p:{ключ-🔑}");
+        assert_eq!(bucket_key("p", None, "ключ-🔑"), "p:{:ключ-🔑}");
     }
 }

@@ -26,8 +26,9 @@
 //! (`replenish=10,burst=100,unit=minute,cost=2,policy=deny`) or `disabled`. It wins over the file.
 //!
 //! An override that names no declared limit, or has an invalid value, makes
-//! `enable_redis_rate_limit!` fail with an error naming the file or variable, the limit and
-//! the field.
+//! `enable_redis_rate_limit!` fail with an error naming the file or variable, the limit (in
+//! the file, the line and column) and the field. A value gets the same message from the file
+//! and from the environment: `` `burst` must be a whole number from 1 to 4294967295, not `0` ``.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -40,23 +41,103 @@ use crate::{Error, FailurePolicy, Limit, Unit};
 /// The prefix of the per-limit environment variables.
 pub const ENV_PREFIX: &str = "RATE_LIMIT_OVERRIDE_";
 
-/// The fields one override may set.
+/// The fields one override may set. Each value is checked as it is read, with the same
+/// message from the file and from the environment; how the values combine with the declared
+/// ones is checked by [`Limit::try_new`] when the override is applied.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 #[non_exhaustive]
 pub struct Override {
     /// Tokens per unit.
+    #[serde(default, deserialize_with = "replenish")]
     pub replenish: Option<u32>,
     /// Bucket capacity.
+    #[serde(default, deserialize_with = "burst")]
     pub burst: Option<u32>,
     /// The unit of `replenish`.
-    pub unit: Option<String>,
+    pub unit: Option<Unit>,
     /// Tokens per call.
+    #[serde(default, deserialize_with = "cost")]
     pub cost: Option<u32>,
     /// `false` disables the limit.
     pub enabled: Option<bool>,
-    /// The failure policy of this limit: `fallback`, `allow` or `deny`.
-    pub policy: Option<String>,
+    /// The failure policy of this limit.
+    pub policy: Option<FailurePolicy>,
+}
+
+/// The fields an override may set, for messages.
+const FIELDS: &str = "`replenish`, `burst`, `unit`, `cost`, `enabled`, `policy`";
+
+/// The one rule for `replenish`, `burst` and `cost`, however the value was written.
+fn count_error(field: &str, written: &dyn std::fmt::Display) -> String {
+    format!(
+        "`{field}` must be a whole number from 1 to {}, not `{written}`",
+        u32::MAX
+    )
+}
+
+/// A count as written in the environment.
+fn count_from_text(field: &str, text: &str) -> Result<u32, Error> {
+    text.parse::<u32>()
+        .ok()
+        .filter(|n| *n >= 1)
+        .ok_or_else(|| Error::Config(count_error(field, &text)))
+}
+
+/// A count as written in the file: any TOML value, held to [`count_error`]'s rule.
+fn count_from_toml<'de, D: serde::Deserializer<'de>>(
+    d: D,
+    field: &'static str,
+) -> Result<Option<u32>, D::Error> {
+    struct Count(&'static str);
+
+    impl serde::de::Visitor<'_> for Count {
+        type Value = u32;
+
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "`{}` as a whole number from 1 to {}", self.0, u32::MAX)
+        }
+
+        fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<u32, E> {
+            match u64::try_from(n) {
+                Ok(n) => self.visit_u64(n),
+                Err(_) => Err(E::custom(count_error(self.0, &n))),
+            }
+        }
+
+        fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<u32, E> {
+            u32::try_from(n)
+                .ok()
+                .filter(|n| *n >= 1)
+                .ok_or_else(|| E::custom(count_error(self.0, &n)))
+        }
+
+        fn visit_f64<E: serde::de::Error>(self, n: f64) -> Result<u32, E> {
+            Err(E::custom(count_error(self.0, &n)))
+        }
+
+        fn visit_str<E: serde::de::Error>(self, s: &str) -> Result<u32, E> {
+            Err(E::custom(count_error(self.0, &format_args!("\"{s}\""))))
+        }
+
+        fn visit_bool<E: serde::de::Error>(self, b: bool) -> Result<u32, E> {
+            Err(E::custom(count_error(self.0, &b)))
+        }
+    }
+
+    d.deserialize_any(Count(field)).map(Some)
+}
+
+fn replenish<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    count_from_toml(d, "replenish")
+}
+
+fn burst<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    count_from_toml(d, "burst")
+}
+
+fn cost<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    count_from_toml(d, "cost")
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -69,7 +150,8 @@ struct File {
 /// Parses the TOML text of an overrides file into its overrides by limit name.
 ///
 /// # Errors
-/// [`Error::Config`] with the parser's message (line and column, unknown fields).
+/// [`Error::Config`] with the parser's message (line and column, unknown fields, a value
+/// out of range).
 pub fn parse(text: &str) -> Result<BTreeMap<String, Override>, Error> {
     toml::from_str::<File>(text)
         .map(|f| f.limits)
@@ -79,7 +161,7 @@ pub fn parse(text: &str) -> Result<BTreeMap<String, Override>, Error> {
 /// Parses the value of a `RATE_LIMIT_OVERRIDE_*` variable.
 ///
 /// # Errors
-/// [`Error::Config`] naming the bad field.
+/// [`Error::Config`] naming the bad field, with the message the file would give.
 pub fn parse_env(value: &str) -> Result<Override, Error> {
     let value = value.trim();
     if value.eq_ignore_ascii_case("disabled") || value.eq_ignore_ascii_case("off") {
@@ -94,33 +176,30 @@ pub fn parse_env(value: &str) -> Result<Override, Error> {
             .split_once('=')
             .ok_or_else(|| Error::Config(format!("`{field}` is not `field=value`")))?;
         let (k, v) = (k.trim(), v.trim());
-        let number = || {
-            v.parse::<u32>().map_err(|_| {
-                Error::Config(format!(
-                    "field `{k}`: `{v}` is not a whole number from 0 to {}",
-                    u32::MAX
-                ))
-            })
-        };
         match k {
-            "replenish" => o.replenish = Some(number()?),
-            "burst" => o.burst = Some(number()?),
-            "cost" => o.cost = Some(number()?),
-            "unit" => o.unit = Some(v.to_owned()),
-            "policy" => o.policy = Some(v.to_owned()),
+            "replenish" => o.replenish = Some(count_from_text(k, v)?),
+            "burst" => o.burst = Some(count_from_text(k, v)?),
+            "cost" => o.cost = Some(count_from_text(k, v)?),
+            // The file shows the field at its line; here the message names it.
+            "unit" => o.unit = Some(v.parse().map_err(|e| field_error(k, &e))?),
+            "policy" => o.policy = Some(v.parse().map_err(|e| field_error(k, &e))?),
             "enabled" => {
                 o.enabled = Some(v.parse().map_err(|_| {
-                    Error::Config(format!("field `enabled`: `{v}` is not `true` or `false`"))
+                    field_error(k, &format_args!("`{v}` is not `true` or `false`"))
                 })?);
             }
             other => {
                 return Err(Error::Config(format!(
-                    "unknown field `{other}`; expected one of `replenish`, `burst`, `unit`, `cost`, `enabled`, `policy`"
+                    "unknown field `{other}`, expected one of {FIELDS}"
                 )));
             }
         }
     }
     Ok(o)
+}
+
+fn field_error(field: &str, why: &dyn std::fmt::Display) -> Error {
+    Error::Config(format!("field `{field}`: {why}"))
 }
 
 /// The environment variable that overrides the limit called `name`.
@@ -229,58 +308,37 @@ impl Overrides {
         let mut cost = decl.declared_cost();
         let mut enabled = true;
         let mut policy = decl.declared_limit().failure_policy();
-        let Some(list) = self.by_name.get(decl.name()) else {
-            return Ok(Effective {
-                limit: decl.declared_limit(),
-                cost,
-                enabled,
-            });
-        };
-        for (source, o) in list {
-            let fail = |field: &str, why: &dyn std::fmt::Display| {
+        let mut limit = decl.declared_limit();
+        // Each source is validated as it is applied, so an error names the one that made the
+        // limit invalid.
+        for (source, o) in self.by_name.get(decl.name()).into_iter().flatten() {
+            let fail = |fields: &[&str], why: &dyn std::fmt::Display| {
+                let fields = match fields {
+                    [one] => format!("field `{one}`"),
+                    [init @ .., last] => format!("fields `{}` and `{last}`", init.join("`, `")),
+                    [] => "a field".to_owned(),
+                };
                 Error::Config(format!(
-                    "{source}: limit `{}`: field `{field}`: {why}",
+                    "{source}: limit `{}`: {fields}: {why}",
                     decl.name()
                 ))
             };
-            if let Some(r) = o.replenish {
-                replenish = r;
-            }
-            if let Some(b) = o.burst {
-                burst = b;
-            }
-            if let Some(u) = &o.unit {
-                unit = u.parse::<Unit>().map_err(|e| fail("unit", &e))?;
-            }
-            if let Some(c) = o.cost {
-                if c == 0 {
-                    return Err(fail("cost", &"must be at least 1"));
-                }
-                cost = c;
-            }
-            if let Some(e) = o.enabled {
-                enabled = e;
-            }
-            if let Some(p) = &o.policy {
-                policy = Some(p.parse::<FailurePolicy>().map_err(|e| fail("policy", &e))?);
-            }
-            if replenish == 0 {
-                return Err(fail("replenish", &"must be at least 1"));
-            }
-            if burst == 0 {
-                return Err(fail("burst", &"must be at least 1"));
-            }
-            Limit::try_new(replenish, burst, unit).map_err(|e| fail("burst", &e))?;
+            replenish = o.replenish.unwrap_or(replenish);
+            burst = o.burst.unwrap_or(burst);
+            unit = o.unit.unwrap_or(unit);
+            cost = o.cost.unwrap_or(cost);
+            enabled = o.enabled.unwrap_or(enabled);
+            policy = o.policy.or(policy);
+            limit = Limit::try_new(replenish, burst, unit).map_err(|e| fail(e.fields(), &e))?;
             if cost > burst {
                 return Err(fail(
-                    "cost",
+                    &["cost"],
                     &format_args!("cost {cost} exceeds burst {burst}, so no call could ever pass"),
                 ));
             }
         }
-        let limit = Limit::try_new(replenish, burst, unit)?.with_failure_policy(policy);
         Ok(Effective {
-            limit,
+            limit: limit.with_failure_policy(policy),
             cost,
             enabled,
         })
@@ -413,13 +471,14 @@ mod tests {
             "{e}"
         );
 
+        // A bad value in the file is reported where it stands: file, line and column.
         let f = file("[limits.\"shop::orders\"]\nburst = 0\n");
-        let o = load_from(Some(&f.0), env(&[]), &decls()).unwrap();
-        let e = o.apply(&ORDERS).unwrap_err().to_string();
-        assert!(
-            e.contains("limit `shop::orders`: field `burst`: must be at least 1"),
-            "{e}"
-        );
+        let e = load_from(Some(&f.0), env(&[]), &decls())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains(&f.0.display().to_string()), "{e}");
+        assert!(e.contains("line 2, column 9"), "{e}");
+        assert!(e.contains("`burst` must be a whole number from 1"), "{e}");
 
         let o = load_from(
             None,
@@ -433,22 +492,53 @@ mod tests {
             "{e}"
         );
 
-        let o = load_from(
-            None,
-            env(&[("RATE_LIMIT_OVERRIDE_SHOP__SEARCH", "unit=fortnight")]),
-            &decls(),
-        )
-        .unwrap();
-        let e = o.apply(&SEARCH).unwrap_err().to_string();
-        assert!(e.contains("field `unit`: unknown unit `fortnight`"), "{e}");
+        for (value, message) in [
+            (
+                "unit=fortnight",
+                "field `unit`: unknown unit `fortnight`; expected one of `second`, `minute`, `hour`, `day`",
+            ),
+            (
+                "policy=sometimes",
+                "field `policy`: unknown failure policy `sometimes`; expected one of `fallback`, `allow`, `deny`",
+            ),
+        ] {
+            let e = load_from(
+                None,
+                env(&[("RATE_LIMIT_OVERRIDE_SHOP__SEARCH", value)]),
+                &decls(),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(
+                e.contains(&format!("limit `shop::search`: {message}")),
+                "{e}"
+            );
+        }
 
-        let f = file("[limits.\"shop::search\"]\npolicy = \"sometimes\"\n");
-        let o = load_from(Some(&f.0), env(&[]), &decls()).unwrap();
-        let e = o.apply(&SEARCH).unwrap_err().to_string();
-        assert!(
-            e.contains("limit `shop::search`: field `policy`: unknown failure policy `sometimes`"),
-            "{e}"
-        );
+        // The file gives the same messages, at the value's line and column.
+        for (text, message) in [
+            (
+                "policy = \"sometimes\"",
+                "unknown failure policy `sometimes`; expected one of `fallback`, `allow`, `deny`",
+            ),
+            ("policy = 3", "expected one of `fallback`, `allow`, `deny`"),
+            (
+                "unit = \"fortnight\"",
+                "unknown unit `fortnight`; expected one of `second`, `minute`, `hour`, `day`",
+            ),
+            (
+                "unit = 60",
+                "expected one of `second`, `minute`, `hour`, `day`",
+            ),
+        ] {
+            let f = file(&format!("[limits.\"shop::search\"]\n{text}\n"));
+            let e = load_from(Some(&f.0), env(&[]), &decls())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains(&f.0.display().to_string()), "{e}");
+            assert!(e.contains("line 2"), "{e}");
+            assert!(e.contains(message), "{text}: {e}");
+        }
 
         let e = load_from(
             None,
@@ -457,7 +547,10 @@ mod tests {
         )
         .unwrap_err()
         .to_string();
-        assert!(e.contains("limit `shop::search`: field `burst`"), "{e}");
+        assert!(
+            e.contains("limit `shop::search`: `burst` must be a whole number from 1"),
+            "{e}"
+        );
 
         let missing = std::path::Path::new("/nonexistent/limits.toml");
         let e = load_from(Some(missing), env(&[]), &decls())
@@ -469,6 +562,81 @@ mod tests {
         );
     }
 
+    /// The one message for a bad count, wherever it was written and whatever it was.
+    fn count_rule(field: &str) -> String {
+        format!("`{field}` must be a whole number from 1 to 4294967295")
+    }
+
+    #[test]
+    fn a_bad_count_has_one_message_in_the_file_and_the_environment() {
+        for field in ["replenish", "burst", "cost"] {
+            for (bad, in_toml) in [
+                ("0", "0"),
+                ("-1", "-1"),
+                ("4294967296", "4294967296"),
+                ("zero", "\"zero\""),
+                ("1.5", "1.5"),
+                ("", "\"\""),
+                ("true", "true"),
+            ] {
+                let toml = format!("[limits.\"shop::orders\"]\n{field} = {in_toml}\n");
+                let from_file = parse(&toml).and_then(|o| {
+                    o.get("shop::orders")
+                        .map_or(Ok(()), |o| apply_one(o).map(drop))
+                });
+                let env = format!("{field}={bad}");
+                let from_env = parse_env(&env).and_then(|o| apply_one(&o).map(drop));
+                for (where_, result) in [("file", from_file), ("env", from_env)] {
+                    let e = result.expect_err(&format!("{where_}: {field} = {bad}"));
+                    assert!(
+                        e.to_string().contains(&count_rule(field)),
+                        "{where_}: {field} = {bad}: {e}"
+                    );
+                }
+            }
+        }
+    }
+
+    /// `o` applied to `shop::orders`, as the only override.
+    fn apply_one(o: &Override) -> Result<Effective, Error> {
+        let mut overrides = Overrides::default();
+        overrides
+            .by_name
+            .entry("shop::orders".to_owned())
+            .or_default()
+            .push(("test".to_owned(), o.clone()));
+        overrides.apply(&ORDERS)
+    }
+
+    #[test]
+    fn each_error_names_its_own_fields() {
+        // 1,000,003 per day with a burst of 2^32 - 1 is too fine: the three fields together,
+        // not `burst` alone, even when the override sets only some of them.
+        for env in [
+            "replenish=1000003,burst=4294967295,unit=day",
+            "replenish=1000003,unit=day",
+        ] {
+            let mut o = parse_env(env).unwrap();
+            if o.burst.is_none() {
+                // Declared burst 300 is fine-grained enough; the file's burst is not.
+                o.burst = Some(u32::MAX);
+            }
+            let e = apply_one(&o).unwrap_err().to_string();
+            assert!(
+                e.contains("limit `shop::orders`: fields `replenish`, `burst` and `unit`: "),
+                "{env}: {e}"
+            );
+            assert!(e.contains("too fine-grained"), "{env}: {e}");
+        }
+        let e = apply_one(&parse_env("cost=301").unwrap())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("limit `shop::orders`: field `cost`: cost 301 exceeds burst 300"),
+            "{e}"
+        );
+    }
+
     #[test]
     fn file_format() {
         let o = parse(
@@ -476,7 +644,7 @@ mod tests {
         )
         .unwrap();
         assert_eq!(o["a::b"].replenish, Some(10));
-        assert_eq!(o["a::b"].unit.as_deref(), Some("minute"));
+        assert_eq!(o["a::b"].unit, Some(Unit::Minute));
         assert_eq!(o["c"].enabled, Some(false));
     }
 
@@ -502,8 +670,8 @@ mod tests {
     fn env_format() {
         let o = parse_env("replenish=5, unit=hour,cost=1").unwrap();
         assert_eq!(
-            (o.replenish, o.unit.as_deref(), o.cost),
-            (Some(5), Some("hour"), Some(1))
+            (o.replenish, o.unit, o.cost),
+            (Some(5), Some(Unit::Hour), Some(1))
         );
         assert_eq!(parse_env("disabled").unwrap().enabled, Some(false));
         assert!(

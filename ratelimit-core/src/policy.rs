@@ -56,6 +56,13 @@ impl std::str::FromStr for FailurePolicy {
     }
 }
 
+/// `"deny"` in a config file, parsed as [`FailurePolicy::from_str`](std::str::FromStr) parses it.
+impl<'de> serde::Deserialize<'de> for FailurePolicy {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        crate::limit::deserialize_named(d, "one of `fallback`, `allow`, `deny`")
+    }
+}
+
 /// What a limiter does with a call whose key resolver found no key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
@@ -125,6 +132,9 @@ impl Resilience {
         fallback: Option<MemoryStore>,
     ) -> Resilience {
         let fallback = fallback.map(OnceLock::from).unwrap_or_default();
+        if let Some(store) = fallback.get() {
+            store.keep_full_buckets();
+        }
         Resilience {
             policy,
             deadline,
@@ -195,6 +205,10 @@ impl Resilience {
             && self.open.load(Ordering::Acquire) == 0
             && self.degraded.swap(false, Ordering::Relaxed)
         {
+            // The next outage starts from the shares again, not from what this one saved up.
+            if let Some(store) = self.fallback.get() {
+                store.clear();
+            }
             tracing::info!(limiter = %self.label, "rate-limit store is back; leaving degraded mode");
         }
     }
@@ -229,7 +243,11 @@ impl Resilience {
             FailurePolicy::Fallback => {
                 let share = self.instances.load(Ordering::Relaxed).max(1);
                 self.fallback
-                    .get_or_init(MemoryStore::new)
+                    .get_or_init(|| {
+                        let store = MemoryStore::new();
+                        store.keep_full_buckets();
+                        store
+                    })
                     .check_share(bucket, limit, cost, share)
                     .with_source(Source::Fallback)
             }
@@ -254,5 +272,89 @@ impl Resilience {
             )
             .with_source(Source::FailClosed),
         }
+    }
+}
+
+#[cfg(test)]
+mod fallback_tests {
+    use super::*;
+    use crate::ManualClock;
+
+    /// `n` instances in fallback, each with its own memory on one shared clock.
+    fn fleet(n: u32, clock: &ManualClock) -> Vec<Resilience> {
+        (0..n)
+            .map(|_| {
+                let store = MemoryStore::with_clock(clock.clone());
+                let r =
+                    Resilience::new(FailurePolicy::Fallback, None, None, 1, "test", Some(store));
+                r.instances.store(n, Ordering::Relaxed);
+                r
+            })
+            .collect()
+    }
+
+    /// However many instances share a limit, and whatever a call costs, the fleet admits no
+    /// more than the limit (burst + rate x elapsed), and every refusal's retry_after, waited
+    /// exactly, is admitted.
+    #[test]
+    fn shares_never_over_admit_and_every_retry_after_comes_true() {
+        let limit = Limit::per_second(10).burst(9);
+        for n in [2, 3, 7, 9, 10, 100] {
+            for cost in [1, 2, 4, 9] {
+                let clock = ManualClock::new();
+                let instances = fleet(n, &clock);
+                let mut admitted = 0u64;
+                // Per instance: when it was promised a token.
+                let mut promised: Vec<Option<u64>> = vec![None; instances.len()];
+                let step_us = 1_000;
+                for t in 0..3_000u64 {
+                    for (i, r) in instances.iter().enumerate() {
+                        let d = r.decide("k", &limit, cost);
+                        if let Some(at) = promised[i]
+                            && t * step_us >= at
+                        {
+                            assert!(d.allowed, "n {n} cost {cost}: promised at {at} us");
+                        }
+                        if d.allowed {
+                            admitted += u64::from(cost);
+                            promised[i] = None;
+                        } else if promised[i].is_none() {
+                            let wait = u64::try_from(d.retry_after.as_micros()).unwrap();
+                            assert!(wait > 0, "a refusal says when");
+                            assert!(wait < 100_000_000, "n {n} cost {cost}: {wait} us");
+                            promised[i] = Some(t * step_us + wait);
+                        }
+                    }
+                    let elapsed_us = (t + 1) * step_us;
+                    let bound = 9 + (elapsed_us * 10).div_ceil(1_000_000);
+                    assert!(
+                        admitted <= bound,
+                        "n {n} cost {cost}: {admitted} admitted by {elapsed_us} us, bound {bound}"
+                    );
+                    clock.advance(Duration::from_micros(step_us));
+                }
+                // An instance earns `cost` tokens, from its share of 9, at 10/n per second.
+                if u64::from(cost * n) <= 9 + 25 {
+                    assert!(
+                        admitted > 0,
+                        "n {n} cost {cost}: the fallback admits at the rate"
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn an_outage_that_ends_starts_the_next_from_the_shares() {
+        let clock = ManualClock::new();
+        let r = &fleet(3, &clock)[0];
+        let limit = Limit::per_second(3).burst(3);
+        // The share: one token at once, one per second.
+        assert!(r.decide("k", &limit, 1).allowed);
+        assert!(!r.decide("k", &limit, 1).allowed);
+        r.failed(Gate::Closed, 0, &Error::Timeout(Duration::ZERO));
+        r.succeeded(Gate::Closed, 0);
+        assert!(r.decide("k", &limit, 1).allowed, "the store was cleared");
+        assert!(!r.decide("k", &limit, 1).allowed);
     }
 }

@@ -105,14 +105,31 @@ pub(crate) fn quoted(names: &[&str]) -> String {
 }
 
 /// The known name closest to `written`, if it is close enough to be a typo.
+///
+/// rustc's rule (`find_best_match_for_name`): at most one edit per three characters written,
+/// so `bursts` finds `burst` but `wait` (two edits from `unit`) finds nothing. A name that
+/// starts the other (`limit`, `limiter`) counts as one edit, unless one is more than twice as
+/// long as the other.
 pub(crate) fn nearest<'a>(written: &str, known: &[&'a str]) -> Option<&'a str> {
     let written = written.to_ascii_lowercase();
+    let most = written.chars().count().max(3) / 3;
     known
         .iter()
-        .map(|k| (edit_distance(&written, k), *k))
-        .filter(|(d, k)| *d <= 2.max(k.len() / 3))
+        .map(|k| (distance(&written, k), *k))
+        .filter(|(d, _)| *d <= most)
         .min_by_key(|(d, _)| *d)
         .map(|(_, k)| k)
+}
+
+/// [`edit_distance`], with a prefix of alike length counted as one edit.
+fn distance(a: &str, b: &str) -> usize {
+    let (short, long) = if a.len() <= b.len() { (a, b) } else { (b, a) };
+    let alike = short.len() >= 3 && short.len() * 2 >= long.len();
+    if alike && short != long && long.starts_with(short) {
+        1
+    } else {
+        edit_distance(a, b)
+    }
 }
 
 /// Levenshtein distance, counting an adjacent transposition as one edit.
@@ -137,40 +154,6 @@ fn edit_distance(a: &str, b: &str) -> usize {
         std::mem::swap(&mut prev, &mut cur);
     }
     prev[b.len()]
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    const ARGS: &[&str] = &[
-        "replenish",
-        "burst",
-        "unit",
-        "key",
-        "cost",
-        "name",
-        "limiter",
-    ];
-
-    #[test]
-    fn typos_find_the_argument() {
-        assert_eq!(nearest("bursts", ARGS), Some("burst"));
-        assert_eq!(nearest("replinish", ARGS), Some("replenish"));
-        assert_eq!(nearest("Unit", ARGS), Some("unit"));
-        assert_eq!(nearest("limit", ARGS), Some("limiter"));
-        assert_eq!(nearest("cots", ARGS), Some("cost"));
-        assert_eq!(nearest("frobnicate", ARGS), None);
-        assert_eq!(nearest("x", ARGS), None);
-    }
-
-    #[test]
-    fn distance_counts_edits() {
-        assert_eq!(edit_distance("", "abc"), 3);
-        assert_eq!(edit_distance("abc", "abc"), 0);
-        assert_eq!(edit_distance("abc", "acb"), 1);
-        assert_eq!(edit_distance("kitten", "sitting"), 3);
-    }
 }
 
 /// Each failure policy as written, and its `FailurePolicy` variant.
@@ -215,4 +198,44 @@ pub(crate) fn policy(
         return None;
     };
     Some(format_ident!("{variant}", span = s.span()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    use crate::attr::ARGUMENTS as ARGS;
+
+    #[test]
+    fn typos_find_the_argument() {
+        assert_eq!(nearest("bursts", ARGS), Some("burst"));
+        assert_eq!(nearest("replinish", ARGS), Some("replenish"));
+        assert_eq!(nearest("Unit", ARGS), Some("unit"));
+        assert_eq!(nearest("limit", ARGS), Some("limiter"));
+        assert_eq!(nearest("cots", ARGS), Some("cost"));
+        assert_eq!(nearest("frobnicate", ARGS), None);
+        assert_eq!(nearest("x", ARGS), None);
+    }
+
+    #[test]
+    fn only_close_names_are_suggested() {
+        // Two edits in four letters is another word, not a typo.
+        assert_eq!(nearest("wait", ARGS), None);
+        assert_eq!(nearest("kind", ARGS), None);
+        assert_eq!(nearest("node", ARGS), None);
+        assert_eq!(nearest("cast", ARGS), Some("cost"));
+        assert_eq!(nearest("nam", ARGS), Some("name"));
+        // A prefix counts when the lengths are alike, not when one name swallows the other.
+        assert_eq!(nearest("burst_size", ARGS), Some("burst"));
+        assert_eq!(nearest("keyboard", ARGS), None);
+        assert_eq!(nearest("li", ARGS), None);
+    }
+
+    #[test]
+    fn distance_counts_edits() {
+        assert_eq!(edit_distance("", "abc"), 3);
+        assert_eq!(edit_distance("abc", "abc"), 0);
+        assert_eq!(edit_distance("abc", "acb"), 1);
+        assert_eq!(edit_distance("kitten", "sitting"), 3);
+    }
 }

@@ -7,7 +7,8 @@ use syn::{Expr, ExprLit, ExprUnary, Ident, Lit, LitInt, LitStr, UnOp};
 
 use crate::args::{self, Errors, FAILURE_POLICIES, RawArg, set_once};
 
-const ARGUMENTS: &[&str] = &[
+/// Every argument `#[rate_limit]` takes.
+pub(crate) const ARGUMENTS: &[&str] = &[
     "replenish",
     "burst",
     "unit",
@@ -35,6 +36,28 @@ const ALIASES: &[(&str, &str)] = &[
     ("keyResolver", "key"),
     ("failure_policy", "policy"),
     ("on_failure", "policy"),
+];
+
+/// Arguments DESIGN.md plans for later work, each with what it will do: today they are refused
+/// as not supported yet, rather than mistaken for a typo of an argument that exists.
+const PLANNED: &[(&str, &str)] = &[
+    (
+        "wait",
+        "waiting for a token instead of refusing is planned; today a call over the limit is \
+         refused at once, and `RateLimited`'s `retry_after` says when to try again",
+    ),
+    (
+        "algorithm",
+        "algorithms other than the token bucket are planned; today every limit is a token bucket",
+    ),
+    (
+        "refill",
+        "refilling all tokens at once each `unit` is planned; today tokens come back smoothly",
+    ),
+    (
+        "shadow",
+        "shadow mode is planned; today a limit refuses the calls over it",
+    ),
 ];
 
 /// The arguments of one `#[rate_limit(...)]`, as written; `None` when left to the default.
@@ -140,6 +163,13 @@ impl RateLimitArgs {
         };
         for RawArg { name, value } in args::parse_list(tokens)? {
             let kw = name.to_string();
+            if let Some((_, plan)) = PLANNED.iter().find(|(planned, _)| *planned == kw) {
+                errors.at(
+                    name.span(),
+                    format_args!("`{name}` is not supported yet: {plan}"),
+                );
+                continue;
+            }
             if !ARGUMENTS.contains(&kw.as_str()) {
                 errors.push(args::unknown("argument", &name, ARGUMENTS, ALIASES));
                 continue;

@@ -1,5 +1,7 @@
 //! `enable_redis_rate_limit!(...)`: options checked at compile time, expanded onto
-//! `redis_ratelimit::enable(EnableOptions::new(<crate name>)...)`.
+//! `redis_ratelimit::enable(EnableOptions::with_builder(<crate name>, <builder>...)...)`: each
+//! option but `config` is a call on the limiter's builder, so the macro and
+//! `RateLimiter::builder()` have one set of settings.
 
 use proc_macro2::{Ident, Span, TokenStream};
 use quote::quote;
@@ -15,6 +17,7 @@ const OPTIONS: &[&str] = &[
     "empty_key",
     "deadline_ms",
     "config",
+    "builder",
 ];
 
 const ALIASES: &[(&str, &str)] = &[
@@ -29,6 +32,7 @@ const ALIASES: &[(&str, &str)] = &[
     ("timeout", "deadline_ms"),
     ("timeout_ms", "deadline_ms"),
     ("config_file", "config"),
+    ("limiter", "builder"),
 ];
 
 /// Each empty-key policy as written, and its enum variant.
@@ -42,6 +46,7 @@ struct EnableArgs {
     empty_key: Option<Ident>,
     deadline_ms: Option<TokenStream>,
     config: Option<Expr>,
+    builder: Option<Expr>,
 }
 
 /// The macro: the `enable` call, or, with errors, the errors and a call with defaults (so the
@@ -69,8 +74,14 @@ pub(crate) fn enable_redis_rate_limit(tokens: TokenStream) -> TokenStream {
         empty_key,
         deadline_ms,
         config,
+        builder,
     } = options;
-    let url = url.map(|e| quote!(.url(#e)));
+    let builder = builder.map_or_else(
+        || quote!(::redis_ratelimit::RateLimiter::builder()),
+        // In parentheses: the options below are method calls on it, whatever its precedence.
+        |e| quote!((#e)),
+    );
+    let url = url.map(|e| quote!(.redis(#e)));
     let prefix = prefix.map(|e| quote!(.prefix(#e)));
     let policy = policy.map(|v| quote!(.failure_policy(::redis_ratelimit::FailurePolicy::#v)));
     let empty_key =
@@ -79,7 +90,13 @@ pub(crate) fn enable_redis_rate_limit(tokens: TokenStream) -> TokenStream {
         deadline_ms.map(|ms| quote!(.deadline(::core::time::Duration::from_millis(#ms))));
     let config = config.map(|e| quote!(.config_file(#e)));
     quote! {
-        ::redis_ratelimit::enable(#defaults #url #prefix #policy #empty_key #deadline #config)
+        ::redis_ratelimit::enable(
+            ::redis_ratelimit::EnableOptions::with_builder(
+                ::core::env!("CARGO_PKG_NAME"),
+                #builder #url #prefix #policy #empty_key #deadline,
+            )
+            #config
+        )
     }
 }
 
@@ -102,6 +119,7 @@ fn parse(list: Vec<RawArg>, errors: &mut Errors) -> EnableArgs {
             "url" => set_once(&mut options.url, value, &name, errors),
             "prefix" => set_once(&mut options.prefix, value, &name, errors),
             "config" => set_once(&mut options.config, value, &name, errors),
+            "builder" => set_once(&mut options.builder, value, &name, errors),
             "policy" => {
                 if let Some(v) = policy(&name, &value, "failure policy", FAILURE_POLICIES, errors) {
                     set_once(&mut options.policy, v, &name, errors);
@@ -135,6 +153,7 @@ fn example(option: &str) -> &'static str {
         "policy" => "\"fallback\"",
         "empty_key" => "\"deny\"",
         "deadline_ms" => "50",
+        "builder" => "RateLimiter::builder().deny_cache(0)",
         _ => "\"ratelimit.toml\"",
     }
 }

@@ -80,8 +80,11 @@ fn expand(args: &RateLimitArgs, func: &ItemFn) -> TokenStream {
     };
     let returned = return_type(sig);
 
+    // The user wrote one pair of braces and the function keeps them; this second pair is
+    // ours, so it is spanned as macro output: with the user's span, a one-line body reads as
+    // `{ Ok(x) }` in tail position, and rustc's `unused_braces` fires on the user's code.
     let mut user_body = Group::new(Delimiter::Brace, body.clone());
-    user_body.set_span(brace.span.join());
+    user_body.set_span(at(brace.span.join()));
     let mut new_body = Group::new(
         Delimiter::Brace,
         quote! {

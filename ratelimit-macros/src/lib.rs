@@ -95,7 +95,8 @@ use proc_macro::TokenStream;
 /// # Errors at compile time
 ///
 /// Each misuse is reported on the token that causes it: a function that is not `async`, an
-/// unknown argument (with the closest known name), an argument given twice, a missing
+/// unknown argument (with the known name it is a typo of, if any; `wait`, `algorithm`,
+/// `refill` and `shadow` are planned, and say so), an argument given twice, a missing
 /// `replenish`, a zero, negative or fractional count, a `cost` above `burst`, an unknown unit,
 /// a `key` that is not a `KeyResolver`, and a return type the rejection cannot convert into.
 ///
@@ -174,6 +175,7 @@ pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
 /// | `empty_key` | `"deny"`, `"allow"` | `"deny"`: calls whose key resolver finds no key are refused |
 /// | `deadline_ms` | an integer ≥ 1, or an expression of type `u64` | `50`: how long a call waits for Redis before the failure policy decides |
 /// | `config` | an expression: `impl Into<PathBuf>` | env `RATE_LIMIT_CONFIG`, else none: a TOML file of overrides |
+/// | `builder` | an expression: `RateLimiterBuilder` | `RateLimiter::builder()`: every other setting of the limiter (deny cache, circuit cool-down, fallback store); the options above apply on top of it, and what neither sets gets the defaults above |
 ///
 /// ```no_run
 /// # use redis_ratelimit::enable_redis_rate_limit;
@@ -187,6 +189,20 @@ pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
 /// )
 /// .await?;
 /// # let _ = limiter; Ok(()) }
+/// ```
+///
+/// ```no_run
+/// # use redis_ratelimit::{enable_redis_rate_limit, MemoryStore, RateLimiter};
+/// # async fn run() -> Result<(), redis_ratelimit::Error> {
+/// enable_redis_rate_limit!(
+///     prefix = "orders",
+///     builder = RateLimiter::builder()
+///         .deny_cache(0)
+///         .circuit_cooldown(None)
+///         .fallback_store(MemoryStore::new().with_max_keys(100_000)),
+/// )
+/// .await?;
+/// # Ok(()) }
 /// ```
 ///
 /// Policies are checked at compile time: an unknown option or policy does not compile.

@@ -3,11 +3,13 @@
 //! [`RedisServer`] is one server; [`cluster::RedisCluster`] a six-node Redis Cluster;
 //! [`sentinel::SentinelSetup`] a master, a replica and three sentinels.
 //!
-//! The crate also holds two programs: `hammer` (one process of the multi-process accuracy
-//! test, `tests/accuracy.rs`) and `bench_memory` (Redis memory per active bucket, written up
-//! in `docs/benchmarks.md`).
+//! The crate also holds three programs: `hammer` (one process of the multi-process accuracy
+//! test, `tests/accuracy.rs`), `bench_memory` (Redis memory per active bucket, written up
+//! in `docs/benchmarks.md`) and `algorithms_plot` (seed 001's scenario through each
+//! algorithm's script, plotted in `docs/algorithms.md`).
 
 pub mod cluster;
+pub mod font;
 pub mod hammer;
 pub mod sentinel;
 

@@ -11,7 +11,9 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Call, Load, TOLERANT_DEADLINE, assert_no_errors, logs, ms, policy_source};
+use common::{
+    Call, Load, OtherInstance, TOLERANT_DEADLINE, assert_no_errors, logs, ms, policy_source,
+};
 use ratelimit_core::{DEFAULT_DEADLINE, FailurePolicy, Limit, RateLimiter, Source};
 use testkit::RedisServer;
 
@@ -390,7 +392,8 @@ async fn a_paused_redis_costs_one_deadline_not_the_pause() {
 }
 
 /// (e) What each policy admits while Redis is down, with two instances sharing each limit
-/// (seen by the heartbeat before the outage): the fallback enforces this instance's half,
+/// (this process and a `fleet_member` process, seen by the heartbeat before the outage;
+/// each of the pair's limiters here plays this instance): the fallback enforces its half,
 /// allow admits everything, deny nothing; a limit with its own policy follows it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn what_each_policy_admits_while_redis_is_down() {
@@ -404,8 +407,13 @@ async fn what_each_policy_admits_while_redis_is_down() {
         FailurePolicy::Deny,
     ];
     let mut pairs = Vec::new();
+    let mut others = Vec::new();
     for policy in policies {
         let prefix = format!("{policy:?}").to_lowercase();
+        // The second instance is another process: limiters of one process count as one.
+        let other = OtherInstance::start(&server.url(), &prefix, None);
+        other.expect("READY");
+        others.push(other);
         let mut pair = Vec::new();
         for _ in 0..2 {
             let l = RateLimiter::builder()

@@ -27,8 +27,8 @@ use actix_web::{HttpResponse, ResponseError};
 use futures_util::future::LocalBoxFuture;
 
 use super::{Config, SharedConfig, config_methods};
-use crate::context::CONTEXT;
-use crate::headers::{HeaderFamilies, set_headers};
+use crate::context::{CONTEXT, Origin, families_in_force};
+use crate::headers::set_headers;
 use crate::{Principal, RateLimited, RequestContext};
 
 type CopyExtension = fn(&actix_web::dev::Extensions, &mut http::Extensions);
@@ -161,7 +161,7 @@ impl<S> RateLimitActixService<S> {
         if let Some(peer) = req.peer_addr() {
             ctx = ctx.with_peer(peer);
         }
-        self.config.client(ctx)
+        self.config.finish(ctx, Origin::Actix)
     }
 }
 
@@ -181,11 +181,86 @@ impl ResponseError for RateLimited {
         ActixStatus::from_u16(self.status().as_u16()).unwrap_or(ActixStatus::TOO_MANY_REQUESTS)
     }
 
-    /// 429 (403 without a key, 503 when the limiter could not decide), `Retry-After`, every
-    /// rate-limit header, and an `application/problem+json` body.
+    /// 429 (403 without a key, 503 when the limiter could not decide), an
+    /// `application/problem+json` body, and the rate-limit headers: the families the serving
+    /// [`RateLimitMiddleware`] was configured with, or every family outside one.
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code()).body(self.problem_json());
-        copy_headers(&self.headers(HeaderFamilies::ALL), response.headers_mut());
+        copy_headers(&self.headers(families_in_force()), response.headers_mut());
         response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use actix_web::{App, test as actix_test, web};
+
+    use super::*;
+    use crate::__private::test_support::declaration;
+    use crate::headers::HeaderFamilies;
+    use crate::http::test_support::{
+        Limited, SPRING_HEADERS, errors_while, limited_by_ip, limited_call,
+    };
+
+    async fn login() -> Result<&'static str, Limited> {
+        limited_call().await
+    }
+
+    /// The rejection carries the families the middleware was configured with.
+    #[actix_web::test]
+    async fn a_rejection_carries_only_the_configured_families() {
+        let app = actix_test::init_service(
+            App::new()
+                .wrap(RateLimitMiddleware::new().headers(HeaderFamilies::ALL.without_spring()))
+                .route("/login", web::get().to(login)),
+        )
+        .await;
+        let ok = actix_test::call_service(
+            &app,
+            actix_test::TestRequest::get().uri("/login").to_request(),
+        )
+        .await;
+        assert_eq!(ok.status(), 200);
+        assert!(ok.headers().get("ratelimit").is_some());
+        assert!(ok.headers().get("x-ratelimit-remaining").is_none());
+        let refused = actix_test::call_service(
+            &app,
+            actix_test::TestRequest::get().uri("/login").to_request(),
+        )
+        .await;
+        assert_eq!(refused.status(), 429);
+        assert!(refused.headers().get("ratelimit").is_some());
+        assert!(refused.headers().get("retry-after").is_some());
+        for name in SPRING_HEADERS {
+            assert!(refused.headers().get(name).is_none(), "{name}");
+        }
+    }
+
+    /// Without the middleware there is no request context at all: one error names it.
+    #[test]
+    fn a_forgotten_middleware_is_logged_once() {
+        let by_ip = declaration("actix::by_ip", "Ip");
+        let errors = errors_while(by_ip.name(), async move {
+            let local = tokio::task::LocalSet::new();
+            local
+                .run_until(async {
+                    let app = actix_test::init_service(
+                        App::new().route("/ip", web::get().to(|| limited_by_ip(by_ip))),
+                    )
+                    .await;
+                    for _ in 0..10 {
+                        let request = actix_test::TestRequest::get()
+                            .uri("/ip")
+                            .peer_addr("192.0.2.8:4000".parse().unwrap())
+                            .to_request();
+                        assert_eq!(actix_test::call_service(&app, request).await.status(), 403);
+                    }
+                })
+                .await;
+        });
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(errors[0].contains("RateLimitMiddleware"), "{errors:?}");
     }
 }

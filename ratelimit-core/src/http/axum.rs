@@ -25,7 +25,7 @@ use http::Request;
 use tokio::task::futures::TaskLocalFuture;
 
 use super::{Config, SharedConfig, config_methods};
-use crate::context::CONTEXT;
+use crate::context::{CONTEXT, Origin, families_in_force};
 use crate::headers::{HeaderFamilies, set_headers};
 use crate::{RateLimited, RequestContext};
 
@@ -94,7 +94,7 @@ where
         if let Some(ConnectInfo(peer)) = req.extensions().get::<ConnectInfo<SocketAddr>>() {
             ctx = ctx.with_peer(*peer);
         }
-        let ctx = self.config.client(ctx);
+        let ctx = self.config.finish(ctx, Origin::Axum);
         ResponseFuture {
             inner: CONTEXT.scope(ctx, self.inner.call(req)),
             families: self.config.families,
@@ -142,14 +142,115 @@ impl<F: Future> std::fmt::Debug for ResponseFuture<F> {
 }
 
 impl IntoResponse for RateLimited {
-    /// 429 (403 without a key, 503 when the limiter could not decide), `Retry-After`, every
-    /// rate-limit header, and an `application/problem+json` body.
+    /// 429 (403 without a key, 503 when the limiter could not decide), an
+    /// `application/problem+json` body, and the rate-limit headers: the families the serving
+    /// [`RateLimitLayer`] (or actix middleware) was configured with, or every family when the
+    /// rejection is turned into a response outside one.
     fn into_response(self) -> Response {
         (
             self.status(),
-            self.headers(HeaderFamilies::ALL),
+            self.headers(families_in_force()),
             self.problem_json(),
         )
             .into_response()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::future::poll_fn;
+
+    use axum::Router;
+    use axum::body::Body;
+    use axum::routing::get;
+    use tower_service::Service as _;
+
+    use super::*;
+    use crate::__private::test_support::declaration;
+    use crate::headers::HeaderFamilies;
+    use crate::http::test_support::{
+        Limited, SPRING_HEADERS, errors_while, limited_by_ip, limited_call,
+    };
+
+    async fn get_path(app: &mut Router, path: &str) -> Response {
+        poll_fn(|cx| tower_service::Service::<Request<Body>>::poll_ready(app, cx))
+            .await
+            .unwrap();
+        app.call(Request::get(path).body(Body::empty()).unwrap())
+            .await
+            .unwrap()
+    }
+
+    async fn login() -> Result<&'static str, Limited> {
+        limited_call().await
+    }
+
+    /// The rejection carries the families the layer was configured with, like an allowed call.
+    #[tokio::test]
+    async fn a_rejection_carries_only_the_configured_families() {
+        let mut app = Router::new()
+            .route("/some", get(login))
+            .layer(RateLimitLayer::new().headers(HeaderFamilies::ALL.without_spring()));
+        let ok = get_path(&mut app, "/some").await;
+        assert_eq!(ok.status(), 200);
+        assert!(ok.headers().get("ratelimit").is_some());
+        assert!(ok.headers().get("x-ratelimit-remaining").is_none());
+        let refused = get_path(&mut app, "/some").await;
+        assert_eq!(refused.status(), 429);
+        assert!(refused.headers().get("ratelimit").is_some());
+        assert!(refused.headers().get("retry-after").is_some());
+        for name in SPRING_HEADERS {
+            assert!(refused.headers().get(name).is_none(), "{name}");
+        }
+
+        let mut app = Router::new()
+            .route("/none", get(login))
+            .layer(RateLimitLayer::new().headers(HeaderFamilies::NONE));
+        let _ = get_path(&mut app, "/none").await;
+        let refused = get_path(&mut app, "/none").await;
+        assert_eq!(refused.status(), 429);
+        assert_eq!(
+            refused.headers().get("content-type").unwrap(),
+            "application/problem+json"
+        );
+        assert_eq!(refused.headers().len(), 2, "{:?}", refused.headers());
+    }
+
+    /// Outside a layer nothing configured the families: a rejection sends all of them.
+    #[tokio::test]
+    async fn outside_a_layer_a_rejection_sends_every_family() {
+        let mut app = Router::new().route("/outside", get(login));
+        let (_, refused) = crate::scope(RequestContext::new().with_path("/outside"), async {
+            (
+                get_path(&mut app, "/outside").await,
+                get_path(&mut app, "/outside").await,
+            )
+        })
+        .await;
+        assert_eq!(refused.status(), 429);
+        for name in ["ratelimit", "retry-after", "x-ratelimit-remaining"] {
+            assert!(refused.headers().get(name).is_some(), "{name}");
+        }
+    }
+
+    /// Served without `ConnectInfo`, `Ip` never has a key: one error says what to add.
+    #[test]
+    fn a_layer_without_connect_info_is_logged_once() {
+        let by_ip = declaration("axum::by_ip", "Ip");
+        let errors = errors_while(by_ip.name(), async move {
+            let mut app = Router::new()
+                .route("/ip", get(|| limited_by_ip(by_ip)))
+                .layer(RateLimitLayer::new());
+            for _ in 0..10 {
+                assert_eq!(get_path(&mut app, "/ip").await.status(), 403);
+            }
+        });
+        assert_eq!(errors.len(), 1, "{errors:?}");
+        assert!(
+            errors[0].contains("into_make_service_with_connect_info"),
+            "{errors:?}"
+        );
     }
 }

@@ -35,7 +35,8 @@ macro_rules! config_methods {
             self
         }
 
-        /// Which header families to add to limited responses (all by default).
+        /// Which header families to add to limited responses, allowed and refused alike (all
+        /// by default): `.headers(HeaderFamilies::ALL.without_spring())`.
         pub fn headers(mut self, families: $crate::headers::HeaderFamilies) -> Self {
             std::sync::Arc::make_mut(&mut self.config).families = families;
             self
@@ -45,8 +46,14 @@ macro_rules! config_methods {
 pub(crate) use config_methods;
 
 impl Config {
-    /// Fills the client address and IPv6 grouping of `ctx`.
-    pub(crate) fn client(&self, mut ctx: crate::RequestContext) -> crate::RequestContext {
+    /// Fills the client address and IPv6 grouping of `ctx`, and the header families its
+    /// rejections send.
+    pub(crate) fn finish(
+        &self,
+        mut ctx: crate::RequestContext,
+        origin: crate::context::Origin,
+    ) -> crate::RequestContext {
+        ctx = ctx.served_by(origin, self.families);
         if let Some(peer) = ctx.peer() {
             let client = self.proxies.client_ip(peer.ip(), ctx.headers());
             ctx = ctx.with_client_ip(client);
@@ -59,3 +66,80 @@ impl Config {
 }
 
 pub(crate) type SharedConfig = Arc<Config>;
+
+/// A limited handler for the integrations' tests: one call per minute per path, in memory.
+#[cfg(all(test, any(feature = "axum", feature = "actix-web")))]
+pub(crate) mod test_support {
+    #![allow(clippy::unwrap_used)]
+
+    use std::sync::LazyLock;
+
+    use crate::__private::{LimitDeclaration, check};
+    use crate::{Ip, Limit, RateLimited, RateLimiter, Uri};
+
+    static LIMITER: LazyLock<RateLimiter> = LazyLock::new(RateLimiter::unenabled);
+    static LOGIN: LimitDeclaration =
+        LimitDeclaration::new("login", Limit::per_minute(1), 1, "Uri", file!(), line!());
+
+    /// Every header of the `spring` family.
+    pub(crate) const SPRING_HEADERS: [&str; 4] = [
+        "x-ratelimit-remaining",
+        "x-ratelimit-replenish-rate",
+        "x-ratelimit-burst-capacity",
+        "x-ratelimit-requested-tokens",
+    ];
+
+    /// A handler's error type whose response is the rejection's own.
+    #[derive(Debug)]
+    pub(crate) struct Limited(pub(crate) RateLimited);
+
+    #[cfg(feature = "axum")]
+    impl axum::response::IntoResponse for Limited {
+        fn into_response(self) -> axum::response::Response {
+            self.0.into_response()
+        }
+    }
+
+    #[cfg(feature = "actix-web")]
+    impl std::fmt::Display for Limited {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            self.0.fmt(f)
+        }
+    }
+
+    #[cfg(feature = "actix-web")]
+    impl actix_web::ResponseError for Limited {
+        fn status_code(&self) -> actix_web::http::StatusCode {
+            self.0.status_code()
+        }
+        fn error_response(&self) -> actix_web::HttpResponse {
+            self.0.error_response()
+        }
+    }
+
+    /// What a `#[rate_limit(replenish = 1, unit = "minute", key = Uri)]` handler does.
+    pub(crate) async fn limited_call() -> Result<&'static str, Limited> {
+        check(&LOGIN, &Uri, Some(&LIMITER)).await.map_err(Limited)?;
+        Ok("ok")
+    }
+
+    /// What a `#[rate_limit(replenish = 1, unit = "minute", key = Ip)]` handler does, under
+    /// the limit `decl`.
+    pub(crate) async fn limited_by_ip(
+        decl: &'static LimitDeclaration,
+    ) -> Result<&'static str, Limited> {
+        check(decl, &Ip, Some(&LIMITER)).await.map_err(Limited)?;
+        Ok("ok")
+    }
+
+    /// Runs `requests` with every event captured; returns the ERRORs that mention `name`.
+    pub(crate) fn errors_while<F: std::future::Future>(name: &str, requests: F) -> Vec<String> {
+        let capture = crate::__private::test_support::Capture::default();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        tracing::subscriber::with_default(capture.clone(), || runtime.block_on(requests));
+        capture.errors_about(name)
+    }
+}

@@ -1,6 +1,6 @@
 use std::fmt;
 use std::hash::BuildHasher;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use hashbrown::DefaultHashBuilder;
@@ -54,13 +54,18 @@ struct Inner {
     shard_cap: usize,
     clock: TimeSource,
     evicted: AtomicU64,
+    /// Whether full buckets are kept (the fallback's shares, where an absent bucket is not a
+    /// full one); they are then dropped only at the bound, or by [`MemoryStore::clear`].
+    keep_full: AtomicBool,
 }
 
 /// The store's clock: the monotonic one called directly (inlined on the hot path), any other
-/// through the trait.
+/// through the trait. Cloned with the same time base, so a store rebuilt from another keeps
+/// its clock.
+#[derive(Clone)]
 enum TimeSource {
     Monotonic(MonotonicClock),
-    Other(Box<dyn Clock>),
+    Other(Arc<dyn Clock>),
 }
 
 impl TimeSource {
@@ -95,10 +100,13 @@ impl MemoryStore {
 
     /// A store on `clock` (a [`ManualClock`](crate::ManualClock) in tests).
     pub fn with_clock(clock: impl Clock) -> MemoryStore {
-        MemoryStore::build(TimeSource::Other(Box::new(clock)), DEFAULT_MAX_KEYS)
+        MemoryStore::build(TimeSource::Other(Arc::new(clock)), DEFAULT_MAX_KEYS)
     }
 
-    /// The same store bounded to about `max_keys` buckets (at least one per shard).
+    /// A store on the same clock, bounded to about `max_keys` buckets (at least one per
+    /// shard). It starts empty: call it before the store is used or cloned, as a builder step
+    /// (`MemoryStore::with_clock(clock).with_max_keys(n)`); clones made before it keep the
+    /// old store.
     ///
     /// When the bound is reached the full buckets are dropped first; if every bucket is still
     /// active, the ones closest to full are evicted (each eviction can admit at most that
@@ -106,12 +114,7 @@ impl MemoryStore {
     /// counts them, with a warning in the log.
     #[must_use]
     pub fn with_max_keys(self, max_keys: usize) -> MemoryStore {
-        let clock = match Arc::try_unwrap(self.inner) {
-            Ok(inner) => inner.clock,
-            // Shared already: keep the time source semantics by starting a fresh monotonic one.
-            Err(_) => TimeSource::Monotonic(MonotonicClock::new()),
-        };
-        MemoryStore::build(clock, max_keys)
+        MemoryStore::build(self.inner.clock.clone(), max_keys)
     }
 
     fn build(clock: TimeSource, max_keys: usize) -> MemoryStore {
@@ -134,6 +137,7 @@ impl MemoryStore {
                 shard_cap,
                 clock,
                 evicted: AtomicU64::new(0),
+                keep_full: AtomicBool::new(false),
             }),
         }
     }
@@ -159,6 +163,19 @@ impl MemoryStore {
         }
     }
 
+    /// Drops every bucket: they are all full again.
+    pub fn clear(&self) {
+        for shard in &*self.inner.shards {
+            lock(shard).table.clear();
+        }
+    }
+
+    /// Makes this the store of the fallback policy, whose shares of a limit may hold more
+    /// than an absent bucket does: full buckets are then kept until the bound needs room.
+    pub(crate) fn keep_full_buckets(&self) {
+        self.inner.keep_full.store(true, Ordering::Relaxed);
+    }
+
     /// Active buckets evicted because the store was at its bound.
     pub fn evicted_active(&self) -> u64 {
         self.inner.evicted.load(Ordering::Relaxed)
@@ -177,7 +194,7 @@ impl MemoryStore {
         cost: u32,
         instances: u32,
     ) -> Decision {
-        let params = limit.params().shared(instances, limit.burst_capacity());
+        let params = limit.params().shared(instances, cost);
         self.check_with(key, params, limit, cost)
     }
 
@@ -223,7 +240,9 @@ impl Inner {
     fn make_room(&self, shard: &mut Shard, now_us: u64) {
         shard.next_sweep_us = now_us + SWEEP_EVERY_US;
         let now_ms = now_us / 1000;
-        shard.table.retain(|e| e.1.expire_ms > now_ms);
+        if !self.keep_full.load(Ordering::Relaxed) {
+            shard.table.retain(|e| e.1.expire_ms > now_ms);
+        }
         if shard.table.len() < self.shard_cap {
             return;
         }
@@ -307,6 +326,23 @@ mod tests {
             store.check_now(&format!("new{i}"), &limit, 1);
         }
         assert_eq!(store.len(), 4000, "every old bucket was full and is gone");
+    }
+
+    #[test]
+    fn a_bound_set_on_a_clone_keeps_the_clock() {
+        let clock = ManualClock::new();
+        let store = MemoryStore::with_clock(clock.clone());
+        let shared = store.clone();
+        let bounded = shared.with_max_keys(64);
+        let limit = Limit::per_hour(1);
+        assert!(bounded.check_now("k", &limit, 1).allowed);
+        assert!(!bounded.check_now("k", &limit, 1).allowed);
+        clock.advance(Duration::from_secs(3600));
+        assert!(
+            bounded.check_now("k", &limit, 1).allowed,
+            "the manual clock still drives the bounded store"
+        );
+        drop(store);
     }
 
     #[test]

@@ -54,6 +54,23 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 pub struct RedisStore {
     conn: Conn,
     url: String,
+    /// Where to open the connection that listens for resets (pub/sub needs its own).
+    listen: Listen,
+    /// Which deployment and database this is (its servers' run ids and the db), so that
+    /// limiters of one process on one deployment share one heartbeat and one listener.
+    deployment: Arc<str>,
+}
+
+/// How to reach a node for a pub/sub connection.
+#[derive(Clone)]
+enum Listen {
+    /// Any of these (one server, or the seed nodes of a cluster, where `PUBLISH` reaches
+    /// every node).
+    Nodes(Arc<[Client]>),
+    /// The master the sentinels name.
+    Sentinel,
+    /// A store made from a connection manager: no client to open another connection with.
+    Nowhere,
 }
 
 #[derive(Clone)]
@@ -355,28 +372,35 @@ impl RedisStore {
                 why,
             )))
         })?;
-        let conn = match target {
+        let (conn, listen) = match target {
             Target::Single(url) => {
                 let client = Client::open(url).map_err(invalid)?;
+                let listen = Listen::Nodes(Arc::new([client.clone()]));
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(CONNECT_TIMEOUT))
                     .set_response_timeout(Some(RESPONSE_TIMEOUT))
                     .set_number_of_retries(2)
                     .set_max_delay(Duration::from_millis(500));
-                Conn::Single(
-                    ConnectionManager::new_with_config(client, config)
-                        .await
-                        .map_err(unreachable)?,
-                )
+                let conn = ConnectionManager::new_with_config(client, config)
+                    .await
+                    .map_err(unreachable)?;
+                (Conn::Single(conn), listen)
             }
             Target::Cluster(nodes) => {
+                let clients: Vec<Client> = nodes
+                    .iter()
+                    .map(|n| Client::open(n.as_str()))
+                    .collect::<Result<_, _>>()
+                    .map_err(invalid)?;
+                let listen = Listen::Nodes(clients.into());
                 let client = ClusterClient::builder(nodes)
                     .connection_timeout(CONNECT_TIMEOUT)
                     .response_timeout(RESPONSE_TIMEOUT)
                     .retries(3)
                     .build()
                     .map_err(invalid)?;
-                Conn::Cluster(client.get_async_connection().await.map_err(unreachable)?)
+                let conn = client.get_async_connection().await.map_err(unreachable)?;
+                (Conn::Cluster(conn), listen)
             }
             Target::Sentinel {
                 sentinels,
@@ -402,40 +426,51 @@ impl RedisStore {
                 .map_err(invalid)?;
                 let conn = Arc::new(SentinelConn::new(client, master));
                 conn.connection().await.map_err(unreachable)?;
-                Conn::Sentinel(conn)
+                (Conn::Sentinel(conn), Listen::Sentinel)
             }
         };
-        let store = RedisStore {
-            conn,
-            url: redacted,
-        };
-        store.prepare().await?;
-        Ok(store)
+        RedisStore::prepare(conn, redacted, listen).await
     }
 
     /// Uses an existing connection manager (its configuration, TLS, credentials); checks the
-    /// server's version and loads the script.
+    /// server's version and loads the script. A limiter on such a store keeps no deny cache:
+    /// without a client it cannot open the connection that hears of other instances' resets.
     ///
     /// # Errors
     /// [`Error::UnsupportedRedis`], or [`Error::Connect`] if the server cannot be asked.
     pub async fn from_connection(conn: ConnectionManager) -> Result<RedisStore, Error> {
-        let store = RedisStore {
-            conn: Conn::Single(conn),
-            url: String::from("(connection manager)"),
-        };
-        store.prepare().await?;
-        Ok(store)
+        RedisStore::prepare(
+            Conn::Single(conn),
+            String::from("(connection manager)"),
+            Listen::Nowhere,
+        )
+        .await
     }
 
-    async fn prepare(&self) -> Result<(), Error> {
-        let info: Value = self
-            .run(|mut c| async move { redis::cmd("INFO").arg("server").query_async(&mut c).await })
+    async fn prepare(conn: Conn, url: String, listen: Listen) -> Result<RedisStore, Error> {
+        let mut store = RedisStore {
+            conn,
+            url,
+            listen,
+            deployment: Arc::from(""),
+        };
+        let (info, db): (Value, i64) = store
+            .run(|mut c| async move {
+                let info = redis::cmd("INFO").arg("server").query_async(&mut c).await?;
+                Ok((info, c.get_db()))
+            })
             .await
             .map_err(|source| Error::Connect {
-                url: self.url.clone(),
+                url: store.url.clone(),
                 source,
             })?;
-        let version = find_version(&info).unwrap_or_else(|| "unknown".to_owned());
+        let mut run_ids = info_fields(&info, "run_id:");
+        run_ids.sort_unstable();
+        store.deployment = format!("{}/{db}", run_ids.join(",")).into();
+        let version = info_fields(&info, "redis_version:")
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| "unknown".to_owned());
         let major: u32 = version
             .split('.')
             .next()
@@ -444,9 +479,10 @@ impl RedisStore {
         if major < 7 {
             return Err(Error::UnsupportedRedis { version });
         }
-        self.run(|mut c| async move { SCRIPT.prepare_invoke().load_async(&mut c).await })
+        store
+            .run(|mut c| async move { SCRIPT.prepare_invoke().load_async(&mut c).await })
             .await?;
-        Ok(())
+        Ok(store)
     }
 
     /// Runs `f` on a connection of the deployment (cheap clones of one multiplexed
@@ -478,6 +514,65 @@ impl RedisStore {
     /// Whether this is a Redis Cluster deployment.
     pub(crate) fn is_cluster(&self) -> bool {
         matches!(self.conn, Conn::Cluster(_))
+    }
+
+    /// Which deployment (servers and database) this store uses; equal for stores that share
+    /// their buckets.
+    pub(crate) fn deployment(&self) -> &str {
+        &self.deployment
+    }
+
+    /// Whether [`listen`](RedisStore::listen) can work: not on a store made from a
+    /// connection manager, which has no client to open another connection with.
+    pub(crate) fn can_listen(&self) -> bool {
+        !matches!(self.listen, Listen::Nowhere)
+    }
+
+    /// Tells every instance listening on `channel` (see [`listen`](RedisStore::listen)).
+    pub(crate) async fn publish(&self, channel: &str, message: &str) -> Result<(), Error> {
+        self.run(|mut c| async move {
+            redis::cmd("PUBLISH")
+                .arg(channel)
+                .arg(message)
+                .query_async::<()>(&mut c)
+                .await
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// A new connection subscribed to `channel`, and the messages it receives; they end when
+    /// the connection is lost. Plain `PUBLISH`/`SUBSCRIBE`, not the sharded kind: a Redis
+    /// Cluster forwards plain messages to every node, so any node will do, and the messages
+    /// are rare (one per reset).
+    pub(crate) async fn listen(
+        &self,
+        channel: &str,
+    ) -> Result<redis::aio::PubSubStream, RedisError> {
+        let clients: Vec<Client> = match &self.listen {
+            Listen::Nodes(clients) => clients.to_vec(),
+            Listen::Sentinel => match &self.conn {
+                Conn::Sentinel(s) => vec![s.client.lock().await.async_get_client().await?],
+                _ => Vec::new(),
+            },
+            Listen::Nowhere => Vec::new(),
+        };
+        let mut last = RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "a store made from a connection manager cannot open a pub/sub connection",
+        ));
+        for client in clients {
+            let subscribed = async {
+                let mut pubsub = client.get_async_pubsub().await?;
+                pubsub.subscribe(channel).await?;
+                Ok::<_, RedisError>(pubsub.into_on_message())
+            };
+            match subscribed.await {
+                Ok(messages) => return Ok(messages),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
     }
 
     /// Records this instance as alive in the set `key` and returns how many are.
@@ -560,22 +655,28 @@ impl ConnectionLike for AnyConn {
     }
 }
 
-/// The server version in an `INFO server` reply (a cluster answers per node).
-fn find_version(v: &Value) -> Option<String> {
+/// The values of the `field` lines (`redis_version:`) in an `INFO server` reply, one per node
+/// (a cluster answers per node).
+fn info_fields(v: &Value, field: &str) -> Vec<String> {
+    let in_text = |info: &str| -> Vec<String> {
+        info.lines()
+            .filter_map(|l| l.strip_prefix(field))
+            .map(|v| v.trim().to_owned())
+            .collect()
+    };
     match v {
-        Value::BulkString(b) => find_version_in(&String::from_utf8_lossy(b)),
-        Value::VerbatimString { text, .. } => find_version_in(text),
-        Value::SimpleString(s) => find_version_in(s),
-        Value::Array(items) | Value::Set(items) => items.iter().find_map(find_version),
-        Value::Map(pairs) => pairs.iter().find_map(|(_, v)| find_version(v)),
-        _ => None,
+        Value::BulkString(b) => in_text(&String::from_utf8_lossy(b)),
+        Value::VerbatimString { text, .. } => in_text(text),
+        Value::SimpleString(s) => in_text(s),
+        Value::Array(items) | Value::Set(items) => {
+            items.iter().flat_map(|v| info_fields(v, field)).collect()
+        }
+        Value::Map(pairs) => pairs
+            .iter()
+            .flat_map(|(_, v)| info_fields(v, field))
+            .collect(),
+        _ => Vec::new(),
     }
-}
-
-fn find_version_in(info: &str) -> Option<String> {
-    info.lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .map(|v| v.trim().to_owned())
 }
 
 impl fmt::Debug for RedisStore {

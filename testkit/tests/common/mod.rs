@@ -1,8 +1,11 @@
 //! Shared helpers of the fault tests: a bounded load of real `check` calls, and what it saw.
 #![allow(dead_code, clippy::unwrap_used, clippy::print_stdout)]
 
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use ratelimit_core::{FailurePolicy, Limit, RateLimiter, Source};
@@ -276,5 +279,53 @@ pub(crate) mod logs {
             .filter(|l| l.limiter == limiter && l.message.contains(needle))
             .cloned()
             .collect()
+    }
+}
+
+/// A generous bound for what should take milliseconds, so that a busy machine never fails a
+/// test that is right.
+pub(crate) const EVENTUALLY: Duration = Duration::from_secs(10);
+
+/// Another instance of a fleet: a `fleet_member` process, killed when dropped; its stdout
+/// lines arrive on a channel.
+pub(crate) struct OtherInstance {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+}
+
+impl OtherInstance {
+    /// Starts one holding a limiter on `url` under `prefix` (and with `key`, see the program).
+    pub(crate) fn start(url: &str, prefix: &str, key: Option<&str>) -> OtherInstance {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fleet_member"));
+        cmd.args(["--url", url, "--prefix", prefix, "--hold-ms", "60000"]);
+        if let Some(key) = key {
+            cmd.args(["--key", key]);
+        }
+        let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
+        OtherInstance { child, lines }
+    }
+
+    /// The next line starting with `tag`.
+    pub(crate) fn expect(&self, tag: &str) -> String {
+        let line = self
+            .lines
+            .recv_timeout(EVENTUALLY + EVENTUALLY)
+            .unwrap_or_else(|e| panic!("no `{tag}` from fleet_member: {e}"));
+        assert!(line.starts_with(tag), "expected `{tag}`, got `{line}`");
+        line
+    }
+}
+
+impl Drop for OtherInstance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

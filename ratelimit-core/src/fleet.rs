@@ -1,0 +1,221 @@
+//! This process as one instance of the fleet that shares a Redis deployment and a prefix.
+//!
+//! An instance is a process: however many limiters it builds on one deployment and prefix, it
+//! beats once in the set of live instances (what the fallback divides a limit by), under one
+//! id for the whole process, and one connection listens for the resets other instances
+//! publish, on behalf of every limiter's deny cache. One task per (deployment, prefix) does
+//! both; it stops when the last limiter using it is dropped.
+//!
+//! Resets travel by Redis pub/sub rather than client-side caching invalidation: the deny cache
+//! holds refusals, not values read from Redis, so there is no key read to track (the bucket's
+//! key may not even exist), and tracking works per connection while one message per reset
+//! reaches every listener at once, on standalone, Sentinel and Cluster alike.
+
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError, Weak};
+use std::time::Duration;
+
+use futures_core::Stream;
+
+use crate::deny_cache::DenyCache;
+use crate::{Error, RedisStore};
+
+/// How often each instance says it is alive.
+const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
+/// How long an instance counts as alive after its last heartbeat.
+const HEARTBEAT_TTL: Duration = Duration::from_secs(3);
+
+/// This process's share of one fleet, held by every limiter of the process in that fleet.
+#[derive(Debug)]
+pub(crate) struct Member {
+    /// Live instances, as last seen by the heartbeat (at least 1).
+    pub(crate) count: Arc<AtomicU32>,
+    /// The deny caches to tell about resets.
+    caches: Mutex<Vec<Weak<DenyCache>>>,
+    channel: Box<str>,
+    /// Cleared when the task stops (its runtime shut down): the next limiter starts another.
+    running: Arc<AtomicBool>,
+}
+
+impl Member {
+    /// The pub/sub channel of resets. Like the set of instances, it has no hash tag braces
+    /// after the prefix, so it never names a bucket.
+    pub(crate) fn channel(&self) -> &str {
+        &self.channel
+    }
+
+    /// Tells `cache` about the resets this process hears from now on.
+    pub(crate) fn listen(&self, cache: &Arc<DenyCache>) {
+        let mut caches = lock(&self.caches);
+        // Limiters come and go: forget the dropped ones' caches here too, not only on resets.
+        caches.retain(|c| c.strong_count() > 0);
+        caches.push(Arc::downgrade(cache));
+    }
+
+    /// Runs `f` on every deny cache still in use.
+    fn each_cache(&self, f: impl Fn(&DenyCache)) {
+        lock(&self.caches).retain(|cache| match cache.upgrade() {
+            Some(cache) => {
+                f(&cache);
+                true
+            }
+            None => false,
+        });
+    }
+}
+
+type Fleet = (Box<str>, Box<str>);
+
+/// The members of this process, by (deployment, prefix).
+static MEMBERS: LazyLock<Mutex<HashMap<Fleet, Weak<Member>>>> = LazyLock::new(Default::default);
+
+/// This process's id in every set of live instances.
+static PROCESS_ID: LazyLock<String> = LazyLock::new(|| {
+    use std::hash::BuildHasher;
+    let nonce =
+        std::collections::hash_map::RandomState::new().hash_one(std::time::SystemTime::now());
+    format!("{}-{nonce:016x}", std::process::id())
+});
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// This process's member of the fleet on `store`'s deployment under `prefix`: the existing one,
+/// or a new one whose task runs on the current Tokio runtime.
+///
+/// # Errors
+/// [`Error::NoRuntime`] outside a Tokio runtime.
+pub(crate) fn join(store: &RedisStore, prefix: &str) -> Result<Arc<Member>, Error> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(|_| Error::NoRuntime)?;
+    let fleet: Fleet = (store.deployment().into(), prefix.into());
+    let mut members = lock(&MEMBERS);
+    members.retain(|_, m| m.strong_count() > 0);
+    if let Some(member) = members.get(&fleet).and_then(Weak::upgrade)
+        && member.running.load(Ordering::Acquire)
+    {
+        return Ok(member);
+    }
+    let member = Arc::new(Member {
+        count: Arc::new(AtomicU32::new(1)),
+        caches: Mutex::default(),
+        channel: format!("{prefix}:resets").into(),
+        running: Arc::new(AtomicBool::new(true)),
+    });
+    let task = Task {
+        member: Arc::downgrade(&member),
+        store: store.clone(),
+        instances: format!("{prefix}:instances"),
+        channel: member.channel.to_string(),
+        _running: Running(Arc::clone(&member.running)),
+    };
+    runtime.spawn(task.run());
+    members.insert(fleet, Arc::downgrade(&member));
+    Ok(member)
+}
+
+/// Marks the member stopped when its task ends, or is dropped with its runtime.
+struct Running(Arc<AtomicBool>);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+struct Task {
+    member: Weak<Member>,
+    store: RedisStore,
+    instances: String,
+    channel: String,
+    _running: Running,
+}
+
+type Resets = Pin<Box<redis::aio::PubSubStream>>;
+
+enum Event {
+    Tick,
+    Reset(Option<redis::Msg>),
+}
+
+impl Task {
+    async fn run(self) {
+        let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        let mut resets: Option<Resets> = None;
+        loop {
+            let event = tokio::select! {
+                _ = tick.tick() => Event::Tick,
+                message = next(&mut resets) => Event::Reset(message),
+            };
+            let Some(member) = self.member.upgrade() else {
+                return;
+            };
+            match event {
+                Event::Tick => {
+                    if !self.beat(&member).await {
+                        // A subscription can outlive its server unnoticed (no traffic, no
+                        // error): take it again once Redis answers.
+                        resets = None;
+                    } else if resets.is_none() {
+                        resets = self.subscribe().await;
+                        if resets.is_some() {
+                            // Resets published while nobody listened are lost: forget every
+                            // refusal rather than keep one that a reset has lifted.
+                            member.each_cache(DenyCache::clear);
+                        }
+                    }
+                }
+                Event::Reset(Some(message)) => match message.get_payload::<String>() {
+                    Ok(bucket) => member.each_cache(|cache| cache.forget(&bucket)),
+                    Err(e) => tracing::debug!(%e, "ignoring a malformed reset message"),
+                },
+                Event::Reset(None) => {
+                    tracing::debug!("lost the rate-limit reset subscription; reconnecting");
+                    resets = None;
+                }
+            }
+        }
+    }
+
+    /// Whether Redis answered.
+    async fn beat(&self, member: &Member) -> bool {
+        let beat = self
+            .store
+            .heartbeat(&self.instances, &PROCESS_ID, HEARTBEAT_TTL);
+        match tokio::time::timeout(HEARTBEAT_EVERY, beat).await {
+            Ok(Ok(n)) => {
+                member.count.store(n.max(1), Ordering::Relaxed);
+                return true;
+            }
+            // While Redis is down the last count stands: it is what the fallback divides by.
+            Ok(Err(e)) => tracing::debug!(%e, "rate-limit heartbeat failed"),
+            Err(_) => tracing::debug!("rate-limit heartbeat timed out"),
+        }
+        false
+    }
+
+    async fn subscribe(&self) -> Option<Resets> {
+        match tokio::time::timeout(HEARTBEAT_EVERY, self.store.listen(&self.channel)).await {
+            Ok(Ok(messages)) => Some(Box::pin(messages)),
+            Ok(Err(e)) => {
+                tracing::debug!(%e, "cannot listen for rate-limit resets");
+                None
+            }
+            Err(_) => {
+                tracing::debug!("listening for rate-limit resets timed out");
+                None
+            }
+        }
+    }
+}
+
+/// The next reset message; never, while not subscribed; `None` once the connection is lost.
+async fn next(resets: &mut Option<Resets>) -> Option<redis::Msg> {
+    match resets {
+        Some(stream) => std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await,
+        None => std::future::pending().await,
+    }
+}

@@ -1,0 +1,377 @@
+//! The limiter's life beside others: instances counted once per process, resets reaching
+//! every instance's deny cache, a clear error outside Tokio, and no password in any error.
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+mod common;
+
+use std::future::Future;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use proptest::prelude::*;
+use ratelimit_core::{EnableOptions, Error, Limit, RateLimiter, RedisStore, Source};
+use testkit::{RedisServer, free_port};
+
+use common::{EVENTUALLY, OtherInstance};
+
+async fn limiter(url: &str, prefix: &str) -> RateLimiter {
+    RateLimiter::builder()
+        .redis(url)
+        .prefix(prefix)
+        .deadline(Duration::from_secs(5))
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Polls `f` every few milliseconds until it holds, for at most [`EVENTUALLY`].
+async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
+    let start = Instant::now();
+    while !f().await {
+        assert!(start.elapsed() < EVENTUALLY, "never: {what}");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
+async fn members(server: &RedisServer, prefix: &str) -> u32 {
+    redis::cmd("ZCARD")
+        .arg(format!("{prefix}:instances"))
+        .query_async(&mut server.connection().await)
+        .await
+        .unwrap()
+}
+
+async fn listeners(server: &RedisServer, prefix: &str) -> u32 {
+    let (_, n): (String, u32) = redis::cmd("PUBSUB")
+        .arg("NUMSUB")
+        .arg(format!("{prefix}:resets"))
+        .query_async(&mut server.connection().await)
+        .await
+        .unwrap();
+    n
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn limiters_of_one_process_count_as_one_instance() {
+    let server = RedisServer::start();
+    let a = limiter(&server.url(), "svc").await;
+    let b = limiter(&server.url(), "svc").await;
+    eventually("a heartbeat", async || members(&server, "svc").await >= 1).await;
+    // Two more beats of each limiter, had each its own.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(
+        members(&server, "svc").await,
+        1,
+        "one process is one instance"
+    );
+    assert_eq!((a.live_instances(), b.live_instances()), (1, 1));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn processes_count_once_each_and_other_prefixes_not_at_all() {
+    let server = RedisServer::start();
+    let child = OtherInstance::start(&server.url(), "svc", None);
+    child.expect("READY");
+    let here = limiter(&server.url(), "svc").await;
+    let also_here = limiter(&server.url(), "svc").await;
+    let other = limiter(&server.url(), "other-svc").await;
+    eventually("two instances", async || here.live_instances() == 2).await;
+    eventually("one beat of the other prefix", async || {
+        members(&server, "other-svc").await == 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(here.live_instances(), 2, "this process and the child");
+    assert_eq!(also_here.live_instances(), 2);
+    assert_eq!(other.live_instances(), 1, "another prefix is another fleet");
+    assert_eq!(members(&server, "svc").await, 2);
+    drop(child);
+    // The child's entry expires with the heartbeat's TTL.
+    eventually("the child forgotten", async || here.live_instances() == 1).await;
+}
+
+/// Drains `key` on `limiter` until its deny cache refuses it.
+async fn refused_by_deny_cache(limiter: &RateLimiter, key: &str, limit: &Limit) {
+    for _ in 0..10 {
+        if limiter.check(key, limit).await.unwrap().source == Source::DenyCache {
+            return;
+        }
+    }
+    panic!("the deny cache never refused {key}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_reaches_the_deny_cache_of_another_limiter() {
+    let server = RedisServer::start();
+    let a = limiter(&server.url(), "svc").await;
+    let b = limiter(&server.url(), "svc").await;
+    eventually("listening", async || listeners(&server, "svc").await >= 1).await;
+    let limit = Limit::per_hour(1);
+    refused_by_deny_cache(&b, "user:1", &limit).await;
+    refused_by_deny_cache(&b, "user:2", &limit).await;
+    a.reset("user:1").await.unwrap();
+    let reset = Instant::now();
+    eventually("b admits after the reset", async || {
+        b.check("user:1", &limit).await.unwrap().allowed
+    })
+    .await;
+    println!("reset heard by another limiter after {:?}", reset.elapsed());
+    let d = b.check("user:2", &limit).await.unwrap();
+    assert_eq!(
+        (d.allowed, d.source),
+        (false, Source::DenyCache),
+        "only that bucket"
+    );
+    // A macro's bucket, by its limit's name.
+    refused_by_deny_cache(&b, "user:1", &limit).await;
+    let named = |l: &RateLimiter| {
+        let l = l.clone();
+        async move {
+            l.check_named("orders::list", "user:1", &limit, 1)
+                .await
+                .unwrap()
+        }
+    };
+    assert!(named(&b).await.allowed);
+    assert_eq!(named(&b).await.source, Source::Store);
+    assert_eq!(named(&b).await.source, Source::DenyCache);
+    a.reset_named("orders::list", "user:1").await.unwrap();
+    eventually("b admits on the named bucket", async || {
+        named(&b).await.allowed
+    })
+    .await;
+    assert!(
+        !b.check("user:1", &limit).await.unwrap().allowed,
+        "not the unnamed one"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_reaches_another_process_within_100_ms() {
+    let server = RedisServer::start();
+    let here = limiter(&server.url(), "svc").await;
+    let child = OtherInstance::start(&server.url(), "svc", Some("user:1"));
+    child.expect("READY");
+    eventually("both listening", async || {
+        listeners(&server, "svc").await == 2
+    })
+    .await;
+    child.expect("REFUSED");
+    let reset = Instant::now();
+    here.reset("user:1").await.unwrap();
+    let line = tokio::task::spawn_blocking(move || child.expect("ADMITTED"))
+        .await
+        .unwrap();
+    println!(
+        "reset heard by another process: {line} ms after its refusal, {:?} after the reset \
+         (includes the pipe)",
+        reset.elapsed()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_that_cannot_hear_resets_keeps_no_deny_cache() {
+    let server = RedisServer::start();
+    let manager = redis::aio::ConnectionManager::new(server.client())
+        .await
+        .unwrap();
+    let store = RedisStore::from_connection(manager).await.unwrap();
+    let deaf = RateLimiter::builder()
+        .redis_store(store)
+        .build()
+        .await
+        .unwrap();
+    let other = limiter(&server.url(), "ratelimit").await;
+    let limit = Limit::per_hour(1);
+    for _ in 0..3 {
+        let d = deaf.check("k", &limit).await.unwrap();
+        assert_ne!(d.source, Source::DenyCache);
+    }
+    other.reset("k").await.unwrap();
+    assert!(
+        deaf.check("k", &limit).await.unwrap().allowed,
+        "the reset holds at once"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_reaches_every_instance_on_a_cluster() {
+    let cluster = testkit::cluster::RedisCluster::start();
+    let a = limiter(&cluster.url(), "svc").await;
+    let b = limiter(&cluster.url(), "svc").await;
+    let limit = Limit::per_hour(1);
+    // Listening starts with the first heartbeat; a reset before it is covered by the cache
+    // being cleared on subscribing, so wait for one beat to test the message itself.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    for key in ["user:1", "user:2", "user:3"] {
+        refused_by_deny_cache(&b, key, &limit).await;
+        a.reset(key).await.unwrap();
+        let reset = Instant::now();
+        eventually("b admits after the reset", async || {
+            b.check(key, &limit).await.unwrap().allowed
+        })
+        .await;
+        println!("cluster: reset of {key} heard after {:?}", reset.elapsed());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn enable_takes_every_setting_of_the_builder() {
+    let server = RedisServer::start();
+    let builder = RateLimiter::builder()
+        .redis(server.url())
+        .deny_cache(0)
+        .circuit_cooldown(None)
+        .deadline(Duration::from_secs(5));
+    let limiter = ratelimit_core::enable(EnableOptions::with_builder("app", builder))
+        .await
+        .unwrap();
+    assert_eq!(
+        limiter.prefix(),
+        "app",
+        "the crate's name when the builder has none"
+    );
+    let limit = Limit::per_hour(1);
+    for _ in 0..3 {
+        limiter.check("k", &limit).await.unwrap();
+    }
+    let d = limiter.check("k", &limit).await.unwrap();
+    assert_eq!(
+        (d.allowed, d.source),
+        (false, Source::Store),
+        "no deny cache"
+    );
+    assert_eq!(limiter.deny_cache_len(), 0);
+}
+
+/// A minimal executor that is not Tokio: polls on this thread, parks between wake-ups.
+fn block_on<F: Future>(f: F) -> F::Output {
+    struct Unpark(std::thread::Thread);
+    impl Wake for Unpark {
+        fn wake(self: Arc<Self>) {
+            self.0.unpark();
+        }
+    }
+    let waker = Waker::from(Arc::new(Unpark(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    let mut f = std::pin::pin!(f);
+    loop {
+        if let Poll::Ready(v) = f.as_mut().poll(&mut cx) {
+            return v;
+        }
+        std::thread::park();
+    }
+}
+
+#[test]
+fn a_redis_limiter_outside_tokio_is_an_error_not_a_panic() {
+    let server = RedisServer::start();
+    let built = block_on(RateLimiter::builder().redis(server.url()).build());
+    assert!(matches!(built, Err(Error::NoRuntime)), "{built:?}");
+    let message = built.unwrap_err().to_string();
+    assert!(message.contains("Tokio runtime"), "{message}");
+    // A store connected on Tokio, the limiter built elsewhere.
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let store = runtime
+        .block_on(RedisStore::connect(&server.url()))
+        .unwrap();
+    let built = block_on(RateLimiter::builder().redis_store(store).build());
+    assert!(matches!(built, Err(Error::NoRuntime)), "{built:?}");
+}
+
+/// Percent-decoded, as a URL parser hands the password to the server.
+fn decoded(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < bytes.len() {
+        match (
+            bytes[i],
+            s.get(i + 1..i + 3).map(|h| u8::from_str_radix(h, 16)),
+        ) {
+            (b'%', Some(Ok(b))) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// Whether `text` shows any 6-character piece of `secret`.
+fn shows(text: &str, secret: &str) -> bool {
+    let chars: Vec<char> = secret.chars().collect();
+    chars
+        .windows(6.min(chars.len()))
+        .map(|w| w.iter().collect::<String>())
+        .any(|piece| text.contains(&piece))
+}
+
+fn every_text(e: &Error) -> Vec<String> {
+    let mut texts = vec![e.to_string(), format!("{e:?}"), format!("{e:#?}")];
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        texts.push(s.to_string());
+        texts.push(format!("{s:?}"));
+        source = s.source();
+    }
+    texts
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(24))]
+
+    #[test]
+    fn no_error_shows_any_part_of_a_password(
+        password in "[A-Za-z0-9@:/%?#!$&'()*+,;=._~-]{10,24}",
+    ) {
+        static SERVER: std::sync::LazyLock<RedisServer> = std::sync::LazyLock::new(|| {
+            // Set after start: the start-up check pings without a password.
+            let server = RedisServer::start();
+            redis::cmd("CONFIG")
+                .arg("SET")
+                .arg("requirepass")
+                .arg("not-the-one-tried")
+                .exec(&mut server.blocking_connection())
+                .unwrap();
+            server
+        });
+        let port = SERVER.port();
+        let closed = free_port();
+        let urls = [
+            format!("redis://:{password}@127.0.0.1:{port}"),
+            format!("redis://user:{password}@127.0.0.1:{port}/0"),
+            format!("redis://{password}@127.0.0.1:{port}"),
+            format!("rediss://:{password}@127.0.0.1:{port}"),
+            format!("redis+cluster://:{password}@127.0.0.1:{port},127.0.0.1:{closed}"),
+            format!("redis+sentinel://u:{password}@127.0.0.1:{closed},127.0.0.1:{closed}/mymaster"),
+            format!("redis://127.0.0.1:{port}/0?password={password}&protocol=resp3"),
+            password.clone(),
+        ];
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        for url in urls {
+            let builder = RateLimiter::builder().redis(url.as_str());
+            let options = EnableOptions::with_builder("app", RateLimiter::builder().redis(url.as_str()));
+            let mut texts = vec![format!("{builder:?}"), format!("{options:?}")];
+            let built = runtime.block_on(async {
+                tokio::time::timeout(Duration::from_secs(10), builder.build()).await
+            });
+            match built {
+                Ok(Err(e)) => texts.extend(every_text(&e)),
+                Ok(Ok(limiter)) => texts.push(format!("{limiter:?}")),
+                Err(_) => panic!("connecting to {port} timed out"),
+            }
+            for text in texts {
+                prop_assert!(
+                    !shows(&text, &password) && !shows(&text, &decoded(&password)),
+                    "{url} shows its password in: {text}"
+                );
+            }
+        }
+    }
+}

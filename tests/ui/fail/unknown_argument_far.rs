@@ -1,0 +1,8 @@
+use redis_ratelimit::{RateLimited, rate_limit};
+
+#[rate_limit(replenish = 10, node = "eu-1")]
+async fn list_orders() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+fn main() {}
