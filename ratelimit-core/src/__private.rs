@@ -6,6 +6,12 @@ use std::sync::atomic::Ordering;
 
 pub use inventory;
 
+/// The algorithms' kernels and scripts, not yet wired into the limiter: reached from here by
+/// the differential tests in `testkit/tests/algorithms.rs`.
+pub use crate::algorithm::{
+    Outcome, WindowParams, fixed_window, interval_bucket, sliding_log, sliding_window,
+};
+
 use crate::context::{missing_piece, record_current, with_current};
 use crate::decision::Source;
 pub use crate::naming::{bucket_key, key_slot};

@@ -19,6 +19,7 @@
 
 #[doc(hidden)]
 pub mod __private;
+mod algorithm;
 mod bucket;
 mod client_ip;
 pub mod clock;

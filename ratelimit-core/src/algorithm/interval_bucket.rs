@@ -1,0 +1,262 @@
+//! The token bucket with interval refill (`Refill::Interval`, seed 001): all `replenish`
+//! tokens come back at once at every multiple of the period on the server clock, instead of
+//! one at a time. The Rust twin of `scripts/interval_bucket.lua`, whose header gives the
+//! representation.
+//!
+//! Refills are aligned to the server clock rather than to each bucket's first use: then a
+//! refill instant is a multiple of the period, which the key's millisecond expiry names
+//! exactly, so the state is one small integer plus the expiry (as `gcra.lua`'s), and clients
+//! can be told the refill instant in advance ("at the top of the minute"). The price, which
+//! aligning to first use would spread out: every bucket refills at the same instant, so
+//! refused clients of all keys come back together. With `burst = replenish` it is the fixed
+//! window, with its 2 x `limit` across a boundary.
+
+use super::{MAX_EXACT, Outcome, next_boundary};
+use crate::Limit;
+
+/// The script, with the shared prelude, as Redis runs it.
+pub const SCRIPT: &str = concat!(
+    include_str!("../scripts/prelude.lua"),
+    include_str!("../scripts/interval_bucket.lua")
+);
+
+/// A bucket of `burst` tokens, `replenish` of them added every `period_us`, `initial` in a
+/// bucket the store does not hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IntervalParams {
+    replenish: u64,
+    burst: u64,
+    period_us: u64,
+    initial: u64,
+}
+
+impl IntervalParams {
+    /// `None` when `replenish` or `burst` is 0, `initial > burst`, the period is shorter than
+    /// a millisecond, or an empty bucket would take too long to refill for exact arithmetic.
+    pub fn try_new(replenish: u64, burst: u64, period_us: u64, initial: u64) -> Option<Self> {
+        let refill = burst
+            .checked_div(replenish)?
+            .checked_add(2)?
+            .checked_mul(period_us)?;
+        (replenish >= 1
+            && burst >= 1
+            && initial <= burst
+            && period_us >= 1000
+            && refill <= MAX_EXACT
+            && burst.saturating_add(replenish) <= MAX_EXACT)
+            .then_some(IntervalParams {
+                replenish,
+                burst,
+                period_us,
+                initial,
+            })
+    }
+
+    /// A [`Limit`]'s bucket with interval refill, starting with `initial` tokens.
+    pub fn of(limit: &Limit, initial: u64) -> Option<Self> {
+        IntervalParams::try_new(
+            u64::from(limit.replenish()),
+            u64::from(limit.burst_capacity()),
+            limit.unit().as_micros(),
+            initial,
+        )
+    }
+}
+
+/// The script's `ARGV` for a call of `cost` tokens.
+pub fn args(p: IntervalParams, cost: u64) -> [u64; 5] {
+    [p.replenish, p.burst, p.period_us, p.initial, cost]
+}
+
+/// Exactly what Redis keeps: the slack of the refill that fills the bucket (the value), and
+/// the key's expiry in milliseconds (that refill's instant, rounded up).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct State {
+    /// Tokens the filling refill adds beyond full.
+    pub slack: u64,
+    /// The key's expiry (`PEXPIRETIME`).
+    pub expire_ms: u64,
+}
+
+/// Decides a call of `cost` tokens at `now_us` on a bucket in `state` (`None`: absent). The
+/// caller guarantees `1 <= cost <= burst`.
+pub fn decide(now_us: u64, state: Option<State>, p: IntervalParams, cost: u64) -> Outcome<State> {
+    let IntervalParams {
+        replenish,
+        burst,
+        period_us: period,
+        initial,
+    } = p;
+    let absent = (burst - initial, initial < burst);
+    let (debt, stale) = match state {
+        None => absent,
+        Some(s) => {
+            let full_at = s.expire_ms.saturating_mul(1000) / period * period;
+            let due = (full_at / period).saturating_sub(now_us / period);
+            if full_at <= now_us {
+                // Full; but forgotten once Redis may have dropped the key (see the script).
+                if now_us < (s.expire_ms + 1) * 1000 {
+                    (0, false)
+                } else {
+                    absent
+                }
+            } else if s.slack >= replenish || due > burst + 1 {
+                (burst, true)
+            } else {
+                match (due * replenish).saturating_sub(s.slack) {
+                    d if d > burst => (burst, true),
+                    d => (d, false),
+                }
+            }
+        }
+    };
+    let next = next_boundary(now_us, period);
+    let full_again = |d: u64| next + (d.div_ceil(replenish) - 1) * period;
+    let reset_after = |d: u64| if d == 0 { 0 } else { full_again(d) - now_us };
+    let store = |d: u64| State {
+        slack: d.div_ceil(replenish) * replenish - d,
+        expire_ms: full_again(d).div_ceil(1000),
+    };
+    if debt + cost > burst {
+        let refills = (debt + cost - burst).div_ceil(replenish);
+        return Outcome {
+            allowed: false,
+            remaining: burst - debt,
+            retry_after_us: next + (refills - 1) * period - now_us,
+            reset_after_us: reset_after(debt),
+            new_state: stale.then(|| store(debt)),
+        };
+    }
+    let debt = debt + cost;
+    Outcome {
+        allowed: true,
+        remaining: burst - debt,
+        retry_after_us: 0,
+        reset_after_us: reset_after(debt),
+        new_state: Some(store(debt)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::tests::{T0, keep, replay};
+    use proptest::prelude::*;
+
+    fn step(state: &mut Option<State>, now: u64, p: IntervalParams, cost: u64) -> Outcome<State> {
+        keep(state, decide(now, *state, p, cost))
+    }
+
+    #[test]
+    fn all_tokens_come_back_at_each_boundary() {
+        // 4 per second, up to 10.
+        let p = IntervalParams::try_new(4, 10, 1_000_000, 10).unwrap();
+        let mut s = None;
+        let o = step(&mut s, T0 + 300_000, p, 7);
+        // 7 missing: refills at T0 + 1 s (+4) and T0 + 2 s (+4, 1 beyond full).
+        assert_eq!(
+            (o.allowed, o.remaining, o.reset_after_us),
+            (true, 3, 1_700_000)
+        );
+        assert_eq!(
+            s,
+            Some(State {
+                slack: 1,
+                expire_ms: (T0 + 2_000_000) / 1000
+            })
+        );
+        let refused = step(&mut s, T0 + 400_000, p, 5);
+        assert_eq!(
+            (refused.allowed, refused.remaining, refused.retry_after_us),
+            (false, 3, 600_000)
+        );
+        assert!(refused.new_state.is_none());
+        // 9 needs 6 more: two refills.
+        assert_eq!(decide(T0 + 400_000, s, p, 9).retry_after_us, 1_600_000);
+        let at_boundary = step(&mut s, T0 + 1_000_000, p, 7);
+        assert_eq!((at_boundary.allowed, at_boundary.remaining), (true, 0));
+    }
+
+    #[test]
+    fn an_initial_fill_starts_below_full_and_is_stored_when_refused() {
+        let p = IntervalParams::try_new(5, 10, 1_000_000, 0).unwrap();
+        let mut s = None;
+        let refused = step(&mut s, T0 + 1, p, 1);
+        assert_eq!((refused.allowed, refused.retry_after_us), (false, 999_999));
+        assert_eq!(refused.reset_after_us, 1_999_999);
+        assert!(s.is_some(), "an absent bucket that is not full is stored");
+        let o = step(&mut s, T0 + 1_000_000, p, 5);
+        assert_eq!((o.allowed, o.remaining), (true, 0));
+        // Full again at T0 + 3 s; forgotten a millisecond later, and empty again.
+        assert_eq!(o.reset_after_us, 2_000_000);
+        assert_eq!(decide(T0 + 3_000_999, s, p, 10).remaining, 0);
+        assert!(!decide(T0 + 3_001_000, s, p, 1).allowed);
+    }
+
+    #[test]
+    fn a_bucket_owing_more_than_a_lowered_burst_reads_empty() {
+        let p = IntervalParams::try_new(1, 10, 1_000_000, 10).unwrap();
+        let mut s = None;
+        step(&mut s, T0, p, 10);
+        let lower = IntervalParams::try_new(1, 2, 1_000_000, 2).unwrap();
+        let refused = step(&mut s, T0, lower, 1);
+        assert_eq!(
+            (refused.allowed, refused.retry_after_us),
+            (false, 1_000_000)
+        );
+        assert!(refused.new_state.is_some());
+        assert!(step(&mut s, T0 + 1_000_000, lower, 1).allowed);
+    }
+
+    proptest! {
+        /// Between any two admissions, no more than the bucket's content at the first plus the
+        /// refills in between was admitted; retry_after is exact (see `replay`).
+        #[test]
+        fn never_over_admits_and_retry_after_is_exact(
+            replenish in 1u64..20,
+            burst in 1u64..40,
+            initial in 0u64..40,
+            period_ms in 1u64..3000,
+            calls in prop::collection::vec((0u64..1_500_000, 1u64..6), 1..120),
+        ) {
+            let period = period_ms * 1000;
+            let p = IntervalParams::try_new(replenish, burst, period, initial.min(burst)).unwrap();
+            let calls: Vec<_> = calls.into_iter().map(|(dt, c)| (dt, c.min(burst))).collect();
+            let admitted = replay(None, &calls, |now, s, cost| decide(now, s.copied(), p, cost))?;
+            let refills = |a: u64, b: u64| b / period - a / period;
+            for (i, &(a, _)) in admitted.iter().enumerate() {
+                let mut taken = 0;
+                for &(b, cost) in &admitted[i..] {
+                    taken += cost;
+                    prop_assert!(taken <= burst + replenish * refills(a, b));
+                }
+            }
+            let mut taken = 0;
+            for &(b, cost) in &admitted {
+                taken += cost;
+                prop_assert!(taken <= initial.min(burst) + replenish * refills(T0, b));
+            }
+        }
+    }
+
+    proptest! {
+        /// From any state (written under another replenish or burst, owing more than a
+        /// lowered burst, far ahead after the clock stepped back), every refusal's
+        /// retry_after is exact.
+        #[test]
+        fn retry_after_is_exact_from_any_state(
+            replenish in 1u64..10,
+            burst in 1u64..30,
+            initial in 0u64..30,
+            period_ms in 1u64..2000,
+            slack in 0u64..20,
+            ahead_ms in prop_oneof![0u64..60_000, 0u64..(1 << 40)],
+            calls in prop::collection::vec((0u64..1_000_000, 1u64..5), 1..60),
+        ) {
+            let p = IntervalParams::try_new(replenish, burst, period_ms * 1000, initial.min(burst)).unwrap();
+            let initial = State { slack, expire_ms: (T0 / 1000).saturating_add(ahead_ms) - 30_000 };
+            let calls: Vec<_> = calls.into_iter().map(|(dt, c)| (dt, c.min(burst))).collect();
+            replay(Some(initial), &calls, |now, s, cost| decide(now, s.copied(), p, cost))?;
+        }
+    }
+}

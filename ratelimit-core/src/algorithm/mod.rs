@@ -1,0 +1,146 @@
+//! The algorithms beside the token bucket: each decision as a pure function in exact integer
+//! arithmetic, the Rust twin of one atomic Lua script in `scripts/`. Not yet wired into the
+//! limiter; `__private` reaches them so that `testkit/tests/algorithms.rs` can hold every
+//! script to its twin on a real `redis-server`.
+//!
+//! Shared rules, as for the token bucket (`bucket.rs`, `gcra.lua`):
+//! * the server's clock (`TIME`, in microseconds) decides, never a node's;
+//! * a refusal's `retry_after`, waited exactly with nothing else happening, admits the same
+//!   call; it is never early;
+//! * a key expires when it carries no information, and a refusal writes nothing unless the
+//!   stored state must be read differently from what it says;
+//! * the decision never depends on whether Redis has already dropped a key whose expiry has
+//!   passed: Redis expires keys on a millisecond clock frozen when the script starts, while
+//!   the script reads `TIME` in microseconds, so a key may outlive its expiry by up to a
+//!   millisecond. Every state therefore says itself when it ends, and an ended state reads as
+//!   an absent one;
+//! * times are microseconds below 2^53 (the year 2255), where Lua's doubles are exact; the
+//!   parameters are validated so that every quantity stays there too;
+//! * every script replies `{allowed, remaining, retry_after_us, reset_after_us, now_us}`: the
+//!   last is the server time it decided at, which lets a test replay the twin at that instant.
+
+pub mod fixed_window;
+pub mod interval_bucket;
+pub mod sliding_log;
+pub mod sliding_window;
+
+use crate::Limit;
+
+/// What a caller sees of one decision, and the state to store when it changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Outcome<S> {
+    /// Whether the call is admitted.
+    pub allowed: bool,
+    /// Calls of cost 1 that would still be admitted now.
+    pub remaining: u64,
+    /// When refused: microseconds until the same call would be admitted; 0 when admitted.
+    pub retry_after_us: u64,
+    /// Microseconds until the state carries no information any more (an idle key is gone).
+    pub reset_after_us: u64,
+    /// `Some` when the stored state changes.
+    pub new_state: Option<S>,
+}
+
+/// Largest quantity the scripts' arithmetic may hold: Lua's doubles are exact below 2^53, and
+/// a few such quantities are added together.
+const MAX_EXACT: u64 = 1 << 51;
+
+/// A window's limit: at most `limit` tokens per `period_us` microseconds. The windows have no
+/// burst of their own: a window admits `limit` tokens, so [`WindowParams::of`] reads a
+/// [`Limit`]'s `replenish` per `unit` and ignores its `burst`. Nor an initial fill: a window's
+/// count starts at 0 in every window, and no window is "full" at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowParams {
+    limit: u64,
+    period_us: u64,
+}
+
+impl WindowParams {
+    /// `limit` tokens per `period_us`; `None` when either is 0, either is beyond exact
+    /// arithmetic in Lua, or the period is shorter than a millisecond (Redis keeps expiries in
+    /// milliseconds, and a state is told apart from the next window's by its expiry). The
+    /// sliding window bounds its weighted count further: see
+    /// [`SlidingParams`](sliding_window::SlidingParams).
+    pub fn try_new(limit: u64, period_us: u64) -> Option<WindowParams> {
+        let valid = (1..=MAX_EXACT).contains(&limit) && (1000..=MAX_EXACT).contains(&period_us);
+        valid.then_some(WindowParams { limit, period_us })
+    }
+
+    /// The window of a [`Limit`]: `replenish` tokens per `unit`.
+    pub fn of(limit: &Limit) -> Option<WindowParams> {
+        WindowParams::try_new(u64::from(limit.replenish()), limit.unit().as_micros())
+    }
+
+    /// Tokens admitted per window.
+    pub fn limit(self) -> u64 {
+        self.limit
+    }
+
+    /// The window's length in microseconds.
+    pub fn period_us(self) -> u64 {
+        self.period_us
+    }
+}
+
+/// The first microsecond of the window after the one holding `now_us`.
+fn next_boundary(now_us: u64, period_us: u64) -> u64 {
+    (now_us / period_us + 1) * period_us
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Outcome;
+    use proptest::test_runner::TestCaseError;
+
+    /// A second boundary, and a millisecond one.
+    pub(super) const T0: u64 = 1_800_000_000_000_000;
+
+    /// Keeps the state `o` stores, and returns `o`.
+    pub(super) fn keep<S: Clone>(state: &mut Option<S>, o: Outcome<S>) -> Outcome<S> {
+        if let Some(s) = &o.new_state {
+            *state = Some(s.clone());
+        }
+        o
+    }
+
+    /// Runs `calls` (microseconds since the last call, cost) from `initial` (at `T0`) through
+    /// `decide`, keeping what it stores; checks that every refusal's `retry_after`, waited
+    /// exactly with nothing else happening, admits the same call and a microsecond less does
+    /// not; returns the admitted calls (time, cost) for the kernel's own bound.
+    pub(super) fn replay<S: Clone + std::fmt::Debug>(
+        initial: Option<S>,
+        calls: &[(u64, u64)],
+        decide: impl Fn(u64, Option<&S>, u64) -> Outcome<S>,
+    ) -> Result<Vec<(u64, u64)>, TestCaseError> {
+        let mut state = initial;
+        let mut now = T0;
+        let mut admitted = Vec::new();
+        for &(dt, cost) in calls {
+            now += dt;
+            let o = decide(now, state.as_ref(), cost);
+            let o = keep(&mut state, o);
+            if o.allowed {
+                admitted.push((now, cost));
+                continue;
+            }
+            let wait = o.retry_after_us;
+            if wait == 0 {
+                return Err(TestCaseError::fail(format!(
+                    "refused at {now} with no wait"
+                )));
+            }
+            if decide(now + wait - 1, state.as_ref(), cost).allowed {
+                return Err(TestCaseError::fail(format!(
+                    "admitted before retry_after at {now}"
+                )));
+            }
+            let later = decide(now + wait, state.as_ref(), cost);
+            if !later.allowed {
+                return Err(TestCaseError::fail(format!(
+                    "refused after waiting retry_after {wait} at {now}: {later:?} from {state:?}"
+                )));
+            }
+        }
+        Ok(admitted)
+    }
+}

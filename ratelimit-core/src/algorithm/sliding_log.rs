@@ -1,0 +1,161 @@
+//! The sliding log (seed 003's sorted set): exact, one entry per admitted token. The Rust
+//! twin of `scripts/sliding_log.lua`, whose header gives the representation.
+//!
+//! Never more than `limit` tokens in any sliding period, at a memory cost bounded by `limit`
+//! entries per key. `retry_after` is when the oldest tokens the call needs gone have left.
+//!
+//! A changed `limit` reads the log as it is. A changed period does not quite: the key expires
+//! one old period after its newest token, so a longer period may find it gone (Redis dropped
+//! it) where this twin, which keeps what it is given, still counts its tokens.
+
+use super::{Outcome, WindowParams};
+
+/// The script, with the shared prelude, as Redis runs it.
+pub const SCRIPT: &str = concat!(
+    include_str!("../scripts/prelude.lua"),
+    include_str!("../scripts/sliding_log.lua")
+);
+
+/// The script's `ARGV` for a call of `cost` tokens.
+pub fn args(p: WindowParams, cost: u64) -> [u64; 3] {
+    [p.limit, p.period_us, cost]
+}
+
+/// The admission times of the tokens a key holds, in microseconds, oldest first (the sorted
+/// set's scores; its members only keep equal times apart).
+pub type Log = Vec<u64>;
+
+/// The key's expiry in milliseconds: when its newest token leaves.
+pub fn expire_ms(log: &[u64], p: WindowParams) -> Option<u64> {
+    log.last().map(|&t| (t + p.period_us).div_ceil(1000))
+}
+
+/// Decides a call of `cost` tokens at `now_us` on `log` (empty: absent). The caller
+/// guarantees `1 <= cost <= limit`.
+pub fn decide(now_us: u64, log: &[u64], p: WindowParams, cost: u64) -> Outcome<Log> {
+    let limit = p.limit;
+    // A token admitted at t counts while now - period < t.
+    let first_live = log.partition_point(|&t| t.saturating_add(p.period_us) <= now_us);
+    let live = &log[first_live..];
+    let count = live.len() as u64;
+    if count + cost > limit {
+        // Caller's guarantee: `cost <= limit`, so that token is in the log.
+        let nth = usize::try_from(count + cost - limit - 1).unwrap_or(usize::MAX);
+        let leaves = live
+            .get(nth)
+            .map_or(now_us, |&t| t.saturating_add(p.period_us));
+        let newest = live
+            .last()
+            .map_or(now_us, |&t| t.saturating_add(p.period_us));
+        return Outcome {
+            allowed: false,
+            remaining: limit.saturating_sub(count),
+            retry_after_us: leaves - now_us,
+            reset_after_us: newest - now_us,
+            new_state: None,
+        };
+    }
+    let mut next = live.to_vec();
+    // Sorted even when the clock stepped back behind the newest token.
+    let at = next.partition_point(|&t| t <= now_us);
+    next.splice(
+        at..at,
+        std::iter::repeat_n(now_us, usize::try_from(cost).unwrap_or(0)),
+    );
+    let newest = next.last().copied().unwrap_or(now_us);
+    Outcome {
+        allowed: true,
+        remaining: limit - count - cost,
+        retry_after_us: 0,
+        reset_after_us: newest + p.period_us - now_us,
+        new_state: Some(next),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::algorithm::tests::{T0, replay};
+    use proptest::prelude::*;
+
+    #[test]
+    fn tokens_leave_one_period_after_their_admission() {
+        let p = WindowParams::try_new(3, 1_000_000).unwrap();
+        let a = decide(T0, &[], p, 2);
+        assert_eq!(
+            (a.allowed, a.remaining, a.reset_after_us),
+            (true, 1, 1_000_000)
+        );
+        let log = a.new_state.unwrap();
+        assert_eq!(log, [T0, T0]);
+        let b = decide(T0 + 400_000, &log, p, 1);
+        let log = b.new_state.unwrap();
+        assert_eq!(expire_ms(&log, p), Some((T0 + 1_400_000) / 1000));
+        // Full: a call of 2 needs both tokens of T0 gone, one of 1 the first.
+        let r2 = decide(T0 + 500_000, &log, p, 2);
+        assert_eq!(
+            (r2.allowed, r2.remaining, r2.retry_after_us),
+            (false, 0, 500_000)
+        );
+        assert_eq!(r2.reset_after_us, 900_000);
+        let r3 = decide(T0 + 500_000, &log, p, 3);
+        assert_eq!(
+            r3.retry_after_us, 900_000,
+            "the token of T0 + 0.4 s must go too"
+        );
+        assert!(!decide(T0 + 999_999, &log, p, 1).allowed);
+        let back = decide(T0 + 1_000_000, &log, p, 2);
+        assert_eq!(
+            (back.allowed, back.new_state),
+            (
+                true,
+                Some(vec![T0 + 400_000, T0 + 1_000_000, T0 + 1_000_000])
+            )
+        );
+    }
+
+    proptest! {
+        /// No sliding period ever holds more than the limit, and the log never more entries;
+        /// retry_after is exact (see `replay`).
+        #[test]
+        fn never_over_admits_and_retry_after_is_exact(
+            limit in 1u64..30,
+            period_ms in 1u64..3000,
+            calls in prop::collection::vec((0u64..1_000_000, 1u64..6), 1..150),
+        ) {
+            let p = WindowParams::try_new(limit, period_ms * 1000).unwrap();
+            let calls: Vec<_> = calls.into_iter().map(|(dt, c)| (dt, c.min(limit))).collect();
+            let admitted = replay(None, &calls, |now, s: Option<&Log>, cost| {
+                let o = decide(now, s.map_or(&[][..], Vec::as_slice), p, cost);
+                assert!(o.new_state.as_ref().is_none_or(|l| l.len() as u64 <= limit));
+                o
+            })?;
+            for &(now, _) in &admitted {
+                let within: u64 = admitted.iter().filter(|a| a.0 <= now && a.0 + p.period_us() > now).map(|a| a.1).sum();
+                prop_assert!(within <= limit);
+            }
+        }
+    }
+
+    proptest! {
+        /// From any log (more tokens than a lowered limit, tokens in the future after the
+        /// clock stepped back), every refusal's retry_after is exact.
+        #[test]
+        fn retry_after_is_exact_from_any_log(
+            limit in 1u64..20,
+            period_ms in 1u64..2000,
+            offsets in prop::collection::vec(0u64..4_000_000, 0..60),
+            calls in prop::collection::vec((0u64..1_000_000, 1u64..5), 1..60),
+        ) {
+            let p = WindowParams::try_new(limit, period_ms * 1000).unwrap();
+            // Up to two periods back and two ahead of the first call.
+            let span = 4 * p.period_us();
+            let mut log: Log = offsets.iter().map(|o| T0 - span / 2 + o % span).collect();
+            log.sort_unstable();
+            let calls: Vec<_> = calls.into_iter().map(|(dt, c)| (dt, c.min(limit))).collect();
+            replay(Some(log), &calls, |now, s: Option<&Log>, cost| {
+                decide(now, s.map_or(&[][..], Vec::as_slice), p, cost)
+            })?;
+        }
+    }
+}

@@ -1,0 +1,42 @@
+-- One fixed-window decision, atomically, on the Redis server's clock (after prelude.lua).
+--
+-- Windows are aligned to multiples of the period on the server clock (seed 001's INCR +
+-- EXPIRE counter). The key holds the window's count as an integer, and expires at the
+-- window's end (PXAT, rounded up to the millisecond): that expiry also says which window the
+-- count belongs to, so a key Redis has not dropped yet reads as absent once its window is
+-- over. Known weakness, by definition: 2 x limit calls may pass within one period, across a
+-- window boundary.
+--
+-- KEYS[1]  the counter
+-- ARGV[1]  limit: tokens per window
+-- ARGV[2]  period: the window's length, microseconds
+-- ARGV[3]  cost: tokens this call takes
+-- Returns {allowed (0|1), remaining, retry_after us, reset_after us, now us}.
+
+local key = KEYS[1]
+local limit = tonumber(ARGV[1])
+local period = tonumber(ARGV[2])
+local cost = tonumber(ARGV[3])
+
+local stop = (div_floor(now, period) + 1) * period
+local expire_ms = div_ceil(stop, 1000)
+local left = stop - now
+
+-- Another type, text, no expiry or another window's expiry: not this window's count.
+local count = 0
+local got = redis.pcall('GET', key)
+if type(got) == 'string' and string.find(got, '^[1-9]%d*$')
+    and redis.call('PEXPIRETIME', key) == expire_ms then
+  count = tonumber(got)
+end
+
+if count + cost > limit then
+  -- The next window starts empty and `cost <= limit`: it admits this call.
+  return {0, math.max(limit - count, 0), left, left, now}
+end
+if count > 0 then
+  redis.call('INCRBY', key, cost)
+else
+  redis.call('SET', key, int(cost), 'PXAT', int(expire_ms))
+end
+return {1, limit - count - cost, 0, left, now}

@@ -1,0 +1,25 @@
+-- Shared by the algorithms' scripts (fixed_window, sliding_window, sliding_log,
+-- interval_bucket), prepended to each by `include_str!` so that each runs as one script.
+-- Every quantity stays below 2^53 (checked in Rust), where Lua's doubles are exact integers.
+-- Pass every large number to redis.call through int(): Redis turns a bare Lua number into
+-- text with 14 significant digits, which loses microseconds.
+
+-- Exact integer division of non-negative integers (the correction steps absorb any rounding
+-- of the double quotient).
+local function div_floor(a, b)
+  local q = math.floor(a / b)
+  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
+  return q
+end
+local function div_ceil(a, b)
+  local q = div_floor(a, b)
+  if q * b < a then q = q + 1 end
+  return q
+end
+-- An integer as Redis arguments and values want it: canonical decimal, no exponent.
+local function int(v)
+  return string.format('%d', v)
+end
+
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
