@@ -1,13 +1,13 @@
-//! One suite of token-bucket cases, run against the Redis store (a real redis-server started
-//! by the test) and the memory store (on a manual clock). Both must give the same answers:
-//! exactly on the memory store, and within the time that really passed on Redis.
+//! One suite of cases for every algorithm, run against the Redis store (a real redis-server
+//! started by the test) and the memory store (on a manual clock). Both must give the same
+//! answers: exactly on the memory store, and within the time that really passed on Redis.
 #![allow(clippy::unwrap_used)]
 
 mod support;
 
 use std::time::Duration;
 
-use redis_ratelimit::{Error, Limit, Unit};
+use redis_ratelimit::{Algorithm, Error, Limit, Refill, Unit};
 use support::Harness;
 
 /// How far a Redis answer may lag the exact one: the real time between calls in a test.
@@ -320,6 +320,154 @@ async fn named_and_unnamed_buckets_never_meet(h: Harness) {
     );
 }
 
+/// The window algorithms, each on a day-long window: a test never straddles a window
+/// boundary unless it runs at midnight UTC (the windows are aligned on the server's clock).
+const WINDOWS: [Algorithm; 3] = [
+    Algorithm::FixedWindow,
+    Algorithm::SlidingWindow,
+    Algorithm::SlidingLog,
+];
+
+async fn every_window_admits_its_limit_then_refuses(h: Harness) {
+    for algorithm in WINDOWS {
+        let limit = Limit::per_day(5).algorithm(algorithm);
+        let key = algorithm.as_str();
+        for expected_remaining in (0..5).rev() {
+            let d = h.check(key, &limit, 1).await.d;
+            assert!(d.allowed, "{algorithm}");
+            assert_eq!(d.remaining, expected_remaining, "{algorithm}");
+            assert_eq!(d.retry_after, Duration::ZERO, "{algorithm}");
+            // A sliding window's key lives until the end of the next window.
+            assert!(
+                d.reset_after <= Duration::from_secs(2 * 86_400),
+                "{algorithm}"
+            );
+        }
+        let refused = h.check(key, &limit, 1).await.d;
+        assert!(!refused.allowed, "{algorithm}: the sixth call in a day");
+        assert_eq!(refused.remaining, 0, "{algorithm}");
+        assert_eq!(refused.limit, limit, "{algorithm}");
+        // A sliding window may wait into the next window, while the previous one's weight
+        // decays: up to two periods.
+        assert!(
+            refused.retry_after > Duration::ZERO
+                && refused.retry_after <= Duration::from_secs(2 * 86_400),
+            "{algorithm}: {:?}",
+            refused.retry_after
+        );
+        if algorithm == Algorithm::SlidingLog {
+            // The oldest of the five leaves a day after it came.
+            h.assert_duration(
+                refused.retry_after,
+                Duration::from_secs(86_400),
+                SLACK,
+                "the sliding log's retry_after",
+            );
+        }
+        // A refusal takes nothing: a cost that fits nowhere is still refused, not an error.
+        let again = h.check(key, &limit, 5).await.d;
+        assert!(!again.allowed, "{algorithm}");
+    }
+}
+
+async fn every_algorithm_admits_after_exactly_retry_after(h: Harness) {
+    let limits = [
+        Limit::per(2, Duration::from_millis(300)),
+        Limit::per(2, Duration::from_millis(300)).refill(Refill::Interval),
+        Limit::per(3, Duration::from_millis(300))
+            .burst(2)
+            .initial(1),
+        Limit::per(2, Duration::from_millis(300)).algorithm(Algorithm::FixedWindow),
+        Limit::per(2, Duration::from_millis(300)).algorithm(Algorithm::SlidingWindow),
+        Limit::per(2, Duration::from_millis(300)).algorithm(Algorithm::SlidingLog),
+    ];
+    for (i, limit) in limits.iter().enumerate() {
+        let key = format!("k{i}");
+        // Take until refused: a window may end between two calls on a real server.
+        let mut refused = None;
+        for _ in 0..20 {
+            let d = h.check(&key, limit, 1).await.d;
+            if !d.allowed {
+                refused = Some(d);
+                break;
+            }
+            if h.is_memory() {
+                h.advance(Duration::from_millis(1)).await;
+            }
+        }
+        let refused = refused.unwrap_or_else(|| panic!("{limit}: never refused"));
+        let wait = refused.retry_after;
+        assert!(
+            wait > Duration::ZERO && wait <= Duration::from_millis(600),
+            "{limit}: retry_after {wait:?}"
+        );
+        if h.is_memory() {
+            h.advance(wait - Duration::from_micros(1)).await;
+            assert!(
+                !h.check(&key, limit, 1).await.d.allowed,
+                "{limit}: a microsecond early"
+            );
+            h.advance(Duration::from_micros(1)).await;
+        } else {
+            h.advance(wait).await;
+        }
+        assert!(
+            h.check(&key, limit, 1).await.d.allowed,
+            "{limit}: waited exactly retry_after {wait:?}"
+        );
+    }
+}
+
+async fn interval_refill_returns_every_token_at_once(h: Harness) {
+    let interval = Limit::per(4, Duration::from_millis(400)).refill(Refill::Interval);
+    let smooth = Limit::per(4, Duration::from_millis(400));
+    for (key, limit) in [("interval", interval), ("smooth", smooth)] {
+        let mut refused = None;
+        for _ in 0..20 {
+            let d = h.check(key, &limit, 1).await.d;
+            if !d.allowed {
+                refused = Some(d);
+                break;
+            }
+        }
+        let wait = refused.expect("refused once empty").retry_after;
+        h.advance(wait).await;
+        let d = h.check(key, &limit, 1).await.d;
+        assert!(d.allowed, "{limit}");
+        if key == "interval" {
+            assert_eq!(d.remaining, 3, "all four tokens came back at once");
+        } else if h.is_memory() {
+            assert_eq!(d.remaining, 0, "one token came back");
+        }
+    }
+}
+
+async fn an_initial_fill_starts_below_the_burst(h: Harness) {
+    let limit = Limit::per_minute(60).burst(10).initial(2);
+    for expected_remaining in [1, 0] {
+        let d = h.check("warm", &limit, 1).await.d;
+        assert!(d.allowed);
+        assert_eq!(d.remaining, expected_remaining);
+    }
+    let refused = h.check("warm", &limit, 1).await.d;
+    assert!(!refused.allowed, "a new bucket held 2 of its 10 tokens");
+    h.assert_duration(
+        refused.retry_after,
+        Duration::from_secs(1),
+        SLACK,
+        "one token a second",
+    );
+    let empty = Limit::per_second(10).initial(0);
+    let first = h.check("cold", &empty, 1).await.d;
+    assert!(!first.allowed, "a bucket that starts empty");
+    h.assert_duration(
+        first.retry_after,
+        Duration::from_millis(100),
+        SLACK,
+        "the first token",
+    );
+}
+
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
         mod memory {
@@ -353,4 +501,8 @@ conformance!(
     a_lowered_burst_keeps_its_retry_after,
     a_new_fine_unit_reads_the_bucket_no_fuller,
     named_and_unnamed_buckets_never_meet,
+    every_window_admits_its_limit_then_refuses,
+    every_algorithm_admits_after_exactly_retry_after,
+    interval_refill_returns_every_token_at_once,
+    an_initial_fill_starts_below_the_burst,
 );

@@ -209,7 +209,7 @@ fn declared_limits_list_each_function_where_it_is_declared() {
     let limit = listed_decl.declared_limit();
     assert_eq!(limit.replenish(), 3);
     assert_eq!(limit.burst_capacity(), 300);
-    assert_eq!(limit.unit(), redis_ratelimit::Unit::Minute);
+    assert_eq!(limit.unit(), Some(redis_ratelimit::Unit::Minute));
     assert_eq!(listed_decl.declared_cost(), 2);
     assert_eq!(listed_decl.key(), "Header(\"x-api-key\")");
 
@@ -218,7 +218,7 @@ fn declared_limits_list_each_function_where_it_is_declared() {
     assert_eq!(renamed_decl.declared_limit().burst_capacity(), 7);
     assert_eq!(
         renamed_decl.declared_limit().unit(),
-        redis_ratelimit::Unit::Second
+        Some(redis_ratelimit::Unit::Second)
     );
     assert_eq!(renamed_decl.declared_cost(), 1);
     assert_eq!(renamed_decl.key(), "Uri");

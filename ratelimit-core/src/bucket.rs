@@ -4,8 +4,6 @@
 //! Redis store runs the script on the server, and the conformance tests hold both to the same
 //! results. See the script's header for the representation.
 
-use std::time::Duration;
-
 use crate::limit::Params;
 
 /// A bucket that is not full: it is full again at `expire_ms` minus `remainder` fine units of
@@ -18,27 +16,10 @@ pub(crate) struct State {
     pub(crate) per_micro: u64,
 }
 
-/// The outcome of one decision: what the caller sees, and the state to store if it changed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Outcome {
-    pub(crate) allowed: bool,
-    pub(crate) remaining: u64,
-    pub(crate) retry_after_us: u64,
-    pub(crate) reset_after_us: u64,
-    /// `Some` when the state changed: always when admitted; when refused, only if the stored
-    /// state had to be read differently from what it says (see [`decide`]).
-    pub(crate) new_state: Option<State>,
-}
-
-impl Outcome {
-    pub(crate) fn retry_after(&self) -> Duration {
-        Duration::from_micros(self.retry_after_us)
-    }
-
-    pub(crate) fn reset_after(&self) -> Duration {
-        Duration::from_micros(self.reset_after_us)
-    }
-}
+/// The outcome of one decision: what the caller sees, and the state to store if it changed
+/// (`Some` always when admitted; when refused, only if the stored state had to be read
+/// differently from what it says, see [`decide`]).
+pub(crate) type Outcome = crate::algorithm::Outcome<State>;
 
 /// Decides one call of `cost` tokens at `now_us` on a bucket in `state` (`None`: full).
 /// The caller guarantees `1 <= cost <= burst`.
@@ -414,7 +395,7 @@ mod tests {
                 }
                 let elapsed = u128::from(now - T0);
                 let bound = u128::from(burst)
-                    + (elapsed * u128::from(replenish)).div_ceil(u128::from(limit.unit().as_micros()));
+                    + (elapsed * u128::from(replenish)).div_ceil(u128::from(limit.period_micros()));
                 prop_assert!(admitted <= bound, "admitted {} > bound {}", admitted, bound);
             }
         }

@@ -74,14 +74,18 @@ impl Decision {
         self
     }
 
-    pub(crate) fn from_outcome(o: &crate::bucket::Outcome, limit: Limit, cost: u32) -> Decision {
+    pub(crate) fn from_outcome<S>(
+        o: &crate::algorithm::Outcome<S>,
+        limit: Limit,
+        cost: u32,
+    ) -> Decision {
         Decision::new(
             o.allowed,
             o.remaining,
             limit,
             cost,
-            o.retry_after(),
-            o.reset_after(),
+            Duration::from_micros(o.retry_after_us),
+            Duration::from_micros(o.reset_after_us),
         )
     }
 }

@@ -153,7 +153,7 @@ pub fn set_headers(headers: &mut HeaderMap, name: &str, d: &Decision, families: 
 /// is left out; `RateLimit-Policy` describes every rate exactly.
 fn whole_tokens_per_second(limit: &crate::Limit) -> Option<u64> {
     let per_unit = u128::from(limit.replenish()) * 1_000_000;
-    let unit = u128::from(limit.unit().as_micros());
+    let unit = u128::from(limit.period_micros());
     if per_unit % unit == 0 {
         u64::try_from(per_unit / unit).ok()
     } else {

@@ -55,7 +55,9 @@ pub use http::axum::RateLimitLayer;
 pub use key::{
     Global, Header, Ip, IpUri, KeyResolver, Principal, Route, Uri, User, normalize_path,
 };
-pub use limit::{InvalidLimit, Limit, Unit, UnknownUnit};
+pub use limit::{
+    Algorithm, InvalidLimit, Limit, Refill, Unit, UnknownAlgorithm, UnknownRefill, UnknownUnit,
+};
 pub use limiter::{DEFAULT_PREFIX, RateLimiter, RateLimiterBuilder};
 pub use naming::MAX_PART_LEN;
 pub use policy::{DEFAULT_COOLDOWN, DEFAULT_DEADLINE, EmptyKeyPolicy, FailurePolicy};

@@ -109,6 +109,142 @@ where
     d.deserialize_str(Named(expected, std::marker::PhantomData))
 }
 
+/// How a limit counts the calls it admits. Every algorithm runs on Redis as one atomic script
+/// on the server's clock and in [`MemoryStore`](crate::MemoryStore) with the same arithmetic;
+/// `docs/algorithms.md` compares them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Algorithm {
+    /// A bucket of `burst` tokens refilled at `replenish` per period (GCRA): bursts up to
+    /// `burst`, then the rate. The default.
+    #[default]
+    TokenBucket,
+    /// A counter per window aligned on the server clock: `replenish` per window, the cheapest,
+    /// but up to twice that across a window boundary.
+    FixedWindow,
+    /// Two fixed-window counters, the previous one weighted by how much of it still overlaps
+    /// the sliding period: O(1) memory, an estimate between the fixed window and the log.
+    SlidingWindow,
+    /// Every admitted token's time in a sorted set: never more than `replenish` in any sliding
+    /// period, exactly, at a memory cost of up to `replenish` entries per key.
+    SlidingLog,
+}
+
+impl Algorithm {
+    /// Every algorithm.
+    pub const ALL: [Algorithm; 4] = [
+        Algorithm::TokenBucket,
+        Algorithm::FixedWindow,
+        Algorithm::SlidingWindow,
+        Algorithm::SlidingLog,
+    ];
+
+    /// The name used by `#[rate_limit(algorithm = "...")]` and config files.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Algorithm::TokenBucket => "token_bucket",
+            Algorithm::FixedWindow => "fixed_window",
+            Algorithm::SlidingWindow => "sliding_window",
+            Algorithm::SlidingLog => "sliding_log",
+        }
+    }
+
+    /// Whether the algorithm counts calls per window (every one but the token bucket): such a
+    /// limit admits `replenish` tokens per period and has no burst, refill or initial fill of
+    /// its own.
+    pub const fn is_window(self) -> bool {
+        !matches!(self, Algorithm::TokenBucket)
+    }
+}
+
+impl fmt::Display for Algorithm {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// An algorithm name that is none of the known ones.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown algorithm `{0}`; expected one of `token_bucket`, `fixed_window`, `sliding_window`, \
+     `sliding_log`"
+)]
+pub struct UnknownAlgorithm(pub String);
+
+impl FromStr for Algorithm {
+    type Err = UnknownAlgorithm;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Algorithm::ALL
+            .into_iter()
+            .find(|a| a.as_str() == s)
+            .ok_or_else(|| UnknownAlgorithm(s.to_owned()))
+    }
+}
+
+/// `"sliding_log"` in a config file, parsed as [`Algorithm::from_str`] parses it.
+impl<'de> serde::Deserialize<'de> for Algorithm {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        deserialize_named(
+            d,
+            "one of `token_bucket`, `fixed_window`, `sliding_window`, `sliding_log`",
+        )
+    }
+}
+
+/// How a token bucket gets its tokens back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+#[non_exhaustive]
+pub enum Refill {
+    /// One token at a time, each `period / replenish` after the last: the default.
+    #[default]
+    Smooth,
+    /// All `replenish` tokens at once, every period (Bucket4j's "intervally" refill).
+    Interval,
+}
+
+impl Refill {
+    /// Both refills.
+    pub const ALL: [Refill; 2] = [Refill::Smooth, Refill::Interval];
+
+    /// The name used by `#[rate_limit(refill = "...")]` and config files.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            Refill::Smooth => "smooth",
+            Refill::Interval => "interval",
+        }
+    }
+}
+
+impl fmt::Display for Refill {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A refill name that is neither `smooth` nor `interval`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown refill `{0}`; expected one of `smooth`, `interval`")]
+pub struct UnknownRefill(pub String);
+
+impl FromStr for Refill {
+    type Err = UnknownRefill;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Refill::ALL
+            .into_iter()
+            .find(|r| r.as_str() == s)
+            .ok_or_else(|| UnknownRefill(s.to_owned()))
+    }
+}
+
+/// `"interval"` in a config file, parsed as [`Refill::from_str`] parses it.
+impl<'de> serde::Deserialize<'de> for Refill {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        deserialize_named(d, "one of `smooth`, `interval`")
+    }
+}
+
 /// Why a [`Limit`] cannot be built.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -119,19 +255,62 @@ pub enum InvalidLimit {
     /// `burst` was 0.
     #[error("`burst` must be at least 1 token")]
     ZeroBurst,
-    /// The bucket would take longer to refill than the exact arithmetic can represent.
+    /// The period is not a whole number of microseconds from 1 µs to about 71 years.
     #[error(
-        "a limit of {replenish} per {unit} with burst {burst} is too fine-grained to compute \
-         exactly (burst x unit / gcd(unit in microseconds, replenish) must stay below 2^51); \
-         use a smaller burst or a replenish that divides the unit more evenly"
+        "a period of {period:?} is not a whole number of microseconds from 1 microsecond to \
+         2^51 microseconds"
+    )]
+    BadPeriod {
+        /// The requested period.
+        period: Duration,
+    },
+    /// The limit would take more than the exact arithmetic can represent.
+    #[error(
+        "a limit of {replenish} per {period:?} with burst {burst} is too fine-grained to \
+         compute exactly with the {algorithm} algorithm (a token bucket needs burst x period / \
+         gcd(period in microseconds, replenish) below 2^51; a window needs a period of at \
+         least 1 ms); use a smaller burst or a replenish that divides the period more evenly"
     )]
     TooFine {
         /// The requested replenish.
         replenish: u32,
         /// The requested burst.
         burst: u32,
-        /// The requested unit.
-        unit: Unit,
+        /// The requested period.
+        period: Duration,
+        /// The requested algorithm.
+        algorithm: Algorithm,
+    },
+    /// A window algorithm was given a burst other than its `replenish`.
+    #[error(
+        "a {algorithm} admits `replenish` ({replenish}) tokens per window and has no burst of \
+         its own; leave `burst` unset (it is {burst})"
+    )]
+    BurstOfWindow {
+        /// The requested algorithm.
+        algorithm: Algorithm,
+        /// The requested replenish.
+        replenish: u32,
+        /// The requested burst.
+        burst: u32,
+    },
+    /// A window algorithm was given `refill = interval` or an initial fill: both are a token
+    /// bucket's.
+    #[error(
+        "`refill` and `initial` are a token bucket's; a {algorithm} starts every window at 0 \
+         and has no refill"
+    )]
+    TokenBucketOnly {
+        /// The requested algorithm.
+        algorithm: Algorithm,
+    },
+    /// The initial fill exceeds the burst.
+    #[error("`initial` ({initial}) exceeds the burst ({burst}); a bucket holds at most its burst")]
+    InitialAboveBurst {
+        /// The requested initial fill.
+        initial: u32,
+        /// The requested burst.
+        burst: u32,
     },
 }
 
@@ -142,43 +321,84 @@ impl InvalidLimit {
         match self {
             InvalidLimit::ZeroReplenish => &["replenish"],
             InvalidLimit::ZeroBurst => &["burst"],
+            InvalidLimit::BadPeriod { .. } => &["unit"],
             InvalidLimit::TooFine { .. } => &["replenish", "burst", "unit"],
+            InvalidLimit::BurstOfWindow { .. } => &["burst", "algorithm"],
+            InvalidLimit::TokenBucketOnly { .. } => &["refill", "initial", "algorithm"],
+            InvalidLimit::InitialAboveBurst { .. } => &["initial", "burst"],
         }
     }
 }
 
-/// A token-bucket limit: a bucket of `burst` tokens, refilled with `replenish` tokens per
-/// `unit`. A full bucket admits `burst` calls at once; after that, calls are admitted at the
-/// replenish rate.
+/// A rate limit: `replenish` tokens per period (a [`Unit`] or any [`Duration`]), counted by an
+/// [`Algorithm`]. For the default token bucket, a bucket of `burst` tokens: a full bucket
+/// admits `burst` calls at once; after that, calls are admitted at the replenish rate.
 ///
-/// Invalid limits cannot be built: the `const` constructors reject zero (at compile time when
-/// used in a `const`), and [`Limit::try_new`] returns an error for values known only at run
-/// time.
+/// Invalid limits cannot be built: the `const` constructors and builder methods reject them
+/// (at compile time when used in a `const`), and the `try_` forms return an error for values
+/// known only at run time.
 ///
 /// ```
-/// use ratelimit_core::{Limit, Unit};
+/// use ratelimit_core::{Algorithm, Limit, Refill, Unit};
+/// use std::time::Duration;
 ///
 /// // 3 calls per minute on average, up to 300 at once.
 /// const ORDERS: Limit = Limit::per_minute(3).burst(300);
 /// assert_eq!(ORDERS.replenish(), 3);
 /// assert_eq!(ORDERS.burst_capacity(), 300);
-/// assert_eq!(ORDERS.unit(), Unit::Minute);
+/// assert_eq!(ORDERS.unit(), Some(Unit::Minute));
 ///
 /// // Without `.burst`, the bucket holds one unit's worth of tokens.
 /// assert_eq!(Limit::per_second(10).burst_capacity(), 10);
 /// assert!(Limit::try_new(0, 5, Unit::Second).is_err());
+///
+/// // Never more than 1000 calls in any 3 seconds.
+/// const CRAWL: Limit = Limit::per(1000, Duration::from_secs(3)).algorithm(Algorithm::SlidingLog);
+/// assert_eq!(CRAWL.period(), Duration::from_secs(3));
+/// assert_eq!(CRAWL.unit(), None);
+///
+/// // 100 tokens back at once every hour, starting empty.
+/// const EXPORTS: Limit = Limit::per_hour(100).refill(Refill::Interval).initial(0);
+/// assert_eq!(EXPORTS.initial_tokens(), 0);
 /// ```
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Limit {
     replenish: NonZeroU32,
     burst: NonZeroU32,
-    unit: Unit,
+    /// The period in microseconds; `unit` names it when it is one of the four.
+    period_us: u64,
+    unit: Option<Unit>,
+    algorithm: Algorithm,
+    refill: Refill,
+    /// Tokens in a bucket the store does not hold; `None`: full (the burst).
+    initial: Option<u32>,
     on_failure: Option<FailurePolicy>,
 }
 
 /// Largest fine-unit quantity the arithmetic may hold; Lua's doubles are exact below 2^53 and
 /// the script adds a few such quantities together.
 const MAX_FINE: u128 = 1 << 51;
+
+/// Panics with `e`'s reason in a `const` builder (a compile error in `const` context).
+const fn invalid(e: &InvalidLimit) -> ! {
+    match e {
+        InvalidLimit::ZeroReplenish => panic!("`replenish` must be at least 1"),
+        InvalidLimit::ZeroBurst => panic!("`burst` must be at least 1"),
+        InvalidLimit::BadPeriod { .. } => {
+            panic!("the period must be a whole number of microseconds, at least 1 and below 2^51")
+        }
+        InvalidLimit::TooFine { .. } => {
+            panic!("invalid limit: too fine-grained to compute exactly; see InvalidLimit::TooFine")
+        }
+        InvalidLimit::BurstOfWindow { .. } => {
+            panic!("a window algorithm has no burst of its own: leave `burst` unset")
+        }
+        InvalidLimit::TokenBucketOnly { .. } => {
+            panic!("`refill` and `initial` are a token bucket's, not a window algorithm's")
+        }
+        InvalidLimit::InitialAboveBurst { .. } => panic!("`initial` exceeds the burst"),
+    }
+}
 
 impl Limit {
     /// `replenish` tokens per `unit`, with a burst of `replenish`.
@@ -189,8 +409,7 @@ impl Limit {
     pub const fn new(replenish: u32, unit: Unit) -> Limit {
         match Limit::try_new(replenish, replenish, unit) {
             Ok(limit) => limit,
-            Err(InvalidLimit::ZeroReplenish) => panic!("`replenish` must be at least 1"),
-            Err(_) => panic!("invalid limit: use Limit::try_new to see why"),
+            Err(e) => invalid(&e),
         }
     }
 
@@ -226,16 +445,73 @@ impl Limit {
         Limit::new(n, Unit::Day)
     }
 
-    /// The same limit with a bucket of `burst` tokens.
+    /// `n` tokens per `period`, any whole number of microseconds (`Limit::per(1000,
+    /// Duration::from_secs(3))`), with a burst of `n`.
     ///
     /// # Panics
-    /// If `burst` is 0, or the limit is too fine-grained (see [`InvalidLimit::TooFine`]).
-    pub const fn burst(self, burst: u32) -> Limit {
-        match Limit::try_new(self.replenish.get(), burst, self.unit) {
-            Ok(limit) => limit.with_failure_policy(self.on_failure),
-            Err(InvalidLimit::ZeroBurst) => panic!("`burst` must be at least 1"),
-            Err(_) => panic!("invalid limit: burst x unit is too large; see InvalidLimit::TooFine"),
+    /// If `n` is 0 or the period is invalid (see [`Limit::try_per`]).
+    pub const fn per(n: u32, period: Duration) -> Limit {
+        match Limit::try_per(n, period) {
+            Ok(limit) => limit,
+            Err(e) => invalid(&e),
         }
+    }
+
+    /// [`Limit::per`] for values known at run time.
+    ///
+    /// # Errors
+    /// [`InvalidLimit::ZeroReplenish`], [`InvalidLimit::BadPeriod`] when the period is 0, not
+    /// a whole number of microseconds or 2^51 microseconds or more, or
+    /// [`InvalidLimit::TooFine`].
+    pub const fn try_per(n: u32, period: Duration) -> Result<Limit, InvalidLimit> {
+        Limit::from_parts(n, n, period, Algorithm::TokenBucket, Refill::Smooth, None)
+    }
+
+    /// A limit from all its parts at once, checked together (a window's burst is its
+    /// `replenish`): for values read at run time, where building step by step could pass
+    /// through a limit that is invalid for another algorithm.
+    ///
+    /// # Errors
+    /// Every [`InvalidLimit`].
+    pub const fn from_parts(
+        replenish: u32,
+        burst: u32,
+        period: Duration,
+        algorithm: Algorithm,
+        refill: Refill,
+        initial: Option<u32>,
+    ) -> Result<Limit, InvalidLimit> {
+        let micros = period.as_micros();
+        if !period.subsec_nanos().is_multiple_of(1000) || micros == 0 || micros >= MAX_FINE {
+            return Err(InvalidLimit::BadPeriod { period });
+        }
+        // Checked just above: below 2^51.
+        #[allow(clippy::cast_possible_truncation)]
+        let period_us = micros as u64;
+        let mut unit = None;
+        let mut i = 0;
+        while i < Unit::ALL.len() {
+            if Unit::ALL[i].as_micros() == period_us {
+                unit = Some(Unit::ALL[i]);
+            }
+            i += 1;
+        }
+        let Some(replenish) = NonZeroU32::new(replenish) else {
+            return Err(InvalidLimit::ZeroReplenish);
+        };
+        let Some(burst) = NonZeroU32::new(burst) else {
+            return Err(InvalidLimit::ZeroBurst);
+        };
+        Limit::assemble(Limit {
+            replenish,
+            burst,
+            period_us,
+            unit,
+            algorithm,
+            refill,
+            initial,
+            on_failure: None,
+        })
     }
 
     /// Builds a limit from values known at run time.
@@ -243,30 +519,165 @@ impl Limit {
     /// # Errors
     /// [`InvalidLimit`] when a value is 0 or the limit is too fine-grained.
     pub const fn try_new(replenish: u32, burst: u32, unit: Unit) -> Result<Limit, InvalidLimit> {
-        let Some(replenish_nz) = NonZeroU32::new(replenish) else {
-            return Err(InvalidLimit::ZeroReplenish);
+        Limit::from_parts(
+            replenish,
+            burst,
+            unit.as_duration(),
+            Algorithm::TokenBucket,
+            Refill::Smooth,
+            None,
+        )
+    }
+
+    /// Checks every field against the others: the one place that says which limits exist.
+    const fn assemble(limit: Limit) -> Result<Limit, InvalidLimit> {
+        let replenish = limit.replenish.get();
+        let burst = limit.burst.get();
+        let period = limit.period_us;
+        let too_fine = InvalidLimit::TooFine {
+            replenish,
+            burst,
+            period: Duration::from_micros(period),
+            algorithm: limit.algorithm,
         };
-        let Some(burst_nz) = NonZeroU32::new(burst) else {
-            return Err(InvalidLimit::ZeroBurst);
-        };
-        // The script holds at most about 2 * tau + 1001 * d in one number.
-        let period = unit.as_micros();
-        let g = gcd(period, replenish as u64);
-        let tau = (period / g) as u128 * burst as u128;
-        let per_micro = (replenish as u64 / g) as u128;
-        if 2 * tau + 2048 * per_micro > MAX_FINE {
-            return Err(InvalidLimit::TooFine {
-                replenish,
-                burst,
-                unit,
-            });
+        if limit.algorithm.is_window() {
+            if burst != replenish {
+                return Err(InvalidLimit::BurstOfWindow {
+                    algorithm: limit.algorithm,
+                    replenish,
+                    burst,
+                });
+            }
+            if limit.initial.is_some() || matches!(limit.refill, Refill::Interval) {
+                return Err(InvalidLimit::TokenBucketOnly {
+                    algorithm: limit.algorithm,
+                });
+            }
         }
-        Ok(Limit {
-            replenish: replenish_nz,
-            burst: burst_nz,
-            unit,
-            on_failure: None,
-        })
+        if let Some(initial) = limit.initial
+            && initial > burst
+        {
+            return Err(InvalidLimit::InitialAboveBurst { initial, burst });
+        }
+        let exact = match (limit.algorithm, limit.refill) {
+            (Algorithm::TokenBucket, Refill::Smooth) => {
+                // The script holds at most about 2 * tau + 1001 * d in one number.
+                let g = gcd(period, replenish as u64);
+                let tau = (period / g) as u128 * burst as u128;
+                let per_micro = (replenish as u64 / g) as u128;
+                2 * tau + 2048 * per_micro <= MAX_FINE
+            }
+            (Algorithm::TokenBucket, Refill::Interval) => {
+                crate::algorithm::interval_bucket::IntervalParams::try_new(
+                    replenish as u64,
+                    burst as u64,
+                    period,
+                    burst as u64,
+                )
+                .is_some()
+            }
+            (Algorithm::FixedWindow | Algorithm::SlidingLog, _) => {
+                crate::algorithm::WindowParams::try_new(replenish as u64, period).is_some()
+            }
+            (Algorithm::SlidingWindow, _) => {
+                crate::algorithm::sliding_window::SlidingParams::try_new(replenish as u64, period)
+                    .is_some()
+            }
+        };
+        if exact { Ok(limit) } else { Err(too_fine) }
+    }
+
+    /// The same limit with a bucket of `burst` tokens.
+    ///
+    /// # Panics
+    /// If [`try_burst`](Limit::try_burst) fails.
+    pub const fn burst(self, burst: u32) -> Limit {
+        match self.try_burst(burst) {
+            Ok(limit) => limit,
+            Err(e) => invalid(&e),
+        }
+    }
+
+    /// [`burst`](Limit::burst) for values known at run time.
+    ///
+    /// # Errors
+    /// [`InvalidLimit::ZeroBurst`], [`InvalidLimit::TooFine`], or
+    /// [`InvalidLimit::BurstOfWindow`] for a window algorithm.
+    pub const fn try_burst(mut self, burst: u32) -> Result<Limit, InvalidLimit> {
+        self.burst = match NonZeroU32::new(burst) {
+            Some(b) => b,
+            None => return Err(InvalidLimit::ZeroBurst),
+        };
+        Limit::assemble(self)
+    }
+
+    /// The same limit counted by `algorithm`. A window algorithm admits `replenish` per
+    /// period: leave the burst at its default.
+    ///
+    /// # Panics
+    /// If [`try_algorithm`](Limit::try_algorithm) fails.
+    pub const fn algorithm(self, algorithm: Algorithm) -> Limit {
+        match self.try_algorithm(algorithm) {
+            Ok(limit) => limit,
+            Err(e) => invalid(&e),
+        }
+    }
+
+    /// [`algorithm`](Limit::algorithm) for values known at run time.
+    ///
+    /// # Errors
+    /// [`InvalidLimit::BurstOfWindow`], [`InvalidLimit::TokenBucketOnly`] (a window with an
+    /// interval refill or an initial fill), [`InvalidLimit::TooFine`] (a window shorter than a
+    /// millisecond, or too many tokens per window for exact arithmetic).
+    pub const fn try_algorithm(mut self, algorithm: Algorithm) -> Result<Limit, InvalidLimit> {
+        self.algorithm = algorithm;
+        Limit::assemble(self)
+    }
+
+    /// The same token bucket with `refill`: [`Refill::Interval`] adds all `replenish` tokens
+    /// at once each period.
+    ///
+    /// # Panics
+    /// If [`try_refill`](Limit::try_refill) fails.
+    pub const fn refill(self, refill: Refill) -> Limit {
+        match self.try_refill(refill) {
+            Ok(limit) => limit,
+            Err(e) => invalid(&e),
+        }
+    }
+
+    /// [`refill`](Limit::refill) for values known at run time.
+    ///
+    /// # Errors
+    /// [`InvalidLimit::TokenBucketOnly`] for a window algorithm, [`InvalidLimit::TooFine`] for
+    /// an interval refill more often than every millisecond.
+    pub const fn try_refill(mut self, refill: Refill) -> Result<Limit, InvalidLimit> {
+        self.refill = refill;
+        Limit::assemble(self)
+    }
+
+    /// The same token bucket starting with `initial` tokens (Bucket4j's initial tokens)
+    /// instead of a full bucket, so that a service still warming up cannot take a whole burst
+    /// at once. A bucket is forgotten once full again, so one idle that long starts with
+    /// `initial` again.
+    ///
+    /// # Panics
+    /// If [`try_initial`](Limit::try_initial) fails.
+    pub const fn initial(self, initial: u32) -> Limit {
+        match self.try_initial(Some(initial)) {
+            Ok(limit) => limit,
+            Err(e) => invalid(&e),
+        }
+    }
+
+    /// [`initial`](Limit::initial) for values known at run time; `None` is a full bucket.
+    ///
+    /// # Errors
+    /// [`InvalidLimit::InitialAboveBurst`], or [`InvalidLimit::TokenBucketOnly`] for a window
+    /// algorithm.
+    pub const fn try_initial(mut self, initial: Option<u32>) -> Result<Limit, InvalidLimit> {
+        self.initial = initial;
+        Limit::assemble(self)
     }
 
     /// The same limit with its own failure policy: what calls under this limit get while the
@@ -297,39 +708,80 @@ impl Limit {
         self.on_failure
     }
 
-    /// Tokens added per [`unit`](Limit::unit).
+    /// Tokens added per period (for a window algorithm: admitted per window).
     pub const fn replenish(&self) -> u32 {
         self.replenish.get()
     }
 
-    /// The bucket's capacity: the most tokens that can be taken at once.
+    /// The bucket's capacity: the most tokens that can be taken at once (for a window
+    /// algorithm, `replenish`).
     pub const fn burst_capacity(&self) -> u32 {
         self.burst.get()
     }
 
-    /// The period of [`replenish`](Limit::replenish).
-    pub const fn unit(&self) -> Unit {
+    /// The period of [`replenish`](Limit::replenish) when it is one of the four units; `None`
+    /// for another period ([`Limit::per`]).
+    pub const fn unit(&self) -> Option<Unit> {
         self.unit
+    }
+
+    /// The period of [`replenish`](Limit::replenish).
+    pub const fn period(&self) -> Duration {
+        Duration::from_micros(self.period_us)
+    }
+
+    /// The period in microseconds.
+    pub(crate) const fn period_micros(&self) -> u64 {
+        self.period_us
+    }
+
+    /// How the limit counts.
+    pub const fn algorithm_kind(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// How a token bucket gets its tokens back.
+    pub const fn refill_kind(&self) -> Refill {
+        self.refill
+    }
+
+    /// Tokens in a bucket the store does not hold: the burst unless
+    /// [`initial`](Limit::initial) set fewer.
+    pub const fn initial_tokens(&self) -> u32 {
+        match self.initial {
+            Some(n) => n,
+            None => self.burst.get(),
+        }
+    }
+
+    /// The initial fill as set, `None` for a full bucket.
+    pub(crate) const fn initial_tokens_set(&self) -> Option<u32> {
+        self.initial
     }
 
     /// How long one token takes to come back (may have a fractional microsecond part,
     /// truncated here).
     pub const fn interval(&self) -> Duration {
-        Duration::from_nanos(self.unit.as_micros() * 1000 / self.replenish.get() as u64)
+        Duration::from_nanos(self.period_us * 1000 / self.replenish.get() as u64)
     }
 
-    /// How long an empty bucket takes to fill up again (truncated to whole nanoseconds).
+    /// How long an empty bucket takes to fill up again (truncated to whole nanoseconds); for
+    /// a window algorithm, the period.
     pub const fn refill_time(&self) -> Duration {
-        let nanos = self.unit.as_micros() as u128 * 1000 * self.burst.get() as u128
-            / self.replenish.get() as u128;
+        if self.algorithm.is_window() {
+            return self.period();
+        }
+        let nanos =
+            self.period_us as u128 * 1000 * self.burst.get() as u128 / self.replenish.get() as u128;
         // Valid limits refill in under 2^51 fine units, far below u64::MAX nanoseconds.
         #[allow(clippy::cast_possible_truncation)]
         Duration::from_nanos(nanos as u64)
     }
 
-    /// The exact integer parameters of the bucket arithmetic.
+    /// The exact integer parameters of the token-bucket arithmetic (smooth refill), with the
+    /// limit's initial fill.
     pub(crate) const fn params(&self) -> Params {
-        let period = self.unit.as_micros();
+        let period = self.period_us;
         let r = self.replenish.get() as u64;
         let g = gcd(period, r);
         let interval = period / g;
@@ -337,32 +789,28 @@ impl Limit {
             interval,
             per_micro: r / g,
             tau: interval * self.burst.get() as u64,
-            absent: 0,
+            absent: (self.burst.get() - self.initial_tokens()) as u64 * interval,
         }
-    }
-
-    /// [`params`](Limit::params) for a bucket that starts with `initial` tokens instead of
-    /// `burst` when the store does not hold it (Bucket4j's initial tokens; above the burst
-    /// reads as the burst). A bucket is forgotten once full, so one idle that long starts with
-    /// `initial` again. The windows have no initial fill: their counts start at 0.
-    // Used by the tests until the limiter offers `initial` (issue 11).
-    #[cfg_attr(not(test), expect(dead_code))]
-    pub(crate) const fn params_with_initial(&self, initial: u32) -> Params {
-        let mut p = self.params();
-        let burst = self.burst.get();
-        let initial = if initial < burst { initial } else { burst };
-        p.absent = (burst - initial) as u64 * p.interval;
-        p
     }
 }
 
 impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{} per {} (burst {})",
-            self.replenish, self.unit, self.burst
-        )?;
+        write!(f, "{} per ", self.replenish)?;
+        match self.unit {
+            Some(unit) => write!(f, "{unit}")?,
+            None => write!(f, "{:?}", self.period())?,
+        }
+        match self.algorithm {
+            Algorithm::TokenBucket => write!(f, " (burst {})", self.burst)?,
+            other => write!(f, " ({})", other.as_str().replace('_', " "))?,
+        }
+        if self.refill == Refill::Interval {
+            f.write_str(", refilled at once each period")?;
+        }
+        if let Some(initial) = self.initial {
+            write!(f, ", starting with {initial}")?;
+        }
         match self.on_failure {
             Some(policy) => write!(f, ", on failure {policy}"),
             None => Ok(()),
@@ -448,10 +896,16 @@ mod tests {
     #[test]
     fn an_initial_fill_starts_an_absent_bucket_below_full() {
         let limit = Limit::per_second(2).burst(10);
-        let p = limit.params_with_initial(3);
+        let p = limit.initial(3).params();
         assert_eq!(p.absent, 7 * p.interval);
-        assert_eq!(limit.params_with_initial(10), limit.params());
-        assert_eq!(limit.params_with_initial(99), limit.params());
+        assert_eq!(limit.initial(10).params(), limit.params());
+        assert_eq!(
+            limit.try_initial(Some(11)),
+            Err(InvalidLimit::InitialAboveBurst {
+                initial: 11,
+                burst: 10
+            })
+        );
         // Three calls pass at once, the fourth waits for a token (0.5 s); an empty start waits
         // for the first.
         let mut state = None;
@@ -462,7 +916,7 @@ mod tests {
         }
         let refused = crate::bucket::decide(0, state, p, 1);
         assert_eq!((refused.allowed, refused.retry_after_us), (false, 500_000));
-        let empty = crate::bucket::decide(0, None, limit.params_with_initial(0), 1);
+        let empty = crate::bucket::decide(0, None, limit.initial(0).params(), 1);
         assert_eq!((empty.allowed, empty.retry_after_us), (false, 500_000));
         assert!(
             empty.new_state.is_some(),

@@ -14,6 +14,9 @@
 //! unit = "minute"       # second | minute | hour | day
 //! cost = 2              # tokens per call, 1..=burst
 //! policy = "deny"       # while Redis fails: fallback | allow | deny
+//! algorithm = "token_bucket" # | fixed_window | sliding_window | sliding_log
+//! refill = "smooth"     # smooth | interval (token bucket only)
+//! initial = 0           # tokens in a new bucket, 0..=burst (token bucket only)
 //!
 //! [limits."shop::search"]
 //! enabled = false       # calls pass unchecked
@@ -23,7 +26,7 @@
 //! `RATE_LIMIT_OVERRIDE_<NAME>`, where `<NAME>` is the limit's name in upper case with every
 //! character other than a letter or digit replaced by `_` (`shop::orders::list_orders` →
 //! `RATE_LIMIT_OVERRIDE_SHOP__ORDERS__LIST_ORDERS`), holds comma-separated fields
-//! (`replenish=10,burst=100,unit=minute,cost=2,policy=deny`) or `disabled`. It wins over the file.
+//! (`replenish=10,burst=100,unit=minute,cost=2,policy=deny,algorithm=sliding_log`) or `disabled`. It wins over the file.
 //!
 //! An override that names no declared limit, or has an invalid value, makes
 //! `enable_redis_rate_limit!` fail with an error naming the file or variable, the limit (in
@@ -36,7 +39,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::registry::{Effective, LimitDeclaration, describe_names};
-use crate::{Error, FailurePolicy, Limit, Unit};
+use crate::{Algorithm, Error, FailurePolicy, Limit, Refill, Unit};
 
 /// The prefix of the per-limit environment variables.
 pub const ENV_PREFIX: &str = "RATE_LIMIT_OVERRIDE_";
@@ -63,15 +66,30 @@ pub struct Override {
     pub enabled: Option<bool>,
     /// The failure policy of this limit.
     pub policy: Option<FailurePolicy>,
+    /// How the limit counts. A window algorithm's burst is its `replenish` unless `burst` is
+    /// given too (and then must equal it).
+    pub algorithm: Option<Algorithm>,
+    /// How a token bucket refills.
+    pub refill: Option<Refill>,
+    /// Tokens in a new token bucket.
+    #[serde(default, deserialize_with = "initial")]
+    pub initial: Option<u32>,
 }
 
 /// The fields an override may set, for messages.
-const FIELDS: &str = "`replenish`, `burst`, `unit`, `cost`, `enabled`, `policy`";
+const FIELDS: &str =
+    "`replenish`, `burst`, `unit`, `cost`, `enabled`, `policy`, `algorithm`, `refill`, `initial`";
 
-/// The one rule for `replenish`, `burst` and `cost`, however the value was written.
+/// The smallest value of a count field: `initial` may be 0, the others not.
+fn least(field: &str) -> u32 {
+    u32::from(field != "initial")
+}
+
+/// The one rule for `replenish`, `burst`, `cost` and `initial`, however the value was written.
 fn count_error(field: &str, written: &dyn std::fmt::Display) -> String {
     format!(
-        "`{field}` must be a whole number from 1 to {}, not `{written}`",
+        "`{field}` must be a whole number from {} to {}, not `{written}`",
+        least(field),
         u32::MAX
     )
 }
@@ -80,7 +98,7 @@ fn count_error(field: &str, written: &dyn std::fmt::Display) -> String {
 fn count_from_text(field: &str, text: &str) -> Result<u32, Error> {
     text.parse::<u32>()
         .ok()
-        .filter(|n| *n >= 1)
+        .filter(|n| *n >= least(field))
         .ok_or_else(|| Error::Config(count_error(field, &text)))
 }
 
@@ -95,7 +113,13 @@ fn count_from_toml<'de, D: serde::Deserializer<'de>>(
         type Value = u32;
 
         fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(f, "`{}` as a whole number from 1 to {}", self.0, u32::MAX)
+            write!(
+                f,
+                "`{}` as a whole number from {} to {}",
+                self.0,
+                least(self.0),
+                u32::MAX
+            )
         }
 
         fn visit_i64<E: serde::de::Error>(self, n: i64) -> Result<u32, E> {
@@ -108,7 +132,7 @@ fn count_from_toml<'de, D: serde::Deserializer<'de>>(
         fn visit_u64<E: serde::de::Error>(self, n: u64) -> Result<u32, E> {
             u32::try_from(n)
                 .ok()
-                .filter(|n| *n >= 1)
+                .filter(|n| *n >= least(self.0))
                 .ok_or_else(|| E::custom(count_error(self.0, &n)))
         }
 
@@ -138,6 +162,10 @@ fn burst<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error
 
 fn cost<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     count_from_toml(d, "cost")
+}
+
+fn initial<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    count_from_toml(d, "initial")
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -180,6 +208,9 @@ pub fn parse_env(value: &str) -> Result<Override, Error> {
             "replenish" => o.replenish = Some(count_from_text(k, v)?),
             "burst" => o.burst = Some(count_from_text(k, v)?),
             "cost" => o.cost = Some(count_from_text(k, v)?),
+            "initial" => o.initial = Some(count_from_text(k, v)?),
+            "algorithm" => o.algorithm = Some(v.parse().map_err(|e| field_error(k, &e))?),
+            "refill" => o.refill = Some(v.parse().map_err(|e| field_error(k, &e))?),
             // The file shows the field at its line; here the message names it.
             "unit" => o.unit = Some(v.parse().map_err(|e| field_error(k, &e))?),
             "policy" => o.policy = Some(v.parse().map_err(|e| field_error(k, &e))?),
@@ -302,12 +333,8 @@ fn load_from(
 impl Overrides {
     /// The effective limit of `decl`: declared values, then the file, then the environment.
     pub(crate) fn apply(&self, decl: &LimitDeclaration) -> Result<Effective, Error> {
-        let mut replenish = decl.declared_limit().replenish();
-        let mut burst = decl.declared_limit().burst_capacity();
-        let mut unit = decl.declared_limit().unit();
         let mut cost = decl.declared_cost();
         let mut enabled = true;
-        let mut policy = decl.declared_limit().failure_policy();
         let mut limit = decl.declared_limit();
         // Each source is validated as it is applied, so an error names the one that made the
         // limit invalid.
@@ -323,22 +350,43 @@ impl Overrides {
                     decl.name()
                 ))
             };
-            replenish = o.replenish.unwrap_or(replenish);
-            burst = o.burst.unwrap_or(burst);
-            unit = o.unit.unwrap_or(unit);
+            let algorithm = o.algorithm.unwrap_or(limit.algorithm_kind());
+            let replenish = o.replenish.unwrap_or(limit.replenish());
+            // A window's burst is its replenish; a token bucket keeps the burst it had.
+            let burst = match o.burst {
+                Some(burst) => burst,
+                None if algorithm.is_window() => replenish,
+                None => limit.burst_capacity(),
+            };
+            let refill = match (o.refill, algorithm.is_window()) {
+                (Some(refill), _) => refill,
+                (None, true) => Refill::Smooth,
+                (None, false) => limit.refill_kind(),
+            };
+            let initial = match (o.initial, algorithm.is_window()) {
+                (Some(initial), _) => Some(initial),
+                (None, true) => None,
+                (None, false) => limit.initial_tokens_set(),
+            };
+            let period = o.unit.map_or(limit.period(), Unit::as_duration);
+            let policy = o.policy.or(limit.failure_policy());
+            limit = Limit::from_parts(replenish, burst, period, algorithm, refill, initial)
+                .map_err(|e| fail(e.fields(), &e))?
+                .with_failure_policy(policy);
             cost = o.cost.unwrap_or(cost);
             enabled = o.enabled.unwrap_or(enabled);
-            policy = o.policy.or(policy);
-            limit = Limit::try_new(replenish, burst, unit).map_err(|e| fail(e.fields(), &e))?;
-            if cost > burst {
+            if cost > limit.burst_capacity() {
                 return Err(fail(
                     &["cost"],
-                    &format_args!("cost {cost} exceeds burst {burst}, so no call could ever pass"),
+                    &format_args!(
+                        "cost {cost} exceeds burst {}, so no call could ever pass",
+                        limit.burst_capacity()
+                    ),
                 ));
             }
         }
         Ok(Effective {
-            limit: limit.with_failure_policy(policy),
+            limit,
             cost,
             enabled,
         })

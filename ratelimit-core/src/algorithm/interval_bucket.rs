@@ -33,32 +33,36 @@ pub struct IntervalParams {
 impl IntervalParams {
     /// `None` when `replenish` or `burst` is 0, `initial > burst`, the period is shorter than
     /// a millisecond, or an empty bucket would take too long to refill for exact arithmetic.
-    pub fn try_new(replenish: u64, burst: u64, period_us: u64, initial: u64) -> Option<Self> {
-        let refill = burst
-            .checked_div(replenish)?
-            .checked_add(2)?
-            .checked_mul(period_us)?;
-        (replenish >= 1
-            && burst >= 1
-            && initial <= burst
+    pub const fn try_new(replenish: u64, burst: u64, period_us: u64, initial: u64) -> Option<Self> {
+        if replenish == 0 || burst == 0 {
+            return None;
+        }
+        let Some(refill) = (burst / replenish + 2).checked_mul(period_us) else {
+            return None;
+        };
+        if initial <= burst
             && period_us >= 1000
             && refill <= MAX_EXACT
-            && burst.saturating_add(replenish) <= MAX_EXACT)
-            .then_some(IntervalParams {
+            && burst.saturating_add(replenish) <= MAX_EXACT
+        {
+            Some(IntervalParams {
                 replenish,
                 burst,
                 period_us,
                 initial,
             })
+        } else {
+            None
+        }
     }
 
-    /// A [`Limit`]'s bucket with interval refill, starting with `initial` tokens.
-    pub fn of(limit: &Limit, initial: u64) -> Option<Self> {
+    /// A [`Limit`]'s bucket with interval refill, starting with the limit's initial tokens.
+    pub fn of(limit: &Limit) -> Option<Self> {
         IntervalParams::try_new(
             u64::from(limit.replenish()),
             u64::from(limit.burst_capacity()),
-            limit.unit().as_micros(),
-            initial,
+            limit.period_micros(),
+            u64::from(limit.initial_tokens()),
         )
     }
 }

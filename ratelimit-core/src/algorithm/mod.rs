@@ -1,7 +1,8 @@
 //! The algorithms beside the token bucket: each decision as a pure function in exact integer
-//! arithmetic, the Rust twin of one atomic Lua script in `scripts/`. Not yet wired into the
-//! limiter; `__private` reaches them so that `testkit/tests/algorithms.rs` can hold every
-//! script to its twin on a real `redis-server`.
+//! arithmetic, the Rust twin of one atomic Lua script in `scripts/`. [`Kernel`] picks one for
+//! a [`Limit`]; the memory store runs the twin and the Redis store the script. `__private`
+//! reaches them so that `testkit/tests/algorithms.rs` can hold every script to its twin on a
+//! real `redis-server`.
 //!
 //! Shared rules, as for the token bucket (`bucket.rs`, `gcra.lua`):
 //! * the server's clock (`TIME`, in microseconds) decides, never a node's;
@@ -24,10 +25,11 @@ pub mod interval_bucket;
 pub mod sliding_log;
 pub mod sliding_window;
 
-use crate::Limit;
+use crate::limit::Params;
+use crate::{Algorithm, Limit, Refill};
 
 /// What a caller sees of one decision, and the state to store when it changed.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Outcome<S> {
     /// Whether the call is admitted.
     pub allowed: bool,
@@ -61,24 +63,75 @@ impl WindowParams {
     /// milliseconds, and a state is told apart from the next window's by its expiry). The
     /// sliding window bounds its weighted count further: see
     /// [`SlidingParams`](sliding_window::SlidingParams).
-    pub fn try_new(limit: u64, period_us: u64) -> Option<WindowParams> {
-        let valid = (1..=MAX_EXACT).contains(&limit) && (1000..=MAX_EXACT).contains(&period_us);
-        valid.then_some(WindowParams { limit, period_us })
+    pub const fn try_new(limit: u64, period_us: u64) -> Option<WindowParams> {
+        if limit >= 1 && limit <= MAX_EXACT && period_us >= 1000 && period_us <= MAX_EXACT {
+            Some(WindowParams { limit, period_us })
+        } else {
+            None
+        }
     }
 
-    /// The window of a [`Limit`]: `replenish` tokens per `unit`.
+    /// The window of a [`Limit`]: `replenish` tokens per period.
     pub fn of(limit: &Limit) -> Option<WindowParams> {
-        WindowParams::try_new(u64::from(limit.replenish()), limit.unit().as_micros())
+        WindowParams::try_new(u64::from(limit.replenish()), limit.period_micros())
     }
 
     /// Tokens admitted per window.
-    pub fn limit(self) -> u64 {
+    pub const fn limit(self) -> u64 {
         self.limit
     }
 
     /// The window's length in microseconds.
-    pub fn period_us(self) -> u64 {
+    pub const fn period_us(self) -> u64 {
         self.period_us
+    }
+}
+
+impl<S> Outcome<S> {
+    /// The same outcome with its state stored as `f` makes it.
+    pub(crate) fn map_state<T>(self, f: impl FnOnce(S) -> T) -> Outcome<T> {
+        Outcome {
+            allowed: self.allowed,
+            remaining: self.remaining,
+            retry_after_us: self.retry_after_us,
+            reset_after_us: self.reset_after_us,
+            new_state: self.new_state.map(f),
+        }
+    }
+}
+
+/// A limit's arithmetic, with its exact integer parameters: one per algorithm (and refill).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kernel {
+    /// The token bucket refilled smoothly (GCRA): `bucket.rs`, `gcra.lua`.
+    Bucket(Params),
+    /// The token bucket refilled at once each period.
+    Interval(interval_bucket::IntervalParams),
+    /// The fixed window.
+    Fixed(WindowParams),
+    /// The sliding window.
+    Sliding(sliding_window::SlidingParams),
+    /// The sliding log.
+    Log(WindowParams),
+}
+
+impl Kernel {
+    /// The kernel of `limit`. Every [`Limit`] was checked when it was built to have valid
+    /// parameters for its algorithm; should one not, its token bucket decides (the arithmetic
+    /// every limit has).
+    pub(crate) fn of(limit: &Limit) -> Kernel {
+        let kernel = match (limit.algorithm_kind(), limit.refill_kind()) {
+            (Algorithm::TokenBucket, Refill::Smooth) => None,
+            (Algorithm::TokenBucket, Refill::Interval) => {
+                interval_bucket::IntervalParams::of(limit).map(Kernel::Interval)
+            }
+            (Algorithm::FixedWindow, _) => WindowParams::of(limit).map(Kernel::Fixed),
+            (Algorithm::SlidingWindow, _) => {
+                sliding_window::SlidingParams::of(limit).map(Kernel::Sliding)
+            }
+            (Algorithm::SlidingLog, _) => WindowParams::of(limit).map(Kernel::Log),
+        };
+        kernel.unwrap_or_else(|| Kernel::Bucket(limit.params()))
     }
 }
 

@@ -27,8 +27,10 @@ pub struct SlidingParams {
 
 impl SlidingParams {
     /// `limit` tokens per `period_us`, or `None` (see [`WindowParams::try_new`], and above).
-    pub fn try_new(limit: u64, period_us: u64) -> Option<SlidingParams> {
-        let window = WindowParams::try_new(limit, period_us)?;
+    pub const fn try_new(limit: u64, period_us: u64) -> Option<SlidingParams> {
+        let Some(window) = WindowParams::try_new(limit, period_us) else {
+            return None;
+        };
         // A millisecond when the period is a whole number of them (so that a day's window
         // stays exact for limits up to millions), else a microsecond.
         let tick_us = if period_us.is_multiple_of(1000) {
@@ -36,13 +38,15 @@ impl SlidingParams {
         } else {
             1
         };
-        let fits = limit.checked_mul(period_us / tick_us)? <= MAX_EXACT / 4;
-        fits.then_some(SlidingParams { window, tick_us })
+        match limit.checked_mul(period_us / tick_us) {
+            Some(weighted) if weighted <= MAX_EXACT / 4 => Some(SlidingParams { window, tick_us }),
+            _ => None,
+        }
     }
 
-    /// The sliding window of a [`Limit`]: `replenish` tokens per `unit`.
+    /// The sliding window of a [`Limit`]: `replenish` tokens per period.
     pub fn of(limit: &Limit) -> Option<SlidingParams> {
-        SlidingParams::try_new(u64::from(limit.replenish()), limit.unit().as_micros())
+        SlidingParams::try_new(u64::from(limit.replenish()), limit.period_micros())
     }
 
     /// The limit and the period.

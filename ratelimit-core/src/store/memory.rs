@@ -6,9 +6,11 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use hashbrown::DefaultHashBuilder;
 use hashbrown::HashTable;
 
-use crate::bucket::{self, State};
+use crate::algorithm::{
+    Kernel, Outcome, fixed_window, interval_bucket, sliding_log, sliding_window,
+};
+use crate::bucket;
 use crate::clock::{Clock, MonotonicClock};
-use crate::limit::Params;
 use crate::{Decision, Error, Limit, Store};
 
 /// Default bound on the number of buckets a [`MemoryStore`] keeps.
@@ -79,8 +81,82 @@ impl TimeSource {
 }
 
 struct Shard {
-    table: HashTable<(Box<str>, State)>,
+    table: HashTable<(Box<str>, Slot)>,
     next_sweep_us: u64,
+}
+
+/// What the store keeps for one key: the state of the algorithm that wrote it, exactly what
+/// the algorithm's script keeps in Redis. The two rarer algorithms' states are boxed, so that
+/// the token bucket's entries stay small.
+#[derive(Debug, Clone)]
+enum Slot {
+    Bucket(bucket::State),
+    Interval(interval_bucket::State),
+    Fixed(fixed_window::State),
+    /// With its expiry, which the state says only with the limit's period.
+    Sliding(Box<(sliding_window::State, u64)>),
+    /// Admission times, oldest first, and the expiry.
+    Log(Box<[u64]>, u64),
+}
+
+impl Slot {
+    /// When the state carries no information any more, in milliseconds (the key's expiry).
+    fn expire_ms(&self) -> u64 {
+        match self {
+            Slot::Bucket(s) => s.expire_ms,
+            Slot::Interval(s) => s.expire_ms,
+            Slot::Fixed(s) => s.expire_ms,
+            Slot::Sliding(s) => s.1,
+            Slot::Log(_, expire_ms) => *expire_ms,
+        }
+    }
+}
+
+/// Decides one call of `cost` tokens at `now` on `slot` (`None`: absent) with `kernel`. A slot
+/// another algorithm wrote (the limit's algorithm changed) reads as absent.
+#[inline]
+fn decide(kernel: Kernel, now: u64, slot: Option<&Slot>, cost: u64) -> Outcome<Slot> {
+    match kernel {
+        Kernel::Bucket(p) => {
+            let state = match slot {
+                Some(Slot::Bucket(s)) => Some(*s),
+                _ => None,
+            };
+            bucket::decide(now, state, p, cost).map_state(Slot::Bucket)
+        }
+        Kernel::Interval(p) => {
+            let state = match slot {
+                Some(Slot::Interval(s)) => Some(*s),
+                _ => None,
+            };
+            interval_bucket::decide(now, state, p, cost).map_state(Slot::Interval)
+        }
+        Kernel::Fixed(p) => {
+            let state = match slot {
+                Some(Slot::Fixed(s)) => Some(*s),
+                _ => None,
+            };
+            fixed_window::decide(now, state, p, cost).map_state(Slot::Fixed)
+        }
+        Kernel::Sliding(p) => {
+            let state = match slot {
+                Some(Slot::Sliding(s)) => Some(s.0),
+                _ => None,
+            };
+            sliding_window::decide(now, state, p, cost)
+                .map_state(|s| Slot::Sliding(Box::new((s, s.expire_ms(p)))))
+        }
+        Kernel::Log(p) => {
+            let log: &[u64] = match slot {
+                Some(Slot::Log(log, _)) => log,
+                _ => &[],
+            };
+            sliding_log::decide(now, log, p, cost).map_state(|log| {
+                let expire_ms = sliding_log::expire_ms(&log, p).unwrap_or(0);
+                Slot::Log(log.into_boxed_slice(), expire_ms)
+            })
+        }
+    }
 }
 
 /// A shard's lock on cache lines of its own: threads working on neighbouring shards never
@@ -183,10 +259,12 @@ impl MemoryStore {
 
     /// Decides synchronously: the memory store never waits.
     pub fn check_now(&self, key: &str, limit: &Limit, cost: u32) -> Decision {
-        self.check_with(key, limit.params(), limit, cost)
+        self.check_with(key, Kernel::of(limit), limit, cost)
     }
 
-    /// Decides with this instance's share of `limit` when `instances` share it.
+    /// Decides with this instance's share of `limit` when `instances` share it. A share is a
+    /// token bucket's exact share of the rate and the burst, whatever the limit's algorithm:
+    /// a window's count cannot be split between instances that do not talk to each other.
     pub(crate) fn check_share(
         &self,
         key: &str,
@@ -194,11 +272,15 @@ impl MemoryStore {
         cost: u32,
         instances: u32,
     ) -> Decision {
-        let params = limit.params().shared(instances, cost);
-        self.check_with(key, params, limit, cost)
+        let kernel = if instances <= 1 {
+            Kernel::of(limit)
+        } else {
+            Kernel::Bucket(limit.params().shared(instances, cost))
+        };
+        self.check_with(key, kernel, limit, cost)
     }
 
-    fn check_with(&self, key: &str, params: Params, limit: &Limit, cost: u32) -> Decision {
+    fn check_with(&self, key: &str, kernel: Kernel, limit: &Limit, cost: u32) -> Decision {
         let inner = &*self.inner;
         let now = inner.clock.now_micros();
         let hash = inner.hasher.hash_one(key);
@@ -209,15 +291,15 @@ impl MemoryStore {
         // One probe of the table: a bucket that exists is updated in place.
         let outcome = match shard.table.find_mut(hash, |e| &*e.0 == key) {
             Some(entry) => {
-                let outcome = bucket::decide(now, Some(entry.1), params, u64::from(cost));
-                if let Some(new_state) = outcome.new_state {
+                let mut outcome = decide(kernel, now, Some(&entry.1), u64::from(cost));
+                if let Some(new_state) = outcome.new_state.take() {
                     entry.1 = new_state;
                 }
                 outcome
             }
             None => {
-                let outcome = bucket::decide(now, None, params, u64::from(cost));
-                if let Some(new_state) = outcome.new_state {
+                let mut outcome = decide(kernel, now, None, u64::from(cost));
+                if let Some(new_state) = outcome.new_state.take() {
                     if now >= shard.next_sweep_us || shard.table.len() >= inner.shard_cap {
                         inner.make_room(&mut shard, now);
                     }
@@ -241,17 +323,17 @@ impl Inner {
         shard.next_sweep_us = now_us + SWEEP_EVERY_US;
         let now_ms = now_us / 1000;
         if !self.keep_full.load(Ordering::Relaxed) {
-            shard.table.retain(|e| e.1.expire_ms > now_ms);
+            shard.table.retain(|e| e.1.expire_ms() > now_ms);
         }
         if shard.table.len() < self.shard_cap {
             return;
         }
-        let mut expiries: Vec<u64> = shard.table.iter().map(|e| e.1.expire_ms).collect();
+        let mut expiries: Vec<u64> = shard.table.iter().map(|e| e.1.expire_ms()).collect();
         let cut = (self.shard_cap / 8).max(1).min(expiries.len() - 1);
         let (_, threshold, _) = expiries.select_nth_unstable(cut);
         let threshold = *threshold;
         let before = shard.table.len();
-        shard.table.retain(|e| e.1.expire_ms > threshold);
+        shard.table.retain(|e| e.1.expire_ms() > threshold);
         let evicted = (before - shard.table.len()) as u64;
         self.evicted.fetch_add(evicted, Ordering::Relaxed);
         tracing::warn!(
