@@ -31,6 +31,9 @@ mod documentation {
     #[doc = include_str!("../docs/guide.md")]
     struct Guide;
 
+    #[doc = include_str!("../docs/algorithms.md")]
+    struct Algorithms;
+
     #[doc = include_str!("../docs/operations.md")]
     struct Operations;
 

@@ -434,3 +434,62 @@ async fn before_enable_a_limit_follows_its_own_failure_policy() {
     assert_eq!(declared("::fails_open"), Some(FailurePolicy::Allow));
     assert_eq!(declared("::before_enable"), None);
 }
+
+#[rate_limit(replenish = 3, unit = "day", algorithm = "sliding_log", limiter = LIMITER)]
+async fn logged() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(replenish = 1, burst = 5, unit = "day", initial = 2, limiter = LIMITER)]
+async fn warming_up() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_attribute_picks_the_algorithm_and_the_initial_fill() {
+    init().await;
+    let ctx = || request("/algorithms");
+    assert_eq!(
+        admitted(ctx, 5, logged).await,
+        3,
+        "a sliding log of 3 a day"
+    );
+    assert_eq!(
+        admitted(ctx, 5, warming_up).await,
+        2,
+        "a bucket of 5 that starts with 2"
+    );
+    let decl = declared_limits()
+        .into_iter()
+        .find(|d| d.name().ends_with("::logged"))
+        .expect("declared");
+    assert_eq!(
+        decl.declared_limit().algorithm_kind(),
+        redis_ratelimit::Algorithm::SlidingLog
+    );
+}
+
+/// A resolver that answers an empty key for everyone: a blank header, a user with no id.
+struct Blank;
+
+impl redis_ratelimit::KeyResolver for Blank {
+    fn resolve<'a>(&self, _: &'a RequestContext) -> Option<std::borrow::Cow<'a, str>> {
+        Some(std::borrow::Cow::Borrowed(""))
+    }
+}
+
+#[rate_limit(replenish = 1, burst = 5, unit = "hour", key = Blank, limiter = LIMITER)]
+async fn blank_key() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_empty_key_is_no_key_not_one_shared_bucket() {
+    init().await;
+    let rejection = scope(request("/blank"), blank_key()).await.unwrap_err();
+    assert_eq!(
+        rejection.decision().source,
+        Source::NoKey,
+        "the empty-key policy decided"
+    );
+}

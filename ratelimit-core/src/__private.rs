@@ -16,7 +16,34 @@ use crate::context::{missing_piece, record_current, with_current};
 use crate::decision::Source;
 pub use crate::naming::{bucket_key, key_slot};
 pub use crate::registry::{LimitDeclaration, Registration, global};
-use crate::{KeyResolver, RateLimited, RateLimiter};
+use crate::{Algorithm, KeyResolver, Limit, RateLimited, RateLimiter, Refill, Unit};
+
+/// The limit of one `#[rate_limit]`, from every argument at once (a window's burst is its
+/// `replenish`), evaluated in the declaration's `static`: an invalid one is a compile error.
+pub const fn limit(
+    replenish: u32,
+    burst: Option<u32>,
+    unit: Unit,
+    algorithm: Algorithm,
+    refill: Refill,
+    initial: Option<u32>,
+) -> Limit {
+    let burst = match burst {
+        Some(burst) => burst,
+        None => replenish,
+    };
+    match Limit::from_parts(
+        replenish,
+        burst,
+        unit.as_duration(),
+        algorithm,
+        refill,
+        initial,
+    ) {
+        Ok(limit) => limit,
+        Err(e) => crate::limit::invalid(&e),
+    }
+}
 
 /// The check every `#[rate_limit]` function starts with: resolves the key from the current
 /// request context, decides, records the decision for the response headers, and returns the
@@ -46,7 +73,11 @@ pub async fn check(
     let name = decl.name();
     let bucket = with_current(|ctx| {
         ctx.set_handler(name);
-        key.resolve(ctx).map(|k| limiter.named_bucket_key(name, &k))
+        // An empty key names nobody: it is no key (the empty-key policy), never one bucket
+        // that every caller whose header is blank would share.
+        key.resolve(ctx)
+            .filter(|k| !k.is_empty())
+            .map(|k| limiter.named_bucket_key(name, &k))
     });
     let decision = match bucket {
         Some(bucket) => {

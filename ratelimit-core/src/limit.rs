@@ -380,7 +380,7 @@ pub struct Limit {
 const MAX_FINE: u128 = 1 << 51;
 
 /// Panics with `e`'s reason in a `const` builder (a compile error in `const` context).
-const fn invalid(e: &InvalidLimit) -> ! {
+pub(crate) const fn invalid(e: &InvalidLimit) -> ! {
     match e {
         InvalidLimit::ZeroReplenish => panic!("`replenish` must be at least 1"),
         InvalidLimit::ZeroBurst => panic!("`burst` must be at least 1"),

@@ -163,6 +163,17 @@ pub(crate) const FAILURE_POLICIES: &[(&str, &str)] = &[
     ("deny", "Deny"),
 ];
 
+/// `algorithm = ".."`: the names of `redis_ratelimit::Algorithm`'s variants.
+pub(crate) const ALGORITHMS: &[(&str, &str)] = &[
+    ("token_bucket", "TokenBucket"),
+    ("fixed_window", "FixedWindow"),
+    ("sliding_window", "SlidingWindow"),
+    ("sliding_log", "SlidingLog"),
+];
+
+/// `refill = ".."`: the names of `redis_ratelimit::Refill`'s variants.
+pub(crate) const REFILLS: &[(&str, &str)] = &[("smooth", "Smooth"), ("interval", "Interval")];
+
 /// A policy written as a string literal, mapped to its enum variant's name.
 pub(crate) fn policy(
     name: &Ident,

@@ -5,7 +5,7 @@ use proc_macro2::{Span, TokenStream};
 use syn::spanned::Spanned as _;
 use syn::{Expr, ExprLit, ExprUnary, Ident, Lit, LitInt, LitStr, UnOp};
 
-use crate::args::{self, Errors, FAILURE_POLICIES, RawArg, set_once};
+use crate::args::{self, ALGORITHMS, Errors, FAILURE_POLICIES, REFILLS, RawArg, set_once};
 
 /// Every argument `#[rate_limit]` takes.
 pub(crate) const ARGUMENTS: &[&str] = &[
@@ -17,6 +17,9 @@ pub(crate) const ARGUMENTS: &[&str] = &[
     "name",
     "limiter",
     "policy",
+    "algorithm",
+    "refill",
+    "initial",
 ];
 
 /// Names from Spring's `RedisRateLimiter` and other limiters, mapped to ours.
@@ -47,14 +50,6 @@ const PLANNED: &[(&str, &str)] = &[
          refused at once, and `RateLimited`'s `retry_after` says when to try again",
     ),
     (
-        "algorithm",
-        "algorithms other than the token bucket are planned; today every limit is a token bucket",
-    ),
-    (
-        "refill",
-        "refilling all tokens at once each `unit` is planned; today tokens come back smoothly",
-    ),
-    (
         "shadow",
         "shadow mode is planned; today a limit refuses the calls over it",
     ),
@@ -71,6 +66,12 @@ pub(crate) struct RateLimitArgs {
     pub(crate) limiter: Option<Expr>,
     /// The `FailurePolicy` variant of `policy = ".."`.
     pub(crate) policy: Option<Ident>,
+    /// The `Algorithm` variant of `algorithm = ".."`.
+    pub(crate) algorithm: Option<Ident>,
+    /// The `Refill` variant of `refill = ".."`.
+    pub(crate) refill: Option<Ident>,
+    /// Tokens in a new bucket (0 allowed).
+    pub(crate) initial: Option<Count>,
     /// Every known argument written, valid or not: a bad `replenish` is not also a missing one.
     written: Vec<String>,
 }
@@ -159,6 +160,9 @@ impl RateLimitArgs {
             name: None,
             limiter: None,
             policy: None,
+            algorithm: None,
+            refill: None,
+            initial: None,
             written: Vec::new(),
         };
         for RawArg { name, value } in args::parse_list(tokens)? {
@@ -215,6 +219,21 @@ impl RateLimitArgs {
                         set_once(&mut args.policy, v, &name, errors);
                     }
                 }
+                "algorithm" => {
+                    if let Some(v) = args::policy(&name, &value, "algorithm", ALGORITHMS, errors) {
+                        set_once(&mut args.algorithm, v, &name, errors);
+                    }
+                }
+                "refill" => {
+                    if let Some(v) = args::policy(&name, &value, "refill", REFILLS, errors) {
+                        set_once(&mut args.refill, v, &name, errors);
+                    }
+                }
+                "initial" => {
+                    if let Some(count) = count(&name, value, errors) {
+                        set_once(&mut args.initial, count, &name, errors);
+                    }
+                }
                 "key" => set_once(&mut args.key, value, &name, errors),
                 _ => set_once(&mut args.limiter, value, &name, errors),
             }
@@ -237,6 +256,9 @@ fn example(argument: &str) -> &'static str {
         "limiter" => "MY_LIMITER",
         "cost" => "1",
         "policy" => "\"deny\"",
+        "algorithm" => "\"sliding_log\"",
+        "refill" => "\"interval\"",
+        "initial" => "0",
         _ => "10",
     }
 }
@@ -270,6 +292,8 @@ fn count(name: &Ident, value: Expr, errors: &mut Errors) -> Option<Count> {
                 return None;
             }
             match lit.base10_parse::<u32>() {
+                // A bucket may start empty.
+                Ok(0) if name == "initial" => Some(Count::Literal(0, lit)),
                 Ok(0) => {
                     errors.at(
                         lit.span(),

@@ -150,7 +150,38 @@ fn declaration(args: &RateLimitArgs, sig: &Signature) -> TokenStream {
         });
     }
 
-    let burst = burst_value.map(|b| quote!(.burst(#b)));
+    let burst = match &burst_value {
+        Some(b) => quote!(::core::option::Option::Some(#b)),
+        None => quote!(::core::option::Option::None),
+    };
+    let algorithm = match &args.algorithm {
+        Some(variant) => quote!(::redis_ratelimit::Algorithm::#variant),
+        None => quote!(::redis_ratelimit::Algorithm::TokenBucket),
+    };
+    let refill = match &args.refill {
+        Some(variant) => quote!(::redis_ratelimit::Refill::#variant),
+        None => quote!(::redis_ratelimit::Refill::Smooth),
+    };
+    // May be 0, so not bound like the counts: a constant's type error lands on it.
+    let initial = match &args.initial {
+        Some(Count::Literal(n, lit)) => {
+            let mut n = Literal::u32_unsuffixed(*n);
+            n.set_span(lit.span());
+            quote!(::core::option::Option::Some(#n))
+        }
+        Some(Count::Const(expr)) => {
+            let local = Ident::new("initial", Span::mixed_site());
+            checks.extend(quote_spanned! {at(expr.span())=>
+                let #local: ::core::primitive::u32 = #expr;
+                ::core::assert!(
+                    #local <= #capacity,
+                    "`initial` exceeds the burst; a bucket holds at most its burst",
+                );
+            });
+            quote!(::core::option::Option::Some(#local))
+        }
+        None => quote!(::core::option::Option::None),
+    };
     let policy = args
         .policy
         .as_ref()
@@ -158,7 +189,14 @@ fn declaration(args: &RateLimitArgs, sig: &Signature) -> TokenStream {
     let declaration = quote! {
         ::redis_ratelimit::__private::LimitDeclaration::new(
             #name,
-            ::redis_ratelimit::Limit::new(#replenish_value, ::redis_ratelimit::Unit::#unit)#burst #policy,
+            ::redis_ratelimit::__private::limit(
+                #replenish_value,
+                #burst,
+                ::redis_ratelimit::Unit::#unit,
+                #algorithm,
+                #refill,
+                #initial,
+            )#policy,
             #cost_value,
             #key,
             ::core::file!(),

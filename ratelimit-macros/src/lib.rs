@@ -49,8 +49,11 @@ use proc_macro::TokenStream;
 /// | `name` | a string | `"module::path::function"` | the limit's name in config overrides, logs and metrics |
 /// | `limiter` | an expression: a `RateLimiter`, or a `OnceLock` / `LazyLock` of one | the global limiter | the limiter that decides |
 /// | `policy` | `"fallback"`, `"allow"`, `"deny"` | the limiter's | what this limit's calls get while Redis fails (see `FailurePolicy`) |
+/// | `algorithm` | `"token_bucket"`, `"fixed_window"`, `"sliding_window"`, `"sliding_log"` | `"token_bucket"` | how calls are counted (see `Algorithm`); a window admits `replenish` per `unit` and takes no `burst` |
+/// | `refill` | `"smooth"`, `"interval"` | `"smooth"` | a token bucket's refill: one token at a time, or all `replenish` at once each `unit` |
+/// | `initial` | integer ≥ 0, at most `burst` | `burst` | tokens in a new token bucket, so that a service warming up cannot take a whole burst at once |
 ///
-/// `replenish`, `burst` and `cost` are integer literals, checked by the macro, or constants of
+/// `replenish`, `burst`, `cost` and `initial` are integer literals, checked by the macro, or constants of
 /// type `u32` (`replenish = ORDERS_PER_MINUTE`), checked by the compiler when it evaluates the
 /// limit. Either way a limit that cannot work (`0`, a `cost` above `burst`) does not compile.
 ///
@@ -95,10 +98,11 @@ use proc_macro::TokenStream;
 /// # Errors at compile time
 ///
 /// Each misuse is reported on the token that causes it: a function that is not `async`, an
-/// unknown argument (with the known name it is a typo of, if any; `wait`, `algorithm`,
-/// `refill` and `shadow` are planned, and say so), an argument given twice, a missing
-/// `replenish`, a zero, negative or fractional count, a `cost` above `burst`, an unknown unit,
-/// a `key` that is not a `KeyResolver`, and a return type the rejection cannot convert into.
+/// unknown argument (with the known name it is a typo of, if any; `wait` and `shadow` are
+/// planned, and say so), an argument given twice, a missing `replenish`, a zero, negative or
+/// fractional count, a `cost` above `burst`, an `initial` above `burst`, an unknown unit,
+/// algorithm or refill, a `burst`, `refill` or `initial` on a window algorithm, a `key` that
+/// is not a `KeyResolver`, and a return type the rejection cannot convert into.
 ///
 /// # Example: a method, a limiter of its own, several dimensions
 ///

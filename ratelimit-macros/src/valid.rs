@@ -57,7 +57,39 @@ pub(crate) fn check(args: &RateLimitArgs, errors: &mut Errors) {
             ),
         );
     }
+    let algorithm = args.algorithm.as_ref().map(ToString::to_string);
+    let window = algorithm.as_deref().filter(|a| *a != "TokenBucket");
+    if let Some(window) = window {
+        check_window(args, window, errors);
+        return;
+    }
+    if let (Some(initial), Some(burst)) = (args.initial.as_ref(), burst)
+        && let Some(n) = initial.literal()
+        && n > burst
+    {
+        errors.at(
+            initial.span(),
+            format_args!(
+                "`initial = {n}` exceeds the burst of {burst}; a bucket holds at most its burst"
+            ),
+        );
+    }
+    let interval = args.refill.as_ref().is_some_and(|r| r == "Interval");
     if let (Some(r), Some(b)) = (replenish.literal(), burst)
+        && interval
+        && (u64::from(b / r) + 2).saturating_mul(unit.as_micros()) > 1 << 51
+    {
+        errors.at(
+            args.burst.as_ref().map_or(replenish.span(), Count::span),
+            format_args!(
+                "an interval refill of {r} per {} with burst {b} takes too long to fill for \
+                 exact arithmetic; use a smaller `burst` or a larger `replenish`",
+                unit.name()
+            ),
+        );
+    }
+    if let (Some(r), Some(b)) = (replenish.literal(), burst)
+        && !interval
         && too_fine(r, b, unit)
     {
         let span = args.burst.as_ref().map_or(replenish.span(), Count::span);
@@ -66,6 +98,56 @@ pub(crate) fn check(args: &RateLimitArgs, errors: &mut Errors) {
             format_args!(
                 "a limit of {r} per {} with burst {b} is too fine-grained to compute exactly; \
                  use a smaller `burst` or a `replenish` that divides the unit more evenly",
+                unit.name()
+            ),
+        );
+    }
+}
+
+/// A window algorithm's own rules: no burst, refill or initial fill; a sliding window's
+/// weighted count must stay exact.
+fn check_window(args: &RateLimitArgs, variant: &str, errors: &mut Errors) {
+    let name = crate::args::ALGORITHMS
+        .iter()
+        .find(|(_, v)| *v == variant)
+        .map_or(variant, |(written, _)| *written);
+    if let Some(burst) = &args.burst {
+        errors.at(
+            burst.span(),
+            format_args!(
+                "a `{name}` admits `replenish` tokens per window and has no burst of its own; \
+                 remove `burst`"
+            ),
+        );
+    }
+    if let Some(refill) = args.refill.as_ref().filter(|r| *r == "Interval") {
+        errors.at(
+            refill.span(),
+            format_args!(
+                "`refill = \"interval\"` is a token bucket's; a `{name}` counts each window \
+                 from 0: remove it"
+            ),
+        );
+    }
+    if let Some(initial) = &args.initial {
+        errors.at(
+            initial.span(),
+            format_args!(
+                "`initial` is a token bucket's; a `{name}` counts each window from 0: remove it"
+            ),
+        );
+    }
+    let unit = args.unit.map_or(Unit::Second, |(unit, _)| unit);
+    if variant == "SlidingWindow"
+        && let Some(replenish) = args.replenish.as_ref()
+        && let Some(r) = replenish.literal()
+        && u64::from(r).saturating_mul(unit.as_micros() / 1000) > (1 << 51) / 4
+    {
+        errors.at(
+            replenish.span(),
+            format_args!(
+                "a sliding window of {r} per {} is too large to weigh exactly; use a shorter \
+                 `unit` or the `sliding_log` or `fixed_window` algorithm",
                 unit.name()
             ),
         );
