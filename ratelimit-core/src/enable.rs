@@ -69,14 +69,10 @@ fn default_url() -> String {
 /// override that names no declared limit or has an invalid value ([`Error::Config`]); a
 /// declared `cost` larger than its `burst`; two limits declared with one name.
 pub async fn enable(options: EnableOptions) -> Result<&'static RateLimiter, Error> {
-    if !registry::claim_enable() {
+    let Some(_claim) = registry::claim_enable() else {
         return Err(Error::AlreadyEnabled);
-    }
-    let result = enable_claimed(options).await;
-    if result.is_err() {
-        registry::release_enable();
-    }
-    result
+    };
+    enable_claimed(options).await
 }
 
 async fn enable_claimed(options: EnableOptions) -> Result<&'static RateLimiter, Error> {

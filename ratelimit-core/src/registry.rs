@@ -154,13 +154,22 @@ pub fn global() -> Option<&'static RateLimiter> {
     GLOBAL.get()
 }
 
-/// Claims the right to enable; a second claim fails until the first one gives up.
-pub(crate) fn claim_enable() -> bool {
-    GLOBAL.get().is_none() && !ENABLING.swap(true, Ordering::SeqCst)
+/// The right to enable, held while one `enable` runs: given back when it is dropped, whether
+/// that `enable` failed, succeeded (the installed limiter refuses later claims by itself) or
+/// was cancelled (its future dropped at a timeout), so that a later `enable` may try again.
+#[derive(Debug)]
+pub(crate) struct EnableClaim(());
+
+impl Drop for EnableClaim {
+    fn drop(&mut self) {
+        ENABLING.store(false, Ordering::SeqCst);
+    }
 }
 
-pub(crate) fn release_enable() {
-    ENABLING.store(false, Ordering::SeqCst);
+/// Claims the right to enable; a second claim fails while the first is held or once a
+/// limiter is installed.
+pub(crate) fn claim_enable() -> Option<EnableClaim> {
+    (GLOBAL.get().is_none() && !ENABLING.swap(true, Ordering::SeqCst)).then_some(EnableClaim(()))
 }
 
 pub(crate) fn install(limiter: RateLimiter) -> &'static RateLimiter {
