@@ -22,6 +22,7 @@ import sys
 import time
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
+PACKAGE = "redis-ratelimit-benches"
 BENCHES = ["memory_store", "macro_overhead", "key_naming"]
 
 # (what, numerator, denominator, target or None): numerator / denominator, lower is better.
@@ -70,14 +71,15 @@ def run(args):
     raw = pathlib.Path(args.raw) if args.raw else None
     if raw:
         raw.mkdir(parents=True, exist_ok=True)
-    subprocess.run(["cargo", "bench", "--no-run"] + sum([["--bench", b] for b in args.benches], []),
+    subprocess.run(["cargo", "bench", "-p", PACKAGE, "--no-run"]
+                   + sum([["--bench", b] for b in args.benches], []),
                    cwd=ROOT, check=True)
     for r in range(args.runs):
         figures = {}
         load = [open("/proc/loadavg").read().split()[0]]
         for bench in args.benches:
             since = time.time()
-            cmd = ["cargo", "bench", "--bench", bench, "--",
+            cmd = ["cargo", "bench", "-p", PACKAGE, "--bench", bench, "--",
                    "--warm-up-time", str(args.warm_up), "--measurement-time", str(args.measurement)]
             print(f"round {r + 1}/{args.runs}: {' '.join(cmd)}", file=sys.stderr, flush=True)
             out = subprocess.run(cmd, cwd=ROOT, check=True, capture_output=True, text=True)

@@ -1,7 +1,8 @@
 //! Bucket key building and escaping (`RateLimiter::named_bucket_key`): plain keys, keys with
 //! braces (escaped so they cannot leave the hash tag) and 1 kB keys (digested).
 //!
-//! `cargo bench --bench key_naming`; results in `docs/benchmarks.md`.
+//! `cargo bench -p redis-ratelimit-benches --bench key_naming`;
+//! results in `docs/benchmarks.md`.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 

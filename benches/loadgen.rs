@@ -2,9 +2,9 @@
 //! `redis-benchmark` running the project's own script on the same server.
 //!
 //! ```sh
-//! cargo bench --bench loadgen                      # 5 runs, plots in docs/
-//! cargo bench --bench loadgen -- --runs 1 --duration 1 --no-plots   # a quick look
-//! cargo bench --bench loadgen -- --help
+//! cargo bench -p redis-ratelimit-benches --bench loadgen             # 5 runs, plots in docs/
+//! cargo bench -p redis-ratelimit-benches --bench loadgen -- --runs 1 --duration 1 --no-plots   # a quick look
+//! cargo bench -p redis-ratelimit-benches --bench loadgen -- --help
 //! ```
 //!
 //! Each run measures, on one `redis-server` (started here on a free loopback port, or the one

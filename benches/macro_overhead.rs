@@ -4,7 +4,8 @@
 //! `to_async`, one `block_on` per sample), outside any request scope (the macro then resolves
 //! its key against an empty context), and once inside one.
 //!
-//! `cargo bench --bench macro_overhead`; results in `docs/benchmarks.md`.
+//! `cargo bench -p redis-ratelimit-benches --bench macro_overhead`; results in
+//! `docs/benchmarks.md`.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 

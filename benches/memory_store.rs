@@ -11,7 +11,8 @@
 //! Every call is admitted and every bucket stays active (1 token per second, a burst of 10^9),
 //! so both sides take their write path and keep every key: what a busy service sees.
 //!
-//! `cargo bench --bench memory_store`; results in `docs/benchmarks.md`.
+//! `cargo bench -p redis-ratelimit-benches --bench memory_store`; results in
+//! `docs/benchmarks.md`.
 
 #![allow(clippy::unwrap_used, missing_docs)]
 

@@ -4,7 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 pub(crate) const USAGE: &str = "\
-usage: cargo bench --bench loadgen -- [options]
+usage: cargo bench -p redis-ratelimit-benches --bench loadgen -- [options]
 
   --url URL            a redis-server on this machine (redis://127.0.0.1:PORT, not 6379) to use
                        instead of starting one; never a shared server: it is loaded fully
@@ -73,7 +73,7 @@ impl Args {
                 .map_or(1, |n| n.get().saturating_sub(1).max(1)),
             rate: 1_000_000_000,
             burst: 1000,
-            out: PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs"),
+            out: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs")),
             prefix: "loadgen".to_owned(),
             font: None,
             plots: true,
