@@ -6,6 +6,10 @@
 //! ```
 #![allow(clippy::print_stdout)]
 
+mod report;
+
+use std::process::ExitCode;
+
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::StatusCode;
@@ -97,7 +101,11 @@ async fn auth<B: MessageBody>(
 }
 
 #[actix_web::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> ExitCode {
+    report::exit(run().await)
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL")
         .ok()
         .filter(|u| !u.is_empty())

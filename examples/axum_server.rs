@@ -19,7 +19,10 @@
 //! ```
 #![allow(clippy::print_stdout)]
 
+mod report;
+
 use std::net::SocketAddr;
+use std::process::ExitCode;
 
 use axum::extract::Request;
 use axum::http::StatusCode;
@@ -111,7 +114,11 @@ fn app(proxies: TrustedProxies) -> Router {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> ExitCode {
+    report::exit(run().await)
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL")
         .ok()
         .filter(|u| !u.is_empty())

@@ -9,7 +9,10 @@
 //! layer does for requests.
 #![allow(clippy::print_stdout)]
 
+mod report;
+
 use std::borrow::Cow;
+use std::process::ExitCode;
 
 use redis_ratelimit::{
     KeyResolver, RateLimited, RequestContext, enable_redis_rate_limit, rate_limit, scope,
@@ -67,7 +70,11 @@ fn show(label: &str, result: Result<&str, RateLimited>) {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> ExitCode {
+    report::exit(run().await)
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     enable_redis_rate_limit!(url = "memory://").await?;
 
     for i in 1..=4 {

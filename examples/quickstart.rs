@@ -6,6 +6,9 @@
 //! ```
 #![allow(clippy::print_stdout)]
 
+mod report;
+
+use std::process::ExitCode;
 use std::time::Duration;
 
 use redis_ratelimit::{
@@ -19,7 +22,11 @@ async fn fetch_report(call: u32) -> Result<String, RateLimited> {
 }
 
 #[tokio::main]
-async fn main() -> Result<(), Box<dyn std::error::Error>> {
+async fn main() -> ExitCode {
+    report::exit(run().await)
+}
+
+async fn run() -> Result<(), Box<dyn std::error::Error>> {
     let url = std::env::var("REDIS_URL")
         .ok()
         .filter(|u| !u.is_empty())
