@@ -302,7 +302,7 @@ mod tests {
             out.contains("{ # ! [allow (clippy :: unused_async)] static __RL_DECL"),
             "{out}"
         );
-        assert!(out.contains(":: redis_ratelimit :: Limit :: new (3 , :: redis_ratelimit :: Unit :: Minute) . burst (300)"), "{out}");
+        assert!(out.contains(":: redis_ratelimit :: __private :: limit (3 , :: core :: option :: Option :: Some (300) , :: redis_ratelimit :: Unit :: Minute , :: redis_ratelimit :: Algorithm :: TokenBucket , :: redis_ratelimit :: Refill :: Smooth , :: core :: option :: Option :: None ,)"), "{out}");
         assert!(out.contains("< ApiResult < Vec < Order > > as :: redis_ratelimit :: __private :: RateLimitReturn > :: rate_limited"), "{out}");
     }
 
