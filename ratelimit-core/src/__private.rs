@@ -2,7 +2,6 @@
 //! API: its items change without notice.
 
 use std::sync::LazyLock;
-use std::sync::atomic::Ordering;
 
 pub use inventory;
 
@@ -15,6 +14,7 @@ pub use crate::algorithm::{
 use crate::context::{missing_piece, record_current, with_current};
 use crate::decision::Source;
 pub use crate::naming::{bucket_key, key_slot};
+use crate::registry::Warning;
 pub use crate::registry::{LimitDeclaration, Registration, global};
 use crate::{Algorithm, KeyResolver, Limit, RateLimited, RateLimiter, Refill, Unit};
 
@@ -60,7 +60,9 @@ pub async fn check(
     let (limiter, enabled) = match limiter {
         Some(l) => (l, true),
         None => {
-            decl.warn_once(&format_args!(
+            decl.warn_once(
+                Warning::NotEnabled,
+                &format_args!(
                 "redis-ratelimit is not enabled: `{}` ran before `enable_redis_rate_limit!().await` \
                  (or its `limiter = ..` is not initialised); deciding it by its failure policy \
                  ({}) as if Redis were down",
@@ -93,7 +95,10 @@ pub async fn check(
                 Err(e) => {
                     // Only misuse reaches here (cost validated at enable); refuse rather than
                     // run unchecked, and say why once.
-                    decl.warn_once(&format_args!("rate limit `{name}` cannot be checked: {e}"));
+                    decl.warn_once(
+                        Warning::CannotCheck,
+                        &format_args!("rate limit `{name}` cannot be checked: {e}"),
+                    );
                     let d = limiter
                         .decide_without_key(&effective.limit, effective.cost)
                         .with_source(Source::FailClosed);
@@ -120,16 +125,19 @@ pub async fn check(
 /// say why; say it once per limit. A request that simply lacks what the key reads is the
 /// empty-key policy's business, not a misconfiguration, and is not logged.
 fn report_missing_piece(decl: &'static LimitDeclaration, key: &dyn KeyResolver) {
-    if decl.warned.load(Ordering::Relaxed) {
+    if decl.warned(Warning::MissingPiece) {
         return;
     }
     if let Some(missing) = missing_piece(key) {
-        decl.warn_once(&format_args!(
-            "rate limit `{}` (key = {}) finds no key for any call: {missing}; until then every \
+        decl.warn_once(
+            Warning::MissingPiece,
+            &format_args!(
+                "rate limit `{}` (key = {}) finds no key for any call: {missing}; until then every \
              call is decided by the empty-key policy (refused with 403 by default)",
-            decl.name(),
-            decl.key()
-        ));
+                decl.name(),
+                decl.key()
+            ),
+        );
     }
 }
 

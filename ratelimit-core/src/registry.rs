@@ -3,7 +3,7 @@
 use std::borrow::Cow;
 use std::fmt;
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use crate::Limit;
 use crate::RateLimiter;
@@ -18,7 +18,8 @@ pub struct LimitDeclaration {
     file: &'static str,
     line: u32,
     effective: OnceLock<Effective>,
-    pub(crate) warned: AtomicBool,
+    /// The [`Warning`]s already logged, one bit each.
+    warned: AtomicU8,
 }
 
 /// The limit a declaration enforces after configuration overrides.
@@ -50,7 +51,7 @@ impl LimitDeclaration {
             file,
             line,
             effective: OnceLock::new(),
-            warned: AtomicBool::new(false),
+            warned: AtomicU8::new(0),
         }
     }
 
@@ -98,12 +99,30 @@ impl LimitDeclaration {
         self.effective.set(effective).is_ok()
     }
 
-    /// Logs `message` once per declaration (not once per call).
-    pub(crate) fn warn_once(&self, message: &dyn fmt::Display) {
-        if !self.warned.swap(true, Ordering::Relaxed) {
+    /// Logs `message` once per declaration and kind of mistake (not once per call): a
+    /// limit that ran before enable and later runs without its layer says both.
+    pub(crate) fn warn_once(&self, kind: Warning, message: &dyn fmt::Display) {
+        let bit = 1u8 << (kind as u8);
+        if self.warned.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
             tracing::error!(limit = self.name, "{message}");
         }
     }
+
+    /// Whether `kind` was logged for this declaration already.
+    pub(crate) fn warned(&self, kind: Warning) -> bool {
+        self.warned.load(Ordering::Relaxed) & (1u8 << (kind as u8)) != 0
+    }
+}
+
+/// The set-up mistakes a declaration logs, each once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Warning {
+    /// Called before `enable_redis_rate_limit!` (or with an uninitialised `limiter = ..`).
+    NotEnabled = 0,
+    /// The limiter refused the limit itself (a misuse).
+    CannotCheck = 1,
+    /// No key for any call: a forgotten layer or peer address.
+    MissingPiece = 2,
 }
 
 impl fmt::Debug for LimitDeclaration {

@@ -235,6 +235,30 @@ mod tests {
         }
     }
 
+    /// A call made before enable says so once; the same limit later run without its peer
+    /// address still says what to add: one mistake's message never hides another's.
+    #[test]
+    fn an_early_call_does_not_silence_a_missing_piece() {
+        let by_ip = declaration("axum::early_then_no_connect_info", "Ip");
+        let errors = errors_while(by_ip.name(), async move {
+            let peer = RequestContext::new().with_peer(([127, 0, 0, 1], 1).into());
+            let early = crate::__private::check(by_ip, &crate::Ip, None);
+            let _ = crate::scope(peer, early).await;
+            let mut app = Router::new()
+                .route("/ip", get(|| limited_by_ip(by_ip)))
+                .layer(RateLimitLayer::new());
+            for _ in 0..3 {
+                assert_eq!(get_path(&mut app, "/ip").await.status(), 403);
+            }
+        });
+        assert_eq!(errors.len(), 2, "{errors:?}");
+        assert!(errors[0].contains("not enabled"), "{errors:?}");
+        assert!(
+            errors[1].contains("into_make_service_with_connect_info"),
+            "{errors:?}"
+        );
+    }
+
     /// Served without `ConnectInfo`, `Ip` never has a key: one error says what to add.
     #[test]
     fn a_layer_without_connect_info_is_logged_once() {
