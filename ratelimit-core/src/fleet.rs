@@ -109,6 +109,7 @@ pub(crate) fn join(store: &RedisStore, prefix: &str) -> Result<Arc<Member>, Erro
         store: store.clone(),
         instances: format!("{prefix}:instances"),
         channel: member.channel.to_string(),
+        refused: AtomicBool::new(false),
         _running: Running(Arc::clone(&member.running)),
     };
     runtime.spawn(task.run());
@@ -130,6 +131,8 @@ struct Task {
     store: RedisStore,
     instances: String,
     channel: String,
+    /// Whether the heartbeat's key refused it (logged once).
+    refused: AtomicBool,
     _running: Running,
 }
 
@@ -180,7 +183,7 @@ impl Task {
         }
     }
 
-    /// Whether Redis answered.
+    /// Whether Redis answered (with the count, or with an error reply).
     async fn beat(&self, member: &Member) -> bool {
         let beat = self
             .store
@@ -188,6 +191,21 @@ impl Task {
         match tokio::time::timeout(HEARTBEAT_EVERY, beat).await {
             Ok(Ok(n)) => {
                 member.count.store(n.max(1), Ordering::Relaxed);
+                return true;
+            }
+            // Redis answered with an error: it is up, but the key holds a value of the
+            // application's (the prefix is shared with it). The key is not ours to delete;
+            // say so once, and keep listening for resets, which do not need it.
+            Ok(Err(Error::Redis(e))) if e.code().is_some() => {
+                if !self.refused.swap(true, Ordering::Relaxed) {
+                    tracing::warn!(
+                        key = %self.instances,
+                        error = %e,
+                        "the rate-limit heartbeat cannot write its key, so this instance is not \
+                         counted and the fallback's shares assume it is alone; the key holds \
+                         another value: choose a prefix the application does not use"
+                    );
+                }
                 return true;
             }
             // While Redis is down the last count stands: it is what the fallback divides by.

@@ -147,6 +147,38 @@ async fn a_reset_reaches_the_deny_cache_of_another_limiter() {
     );
 }
 
+/// The application keeps a value of its own at `<prefix>:instances`: the heartbeat cannot
+/// count there, but resets still reach every deny cache, and the application's value stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_instances_key_does_not_stop_resets() {
+    let server = RedisServer::start();
+    let () = redis::cmd("SET")
+        .arg("app:instances")
+        .arg("the application's own")
+        .query_async(&mut server.connection().await)
+        .await
+        .unwrap();
+    let a = limiter(&server.url(), "app").await;
+    let b = limiter(&server.url(), "app").await;
+    eventually("listening despite the key", async || {
+        listeners(&server, "app").await >= 1
+    })
+    .await;
+    let limit = Limit::per_hour(1);
+    refused_by_deny_cache(&b, "user:1", &limit).await;
+    a.reset("user:1").await.unwrap();
+    eventually("b admits after the reset", async || {
+        b.check("user:1", &limit).await.unwrap().allowed
+    })
+    .await;
+    let kept: String = redis::cmd("GET")
+        .arg("app:instances")
+        .query_async(&mut server.connection().await)
+        .await
+        .unwrap();
+    assert_eq!(kept, "the application's own");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reset_reaches_another_process_within_100_ms() {
     let server = RedisServer::start();
