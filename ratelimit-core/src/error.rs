@@ -68,12 +68,12 @@ pub enum Error {
         version: String,
     },
 
-    /// A Redis limiter was built outside a Tokio runtime: its connections, heartbeat and
-    /// reset listener run on Tokio.
+    /// A Redis limiter was built or used outside a Tokio runtime: its connections, deadline,
+    /// heartbeat and reset listener run on Tokio.
     #[error(
         "redis-ratelimit needs a Tokio runtime to use Redis: build the limiter (or call \
-         enable_redis_rate_limit!) from code running on Tokio, e.g. inside #[tokio::main] or \
-         Runtime::block_on"
+         enable_redis_rate_limit!) and check or reset with it from code running on Tokio, \
+         e.g. inside #[tokio::main] or Runtime::block_on"
     )]
     NoRuntime,
 

@@ -238,6 +238,9 @@ impl RateLimiter {
         {
             return Ok(refused);
         }
+        // The Redis client and the deadline need Tokio's reactor and timers: polled from
+        // another executor, say so instead of panicking inside them.
+        on_tokio()?;
         let circuit = guard.circuit_of(|| key_slot(bucket.as_bytes()));
         let gate = guard.gate(circuit);
         if gate == Gate::Open {
@@ -306,6 +309,7 @@ impl RateLimiter {
         match &self.inner.backend {
             Backend::Memory(s) => s.reset(bucket).await,
             Backend::Redis(s) => {
+                on_tokio()?;
                 s.reset(bucket).await?;
                 // After the bucket is gone, so that an instance that hears of the reset and asks
                 // again finds it full.
@@ -330,6 +334,13 @@ impl RateLimiter {
     pub fn deny_cache_len(&self) -> usize {
         self.inner.deny_cache.as_deref().map_or(0, DenyCache::len)
     }
+}
+
+/// [`Error::NoRuntime`] unless called within a Tokio runtime.
+fn on_tokio() -> Result<(), Error> {
+    tokio::runtime::Handle::try_current()
+        .map(drop)
+        .map_err(|_| Error::NoRuntime)
 }
 
 fn validate_cost(limit: &Limit, cost: u32) -> Result<(), Error> {

@@ -310,6 +310,20 @@ fn a_redis_limiter_outside_tokio_is_an_error_not_a_panic() {
         .unwrap();
     let built = block_on(RateLimiter::builder().redis_store(store).build());
     assert!(matches!(built, Err(Error::NoRuntime)), "{built:?}");
+    // A limiter built on Tokio, then used from another executor.
+    let limiter = runtime.block_on(limiter(&server.url(), "elsewhere"));
+    let limit = Limit::per_second(1);
+    let checked = block_on(limiter.check("k", &limit));
+    assert!(matches!(checked, Err(Error::NoRuntime)), "{checked:?}");
+    let reset = block_on(limiter.reset("k"));
+    assert!(matches!(reset, Err(Error::NoRuntime)), "{reset:?}");
+    // On Tokio again, the same limiter decides.
+    assert!(
+        runtime
+            .block_on(limiter.check("k", &limit))
+            .unwrap()
+            .allowed
+    );
 }
 
 /// Percent-decoded, as a URL parser hands the password to the server.
