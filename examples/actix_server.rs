@@ -80,6 +80,13 @@ async fn get_item() -> Result<HttpResponse, ApiError> {
     Ok(HttpResponse::Ok().json(json!({ "item": "something" })))
 }
 
+/// A download: every spelling of one file's path (`/files/a/b`, `/files/a%2Fb`) shares its
+/// bucket, since the handler sees the same `path` for each.
+#[rate_limit(replenish = 2, unit = "minute", key = Uri)]
+async fn get_file(path: web::Path<String>) -> Result<HttpResponse, ApiError> {
+    Ok(HttpResponse::Ok().json(json!({ "file": path.into_inner() })))
+}
+
 async fn health() -> HttpResponse {
     HttpResponse::Ok().finish()
 }
@@ -139,6 +146,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             .route("/search", web::get().to(search))
             .route("/users/{id}", web::get().to(get_user))
             .route("/items/{id}", web::get().to(get_item))
+            .route("/files/{path:.*}", web::get().to(get_file))
             .route("/health", web::get().to(health))
     })
     .workers(2)

@@ -24,7 +24,7 @@ mod report;
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use axum::extract::Request;
+use axum::extract::{Path, Request};
 use axum::http::StatusCode;
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
@@ -82,6 +82,13 @@ async fn get_item() -> Result<Json<Value>, ApiError> {
     Ok(Json(json!({ "item": "something" })))
 }
 
+/// A download: every spelling of one file's path (`/files/a/b`, `/files/a%2Fb`) shares its
+/// bucket, since the handler sees the same `path` for each.
+#[rate_limit(replenish = 2, unit = "minute", key = Uri)]
+async fn get_file(Path(path): Path<String>) -> Result<Json<Value>, ApiError> {
+    Ok(Json(json!({ "file": path })))
+}
+
 async fn health() -> StatusCode {
     StatusCode::OK
 }
@@ -106,6 +113,7 @@ fn app(proxies: TrustedProxies) -> Router {
         .route("/search", get(search))
         .route("/users/{id}", get(get_user))
         .route("/items/{id}", get(get_item))
+        .route("/files/{*path}", get(get_file))
         .route("/health", get(health))
         // Layers run outside in: auth (added last) runs first, so the rate-limit layer sees the
         // principal it put in the request's extensions.

@@ -381,6 +381,33 @@ async fn spellings_of_a_path_share_its_bucket(bin: &str) {
     );
 }
 
+/// Under a wildcard route the handler sees `a/b` for `/files/a%2Fb` and `/files/a/b` alike:
+/// every mix of `/` and `%2F` (in either case) is one file and one `Uri` bucket of 2.
+async fn slashes_written_as_escapes_share_a_bucket(bin: &str) {
+    let redis = RedisServer::start();
+    let service = Service::start(bin, &redis, &[]).await;
+    let http = client();
+    let mut admitted = 0;
+    let mut seen = std::collections::HashSet::new();
+    for a in ["/", "%2F", "%2f"] {
+        for b in ["/", "%2F"] {
+            let path = format!("/files/a{a}b{b}victim");
+            let r = http.get(service.url(&path)).send().await.unwrap();
+            let status = r.status();
+            assert!(
+                status == StatusCode::OK || status == StatusCode::TOO_MANY_REQUESTS,
+                "{path}: {status}"
+            );
+            if status == StatusCode::OK {
+                admitted += 1;
+                seen.insert(r.text().await.unwrap());
+            }
+        }
+    }
+    assert_eq!(admitted, 2, "one bucket of 2 for every spelling");
+    assert_eq!(seen.len(), 1, "the handler saw one file: {seen:?}");
+}
+
 macro_rules! both_services {
     ($($case:ident),* $(,)?) => {
         mod axum {
@@ -409,4 +436,5 @@ both_services!(
     route_shares_a_bucket_and_uri_does_not,
     forwarded_headers_need_a_trusted_proxy,
     spellings_of_a_path_share_its_bucket,
+    slashes_written_as_escapes_share_a_bucket,
 );

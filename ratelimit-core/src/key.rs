@@ -84,7 +84,9 @@ const SEGMENT_KEEPS: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHAN
 /// unreserved characters decoded, the rest upper case; beyond it, escapes of sub-delims are
 /// decoded too, since frameworks hand handlers the decoded segment); `.` and `..` segments are
 /// removed (§5.2.4, also when written `%2E`); empty segments (`//`) are dropped. `/` written
-/// as `%2F` stays `%2F`: inside a segment it is data, not a separator.
+/// as `%2F` is a separator too: a wildcard route (`/files/{*rest}`) hands its handler `a/b`
+/// for both `/files/a%2Fb` and `/files/a/b`, so keeping them apart would let a caller spread
+/// over 2^k buckets with k slashes.
 ///
 /// Why merge this much: a limit keyed by path must not be escaped by respelling the path. Two
 /// spellings that a router would send to different resources (`/a//b` and `/a/b` under a
@@ -97,21 +99,22 @@ const SEGMENT_KEEPS: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHAN
 /// assert_eq!(normalize_path("/uri/%76ictim"), "/uri/victim");
 /// assert_eq!(normalize_path("/uri/v%69ctim"), "/uri/victim");
 /// assert_eq!(normalize_path("/uri//./x/../victim"), "/uri/victim");
-/// assert_eq!(normalize_path("/a%2fb"), "/a%2Fb");
+/// assert_eq!(normalize_path("/files/a%2fb"), "/files/a/b");
 /// assert_eq!(normalize_path("/users/42"), "/users/42");
 /// ```
 pub fn normalize_path(path: &str) -> Cow<'_, str> {
     if is_normal(path) {
         return Cow::Borrowed(path);
     }
-    let absolute = path.starts_with('/');
-    let mut segments: Vec<Vec<u8>> = Vec::new();
+    // Decoded whole, then split: `%2F` separates as `/` does.
+    let decoded: Vec<u8> = percent_encoding::percent_decode_str(path).collect();
+    let absolute = decoded.first() == Some(&b'/');
+    let mut segments: Vec<&[u8]> = Vec::new();
     // Whether the path ends in a directory (a `/`, `.` or `..`): its trailing slash stays.
     let mut trailing = false;
-    for raw in path.split('/') {
-        let decoded: Vec<u8> = percent_encoding::percent_decode_str(raw).collect();
+    for decoded in decoded.split(|&b| b == b'/') {
         trailing = false;
-        match decoded.as_slice() {
+        match decoded {
             b"" => trailing = true,
             b"." => trailing = true,
             b".." => {
@@ -414,6 +417,9 @@ mod path_tests {
             "/uri/x/../victim",
             "/uri/x/%2E%2E/victim",
             "/../uri/victim",
+            "/uri%2Fvictim",
+            "%2Furi%2fvictim",
+            "/uri/x%2F..%2Fvictim",
         ] {
             assert_eq!(normalize_path(spelling), "/uri/victim", "{spelling}");
         }
@@ -425,8 +431,8 @@ mod path_tests {
             "/uri/victim",
             "/uri/victim/",
             "/uri/Victim",
-            "/uri/victim%2Fx",
             "/uri/victim/x",
+            "/uri/victim%252Fx",
             "/uri/vict%20im",
             "/uri/vict+im",
             "/uri",
@@ -439,7 +445,7 @@ mod path_tests {
             .collect();
         assert_eq!(keys.len(), paths.len(), "{keys:?}");
         // Escapes of other bytes are upper-cased; a bare `%` is data.
-        assert_eq!(normalize_path("/a%2fb%c3%a9"), "/a%2Fb%C3%A9");
+        assert_eq!(normalize_path("/a%2fb%c3%a9"), "/a/b%C3%A9");
         assert_eq!(normalize_path("/100%"), "/100%25");
         assert_eq!(normalize_path("/100%25"), "/100%25");
         assert_eq!(normalize_path("/a/b/.."), "/a/");
@@ -466,6 +472,7 @@ mod path_tests {
                 Just("%".to_owned()),
                 Just("%2e".to_owned()),
                 Just("%2F".to_owned()),
+                Just("%252F".to_owned()),
                 Just("%41".to_owned()),
                 "[a-zA-Z0-9]{1,3}",
                 "[%!$&'()*+,;=:@ ~é]",
@@ -475,18 +482,18 @@ mod path_tests {
         .prop_map(|parts| parts.concat())
     }
 
-    /// The decoded segments a router hands a handler, after dot-segment removal: what two
-    /// paths must agree on to be one resource.
+    /// The decoded segments a wildcard route hands a handler (`%2F` decoded to `/` as well),
+    /// after dot-segment removal: what two paths must agree on to be one resource.
     fn resource(path: &str) -> Vec<Vec<u8>> {
         let mut out: Vec<Vec<u8>> = Vec::new();
-        for raw in path.split('/') {
-            let d: Vec<u8> = percent_encoding::percent_decode_str(raw).collect();
-            match d.as_slice() {
+        let decoded: Vec<u8> = percent_encoding::percent_decode_str(path).collect();
+        for d in decoded.split(|&b| b == b'/') {
+            match d {
                 b"" | b"." => {}
                 b".." => {
                     out.pop();
                 }
-                _ => out.push(d),
+                _ => out.push(d.to_vec()),
             }
         }
         out
