@@ -175,7 +175,30 @@ impl RateLimitArgs {
                 continue;
             }
             if !ARGUMENTS.contains(&kw.as_str()) {
-                errors.push(args::unknown("argument", &name, ARGUMENTS, ALIASES));
+                // `limit = 5` means a count, `limit = MY_LIMITER` a limiter.
+                let meant = match (kw.as_str(), &value) {
+                    (
+                        "limit",
+                        Some(Expr::Lit(ExprLit {
+                            lit: Lit::Int(_), ..
+                        })),
+                    ) => Some("replenish"),
+                    _ => ALIASES
+                        .iter()
+                        .find(|(alias, _)| *alias == kw)
+                        .map(|(_, ours)| *ours),
+                };
+                match meant {
+                    Some(ours) => {
+                        errors.at(
+                            name.span(),
+                            format_args!("unknown argument `{name}`; did you mean `{ours}`?"),
+                        );
+                        // Reported here: not also as a missing `replenish`.
+                        args.written.push(ours.to_owned());
+                    }
+                    None => errors.push(args::unknown("argument", &name, ARGUMENTS, ALIASES)),
+                }
                 continue;
             }
             args.written.push(kw.clone());
@@ -362,13 +385,19 @@ fn unit(value: &Expr, errors: &mut Errors) -> Option<(Unit, Span)> {
             if let Some(unit) = Unit::from_name(&written) {
                 return Some((unit, s.span()));
             }
-            errors.at(
-                s.span(),
-                format_args!(
-                    "unknown unit `{written}`; expected one of {}",
-                    args::quoted(Unit::NAMES)
+            match args::nearest(&written, Unit::NAMES) {
+                Some(unit) => errors.at(
+                    s.span(),
+                    format_args!("unknown unit `{written}`; did you mean `{unit}`?"),
                 ),
-            );
+                None => errors.at(
+                    s.span(),
+                    format_args!(
+                        "unknown unit `{written}`; expected one of {}",
+                        args::quoted(Unit::NAMES)
+                    ),
+                ),
+            }
             None
         }
         other => {
