@@ -404,8 +404,8 @@ impl Limit {
     /// `replenish` tokens per `unit`, with a burst of `replenish`.
     ///
     /// # Panics
-    /// If `replenish` is 0 (a compile error in `const` context). Use [`Limit::try_new`] for
-    /// values read at run time.
+    /// If `replenish` is 0 or the limit is too fine-grained (a compile error in `const`
+    /// context). Use [`Limit::try_new`] for values read at run time.
     pub const fn new(replenish: u32, unit: Unit) -> Limit {
         match Limit::try_new(replenish, replenish, unit) {
             Ok(limit) => limit,
@@ -416,7 +416,8 @@ impl Limit {
     /// `n` tokens per second.
     ///
     /// # Panics
-    /// If `n` is 0.
+    /// If `n` is 0, or so large a token bucket cannot compute it exactly (see
+    /// [`InvalidLimit::TooFine`]; [`Limit::from_parts`] builds a window of it).
     pub const fn per_second(n: u32) -> Limit {
         Limit::new(n, Unit::Second)
     }
@@ -424,7 +425,8 @@ impl Limit {
     /// `n` tokens per minute.
     ///
     /// # Panics
-    /// If `n` is 0.
+    /// If `n` is 0, or so large a token bucket cannot compute it exactly (see
+    /// [`InvalidLimit::TooFine`]; [`Limit::from_parts`] builds a window of it).
     pub const fn per_minute(n: u32) -> Limit {
         Limit::new(n, Unit::Minute)
     }
@@ -432,7 +434,8 @@ impl Limit {
     /// `n` tokens per hour.
     ///
     /// # Panics
-    /// If `n` is 0.
+    /// If `n` is 0, or so large a token bucket cannot compute it exactly (see
+    /// [`InvalidLimit::TooFine`]; [`Limit::from_parts`] builds a window of it).
     pub const fn per_hour(n: u32) -> Limit {
         Limit::new(n, Unit::Hour)
     }
@@ -440,7 +443,8 @@ impl Limit {
     /// `n` tokens per day.
     ///
     /// # Panics
-    /// If `n` is 0.
+    /// If `n` is 0, or so large a token bucket cannot compute it exactly (see
+    /// [`InvalidLimit::TooFine`]; [`Limit::from_parts`] builds a window of it).
     pub const fn per_day(n: u32) -> Limit {
         Limit::new(n, Unit::Day)
     }
