@@ -86,17 +86,60 @@ struct Shard {
 }
 
 /// What the store keeps for one key: the state of the algorithm that wrote it, exactly what
-/// the algorithm's script keeps in Redis. The two rarer algorithms' states are boxed, so that
-/// the token bucket's entries stay small.
+/// the algorithm's script keeps in Redis. As small as the token bucket's state alone (24
+/// bytes, asserted below): the token bucket's state carries a one-value tag byte whose other
+/// 255 values are this enum's tags, every other variant fits in the two words before it, and
+/// the two rarer states are boxed.
 #[derive(Debug, Clone)]
 enum Slot {
-    Bucket(bucket::State),
+    Bucket(PackedBucket),
     Interval(interval_bucket::State),
     Fixed(fixed_window::State),
     /// With its expiry, which the state says only with the limit's period.
     Sliding(Box<(sliding_window::State, u64)>),
     /// Admission times, oldest first, and the expiry.
-    Log(Box<[u64]>, u64),
+    Log(Box<(Box<[u64]>, u64)>),
+}
+
+const _: () = assert!(std::mem::size_of::<Slot>() == 24);
+
+/// A [`bucket::State`] laid out for [`Slot`]: the fine unit in 32 bits (it is `replenish /
+/// gcd(period, replenish)`, so it always fits), then the tag byte.
+#[derive(Debug, Clone, Copy)]
+#[repr(C)]
+struct PackedBucket {
+    expire_ms: u64,
+    remainder: u64,
+    per_micro: u32,
+    tag: BucketTag,
+}
+
+/// One value; the byte's other values are free for [`Slot`]'s other variants.
+#[derive(Debug, Clone, Copy)]
+#[repr(u8)]
+enum BucketTag {
+    Bucket = 0,
+}
+
+impl PackedBucket {
+    #[inline]
+    fn pack(s: bucket::State) -> PackedBucket {
+        PackedBucket {
+            expire_ms: s.expire_ms,
+            remainder: s.remainder,
+            per_micro: u32::try_from(s.per_micro).unwrap_or(u32::MAX),
+            tag: BucketTag::Bucket,
+        }
+    }
+
+    #[inline]
+    fn unpack(self) -> bucket::State {
+        bucket::State {
+            expire_ms: self.expire_ms,
+            remainder: self.remainder,
+            per_micro: u64::from(self.per_micro),
+        }
+    }
 }
 
 impl Slot {
@@ -107,7 +150,7 @@ impl Slot {
             Slot::Interval(s) => s.expire_ms,
             Slot::Fixed(s) => s.expire_ms,
             Slot::Sliding(s) => s.1,
-            Slot::Log(_, expire_ms) => *expire_ms,
+            Slot::Log(log) => log.1,
         }
     }
 }
@@ -119,10 +162,10 @@ fn decide(kernel: Kernel, now: u64, slot: Option<&Slot>, cost: u64) -> Outcome<S
     match kernel {
         Kernel::Bucket(p) => {
             let state = match slot {
-                Some(Slot::Bucket(s)) => Some(*s),
+                Some(Slot::Bucket(s)) => Some(s.unpack()),
                 _ => None,
             };
-            bucket::decide(now, state, p, cost).map_state(Slot::Bucket)
+            bucket::decide(now, state, p, cost).map_state(|s| Slot::Bucket(PackedBucket::pack(s)))
         }
         Kernel::Interval(p) => {
             let state = match slot {
@@ -148,12 +191,12 @@ fn decide(kernel: Kernel, now: u64, slot: Option<&Slot>, cost: u64) -> Outcome<S
         }
         Kernel::Log(p) => {
             let log: &[u64] = match slot {
-                Some(Slot::Log(log, _)) => log,
+                Some(Slot::Log(log)) => &log.0,
                 _ => &[],
             };
             sliding_log::decide(now, log, p, cost).map_state(|log| {
                 let expire_ms = sliding_log::expire_ms(&log, p).unwrap_or(0);
-                Slot::Log(log.into_boxed_slice(), expire_ms)
+                Slot::Log(Box::new((log.into_boxed_slice(), expire_ms)))
             })
         }
     }
