@@ -12,7 +12,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use redis_ratelimit::{
-    Global, RateLimited, RequestContext, enable_redis_rate_limit, rate_limit, scope_returning,
+    Global, RateLimited, RequestContext, Source, enable_redis_rate_limit, rate_limit,
+    scope_returning,
 };
 
 /// 2 calls per second on average, up to 5 at once, one bucket for every caller.
@@ -41,7 +42,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         println!(
             "limit `{}`: {} keyed by {}",
             decl.name(),
-            decl.effective().limit,
+            decl.effective(),
             decl.key()
         );
     }
@@ -49,9 +50,15 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     for call in 1..=12 {
         // The context records the decision, to print what is left.
         let (result, ctx) = scope_returning(RequestContext::new(), fetch_report(call)).await;
-        let remaining = ctx.recorded().map_or(0, |r| r.decision.remaining);
+        let decision = ctx.recorded().map(|r| r.decision);
         match result {
-            Ok(report) => println!("call {call:>2}: allowed: {report}, {remaining} left"),
+            Ok(report) => match decision {
+                Some(d) if d.source == Source::Disabled => {
+                    println!("call {call:>2}: allowed: {report}, no limit applies (disabled)");
+                }
+                Some(d) => println!("call {call:>2}: allowed: {report}, {} left", d.remaining),
+                None => println!("call {call:>2}: allowed: {report}"),
+            },
             Err(rejected) => println!(
                 "call {call:>2}: denied, retry in {:?}",
                 rejected.retry_after()

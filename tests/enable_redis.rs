@@ -7,6 +7,7 @@
 use redis::AsyncCommands;
 use redis_ratelimit::{
     Error, Global, RateLimited, RequestContext, Source, enable_redis_rate_limit, rate_limit, scope,
+    scope_returning,
 };
 use testkit::RedisServer;
 
@@ -59,9 +60,22 @@ async fn a_config_file_overrides_declared_limits_on_redis() {
         .unwrap();
     assert!(exists);
 
-    // A disabled limit lets every call through without touching Redis.
+    // A disabled limit lets every call through without touching Redis, and says so wherever
+    // it shows: its description and each call's decision (no quota, no headers).
+    let search_decl = redis_ratelimit::declared_limits()
+        .into_iter()
+        .find(|d| d.name() == "enable_redis::search")
+        .unwrap();
+    assert_eq!(
+        search_decl.effective().to_string(),
+        "disabled (declared 1 per day (burst 1))"
+    );
+    assert_eq!(decl.effective().to_string(), "100 per minute (burst 2)");
     for _ in 0..5 {
-        assert!(search().await.is_ok());
+        let (result, ctx) = scope_returning(RequestContext::new(), search()).await;
+        assert!(result.is_ok());
+        let d = ctx.recorded().expect("the decision is recorded").decision;
+        assert_eq!((d.source, d.remaining), (Source::Disabled, u64::MAX));
     }
     let exists: bool = con
         .exists("er:{20:enable_redis::search:global}")

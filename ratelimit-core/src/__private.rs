@@ -2,6 +2,7 @@
 //! API: its items change without notice.
 
 use std::sync::LazyLock;
+use std::time::Duration;
 
 pub use inventory;
 
@@ -16,7 +17,7 @@ use crate::decision::Source;
 pub use crate::naming::{bucket_key, key_slot};
 use crate::registry::Warning;
 pub use crate::registry::{LimitDeclaration, Registration, global};
-use crate::{Algorithm, KeyResolver, Limit, RateLimited, RateLimiter, Refill, Unit};
+use crate::{Algorithm, Decision, KeyResolver, Limit, RateLimited, RateLimiter, Refill, Unit};
 
 /// The limit of one `#[rate_limit]`, from every argument at once (a window's burst is its
 /// `replenish`), evaluated in the declaration's `static`: an invalid one is a compile error.
@@ -55,6 +56,18 @@ pub async fn check(
 ) -> Result<(), RateLimited> {
     let effective = decl.effective();
     if !effective.enabled {
+        // Said, so that what reads the decision (the response, a log line) shows no limit
+        // applied rather than a quota that does not hold.
+        let unlimited = Decision::new(
+            true,
+            u64::MAX,
+            effective.limit,
+            effective.cost,
+            Duration::ZERO,
+            Duration::ZERO,
+        )
+        .with_source(Source::Disabled);
+        record_current(decl.name(), unlimited);
         return Ok(());
     }
     let (limiter, enabled) = match limiter {

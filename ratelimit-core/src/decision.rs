@@ -44,6 +44,9 @@ pub enum Source {
     /// Refused locally: the store refused the same or a smaller cost on this bucket, and the
     /// bucket cannot have refilled enough since (the deny cache).
     DenyCache,
+    /// The limit is disabled by configuration (`enabled = false`): no limit applied and the
+    /// call passed unchecked; `remaining` is `u64::MAX` and no rate-limit header is sent.
+    Disabled,
 }
 
 impl Decision {

@@ -117,8 +117,8 @@ pub fn ceil_secs(d: Duration) -> u64 {
 /// Sets the headers of `decision` taken under the limit `name` on `headers` (replacing any
 /// already there, so a response is never sent two values).
 pub fn set_headers(headers: &mut HeaderMap, name: &str, d: &Decision, families: HeaderFamilies) {
-    if d.source == Source::NoKey {
-        // There was no bucket: no quota to describe.
+    if matches!(d.source, Source::NoKey | Source::Disabled) {
+        // There was no bucket, or no limit: no quota to describe.
         return;
     }
     if families.ietf {
@@ -278,6 +278,14 @@ mod tests {
             },
             Duration::from_millis(33_400),
         )
+    }
+
+    #[test]
+    fn a_disabled_limit_describes_no_quota() {
+        let mut h = HeaderMap::new();
+        let unlimited = decision(true).with_source(Source::Disabled);
+        set_headers(&mut h, "shop::orders", &unlimited, HeaderFamilies::ALL);
+        assert!(h.is_empty(), "{h:?}");
     }
 
     #[test]

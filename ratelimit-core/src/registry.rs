@@ -33,6 +33,21 @@ pub struct Effective {
     pub enabled: bool,
 }
 
+/// `3 per minute (burst 300)`, with the cost when above 1; `disabled` when an override
+/// turned the limit off, so that nothing shows a quota that does not hold.
+impl fmt::Display for Effective {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if !self.enabled {
+            return write!(f, "disabled (declared {})", self.limit);
+        }
+        write!(f, "{}", self.limit)?;
+        if self.cost > 1 {
+            write!(f, ", {} tokens a call", self.cost)?;
+        }
+        Ok(())
+    }
+}
+
 impl LimitDeclaration {
     #[doc(hidden)]
     pub const fn new(
