@@ -97,6 +97,10 @@ fn main() {
             .unwrap()
     });
     let bench = Bench::new(&url, port, SCRIPT, script, args.keys);
+    // The limiter's first heartbeat runs a moment after `build` returns and loads its script
+    // (a NOSCRIPT, then EVAL): let it land before any measurement, whose check that the server
+    // failed no call would count it. It writes the set of live instances.
+    rt.block_on(bench.wait_for_key("bench:instances", Duration::from_secs(5)));
     check_same_work(&rt, &limiter, &bench, &keys, &limit, &script);
     let client = if args.redis_rs_only {
         let conn = rt.block_on(async {

@@ -1,6 +1,6 @@
 //! The command line.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 pub(crate) const USAGE: &str = "\
@@ -73,7 +73,10 @@ impl Args {
                 .map_or(1, |n| n.get().saturating_sub(1).max(1)),
             rate: 1_000_000_000,
             burst: 1000,
-            out: PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/../docs")),
+            // The repository's docs/; this package is its benches/.
+            out: Path::new(env!("CARGO_MANIFEST_DIR"))
+                .parent()
+                .map_or_else(|| PathBuf::from("docs"), |root| root.join("docs")),
             prefix: "loadgen".to_owned(),
             font: None,
             plots: true,

@@ -289,6 +289,29 @@ impl Bench {
             .unwrap();
     }
 
+    /// Waits until `key` exists, on the caller's runtime (a current-thread one runs the
+    /// limiter's tasks only while this awaits); panics after `limit`.
+    pub(crate) async fn wait_for_key(&self, key: &str, limit: Duration) {
+        let mut c = self
+            .client
+            .get_multiplexed_async_connection()
+            .await
+            .unwrap();
+        let started = Instant::now();
+        while !redis::cmd("EXISTS")
+            .arg(key)
+            .query_async::<bool>(&mut c)
+            .await
+            .unwrap()
+        {
+            assert!(
+                started.elapsed() < limit,
+                "`{key}` did not appear within {limit:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
     pub(crate) async fn server_work_async(&self) -> ServerWork {
         let mut c = self
             .client
