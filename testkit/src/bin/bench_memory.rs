@@ -25,7 +25,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use ratelimit_core::{FailurePolicy, Limit, RateLimiter, Source};
+use ratelimit_core::{Algorithm, FailurePolicy, Limit, RateLimiter, Refill, Source};
 use redis::aio::MultiplexedConnection;
 use testkit::RedisServer;
 
@@ -88,7 +88,14 @@ impl Variant {
 /// Buckets created (then flushed) before each measurement.
 const WARM_UP: usize = 5_000;
 
-const VARIANTS: [Variant; 6] = [
+/// The other algorithms, each on hour-long windows (so that no key ends while it is measured),
+/// 10 tokens an hour.
+const FIXED: Limit = Limit::per_hour(10).algorithm(Algorithm::FixedWindow);
+const SLIDING: Limit = Limit::per_hour(10).algorithm(Algorithm::SlidingWindow);
+const LOG: Limit = Limit::per_hour(10).algorithm(Algorithm::SlidingLog);
+const INTERVAL: Limit = Limit::per_hour(1).burst(10).refill(Refill::Interval);
+
+const VARIANTS: [Variant; 11] = [
     Variant::Ours {
         label: "ours",
         name: None,
@@ -118,6 +125,36 @@ const VARIANTS: [Variant; 6] = [
     Variant::SpringPaired {
         label: "spring (same id in both keys, EVALSHA from Rust)",
         id_prefix: "user:",
+    },
+    Variant::Ours {
+        label: "ours, interval refill (10, 1 an hour)",
+        name: None,
+        limit: INTERVAL,
+        cost: 1,
+    },
+    Variant::Ours {
+        label: "ours, fixed window (10 an hour)",
+        name: None,
+        limit: FIXED,
+        cost: 1,
+    },
+    Variant::Ours {
+        label: "ours, sliding window (10 an hour)",
+        name: None,
+        limit: SLIDING,
+        cost: 1,
+    },
+    Variant::Ours {
+        label: "ours, sliding log (10 an hour), 1 token",
+        name: None,
+        limit: LOG,
+        cost: 1,
+    },
+    Variant::Ours {
+        label: "ours, sliding log (10 an hour), full: 10 tokens",
+        name: None,
+        limit: LOG,
+        cost: 10,
     },
 ];
 
