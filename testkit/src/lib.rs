@@ -9,6 +9,7 @@
 //! algorithm's script, plotted in `docs/algorithms.md`).
 
 pub mod cluster;
+#[cfg(feature = "plots")]
 pub mod font;
 pub mod hammer;
 pub mod sentinel;

@@ -6,7 +6,7 @@
 //! second and the most admitted in any 3 s span, and plots them into a PNG.
 //!
 //! ```text
-//! cargo run --release -p testkit --bin algorithms_plot -- [--out docs/algorithms-seed001.png] [--font PATH]
+//! cargo run --release -p testkit --features plots --bin algorithms_plot -- [--out docs/algorithms-seed001.png] [--font PATH]
 //! ```
 //! Seconds are the server's (each script returns the time it decided at), so a call that ran
 //! late counts in the second it ran in; the program says how many did.
