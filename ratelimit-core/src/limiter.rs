@@ -414,7 +414,8 @@ enum StoreChoice {
 pub const DEFAULT_PREFIX: &str = "ratelimit";
 
 impl RateLimiterBuilder {
-    /// Keep buckets in the Redis at `url` (`redis://host:port/db`, `rediss://` for TLS);
+    /// Keep buckets in the Redis at `url` (`redis://host:port/db`, `rediss://` for TLS with the
+    /// `tls` feature);
     /// `memory://` keeps them in this process's memory instead.
     pub fn redis(mut self, url: impl Into<String>) -> Self {
         self.store = Some(StoreChoice::RedisUrl(url.into()));

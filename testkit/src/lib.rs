@@ -13,6 +13,7 @@ pub mod cluster;
 pub mod font;
 pub mod hammer;
 pub mod sentinel;
+pub mod tls;
 
 use std::io::Read;
 use std::net::TcpListener;

@@ -45,7 +45,7 @@ const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
 /// own.
 ///
 /// The URL picks the deployment:
-/// - `redis://host:port/db` (or `rediss://` for TLS): one server;
+/// - `redis://host:port/db` (or `rediss://` for TLS, with the `tls` feature): one server;
 /// - `redis+cluster://host1:port1,host2:port2`: a Redis Cluster, from any of its nodes (every
 ///   bucket key is hash-tagged, so a script never spans slots);
 /// - `redis+sentinel://sentinel1:26379,sentinel2:26379/mymaster`: the master that the Sentinels
@@ -297,6 +297,13 @@ enum Target {
 }
 
 fn parse_target(url: &str) -> Result<Target, String> {
+    if !cfg!(feature = "tls") && url.starts_with("rediss") {
+        return Err(
+            "`rediss://` connects with TLS, which needs the `tls` feature of \
+                    redis-ratelimit (`features = [\"tls\"]`)"
+                .to_owned(),
+        );
+    }
     let split_hosts = |scheme: &str, rest: &str| -> Result<(Vec<String>, String), String> {
         let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
         let (userinfo, hosts) = match authority.rsplit_once('@') {
