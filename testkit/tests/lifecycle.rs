@@ -117,12 +117,10 @@ async fn a_reset_reaches_the_deny_cache_of_another_limiter() {
     })
     .await;
     println!("reset heard by another limiter after {:?}", reset.elapsed());
+    // Only that bucket: the other is still refused (by the deny cache, or by Redis should a
+    // slow heartbeat have made b subscribe again, which forgets every refusal on purpose).
     let d = b.check("user:2", &limit).await.unwrap();
-    assert_eq!(
-        (d.allowed, d.source),
-        (false, Source::DenyCache),
-        "only that bucket"
-    );
+    assert!(!d.allowed, "only that bucket: {d:?}");
     // A macro's bucket, by its limit's name.
     refused_by_deny_cache(&b, "user:1", &limit).await;
     let named = |l: &RateLimiter| {
@@ -134,8 +132,14 @@ async fn a_reset_reaches_the_deny_cache_of_another_limiter() {
         }
     };
     assert!(named(&b).await.allowed);
-    assert_eq!(named(&b).await.source, Source::Store);
-    assert_eq!(named(&b).await.source, Source::DenyCache);
+    let mut cached = false;
+    for _ in 0..10 {
+        if named(&b).await.source == Source::DenyCache {
+            cached = true;
+            break;
+        }
+    }
+    assert!(cached, "the deny cache refuses the named bucket");
     a.reset_named("orders::list", "user:1").await.unwrap();
     eventually("b admits on the named bucket", async || {
         named(&b).await.allowed
@@ -393,14 +397,25 @@ proptest! {
             format!("redis://:{password}@127.0.0.1:{port}"),
             format!("redis://user:{password}@127.0.0.1:{port}/0"),
             format!("redis://{password}@127.0.0.1:{port}"),
-            format!("rediss://:{password}@127.0.0.1:{port}"),
+            // TLS to a closed port: the TLS path's errors, without a handshake to wait out.
+            format!("rediss://:{password}@127.0.0.1:{closed}"),
             format!("redis+cluster://:{password}@127.0.0.1:{port},127.0.0.1:{closed}"),
             format!("redis+sentinel://u:{password}@127.0.0.1:{closed},127.0.0.1:{closed}/mymaster"),
             format!("redis://127.0.0.1:{port}/0?password={password}&protocol=resp3"),
             password.clone(),
         ];
         let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        // In `redis://<text>@host` the text stands where the user name goes: what precedes its
+        // first `:`, when plain, is a user name, which an error may show; what follows is the
+        // password. Everywhere else the whole text is the password.
+        let plain = |u: &str| u.bytes().all(|b| b.is_ascii_alphanumeric() || b"-._~".contains(&b));
+        let user_form = format!("redis://{password}@127.0.0.1:{port}");
+        let secret_of = |url: &str| match password.split_once(':') {
+            Some((user, secret)) if url == user_form && plain(user) => secret.to_owned(),
+            _ => password.clone(),
+        };
         for url in urls {
+            let secret = secret_of(&url);
             let builder = RateLimiter::builder().redis(url.as_str());
             let options = EnableOptions::with_builder("app", RateLimiter::builder().redis(url.as_str()));
             let mut texts = vec![format!("{builder:?}"), format!("{options:?}")];
@@ -414,7 +429,7 @@ proptest! {
             }
             for text in texts {
                 prop_assert!(
-                    !shows(&text, &password) && !shows(&text, &decoded(&password)),
+                    !shows(&text, &secret) && !shows(&text, &decoded(&secret)),
                     "{url} shows its password in: {text}"
                 );
             }
