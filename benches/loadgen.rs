@@ -51,7 +51,7 @@ use crate::report::Run;
 const FLOOD_LIMIT: Limit = Limit::per_hour(1);
 
 /// The decision script, exactly as the limiter loads it.
-const SCRIPT: &str = include_str!("../ratelimit-core/src/scripts/gcra.lua");
+const SCRIPT: &str = redis_ratelimit::__private::TOKEN_BUCKET_SCRIPT;
 
 fn main() {
     let args = match Args::parse(std::env::args().skip(1)) {

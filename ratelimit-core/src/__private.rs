@@ -11,6 +11,9 @@ pub use inventory;
 pub use crate::algorithm::{
     Outcome, WindowParams, fixed_window, interval_bucket, sliding_log, sliding_window,
 };
+/// The token bucket's script as Redis runs it (the load generator hands it to
+/// `redis-benchmark`).
+pub use crate::bucket::SCRIPT as TOKEN_BUCKET_SCRIPT;
 
 use crate::context::{missing_piece, record_current, with_current};
 use crate::decision::Source;

@@ -6,6 +6,12 @@
 
 use crate::limit::Params;
 
+/// The script, with the shared prelude, as Redis runs it.
+pub const SCRIPT: &str = concat!(
+    include_str!("scripts/prelude.lua"),
+    include_str!("scripts/gcra.lua")
+);
+
 /// A bucket that is not full: it is full again at `expire_ms` minus `remainder` fine units of
 /// `1 / per_micro` microsecond. Exactly what Redis keeps: the key's expiry (ms) and its integer
 /// value, which carries the fine unit it was written in (see `gcra.lua`).

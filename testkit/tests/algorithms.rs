@@ -404,7 +404,7 @@ fn foreign_values_are_overwritten_not_errors() {
 /// of 1 per hour, so the test's own time cannot add a token.
 #[test]
 fn token_bucket_initial_fill_on_redis() {
-    const GCRA: &str = include_str!("../../ratelimit-core/src/scripts/gcra.lua");
+    const GCRA: &str = ratelimit_core::__private::TOKEN_BUCKET_SCRIPT;
     let server = RedisServer::start();
     let mut con = server.blocking_connection();
     let script = Script::new(GCRA);
@@ -529,7 +529,7 @@ fn memory_per_active_key() {
         }),
     ));
     // The token bucket (gcra.lua), for comparison: 100 per minute, all taken (active 60 s).
-    let gcra = Script::new(include_str!("../../ratelimit-core/src/scripts/gcra.lua"));
+    let gcra = Script::new(ratelimit_core::__private::TOKEN_BUCKET_SCRIPT);
     rows.push((
         "token_bucket (gcra.lua)",
         per_key(&mut con, N, |c, k| {

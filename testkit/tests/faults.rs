@@ -19,7 +19,7 @@ use testkit::RedisServer;
 
 /// The decision script, to ask a server whether it holds it.
 fn script_hash() -> String {
-    redis::Script::new(include_str!("../../ratelimit-core/src/scripts/gcra.lua"))
+    redis::Script::new(ratelimit_core::__private::TOKEN_BUCKET_SCRIPT)
         .get_hash()
         .to_owned()
 }

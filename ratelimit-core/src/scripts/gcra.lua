@@ -1,4 +1,5 @@
--- One token-bucket decision, atomically, on the Redis server's clock.
+-- One token-bucket decision, atomically, on the Redis server's clock (after prelude.lua, which
+-- gives div_floor, div_ceil, int and `now` in microseconds).
 --
 -- The bucket is kept as GCRA's theoretical arrival time (TAT): the instant at which the
 -- bucket is full again. It is split across the key's own expiry and its value:
@@ -37,19 +38,6 @@ local tau = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
 local absent = tonumber(ARGV[5] or '0') or 0
 
--- Exact integer division of non-negative integers below 2^53 (the correction steps absorb
--- any rounding of the double quotient).
-local function div_floor(a, b)
-  local q = math.floor(a / b)
-  if q * b > a then q = q - 1 elseif (q + 1) * b <= a then q = q + 1 end
-  return q
-end
-local function div_ceil(a, b)
-  local q = div_floor(a, b)
-  if q * b < a then q = q + 1 end
-  return q
-end
-
 -- The stored remainder and its fine unit, or nil for a value this script never writes.
 local function read_value(v)
   if type(v) ~= 'string' then return nil end
@@ -74,9 +62,6 @@ local function write_value(r)
   if r == 0 then return string.format('-%d', d) end
   return string.format('-%d%010d', r, d)
 end
-
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 
 -- x: fine units until the bucket is full again (0 = full). stale: what is stored is not
 -- what the current limit reads, so it is rewritten whatever the decision.

@@ -1,4 +1,4 @@
--- Shared by the algorithms' scripts (fixed_window, sliding_window, sliding_log,
+-- Shared by the decision scripts (gcra, fixed_window, sliding_window, sliding_log,
 -- interval_bucket), prepended to each by `include_str!` so that each runs as one script.
 -- Every quantity stays below 2^53 (checked in Rust), where Lua's doubles are exact integers.
 -- Pass every large number to redis.call through int(): Redis turns a bare Lua number into

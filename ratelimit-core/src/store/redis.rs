@@ -16,7 +16,7 @@ use crate::error::redact_url;
 use crate::{Decision, Error, Limit, Store};
 
 /// The token bucket's script (GCRA, smooth refill).
-const GCRA_LUA: &str = include_str!("../scripts/gcra.lua");
+const GCRA_LUA: &str = crate::bucket::SCRIPT;
 
 /// The heartbeat script's text.
 const HEARTBEAT_LUA: &str = include_str!("../scripts/heartbeat.lua");

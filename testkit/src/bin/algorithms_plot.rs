@@ -73,7 +73,7 @@ fn algorithms() -> Result<Vec<Algorithm>, Error> {
         ),
         new(
             "token bucket (GCRA, burst 1000)",
-            include_str!("../../../ratelimit-core/src/scripts/gcra.lua"),
+            ratelimit_core::__private::TOKEN_BUCKET_SCRIPT,
             gcra,
         ),
     ])
