@@ -66,6 +66,45 @@ enum Variant {
         label: &'static str,
         id_prefix: &'static str,
     },
+    /// Another library's script, verbatim, on its own key shape: 10 tokens an hour, `tokens`
+    /// taken at once.
+    Peer {
+        label: &'static str,
+        peer: Peer,
+        tokens: u32,
+    },
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Peer {
+    /// Python `limits`' moving window: a list of admission times per key.
+    LimitsMovingWindow,
+    /// rate-limiter-flexible's `RateLimiterRedis`: a counter per key and window.
+    FlexibleFixedWindow,
+}
+
+/// Python `limits` 5.8.0's `acquire_moving_window.lua`, verbatim after a two-line header.
+const LIMITS_MOVING_WINDOW: &str =
+    include_str!("../../../benches/memory/limits_acquire_moving_window.lua");
+/// rate-limiter-flexible 11.4.0's fixed-window script, verbatim after a two-line header.
+const FLEXIBLE_FIXED_WINDOW: &str = include_str!("../../../benches/memory/flexible_incr_ttl.lua");
+
+impl Peer {
+    fn key(self, id: &str) -> String {
+        match self {
+            // `LIMITS:` + `RateLimitItemPerHour(10).key_for(id)`.
+            Peer::LimitsMovingWindow => format!("LIMITS:LIMITER/{id}/10/1/hour"),
+            // keyPrefix `rlflx` (its default) + `:` + key.
+            Peer::FlexibleFixedWindow => format!("rlflx:{id}"),
+        }
+    }
+
+    fn prefix(self) -> &'static str {
+        match self {
+            Peer::LimitsMovingWindow => "LIMITS:",
+            Peer::FlexibleFixedWindow => "rlflx:",
+        }
+    }
 }
 
 impl Variant {
@@ -73,13 +112,14 @@ impl Variant {
         match self {
             Variant::Ours { label, .. }
             | Variant::SpringBenchmark { label, .. }
-            | Variant::SpringPaired { label, .. } => label,
+            | Variant::SpringPaired { label, .. }
+            | Variant::Peer { label, .. } => label,
         }
     }
 
     fn keys_per_bucket(&self) -> u64 {
         match self {
-            Variant::Ours { .. } => 1,
+            Variant::Ours { .. } | Variant::Peer { .. } => 1,
             Variant::SpringBenchmark { .. } | Variant::SpringPaired { .. } => 2,
         }
     }
@@ -95,7 +135,7 @@ const SLIDING: Limit = Limit::per_hour(10).algorithm(Algorithm::SlidingWindow);
 const LOG: Limit = Limit::per_hour(10).algorithm(Algorithm::SlidingLog);
 const INTERVAL: Limit = Limit::per_hour(1).burst(10).refill(Refill::Interval);
 
-const VARIANTS: [Variant; 11] = [
+const VARIANTS: [Variant; 14] = [
     Variant::Ours {
         label: "ours",
         name: None,
@@ -155,6 +195,21 @@ const VARIANTS: [Variant; 11] = [
         name: None,
         limit: LOG,
         cost: 10,
+    },
+    Variant::Peer {
+        label: "Python limits, moving window (10 an hour), 1 token",
+        peer: Peer::LimitsMovingWindow,
+        tokens: 1,
+    },
+    Variant::Peer {
+        label: "Python limits, moving window (10 an hour), full: 10 tokens",
+        peer: Peer::LimitsMovingWindow,
+        tokens: 10,
+    },
+    Variant::Peer {
+        label: "rate-limiter-flexible, fixed window (10 an hour)",
+        peer: Peer::FlexibleFixedWindow,
+        tokens: 1,
     },
 ];
 
@@ -493,6 +548,43 @@ async fn work(ctx: &mut Ctx<'_>, variant: Variant, n: usize, warm: bool) -> Resu
                 timestamp.replace("__rand_int__", "000000012345")
             )
         }
+        Variant::Peer { peer, tokens, .. } => {
+            let shared = conn.clone();
+            drive(n, ctx.concurrency, move |i| {
+                let mut conn = shared.clone();
+                async move {
+                    let key = peer.key(&format!("user:{}", digits(i)));
+                    let mut eval = redis::cmd("EVAL");
+                    match peer {
+                        Peer::LimitsMovingWindow => {
+                            // time.time(), as redis-py sends a float: seconds with a fraction.
+                            let (secs, micros): (u64, u64) = redis::cmd("TIME")
+                                .query_async(&mut conn)
+                                .await
+                                .map_err(e2s)?;
+                            eval.arg(LIMITS_MOVING_WINDOW)
+                                .arg(1)
+                                .arg(&key)
+                                .arg(format!("{secs}.{micros:06}"))
+                                .arg(10)
+                                .arg(3600)
+                                .arg(tokens);
+                        }
+                        Peer::FlexibleFixedWindow => {
+                            eval.arg(FLEXIBLE_FIXED_WINDOW)
+                                .arg(1)
+                                .arg(&key)
+                                .arg(tokens)
+                                .arg(3600);
+                        }
+                    }
+                    let _: redis::Value = eval.query_async(&mut conn).await.map_err(e2s)?;
+                    Ok(())
+                }
+            })
+            .await?;
+            peer.key("user:000000012345")
+        }
         Variant::SpringPaired { id_prefix, .. } => {
             let now = server_secs(conn).await?;
             let sha = ctx.spring_sha.clone();
@@ -554,6 +646,7 @@ async fn census(conn: &mut MultiplexedConnection, variant: Variant) -> Result<Ce
     let prefix = match variant {
         Variant::Ours { .. } => "svc:{",
         Variant::SpringBenchmark { .. } | Variant::SpringPaired { .. } => "request_rate_limiter.{",
+        Variant::Peer { peer, .. } => peer.prefix(),
     };
     let mut c = Census {
         buckets_keys: 0,
