@@ -29,10 +29,49 @@ impl Parse for RawArg {
     }
 }
 
-/// Splits `a = 1, b = "x"` into its arguments; only a syntax error fails.
-pub(crate) fn parse_list(tokens: TokenStream) -> syn::Result<Vec<RawArg>> {
-    let list = Punctuated::<RawArg, Token![,]>::parse_terminated.parse2(tokens)?;
-    Ok(list.into_iter().collect())
+/// One item of the list: an argument, or a value written without its name.
+enum Item {
+    Arg(RawArg),
+    Bare(syn::Lit),
+}
+
+impl Parse for Item {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        if input.peek(syn::Lit) {
+            return input.parse().map(Item::Bare);
+        }
+        input.parse().map(Item::Arg)
+    }
+}
+
+/// Splits `a = 1, b = "x"` into its arguments; only a syntax error fails. A value written
+/// without its name (`#[rate_limit(3)]`) is reported with `meant`'s guess at the argument.
+pub(crate) fn parse_list(
+    tokens: TokenStream,
+    meant: fn(&syn::Lit) -> String,
+) -> syn::Result<Vec<RawArg>> {
+    let list = Punctuated::<Item, Token![,]>::parse_terminated.parse2(tokens)?;
+    list.into_iter()
+        .map(|item| match item {
+            Item::Arg(arg) => Ok(arg),
+            Item::Bare(lit) => Err(syn::Error::new(
+                lit.span(),
+                format!(
+                    "arguments are written `name = value`: did you mean `{}`?",
+                    meant(&lit)
+                ),
+            )),
+        })
+        .collect()
+}
+
+/// A literal as `name = literal`, for the guess of [`parse_list`].
+pub(crate) fn literal_text(lit: &syn::Lit) -> String {
+    match lit {
+        syn::Lit::Int(i) => i.base10_digits().to_owned(),
+        syn::Lit::Str(s) => format!("{:?}", s.value()),
+        _ => "..".to_owned(),
+    }
 }
 
 /// Every error found, so that one compile shows them all.

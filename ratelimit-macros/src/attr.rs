@@ -165,7 +165,12 @@ impl RateLimitArgs {
             initial: None,
             written: Vec::new(),
         };
-        for RawArg { name, value } in args::parse_list(tokens)? {
+        // A bare number is most likely the rate, a bare string the unit.
+        let meant = |lit: &Lit| match lit {
+            Lit::Str(_) => format!("unit = {}", args::literal_text(lit)),
+            _ => format!("replenish = {}", args::literal_text(lit)),
+        };
+        for RawArg { name, value } in args::parse_list(tokens, meant)? {
             let kw = name.to_string();
             if let Some((_, plan)) = PLANNED.iter().find(|(planned, _)| *planned == kw) {
                 errors.at(

@@ -53,7 +53,9 @@ struct EnableArgs {
 /// surrounding `.await?` still type-checks and reports nothing more).
 pub(crate) fn enable_redis_rate_limit(tokens: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
-    let options = match args::parse_list(tokens) {
+    // A bare string is most likely the URL.
+    let meant = |lit: &syn::Lit| format!("url = {}", args::literal_text(lit));
+    let options = match args::parse_list(tokens, meant) {
         Ok(list) => parse(list, &mut errors),
         Err(e) => {
             errors.push(e);
