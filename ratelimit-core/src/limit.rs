@@ -870,7 +870,10 @@ impl Params {
             interval,
             per_micro: self.per_micro,
             tau,
-            absent: tau - self.tau,
+            // The room saved for a costly call, plus what the limit's initial fill leaves out:
+            // a share holds `burst` tokens of `n` times the interval, the same fine units, so
+            // an initial fill carries over as it is.
+            absent: tau - self.tau + self.absent,
         }
     }
 }
@@ -895,6 +898,21 @@ mod tests {
             p.tau,
             "but an absent bucket holds 9/100 of a token"
         );
+    }
+
+    #[test]
+    fn shares_keep_the_initial_fill() {
+        let empty = Limit::per_second(10).initial(0).params();
+        for n in [1, 2, 7] {
+            let s = empty.shared(n, 1);
+            assert_eq!(
+                s.absent, s.tau,
+                "{n} instances: an absent share starts empty too"
+            );
+        }
+        let three = Limit::per_second(10).initial(3).params().shared(2, 1);
+        // 3 of 10 tokens in all, so 1.5 of each instance's 5: 1.5 share intervals.
+        assert_eq!(2 * (three.tau - three.absent), 3 * three.interval);
     }
 
     #[test]
