@@ -27,6 +27,22 @@ pub fn redis_server_bin() -> PathBuf {
         .map_or_else(|| PathBuf::from("redis-server"), PathBuf::from)
 }
 
+/// A number in the text of `INFO`: the value of the line `line` (`used_memory`), or, with
+/// `field`, of that field of a line of fields (`cmdstat_eval` and `calls`, from
+/// `cmdstat_eval:calls=3,usec=..`). `None` when absent or not a number.
+pub fn info_number(info: &str, line: &str, field: Option<&str>) -> Option<u64> {
+    let rest = info
+        .lines()
+        .find_map(|l| l.strip_prefix(line)?.strip_prefix(':'))?;
+    let value = match field {
+        Some(field) => rest
+            .split(',')
+            .find_map(|kv| kv.strip_prefix(field)?.strip_prefix('='))?,
+        None => rest,
+    };
+    value.trim().parse().ok()
+}
+
 /// A port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");

@@ -435,12 +435,7 @@ fn token_bucket_initial_fill_on_redis() {
 
 fn used_memory(con: &mut Connection) -> u64 {
     let info: String = redis::cmd("INFO").arg("memory").query(con).unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
+    testkit::info_number(&info, "used_memory", None).unwrap()
 }
 
 /// Bytes of `used_memory` per key over `n` keys that `write` fills, from an empty database.

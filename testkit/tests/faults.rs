@@ -43,15 +43,7 @@ async fn info_number(server: &RedisServer, section: &str, line: &str, field: &st
         .query_async(&mut con)
         .await
         .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix(line)?.strip_prefix(':'))
-        .and_then(|rest| {
-            rest.split(',')
-                .find_map(|kv| kv.strip_prefix(field)?.strip_prefix('='))
-                .or(Some(rest))
-        })
-        .and_then(|v| v.trim().parse().ok())
-        .unwrap_or(0)
+    testkit::info_number(&info, line, Some(field)).unwrap_or(0)
 }
 
 /// How many times the server ran a script (`EVALSHA` and `EVAL`).

@@ -175,12 +175,8 @@ async fn used_memory(con: &mut redis::aio::MultiplexedConnection) -> i64 {
         .query_async(con)
         .await
         .unwrap();
-    info.lines()
-        .find_map(|l| l.strip_prefix("used_memory:"))
-        .unwrap()
-        .trim()
-        .parse()
-        .unwrap()
+    let bytes = testkit::info_number(&info, "used_memory", None).unwrap();
+    i64::try_from(bytes).unwrap()
 }
 
 async fn dbsize(con: &mut redis::aio::MultiplexedConnection) -> i64 {

@@ -284,12 +284,13 @@ async fn info_u64(
     section: &str,
     field: &str,
 ) -> Result<u64, String> {
-    info(conn, section)
-        .await?
-        .get(field)
-        .ok_or_else(|| format!("no `{field}` in INFO {section}"))?
-        .parse()
-        .map_err(e2s)
+    let text: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(conn)
+        .await
+        .map_err(e2s)?;
+    testkit::info_number(&text, field, None)
+        .ok_or_else(|| format!("no number `{field}` in INFO {section}"))
 }
 
 /// Waits (at most 10 s) until the server has let go of clients that disconnected, so their
