@@ -204,13 +204,14 @@ async fn impossible_costs_are_errors(h: Harness) {
     assert_eq!(h.check("k", &limit, 5).await.d.remaining, 0);
 }
 
-async fn a_raised_quota_keeps_its_retry_after(h: Harness) {
-    // 3 per minute with a burst of 5, drained; then an override raises it to 60 per minute.
+async fn a_raised_quota_keeps_the_tokens_taken(h: Harness) {
+    // 3 per minute with a burst of 5, drained; then an override raises it to 60 per minute
+    // with the same burst: the 5 tokens taken stay taken, and come back at 1 per second.
     let old = Limit::per_minute(3).burst(5);
     for _ in 0..5 {
         assert!(h.check("k", &old, 1).await.d.allowed);
     }
-    let new = Limit::per_minute(60);
+    let new = Limit::per_minute(60).burst(5);
     let refused = h.check("k", &new, 1).await.d;
     assert!(!refused.allowed);
     h.assert_duration(
@@ -224,6 +225,38 @@ async fn a_raised_quota_keeps_its_retry_after(h: Harness) {
         h.check("k", &new, 1).await.d.allowed,
         "waiting retry_after is admitted"
     );
+    // A raised burst offers what it adds at once, and not one token more.
+    for _ in 0..5 {
+        assert!(h.check("j", &old, 1).await.d.allowed);
+    }
+    let larger = Limit::per_minute(60);
+    for i in 0..55 {
+        assert!(h.check("j", &larger, 1).await.d.allowed, "call {i}");
+    }
+    assert!(!h.check("j", &larger, 1).await.d.allowed);
+}
+
+async fn a_lowered_rate_keeps_the_tokens_taken(h: Harness) {
+    // 100 per minute drained, then 5 per minute with the same burst: the 100 tokens taken
+    // stay taken and come back at one per 12 s, not 95 of them at once.
+    let old = Limit::per_minute(100);
+    for _ in 0..100 {
+        assert!(h.check("k", &old, 1).await.d.allowed);
+    }
+    let new = Limit::per_minute(5).burst(100);
+    let refused = h.check("k", &new, 1).await.d;
+    assert!(!refused.allowed);
+    assert_eq!(refused.remaining, 0);
+    // On Redis, what refilled at the old rate while the calls ran comes off 20 times over.
+    h.assert_duration(
+        refused.retry_after,
+        Duration::from_secs(12),
+        Duration::from_secs(4),
+        "retry",
+    );
+    h.advance(refused.retry_after).await;
+    assert!(h.check("k", &new, 1).await.d.allowed, "waited retry_after");
+    assert!(!h.check("k", &new, 1).await.d.allowed, "one token, not 95");
 }
 
 async fn a_lowered_burst_keeps_its_retry_after(h: Harness) {
@@ -246,13 +279,16 @@ async fn a_lowered_burst_keeps_its_retry_after(h: Harness) {
 }
 
 async fn a_new_fine_unit_reads_the_bucket_no_fuller(h: Harness) {
-    // 3 per second keeps sub-microsecond remainders; 10 per second must not read them as
-    // credit: the second of debt is a whole empty bucket, the first token 100 ms away.
+    // 3 per second keeps sub-microsecond remainders; 10 per second must read them as the
+    // tokens owed: 3 of 10, so 7 calls pass and the next token is 100 ms away.
     let old = Limit::per_second(3).burst(3);
     for _ in 0..3 {
         assert!(h.check("k", &old, 1).await.d.allowed);
     }
     let new = Limit::per_second(10);
+    for i in 0..7 {
+        assert!(h.check("k", &new, 1).await.d.allowed, "call {i} of 7");
+    }
     let refused = h.check("k", &new, 1).await.d;
     assert!(!refused.allowed);
     h.assert_duration(
@@ -497,7 +533,8 @@ conformance!(
     refill_follows_the_rate_for_every_unit,
     keys_and_prefixes_are_independent,
     impossible_costs_are_errors,
-    a_raised_quota_keeps_its_retry_after,
+    a_raised_quota_keeps_the_tokens_taken,
+    a_lowered_rate_keeps_the_tokens_taken,
     a_lowered_burst_keeps_its_retry_after,
     a_new_fine_unit_reads_the_bucket_no_fuller,
     named_and_unnamed_buckets_never_meet,

@@ -15,6 +15,18 @@ pub use crate::algorithm::{
 /// `redis-benchmark`).
 pub use crate::bucket::SCRIPT as TOKEN_BUCKET_SCRIPT;
 
+/// The token bucket's kernel, for the differential tests beside the other algorithms'.
+pub mod token_bucket {
+    pub use crate::bucket::{SCRIPT, State, decide};
+    pub use crate::limit::Params;
+
+    /// The script's arguments for `limit` (smooth refill), in fine units.
+    #[must_use]
+    pub const fn params(limit: &crate::Limit) -> Params {
+        limit.params()
+    }
+}
+
 use crate::context::{missing_piece, record_current, with_current};
 use crate::decision::Source;
 pub use crate::naming::{bucket_key, key_slot};

@@ -13,13 +13,20 @@ pub const SCRIPT: &str = concat!(
 );
 
 /// A bucket that is not full: it is full again at `expire_ms` minus `remainder` fine units of
-/// `1 / per_micro` microsecond. Exactly what Redis keeps: the key's expiry (ms) and its integer
-/// value, which carries the fine unit it was written in (see `gcra.lua`).
+/// `1 / per_micro` microsecond, and one token takes `interval` of those fine units. Exactly
+/// what Redis keeps: the key's expiry (ms) and its value, which carries the limit's interval
+/// and fine unit it was written under (see `gcra.lua`), so that a bucket read under another
+/// limit still owes the tokens it owed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct State {
-    pub(crate) expire_ms: u64,
-    pub(crate) remainder: u64,
-    pub(crate) per_micro: u64,
+pub struct State {
+    /// The key's expiry: the instant the bucket is full again, rounded up to the millisecond.
+    pub expire_ms: u64,
+    /// Fine units from the full instant to the expiry, below `1000 * per_micro`.
+    pub remainder: u64,
+    /// The fine unit it was written in: fine units per microsecond.
+    pub per_micro: u64,
+    /// The interval it was written under: fine units one token takes.
+    pub interval: u64,
 }
 
 /// The outcome of one decision: what the caller sees, and the state to store if it changed
@@ -30,14 +37,20 @@ pub(crate) type Outcome = crate::algorithm::Outcome<State>;
 /// Decides one call of `cost` tokens at `now_us` on a bucket in `state` (`None`: full).
 /// The caller guarantees `1 <= cost <= burst`.
 ///
-/// A state may say more than the limit allows: the limit changed since it was written (a
-/// lower burst, another rate), or the clock stepped back. Such a bucket reads as empty, and
-/// that reading is stored even when the call is refused: otherwise the refusal's
-/// `retry_after` would be measured from the clamped state while the stored one still owes
-/// more, and a caller waiting it would be refused again. A state written in another fine unit
-/// is read in whole microseconds, rounded towards empty, and stored again in this limit's.
+/// A state written under another limit (another rate) still owes the tokens it owed: its
+/// debt is converted to this limit's interval, rounded towards empty, and stored again in
+/// this limit's terms even when the call is refused. A state may owe more than the limit
+/// holds: a lower burst, or a clock stepped back. Such a bucket reads as empty, and that
+/// reading is stored even when the call is refused: otherwise the refusal's `retry_after`
+/// would be measured from the clamped state while the stored one still owes more, and a
+/// caller waiting it would be refused again.
 #[inline]
-pub(crate) fn decide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outcome {
+pub fn decide(
+    now_us: u64,
+    state: Option<State>,
+    p: Params,
+    cost: u64,
+) -> crate::algorithm::Outcome<State> {
     match decide_narrow(now_us, state, p, cost) {
         Some(outcome) => outcome,
         None => decide_wide(now_us, state, p, cost),
@@ -54,6 +67,7 @@ fn decide_narrow(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Opt
         per_micro: d,
         tau,
         absent,
+        forgotten,
     } = p;
     // Fine units to microseconds, rounded up; most limits have a whole number of
     // microseconds per token (`d == 1`), which needs no division.
@@ -65,19 +79,22 @@ fn decide_narrow(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Opt
         Some(s) => {
             let expire_us = s.expire_ms.checked_mul(1000)?;
             let owed = match expire_us.checked_sub(now_us) {
-                // Full again already, or now: nothing owed (the remainder is never negative).
-                None | Some(0) => (0, false),
-                Some(until) if s.per_micro == d => {
-                    (until.checked_mul(d)?.saturating_sub(s.remainder), false)
+                None => 0,
+                Some(until) if s.per_micro == d && s.interval == interval => {
+                    until.checked_mul(d)?.saturating_sub(s.remainder)
                 }
-                Some(until) => (
-                    until
-                        .saturating_sub(s.remainder / s.per_micro.max(1))
-                        .checked_mul(d)?,
-                    true,
-                ),
+                // Written under another limit: the rare case, exact in `decide_wide`.
+                Some(_) => return None,
             };
-            if owed.0 > tau { (tau, true) } else { owed }
+            if owed == 0 {
+                // Full: an ended state reads as an absent one, whether or not Redis has
+                // dropped it yet (see `Params::forgotten`).
+                (forgotten, forgotten > 0)
+            } else if owed > tau {
+                (tau, true)
+            } else {
+                (owed, false)
+            }
         }
     };
     let new_x = x.checked_add(cost.checked_mul(interval)?)?;
@@ -88,7 +105,7 @@ fn decide_narrow(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Opt
             retry_after_us: to_micros(new_x - tau),
             reset_after_us: to_micros(x),
             new_state: if stale {
-                Some(stored_narrow(now_us, x, d, to_micros(x))?)
+                Some(stored_narrow(now_us, x, p, to_micros(x))?)
             } else {
                 None
             },
@@ -100,19 +117,25 @@ fn decide_narrow(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Opt
         remaining: (tau - new_x) / interval,
         retry_after_us: 0,
         reset_after_us: reset,
-        new_state: Some(stored_narrow(now_us, new_x, d, reset)?),
+        new_state: Some(stored_narrow(now_us, new_x, p, reset)?),
     })
 }
 
 /// The state of a bucket `x` fine units (`reset` microseconds, rounded up) from full.
 #[inline]
-fn stored_narrow(now_us: u64, x: u64, d: u64, reset: u64) -> Option<State> {
+fn stored_narrow(now_us: u64, x: u64, p: Params, reset: u64) -> Option<State> {
+    let Params {
+        interval,
+        per_micro: d,
+        ..
+    } = p;
     let expire_ms = now_us.checked_add(reset)?.div_ceil(1000);
     let remainder = (expire_ms.checked_mul(1000)? - now_us).checked_mul(d)? - x;
     Some(State {
         expire_ms,
         remainder,
         per_micro: d,
+        interval,
     })
 }
 
@@ -129,19 +152,17 @@ fn decide_wide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outco
         Some(s) => {
             let until = i128::try_from(u128::from(s.expire_ms) * 1000).unwrap_or(i128::MAX)
                 - i128::try_from(now).unwrap_or(i128::MAX);
-            let d_signed = i128::try_from(d).unwrap_or(i128::MAX);
-            let (owed, stale) = if until <= 0 {
-                (0, false)
-            } else if s.per_micro == p.per_micro {
-                (
-                    until.saturating_mul(d_signed) - i128::from(s.remainder),
-                    false,
-                )
-            } else {
-                let whole_us = i128::from(s.remainder / s.per_micro.max(1));
-                ((until - whole_us).saturating_mul(d_signed), true)
-            };
+            // What the bucket owes, in the fine units it was written in.
+            let owed = until.saturating_mul(i128::from(s.per_micro)) - i128::from(s.remainder);
             let owed = u128::try_from(owed.max(0)).unwrap_or(0);
+            let (owed, stale) = if owed == 0 {
+                // Full: ended, read as absent (see `Params::forgotten`).
+                (u128::from(p.forgotten), p.forgotten > 0)
+            } else if s.per_micro == p.per_micro && s.interval == p.interval {
+                (owed, false)
+            } else {
+                (convert(owed, s.interval, p), true)
+            };
             if owed > tau {
                 (tau, true)
             } else {
@@ -157,7 +178,7 @@ fn decide_wide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outco
             remaining: narrow((tau - x) / interval),
             retry_after_us: narrow((new_x - tau).div_ceil(d)),
             reset_after_us: narrow(x.div_ceil(d)),
-            new_state: stale.then(|| stored_wide(now, x, d)),
+            new_state: stale.then(|| stored_wide(now, x, p)),
         };
     }
     Outcome {
@@ -165,17 +186,53 @@ fn decide_wide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outco
         remaining: narrow((tau - new_x) / interval),
         retry_after_us: 0,
         reset_after_us: narrow(new_x.div_ceil(d)),
-        new_state: Some(stored_wide(now, new_x, d)),
+        new_state: Some(stored_wide(now, new_x, p)),
     }
 }
 
-fn stored_wide(now: u128, x: u128, d: u128) -> State {
+fn stored_wide(now: u128, x: u128, p: Params) -> State {
+    let d = u128::from(p.per_micro);
     let expire_ms = (now + x.div_ceil(d)).div_ceil(1000);
     State {
         expire_ms: narrow(expire_ms),
         remainder: narrow((expire_ms * 1000 - now) * d - x),
-        per_micro: narrow(d),
+        per_micro: p.per_micro,
+        interval: p.interval,
     }
+}
+
+/// Above this, what a bucket owes is no state a limit could have written (a valid limit fills
+/// in under 2^51 fine units), only a clock stepped far back: it reads as empty. `gcra.lua` uses the same bound, below which its doubles are exact.
+const MAX_OWED: u128 = 1 << 52;
+
+/// What a bucket that owes `owed` fine units at `old_interval` per token owes under `p`, in
+/// `p`'s fine units, rounded up (never fuller): the same tokens, each at the new interval.
+/// Capped just above `p.tau`, which the caller clamps to.
+///
+/// The fraction of a token is computed in `f64` exactly as `gcra.lua` computes it with Lua's
+/// doubles, plus one fine unit for the rounding, so both stores decide alike.
+fn convert(owed: u128, old_interval: u64, p: Params) -> u128 {
+    let (tau, interval) = (u128::from(p.tau), u128::from(p.interval));
+    if owed > MAX_OWED || old_interval == 0 {
+        return tau + 1;
+    }
+    let old = u128::from(old_interval);
+    let (tokens, rest) = (owed / old, owed % old);
+    if tokens >= tau / interval {
+        return tau + 1;
+    }
+    #[allow(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss
+    )]
+    let fraction = if rest == 0 {
+        0
+    } else {
+        // Every operand is below 2^53, so each converts exactly; the result is below interval.
+        ((rest as f64 / old as f64 * interval as f64).ceil() as u128 + 1).min(interval)
+    };
+    tokens * interval + fraction
 }
 
 /// Every quantity here is bounded by `Limit`'s validation (below 2^51), so this never clamps.
@@ -248,20 +305,55 @@ mod tests {
     }
 
     #[test]
-    fn a_raised_quota_keeps_its_retry_after() {
-        // 3 per minute, burst 5, drained; then the quota becomes 60 per minute.
+    fn a_raised_quota_keeps_the_tokens_taken() {
+        // 3 per minute, burst 5, drained; then the quota becomes 60 per minute, burst 5.
         let old = Limit::per_minute(3).burst(5);
         let mut state = None;
         for _ in 0..5 {
             assert!(step(&mut state, T0, old, 1).allowed);
         }
-        let new = Limit::per_minute(60);
+        // Still 5 tokens owed, now at one a second: not the 100 s the old rate needed.
+        let new = Limit::per_minute(60).burst(5);
         let refused = step(&mut state, T0, new, 1);
         assert!(!refused.allowed);
         assert_eq!(refused.retry_after_us, 1_000_000, "one token at 1/s");
+        assert_eq!(refused.reset_after_us, 5_000_000, "five tokens at 1/s");
         // Waiting exactly that is admitted, not refused again with the same answer.
         assert!(step(&mut state, T0 + 1_000_000, new, 1).allowed);
         assert!(!step(&mut state, T0 + 1_000_000, new, 1).allowed);
+        // A larger burst keeps the 5 taken and offers the rest at once.
+        let larger = Limit::per_minute(60);
+        let mut state2 = None;
+        for _ in 0..5 {
+            assert!(step(&mut state2, T0, old, 1).allowed);
+        }
+        for i in 0..55 {
+            assert!(
+                step(&mut state2, T0, larger, 1).allowed,
+                "call {i} of the 55 left"
+            );
+        }
+        assert!(!step(&mut state2, T0, larger, 1).allowed);
+    }
+
+    #[test]
+    fn a_lowered_rate_keeps_the_tokens_taken() {
+        // 100 per minute drained, then 5 per minute with the same burst: still 100 owed, at
+        // 12 s each, where reading the old time-to-full (60 s) would give 95 back at once.
+        let old = Limit::per_minute(100);
+        let new = Limit::per_minute(5).burst(100);
+        let mut state = None;
+        for _ in 0..100 {
+            assert!(step(&mut state, T0, old, 1).allowed);
+        }
+        let refused = step(&mut state, T0, new, 1);
+        assert!(!refused.allowed);
+        assert_eq!(refused.remaining, 0);
+        assert_eq!(refused.retry_after_us, 12_000_000);
+        assert_eq!(refused.reset_after_us, 1_200_000_000);
+        assert!(!step(&mut state, T0 + 11_999_999, new, 1).allowed);
+        assert!(step(&mut state, T0 + 12_000_000, new, 1).allowed);
+        assert!(!step(&mut state, T0 + 12_000_000, new, 1).allowed);
     }
 
     #[test]
@@ -298,24 +390,38 @@ mod tests {
 
     #[test]
     fn a_state_in_another_fine_unit_reads_no_fuller() {
-        // 3 per second (d = 3) leaves a sub-microsecond remainder; 1000 per second (d = 1)
-        // must not read it as whole microseconds of credit.
+        // 3 per second (d = 3) leaves a sub-microsecond remainder; 10 per second (d = 1)
+        // must read the tokens it owes, not whole microseconds of credit.
         let old = Limit::per_second(3).burst(3);
         let mut state = None;
         for _ in 0..3 {
             assert!(step(&mut state, T0 + 7, old, 1).allowed);
         }
         let s = state.unwrap();
-        assert_eq!(s.per_micro, 3);
+        assert_eq!((s.per_micro, s.interval), (3, 1_000_000));
         assert!(s.remainder > 0);
-        // Owed: 1 s exactly. Under 1 per 100 ms with burst 10, that is a full empty bucket:
-        // no token before 100 ms.
+        // Owed: 3 tokens. Under 10 per second (burst 10) that is 300 ms, so 7 tokens remain.
         let new = Limit::per_second(10);
+        for _ in 0..7 {
+            assert!(step(&mut state, T0 + 7, new, 1).allowed);
+        }
         let refused = step(&mut state, T0 + 7, new, 1);
         assert!(!refused.allowed);
         assert_eq!(refused.retry_after_us, 100_000);
-        assert!(!step(&mut state, T0 + 7 + 99_999, new, 1).allowed);
-        assert!(step(&mut state, T0 + 7 + 100_000, new, 1).allowed);
+        // A third of a token later, the fraction carries over, rounded towards empty by at
+        // most a microsecond: 3 per second owes 1 token 333,333.3 µs after the first call.
+        let mut state = None;
+        assert!(step(&mut state, T0, old, 1).allowed);
+        let one = Limit::per_second(1).burst(3);
+        let half = step(&mut state, T0 + 1, one, 3);
+        assert!(!half.allowed);
+        // 1 token less 1 µs owed at 3/s is (333,333.3 - 1) / 333,333.3 of a token: at 1/s,
+        // 999,997 µs, plus at most two fine units of rounding.
+        assert!(
+            (999_997..=999_999).contains(&half.retry_after_us),
+            "{}",
+            half.retry_after_us
+        );
     }
 
     /// Limits with a whole and a fractional number of microseconds per token.
@@ -345,11 +451,14 @@ mod tests {
             now += switch_after;
             let p = second.params();
             let cost = cost.min(u64::from(second.burst_capacity()));
-            // What is owed at the first call under the new limit, in fine units of the old:
-            // the TAT, exact, and the latest it may be read as (never emptier than empty).
-            let owed = state.map(|s| (i128::from(s.expire_ms) * 1000 * i128::from(s.per_micro)
-                - i128::from(s.remainder), i128::from(s.per_micro)));
+            // What is owed at the first call under the new limit: fine units of the old
+            // limit, and the old interval, to count it in tokens.
             let first_call = now;
+            let owed = state.map(|s| {
+                let tat = i128::from(s.expire_ms) * 1000 * i128::from(s.per_micro)
+                    - i128::from(s.remainder);
+                ((tat - i128::from(first_call) * i128::from(s.per_micro)).max(0), i128::from(s.interval))
+            });
             let o = step(&mut state, now, second, cost);
             if !o.allowed {
                 prop_assert!(o.retry_after_us > 0);
@@ -357,15 +466,15 @@ mod tests {
                 let again = step(&mut state, now, second, cost);
                 prop_assert!(again.allowed, "waiting retry_after must be admitted");
             }
-            if let Some((tat, d_old)) = owed {
-                // Admitted at `now` only if min(TAT, first_call + tau) - now <=
-                // tau - cost * interval (in µs), compared exactly in fine units of both.
-                let d_new = i128::from(p.per_micro);
-                let cap = (i128::from(first_call) * d_new + i128::from(p.tau)) * d_old;
-                let tat = (tat * d_new).min(cap);
-                let lhs = tat - i128::from(now) * d_old * d_new;
-                let rhs = (i128::from(p.tau) - i128::from(cost * p.interval)) * d_old;
-                prop_assert!(lhs <= rhs, "admitted early: {} > {}", lhs, rhs);
+            if let Some((x_old, old_interval)) = owed {
+                // The tokens taken stay taken: admitted at `now` only if the tokens owed (at
+                // most a full bucket), less what refilled since at the new rate, leave room
+                // for `cost`. Compared exactly, in new fine units times the old interval.
+                let (tau, interval) = (i128::from(p.tau), i128::from(p.interval));
+                let owed_new = (x_old * interval).min(tau * old_interval);
+                let refilled = i128::from(now - first_call) * i128::from(p.per_micro) * old_interval;
+                let room = (tau - i128::from(cost) * interval) * old_interval;
+                prop_assert!(owed_new - refilled <= room, "admitted early: {} > {}", owed_new - refilled, room);
             }
         }
     }
@@ -392,7 +501,7 @@ mod tests {
                 if o.allowed {
                     admitted += u128::from(cost);
                     let s = o.new_state.unwrap();
-                    prop_assert!(s.remainder < 1001 * p.per_micro);
+                    prop_assert!(s.remainder < 1000 * p.per_micro);
                     prop_assert!(s.expire_ms * 1000 > now);
                     state = Some(s);
                 } else {
@@ -430,13 +539,15 @@ mod tests {
                 expire_ms: now.saturating_add_signed(offset_us) / 1000,
                 remainder,
                 per_micro: if remainder % 3 == 0 { p.per_micro } else { 1 + remainder % 7 },
+                interval: if remainder % 5 == 0 { p.interval } else { 1 + remainder % 1_000_003 },
             });
             // A stored bucket is full again within `tau`, plus the expiry's rounding.
             let refill_us = p.tau.div_ceil(p.per_micro) + 1000;
             let stored = near.map(|(ahead, remainder)| State {
                 expire_ms: (now + ahead % refill_us) / 1000 + 1,
-                remainder: remainder % (1001 * p.per_micro),
+                remainder: remainder % (1000 * p.per_micro),
                 per_micro: p.per_micro,
+                interval: p.interval,
             });
             for state in [None, arbitrary, stored] {
                 let wide = decide_wide(now, state, p, cost);

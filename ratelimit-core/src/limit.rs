@@ -794,6 +794,7 @@ impl Limit {
             per_micro: r / g,
             tau: interval * self.burst.get() as u64,
             absent: (self.burst.get() - self.initial_tokens()) as u64 * interval,
+            forgotten: (self.burst.get() - self.initial_tokens()) as u64 * interval,
         }
     }
 }
@@ -835,16 +836,22 @@ const fn gcd(mut a: u64, mut b: u64) -> u64 {
 /// time one token takes is an exact integer. Shared by the Lua script (as its arguments) and
 /// the memory store, so both compute the same decisions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Params {
+pub struct Params {
     /// Fine units one token takes to come back.
-    pub(crate) interval: u64,
+    pub interval: u64,
     /// Fine units per microsecond.
-    pub(crate) per_micro: u64,
+    pub per_micro: u64,
     /// Fine units an empty bucket takes to fill: `burst * interval`.
-    pub(crate) tau: u64,
+    pub tau: u64,
     /// Fine units an absent bucket is from full: 0 (an absent bucket is full) except for a
     /// fallback share whose capacity exceeds its share of the burst.
-    pub(crate) absent: u64,
+    pub absent: u64,
+    /// Fine units from full a bucket reads as once it is full again: a bucket that is full
+    /// carries no information, is dropped (its key expires), and starts again as an absent
+    /// one, so this is `absent` for a limit (the scripts know no other). A fallback share
+    /// remembers the room it saved for a costly call (its `absent` leaves that room out) and
+    /// forgets only the limit's initial fill.
+    pub forgotten: u64,
 }
 
 impl Params {
@@ -860,9 +867,9 @@ impl Params {
         if n <= 1 {
             return self;
         }
-        // At most 10,000 instances, and few enough that `cost * interval * n` stays in range
-        // (the memory store's arithmetic falls back to u128 beyond, never wraps).
-        let fit = (1u64 << 62) / self.tau.max(1);
+        // At most 10,000 instances, and few enough that `interval * n` fits the memory
+        // store's 56 bits (its arithmetic falls back to u128 beyond 64, never wraps).
+        let fit = (1u64 << 56) / self.tau.max(1);
         let n = u64::from(n).min(10_000).min(fit).max(1);
         let interval = self.interval * n;
         let tau = self.tau.max(u64::from(cost) * interval);
@@ -874,6 +881,8 @@ impl Params {
             // a share holds `burst` tokens of `n` times the interval, the same fine units, so
             // an initial fill carries over as it is.
             absent: tau - self.tau + self.absent,
+            // At most what leaves room for the call, or it would never pass.
+            forgotten: self.absent.min(tau - u64::from(cost) * interval),
         }
     }
 }

@@ -17,8 +17,9 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use ratelimit_core::__private::{
-    Outcome, WindowParams, fixed_window, interval_bucket, sliding_log, sliding_window,
+    Outcome, WindowParams, fixed_window, interval_bucket, sliding_log, sliding_window, token_bucket,
 };
+use ratelimit_core::Limit;
 use redis::{Connection, Script};
 use testkit::RedisServer;
 
@@ -346,6 +347,72 @@ fn interval_bucket_script_equals_its_twin() {
             },
         },
         write: |con, key, s, _| set_pxat(con, key, &s.slack.to_string(), s.expire_ms),
+    });
+}
+
+/// The value `gcra.lua` stores for `s`, as its header describes it: `interval * 1000 + r` in
+/// whole microseconds, otherwise the interval, `r` in k + 3 digits, the fine unit in its k
+/// digits, and k - 1, negated.
+fn token_bucket_value(s: &token_bucket::State) -> String {
+    if s.per_micro == 1 {
+        return format!("{}{:03}", s.interval, s.remainder);
+    }
+    let unit = s.per_micro.to_string();
+    let k = unit.len();
+    format!(
+        "-{}{:0w$}{unit}{}",
+        s.interval,
+        s.remainder,
+        k - 1,
+        w = k + 3
+    )
+}
+
+#[test]
+fn token_bucket_script_equals_its_twin() {
+    run_all(&Kernel {
+        script: token_bucket::SCRIPT,
+        // Two limits of a few milliseconds per period, whole and fractional microseconds per
+        // token (7 per 3 ms is 428.57 µs), some starting below full: the second one reads the
+        // first one's buckets, converting what they owe.
+        params: |rng| {
+            let mut one = || {
+                let replenish = 1 + u32::try_from(rng.below(7)).unwrap();
+                let period = Duration::from_micros(1000 * (1 + rng.below(6)));
+                let burst = 1 + u32::try_from(rng.below(8)).unwrap();
+                let mut limit = Limit::per(replenish, period).try_burst(burst).unwrap();
+                if rng.below(4) == 0 {
+                    let initial = u32::try_from(rng.below(u64::from(burst) + 1)).unwrap();
+                    limit = limit.try_initial(Some(initial)).unwrap();
+                }
+                (token_bucket::params(&limit), u64::from(burst).min(3))
+            };
+            let ((p, a), (q, b)) = (one(), one());
+            ([p, q], a.min(b))
+        },
+        args: |p, cost| vec![p.interval, p.per_micro, p.tau, cost, p.absent],
+        decide: |now, s, p, cost| token_bucket::decide(now, s.copied(), p, cost),
+        stored: |con, key, s, _| holds(con, key, Some(&token_bucket_value(s)), s.expire_ms),
+        // Full again from 20 ms ago to 100 ms ahead, or a day ahead (the clock stepped back),
+        // written under this limit or another with any fine unit.
+        plant: |rng, now, p| {
+            let (per_micro, interval) = if rng.below(2) == 0 {
+                (p.per_micro, p.interval)
+            } else {
+                (1 + rng.below(12), 1 + rng.below(20_000))
+            };
+            token_bucket::State {
+                expire_ms: if rng.below(8) == 0 {
+                    now / 1000 + 86_400_000
+                } else {
+                    now / 1000 + rng.below(120) - 20
+                },
+                remainder: rng.below(1000 * per_micro),
+                per_micro,
+                interval,
+            }
+        },
+        write: |con, key, s, _| set_pxat(con, key, &token_bucket_value(s), s.expire_ms),
     });
 }
 

@@ -6,20 +6,25 @@
 --   * the key expires at E = ceil_ms(TAT) (PXAT), so a key lives exactly while its bucket is
 --     not full and memory tracks active buckets only;
 --   * the value is the sub-millisecond remainder r = E - TAT, an integer in "fine units" of
---     1/d microsecond. When d = 1 (every limit whose token interval is a whole number of
---     microseconds) the value is r itself, below 1000: an integer Redis shares and stores
---     with no allocation. Otherwise it is -(r * 10^10 + d): the fine unit travels with the
---     remainder, so a bucket written under one limit reads right under another.
+--     1/d microsecond, with the limit it was written under: its interval (fine units per
+--     token) and d. When d = 1 (every limit whose token interval is a whole number of
+--     microseconds) the value is interval * 1000 + r. Otherwise it is the negative integer
+--     whose digits are the interval, r in k + 3 digits, d in its k digits, then k - 1.
+--     Either is an integer Redis stores in the key's object, with no allocation, when it fits
+--     in 64 bits (every usual limit); a larger one is stored as a short string.
 -- Fine units make the emission interval an exact integer whatever the rate (3 per second is
 -- 1_000_000 / 3 us), so no rounding ever accumulates; every product stays below 2^53 (the
 -- limit is validated for that in Rust), so Lua's doubles compute it exactly.
 --
--- The stored TAT may lie beyond what the current limit allows: the limit was lowered or
--- raised since it was written, or the server clock stepped back. The bucket is then read as
--- empty (x = tau), and that reading is written back even when the call is refused, so that
--- the retry_after the caller gets comes true: waiting it is admitted. A value this script
--- could not have written (another type, text, no expiry) is read as an empty bucket too and
--- overwritten: it costs that one key a refill, never an error for every key.
+-- Read under another limit (another interval or fine unit), a bucket owes the tokens it
+-- owed: its debt in tokens of the old interval becomes the same tokens at the new one, the
+-- fraction of a token rounded towards empty, and is stored again in the new limit's terms
+-- even when the call is refused. The bucket may then owe more than the limit holds (a lower
+-- burst), or the server clock stepped back: it is read as empty (x = tau), and that reading
+-- is written back even when the call is refused, so that the retry_after the caller gets
+-- comes true: waiting it is admitted. A value this script could not have written (another
+-- type, text, no expiry) is read as an empty bucket too and overwritten: it costs that one
+-- key a refill, never an error for every key.
 --
 -- KEYS[1]  the bucket
 -- ARGV[1]  interval: fine units one token takes to replenish
@@ -29,7 +34,8 @@
 -- ARGV[5]  absent (optional, default 0): fine units an absent bucket is from full, for an
 --          initial fill below the burst ((burst - initial) * interval); a bucket is forgotten
 --          once full, so one idle that long starts from there again
--- Returns {allowed (0|1), remaining tokens, retry_after us, reset_after us}.
+-- Returns {allowed (0|1), remaining tokens, retry_after us, reset_after us, the server time
+-- it decided at (us, for the differential tests)}.
 
 local key = KEYS[1]
 local interval = tonumber(ARGV[1])
@@ -38,29 +44,48 @@ local tau = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
 local absent = tonumber(ARGV[5] or '0') or 0
 
--- The stored remainder and its fine unit, or nil for a value this script never writes.
+-- The stored remainder, fine unit and interval, or nil for a value this script never writes.
 local function read_value(v)
   if type(v) ~= 'string' then return nil end
-  if string.find(v, '^%d+$') then
-    local r = tonumber(v)
-    if r < 1000 then return r, 1 end
-    return nil
+  local digits = string.match(v, '^([1-9]%d*)$')
+  if digits then
+    if #digits < 4 or #digits > 19 then return nil end
+    return tonumber(string.sub(digits, -3)), 1, tonumber(string.sub(digits, 1, -4))
   end
-  -- -(r * 10^10 + d), read as decimal digits: Lua's doubles cannot hold the product.
-  local digits = string.match(v, '^%-([1-9]%d*)$')
-  if not digits or #digits > 23 then return nil end
-  local r = 0
-  if #digits > 10 then r = tonumber(string.sub(digits, 1, -11)) end
-  local unit = tonumber(string.sub(digits, -10))
+  digits = string.match(v, '^%-([1-9]%d*)$')
+  if not digits then return nil end
+  local k = tonumber(string.sub(digits, -1)) + 1
+  local n = #digits
+  if n < 2 * k + 5 or n > 2 * k + 20 then return nil end
+  local unit_digits = string.sub(digits, -1 - k, -2)
+  if string.sub(unit_digits, 1, 1) == '0' then return nil end
+  local unit = tonumber(unit_digits)
+  local r = tonumber(string.sub(digits, -4 - 2 * k, -2 - k))
+  local iv = tonumber(string.sub(digits, 1, -5 - 2 * k))
   if unit < 2 or r >= 1000 * unit then return nil end
-  return r, unit
+  return r, unit, iv
 end
 
 -- Written in canonical decimal (no leading zero), so Redis keeps it as an integer.
 local function write_value(r)
-  if d == 1 then return string.format('%d', r) end
-  if r == 0 then return string.format('-%d', d) end
-  return string.format('-%d%010d', r, d)
+  if d == 1 then return string.format('%d%03d', interval, r) end
+  local unit = string.format('%d', d)
+  local k = #unit
+  return string.format('-%d%0' .. (k + 3) .. 'd%s%d', interval, r, unit, k - 1)
+end
+
+-- What a bucket owing `owed` fine units of `unit` at `iv` per token owes under this limit,
+-- rounded towards empty (bucket.rs's `convert`, operation for operation): the same tokens at
+-- this limit's interval, the fraction of one in doubles plus one fine unit for their
+-- rounding. Anything beyond what a limit could write (2^52) is a clock stepped back: empty.
+local function convert(owed, iv)
+  if owed > 4503599627370496 or iv < 1 then return tau + 1 end
+  local tokens = div_floor(owed, iv)
+  if tokens >= div_floor(tau, interval) then return tau + 1 end
+  local rest = owed - tokens * iv
+  local fraction = 0
+  if rest > 0 then fraction = math.min(math.ceil(rest / iv * interval) + 1, interval) end
+  return tokens * interval + fraction
 end
 
 -- x: fine units until the bucket is full again (0 = full). stale: what is stored is not
@@ -73,23 +98,24 @@ local got = redis.pcall('GET', key)
 if got then
   local e = redis.call('PEXPIRETIME', key)
   stale = false
-  local r, unit = nil, nil
-  if type(got) == 'string' and e > 0 then r, unit = read_value(got) end
+  local r, unit, iv = nil, nil, nil
+  if type(got) == 'string' and e > 0 then r, unit, iv = read_value(got) end
   if r == nil then
     x = tau
     stale = true
     redis.log(redis.LOG_WARNING, 'redis-ratelimit: a bucket key held a value it never writes; read as an empty bucket and overwritten')
-  elseif unit == d then
-    x = (e * 1000 - now) * d - r
   else
-    -- Written under another fine unit: whole microseconds, rounded so the bucket reads at
-    -- most a microsecond emptier, never fuller.
-    x = (e * 1000 - now - div_floor(r, unit)) * d
-    stale = true
+    x = (e * 1000 - now) * unit - r
+    if x <= 0 then
+      -- Full: an ended state reads as an absent one, whether or not Redis dropped it yet.
+      x = absent
+      stale = absent > 0
+    elseif unit ~= d or iv ~= interval then
+      x = convert(x, iv)
+      stale = true
+    end
   end
-  if x < 0 then
-    x = 0
-  elseif x > tau then
+  if x > tau then
     x = tau
     stale = true
   end
@@ -109,8 +135,8 @@ if new_x > tau then
   -- to a whole microsecond so a caller who waits exactly that long is admitted.
   if stale then store(x) end
   local retry = div_ceil(new_x - tau, d)
-  return {0, div_floor(tau - x, interval), retry, div_ceil(x, d)}
+  return {0, div_floor(tau - x, interval), retry, div_ceil(x, d), now}
 end
 
 local reset = store(new_x)
-return {1, div_floor(tau - new_x, interval), 0, reset}
+return {1, div_floor(tau - new_x, interval), 0, reset, now}

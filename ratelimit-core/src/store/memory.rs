@@ -103,14 +103,20 @@ enum Slot {
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 24);
 
-/// A [`bucket::State`] laid out for [`Slot`]: the fine unit in 32 bits (it is `replenish /
-/// gcd(period, replenish)`, so it always fits), then the tag byte.
+/// A [`bucket::State`] laid out for [`Slot`], in 24 bytes with the tag byte last: the instant
+/// the bucket is full again as whole microseconds rounded up (`tat_us`) less `frac` fine units
+/// (below `per_micro`); the fine unit in 32 bits (it is `replenish / gcd(period, replenish)`,
+/// so it always fits); and the interval in 56 bits (a limit's is below 2^51, a fallback
+/// share's below 2^56, see `Params::shared`).
 #[derive(Debug, Clone, Copy)]
 #[repr(C)]
 struct PackedBucket {
-    expire_ms: u64,
-    remainder: u64,
+    tat_us: u64,
+    frac: u32,
     per_micro: u32,
+    interval_low: u32,
+    interval_mid: u16,
+    interval_high: u8,
     tag: BucketTag,
 }
 
@@ -123,21 +129,36 @@ enum BucketTag {
 
 impl PackedBucket {
     #[inline]
+    #[allow(clippy::cast_possible_truncation)]
     fn pack(s: bucket::State) -> PackedBucket {
+        let d = s.per_micro.max(1);
+        // The expiry is the full instant rounded up to the millisecond, and the remainder is
+        // below 1000 * d: so the full instant in microseconds, rounded up, and its fraction.
+        let tat_us = s.expire_ms.saturating_mul(1000) - s.remainder / d;
+        let interval = s.interval.min((1 << 56) - 1);
         PackedBucket {
-            expire_ms: s.expire_ms,
-            remainder: s.remainder,
-            per_micro: u32::try_from(s.per_micro).unwrap_or(u32::MAX),
+            tat_us,
+            frac: (s.remainder % d) as u32,
+            per_micro: u32::try_from(d).unwrap_or(u32::MAX),
+            interval_low: interval as u32,
+            interval_mid: (interval >> 32) as u16,
+            interval_high: (interval >> 48) as u8,
             tag: BucketTag::Bucket,
         }
     }
 
     #[inline]
     fn unpack(self) -> bucket::State {
+        let d = u64::from(self.per_micro);
+        let expire_ms = self.tat_us.div_ceil(1000);
         bucket::State {
-            expire_ms: self.expire_ms,
-            remainder: self.remainder,
-            per_micro: u64::from(self.per_micro),
+            expire_ms,
+            remainder: expire_ms.saturating_mul(1000).saturating_sub(self.tat_us) * d
+                + u64::from(self.frac),
+            per_micro: d,
+            interval: u64::from(self.interval_low)
+                | u64::from(self.interval_mid) << 32
+                | u64::from(self.interval_high) << 48,
         }
     }
 }
@@ -146,7 +167,7 @@ impl Slot {
     /// When the state carries no information any more, in milliseconds (the key's expiry).
     fn expire_ms(&self) -> u64 {
         match self {
-            Slot::Bucket(s) => s.expire_ms,
+            Slot::Bucket(s) => s.tat_us.div_ceil(1000),
             Slot::Interval(s) => s.expire_ms,
             Slot::Fixed(s) => s.expire_ms,
             Slot::Sliding(s) => s.1,
@@ -484,5 +505,24 @@ mod tests {
             store.len()
         );
         assert!(store.evicted_active() > 0);
+    }
+
+    proptest::proptest! {
+        /// Every state the token bucket stores survives the 24-byte layout unchanged.
+        #[test]
+        fn packed_buckets_round_trip(
+            expire_ms in 1u64..(1 << 50),
+            per_micro in 1u64..=u64::from(u32::MAX),
+            remainder in 0u64..(1 << 42),
+            interval in 1u64..(1 << 56),
+        ) {
+            let s = bucket::State {
+                expire_ms,
+                remainder: remainder % (1000 * per_micro),
+                per_micro,
+                interval,
+            };
+            proptest::prop_assert_eq!(PackedBucket::pack(s).unpack(), s);
+        }
     }
 }

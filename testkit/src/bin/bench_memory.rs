@@ -40,9 +40,9 @@ const LONG_NAME: &str = "orders_service::handlers::list_orders_v2";
 /// one token a minute).
 const OURS_LIMIT: Limit = Limit::per_minute(1).burst(10);
 
-/// A rate whose fine-unit remainder is almost never below 10,000, so Redis cannot use one of
-/// its shared integer objects for the value: the worst case of our value encoding. One call of
-/// cost 7919 empties the bucket, which is then active for an hour.
+/// A rate whose value (interval, remainder and fine unit) needs more than 64 bits, so Redis
+/// keeps it as a short string: the worst case of our value encoding. One call of cost 7919
+/// empties the bucket, which is then active for an hour.
 const ODD_LIMIT: Limit = Limit::per_hour(7919).burst(7919);
 
 #[derive(Debug, Clone, Copy)]
@@ -135,7 +135,10 @@ const SLIDING: Limit = Limit::per_hour(10).algorithm(Algorithm::SlidingWindow);
 const LOG: Limit = Limit::per_hour(10).algorithm(Algorithm::SlidingLog);
 const INTERVAL: Limit = Limit::per_hour(1).burst(10).refill(Refill::Interval);
 
-const VARIANTS: [Variant; 14] = [
+/// 7 a minute: 8,571,428.57 µs per token, a fine unit of 1/7 µs; the value still fits 64 bits.
+const SEVEN_PER_MINUTE: Limit = Limit::per_minute(7).burst(10);
+
+const VARIANTS: [Variant; 15] = [
     Variant::Ours {
         label: "ours",
         name: None,
@@ -157,10 +160,16 @@ const VARIANTS: [Variant; 14] = [
         id_prefix: "orders_service::handlers::list_orders_v2:user:",
     },
     Variant::Ours {
-        label: "ours, 7919/hour (value not a shared integer)",
+        label: "ours, 7919/hour (value longer than 64 bits)",
         name: None,
         limit: ODD_LIMIT,
         cost: 7919,
+    },
+    Variant::Ours {
+        label: "ours, 7/minute (fine unit 1/7 us)",
+        name: None,
+        limit: SEVEN_PER_MINUTE,
+        cost: 1,
     },
     Variant::SpringPaired {
         label: "spring (same id in both keys, EVALSHA from Rust)",
