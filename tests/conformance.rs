@@ -141,7 +141,7 @@ async fn refill_follows_the_rate_for_every_unit(h: Harness) {
         h.advance(interval * 3 + interval / 2).await;
         let mut admitted = 0u32;
         let first = h.check(&key, &limit, 1).await;
-        let mut t = first;
+        let mut t = first.clone();
         while t.d.allowed {
             admitted += 1;
             t = h.check(&key, &limit, 1).await;
@@ -504,6 +504,98 @@ async fn an_initial_fill_starts_below_the_burst(h: Harness) {
     );
 }
 
+async fn several_limits_take_all_or_nothing(h: Harness) {
+    let l = &h.limiter;
+    let tight = Limit::per_minute(2);
+    let loose = Limit::per_minute(10);
+    for expected in [(1, 9), (0, 8)] {
+        let d = l
+            .check_all(&[("ip", &tight, 1), ("user", &loose, 1)])
+            .await
+            .unwrap();
+        assert!(d.allowed);
+        let parts = d.parts();
+        assert_eq!((parts[0].remaining, parts[1].remaining), expected);
+        assert_eq!(d.remaining, expected.0, "the fewest left");
+        assert_eq!(d.tightest(), 0);
+    }
+    // The tight limit refuses: the loose one admits, but takes nothing, however often.
+    for _ in 0..5 {
+        let d = l
+            .check_all(&[("ip", &tight, 1), ("user", &loose, 1)])
+            .await
+            .unwrap();
+        assert!(!d.allowed);
+        let parts = d.parts();
+        assert!(!parts[0].allowed && parts[1].allowed);
+        assert_eq!(
+            parts[1].remaining, 8,
+            "nothing taken from the limit that admitted"
+        );
+        // It answers as it stands: two tokens short of full, 12 s (not the 18 s it would
+        // have been after taking this call).
+        h.assert_duration(
+            parts[1].reset_after,
+            Duration::from_secs(12),
+            SLACK,
+            "reset",
+        );
+        assert_eq!(d.tightest(), 0);
+        assert_eq!(d.limit, tight, "the refusing limit's fields");
+        assert_eq!(d.retry_after, parts[0].retry_after);
+        h.assert_duration(d.retry_after, Duration::from_secs(30), SLACK, "retry");
+    }
+    assert_eq!(l.check("user", &loose).await.unwrap().remaining, 7);
+    // The longest wait of the refusing limits decides; every algorithm decides together.
+    let window = Limit::per_minute(1).algorithm(Algorithm::FixedWindow);
+    let log = Limit::per_hour(1).algorithm(Algorithm::SlidingLog);
+    let d = l
+        .check_all(&[("w", &window, 1), ("g", &log, 1), ("b", &loose, 1)])
+        .await
+        .unwrap();
+    assert!(d.allowed && d.parts().iter().all(|p| p.allowed));
+    let d = l
+        .check_all(&[("w", &window, 1), ("g", &log, 1), ("b", &loose, 1)])
+        .await
+        .unwrap();
+    assert!(!d.allowed);
+    assert_eq!(d.tightest(), 1, "the hour's log waits longest");
+    assert!(d.retry_after > Duration::from_secs(3000));
+    assert_eq!(d.parts()[2].remaining, 9, "the bucket kept its token");
+    h.assert_duration(
+        d.parts()[2].reset_after,
+        Duration::from_secs(6),
+        SLACK,
+        "reset",
+    );
+    assert_eq!(l.check("b", &loose).await.unwrap().remaining, 8);
+}
+
+async fn several_limits_reject_misuse(h: Harness) {
+    let l = &h.limiter;
+    let limit = Limit::per_minute(5);
+    assert!(matches!(l.check_all(&[]).await, Err(Error::NoLimits)));
+    let err = l
+        .check_all(&[("k", &limit, 1), ("k", &limit, 1)])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::DuplicateBucket(_)), "{err}");
+    let err = l
+        .check_all(&[("a", &limit, 1), ("b", &limit, 6)])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, Error::CostExceedsBurst { .. }), "{err}");
+    // The same key under two names is two buckets.
+    let d = l
+        .check_all_named(&[("per_ip", "k", &limit, 1), ("per_day", "k", &limit, 1)])
+        .await
+        .unwrap();
+    assert!(d.allowed);
+    // Nothing above took a token from `a`, `b` or `k`.
+    assert_eq!(l.check("a", &limit).await.unwrap().remaining, 4);
+    assert_eq!(l.check("k", &limit).await.unwrap().remaining, 4);
+}
+
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
         mod memory {
@@ -542,4 +634,6 @@ conformance!(
     every_algorithm_admits_after_exactly_retry_after,
     interval_refill_returns_every_token_at_once,
     an_initial_fill_starts_below_the_burst,
+    several_limits_take_all_or_nothing,
+    several_limits_reject_misuse,
 );

@@ -9,7 +9,7 @@ pub use inventory;
 /// The algorithms' kernels and scripts, not yet wired into the limiter: reached from here by
 /// the differential tests in `testkit/tests/algorithms.rs`.
 pub use crate::algorithm::{
-    Outcome, WindowParams, fixed_window, interval_bucket, sliding_log, sliding_window,
+    MULTI_SCRIPT, Outcome, WindowParams, fixed_window, interval_bucket, sliding_log, sliding_window,
 };
 /// The token bucket's script as Redis runs it (the load generator hands it to
 /// `redis-benchmark`).
@@ -82,7 +82,7 @@ pub async fn check(
             Duration::ZERO,
         )
         .with_source(Source::Disabled);
-        record_current(decl.name(), unlimited);
+        record_current(decl.name(), unlimited, None);
         return Ok(());
     }
     let (limiter, enabled) = match limiter {
@@ -141,11 +141,142 @@ pub async fn check(
         }
     };
     let (decision, bucket) = decision;
-    record_current(name, decision);
+    if decision.allowed {
+        record_current(name, decision, None);
+        Ok(())
+    } else {
+        record_current(name, decision.clone(), None);
+        Err(RateLimited::new(decision, bucket).with_name(name))
+    }
+}
+
+/// The check of a function with stacked `#[rate_limit]` attributes: every limit decided
+/// together, all or nothing (see [`RateLimiter::check_all`]). A disabled limit passes
+/// unchecked; a limit that finds no key is decided by the empty-key policy, and when that
+/// refuses, the call is refused without asking the store (nothing is taken).
+pub async fn check_all(
+    limits: &[(&'static LimitDeclaration, &dyn KeyResolver)],
+    limiter: Option<&RateLimiter>,
+) -> Result<(), RateLimited> {
+    let Some(&(first, _)) = limits.first() else {
+        return Ok(());
+    };
+    let (limiter, enabled) = match limiter {
+        Some(l) => (l, true),
+        None => {
+            first.warn_once(
+                Warning::NotEnabled,
+                &format_args!(
+                    "redis-ratelimit is not enabled: `{}` ran before `enable_redis_rate_limit!().await` \
+                     (or its `limiter = ..` is not initialised); deciding its limits by their \
+                     failure policies as if Redis were down",
+                    first.name(),
+                ),
+            );
+            (&*UNENABLED, false)
+        }
+    };
+    let effective: Vec<_> = limits.iter().map(|(decl, _)| decl.effective()).collect();
+    let buckets: Vec<Option<String>> = with_current(|ctx| {
+        ctx.set_handler(first.name());
+        limits
+            .iter()
+            .map(|(decl, key)| {
+                key.resolve(ctx)
+                    .filter(|k| !k.is_empty())
+                    .map(|k| limiter.named_bucket_key(decl.name(), &k))
+            })
+            .collect()
+    });
+    // Each limit's decision, by position; the store decides those with a bucket together.
+    let mut parts: Vec<Option<Decision>> = vec![None; limits.len()];
+    let mut asked: Vec<usize> = Vec::with_capacity(limits.len());
+    for (i, ((decl, key), e)) in limits.iter().zip(&effective).enumerate() {
+        if !e.enabled {
+            parts[i] = Some(
+                Decision::new(
+                    true,
+                    u64::MAX,
+                    e.limit,
+                    e.cost,
+                    Duration::ZERO,
+                    Duration::ZERO,
+                )
+                .with_source(Source::Disabled),
+            );
+        } else if buckets[i].is_none() {
+            report_missing_piece(decl, *key);
+            parts[i] = Some(limiter.decide_without_key(&e.limit, e.cost));
+        } else {
+            asked.push(i);
+        }
+    }
+    // A limit without a key that refuses vetoes the call: nothing is asked or taken.
+    let vetoed = parts.iter().flatten().any(|d| !d.allowed);
+    if !vetoed && !asked.is_empty() {
+        let checks: Vec<(&str, &Limit, u32)> = asked
+            .iter()
+            .map(|&i| {
+                let bucket = buckets[i].as_deref().unwrap_or_default();
+                (bucket, &effective[i].limit, effective[i].cost)
+            })
+            .collect();
+        let decided = if enabled {
+            limiter.check_buckets(&checks).await
+        } else {
+            limiter.decide_all_by_policy(&checks)
+        };
+        match decided {
+            Ok(d) => {
+                for (&i, part) in asked.iter().zip(d.parts()) {
+                    parts[i] = Some(part.clone());
+                }
+            }
+            Err(e) => {
+                first.warn_once(
+                    Warning::CannotCheck,
+                    &format_args!("rate limits of `{}` cannot be checked: {e}", first.name()),
+                );
+                for &i in &asked {
+                    let e = &effective[i];
+                    parts[i] = Some(
+                        limiter
+                            .decide_without_key(&e.limit, e.cost)
+                            .with_source(Source::FailClosed),
+                    );
+                }
+            }
+        }
+    }
+    // The limits decided, in order (all of them unless a keyless refusal vetoed the call).
+    let (names, parts, keys): (Vec<&'static str>, Vec<Decision>, Vec<String>) = limits
+        .iter()
+        .zip(parts)
+        .zip(buckets)
+        .filter_map(|(((decl, _), part), bucket)| {
+            part.map(|d| (decl.name(), d, bucket.unwrap_or_default()))
+        })
+        .fold(
+            (Vec::new(), Vec::new(), Vec::new()),
+            |mut acc, (n, d, k)| {
+                acc.0.push(n);
+                acc.1.push(d);
+                acc.2.push(k);
+                acc
+            },
+        );
+    let decision = Decision::combined(parts);
+    let tightest = decision.tightest();
+    let names: std::sync::Arc<[&'static str]> = names.into();
+    let name = names[tightest];
+    record_current(name, decision.clone(), Some(names.clone()));
     if decision.allowed {
         Ok(())
     } else {
-        Err(RateLimited::new(decision, bucket).with_name(name))
+        let key = keys.into_iter().nth(tightest).unwrap_or_default();
+        Err(RateLimited::new(decision, key)
+            .with_name(name)
+            .with_names(names))
     }
 }
 

@@ -76,12 +76,32 @@ enum Client {
 }
 
 /// The last decision taken while serving this context, for response headers.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
 pub struct Recorded {
-    /// The limit's name.
+    /// The limit's name (of several, the tightest's: see [`Decision::tightest`]).
     pub name: &'static str,
     /// What it decided.
     pub decision: Decision,
+    /// Every limit's name, in the order of [`Decision::parts`], when there are several.
+    names: Option<std::sync::Arc<[&'static str]>>,
+}
+
+impl Recorded {
+    /// Each limit of the call, by name, with its own decision: one, unless the call was
+    /// decided under several limits.
+    pub fn parts(&self) -> impl Iterator<Item = (&'static str, &Decision)> {
+        let parts = self.decision.parts();
+        let names = self.names.clone();
+        let single = self.name;
+        parts.iter().enumerate().map(move |(i, d)| {
+            let name = names
+                .as_ref()
+                .and_then(|n| n.get(i).copied())
+                .unwrap_or(single);
+            (name, d)
+        })
+    }
 }
 
 impl RequestContext {
@@ -217,7 +237,9 @@ impl RequestContext {
 
     /// The last decision recorded while serving this context.
     pub fn recorded(&self) -> Option<Recorded> {
-        self.recorded.get()
+        let recorded = self.recorded.take();
+        self.recorded.set(recorded.clone());
+        recorded
     }
 
     /// Marks the context as built by an HTTP integration configured to send `families`.
@@ -232,8 +254,17 @@ impl RequestContext {
         self.handler.set(Some(name));
     }
 
-    pub(crate) fn record(&self, name: &'static str, decision: Decision) {
-        self.recorded.set(Some(Recorded { name, decision }));
+    pub(crate) fn record(
+        &self,
+        name: &'static str,
+        decision: Decision,
+        names: Option<std::sync::Arc<[&'static str]>>,
+    ) {
+        self.recorded.set(Some(Recorded {
+            name,
+            decision,
+            names,
+        }));
     }
 }
 
@@ -286,8 +317,12 @@ pub(crate) fn with_current<R>(mut f: impl FnMut(&RequestContext) -> R) -> R {
 
 /// Records `decision` in the current context for the response headers; outside a scope no
 /// one reads it, so nothing is recorded.
-pub(crate) fn record_current(name: &'static str, decision: Decision) {
-    let _ = CONTEXT.try_with(|ctx| ctx.record(name, decision));
+pub(crate) fn record_current(
+    name: &'static str,
+    decision: Decision,
+    names: Option<std::sync::Arc<[&'static str]>>,
+) {
+    let _ = CONTEXT.try_with(|ctx| ctx.record(name, decision, names));
 }
 
 /// The header families of the integration serving the current request; every family outside

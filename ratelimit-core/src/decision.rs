@@ -2,12 +2,13 @@
 
 use std::borrow::Cow;
 use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::Limit;
 
 /// The outcome of one rate-limit check.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Decision {
     /// Whether the call was admitted (and its tokens taken).
@@ -25,6 +26,9 @@ pub struct Decision {
     pub reset_after: Duration,
     /// Who decided: the store, or the failure policy while the store was failing.
     pub source: Source,
+    /// Each limit's own decision, when the call was decided under several, and which of them
+    /// this one's fields come from.
+    parts: Option<(Arc<[Decision]>, usize)>,
 }
 
 /// Who took a [`Decision`].
@@ -67,7 +71,62 @@ impl Decision {
             retry_after,
             reset_after,
             source: Source::Store,
+            parts: None,
         }
+    }
+
+    /// The decision of a call under several limits, decided together
+    /// ([`RateLimiter::check_all`](crate::RateLimiter::check_all)): admitted only if every
+    /// limit admits it. Its fields are those of the tightest limit (when refused, the refusing
+    /// limit with the longest `retry_after`; when admitted, the one with the fewest tokens
+    /// left), except that `remaining` is the fewest left under any limit and `reset_after`
+    /// the longest; [`parts`](Decision::parts) gives every limit's own decision.
+    ///
+    /// # Panics
+    /// If `parts` is empty.
+    #[must_use]
+    pub fn combined(parts: Vec<Decision>) -> Decision {
+        assert!(
+            !parts.is_empty(),
+            "a combined decision needs at least one part"
+        );
+        if parts.len() == 1 {
+            return parts.into_iter().next().unwrap_or_else(|| unreachable!());
+        }
+        let allowed = parts.iter().all(|d| d.allowed);
+        let tightest = if allowed {
+            (0..parts.len()).min_by_key(|&i| parts[i].remaining)
+        } else {
+            // The first of the longest waits.
+            (0..parts.len())
+                .filter(|&i| !parts[i].allowed)
+                .min_by_key(|&i| std::cmp::Reverse(parts[i].retry_after))
+        }
+        .unwrap_or(0);
+        let mut combined = parts[tightest].clone();
+        combined.allowed = allowed;
+        combined.remaining = parts.iter().map(|d| d.remaining).min().unwrap_or(0);
+        combined.reset_after = parts
+            .iter()
+            .map(|d| d.reset_after)
+            .max()
+            .unwrap_or_default();
+        combined.parts = Some((parts.into(), tightest));
+        combined
+    }
+
+    /// Each limit's own decision, in the order the limits were given: one, this decision,
+    /// unless the call was decided under several limits at once.
+    pub fn parts(&self) -> &[Decision] {
+        match &self.parts {
+            Some((parts, _)) => parts,
+            None => std::slice::from_ref(self),
+        }
+    }
+
+    /// Which of [`parts`](Decision::parts) this decision's fields come from (0 for one limit).
+    pub fn tightest(&self) -> usize {
+        self.parts.as_ref().map_or(0, |p| p.1)
     }
 
     /// The same decision, attributed to `source`.
@@ -100,6 +159,8 @@ pub struct RateLimited {
     decision: Decision,
     key: String,
     name: Option<Cow<'static, str>>,
+    /// Every limit's name, in the order of [`Decision::parts`], when there are several.
+    names: Option<Arc<[&'static str]>>,
 }
 
 impl RateLimited {
@@ -109,6 +170,7 @@ impl RateLimited {
             decision,
             key: key.into(),
             name: None,
+            names: None,
         }
     }
 
@@ -117,6 +179,27 @@ impl RateLimited {
     pub fn with_name(mut self, name: impl Into<Cow<'static, str>>) -> RateLimited {
         self.name = Some(name.into());
         self
+    }
+
+    /// The same rejection, naming every limit of the call, in the order of its decision's
+    /// [`parts`](Decision::parts).
+    #[must_use]
+    pub(crate) fn with_names(mut self, names: Arc<[&'static str]>) -> RateLimited {
+        self.names = Some(names);
+        self
+    }
+
+    /// Each limit of the call with its own decision, by name where the call had names (the
+    /// macro's); one, unless the call was decided under several limits.
+    pub fn parts(&self) -> impl Iterator<Item = (Option<&str>, &Decision)> {
+        let name = self.name.as_deref();
+        self.decision.parts().iter().enumerate().map(move |(i, d)| {
+            let part_name = match &self.names {
+                Some(names) => names.get(i).copied(),
+                None => name,
+            };
+            (part_name, d)
+        })
     }
 
     /// The decision that refused the call.

@@ -28,6 +28,25 @@ pub enum Error {
     #[error("cost must be at least 1 token")]
     ZeroCost,
 
+    /// [`check_all`](crate::RateLimiter::check_all) was given no limit to check.
+    #[error("check_all needs at least one (key, limit, cost) to decide")]
+    NoLimits,
+
+    /// [`check_all`](crate::RateLimiter::check_all) was given one bucket twice: the same key
+    /// (and name) under two limits. Each (name, key) has one bucket; give each limit of a
+    /// call its own name (`check_all_named`) or key.
+    #[error(
+        "the bucket `{0}` appears twice in one call: each limit of a call needs its own name or          key (use check_all_named, or distinct keys)"
+    )]
+    DuplicateBucket(String),
+
+    /// A custom [`Store`](crate::Store) that does not implement
+    /// [`check_all`](crate::Store::check_all) was asked to decide several limits at once.
+    #[error(
+        "this store decides one limit per call: implement Store::check_all to decide several          limits of one call together"
+    )]
+    SeveralLimitsUnsupported,
+
     /// The key prefix would break the bucket keys' hash tags.
     #[error(
         "invalid prefix `{0}`: a prefix must not contain `{{` or `}}` (they would move keys between Redis Cluster slots)"

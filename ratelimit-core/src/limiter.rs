@@ -98,6 +98,86 @@ impl RateLimiter {
         self.decide(&bucket, limit, cost).await
     }
 
+    /// Decides several limits of one call together, all or nothing: the call takes `cost`
+    /// tokens from each `key`'s bucket under its `limit` if every one of them admits it, and
+    /// from none if any refuses. The answer is the [combined](Decision::combined) decision;
+    /// [`Decision::parts`] holds each limit's own, in order.
+    ///
+    /// On Redis it is one script in one round trip (on a cluster, when the buckets' nodes
+    /// differ, see the guide's "Several limits"). Each limit keeps its own failure policy
+    /// while the store fails. The buckets are those of [`check_n`](RateLimiter::check_n), so a
+    /// limit checked here and alone shares its bucket; two limits on one key therefore need
+    /// their own names ([`check_all_named`](RateLimiter::check_all_named)).
+    ///
+    /// ```no_run
+    /// use ratelimit_core::{Limit, RateLimiter};
+    ///
+    /// # async fn run(limiter: RateLimiter) -> Result<(), ratelimit_core::Error> {
+    /// let per_ip = Limit::per_minute(3).burst(300);
+    /// let per_user = Limit::per_day(300);
+    /// let d = limiter
+    ///     .check_all(&[("ip:203.0.113.9", &per_ip, 1), ("user:42", &per_user, 1)])
+    ///     .await?;
+    /// if !d.allowed {
+    ///     println!("retry in {:?}", d.retry_after); // the longest wait of the refusing limits
+    /// }
+    /// for part in d.parts() {
+    ///     println!("{}: {} left", part.limit, part.remaining);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NoLimits`] for an empty slice, [`Error::DuplicateBucket`] when two entries
+    /// name one bucket, the cost errors of [`check_n`](RateLimiter::check_n), or the store's.
+    pub async fn check_all(&self, checks: &[(&str, &Limit, u32)]) -> Result<Decision, Error> {
+        let buckets: Vec<(String, &Limit, u32)> = checks
+            .iter()
+            .map(|&(key, limit, cost)| (bucket_key(&self.inner.prefix, None, key), limit, cost))
+            .collect();
+        self.check_buckets(&buckets).await
+    }
+
+    /// [`check_all`](RateLimiter::check_all) with each limit's name: `(name, key, limit,
+    /// cost)`, the buckets of [`check_named`](RateLimiter::check_named).
+    ///
+    /// # Errors
+    /// As [`check_all`](RateLimiter::check_all).
+    pub async fn check_all_named(
+        &self,
+        checks: &[(&str, &str, &Limit, u32)],
+    ) -> Result<Decision, Error> {
+        let buckets: Vec<(String, &Limit, u32)> = checks
+            .iter()
+            .map(|&(name, key, limit, cost)| {
+                (bucket_key(&self.inner.prefix, Some(name), key), limit, cost)
+            })
+            .collect();
+        self.check_buckets(&buckets).await
+    }
+
+    /// Decides several already-named buckets together (the macro's path for stacked limits).
+    pub(crate) async fn check_buckets<B: AsRef<str>>(
+        &self,
+        checks: &[(B, &Limit, u32)],
+    ) -> Result<Decision, Error> {
+        let checks = validate_all(checks)?;
+        let parts = self.decide_all(&checks).await?;
+        Ok(Decision::combined(parts))
+    }
+
+    /// Decides several already-named buckets as the failure policy would with the store
+    /// down (calls made before `enable_redis_rate_limit!`).
+    pub(crate) fn decide_all_by_policy<B: AsRef<str>>(
+        &self,
+        checks: &[(B, &Limit, u32)],
+    ) -> Result<Decision, Error> {
+        let checks = validate_all(checks)?;
+        Ok(Decision::combined(
+            self.inner.resilience.decide_all(&checks),
+        ))
+    }
+
     /// Decides on an already-named bucket (the macro's path).
     pub(crate) async fn check_bucket(
         &self,
@@ -278,6 +358,55 @@ impl RateLimiter {
         }
     }
 
+    /// [`decide`](Self::decide) for several buckets at once, all or nothing.
+    async fn decide_all(&self, checks: &[(&str, &Limit, u32)]) -> Result<Vec<Decision>, Error> {
+        if let [(bucket, limit, cost)] = checks {
+            return Ok(vec![self.decide(bucket, limit, *cost).await?]);
+        }
+        let inner = &*self.inner;
+        let guard = &inner.resilience;
+        if let Backend::Memory(s) = &inner.backend {
+            return Ok(s.check_all_shared(checks, 1, false));
+        }
+        // The deny cache is not asked: it knows a refusal of one limit, and a combined answer
+        // needs every limit's. It still learns from the refusals below.
+        on_tokio()?;
+        // One circuit for the call: the first bucket's (on a cluster, its slot's).
+        let circuit = guard.circuit_of(|| key_slot(checks[0].0.as_bytes()));
+        let gate = guard.gate(circuit);
+        if gate == Gate::Open {
+            return Ok(guard.decide_all(checks));
+        }
+        let sent = std::time::Instant::now();
+        let result = match &inner.backend {
+            Backend::Redis(s) => guard.call(Box::pin(s.check_all(checks))).await,
+            Backend::Custom(s) => guard.call(s.check_all_dyn(checks)).await,
+            Backend::Memory(s) => Ok(s.check_all_shared(checks, 1, false)),
+        };
+        match result {
+            Ok(parts) => {
+                guard.succeeded(gate, circuit);
+                if let Some(cache) = &inner.deny_cache {
+                    let now = std::time::Instant::now();
+                    for (part, (bucket, ..)) in parts.iter().zip(checks) {
+                        cache.remember(bucket, part, sent, now);
+                    }
+                }
+                Ok(parts)
+            }
+            Err(e) if e.is_store_failure() => {
+                guard.failed(gate, circuit, &e);
+                Ok(guard.decide_all(checks))
+            }
+            Err(e) => {
+                if gate == Gate::Probe {
+                    guard.failed(gate, circuit, &e);
+                }
+                Err(e)
+            }
+        }
+    }
+
     /// Refills `key`'s bucket: deletes it from the store (a missing bucket is a full one) and
     /// from the deny caches of every instance (on Redis, each hears of it by pub/sub within
     /// milliseconds). It addresses the bucket of [`check`](RateLimiter::check); a
@@ -341,6 +470,25 @@ fn on_tokio() -> Result<(), Error> {
     tokio::runtime::Handle::try_current()
         .map(drop)
         .map_err(|_| Error::NoRuntime)
+}
+
+/// The checks of one call, validated: at least one, every cost valid, no bucket twice.
+fn validate_all<'a, B: AsRef<str>>(
+    checks: &'a [(B, &'a Limit, u32)],
+) -> Result<Vec<(&'a str, &'a Limit, u32)>, Error> {
+    if checks.is_empty() {
+        return Err(Error::NoLimits);
+    }
+    let mut out: Vec<(&str, &Limit, u32)> = Vec::with_capacity(checks.len());
+    for (bucket, limit, cost) in checks {
+        validate_cost(limit, *cost)?;
+        let bucket = bucket.as_ref();
+        if out.iter().any(|c| c.0 == bucket) {
+            return Err(Error::DuplicateBucket(bucket.to_owned()));
+        }
+        out.push((bucket, limit, *cost));
+    }
+    Ok(out)
 }
 
 fn validate_cost(limit: &Limit, cost: u32) -> Result<(), Error> {

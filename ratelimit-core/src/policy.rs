@@ -180,10 +180,10 @@ impl Resilience {
     }
 
     /// Runs a store call within the deadline.
-    pub(crate) async fn call(
+    pub(crate) async fn call<T>(
         &self,
-        call: impl std::future::Future<Output = Result<Decision, Error>>,
-    ) -> Result<Decision, Error> {
+        call: impl std::future::Future<Output = Result<T, Error>>,
+    ) -> Result<T, Error> {
         match self.deadline {
             Some(deadline) => tokio::time::timeout(deadline, call)
                 .await
@@ -238,16 +238,52 @@ impl Resilience {
 
     /// The failure policy's decision for a call the store could not take: the limit's own
     /// policy if it has one, else the limiter's.
+    /// [`decide`](Self::decide) for several limits of one call, each by its own policy, all
+    /// or nothing: a limit refused by `deny` vetoes the call, and the fallback's limits then
+    /// take nothing either (they answer as they would).
+    pub(crate) fn decide_all(&self, checks: &[(&str, &Limit, u32)]) -> Vec<Decision> {
+        let policy = |limit: &Limit| limit.failure_policy().unwrap_or(self.policy);
+        let veto = checks
+            .iter()
+            .any(|(_, limit, _)| policy(limit) == FailurePolicy::Deny);
+        let fallback: Vec<(&str, &Limit, u32)> = checks
+            .iter()
+            .filter(|(_, limit, _)| policy(limit) == FailurePolicy::Fallback)
+            .copied()
+            .collect();
+        let mut decided = if fallback.is_empty() {
+            Vec::new()
+        } else {
+            let share = self.instances.load(Ordering::Relaxed).max(1);
+            self.fallback_store()
+                .check_all_shared(&fallback, share, veto)
+        }
+        .into_iter();
+        checks
+            .iter()
+            .map(|&(bucket, limit, cost)| match policy(limit) {
+                FailurePolicy::Fallback => decided.next().map_or_else(
+                    || self.decide(bucket, limit, cost),
+                    |d| d.with_source(Source::Fallback),
+                ),
+                _ => self.decide(bucket, limit, cost),
+            })
+            .collect()
+    }
+
+    fn fallback_store(&self) -> &MemoryStore {
+        self.fallback.get_or_init(|| {
+            let store = MemoryStore::new();
+            store.keep_full_buckets();
+            store
+        })
+    }
+
     pub(crate) fn decide(&self, bucket: &str, limit: &Limit, cost: u32) -> Decision {
         match limit.failure_policy().unwrap_or(self.policy) {
             FailurePolicy::Fallback => {
                 let share = self.instances.load(Ordering::Relaxed).max(1);
-                self.fallback
-                    .get_or_init(|| {
-                        let store = MemoryStore::new();
-                        store.keep_full_buckets();
-                        store
-                    })
+                self.fallback_store()
                     .check_share(bucket, limit, cost, share)
                     .with_source(Source::Fallback)
             }

@@ -357,3 +357,54 @@ async fn a_killed_master_leaves_the_other_masters_alone() {
         run.nonstore_unrelated()
     );
 }
+
+/// Several limits of one call on a cluster: buckets in different slots of one master are
+/// decided by one script (the `allow-cross-slot-keys` flag); buckets on different masters are
+/// reserved in a fixed order and given back when one refuses, so a refused call keeps nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_limits_on_a_cluster_take_all_or_nothing() {
+    let cluster = RedisCluster::start();
+    let limiter = strict_limiter(&cluster.url(), "cl").await;
+    let by = keys_by_master(&cluster, &limiter, 60);
+    let masters: Vec<&Vec<String>> = by.values().collect();
+    let tight = Limit::per_hour(2);
+    let loose = Limit::per_hour(10);
+    // One master, two slots; then two masters, each way round: masters serve ranges of
+    // slots, so in one of the two the loose limit is reserved first and given back.
+    let same = [masters[0][0].as_str(), masters[0][1].as_str()];
+    let apart = [masters[1][0].as_str(), masters[2][0].as_str()];
+    let swapped = [masters[2][1].as_str(), masters[1][1].as_str()];
+    for (what, [a, b]) in [
+        ("one master", same),
+        ("two masters", apart),
+        ("two masters, swapped", swapped),
+    ] {
+        for i in 0..5 {
+            let d = limiter
+                .check_all(&[(a, &tight, 1), (b, &loose, 1)])
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"));
+            assert_eq!(d.allowed, i < 2, "{what}: call {i}: {d:?}");
+            assert!(
+                d.parts().iter().all(|p| p.source == Source::Store),
+                "{what}"
+            );
+            if i >= 2 {
+                // The loose limit answers as it stands: 8 left, 2 tokens (12 min) from full.
+                let loose_part = &d.parts()[1];
+                assert!(loose_part.allowed, "{what}: {d:?}");
+                assert_eq!(loose_part.remaining, 8, "{what}: {d:?}");
+                let reset = loose_part.reset_after;
+                assert!(
+                    reset <= Duration::from_secs(720) && reset >= Duration::from_secs(715),
+                    "{what}: {reset:?}"
+                );
+            }
+        }
+        assert_eq!(
+            limiter.check(b, &loose).await.unwrap().remaining,
+            7,
+            "{what}: the loose limit gave 2 tokens, kept the rest"
+        );
+    }
+}

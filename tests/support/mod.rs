@@ -18,7 +18,7 @@ pub(crate) struct Harness {
 }
 
 /// A decision with the local instants that bracket when the store took it.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub(crate) struct Timed {
     pub(crate) d: Decision,
     pub(crate) sent: Instant,
@@ -130,3 +130,44 @@ pub(crate) async fn redis_limiter(server: &RedisServer, prefix: &str) -> RateLim
 /// cluster specification in ratelimit-core).
 #[allow(unused_imports)]
 pub(crate) use redis_ratelimit::__private::key_slot;
+
+/// The limiter of a test file's annotated functions, in memory under `prefix`: the first test
+/// to get here builds it (another may win the race; either limiter is the same kind).
+pub(crate) async fn memory_limiter(
+    cell: &'static std::sync::OnceLock<RateLimiter>,
+    prefix: &str,
+) -> &'static RateLimiter {
+    if cell.get().is_none() {
+        let built = RateLimiter::builder()
+            .memory()
+            .prefix(prefix)
+            .build()
+            .await
+            .expect("an in-memory limiter builds");
+        let _ = cell.set(built);
+    }
+    cell.get().expect("just set")
+}
+
+/// A request for `path`.
+pub(crate) fn request(path: &str) -> redis_ratelimit::RequestContext {
+    redis_ratelimit::RequestContext::new().with_path(path)
+}
+
+/// Runs `call` `n` times in `ctx`'s scope and returns how many were admitted.
+pub(crate) async fn admitted<F, T, E>(
+    ctx: impl Fn() -> redis_ratelimit::RequestContext,
+    n: usize,
+    call: impl Fn() -> F,
+) -> usize
+where
+    F: Future<Output = Result<T, E>>,
+{
+    let mut ok = 0;
+    for _ in 0..n {
+        if redis_ratelimit::scope(ctx(), call()).await.is_ok() {
+            ok += 1;
+        }
+    }
+    ok
+}

@@ -135,6 +135,69 @@ impl Kernel {
     }
 }
 
+impl Kernel {
+    /// The number `multi.lua` knows this kernel's script by, and the script's arguments for
+    /// a call of `cost` (the same its own script takes).
+    pub(crate) fn script_args(self, cost: u64) -> (u8, ScriptArgs) {
+        match self {
+            Kernel::Bucket(p) if p.absent == 0 => {
+                (1, ScriptArgs::new(&[p.interval, p.per_micro, p.tau, cost]))
+            }
+            Kernel::Bucket(p) => (
+                1,
+                ScriptArgs::new(&[p.interval, p.per_micro, p.tau, cost, p.absent]),
+            ),
+            Kernel::Interval(p) => (2, ScriptArgs::new(&interval_bucket::args(p, cost))),
+            Kernel::Fixed(p) => (3, ScriptArgs::new(&fixed_window::args(p, cost))),
+            Kernel::Sliding(p) => (4, ScriptArgs::new(&sliding_window::args(p, cost))),
+            Kernel::Log(p) => (5, ScriptArgs::new(&sliding_log::args(p, cost))),
+        }
+    }
+}
+
+/// A script's numeric arguments, on the stack (at most five).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct ScriptArgs {
+    values: [u64; 5],
+    len: usize,
+}
+
+impl ScriptArgs {
+    fn new(values: &[u64]) -> ScriptArgs {
+        let mut args = ScriptArgs {
+            values: [0; 5],
+            len: values.len().min(5),
+        };
+        args.values[..args.len].copy_from_slice(&values[..args.len]);
+        args
+    }
+
+    pub(crate) fn as_slice(&self) -> &[u64] {
+        &self.values[..self.len]
+    }
+}
+
+/// Several limits of one call in one script (see `multi.lua`): every algorithm's script as a
+/// function, numbered as [`Kernel::script_args`] numbers them. The flag lets a Redis Cluster
+/// node run it on keys of several slots that it serves.
+pub const MULTI_SCRIPT: &str = concat!(
+    "#!lua flags=allow-cross-slot-keys\n",
+    include_str!("../scripts/prelude.lua"),
+    include_str!("../scripts/multi_head.lua"),
+    "ALGORITHMS[1] = function(KEYS, ARGV, redis)\n",
+    include_str!("../scripts/gcra.lua"),
+    "end\nALGORITHMS[2] = function(KEYS, ARGV, redis)\n",
+    include_str!("../scripts/interval_bucket.lua"),
+    "end\nALGORITHMS[3] = function(KEYS, ARGV, redis)\n",
+    include_str!("../scripts/fixed_window.lua"),
+    "end\nALGORITHMS[4] = function(KEYS, ARGV, redis)\n",
+    include_str!("../scripts/sliding_window.lua"),
+    "end\nALGORITHMS[5] = function(KEYS, ARGV, redis)\n",
+    include_str!("../scripts/sliding_log.lua"),
+    "end\n",
+    include_str!("../scripts/multi.lua"),
+);
+
 /// The first microsecond of the window after the one holding `now_us`.
 fn next_boundary(now_us: u64, period_us: u64) -> u64 {
     (now_us / period_us + 1) * period_us

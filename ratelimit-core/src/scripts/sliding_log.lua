@@ -42,6 +42,10 @@ if live + cost > limit then
   return {0, math.max(limit - live, 0), leaves - now, newest() + period - now, now}
 end
 
+-- Read before any write: run beside other limits (multi.lua), the writes wait until every
+-- limit has decided. The newest token is then this call's, or a later one if the clock
+-- stepped back (an empty log has none: nil).
+local before = newest()
 redis.call('ZREMRANGEBYSCORE', key, '-inf', int(now - period))
 -- At most 1000 members per ZADD, to stay within Lua's stack.
 local i = 0
@@ -54,6 +58,6 @@ while i < cost do
   redis.call('ZADD', key, unpack(batch))
   i = i + 1000
 end
-local last = newest()
+local last = math.max(before or now, now)
 redis.call('PEXPIREAT', key, int(div_ceil(last + period, 1000)))
 return {1, limit - live - cost, 0, last + period - now, now}

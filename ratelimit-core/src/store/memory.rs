@@ -296,8 +296,7 @@ impl MemoryStore {
     pub fn remove(&self, key: &str) {
         let inner = &*self.inner;
         let hash = inner.hasher.hash_one(key);
-        let shard_index = usize::try_from((hash << 7) >> inner.shard_shift).unwrap_or(0);
-        let mut shard = lock(&inner.shards[shard_index]);
+        let mut shard = lock(&inner.shards[inner.shard_of(hash)]);
         if let Ok(entry) = shard.table.find_entry(hash, |e| &*e.0 == key) {
             entry.remove();
         }
@@ -344,13 +343,84 @@ impl MemoryStore {
         self.check_with(key, kernel, limit, cost)
     }
 
+    /// Decides several limits of one call together (see [`Store::check_all`]), with this
+    /// instance's share of each when `instances` share them (as
+    /// [`check_share`](MemoryStore::check_share)). With `veto`, another limit of the call
+    /// refused it already: nothing is taken, and each limit still answers as it would.
+    pub(crate) fn check_all_shared(
+        &self,
+        checks: &[(&str, &Limit, u32)],
+        instances: u32,
+        veto: bool,
+    ) -> Vec<Decision> {
+        let inner = &*self.inner;
+        let now = inner.clock.now_micros();
+        let located: Vec<(u64, usize)> = checks
+            .iter()
+            .map(|(key, ..)| {
+                let hash = inner.hasher.hash_one(key);
+                (hash, inner.shard_of(hash))
+            })
+            .collect();
+        // Every shard involved, locked in one order, so that two calls never wait on each
+        // other.
+        let mut order: Vec<usize> = located.iter().map(|l| l.1).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut shards: Vec<MutexGuard<'_, Shard>> =
+            order.iter().map(|&i| lock(&inner.shards[i])).collect();
+        let guard_of = |shard: usize| order.binary_search(&shard).unwrap_or(0);
+
+        // Each limit's outcome for the call's cost, with what it would answer for a cost of
+        // 0: its state as it stands, for a limit that would admit a call that is refused.
+        let decide_at = |i: usize, cost: u64| {
+            let (key, limit, call_cost) = checks[i];
+            let (hash, shard) = located[i];
+            let kernel = if instances <= 1 {
+                Kernel::of(limit)
+            } else {
+                Kernel::Bucket(limit.params().shared(instances, call_cost))
+            };
+            let slot = shards[guard_of(shard)]
+                .table
+                .find(hash, |e| &*e.0 == key)
+                .map(|e| &e.1);
+            decide(kernel, now, slot, cost)
+        };
+        let mut outcomes: Vec<Outcome<Slot>> = (0..checks.len())
+            .map(|i| decide_at(i, u64::from(checks[i].2)))
+            .collect();
+        let admitted = !veto && outcomes.iter().all(|o| o.allowed);
+        if !admitted {
+            for (i, o) in outcomes.iter_mut().enumerate() {
+                if o.allowed {
+                    let as_is = decide_at(i, 0);
+                    o.remaining = as_is.remaining;
+                    o.reset_after_us = as_is.reset_after_us;
+                }
+            }
+        }
+        let mut decisions = Vec::with_capacity(checks.len());
+        for ((o, &(key, limit, cost)), &(hash, shard)) in
+            outcomes.iter_mut().zip(checks).zip(&located)
+        {
+            // A refusal writes what it must (a state read differently from what it says);
+            // a limit that would have admitted a refused call writes nothing.
+            if let Some(state) = o.new_state.take()
+                && (admitted || !o.allowed)
+            {
+                inner.put(&mut shards[guard_of(shard)], hash, key, state, now);
+            }
+            decisions.push(Decision::from_outcome(o, *limit, cost));
+        }
+        decisions
+    }
+
     fn check_with(&self, key: &str, kernel: Kernel, limit: &Limit, cost: u32) -> Decision {
         let inner = &*self.inner;
         let now = inner.clock.now_micros();
         let hash = inner.hasher.hash_one(key);
-        // The table uses the low bits and the top 7; shard on the bits just below the top.
-        let shard_index = usize::try_from((hash << 7) >> inner.shard_shift).unwrap_or(0);
-        let mut shard = lock(&inner.shards[shard_index]);
+        let mut shard = lock(&inner.shards[inner.shard_of(hash)]);
 
         // One probe of the table: a bucket that exists is updated in place.
         let outcome = match shard.table.find_mut(hash, |e| &*e.0 == key) {
@@ -364,13 +434,7 @@ impl MemoryStore {
             None => {
                 let mut outcome = decide(kernel, now, None, u64::from(cost));
                 if let Some(new_state) = outcome.new_state.take() {
-                    if now >= shard.next_sweep_us || shard.table.len() >= inner.shard_cap {
-                        inner.make_room(&mut shard, now);
-                    }
-                    let hasher = &inner.hasher;
-                    shard
-                        .table
-                        .insert_unique(hash, (key.into(), new_state), |e| hasher.hash_one(&*e.0));
+                    inner.insert(&mut shard, hash, key, new_state, now);
                 }
                 outcome
             }
@@ -381,6 +445,31 @@ impl MemoryStore {
 }
 
 impl Inner {
+    /// The shard of a key's hash. The table uses the low bits and the top 7; shard on the
+    /// bits just below the top.
+    fn shard_of(&self, hash: u64) -> usize {
+        usize::try_from((hash << 7) >> self.shard_shift).unwrap_or(0)
+    }
+
+    /// Adds a bucket the shard does not hold, making room first when it is due.
+    fn insert(&self, shard: &mut Shard, hash: u64, key: &str, state: Slot, now: u64) {
+        if now >= shard.next_sweep_us || shard.table.len() >= self.shard_cap {
+            self.make_room(shard, now);
+        }
+        let hasher = &self.hasher;
+        shard
+            .table
+            .insert_unique(hash, (key.into(), state), |e| hasher.hash_one(&*e.0));
+    }
+
+    /// Stores `state` as the bucket `key`'s, updating it in place or adding it.
+    fn put(&self, shard: &mut Shard, hash: u64, key: &str, state: Slot, now: u64) {
+        match shard.table.find_mut(hash, |e| &*e.0 == key) {
+            Some(entry) => entry.1 = state,
+            None => self.insert(shard, hash, key, state, now),
+        }
+    }
+
     /// Drops full buckets; if the shard is still at its bound, evicts the eighth of it that is
     /// closest to full (amortised O(log n) per insert).
     fn make_room(&self, shard: &mut Shard, now_us: u64) {
@@ -444,6 +533,10 @@ impl Store for MemoryStore {
     async fn reset(&self, key: &str) -> Result<(), Error> {
         self.remove(key);
         Ok(())
+    }
+
+    async fn check_all(&self, checks: &[(&str, &Limit, u32)]) -> Result<Vec<Decision>, Error> {
+        Ok(self.check_all_shared(checks, 1, false))
     }
 }
 

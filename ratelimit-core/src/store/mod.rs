@@ -26,6 +26,27 @@ pub trait Store: Send + Sync + 'static {
 
     /// Deletes the bucket `key` (it is full again).
     fn reset(&self, key: &str) -> impl Future<Output = Result<(), Error>> + Send;
+
+    /// Decides several limits of one call together, all or nothing: takes `cost` tokens from
+    /// every bucket `key` under its `limit`, or, if any of them refuses, from none. Returns
+    /// each limit's own decision in order; a limit that would have admitted a refused call
+    /// says so (`allowed`), with the tokens it still holds. The limiter validates every cost
+    /// and passes distinct keys.
+    ///
+    /// The default decides one limit with [`check`](Store::check) and refuses several with
+    /// [`Error::SeveralLimitsUnsupported`]: a store cannot be all or nothing by calling
+    /// `check` several times.
+    fn check_all(
+        &self,
+        checks: &[(&str, &Limit, u32)],
+    ) -> impl Future<Output = Result<Vec<Decision>, Error>> + Send {
+        async move {
+            match checks {
+                [(key, limit, cost)] => Ok(vec![self.check(key, limit, *cost).await?]),
+                _ => Err(Error::SeveralLimitsUnsupported),
+            }
+        }
+    }
 }
 
 type BoxFuture<'a, T> = std::pin::Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -40,6 +61,11 @@ pub(crate) trait DynStore: Send + Sync + 'static {
     ) -> BoxFuture<'a, Result<Decision, Error>>;
 
     fn reset_dyn<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), Error>>;
+
+    fn check_all_dyn<'a>(
+        &'a self,
+        checks: &'a [(&'a str, &'a Limit, u32)],
+    ) -> BoxFuture<'a, Result<Vec<Decision>, Error>>;
 }
 
 impl<S: Store> DynStore for S {
@@ -54,5 +80,12 @@ impl<S: Store> DynStore for S {
 
     fn reset_dyn<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(self.reset(key))
+    }
+
+    fn check_all_dyn<'a>(
+        &'a self,
+        checks: &'a [(&'a str, &'a Limit, u32)],
+    ) -> BoxFuture<'a, Result<Vec<Decision>, Error>> {
+        Box::pin(self.check_all(checks))
     }
 }

@@ -28,6 +28,13 @@ static FIXED: LazyLock<Script> = LazyLock::new(|| Script::new(fixed_window::SCRI
 static SLIDING: LazyLock<Script> = LazyLock::new(|| Script::new(sliding_window::SCRIPT));
 static LOG: LazyLock<Script> = LazyLock::new(|| Script::new(sliding_log::SCRIPT));
 
+/// Several limits of one call (`multi.lua` with every algorithm).
+static MULTI: LazyLock<Script> = LazyLock::new(|| Script::new(crate::algorithm::MULTI_SCRIPT));
+
+/// Gives back a reservation of `multi.lua` on one node of a cluster.
+const GIVE_BACK_LUA: &str = include_str!("../scripts/give_back.lua");
+static GIVE_BACK: LazyLock<Script> = LazyLock::new(|| Script::new(GIVE_BACK_LUA));
+
 /// The heartbeat script.
 static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| Script::new(HEARTBEAT_LUA));
 
@@ -591,7 +598,7 @@ impl RedisStore {
     pub(crate) async fn heartbeat(&self, key: &str, id: &str, ttl: Duration) -> Result<u32, Error> {
         let ttl_ms = u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX);
         let n: u32 = self
-            .eval(&HEARTBEAT, HEARTBEAT_LUA, key, |c| {
+            .eval(&HEARTBEAT, HEARTBEAT_LUA, &[key], |c| {
                 c.arg(id).arg(ttl_ms);
             })
             .await?;
@@ -608,17 +615,17 @@ impl RedisStore {
         &self,
         script: &Script,
         text: &'static str,
-        key: &str,
+        keys: &[&str],
         args: impl Fn(&mut redis::Cmd),
     ) -> Result<T, RedisError> {
         self.run(|mut c| async move {
             let mut evalsha = redis::cmd("EVALSHA");
-            evalsha.arg(script.get_hash()).arg(1).arg(key);
+            evalsha.arg(script.get_hash()).arg(keys.len()).arg(keys);
             args(&mut evalsha);
             match evalsha.query_async(&mut c).await {
                 Err(e) if e.code() == Some("NOSCRIPT") => {
                     let mut eval = redis::cmd("EVAL");
-                    eval.arg(text).arg(1).arg(key);
+                    eval.arg(text).arg(keys.len()).arg(keys);
                     args(&mut eval);
                     eval.query_async(&mut c).await
                 }
@@ -712,43 +719,25 @@ impl Store for RedisStore {
         Ok(())
     }
 
+    async fn check_all(&self, checks: &[(&str, &Limit, u32)]) -> Result<Vec<Decision>, Error> {
+        match checks {
+            [(key, limit, cost)] => Ok(vec![self.check(key, limit, *cost).await?]),
+            _ => self.check_several(checks).await,
+        }
+    }
+
     async fn check(&self, key: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
-        let c = u64::from(cost);
         // Each script's text and arguments; every script answers in the same shape.
-        let (script, text, args): (&Script, &'static str, ScriptArgs) = match Kernel::of(limit) {
-            Kernel::Bucket(p) if p.absent == 0 => (
-                &SCRIPT,
-                GCRA_LUA,
-                ScriptArgs::new(&[p.interval, p.per_micro, p.tau, c]),
-            ),
-            Kernel::Bucket(p) => (
-                &SCRIPT,
-                GCRA_LUA,
-                ScriptArgs::new(&[p.interval, p.per_micro, p.tau, c, p.absent]),
-            ),
-            Kernel::Interval(p) => (
-                &INTERVAL,
-                interval_bucket::SCRIPT,
-                ScriptArgs::new(&interval_bucket::args(p, c)),
-            ),
-            Kernel::Fixed(p) => (
-                &FIXED,
-                fixed_window::SCRIPT,
-                ScriptArgs::new(&fixed_window::args(p, c)),
-            ),
-            Kernel::Sliding(p) => (
-                &SLIDING,
-                sliding_window::SCRIPT,
-                ScriptArgs::new(&sliding_window::args(p, c)),
-            ),
-            Kernel::Log(p) => (
-                &LOG,
-                sliding_log::SCRIPT,
-                ScriptArgs::new(&sliding_log::args(p, c)),
-            ),
+        let (id, args) = Kernel::of(limit).script_args(u64::from(cost));
+        let (script, text): (&Script, &'static str) = match id {
+            1 => (&SCRIPT, GCRA_LUA),
+            2 => (&INTERVAL, interval_bucket::SCRIPT),
+            3 => (&FIXED, fixed_window::SCRIPT),
+            4 => (&SLIDING, sliding_window::SCRIPT),
+            _ => (&LOG, sliding_log::SCRIPT),
         };
         let reply: Value = self
-            .eval(script, text, key, |cmd| {
+            .eval(script, text, &[key], |cmd| {
                 for a in args.as_slice() {
                     cmd.arg(*a);
                 }
@@ -758,26 +747,188 @@ impl Store for RedisStore {
     }
 }
 
-/// A script's numeric arguments, on the stack (at most five).
-#[derive(Clone, Copy)]
-struct ScriptArgs {
-    values: [u64; 5],
-    len: usize,
+/// What `multi.lua` answers for one group of limits: each limit's four numbers, and in
+/// reserve mode each key as it was before and after (for `give_back.lua`).
+struct GroupReply {
+    numbers: Vec<[u64; 4]>,
+    undo: Vec<(Vec<u8>, i64, Vec<u8>)>,
+    /// In reserve mode, each limit's remaining and reset_after before the call.
+    as_was: Vec<[u64; 2]>,
 }
 
-impl ScriptArgs {
-    fn new(values: &[u64]) -> ScriptArgs {
-        let mut args = ScriptArgs {
-            values: [0; 5],
-            len: values.len().min(5),
+impl RedisStore {
+    /// [`Store::check_all`]: one script, `multi.lua`, for every limit of the call. On a
+    /// cluster whose node does not serve every bucket, the buckets are decided per slot in
+    /// slot order, each group reserved, and what was reserved is given back when a later
+    /// group refuses (see the guide's "Several limits").
+    async fn check_several(&self, checks: &[(&str, &Limit, u32)]) -> Result<Vec<Decision>, Error> {
+        let numbers = match self.run_group(checks, 0).await {
+            Ok(group) => group.numbers,
+            Err(e) if self.is_cluster() && is_non_local(&e) => {
+                self.check_across_nodes(checks).await?
+            }
+            Err(e) => return Err(e),
         };
-        args.values[..args.len].copy_from_slice(&values[..args.len]);
-        args
+        Ok(decisions(&numbers, checks))
     }
 
-    fn as_slice(&self) -> &[u64] {
-        &self.values[..self.len]
+    /// Reserves slot by slot, in slot order; gives back on the first refusal, and asks the
+    /// rest without taking, so that every limit still answers.
+    async fn check_across_nodes(
+        &self,
+        checks: &[(&str, &Limit, u32)],
+    ) -> Result<Vec<[u64; 4]>, Error> {
+        let mut order: Vec<usize> = (0..checks.len()).collect();
+        order.sort_by_key(|&i| (crate::naming::key_slot(checks[i].0.as_bytes()), i));
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for i in order {
+            let slot = crate::naming::key_slot(checks[i].0.as_bytes());
+            match groups.last_mut() {
+                Some(g) if crate::naming::key_slot(checks[g[0]].0.as_bytes()) == slot => g.push(i),
+                _ => groups.push(vec![i]),
+            }
+        }
+        let mut numbers = vec![[0u64; 4]; checks.len()];
+        let mut reserved: Vec<(Vec<usize>, GroupReply)> = Vec::new();
+        let mut refused = false;
+        for group in groups {
+            let part: Vec<(&str, &Limit, u32)> = group.iter().map(|&i| checks[i]).collect();
+            let reply = self.run_group(&part, if refused { 2 } else { 1 }).await;
+            let reply = match reply {
+                Ok(r) => r,
+                Err(e) => {
+                    self.give_back(checks, &reserved).await;
+                    return Err(e);
+                }
+            };
+            for (&i, n) in group.iter().zip(&reply.numbers) {
+                numbers[i] = *n;
+            }
+            if reply.numbers.iter().any(|n| n[0] == 0) {
+                refused = true;
+                self.give_back(checks, &reserved).await;
+                // Given back, the reserved limits answer as they stood before the call.
+                for (group, reply) in reserved.drain(..) {
+                    for (&i, as_was) in group.iter().zip(&reply.as_was) {
+                        numbers[i][1] = as_was[0];
+                        numbers[i][3] = as_was[1];
+                    }
+                }
+            } else if !refused {
+                reserved.push((group, reply));
+            }
+        }
+        Ok(numbers)
     }
+
+    /// Puts back what `reserved` took (best effort: a failure leaves the tokens taken, so the
+    /// buckets are emptier, never fuller).
+    async fn give_back(
+        &self,
+        checks: &[(&str, &Limit, u32)],
+        reserved: &[(Vec<usize>, GroupReply)],
+    ) {
+        for (group, reply) in reserved {
+            let first = checks[group[0]].0;
+            let result: Result<i64, _> = self
+                .eval(&GIVE_BACK, GIVE_BACK_LUA, &[first], |cmd| {
+                    cmd.arg(group.len());
+                    for (&i, (before, expiry, after)) in group.iter().zip(&reply.undo) {
+                        cmd.arg(checks[i].0).arg(before).arg(*expiry).arg(after);
+                    }
+                })
+                .await;
+            if let Err(e) = result {
+                tracing::warn!(error = %e, "redis-ratelimit could not give back the tokens a refused call reserved");
+            }
+        }
+    }
+
+    /// One `multi.lua` call for limits whose keys one node serves.
+    async fn run_group(
+        &self,
+        checks: &[(&str, &Limit, u32)],
+        mode: u8,
+    ) -> Result<GroupReply, Error> {
+        let keys: Vec<&str> = checks.iter().map(|c| c.0).collect();
+        let mut argv: Vec<u64> = Vec::with_capacity(checks.len() * 7);
+        for (_, limit, cost) in checks {
+            let (id, args) = Kernel::of(limit).script_args(u64::from(*cost));
+            argv.push(u64::from(id));
+            argv.push(args.as_slice().len() as u64);
+            argv.extend_from_slice(args.as_slice());
+        }
+        let reply: Value = self
+            .eval(&MULTI, crate::algorithm::MULTI_SCRIPT, &keys[..1], |cmd| {
+                cmd.arg(keys.len()).arg(mode).arg(&keys).arg(&argv);
+            })
+            .await?;
+        parse_group(&reply, checks.len())
+    }
+}
+
+/// Whether a cluster node refused a script for a key it does not serve.
+fn is_non_local(e: &Error) -> bool {
+    matches!(e, Error::Redis(r) if r.to_string().contains("non local key"))
+}
+
+/// `multi.lua`'s reply: four numbers per limit, the server time, and in reserve mode three
+/// values per key.
+fn parse_group(reply: &Value, n: usize) -> Result<GroupReply, Error> {
+    let bad = || Error::BadReply(format!("{reply:?}"));
+    let Value::Array(items) = reply else {
+        return Err(bad());
+    };
+    if items.len() != n * 4 + 1 && items.len() != n * 9 + 1 {
+        return Err(bad());
+    }
+    let int = |v: &Value| match v {
+        Value::Int(v) => Ok(*v),
+        _ => Err(bad()),
+    };
+    let bytes = |v: &Value| match v {
+        Value::BulkString(b) => Ok(b.clone()),
+        _ => Err(bad()),
+    };
+    let mut numbers = Vec::with_capacity(n);
+    for chunk in items[..n * 4].chunks(4) {
+        let mut out = [0u64; 4];
+        for (o, v) in out.iter_mut().zip(chunk) {
+            *o = u64::try_from(int(v)?).map_err(|_| bad())?;
+        }
+        numbers.push(out);
+    }
+    let mut undo = Vec::new();
+    let mut as_was = Vec::new();
+    for chunk in items[n * 4 + 1..].chunks(5) {
+        undo.push((bytes(&chunk[0])?, int(&chunk[1])?, bytes(&chunk[2])?));
+        let number = |v: &Value| u64::try_from(int(v)?).map_err(|_| bad());
+        as_was.push([number(&chunk[3])?, number(&chunk[4])?]);
+    }
+    Ok(GroupReply {
+        numbers,
+        undo,
+        as_was,
+    })
+}
+
+/// Each limit's decision from its four numbers (a limit that would have admitted a refused
+/// call answers as it stands: it kept its tokens).
+fn decisions(numbers: &[[u64; 4]], checks: &[(&str, &Limit, u32)]) -> Vec<Decision> {
+    numbers
+        .iter()
+        .zip(checks)
+        .map(|(n, &(_, limit, cost))| {
+            Decision::new(
+                n[0] == 1,
+                n[1],
+                *limit,
+                cost,
+                Duration::from_micros(n[2]),
+                Duration::from_micros(n[3]),
+            )
+        })
+        .collect()
 }
 
 fn parse_reply(reply: &Value, limit: Limit, cost: u32) -> Result<Decision, Error> {
