@@ -5,34 +5,63 @@ use quote::{format_ident, quote, quote_spanned};
 use syn::ext::IdentExt as _;
 use syn::spanned::Spanned as _;
 use syn::visit_mut::VisitMut;
-use syn::{ReturnType, Signature, Type};
+use syn::{Expr, ReturnType, Signature, Type};
 
 use crate::args::Errors;
 use crate::attr::{Count, RateLimitArgs, Unit};
 use crate::item::ItemFn;
+use crate::stack::{self, Stacked};
 use crate::valid;
 
 /// The attribute: parse, validate, expand; on any error, the function as written plus every
 /// error, so the rest of the crate (and an IDE) still sees the function.
+///
+/// Other `#[rate_limit]` attributes below this one (stacked limits) are taken off the function
+/// and expanded here with it: every limit in one check, all or nothing.
 pub(crate) fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
-    let func: ItemFn = match syn::parse2(item.clone()) {
+    let mut func: ItemFn = match syn::parse2(item.clone()) {
         Ok(func) => func,
         Err(e) => return with_errors(item, e),
     };
+    let stacked = stack::take(&mut func.outer_attrs);
     let mut errors = Errors::default();
     valid::check_function(&func.sig, &mut errors);
-    let args = match RateLimitArgs::parse(args, &mut errors) {
-        Ok(args) => args,
-        Err(e) => {
-            errors.push(e);
-            return item_with(item, errors);
+    let mut limits = Vec::with_capacity(1 + stacked.len());
+    match RateLimitArgs::parse(args, &mut errors) {
+        Ok(args) => {
+            valid::check(&args, None, &mut errors);
+            limits.push(Stacked { args, attr: None });
         }
-    };
-    valid::check(&args, &mut errors);
+        Err(e) => errors.push(e),
+    }
+    if stacked.is_empty() {
+        return match limits.pop() {
+            Some(limit) if errors.is_empty() => {
+                let limiter = limit.args.limiter.clone();
+                expand(&[limit], limiter.as_ref(), &[], &func)
+            }
+            _ => item_with(item, errors),
+        };
+    }
+    for attr in stacked {
+        match stack::arguments(&attr).and_then(|tokens| RateLimitArgs::parse(tokens, &mut errors)) {
+            Ok(args) => {
+                valid::check(&args, Some(&attr), &mut errors);
+                limits.push(Stacked {
+                    args,
+                    attr: Some(attr),
+                });
+            }
+            Err(e) => errors.push(e),
+        }
+    }
+    let same_name = stack::check_names(&limits, &mut errors);
+    let limiter = stack::limiter(&limits, &mut errors);
     if errors.is_empty() {
-        expand(&args, &func)
+        expand(&limits, limiter.as_ref(), &same_name, &func)
     } else {
-        item_with(item, errors)
+        // Without the stacked attributes: they are reported here, not expanded again.
+        item_with(as_written(&func), errors)
     }
 }
 
@@ -49,7 +78,8 @@ fn item_with(item: TokenStream, errors: Errors) -> TokenStream {
     }
 }
 
-fn expand(args: &RateLimitArgs, func: &ItemFn) -> TokenStream {
+/// The function as the user wrote it (less the attributes taken off it).
+fn as_written(func: &ItemFn) -> TokenStream {
     let ItemFn {
         outer_attrs,
         vis,
@@ -58,25 +88,84 @@ fn expand(args: &RateLimitArgs, func: &ItemFn) -> TokenStream {
         inner_attrs,
         body,
     } = func;
-    // Locals are hygienic; the static is an item, so its name is only prefixed.
-    let decl = Ident::new("__RL_DECL", Span::mixed_site());
-    let key_var = Ident::new("__rl_key", Span::mixed_site());
-    let rejection = Ident::new("__rl_rejection", Span::mixed_site());
+    let mut block = Group::new(Delimiter::Brace, quote!(#(#inner_attrs)* #body));
+    block.set_span(brace.span.join());
+    quote!(#(#outer_attrs)* #vis #sig #block)
+}
 
-    let declaration = declaration(args, sig);
-    // `&(expr)` spanned at the expression, and coerced to `&dyn KeyResolver` (one `check` for
-    // every function): a value that is not a `KeyResolver` is reported once, on the user's
-    // expression.
-    let key = match &args.key {
-        Some(expr) => quote_spanned!(at(expr.span())=> &(#expr)),
-        None => quote!(&::redis_ratelimit::Uri),
-    };
-    let limiter = match &args.limiter {
+/// The function with its limits checked before its body: one limit by `check`, several
+/// together by `check_all`. `same_name` lists the pairs of limits (by position) whose names
+/// only the compiler can compare.
+fn expand(
+    limits: &[Stacked],
+    limiter: Option<&Expr>,
+    same_name: &[(usize, usize)],
+    func: &ItemFn,
+) -> TokenStream {
+    let ItemFn {
+        outer_attrs,
+        vis,
+        sig,
+        brace,
+        inner_attrs,
+        body,
+    } = func;
+    // Locals are hygienic; the statics are items, so their names are only prefixed.
+    let rejection = Ident::new("__rl_rejection", Span::mixed_site());
+    let mut statics = TokenStream::new();
+    let mut keys = TokenStream::new();
+    let mut checked = Vec::with_capacity(limits.len());
+    for (i, limit) in limits.iter().enumerate() {
+        let suffix = if i == 0 {
+            String::new()
+        } else {
+            format!("_{}", i + 1)
+        };
+        let decl = Ident::new(&format!("__RL_DECL{suffix}"), Span::mixed_site());
+        let key_var = Ident::new(&format!("__rl_key{suffix}"), Span::mixed_site());
+        let declaration = declaration(&limit.args, sig, i + 1, limit.line_span());
+        statics.extend(quote! {
+            static #decl: ::redis_ratelimit::__private::LimitDeclaration = #declaration;
+            ::redis_ratelimit::__private::inventory::submit! {
+                ::redis_ratelimit::__private::Registration(&#decl)
+            }
+        });
+        // `&(expr)` spanned at the expression, and coerced to `&dyn KeyResolver` (one `check`
+        // for every function): a value that is not a `KeyResolver` is reported once, on the
+        // user's expression.
+        let key = match &limit.args.key {
+            Some(expr) => quote_spanned!(at(expr.span())=> &(#expr)),
+            None => quote!(&::redis_ratelimit::Uri),
+        };
+        keys.extend(quote! {
+            let #key_var: &dyn ::redis_ratelimit::KeyResolver = #key;
+        });
+        checked.push((decl, key_var));
+    }
+    for &(earlier, later) in same_name {
+        statics.extend(same_name_check(limits, earlier, later, sig));
+    }
+    let limiter = match limiter {
         Some(expr) => {
             let span = at(expr.span());
             quote_spanned!(span=> ::redis_ratelimit::__private::AsLimiter::as_limiter(&(#expr)))
         }
         None => quote!(::redis_ratelimit::__private::global()),
+    };
+    let check = match checked.as_slice() {
+        [(decl, key_var)] => {
+            quote!(::redis_ratelimit::__private::check(&#decl, #key_var, #limiter))
+        }
+        _ => {
+            let decls = checked.iter().map(|(decl, _)| decl);
+            let key_vars = checked.iter().map(|(_, key_var)| key_var);
+            quote! {
+                ::redis_ratelimit::__private::check_all(
+                    &[#((&#decls, #key_vars)),*],
+                    #limiter,
+                )
+            }
+        }
     };
     let returned = return_type(sig);
 
@@ -89,14 +178,9 @@ fn expand(args: &RateLimitArgs, func: &ItemFn) -> TokenStream {
         Delimiter::Brace,
         quote! {
             #(#inner_attrs)*
-            static #decl: ::redis_ratelimit::__private::LimitDeclaration = #declaration;
-            ::redis_ratelimit::__private::inventory::submit! {
-                ::redis_ratelimit::__private::Registration(&#decl)
-            }
-            let #key_var: &dyn ::redis_ratelimit::KeyResolver = #key;
-            if let ::core::result::Result::Err(#rejection) =
-                ::redis_ratelimit::__private::check(&#decl, #key_var, #limiter).await
-            {
+            #statics
+            #keys
+            if let ::core::result::Result::Err(#rejection) = #check.await {
                 return #returned::rate_limited(#rejection);
             }
             #user_body
@@ -109,14 +193,73 @@ fn expand(args: &RateLimitArgs, func: &ItemFn) -> TokenStream {
     }
 }
 
-/// The `static` initialiser: the limit and its metadata, evaluated at compile time.
-fn declaration(args: &RateLimitArgs, sig: &Signature) -> TokenStream {
-    let name = match &args.name {
+/// The limit's name: the one written, else `module::function` for the first (outermost)
+/// limit and `module::function#n` for the n-th.
+fn limit_name(args: &RateLimitArgs, sig: &Signature, ordinal: usize) -> TokenStream {
+    match &args.name {
         Some(lit) => quote!(#lit),
         None => {
-            let function = sig.ident.unraw().to_string();
+            let mut function = sig.ident.unraw().to_string();
+            if ordinal > 1 {
+                function = format!("{function}#{ordinal}");
+            }
             quote!(::core::concat!(::core::module_path!(), "::", #function))
         }
+    }
+}
+
+/// A written name that may equal another limit's default one (`name = "shop::search"` beside
+/// a default `shop::search`): compared by the compiler, which knows the module path, and
+/// reported on the later limit.
+fn same_name_check(
+    limits: &[Stacked],
+    earlier: usize,
+    later: usize,
+    sig: &Signature,
+) -> TokenStream {
+    let first = limit_name(&limits[earlier].args, sig, earlier + 1);
+    let second = limit_name(&limits[later].args, sig, later + 1);
+    let limit = &limits[later];
+    let span = match (&limit.args.name, &limit.attr) {
+        (Some(lit), _) => lit.span(),
+        (None, Some(attr)) => attr.path().span(),
+        (None, None) => Span::call_site(),
+    };
+    let [a, b, same, i] = ["a", "b", "same", "i"].map(|n| Ident::new(n, Span::mixed_site()));
+    quote_spanned! {at(span)=>
+        const _: () = {
+            let (#a, #b) = (#first.as_bytes(), #second.as_bytes());
+            let mut #same = #a.len() == #b.len();
+            let mut #i = 0;
+            while #same && #i < #a.len() {
+                #same = #a[#i] == #b[#i];
+                #i += 1;
+            }
+            ::core::assert!(
+                !#same,
+                "two `#[rate_limit]` attributes of this function give their limits one name (a \
+                 written `name` equal to another limit's default, `module::function` or \
+                 `module::function#n`): each limit needs a name of its own, for its buckets, \
+                 overrides and metrics; give this one another `name = \"..\"`",
+            );
+        };
+    }
+}
+
+/// The `static` initialiser: the limit and its metadata, evaluated at compile time.
+///
+/// `ordinal` is the limit's position among the function's attributes, from 1 (outermost);
+/// `line` spans `line!()` at a stacked attribute, so each limit records its own line.
+fn declaration(
+    args: &RateLimitArgs,
+    sig: &Signature,
+    ordinal: usize,
+    line: Option<Span>,
+) -> TokenStream {
+    let name = limit_name(args, sig, ordinal);
+    let line = match line {
+        Some(span) => quote_spanned!(span=> ::core::line!()),
+        None => quote!(::core::line!()),
     };
     let (unit, unit_span) = args.unit.unwrap_or((Unit::Second, Span::call_site()));
     let unit = format_ident!("{}", unit.variant(), span = unit_span);
@@ -200,7 +343,7 @@ fn declaration(args: &RateLimitArgs, sig: &Signature) -> TokenStream {
             #cost_value,
             #key,
             ::core::file!(),
-            ::core::line!(),
+            #line,
         )
     };
     if checks.is_empty() {
@@ -304,6 +447,80 @@ mod tests {
         );
         assert!(out.contains(":: redis_ratelimit :: __private :: limit (3 , :: core :: option :: Option :: Some (300) , :: redis_ratelimit :: Unit :: Minute , :: redis_ratelimit :: Algorithm :: TokenBucket , :: redis_ratelimit :: Refill :: Smooth , :: core :: option :: Option :: None ,)"), "{out}");
         assert!(out.contains("< ApiResult < Vec < Order > > as :: redis_ratelimit :: __private :: RateLimitReturn > :: rate_limited"), "{out}");
+    }
+
+    #[test]
+    fn stacked_attributes_expand_into_one_check_of_every_limit() {
+        let out = rate_limit(
+            quote!(replenish = 3, unit = "minute", key = Ip),
+            quote! {
+                #[inline]
+                #[rate_limit(replenish = 300, unit = "day", key = Global, limiter = L)]
+                /// Between.
+                #[redis_ratelimit::rate_limit(replenish = 1, name = "f.third")]
+                async fn f() -> Result<u32, E> { Ok(1) }
+            },
+        )
+        .to_string();
+        // The stacked attributes are gone; the others stay, in order.
+        assert!(!out.contains("# [rate_limit"), "{out}");
+        assert!(!out.contains("# [redis_ratelimit :: rate_limit"), "{out}");
+        assert!(
+            out.starts_with("# [inline] # [doc = r\" Between.\"] async fn f ()"),
+            "{out}"
+        );
+        // One declaration each: default names for the first two, the written one for the third.
+        for decl in [
+            "static __RL_DECL :",
+            "static __RL_DECL_2 :",
+            "static __RL_DECL_3 :",
+        ] {
+            assert_eq!(out.matches(decl).count(), 1, "{out}");
+        }
+        assert_eq!(out.matches("Registration (&").count(), 3, "{out}");
+        assert!(out.contains("\"::\" , \"f\")"), "{out}");
+        assert!(out.contains("\"::\" , \"f#2\")"), "{out}");
+        assert!(out.contains("(\"f.third\" ,"), "{out}");
+        // One check, of every limit in order, with the limiter written on the second.
+        assert!(!out.contains("__private :: check ("), "{out}");
+        assert!(out.contains(
+            "__private :: check_all (& [(& __RL_DECL , __rl_key) , (& __RL_DECL_2 , __rl_key_2) , \
+             (& __RL_DECL_3 , __rl_key_3)] , :: redis_ratelimit :: __private :: AsLimiter :: \
+             as_limiter (& (L)) ,)"
+        ), "{out}");
+        // No written name could equal a default one: nothing for the compiler to compare.
+        assert!(!out.contains("const _"), "{out}");
+    }
+
+    #[test]
+    fn a_written_name_beside_a_default_one_is_compared_by_the_compiler() {
+        let out = rate_limit(
+            quote!(replenish = 3),
+            quote! {
+                #[rate_limit(replenish = 300, name = "shop::f")]
+                async fn f() -> Result<u32, E> { Ok(1) }
+            },
+        )
+        .to_string();
+        assert_eq!(out.matches("const _ : () =").count(), 1, "{out}");
+        assert!(out.contains("\"shop::f\" . as_bytes ()"), "{out}");
+    }
+
+    #[test]
+    fn stacked_errors_are_all_reported_and_no_attribute_is_left_to_expand() {
+        let item = quote! {
+            #[rate_limit(replenish = 1, name = "a", limiter = X)]
+            #[rate_limit(replenish = 2, name = "a", limiter = Y)]
+            #[rate_limit(burst = 2)]
+            async fn f() -> Result<u32, E> { Ok(1) }
+        };
+        let out = rate_limit(quote!(replenish = 3, limiter = X), item).to_string();
+        assert!(!out.contains("rate_limit ("), "{out}");
+        assert!(!out.contains("__private"), "{out}");
+        assert!(out.contains("already named `a`"), "{out}");
+        assert!(out.contains("has `limiter = X`"), "{out}");
+        assert!(out.contains("missing `replenish`"), "{out}");
+        assert_eq!(out.matches("compile_error").count(), 3, "{out}");
     }
 
     #[test]

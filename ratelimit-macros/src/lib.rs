@@ -9,6 +9,7 @@ mod attr;
 mod enable;
 mod expand;
 mod item;
+mod stack;
 mod valid;
 
 use proc_macro::TokenStream;
@@ -46,8 +47,8 @@ use proc_macro::TokenStream;
 /// | `unit` | `"second"`, `"minute"`, `"hour"`, `"day"` | `"second"` | the period of `replenish` |
 /// | `key` | an expression whose value implements `KeyResolver` | `Uri` | which bucket a call takes from |
 /// | `cost` | integer ≥ 1, at most `burst` | `1` | tokens one call takes |
-/// | `name` | a string | `"module::path::function"` | the limit's name in config overrides, logs and metrics |
-/// | `limiter` | an expression: a `RateLimiter`, or a `OnceLock` / `LazyLock` of one | the global limiter | the limiter that decides |
+/// | `name` | a string | `"module::path::function"`; `"module::path::function#n"` for the n-th of [several](#several-limits) | the limit's name in config overrides, logs and metrics |
+/// | `limiter` | an expression: a `RateLimiter`, or a `OnceLock` / `LazyLock` of one | the global limiter | the limiter that decides (one for all of a function's [limits](#several-limits)) |
 /// | `policy` | `"fallback"`, `"allow"`, `"deny"` | the limiter's | what this limit's calls get while Redis fails (see `FailurePolicy`) |
 /// | `algorithm` | `"token_bucket"`, `"fixed_window"`, `"sliding_window"`, `"sliding_log"` | `"token_bucket"` | how calls are counted (see `Algorithm`); a window admits `replenish` per `unit` and takes no `burst` |
 /// | `refill` | `"smooth"`, `"interval"` | `"smooth"` | a token bucket's refill: one token at a time, or all `replenish` at once each `unit` |
@@ -90,10 +91,57 @@ use proc_macro::TokenStream;
 /// - Names are unique in the program: two limits with one name are an error when
 ///   `enable_redis_rate_limit!` runs. Methods named alike in one module need `name = ".."`.
 ///
-/// Several `#[rate_limit]` attributes on one function (with different `name`s) check each
-/// limit in turn, the one nearest the `fn` first; a call refused by one limit keeps the tokens
-/// it took from the limits checked before it, so put the narrower limit (per client) nearest
-/// the function and the wider one (in all) above it.
+/// # Several limits
+///
+/// Stack attributes to hold one function to several limits, each with its own key, rate,
+/// algorithm, cost and failure policy: 3 logins a minute per client *and* 300 a day in all.
+/// They are decided together, in one round trip to Redis, all or nothing: a call refused by
+/// any of them takes tokens from none, so a client refused by its own limit does not use up
+/// the total. The rejection names the limit that refused (of several, the one with the
+/// longest wait), and the response's headers describe every limit.
+///
+/// Each limit is declared, named and overridable on its own. Without `name = ".."`, the
+/// first (outermost) attribute's limit is named `module::path::function` as usual, and the
+/// n-th from the top `module::path::function#n` (`#2`, `#3`, ...). Two limits of one
+/// function with one name do not compile. `limiter = ..` applies to all of them: write it on
+/// one attribute (or the same on several).
+///
+/// ```
+/// use std::sync::OnceLock;
+/// use redis_ratelimit::{
+///     declared_limits, rate_limit, scope, Global, Ip, RateLimited, RateLimiter, RequestContext,
+/// };
+///
+/// static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
+///
+/// /// 3 logins a minute per client, and 300 a day in all.
+/// #[rate_limit(replenish = 3, unit = "minute", key = Ip, limiter = LIMITER)]
+/// #[rate_limit(replenish = 300, unit = "day", key = Global)]
+/// async fn login() -> Result<(), RateLimited> {
+///     Ok(())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let _ = LIMITER.set(RateLimiter::builder().memory().build().await?);
+/// let client = |ip: &str| RequestContext::new().with_peer(format!("{ip}:5000").parse().unwrap());
+///
+/// for _ in 0..3 {
+///     scope(client("203.0.113.9"), login()).await?;
+/// }
+/// let refused = scope(client("203.0.113.9"), login()).await.unwrap_err();
+/// assert!(refused.name().unwrap().ends_with("::login")); // the per-client limit
+/// scope(client("198.51.100.4"), login()).await?; // another client still gets in
+///
+/// let names: Vec<&str> = declared_limits().iter().map(|d| d.name()).collect();
+/// assert!(names.iter().any(|n| n.ends_with("::login")));
+/// assert!(names.iter().any(|n| n.ends_with("::login#2"))); // the daily total
+/// # Ok(()) }
+/// ```
+///
+/// The outermost attribute takes the others off the function (any attribute whose path ends
+/// in `rate_limit`), so they must be written as such, not renamed on import or behind
+/// `cfg_attr`.
 ///
 /// # Errors at compile time
 ///
@@ -102,7 +150,8 @@ use proc_macro::TokenStream;
 /// planned, and say so), an argument given twice, a missing `replenish`, a zero, negative or
 /// fractional count, a `cost` above `burst`, an `initial` above `burst`, an unknown unit,
 /// algorithm or refill, a `burst`, `refill` or `initial` on a window algorithm, a `key` that
-/// is not a `KeyResolver`, and a return type the rejection cannot convert into.
+/// is not a `KeyResolver`, a return type the rejection cannot convert into, and, for stacked
+/// attributes, two limits with one name or two different `limiter`s.
 ///
 /// # Example: a method, a limiter of its own, several dimensions
 ///

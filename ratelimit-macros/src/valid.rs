@@ -1,7 +1,7 @@
 //! Checks that span several `#[rate_limit]` arguments.
 
 use proc_macro2::Span;
-use syn::Signature;
+use syn::{Attribute, Signature};
 
 use crate::args::Errors;
 use crate::attr::{Count, RateLimitArgs, Unit};
@@ -22,16 +22,20 @@ pub(crate) fn check_function(sig: &Signature, errors: &mut Errors) {
 
 /// Reports what the arguments cannot mean together. Checks needing a value written as a
 /// constant expression are left to the compiler, which evaluates the limit in a `static`.
-pub(crate) fn check(args: &RateLimitArgs, errors: &mut Errors) {
+///
+/// `attr` is the attribute the arguments were written in, when it is not the one being
+/// expanded (a stacked attribute): errors about the whole attribute go there.
+pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut Errors) {
     let Some(replenish) = &args.replenish else {
         if args.written("replenish") {
             return; // already reported on its value
         }
-        errors.at(
-            Span::call_site(),
-            "missing `replenish`: the tokens added back per `unit`, e.g. \
-             `#[rate_limit(replenish = 10, unit = \"minute\")]`",
-        );
+        let message = "missing `replenish`: the tokens added back per `unit`, e.g. \
+             `#[rate_limit(replenish = 10, unit = \"minute\")]`";
+        errors.push(match attr {
+            Some(attr) => syn::Error::new_spanned(attr, message),
+            None => syn::Error::new(Span::call_site(), message),
+        });
         return;
     };
     let unit = args.unit.map_or(Unit::Second, |(unit, _)| unit);
