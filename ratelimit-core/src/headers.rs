@@ -1,6 +1,7 @@
 //! Rate-limit response headers: the IETF draft (draft-ietf-httpapi-ratelimit-headers-11),
 //! Spring Cloud Gateway's `X-RateLimit-*`, and `Retry-After`.
 
+use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::time::Duration;
 
@@ -116,20 +117,64 @@ pub fn ceil_secs(d: Duration) -> u64 {
 
 /// Sets the headers of `decision` taken under the limit `name` on `headers` (replacing any
 /// already there, so a response is never sent two values).
+///
+/// A decision of [several limits](Decision::parts) is described by the limit `name` alone;
+/// [`set_call_headers`] describes each of them by its own name.
 pub fn set_headers(headers: &mut HeaderMap, name: &str, d: &Decision, families: HeaderFamilies) {
-    if matches!(d.source, Source::NoKey | Source::Disabled) {
-        // There was no bucket, or no limit: no quota to describe.
-        return;
-    }
-    if families.ietf {
+    let part = &d.parts()[d.tightest()];
+    set_call_headers(headers, [(name, part)], d, families);
+}
+
+/// Sets the headers of a call decided under one or several limits: `parts` names each limit's
+/// own decision (in the order of [`Decision::parts`]), `combined` is the call's decision.
+///
+/// - The IETF `RateLimit-Policy` and `RateLimit` list one item per limit, in order (a name
+///   that repeats an earlier one gets `#n`, its position from 1, so that items stay distinct).
+/// - Spring's single-valued `X-RateLimit-*` describe the [tightest](Decision::tightest) limit
+///   by its own decision: the refusing one with the longest wait, else the one with the
+///   fewest tokens left.
+/// - `Retry-After` is the combined decision's: the longest wait of the refusing limits.
+///
+/// Limits that had no bucket (no key) or no limit (disabled) describe no quota and are left
+/// out. Headers already there are replaced, so a response never carries two values.
+pub fn set_call_headers<'n, 'd>(
+    headers: &mut HeaderMap,
+    parts: impl IntoIterator<Item = (&'n str, &'d Decision)>,
+    combined: &Decision,
+    families: HeaderFamilies,
+) {
+    let described = |d: &Decision| !matches!(d.source, Source::NoKey | Source::Disabled);
+    let parts = distinct_names(parts);
+    let spring = parts.get(combined.tightest()).map(|&(_, d)| d);
+    let mut policy = String::new();
+    let mut state = String::new();
+    for (name, d) in &parts {
+        if !described(d) || !families.ietf {
+            continue;
+        }
         let sf_name = sf_string(name);
+        if !policy.is_empty() {
+            policy.push_str(", ");
+            state.push_str(", ");
+        }
         let window = ceil_secs(d.limit.refill_time()).max(1);
-        let policy = format!("{sf_name};q={};w={window}", d.limit.burst_capacity());
-        let state = format!("{sf_name};r={};t={}", d.remaining, ceil_secs(d.reset_after));
+        let _ = write!(
+            policy,
+            "{sf_name};q={};w={window}",
+            d.limit.burst_capacity()
+        );
+        let _ = write!(
+            state,
+            "{sf_name};r={};t={}",
+            d.remaining,
+            ceil_secs(d.reset_after)
+        );
+    }
+    if !policy.is_empty() {
         insert(headers, &RATELIMIT_POLICY, &policy);
         insert(headers, &RATELIMIT, &state);
     }
-    if families.spring {
+    if let Some(d) = spring.filter(|d| families.spring && described(d)) {
         headers.insert(X_REMAINING.clone(), HeaderValue::from(d.remaining));
         if let Some(rate) = whole_tokens_per_second(&d.limit) {
             headers.insert(X_REPLENISH_RATE.clone(), HeaderValue::from(rate));
@@ -140,12 +185,33 @@ pub fn set_headers(headers: &mut HeaderMap, name: &str, d: &Decision, families: 
         );
         headers.insert(X_REQUESTED_TOKENS.clone(), HeaderValue::from(d.cost));
     }
-    if families.retry_after && !d.allowed && d.retry_after > Duration::ZERO {
+    if families.retry_after
+        && described(combined)
+        && !combined.allowed
+        && combined.retry_after > Duration::ZERO
+    {
         headers.insert(
             http::header::RETRY_AFTER,
-            HeaderValue::from(ceil_secs(d.retry_after)),
+            HeaderValue::from(ceil_secs(combined.retry_after)),
         );
     }
+}
+
+/// The limits' names, each distinct: one that repeats an earlier one gets `#n`, its position
+/// from 1 (limits checked without names are all `rate-limit`).
+fn distinct_names<'n, 'd>(
+    parts: impl IntoIterator<Item = (&'n str, &'d Decision)>,
+) -> Vec<(Cow<'n, str>, &'d Decision)> {
+    let mut out: Vec<(Cow<'n, str>, &'d Decision)> = Vec::new();
+    for (i, (name, d)) in parts.into_iter().enumerate() {
+        let name = if out.iter().any(|(n, _)| n == name) {
+            Cow::Owned(format!("{name}#{}", i + 1))
+        } else {
+            Cow::Borrowed(name)
+        };
+        out.push((name, d));
+    }
+    out
 }
 
 /// Spring Cloud Gateway's `replenishRate` is an integer number of tokens per second. A rate
@@ -200,10 +266,15 @@ impl RateLimited {
         }
     }
 
+    /// Each limit of the call by name (`rate-limit` for a limit checked without one).
+    fn named_parts(&self) -> impl Iterator<Item = (&str, &Decision)> {
+        self.parts()
+            .map(|(name, d)| (name.unwrap_or("rate-limit"), d))
+    }
+
     /// An RFC 9457 `application/problem+json` body describing this rejection.
     pub fn problem_json(&self) -> String {
         let d = self.decision();
-        let name = self.name().unwrap_or("rate-limit");
         let mut out = String::with_capacity(256);
         let (kind, title) = match d.source {
             Source::NoKey => ("about:blank", "Request has no rate-limit key"),
@@ -219,7 +290,15 @@ impl RateLimited {
         json_string(&mut out, title);
         let _ = write!(out, ",\"status\":{}", self.status().as_u16());
         out.push_str(",\"violated-policies\":[");
-        json_string(&mut out, name);
+        let refusing = distinct_names(self.named_parts())
+            .into_iter()
+            .filter(|(_, d)| !d.allowed);
+        for (i, (name, _)) in refusing.enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            json_string(&mut out, &name);
+        }
         out.push(']');
         if !d.allowed && d.retry_after > Duration::ZERO {
             let _ = write!(out, ",\"retry-after\":{}", ceil_secs(d.retry_after));
@@ -231,12 +310,7 @@ impl RateLimited {
     /// The headers of this rejection (`Retry-After` and the configured families).
     pub fn headers(&self, families: HeaderFamilies) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        set_headers(
-            &mut headers,
-            self.name().unwrap_or("rate-limit"),
-            self.decision(),
-            families,
-        );
+        set_call_headers(&mut headers, self.named_parts(), self.decision(), families);
         headers.insert(
             http::header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
@@ -351,6 +425,108 @@ mod tests {
         // 3 per minute is 0.05 per second: Spring's integer header cannot say it.
         assert_eq!(rate(Limit::per_minute(3)), None);
         assert_eq!(rate(Limit::per_minute(90)), None);
+    }
+
+    /// Login: 3 a minute per client (refused) and 300 a day in all (would admit, 297 left).
+    fn login_parts() -> (Decision, Decision) {
+        let per_client = decision(false);
+        let daily = Decision::new(
+            true,
+            297,
+            Limit::per_day(300),
+            1,
+            Duration::ZERO,
+            Duration::from_secs(864),
+        );
+        (per_client, daily)
+    }
+
+    #[test]
+    fn several_limits_are_each_listed_and_the_tightest_is_springs() {
+        let (per_client, daily) = login_parts();
+        let combined = Decision::combined(vec![daily.clone(), per_client.clone()]);
+        assert_eq!(combined.tightest(), 1);
+        let mut h = HeaderMap::new();
+        set_call_headers(
+            &mut h,
+            [("shop::login#2", &daily), ("shop::login", &per_client)],
+            &combined,
+            HeaderFamilies::ALL,
+        );
+        assert_eq!(
+            h["ratelimit-policy"],
+            "\"shop::login#2\";q=300;w=86400, \"shop::login\";q=5;w=100"
+        );
+        assert_eq!(
+            h["ratelimit"],
+            "\"shop::login#2\";r=297;t=864, \"shop::login\";r=0;t=34"
+        );
+        // Spring's headers: the refusing limit's own.
+        assert_eq!(h["x-ratelimit-burst-capacity"], "5");
+        assert_eq!(h["x-ratelimit-remaining"], "0");
+        assert_eq!(h["retry-after"], "20");
+
+        // Admitted by both: Spring describes the one with the fewest tokens left.
+        let plenty = decision(true);
+        let combined = Decision::combined(vec![daily.clone(), plenty.clone()]);
+        let mut h = HeaderMap::new();
+        set_call_headers(
+            &mut h,
+            [("d", &daily), ("c", &plenty)],
+            &combined,
+            HeaderFamilies::ALL.without_ietf(),
+        );
+        assert_eq!(h["x-ratelimit-remaining"], "4");
+        assert_eq!(h["x-ratelimit-burst-capacity"], "5");
+        assert!(h.get("ratelimit").is_none() && h.get("retry-after").is_none());
+    }
+
+    #[test]
+    fn a_limit_without_a_bucket_is_left_out_of_the_list() {
+        let (_, daily) = login_parts();
+        let keyless = decision(true).with_source(Source::Disabled);
+        let combined = Decision::combined(vec![keyless.clone(), daily.clone()]);
+        let mut h = HeaderMap::new();
+        set_call_headers(
+            &mut h,
+            [("off", &keyless), ("day", &daily)],
+            &combined,
+            HeaderFamilies::ALL,
+        );
+        assert_eq!(h["ratelimit-policy"], "\"day\";q=300;w=86400");
+    }
+
+    #[test]
+    fn a_rejection_names_every_refusing_limit_once() {
+        let (per_client, daily) = login_parts();
+        let also_refusing = Decision::new(
+            false,
+            0,
+            Limit::per_second(1),
+            1,
+            Duration::from_millis(500),
+            Duration::from_secs(1),
+        );
+        let combined = Decision::combined(vec![per_client, daily, also_refusing]);
+        // Without names (`RateLimiter::check_all`), items are told apart by position.
+        let r = RateLimited::new(combined.clone(), "k");
+        assert!(
+            r.problem_json().contains(
+                "\"violated-policies\":[\"rate-limit\",\"rate-limit#3\"],\"retry-after\":20"
+            ),
+            "{}",
+            r.problem_json()
+        );
+        let h = r.headers(HeaderFamilies::ALL);
+        assert_eq!(
+            h["ratelimit"],
+            "\"rate-limit\";r=0;t=34, \"rate-limit#2\";r=297;t=864, \"rate-limit#3\";r=0;t=1"
+        );
+        assert_eq!(h["retry-after"], "20");
+        let named = RateLimited::new(combined, "k")
+            .with_name("a")
+            .with_names(["a", "b", "c"].into());
+        assert!(named.problem_json().contains("[\"a\",\"c\"]"));
     }
 
     #[test]

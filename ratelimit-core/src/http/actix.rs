@@ -28,7 +28,7 @@ use futures_util::future::LocalBoxFuture;
 
 use super::{Config, SharedConfig, config_methods};
 use crate::context::{CONTEXT, Origin, families_in_force};
-use crate::headers::set_headers;
+use crate::headers::set_call_headers;
 use crate::{Principal, RateLimited, RequestContext};
 
 type CopyExtension = fn(&actix_web::dev::Extensions, &mut http::Extensions);
@@ -122,7 +122,7 @@ where
             let mut response = (&mut fut).await?;
             if let Some(recorded) = fut.as_mut().take_value().and_then(|c| c.recorded()) {
                 let mut headers = http::HeaderMap::new();
-                set_headers(&mut headers, recorded.name, &recorded.decision, families);
+                set_call_headers(&mut headers, recorded.parts(), &recorded.decision, families);
                 copy_headers(&headers, response.headers_mut());
             }
             Ok(response)
@@ -201,7 +201,8 @@ mod tests {
     use crate::__private::test_support::declaration;
     use crate::headers::HeaderFamilies;
     use crate::http::test_support::{
-        Limited, SPRING_HEADERS, errors_while, limited_by_ip, limited_call,
+        Limited, SPRING_HEADERS, assert_two_limits_described, errors_while, limited_by_ip,
+        limited_call, limited_twice, twice,
     };
 
     async fn login() -> Result<&'static str, Limited> {
@@ -236,6 +237,37 @@ mod tests {
         for name in SPRING_HEADERS {
             assert!(refused.headers().get(name).is_none(), "{name}");
         }
+    }
+
+    /// A call under several limits: the headers list each, allowed or refused.
+    #[actix_web::test]
+    async fn every_limit_of_a_call_is_described() {
+        let (decl, daily) = twice("actix::twice", "actix::twice#2");
+        let app = actix_test::init_service(
+            App::new()
+                .wrap(RateLimitMiddleware::new())
+                .route("/twice", web::get().to(move || limited_twice(decl, daily))),
+        )
+        .await;
+        let call = || actix_test::TestRequest::get().uri("/twice").to_request();
+        let ok = actix_test::call_service(&app, call()).await;
+        assert_eq!(ok.status(), 200);
+        let refused = actix_test::call_service(&app, call()).await;
+        assert_eq!(refused.status(), 429);
+        let to_http = |headers: &actix_web::http::header::HeaderMap| {
+            let mut out = http::HeaderMap::new();
+            for (name, value) in headers {
+                out.append(
+                    http::HeaderName::from_bytes(name.as_str().as_bytes()).unwrap(),
+                    http::HeaderValue::from_bytes(value.as_bytes()).unwrap(),
+                );
+            }
+            out
+        };
+        let (ok, refused_headers) = (to_http(ok.headers()), to_http(refused.headers()));
+        let body = actix_test::read_body(refused).await;
+        let body = String::from_utf8(body.to_vec()).unwrap();
+        assert_two_limits_described("actix::twice", &ok, &refused_headers, &body);
     }
 
     /// Without the middleware there is no request context at all: one error names it.

@@ -26,7 +26,7 @@ use tokio::task::futures::TaskLocalFuture;
 
 use super::{Config, SharedConfig, config_methods};
 use crate::context::{CONTEXT, Origin, families_in_force};
-use crate::headers::{HeaderFamilies, set_headers};
+use crate::headers::{HeaderFamilies, set_call_headers};
 use crate::{RateLimited, RequestContext};
 
 /// A tower layer that gives `#[rate_limit]` handlers below it their request context (method,
@@ -123,9 +123,9 @@ where
         let families = *this.families;
         Poll::Ready(result.map(|mut response| {
             if let Some(recorded) = this.inner.take_value().and_then(|c| c.recorded()) {
-                set_headers(
+                set_call_headers(
                     response.headers_mut(),
-                    recorded.name,
+                    recorded.parts(),
                     &recorded.decision,
                     families,
                 );
@@ -171,7 +171,8 @@ mod tests {
     use crate::__private::test_support::declaration;
     use crate::headers::HeaderFamilies;
     use crate::http::test_support::{
-        Limited, SPRING_HEADERS, errors_while, limited_by_ip, limited_call,
+        Limited, SPRING_HEADERS, assert_two_limits_described, errors_while, limited_by_ip,
+        limited_call, limited_twice, twice,
     };
 
     async fn get_path(app: &mut Router, path: &str) -> Response {
@@ -216,6 +217,25 @@ mod tests {
             "application/problem+json"
         );
         assert_eq!(refused.headers().len(), 2, "{:?}", refused.headers());
+    }
+
+    /// A call under several limits: the headers list each, allowed or refused.
+    #[tokio::test]
+    async fn every_limit_of_a_call_is_described() {
+        let (decl, daily) = twice("axum::twice", "axum::twice#2");
+        let mut app = Router::new()
+            .route("/twice", get(move || limited_twice(decl, daily)))
+            .layer(RateLimitLayer::new());
+        let ok = get_path(&mut app, "/twice").await;
+        assert_eq!(ok.status(), 200);
+        let refused = get_path(&mut app, "/twice").await;
+        assert_eq!(refused.status(), 429);
+        let headers = refused.headers().clone();
+        let body = axum::body::to_bytes(refused.into_body(), 4096)
+            .await
+            .unwrap();
+        let body = String::from_utf8(body.to_vec()).unwrap();
+        assert_two_limits_described("axum::twice", ok.headers(), &headers, &body);
     }
 
     /// Outside a layer nothing configured the families: a rejection sends all of them.

@@ -74,8 +74,8 @@ pub(crate) mod test_support {
 
     use std::sync::LazyLock;
 
-    use crate::__private::{LimitDeclaration, check};
-    use crate::{Ip, Limit, RateLimited, RateLimiter, Uri};
+    use crate::__private::{LimitDeclaration, check, check_all};
+    use crate::{Global, Ip, Limit, RateLimited, RateLimiter, Uri};
 
     static LIMITER: LazyLock<RateLimiter> = LazyLock::new(RateLimiter::unenabled);
     static LOGIN: LimitDeclaration =
@@ -121,6 +121,69 @@ pub(crate) mod test_support {
     pub(crate) async fn limited_call() -> Result<&'static str, Limited> {
         check(&LOGIN, &Uri, Some(&LIMITER)).await.map_err(Limited)?;
         Ok("ok")
+    }
+
+    /// What a handler under two stacked attributes does: 1 a minute per path (`decl`), and
+    /// `decl_daily`, 100 a day in all.
+    pub(crate) async fn limited_twice(
+        decl: &'static LimitDeclaration,
+        decl_daily: &'static LimitDeclaration,
+    ) -> Result<&'static str, Limited> {
+        check_all(&[(decl, &Uri), (decl_daily, &Global)], Some(&LIMITER))
+            .await
+            .map_err(Limited)?;
+        Ok("ok")
+    }
+
+    /// The two limits of [`limited_twice`], named `name` and `name#2`.
+    pub(crate) fn twice(
+        name: &'static str,
+        daily: &'static str,
+    ) -> (&'static LimitDeclaration, &'static LimitDeclaration) {
+        let leak = |name, limit, key| -> &'static LimitDeclaration {
+            Box::leak(Box::new(LimitDeclaration::new(
+                name,
+                limit,
+                1,
+                key,
+                file!(),
+                line!(),
+            )))
+        };
+        (
+            leak(name, Limit::per_minute(1), "Uri"),
+            leak(daily, Limit::per_day(100), "Global"),
+        )
+    }
+
+    /// What the responses to two calls of [`limited_twice`] (admitted, then refused by the
+    /// first limit) must say: every limit in the IETF headers, the tightest in Spring's.
+    pub(crate) fn assert_two_limits_described(
+        name: &str,
+        ok: &http::HeaderMap,
+        refused: &http::HeaderMap,
+        refused_body: &str,
+    ) {
+        assert_eq!(
+            ok["ratelimit-policy"],
+            format!("\"{name}\";q=1;w=60, \"{name}#2\";q=100;w=86400").as_str()
+        );
+        assert_eq!(
+            ok["ratelimit"],
+            format!("\"{name}\";r=0;t=60, \"{name}#2\";r=99;t=864").as_str()
+        );
+        assert_eq!(ok["x-ratelimit-burst-capacity"], "1");
+        assert_eq!(
+            refused["ratelimit"],
+            format!("\"{name}\";r=0;t=60, \"{name}#2\";r=99;t=864").as_str(),
+            "the refusal took nothing from the daily limit"
+        );
+        assert_eq!(refused["retry-after"], "60");
+        assert_eq!(refused["x-ratelimit-burst-capacity"], "1");
+        assert!(
+            refused_body.contains(&format!("\"violated-policies\":[\"{name}\"]")),
+            "{refused_body}"
+        );
     }
 
     /// What a `#[rate_limit(replenish = 1, unit = "minute", key = Ip)]` handler does, under
