@@ -560,3 +560,60 @@ async fn the_fallback_share_is_exact_and_its_retry_after_comes_true() {
     assert_eq!(d.source, Source::Fallback);
     assert!(d.allowed, "waiting retry_after is admitted");
 }
+
+/// Two instances on one Redis, 200 concurrent calls under two limits each (a user's 10 and
+/// everyone's 25): no limit admits more than it holds, and since a refused call takes
+/// nothing, everyone's limit is used up exactly (the users could take 40).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_limits_from_two_instances_never_over_admit() {
+    let server = RedisServer::start();
+    let a = Arc::new(redis_limiter(&server, "multi").await);
+    // The other instance keeps its deny cache, which learns from the refusals.
+    let b = Arc::new(
+        RateLimiter::builder()
+            .redis(server.url())
+            .prefix("multi")
+            .failure_policy(FailurePolicy::Deny)
+            .deadline(Some(Duration::from_secs(10)))
+            .build()
+            .await
+            .unwrap(),
+    );
+    let per_user = Limit::per_hour(1).burst(10);
+    let everyone = Limit::per_hour(1).burst(25);
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let limiter = Arc::clone(if i % 2 == 0 { &a } else { &b });
+            tokio::spawn(async move {
+                let user = format!("user{}", i % 4);
+                let d = limiter
+                    .check_all(&[(&user, &per_user, 1), ("everyone", &everyone, 1)])
+                    .await
+                    .unwrap();
+                (i % 4, d.allowed)
+            })
+        })
+        .collect();
+    let mut per_user_admitted = [0; 4];
+    for t in tasks {
+        let (user, allowed) = t.await.unwrap();
+        per_user_admitted[user] += usize::from(allowed);
+    }
+    assert!(
+        per_user_admitted.iter().all(|&n| n <= 10),
+        "{per_user_admitted:?}"
+    );
+    assert_eq!(
+        per_user_admitted.iter().sum::<usize>(),
+        25,
+        "{per_user_admitted:?}"
+    );
+    // What Redis holds agrees: each user's bucket lost exactly what was admitted for it.
+    for (user, &admitted) in per_user_admitted.iter().enumerate() {
+        let d = a.check(&format!("user{user}"), &per_user).await.unwrap();
+        let left = u64::try_from(10 - admitted).unwrap();
+        assert_eq!(d.allowed, left > 0, "user{user}: {d:?}");
+        assert_eq!(d.remaining, left.saturating_sub(1), "user{user}: {d:?}");
+    }
+    assert!(!a.check("everyone", &everyone).await.unwrap().allowed);
+}

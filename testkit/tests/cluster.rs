@@ -12,7 +12,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use common::{Call, Load, TOLERANT_DEADLINE, assert_no_errors, ms, strict_limiter};
-use ratelimit_core::{Limit, RateLimiter, Source};
+use ratelimit_core::{Algorithm, Limit, RateLimiter, Source};
 use testkit::cluster::RedisCluster;
 
 /// Keys `k0..` whose buckets are spread over the masters, grouped by the master serving them.
@@ -405,6 +405,122 @@ async fn several_limits_on_a_cluster_take_all_or_nothing() {
             limiter.check(b, &loose).await.unwrap().remaining,
             7,
             "{what}: the loose limit gave 2 tokens, kept the rest"
+        );
+    }
+
+    // Two instances, 200 concurrent calls under a user's 3 and everyone's 15, the buckets
+    // spread over the masters: no limit ever admits more than it holds, and every bucket
+    // ends holding exactly what the admitted calls left (the refused ones' reservations all
+    // given back). While a reservation is out its tokens are taken, so a concurrent call may
+    // be refused for them: fewer than 15 may be admitted, never more.
+    let other = std::sync::Arc::new(strict_limiter(&cluster.url(), "cl").await);
+    let limiter = std::sync::Arc::new(limiter);
+    let users: Vec<String> = masters.iter().flat_map(|m| m[2..4].to_vec()).collect();
+    let everyone = masters[1][4].clone();
+    let per_user = Limit::per_hour(1).burst(3);
+    let total = Limit::per_hour(1).burst(15);
+    let n_users = users.len();
+    let tasks: Vec<_> = (0..200)
+        .map(|i| {
+            let limiter = std::sync::Arc::clone(if i % 2 == 0 { &limiter } else { &other });
+            let (user, everyone) = (users[i % n_users].clone(), everyone.clone());
+            tokio::spawn(async move {
+                let d = limiter
+                    .check_all(&[(&user, &per_user, 1), (&everyone, &total, 1)])
+                    .await
+                    .unwrap();
+                assert!(d.parts().iter().all(|p| p.source == Source::Store), "{d:?}");
+                (i % n_users, d.allowed)
+            })
+        })
+        .collect();
+    let mut admitted = vec![0u64; users.len()];
+    for t in tasks {
+        let (user, allowed) = t.await.unwrap();
+        admitted[user] += u64::from(allowed);
+    }
+    let sum: u64 = admitted.iter().sum();
+    // What the buckets hold, read by a limiter without a deny cache (the others remember
+    // their refusals).
+    let limiter = RateLimiter::builder()
+        .redis(cluster.url())
+        .prefix("cl")
+        .deny_cache(0)
+        .build()
+        .await
+        .unwrap();
+    assert!(
+        admitted.iter().all(|&n| n <= 3) && sum <= 15,
+        "{admitted:?}"
+    );
+    let mut held = Vec::new();
+    for (user, &n) in users.iter().zip(&admitted) {
+        let left = limiter.check(user, &per_user).await.unwrap();
+        let h = left.remaining + u64::from(left.allowed);
+        assert_eq!(h, 3 - n, "{user}: {n} admitted, {left:?}");
+        held.push(h);
+    }
+    let left = limiter.check(&everyone, &total).await.unwrap();
+    let h = left.remaining + u64::from(left.allowed);
+    assert_eq!(h, 15 - sum, "{sum} admitted, {left:?}");
+    println!(
+        "several limits across masters, 200 concurrent calls: {admitted:?} admitted ({sum} \
+         of 15); the users' buckets then held {held:?}, everyone's {h}"
+    );
+}
+
+/// Across masters, a call refused by the later group gives back what the earlier one
+/// reserved, whatever the earlier limit's algorithm: its bucket holds what it held before.
+#[tokio::test]
+async fn every_algorithm_gives_back_a_reservation_across_masters() {
+    let cluster = RedisCluster::start();
+    let limiter = RateLimiter::builder()
+        .redis(cluster.url())
+        .prefix("gb")
+        .failure_policy(ratelimit_core::FailurePolicy::Deny)
+        .deny_cache(0)
+        .deadline(Some(Duration::from_secs(5)))
+        .build()
+        .await
+        .unwrap();
+    let by = keys_by_master(&cluster, &limiter, 120);
+    let masters: Vec<&Vec<String>> = by.values().collect();
+    let slot = |key: &str| cluster.key_slot(&limiter.bucket_key(key));
+    let algorithms = [
+        Limit::per_hour(5),
+        Limit::per_hour(5).refill(ratelimit_core::Refill::Interval),
+        Limit::per_hour(5).algorithm(Algorithm::FixedWindow),
+        Limit::per_hour(5).algorithm(Algorithm::SlidingWindow),
+        Limit::per_hour(5).algorithm(Algorithm::SlidingLog),
+    ];
+    let refusing = Limit::per_hour(1);
+    for (n, limit) in algorithms.iter().enumerate() {
+        // A key reserved first (the lower slot), on another master than the refusing one.
+        let (first, second) = (&masters[0][n], &masters[1][n]);
+        let (reserved, refuses) = if slot(first) < slot(second) {
+            (first, second)
+        } else {
+            (second, first)
+        };
+        assert!(limiter.check(refuses, &refusing).await.unwrap().allowed);
+        // Two tokens taken by admitted calls, then refused calls that reserve and give back.
+        limiter.check_n(reserved, limit, 2).await.unwrap();
+        for _ in 0..3 {
+            let d = limiter
+                .check_all(&[(reserved, limit, 1), (refuses, &refusing, 1)])
+                .await
+                .unwrap();
+            assert!(!d.allowed && d.parts()[0].allowed, "{limit:?}: {d:?}");
+            assert_eq!(d.parts()[0].remaining, 3, "{limit:?}: answers as it stands");
+        }
+        let d = limiter.check_n(reserved, limit, 3).await.unwrap();
+        assert!(
+            d.allowed,
+            "{limit:?}: the 3 tokens left are still there: {d:?}"
+        );
+        assert!(
+            !limiter.check(reserved, limit).await.unwrap().allowed,
+            "{limit:?}"
         );
     }
 }

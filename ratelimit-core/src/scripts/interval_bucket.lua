@@ -84,6 +84,7 @@ if debt + cost > burst then
   local retry = next_refill + (refills - 1) * period - now
   return {0, burst - debt, retry, reset_after(debt), now}
 end
-debt = debt + cost
+-- (floored at full: a negative cost gives tokens back, see multi.lua)
+debt = math.max(debt + cost, 0)
 store(debt)
 return {1, burst - debt, 0, reset_after(debt), now}

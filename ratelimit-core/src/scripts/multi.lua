@@ -2,9 +2,9 @@
 -- KEYS[1]   the first limit's key (declared, so that a cluster client routes the call to
 --           its node)
 -- ARGV[1]   n, the number of limits
--- ARGV[2]   mode: 0 decide; 1 reserve (decide, and also return each key as it was before
---           and after, for give_back.lua); 2 veto (another part of the call refused it:
---           decide, take nothing)
+-- ARGV[2]   mode: 0 decide; 1 reserve (decide, and also return what each limit answered
+--           before the call); 2 veto (another part of the call refused it: decide, take
+--           nothing); 3 give back (what mode 1 reserved, for a call another node refused)
 -- ARGV[3..n+2]  every limit's key, the first again. Only the first is declared: a cluster
 --           node refuses declared keys of several slots, while the allow-cross-slot-keys flag
 --           lets the script reach keys of any slot the node serves (and a key it does not
@@ -12,17 +12,17 @@
 -- then, per limit: its algorithm (1 token bucket, 2 interval bucket, 3 fixed window,
 --           4 sliding window, 5 sliding log), the number of its arguments, and those
 --           arguments as its own script takes them
+-- then, in mode 3 only: the server time (us) at which mode 1 reserved
 -- Returns each limit's {allowed, remaining, retry_after us, reset_after us}, one after the
 -- other, then the server time (us). A limit that admits a call another limit refused says so
 -- (allowed 1), with its remaining and reset_after as they stand: it took nothing. In reserve
--- mode, when every limit admits, five values per key follow: its DUMP before, its
--- PEXPIRETIME before and its DUMP after (for give_back.lua), then its remaining and
--- reset_after as they stood before the call (what it answers if the call is given back).
+-- mode, when every limit admits, two values per key follow: its remaining and reset_after
+-- as they stood before the call (what it answers if the call is given back). Mode 3
+-- returns n.
 local n = tonumber(ARGV[1])
 local mode = tonumber(ARGV[2])
 local at = 3 + n
-local replies, pending, specs = {}, {}, {}
-local all = true
+local specs = {}
 for i = 1, n do
   local algorithm = tonumber(ARGV[at])
   local count = tonumber(ARGV[at + 1])
@@ -34,19 +34,76 @@ for i = 1, n do
   local cost_at = count
   if algorithm == 1 then cost_at = 4 end
   specs[i] = {algorithm, args, cost_at}
+end
+
+-- Limit i's script with another cost, its writes made through `proxy`.
+local function run(i, cost, proxy)
+  local args = {}
+  for j, v in ipairs(specs[i][2]) do args[j] = v end
+  args[specs[i][3]] = string.format('%d', cost)
+  return ALGORITHMS[specs[i][1]]({ARGV[2 + i]}, args, proxy)
+end
+
+if mode == 3 then
+  -- Give back: return each limit's tokens, as they are now, not a snapshot, so that calls
+  -- made in between keep what they took. Tokens commute in a bucket (its own script for a
+  -- negative cost, floored at full); a window gives them back only to the window that
+  -- counted them (a later window never had them).
+  local reserved_at = tonumber(ARGV[at])
+  for i = 1, n do
+    local algorithm, args, key = specs[i][1], specs[i][2], ARGV[2 + i]
+    local cost = tonumber(args[specs[i][3]])
+    if algorithm == 1 or algorithm == 2 then
+      -- A bucket whose key is gone is full (or forgotten): nothing to give back.
+      if real.call('EXISTS', key) == 1 then run(i, -cost, real) end
+    elseif algorithm == 3 then
+      local period = tonumber(args[2])
+      local window = div_floor(reserved_at, period)
+      local got = real.call('GET', key)
+      if window == div_floor(now, period) and type(got) == 'string'
+          and string.find(got, '^[1-9]%d*$')
+          and real.call('PEXPIRETIME', key) == div_ceil((window + 1) * period, 1000) then
+        if tonumber(got) > cost then
+          real.call('INCRBY', key, -cost)
+        else
+          real.call('DEL', key)
+        end
+      end
+    elseif algorithm == 4 then
+      local window = div_floor(reserved_at, tonumber(args[2]))
+      local got = real.call('GET', key)
+      if type(got) == 'string' then
+        local w, p, c = string.match(got, '^(%d+):(%d+):(%d+)$')
+        if w then
+          w, p, c = tonumber(w), tonumber(p), tonumber(c)
+          if w == window then c = math.max(c - cost, 0) end
+          if w == window + 1 then p = math.max(p - cost, 0) end
+          real.call('SET', key, int(w) .. ':' .. int(p) .. ':' .. int(c), 'KEEPTTL')
+        end
+      end
+    elseif algorithm == 5 then
+      -- The tokens reserved are `cost` entries at the instant of the reservation; any
+      -- entries of that instant are the same tokens.
+      local taken = real.call('ZRANGE', key, int(reserved_at), int(reserved_at), 'BYSCORE',
+        'LIMIT', 0, cost)
+      if #taken > 0 then real.call('ZREM', key, unpack(taken)) end
+    end
+  end
+  return n
+end
+
+local replies, pending = {}, {}
+local all = mode ~= 2
+for i = 1, n do
   pending[i] = {}
-  replies[i] = ALGORITHMS[algorithm]({ARGV[2 + i]}, args, deferring(pending[i]))
+  replies[i] = run(i, tonumber(specs[i][2][specs[i][3]]), deferring(pending[i]))
   if replies[i][1] == 0 then all = false end
 end
-if mode == 2 then all = false end
 
 -- Limit i's {remaining, reset_after} as they stand: its script for a cost of 0, before any
 -- write of this call, its own writes dropped.
 local function peek(i)
-  local algorithm, args, cost_at = specs[i][1], {}, specs[i][3]
-  for j, v in ipairs(specs[i][2]) do args[j] = v end
-  args[cost_at] = '0'
-  local r = ALGORITHMS[algorithm]({ARGV[2 + i]}, args, deferring({}))
+  local r = run(i, 0, deferring({}))
   return {r[2], r[4]}
 end
 if not all then
@@ -59,10 +116,7 @@ if not all then
 end
 local before = {}
 if mode == 1 and all then
-  for i = 1, n do
-    local key = ARGV[2 + i]
-    before[i] = {real.call('DUMP', key) or '', real.call('PEXPIRETIME', key), peek(i)}
-  end
+  for i = 1, n do before[i] = peek(i) end
 end
 local out = {}
 for i = 1, n do
@@ -72,14 +126,8 @@ for i = 1, n do
   for j = 1, 4 do out[#out + 1] = replies[i][j] end
 end
 out[#out + 1] = now
-if mode == 1 and all then
-  for i = 1, n do
-    local key = ARGV[2 + i]
-    out[#out + 1] = before[i][1]
-    out[#out + 1] = before[i][2]
-    out[#out + 1] = real.call('DUMP', key) or ''
-    out[#out + 1] = before[i][3][1]
-    out[#out + 1] = before[i][3][2]
-  end
+for i = 1, #before do
+  out[#out + 1] = before[i][1]
+  out[#out + 1] = before[i][2]
 end
 return out

@@ -31,10 +31,6 @@ static LOG: LazyLock<Script> = LazyLock::new(|| Script::new(sliding_log::SCRIPT)
 /// Several limits of one call (`multi.lua` with every algorithm).
 static MULTI: LazyLock<Script> = LazyLock::new(|| Script::new(crate::algorithm::MULTI_SCRIPT));
 
-/// Gives back a reservation of `multi.lua` on one node of a cluster.
-const GIVE_BACK_LUA: &str = include_str!("../scripts/give_back.lua");
-static GIVE_BACK: LazyLock<Script> = LazyLock::new(|| Script::new(GIVE_BACK_LUA));
-
 /// The heartbeat script.
 static HEARTBEAT: LazyLock<Script> = LazyLock::new(|| Script::new(HEARTBEAT_LUA));
 
@@ -749,9 +745,11 @@ impl Store for RedisStore {
 
 /// What `multi.lua` answers for one group of limits: each limit's four numbers, and in
 /// reserve mode each key as it was before and after (for `give_back.lua`).
+#[derive(Debug, Default)]
 struct GroupReply {
     numbers: Vec<[u64; 4]>,
-    undo: Vec<(Vec<u8>, i64, Vec<u8>)>,
+    /// The server time the script ran at (us).
+    now: u64,
     /// In reserve mode, each limit's remaining and reset_after before the call.
     as_was: Vec<[u64; 2]>,
 }
@@ -762,7 +760,7 @@ impl RedisStore {
     /// slot order, each group reserved, and what was reserved is given back when a later
     /// group refuses (see the guide's "Several limits").
     async fn check_several(&self, checks: &[(&str, &Limit, u32)]) -> Result<Vec<Decision>, Error> {
-        let numbers = match self.run_group(checks, 0).await {
+        let numbers = match self.run_group(checks, Mode::Decide).await {
             Ok(group) => group.numbers,
             Err(e) if self.is_cluster() && is_non_local(&e) => {
                 self.check_across_nodes(checks).await?
@@ -793,7 +791,9 @@ impl RedisStore {
         let mut refused = false;
         for group in groups {
             let part: Vec<(&str, &Limit, u32)> = group.iter().map(|&i| checks[i]).collect();
-            let reply = self.run_group(&part, if refused { 2 } else { 1 }).await;
+            let reply = self
+                .run_group(&part, if refused { Mode::Veto } else { Mode::Reserve })
+                .await;
             let reply = match reply {
                 Ok(r) => r,
                 Err(e) => {
@@ -821,24 +821,17 @@ impl RedisStore {
         Ok(numbers)
     }
 
-    /// Puts back what `reserved` took (best effort: a failure leaves the tokens taken, so the
-    /// buckets are emptier, never fuller).
+    /// Gives back what `reserved` took: each group's tokens returned to its buckets as they
+    /// are now (best effort: a failure leaves the tokens taken, so the buckets are emptier,
+    /// never fuller, and is logged).
     async fn give_back(
         &self,
         checks: &[(&str, &Limit, u32)],
         reserved: &[(Vec<usize>, GroupReply)],
     ) {
         for (group, reply) in reserved {
-            let first = checks[group[0]].0;
-            let result: Result<i64, _> = self
-                .eval(&GIVE_BACK, GIVE_BACK_LUA, &[first], |cmd| {
-                    cmd.arg(group.len());
-                    for (&i, (before, expiry, after)) in group.iter().zip(&reply.undo) {
-                        cmd.arg(checks[i].0).arg(before).arg(*expiry).arg(after);
-                    }
-                })
-                .await;
-            if let Err(e) = result {
+            let part: Vec<(&str, &Limit, u32)> = group.iter().map(|&i| checks[i]).collect();
+            if let Err(e) = self.run_group(&part, Mode::GiveBack(reply.now)).await {
                 tracing::warn!(error = %e, "redis-ratelimit could not give back the tokens a refused call reserved");
             }
         }
@@ -848,23 +841,48 @@ impl RedisStore {
     async fn run_group(
         &self,
         checks: &[(&str, &Limit, u32)],
-        mode: u8,
+        mode: Mode,
     ) -> Result<GroupReply, Error> {
         let keys: Vec<&str> = checks.iter().map(|c| c.0).collect();
-        let mut argv: Vec<u64> = Vec::with_capacity(checks.len() * 7);
+        let mut argv: Vec<u64> = Vec::with_capacity(checks.len() * 7 + 1);
         for (_, limit, cost) in checks {
             let (id, args) = Kernel::of(limit).script_args(u64::from(*cost));
             argv.push(u64::from(id));
             argv.push(args.as_slice().len() as u64);
             argv.extend_from_slice(args.as_slice());
         }
+        let code = match mode {
+            Mode::Decide => 0,
+            Mode::Reserve => 1,
+            Mode::Veto => 2,
+            Mode::GiveBack(reserved_at) => {
+                argv.push(reserved_at);
+                3
+            }
+        };
         let reply: Value = self
             .eval(&MULTI, crate::algorithm::MULTI_SCRIPT, &keys[..1], |cmd| {
-                cmd.arg(keys.len()).arg(mode).arg(&keys).arg(&argv);
+                cmd.arg(keys.len()).arg(code).arg(&keys).arg(&argv);
             })
             .await?;
-        parse_group(&reply, checks.len())
+        match mode {
+            Mode::GiveBack(_) => Ok(GroupReply::default()),
+            _ => parse_group(&reply, checks.len()),
+        }
     }
+}
+
+/// What one `multi.lua` call does (see the script).
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// Decide every limit; take from all or none.
+    Decide,
+    /// Decide, and say what each limit answered before the call, for a give-back.
+    Reserve,
+    /// Another node refused the call: answer, take nothing.
+    Veto,
+    /// Return what a reservation made at this server time (us) took.
+    GiveBack(u64),
 }
 
 /// Whether a cluster node refused a script for a key it does not serve.
@@ -872,43 +890,31 @@ fn is_non_local(e: &Error) -> bool {
     matches!(e, Error::Redis(r) if r.to_string().contains("non local key"))
 }
 
-/// `multi.lua`'s reply: four numbers per limit, the server time, and in reserve mode three
-/// values per key.
+/// `multi.lua`'s reply: four numbers per limit, the server time, and in reserve mode two
+/// more per limit.
 fn parse_group(reply: &Value, n: usize) -> Result<GroupReply, Error> {
     let bad = || Error::BadReply(format!("{reply:?}"));
     let Value::Array(items) = reply else {
         return Err(bad());
     };
-    if items.len() != n * 4 + 1 && items.len() != n * 9 + 1 {
+    if items.len() != n * 4 + 1 && items.len() != n * 6 + 1 {
         return Err(bad());
     }
-    let int = |v: &Value| match v {
-        Value::Int(v) => Ok(*v),
-        _ => Err(bad()),
-    };
-    let bytes = |v: &Value| match v {
-        Value::BulkString(b) => Ok(b.clone()),
-        _ => Err(bad()),
-    };
-    let mut numbers = Vec::with_capacity(n);
-    for chunk in items[..n * 4].chunks(4) {
-        let mut out = [0u64; 4];
-        for (o, v) in out.iter_mut().zip(chunk) {
-            *o = u64::try_from(int(v)?).map_err(|_| bad())?;
-        }
-        numbers.push(out);
-    }
-    let mut undo = Vec::new();
-    let mut as_was = Vec::new();
-    for chunk in items[n * 4 + 1..].chunks(5) {
-        undo.push((bytes(&chunk[0])?, int(&chunk[1])?, bytes(&chunk[2])?));
-        let number = |v: &Value| u64::try_from(int(v)?).map_err(|_| bad());
-        as_was.push([number(&chunk[3])?, number(&chunk[4])?]);
-    }
+    let numbers: Vec<u64> = items
+        .iter()
+        .map(|v| match v {
+            Value::Int(v) => u64::try_from(*v).map_err(|_| bad()),
+            _ => Err(bad()),
+        })
+        .collect::<Result<_, _>>()?;
+    let (decided, rest) = numbers.split_at(n * 4);
     Ok(GroupReply {
-        numbers,
-        undo,
-        as_was,
+        numbers: decided
+            .chunks(4)
+            .map(|c| [c[0], c[1], c[2], c[3]])
+            .collect(),
+        now: rest[0],
+        as_was: rest[1..].chunks(2).map(|c| [c[0], c[1]]).collect(),
     })
 }
 
