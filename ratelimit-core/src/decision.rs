@@ -28,7 +28,15 @@ pub struct Decision {
     pub source: Source,
     /// Each limit's own decision, when the call was decided under several, and which of them
     /// this one's fields come from.
-    parts: Option<(Arc<[Decision]>, usize)>,
+    /// One pointer, so that a one-limit decision grows by 8 bytes only.
+    parts: Option<Arc<Parts>>,
+}
+
+/// The limits of a call decided under several.
+#[derive(Debug, PartialEq, Eq)]
+struct Parts {
+    each: Box<[Decision]>,
+    tightest: usize,
 }
 
 /// Who took a [`Decision`].
@@ -111,7 +119,10 @@ impl Decision {
             .map(|d| d.reset_after)
             .max()
             .unwrap_or_default();
-        combined.parts = Some((parts.into(), tightest));
+        combined.parts = Some(Arc::new(Parts {
+            each: parts.into(),
+            tightest,
+        }));
         combined
     }
 
@@ -119,14 +130,14 @@ impl Decision {
     /// unless the call was decided under several limits at once.
     pub fn parts(&self) -> &[Decision] {
         match &self.parts {
-            Some((parts, _)) => parts,
+            Some(parts) => &parts.each,
             None => std::slice::from_ref(self),
         }
     }
 
     /// Which of [`parts`](Decision::parts) this decision's fields come from (0 for one limit).
     pub fn tightest(&self) -> usize {
-        self.parts.as_ref().map_or(0, |p| p.1)
+        self.parts.as_ref().map_or(0, |p| p.tightest)
     }
 
     /// The same decision, attributed to `source`.
