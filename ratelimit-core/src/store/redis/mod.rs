@@ -1,0 +1,404 @@
+//! The Redis store: the connection to each kind of deployment (here and in `sentinel`),
+//! the URL that names it (`url`), the heartbeat (`heartbeat`) and the decision scripts
+//! (`scripts`).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::aio::{
+    ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
+};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::sentinel::{SentinelClient, SentinelServerType};
+use redis::{Client, RedisError, Value};
+
+use crate::error::redact_url;
+use crate::{Decision, Error, Limit, Store};
+
+mod heartbeat;
+mod scripts;
+mod sentinel;
+mod url;
+
+use self::scripts::SCRIPT;
+use self::sentinel::SentinelConn;
+use self::url::{Target, parse_target};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// Token buckets in Redis, shared by every process that uses the same server and prefix.
+///
+/// Each decision is one `EVALSHA` of one Lua script, timed by the Redis server's `TIME` (so
+/// the callers' clocks never matter). A missing script (after a restart, a failover or
+/// `SCRIPT FLUSH`) costs one more round trip: the call is retried once with `EVAL` and the
+/// script's text, which cannot miss (a `SCRIPT LOAD` then `EVALSHA` retry can, when the
+/// script is flushed again in between) and caches the script again. All calls share one
+/// multiplexed connection per node, so concurrent calls are pipelined; it reconnects on its
+/// own.
+///
+/// The URL picks the deployment:
+/// - `redis://host:port/db` (or `rediss://` for TLS, with the `tls` feature): one server;
+/// - `redis+cluster://host1:port1,host2:port2`: a Redis Cluster, from any of its nodes (every
+///   bucket key is hash-tagged, so a one-limit script never spans slots; a call under several
+///   limits is one script per node, or reserved and given back across nodes);
+/// - `redis+sentinel://sentinel1:26379,sentinel2:26379/mymaster`: the master that the Sentinels
+///   name, followed across failovers: after a connection error or a `READONLY` reply, and
+///   within about a second of the Sentinels naming another master even while the old one
+///   still accepts writes.
+///
+/// Credentials go before the first host (`redis+cluster://:secret@h1:7000,h2:7001`) and apply
+/// to the data nodes. Needs Redis 7.0 or newer.
+#[derive(Clone)]
+pub struct RedisStore {
+    conn: Conn,
+    url: String,
+    /// Where to open the connection that listens for resets (pub/sub needs its own).
+    listen: Listen,
+    /// Which deployment and database this is (its servers' run ids and the db), so that
+    /// limiters of one process on one deployment share one heartbeat and one listener.
+    deployment: Arc<str>,
+}
+
+/// How to reach a node for a pub/sub connection.
+#[derive(Clone)]
+enum Listen {
+    /// Any of these (one server, or the seed nodes of a cluster, where `PUBLISH` reaches
+    /// every node).
+    Nodes(Arc<[Client]>),
+    /// The master the sentinels name.
+    Sentinel,
+    /// A store made from a connection manager: no client to open another connection with.
+    Nowhere,
+}
+
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+    Sentinel(Arc<SentinelConn>),
+}
+
+impl RedisStore {
+    /// Connects to the deployment at `url` (see the type's docs), checks the server version
+    /// and loads the script.
+    ///
+    /// # Errors
+    /// [`Error::InvalidUrl`], [`Error::Connect`], [`Error::UnsupportedRedis`].
+    pub async fn connect(url: &str) -> Result<RedisStore, Error> {
+        let redacted = redact_url(url);
+        let invalid = |source: RedisError| Error::InvalidUrl {
+            url: redacted.clone(),
+            source,
+        };
+        let unreachable = |source: RedisError| Error::Connect {
+            url: redacted.clone(),
+            source,
+        };
+        let target = parse_target(url).map_err(|why| {
+            invalid(RedisError::from((
+                redis::ErrorKind::InvalidClientConfig,
+                "bad URL",
+                why,
+            )))
+        })?;
+        let (conn, listen) = match target {
+            Target::Single(url) => {
+                let client = Client::open(url).map_err(invalid)?;
+                let listen = Listen::Nodes(Arc::new([client.clone()]));
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(CONNECT_TIMEOUT))
+                    .set_response_timeout(Some(RESPONSE_TIMEOUT))
+                    .set_number_of_retries(2)
+                    .set_max_delay(Duration::from_millis(500));
+                let conn = ConnectionManager::new_with_config(client, config)
+                    .await
+                    .map_err(unreachable)?;
+                (Conn::Single(conn), listen)
+            }
+            Target::Cluster(nodes) => {
+                let clients: Vec<Client> = nodes
+                    .iter()
+                    .map(|n| Client::open(n.as_str()))
+                    .collect::<Result<_, _>>()
+                    .map_err(invalid)?;
+                let listen = Listen::Nodes(clients.into());
+                let client = ClusterClient::builder(nodes)
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .response_timeout(RESPONSE_TIMEOUT)
+                    .retries(3)
+                    .build()
+                    .map_err(invalid)?;
+                let conn = client.get_async_connection().await.map_err(unreachable)?;
+                (Conn::Cluster(conn), listen)
+            }
+            Target::Sentinel {
+                sentinels,
+                master,
+                user,
+                password,
+            } => {
+                let mut info = redis::RedisConnectionInfo::default();
+                if let Some(user) = user {
+                    info = info.set_username(user);
+                }
+                if let Some(password) = password {
+                    info = info.set_password(password);
+                }
+                let node = redis::sentinel::SentinelNodeConnectionInfo::default()
+                    .set_redis_connection_info(info);
+                let client = SentinelClient::build(
+                    sentinels,
+                    master.clone(),
+                    Some(node),
+                    SentinelServerType::Master,
+                )
+                .map_err(invalid)?;
+                let conn = Arc::new(SentinelConn::new(client, master));
+                conn.connection().await.map_err(unreachable)?;
+                (Conn::Sentinel(conn), Listen::Sentinel)
+            }
+        };
+        RedisStore::prepare(conn, redacted, listen).await
+    }
+
+    /// Uses an existing connection manager (its configuration, TLS, credentials); checks the
+    /// server's version and loads the script. A limiter on such a store keeps no deny cache:
+    /// without a client it cannot open the connection that hears of other instances' resets.
+    ///
+    /// # Errors
+    /// [`Error::UnsupportedRedis`], or [`Error::Connect`] if the server cannot be asked.
+    pub async fn from_connection(conn: ConnectionManager) -> Result<RedisStore, Error> {
+        RedisStore::prepare(
+            Conn::Single(conn),
+            String::from("(connection manager)"),
+            Listen::Nowhere,
+        )
+        .await
+    }
+
+    async fn prepare(conn: Conn, url: String, listen: Listen) -> Result<RedisStore, Error> {
+        let mut store = RedisStore {
+            conn,
+            url,
+            listen,
+            deployment: Arc::from(""),
+        };
+        let (info, db): (Value, i64) = store
+            .run(|mut c| async move {
+                let info = redis::cmd("INFO").arg("server").query_async(&mut c).await?;
+                Ok((info, c.get_db()))
+            })
+            .await
+            .map_err(|source| Error::Connect {
+                url: store.url.clone(),
+                source,
+            })?;
+        let mut run_ids = info_fields(&info, "run_id:");
+        run_ids.sort_unstable();
+        store.deployment = format!("{}/{db}", run_ids.join(",")).into();
+        let version = info_fields(&info, "redis_version:")
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| "unknown".to_owned());
+        let major: u32 = version
+            .split('.')
+            .next()
+            .and_then(|m| m.parse().ok())
+            .unwrap_or(0);
+        if major < 7 {
+            return Err(Error::UnsupportedRedis { version });
+        }
+        store
+            .run(|mut c| async move { SCRIPT.prepare_invoke().load_async(&mut c).await })
+            .await?;
+        Ok(store)
+    }
+
+    /// Runs `f` on a connection of the deployment (cheap clones of one multiplexed
+    /// connection), noticing failovers.
+    async fn run<T, F, Fut>(&self, f: F) -> Result<T, RedisError>
+    where
+        F: FnOnce(AnyConn) -> Fut,
+        Fut: std::future::Future<Output = Result<T, RedisError>>,
+    {
+        match &self.conn {
+            Conn::Single(c) => f(AnyConn::Single(c.clone())).await,
+            Conn::Cluster(c) => f(AnyConn::Cluster(c.clone())).await,
+            Conn::Sentinel(s) => {
+                let result = match s.connection().await {
+                    Ok(c) => {
+                        s.check_soon();
+                        f(AnyConn::Multiplexed(c)).await
+                    }
+                    Err(e) => Err(e),
+                };
+                if let Err(e) = &result {
+                    s.observe(e);
+                }
+                result
+            }
+        }
+    }
+
+    /// Whether this is a Redis Cluster deployment.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
+    }
+
+    /// Which deployment (servers and database) this store uses; equal for stores that share
+    /// their buckets.
+    pub(crate) fn deployment(&self) -> &str {
+        &self.deployment
+    }
+
+    /// Whether [`listen`](RedisStore::listen) can work: not on a store made from a
+    /// connection manager, which has no client to open another connection with.
+    pub(crate) fn can_listen(&self) -> bool {
+        !matches!(self.listen, Listen::Nowhere)
+    }
+
+    /// Tells every instance listening on `channel` (see [`listen`](RedisStore::listen)).
+    pub(crate) async fn publish(&self, channel: &str, message: &str) -> Result<(), Error> {
+        self.run(|mut c| async move {
+            redis::cmd("PUBLISH")
+                .arg(channel)
+                .arg(message)
+                .query_async::<()>(&mut c)
+                .await
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// A new connection subscribed to `channel`, and the messages it receives; they end when
+    /// the connection is lost. Plain `PUBLISH`/`SUBSCRIBE`, not the sharded kind: a Redis
+    /// Cluster forwards plain messages to every node, so any node will do, and the messages
+    /// are rare (one per reset).
+    pub(crate) async fn listen(
+        &self,
+        channel: &str,
+    ) -> Result<redis::aio::PubSubStream, RedisError> {
+        let clients: Vec<Client> = match &self.listen {
+            Listen::Nodes(clients) => clients.to_vec(),
+            Listen::Sentinel => match &self.conn {
+                Conn::Sentinel(s) => vec![s.client.lock().await.async_get_client().await?],
+                _ => Vec::new(),
+            },
+            Listen::Nowhere => Vec::new(),
+        };
+        let mut last = RedisError::from((
+            redis::ErrorKind::InvalidClientConfig,
+            "a store made from a connection manager cannot open a pub/sub connection",
+        ));
+        for client in clients {
+            let subscribed = async {
+                let mut pubsub = client.get_async_pubsub().await?;
+                pubsub.subscribe(channel).await?;
+                Ok::<_, RedisError>(pubsub.into_on_message())
+            };
+            match subscribed.await {
+                Ok(messages) => return Ok(messages),
+                Err(e) => last = e,
+            }
+        }
+        Err(last)
+    }
+}
+
+/// A connection of any deployment kind, for one call.
+enum AnyConn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+    Multiplexed(MultiplexedConnection),
+}
+
+impl ConnectionLike for AnyConn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            AnyConn::Single(c) => c.req_packed_command(cmd),
+            AnyConn::Cluster(c) => c.req_packed_command(cmd),
+            AnyConn::Multiplexed(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        cmd: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            AnyConn::Single(c) => c.req_packed_commands(cmd, offset, count),
+            AnyConn::Cluster(c) => c.req_packed_commands(cmd, offset, count),
+            AnyConn::Multiplexed(c) => c.req_packed_commands(cmd, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            AnyConn::Single(c) => c.get_db(),
+            AnyConn::Cluster(c) => c.get_db(),
+            AnyConn::Multiplexed(c) => c.get_db(),
+        }
+    }
+}
+
+/// The values of the `field` lines (`redis_version:`) in an `INFO server` reply, one per node
+/// (a cluster answers per node).
+fn info_fields(v: &Value, field: &str) -> Vec<String> {
+    let in_text = |info: &str| -> Vec<String> {
+        info.lines()
+            .filter_map(|l| l.strip_prefix(field))
+            .map(|v| v.trim().to_owned())
+            .collect()
+    };
+    match v {
+        Value::BulkString(b) => in_text(&String::from_utf8_lossy(b)),
+        Value::VerbatimString { text, .. } => in_text(text),
+        Value::SimpleString(s) => in_text(s),
+        Value::Array(items) | Value::Set(items) => {
+            items.iter().flat_map(|v| info_fields(v, field)).collect()
+        }
+        Value::Map(pairs) => pairs
+            .iter()
+            .flat_map(|(_, v)| info_fields(v, field))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+impl fmt::Debug for RedisStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let kind = match self.conn {
+            Conn::Single(_) => "single",
+            Conn::Cluster(_) => "cluster",
+            Conn::Sentinel(_) => "sentinel",
+        };
+        f.debug_struct("RedisStore")
+            .field("url", &self.url)
+            .field("kind", &kind)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Store for RedisStore {
+    async fn reset(&self, key: &str) -> Result<(), Error> {
+        self.run(|mut c| async move { redis::cmd("DEL").arg(key).query_async::<()>(&mut c).await })
+            .await?;
+        Ok(())
+    }
+
+    async fn check_all(&self, checks: &[(&str, &Limit, u32)]) -> Result<Vec<Decision>, Error> {
+        match checks {
+            [(key, limit, cost)] => Ok(vec![self.check(key, limit, *cost).await?]),
+            _ => self.check_several(checks).await,
+        }
+    }
+
+    async fn check(&self, key: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
+        self.check_one(key, limit, cost).await
+    }
+}

@@ -1,0 +1,306 @@
+//! The decision scripts: one limit per call (`check`), or several (`multi.lua`, across the
+//! nodes of a cluster when their buckets are on several).
+
+use std::sync::LazyLock;
+use std::time::Duration;
+
+use redis::{RedisError, Script, Value};
+
+use super::RedisStore;
+use crate::algorithm::{Kernel, fixed_window, interval_bucket, sliding_log, sliding_window};
+use crate::{Decision, Error, Limit};
+
+/// The token bucket's script (GCRA, smooth refill).
+const GCRA_LUA: &str = crate::bucket::SCRIPT;
+
+/// The decision scripts, each hashed once per process.
+pub(super) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(GCRA_LUA));
+static INTERVAL: LazyLock<Script> = LazyLock::new(|| Script::new(interval_bucket::SCRIPT));
+static FIXED: LazyLock<Script> = LazyLock::new(|| Script::new(fixed_window::SCRIPT));
+static SLIDING: LazyLock<Script> = LazyLock::new(|| Script::new(sliding_window::SCRIPT));
+static LOG: LazyLock<Script> = LazyLock::new(|| Script::new(sliding_log::SCRIPT));
+
+/// Several limits of one call (`multi.lua` with every algorithm).
+static MULTI: LazyLock<Script> = LazyLock::new(|| Script::new(crate::algorithm::MULTI_SCRIPT));
+
+impl RedisStore {
+    /// [`Store::check`]: the limit's own script, one `EVALSHA`.
+    pub(super) async fn check_one(
+        &self,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> Result<Decision, Error> {
+        // Each script's text and arguments; every script answers in the same shape.
+        let (id, args) = Kernel::of(limit).script_args(u64::from(cost));
+        let (script, text): (&Script, &'static str) = match id {
+            1 => (&SCRIPT, GCRA_LUA),
+            2 => (&INTERVAL, interval_bucket::SCRIPT),
+            3 => (&FIXED, fixed_window::SCRIPT),
+            4 => (&SLIDING, sliding_window::SCRIPT),
+            _ => (&LOG, sliding_log::SCRIPT),
+        };
+        let reply: Value = self
+            .eval(script, text, &[key], |cmd| {
+                for a in args.as_slice() {
+                    cmd.arg(*a);
+                }
+            })
+            .await?;
+        parse_reply(&reply, *limit, cost)
+    }
+
+    /// Runs `script` (whose text is `text`) on `key`, with the arguments `args` adds: `EVALSHA`,
+    /// and on `NOSCRIPT` (a restart, a failover, `SCRIPT FLUSH`) `EVAL` with the text, on the
+    /// same node. `EVAL` cannot miss, so no flush between a reload and a retry can fail the
+    /// call, and it caches the script again for the next `EVALSHA`. In a cluster it goes to the
+    /// key's node only, whereas `SCRIPT LOAD` goes to every master and fails while any of them
+    /// is down.
+    pub(super) async fn eval<T: redis::FromRedisValue>(
+        &self,
+        script: &Script,
+        text: &'static str,
+        keys: &[&str],
+        args: impl Fn(&mut redis::Cmd),
+    ) -> Result<T, RedisError> {
+        self.run(|mut c| async move {
+            let mut evalsha = redis::cmd("EVALSHA");
+            evalsha.arg(script.get_hash()).arg(keys.len()).arg(keys);
+            args(&mut evalsha);
+            match evalsha.query_async(&mut c).await {
+                Err(e) if e.code() == Some("NOSCRIPT") => {
+                    let mut eval = redis::cmd("EVAL");
+                    eval.arg(text).arg(keys.len()).arg(keys);
+                    args(&mut eval);
+                    eval.query_async(&mut c).await
+                }
+                other => other,
+            }
+        })
+        .await
+    }
+}
+
+/// What `multi.lua` answers for one group of limits: each limit's four numbers, the server
+/// time, and in reserve mode what each limit answered before the call.
+#[derive(Debug, Default)]
+struct GroupReply {
+    numbers: Vec<[u64; 4]>,
+    /// The server time the script ran at (us).
+    now: u64,
+    /// In reserve mode, each limit's remaining and reset_after before the call.
+    as_was: Vec<[u64; 2]>,
+}
+
+impl RedisStore {
+    /// [`Store::check_all`]: one script, `multi.lua`, for every limit of the call. On a
+    /// cluster whose node does not serve every bucket, the buckets are decided per slot in
+    /// slot order, each group reserved, and what was reserved is given back when a later
+    /// group refuses (see the guide's "Several limits").
+    pub(super) async fn check_several(
+        &self,
+        checks: &[(&str, &Limit, u32)],
+    ) -> Result<Vec<Decision>, Error> {
+        let numbers = match self.run_group(checks, Mode::Decide).await {
+            Ok(group) => group.numbers,
+            Err(e) if self.is_cluster() && is_non_local(&e) => {
+                self.check_across_nodes(checks).await?
+            }
+            Err(e) => return Err(e),
+        };
+        Ok(decisions(&numbers, checks))
+    }
+
+    /// Reserves slot by slot, in slot order; gives back on the first refusal, and asks the
+    /// rest without taking, so that every limit still answers.
+    async fn check_across_nodes(
+        &self,
+        checks: &[(&str, &Limit, u32)],
+    ) -> Result<Vec<[u64; 4]>, Error> {
+        let mut order: Vec<usize> = (0..checks.len()).collect();
+        order.sort_by_key(|&i| (crate::naming::key_slot(checks[i].0.as_bytes()), i));
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for i in order {
+            let slot = crate::naming::key_slot(checks[i].0.as_bytes());
+            match groups.last_mut() {
+                Some(g) if crate::naming::key_slot(checks[g[0]].0.as_bytes()) == slot => g.push(i),
+                _ => groups.push(vec![i]),
+            }
+        }
+        let mut numbers = vec![[0u64; 4]; checks.len()];
+        let mut reserved: Vec<(Vec<usize>, GroupReply)> = Vec::new();
+        let mut refused = false;
+        for group in groups {
+            let part: Vec<(&str, &Limit, u32)> = group.iter().map(|&i| checks[i]).collect();
+            let reply = self
+                .run_group(&part, if refused { Mode::Veto } else { Mode::Reserve })
+                .await;
+            let reply = match reply {
+                Ok(r) => r,
+                Err(e) => {
+                    self.give_back(checks, &reserved).await;
+                    return Err(e);
+                }
+            };
+            for (&i, n) in group.iter().zip(&reply.numbers) {
+                numbers[i] = *n;
+            }
+            if reply.numbers.iter().any(|n| n[0] == 0) {
+                refused = true;
+                self.give_back(checks, &reserved).await;
+                // Given back, the reserved limits answer as they stood before the call.
+                for (group, reply) in reserved.drain(..) {
+                    for (&i, as_was) in group.iter().zip(&reply.as_was) {
+                        numbers[i][1] = as_was[0];
+                        numbers[i][3] = as_was[1];
+                    }
+                }
+            } else if !refused {
+                reserved.push((group, reply));
+            }
+        }
+        Ok(numbers)
+    }
+
+    /// Gives back what `reserved` took: each group's tokens returned to its buckets as they
+    /// are now (best effort: a failure leaves the tokens taken, so the buckets are emptier,
+    /// never fuller, and is logged).
+    async fn give_back(
+        &self,
+        checks: &[(&str, &Limit, u32)],
+        reserved: &[(Vec<usize>, GroupReply)],
+    ) {
+        for (group, reply) in reserved {
+            let part: Vec<(&str, &Limit, u32)> = group.iter().map(|&i| checks[i]).collect();
+            if let Err(e) = self.run_group(&part, Mode::GiveBack(reply.now)).await {
+                tracing::warn!(error = %e, "redis-ratelimit could not give back the tokens a refused call reserved");
+            }
+        }
+    }
+
+    /// One `multi.lua` call for limits whose keys one node serves.
+    async fn run_group(
+        &self,
+        checks: &[(&str, &Limit, u32)],
+        mode: Mode,
+    ) -> Result<GroupReply, Error> {
+        let keys: Vec<&str> = checks.iter().map(|c| c.0).collect();
+        let mut argv: Vec<u64> = Vec::with_capacity(checks.len() * 7 + 1);
+        for (_, limit, cost) in checks {
+            let (id, args) = Kernel::of(limit).script_args(u64::from(*cost));
+            argv.push(u64::from(id));
+            argv.push(args.as_slice().len() as u64);
+            argv.extend_from_slice(args.as_slice());
+        }
+        let code = match mode {
+            Mode::Decide => 0,
+            Mode::Reserve => 1,
+            Mode::Veto => 2,
+            Mode::GiveBack(reserved_at) => {
+                argv.push(reserved_at);
+                3
+            }
+        };
+        let reply: Value = self
+            .eval(&MULTI, crate::algorithm::MULTI_SCRIPT, &keys[..1], |cmd| {
+                cmd.arg(keys.len()).arg(code).arg(&keys).arg(&argv);
+            })
+            .await?;
+        match mode {
+            Mode::GiveBack(_) => Ok(GroupReply::default()),
+            _ => parse_group(&reply, checks.len()),
+        }
+    }
+}
+
+/// What one `multi.lua` call does (see the script).
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    /// Decide every limit; take from all or none.
+    Decide,
+    /// Decide, and say what each limit answered before the call, for a give-back.
+    Reserve,
+    /// Another node refused the call: answer, take nothing.
+    Veto,
+    /// Return what a reservation made at this server time (us) took.
+    GiveBack(u64),
+}
+
+/// Whether a cluster node refused a script for a key it does not serve.
+fn is_non_local(e: &Error) -> bool {
+    matches!(e, Error::Redis(r) if r.to_string().contains("non local key"))
+}
+
+/// `multi.lua`'s reply: four numbers per limit, the server time, and in reserve mode two
+/// more per limit.
+fn parse_group(reply: &Value, n: usize) -> Result<GroupReply, Error> {
+    let bad = || Error::BadReply(format!("{reply:?}"));
+    let Value::Array(items) = reply else {
+        return Err(bad());
+    };
+    if items.len() != n * 4 + 1 && items.len() != n * 6 + 1 {
+        return Err(bad());
+    }
+    let numbers: Vec<u64> = items
+        .iter()
+        .map(|v| match v {
+            Value::Int(v) => u64::try_from(*v).map_err(|_| bad()),
+            _ => Err(bad()),
+        })
+        .collect::<Result<_, _>>()?;
+    let (decided, rest) = numbers.split_at(n * 4);
+    Ok(GroupReply {
+        numbers: decided
+            .chunks(4)
+            .map(|c| [c[0], c[1], c[2], c[3]])
+            .collect(),
+        now: rest[0],
+        as_was: rest[1..].chunks(2).map(|c| [c[0], c[1]]).collect(),
+    })
+}
+
+/// Each limit's decision from its four numbers (a limit that would have admitted a refused
+/// call answers as it stands: it kept its tokens).
+fn decisions(numbers: &[[u64; 4]], checks: &[(&str, &Limit, u32)]) -> Vec<Decision> {
+    numbers
+        .iter()
+        .zip(checks)
+        .map(|(n, &(_, limit, cost))| {
+            Decision::new(
+                n[0] == 1,
+                n[1],
+                *limit,
+                cost,
+                Duration::from_micros(n[2]),
+                Duration::from_micros(n[3]),
+            )
+        })
+        .collect()
+}
+
+fn parse_reply(reply: &Value, limit: Limit, cost: u32) -> Result<Decision, Error> {
+    let bad = || Error::BadReply(format!("{reply:?}"));
+    let Value::Array(items) = reply else {
+        return Err(bad());
+    };
+    // Every script answers four numbers and the server time it decided at (for the
+    // differential tests), which a decision does not need.
+    let mut n = [0u64; 4];
+    if items.len() != 5 {
+        return Err(bad());
+    }
+    for (slot, item) in n.iter_mut().zip(items) {
+        match item {
+            Value::Int(v) => *slot = u64::try_from(*v).map_err(|_| bad())?,
+            _ => return Err(bad()),
+        }
+    }
+    Ok(Decision::new(
+        n[0] == 1,
+        n[1],
+        limit,
+        cost,
+        Duration::from_micros(n[2]),
+        Duration::from_micros(n[3]),
+    ))
+}
