@@ -307,7 +307,6 @@ impl RateLimiter {
 
     async fn decide(&self, bucket: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
         let inner = &*self.inner;
-        let guard = &inner.resilience;
         if let Backend::Memory(s) = &inner.backend {
             return Ok(s.check_now(bucket, limit, cost));
         }
@@ -318,44 +317,25 @@ impl RateLimiter {
         {
             return Ok(refused);
         }
-        // The Redis client and the deadline need Tokio's reactor and timers: polled from
-        // another executor, say so instead of panicking inside them.
-        on_tokio()?;
-        let circuit = guard.circuit_of(|| key_slot(bucket.as_bytes()));
-        let gate = guard.gate(circuit);
-        if gate == Gate::Open {
-            return Ok(guard.decide(bucket, limit, cost));
-        }
-        let sent = std::time::Instant::now();
-        let result = match &inner.backend {
-            // Boxed: awaited inline, the Redis call makes every check's future 7 KB, even on a
-            // memory limiter, and moving it dominated the memory path (docs/benchmarks.md 7.3).
-            // One small allocation beside a network round trip is the cheaper side.
-            Backend::Redis(s) => guard.call(Box::pin(s.check(bucket, limit, cost))).await,
-            Backend::Custom(s) => guard.call(s.check_dyn(bucket, limit, cost)).await,
-            // Answered before the deny cache; the same answer here, should that ever move.
-            Backend::Memory(s) => Ok(s.check_now(bucket, limit, cost)),
-        };
-        match result {
-            Ok(decision) => {
-                guard.succeeded(gate, circuit);
-                if let Some(cache) = &inner.deny_cache {
-                    cache.remember(bucket, &decision, sent, std::time::Instant::now());
+        self.through_store(
+            bucket,
+            |backend| async move {
+                match backend {
+                    // Boxed: awaited inline, the Redis call makes every check's future 7 KB,
+                    // even on a memory limiter, and moving it dominated the memory path
+                    // (docs/benchmarks.md 7.3). One small allocation beside a network round
+                    // trip is the cheaper side.
+                    Backend::Redis(s) => Box::pin(s.check(bucket, limit, cost)).await,
+                    Backend::Custom(s) => s.check_dyn(bucket, limit, cost).await,
+                    // Answered before the deny cache; the same answer here, should that ever
+                    // move.
+                    Backend::Memory(s) => Ok(s.check_now(bucket, limit, cost)),
                 }
-                Ok(decision)
-            }
-            Err(e) if e.is_store_failure() => {
-                guard.failed(gate, circuit, &e);
-                Ok(guard.decide(bucket, limit, cost))
-            }
-            Err(e) => {
-                // Not the store's fault (a misuse): the circuit stays as it was.
-                if gate == Gate::Probe {
-                    guard.failed(gate, circuit, &e);
-                }
-                Err(e)
-            }
-        }
+            },
+            |cache, decision, sent, now| cache.remember(bucket, decision, sent, now),
+            |guard| guard.decide(bucket, limit, cost),
+        )
+        .await
     }
 
     /// [`decide`](Self::decide) for several buckets at once, all or nothing.
@@ -363,42 +343,70 @@ impl RateLimiter {
         if let [(bucket, limit, cost)] = checks {
             return Ok(vec![self.decide(bucket, limit, *cost).await?]);
         }
-        let inner = &*self.inner;
-        let guard = &inner.resilience;
-        if let Backend::Memory(s) = &inner.backend {
+        if let Backend::Memory(s) = &self.inner.backend {
             return Ok(s.check_all_shared(checks, 1, false));
         }
         // The deny cache is not asked: it knows a refusal of one limit, and a combined answer
-        // needs every limit's. It still learns from the refusals below.
+        // needs every limit's. It still learns from the refusals below. One circuit for the
+        // call: the first bucket's (on a cluster, its slot's).
+        self.through_store(
+            checks[0].0,
+            |backend| async move {
+                match backend {
+                    Backend::Redis(s) => Box::pin(s.check_all(checks)).await,
+                    Backend::Custom(s) => s.check_all_dyn(checks).await,
+                    Backend::Memory(s) => Ok(s.check_all_shared(checks, 1, false)),
+                }
+            },
+            |cache, parts: &Vec<Decision>, sent, now| {
+                for (part, (bucket, ..)) in parts.iter().zip(checks) {
+                    cache.remember(bucket, part, sent, now);
+                }
+            },
+            |guard| guard.decide_all(checks),
+        )
+        .await
+    }
+
+    /// Asks the store (`ask`) through the circuit of `first`'s bucket, within the deadline;
+    /// the failure policy (`by_policy`) answers while the circuit is open or when the store
+    /// fails, and the deny cache learns from what the store answers (`remember`). The one
+    /// path of a decision on a remote store, for one limit or several.
+    async fn through_store<'a, T, F>(
+        &'a self,
+        first: &str,
+        ask: impl FnOnce(&'a Backend) -> F,
+        remember: impl FnOnce(&DenyCache, &T, std::time::Instant, std::time::Instant),
+        by_policy: impl FnOnce(&Resilience) -> T,
+    ) -> Result<T, Error>
+    where
+        F: std::future::Future<Output = Result<T, Error>>,
+    {
+        let inner = &*self.inner;
+        let guard = &inner.resilience;
+        // The Redis client and the deadline need Tokio's reactor and timers: polled from
+        // another executor, say so instead of panicking inside them.
         on_tokio()?;
-        // One circuit for the call: the first bucket's (on a cluster, its slot's).
-        let circuit = guard.circuit_of(|| key_slot(checks[0].0.as_bytes()));
+        let circuit = guard.circuit_of(|| key_slot(first.as_bytes()));
         let gate = guard.gate(circuit);
         if gate == Gate::Open {
-            return Ok(guard.decide_all(checks));
+            return Ok(by_policy(guard));
         }
         let sent = std::time::Instant::now();
-        let result = match &inner.backend {
-            Backend::Redis(s) => guard.call(Box::pin(s.check_all(checks))).await,
-            Backend::Custom(s) => guard.call(s.check_all_dyn(checks)).await,
-            Backend::Memory(s) => Ok(s.check_all_shared(checks, 1, false)),
-        };
-        match result {
-            Ok(parts) => {
+        match guard.call(ask(&inner.backend)).await {
+            Ok(answer) => {
                 guard.succeeded(gate, circuit);
                 if let Some(cache) = &inner.deny_cache {
-                    let now = std::time::Instant::now();
-                    for (part, (bucket, ..)) in parts.iter().zip(checks) {
-                        cache.remember(bucket, part, sent, now);
-                    }
+                    remember(cache, &answer, sent, std::time::Instant::now());
                 }
-                Ok(parts)
+                Ok(answer)
             }
             Err(e) if e.is_store_failure() => {
                 guard.failed(gate, circuit, &e);
-                Ok(guard.decide_all(checks))
+                Ok(by_policy(guard))
             }
             Err(e) => {
+                // Not the store's fault (a misuse): the circuit stays as it was.
                 if gate == Gate::Probe {
                     guard.failed(gate, circuit, &e);
                 }
