@@ -85,21 +85,7 @@ pub async fn check(
         record_current(decl.name(), unlimited, None);
         return Ok(());
     }
-    let (limiter, enabled) = match limiter {
-        Some(l) => (l, true),
-        None => {
-            decl.warn_once(
-                Warning::NotEnabled,
-                &format_args!(
-                "redis-ratelimit is not enabled: `{}` ran before `enable_redis_rate_limit!().await` \
-                 (or its `limiter = ..` is not initialised); deciding it by its failure policy \
-                 ({}) as if Redis were down",
-                decl.name(),
-                effective.limit.failure_policy().unwrap_or_default()
-            ));
-            (&*UNENABLED, false)
-        }
-    };
+    let (limiter, enabled) = limiter_or_unenabled(decl, limiter);
     let name = decl.name();
     let bucket = with_current(|ctx| {
         ctx.set_handler(name);
@@ -109,44 +95,63 @@ pub async fn check(
             .filter(|k| !k.is_empty())
             .map(|k| limiter.named_bucket_key(name, &k))
     });
-    let decision = match bucket {
+    let decision = match &bucket {
         Some(bucket) => {
             let decided = if enabled {
                 limiter
-                    .check_bucket(&bucket, &effective.limit, effective.cost)
+                    .check_bucket(bucket, &effective.limit, effective.cost)
                     .await
             } else {
-                limiter.decide_by_policy(&bucket, &effective.limit, effective.cost)
+                limiter.decide_by_policy(bucket, &effective.limit, effective.cost)
             };
-            match decided {
-                Ok(d) => (d, bucket),
-                Err(e) => {
-                    // Only misuse reaches here (cost validated at enable); refuse rather than
-                    // run unchecked, and say why once.
-                    decl.warn_once(
-                        Warning::CannotCheck,
-                        &format_args!("rate limit `{name}` cannot be checked: {e}"),
-                    );
-                    let d = limiter
-                        .decide_without_key(&effective.limit, effective.cost)
-                        .with_source(Source::FailClosed);
-                    (d, bucket)
-                }
-            }
+            decided.unwrap_or_else(|e| {
+                // Only misuse reaches here (cost validated at enable); refuse rather than run
+                // unchecked, and say why once.
+                decl.warn_once(
+                    Warning::CannotCheck,
+                    &format_args!("rate limit `{name}` cannot be checked: {e}"),
+                );
+                limiter
+                    .decide_without_key(&effective.limit, effective.cost)
+                    .with_source(Source::FailClosed)
+            })
         }
         None => {
             report_missing_piece(decl, key);
-            let d = limiter.decide_without_key(&effective.limit, effective.cost);
-            (d, String::new())
+            limiter.decide_without_key(&effective.limit, effective.cost)
         }
     };
-    let (decision, bucket) = decision;
     if decision.allowed {
         record_current(name, decision, None);
         Ok(())
     } else {
         record_current(name, decision.clone(), None);
-        Err(RateLimited::new(decision, bucket).with_name(name))
+        Err(RateLimited::new(decision, bucket.unwrap_or_default()).with_name(name))
+    }
+}
+
+/// The limiter that decides `decl`'s calls, and whether it is enabled; before
+/// `enable_redis_rate_limit!` (or with its `limiter = ..` not initialised), one that decides
+/// by the failure policy as if Redis were down, said once per limit.
+fn limiter_or_unenabled<'a>(
+    decl: &'static LimitDeclaration,
+    limiter: Option<&'a RateLimiter>,
+) -> (&'a RateLimiter, bool) {
+    match limiter {
+        Some(l) => (l, true),
+        None => {
+            decl.warn_once(
+                Warning::NotEnabled,
+                &format_args!(
+                    "redis-ratelimit is not enabled: `{}` ran before \
+                     `enable_redis_rate_limit!().await` (or its `limiter = ..` is not \
+                     initialised); deciding it by its failure policy ({}) as if Redis were down",
+                    decl.name(),
+                    decl.effective().limit.failure_policy().unwrap_or_default()
+                ),
+            );
+            (&*UNENABLED, false)
+        }
     }
 }
 
@@ -161,21 +166,7 @@ pub async fn check_all(
     let Some(&(first, _)) = limits.first() else {
         return Ok(());
     };
-    let (limiter, enabled) = match limiter {
-        Some(l) => (l, true),
-        None => {
-            first.warn_once(
-                Warning::NotEnabled,
-                &format_args!(
-                    "redis-ratelimit is not enabled: `{}` ran before `enable_redis_rate_limit!().await` \
-                     (or its `limiter = ..` is not initialised); deciding its limits by their \
-                     failure policies as if Redis were down",
-                    first.name(),
-                ),
-            );
-            (&*UNENABLED, false)
-        }
-    };
+    let (limiter, enabled) = limiter_or_unenabled(first, limiter);
     let effective: Vec<_> = limits.iter().map(|(decl, _)| decl.effective()).collect();
     let buckets: Vec<Option<String>> = with_current(|ctx| {
         ctx.set_handler(first.name());
@@ -249,22 +240,17 @@ pub async fn check_all(
         }
     }
     // The limits decided, in order (all of them unless a keyless refusal vetoed the call).
-    let (names, parts, keys): (Vec<&'static str>, Vec<Decision>, Vec<String>) = limits
-        .iter()
-        .zip(parts)
-        .zip(buckets)
-        .filter_map(|(((decl, _), part), bucket)| {
-            part.map(|d| (decl.name(), d, bucket.unwrap_or_default()))
-        })
-        .fold(
-            (Vec::new(), Vec::new(), Vec::new()),
-            |mut acc, (n, d, k)| {
-                acc.0.push(n);
-                acc.1.push(d);
-                acc.2.push(k);
-                acc
-            },
-        );
+    let mut names: Vec<&'static str> = Vec::with_capacity(limits.len());
+    let mut decided: Vec<Decision> = Vec::with_capacity(limits.len());
+    let mut keys: Vec<Option<String>> = Vec::with_capacity(limits.len());
+    for (((decl, _), part), bucket) in limits.iter().zip(parts).zip(buckets) {
+        if let Some(d) = part {
+            names.push(decl.name());
+            decided.push(d);
+            keys.push(bucket);
+        }
+    }
+    let parts = decided;
     let decision = Decision::combined(parts);
     let tightest = decision.tightest();
     let names: std::sync::Arc<[&'static str]> = names.into();
@@ -273,7 +259,7 @@ pub async fn check_all(
     if decision.allowed {
         Ok(())
     } else {
-        let key = keys.into_iter().nth(tightest).unwrap_or_default();
+        let key = keys.into_iter().nth(tightest).flatten().unwrap_or_default();
         Err(RateLimited::new(decision, key)
             .with_name(name)
             .with_names(names))

@@ -29,6 +29,7 @@ use futures_util::future::LocalBoxFuture;
 use super::{Config, SharedConfig, config_methods};
 use crate::context::{CONTEXT, Origin, families_in_force};
 use crate::headers::set_call_headers;
+use crate::http::Described;
 use crate::{Principal, RateLimited, RequestContext};
 
 type CopyExtension = fn(&actix_web::dev::Extensions, &mut http::Extensions);
@@ -120,7 +121,17 @@ where
         Box::pin(async move {
             let mut fut = std::pin::pin!(fut);
             let mut response = (&mut fut).await?;
-            if let Some(recorded) = fut.as_mut().take_value().and_then(|c| c.recorded()) {
+            let described = response
+                .response()
+                .extensions()
+                .get::<Described>()
+                .is_some();
+            if let Some(recorded) = fut
+                .as_mut()
+                .take_value()
+                .filter(|_| !described)
+                .and_then(|c| c.recorded())
+            {
                 let mut headers = http::HeaderMap::new();
                 set_call_headers(&mut headers, recorded.parts(), &recorded.decision, families);
                 copy_headers(&headers, response.headers_mut());
@@ -187,6 +198,7 @@ impl ResponseError for RateLimited {
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code()).body(self.problem_json());
         copy_headers(&self.headers(families_in_force()), response.headers_mut());
+        response.extensions_mut().insert(Described);
         response
     }
 }

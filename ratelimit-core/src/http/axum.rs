@@ -27,6 +27,7 @@ use tokio::task::futures::TaskLocalFuture;
 use super::{Config, SharedConfig, config_methods};
 use crate::context::{CONTEXT, Origin, families_in_force};
 use crate::headers::{HeaderFamilies, set_call_headers};
+use crate::http::Described;
 use crate::{RateLimited, RequestContext};
 
 /// A tower layer that gives `#[rate_limit]` handlers below it their request context (method,
@@ -122,7 +123,13 @@ where
         let result = std::task::ready!(this.inner.as_mut().poll(cx));
         let families = *this.families;
         Poll::Ready(result.map(|mut response| {
-            if let Some(recorded) = this.inner.take_value().and_then(|c| c.recorded()) {
+            let described = response.extensions().get::<Described>().is_some();
+            if let Some(recorded) = this
+                .inner
+                .take_value()
+                .filter(|_| !described)
+                .and_then(|c| c.recorded())
+            {
                 set_call_headers(
                     response.headers_mut(),
                     recorded.parts(),
@@ -147,12 +154,14 @@ impl IntoResponse for RateLimited {
     /// [`RateLimitLayer`] (or actix middleware) was configured with, or every family when the
     /// rejection is turned into a response outside one.
     fn into_response(self) -> Response {
-        (
+        let mut response = (
             self.status(),
             self.headers(families_in_force()),
             self.problem_json(),
         )
-            .into_response()
+            .into_response();
+        response.extensions_mut().insert(Described);
+        response
     }
 }
 
@@ -236,6 +245,31 @@ mod tests {
             .unwrap();
         let body = String::from_utf8(body.to_vec()).unwrap();
         assert_two_limits_described("axum::twice", ok.headers(), &headers, &body);
+    }
+
+    /// A rejection's response carries its headers already: the layer leaves them as the
+    /// handler shaped them (here without Spring's remaining count), not rendered again.
+    #[tokio::test]
+    async fn the_layer_does_not_render_a_rejection_again() {
+        async fn shaped() -> Response {
+            match limited_call().await {
+                Ok(ok) => ok.into_response(),
+                Err(Limited(r)) => {
+                    let mut response = r.into_response();
+                    response.headers_mut().remove("x-ratelimit-remaining");
+                    response
+                }
+            }
+        }
+        let mut app = Router::new()
+            .route("/shaped", get(shaped))
+            .layer(RateLimitLayer::new());
+        let ok = get_path(&mut app, "/shaped").await;
+        assert!(ok.headers().get("x-ratelimit-remaining").is_some());
+        let refused = get_path(&mut app, "/shaped").await;
+        assert_eq!(refused.status(), 429);
+        assert!(refused.headers().get("ratelimit").is_some());
+        assert!(refused.headers().get("x-ratelimit-remaining").is_none());
     }
 
     /// Outside a layer nothing configured the families: a rejection sends all of them.

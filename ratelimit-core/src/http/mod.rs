@@ -68,6 +68,11 @@ impl Config {
 pub(crate) type SharedConfig = Arc<Config>;
 
 /// A limited handler for the integrations' tests: one call per minute per path, in memory.
+/// Marks a response whose rate-limit headers are already rendered (a rejection's own), so
+/// that the layer or middleware does not render them a second time.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Described;
+
 #[cfg(all(test, any(feature = "axum", feature = "actix-web")))]
 pub(crate) mod test_support {
     #![allow(clippy::unwrap_used)]
