@@ -469,6 +469,57 @@ async fn several_limits_on_a_cluster_take_all_or_nothing() {
     );
 }
 
+/// Scripts a master ran: `EVALSHA` and `EVAL` calls in its `INFO commandstats`.
+fn scripts_run(cluster: &RedisCluster, port: u16) -> u64 {
+    let mut con = cluster.node_connection(port).unwrap();
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut con)
+        .unwrap();
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| {
+            l.split("calls=")
+                .nth(1)?
+                .split(',')
+                .next()?
+                .parse::<u64>()
+                .ok()
+        })
+        .sum()
+}
+
+/// Three buckets of one call, two of them on one master (in two slots) and one on another:
+/// one script per master, not one per slot.
+#[tokio::test]
+async fn buckets_on_one_master_share_its_script() {
+    let cluster = RedisCluster::start();
+    let limiter = strict_limiter(&cluster.url(), "pm").await;
+    let by = keys_by_master(&cluster, &limiter, 60);
+    let (&a_port, a) = by.iter().next().unwrap();
+    let (&b_port, b) = by.iter().nth(1).unwrap();
+    let slot = |key: &str| cluster.key_slot(&limiter.bucket_key(key));
+    let a2 = a.iter().find(|k| slot(k) != slot(&a[0])).unwrap();
+    let limit = Limit::per_hour(10);
+    let call = [
+        (a[0].as_str(), &limit, 1),
+        (a2.as_str(), &limit, 1),
+        (b[0].as_str(), &limit, 1),
+    ];
+    // The first call loads the script on each node and reads the masters' slots.
+    assert!(limiter.check_all(&call).await.unwrap().allowed);
+    let (a_before, b_before) = (scripts_run(&cluster, a_port), scripts_run(&cluster, b_port));
+    let d = limiter.check_all(&call).await.unwrap();
+    assert!(
+        d.allowed && d.parts().iter().all(|p| p.remaining == 8),
+        "{d:?}"
+    );
+    // On the first master, the script that refused across nodes (every bucket at once) and
+    // the one reservation of both its buckets; on the second, its own reservation.
+    assert_eq!(scripts_run(&cluster, a_port) - a_before, 2, "first master");
+    assert_eq!(scripts_run(&cluster, b_port) - b_before, 1, "second master");
+}
+
 /// Across masters, a call refused by the later group gives back what the earlier one
 /// reserved, whatever the earlier limit's algorithm: its bucket holds what it held before.
 #[tokio::test]

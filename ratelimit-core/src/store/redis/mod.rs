@@ -60,6 +60,10 @@ pub struct RedisStore {
     /// Which deployment and database this is (its servers' run ids and the db), so that
     /// limiters of one process on one deployment share one heartbeat and one listener.
     deployment: Arc<str>,
+    /// On a cluster, which master serves each slot, as the lowest slot that master serves
+    /// (read by `CLUSTER SLOTS` when a call first spans masters, forgotten when a script
+    /// meets a key its node no longer serves).
+    masters: Arc<std::sync::RwLock<Option<Arc<[u16]>>>>,
 }
 
 /// How to reach a node for a pub/sub connection.
@@ -185,6 +189,7 @@ impl RedisStore {
             url,
             listen,
             deployment: Arc::from(""),
+            masters: Arc::default(),
         };
         let (info, db): (Value, i64) = store
             .run(|mut c| async move {

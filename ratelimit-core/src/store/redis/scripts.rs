@@ -1,7 +1,7 @@
 //! The decision scripts: one limit per call (`check`), or several (`multi.lua`, across the
 //! nodes of a cluster when their buckets are on several).
 
-use std::sync::LazyLock;
+use std::sync::{Arc, LazyLock};
 use std::time::Duration;
 
 use redis::{RedisError, Script, Value};
@@ -81,6 +81,44 @@ impl RedisStore {
     }
 }
 
+/// `CLUSTER SLOTS`' reply as a map from each slot to the lowest slot its master serves;
+/// `None` for a reply of another shape or one that leaves a slot unserved.
+fn slot_map(reply: &Value) -> Option<Vec<u16>> {
+    let Value::Array(ranges) = reply else {
+        return None;
+    };
+    // (start, end, master) of each range; a master is its first address and port.
+    let mut parsed: Vec<(u16, u16, (Vec<u8>, i64))> = Vec::with_capacity(ranges.len());
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            return None;
+        };
+        let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) =
+            (fields.first(), fields.get(1), fields.get(2))
+        else {
+            return None;
+        };
+        let (Some(Value::BulkString(host)), Some(Value::Int(port))) =
+            (master.first(), master.get(1))
+        else {
+            return None;
+        };
+        let (start, end) = (u16::try_from(*start).ok()?, u16::try_from(*end).ok()?);
+        parsed.push((start, end.min(16_383), (host.clone(), *port)));
+    }
+    let mut map = vec![u16::MAX; 16_384];
+    for (start, end, master) in &parsed {
+        let lowest = parsed
+            .iter()
+            .filter(|(_, _, m)| m == master)
+            .map(|(s, ..)| *s)
+            .min()
+            .unwrap_or(*start);
+        map[usize::from(*start)..=usize::from(*end)].fill(lowest);
+    }
+    map.iter().all(|&m| m != u16::MAX).then_some(map)
+}
+
 /// What `multi.lua` answers for one group of limits: each limit's four numbers, the server
 /// time, and in reserve mode what each limit answered before the call.
 #[derive(Debug, Default)]
@@ -104,26 +142,46 @@ impl RedisStore {
         let numbers = match self.run_group(checks, Mode::Decide).await {
             Ok(group) => group.numbers,
             Err(e) if self.is_cluster() && is_non_local(&e) => {
-                self.check_across_nodes(checks).await?
+                match self.check_across_nodes(checks, true).await {
+                    Err(e) if is_non_local(&e) => {
+                        // The slots moved since they were read: by slot, which needs no map.
+                        self.forget_masters();
+                        self.check_across_nodes(checks, false).await?
+                    }
+                    other => other?,
+                }
             }
             Err(e) => return Err(e),
         };
         Ok(decisions(&numbers, checks))
     }
 
-    /// Reserves slot by slot, in slot order; gives back on the first refusal, and asks the
-    /// rest without taking, so that every limit still answers.
+    /// Reserves master by master (or slot by slot, without `by_master` or a map of the
+    /// masters), in a fixed order: the lowest slot each serves. Gives back on the first
+    /// refusal, and asks the rest without taking, so that every limit still answers.
     async fn check_across_nodes(
         &self,
         checks: &[(&str, &Limit, u32)],
+        by_master: bool,
     ) -> Result<Vec<[u64; 4]>, Error> {
+        let masters = if by_master {
+            self.slot_masters().await
+        } else {
+            None
+        };
+        let group_of = |i: usize| {
+            let slot = crate::naming::key_slot(checks[i].0.as_bytes());
+            masters
+                .as_ref()
+                .and_then(|m| m.get(usize::from(slot)).copied())
+                .unwrap_or(slot)
+        };
         let mut order: Vec<usize> = (0..checks.len()).collect();
-        order.sort_by_key(|&i| (crate::naming::key_slot(checks[i].0.as_bytes()), i));
+        order.sort_by_key(|&i| (group_of(i), i));
         let mut groups: Vec<Vec<usize>> = Vec::new();
         for i in order {
-            let slot = crate::naming::key_slot(checks[i].0.as_bytes());
             match groups.last_mut() {
-                Some(g) if crate::naming::key_slot(checks[g[0]].0.as_bytes()) == slot => g.push(i),
+                Some(g) if group_of(g[0]) == group_of(i) => g.push(i),
                 _ => groups.push(vec![i]),
             }
         }
@@ -160,6 +218,31 @@ impl RedisStore {
             }
         }
         Ok(numbers)
+    }
+
+    /// Each slot's master, as the lowest slot it serves, from `CLUSTER SLOTS` (read once, kept
+    /// until a script finds the slots moved); `None` when it cannot be read.
+    async fn slot_masters(&self) -> Option<Arc<[u16]>> {
+        if let Some(map) = self.masters.read().ok().and_then(|m| m.clone()) {
+            return Some(map);
+        }
+        let reply: Value = self
+            .run(
+                |mut c| async move { redis::cmd("CLUSTER").arg("SLOTS").query_async(&mut c).await },
+            )
+            .await
+            .ok()?;
+        let map: Arc<[u16]> = slot_map(&reply)?.into();
+        if let Ok(mut cached) = self.masters.write() {
+            *cached = Some(Arc::clone(&map));
+        }
+        Some(map)
+    }
+
+    fn forget_masters(&self) {
+        if let Ok(mut cached) = self.masters.write() {
+            *cached = None;
+        }
     }
 
     /// Gives back what `reserved` took: each group's tokens returned to its buckets as they
@@ -303,4 +386,37 @@ fn parse_reply(reply: &Value, limit: Limit, cost: u32) -> Result<Decision, Error
         Duration::from_micros(n[2]),
         Duration::from_micros(n[3]),
     ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn range(start: i64, end: i64, host: &str, port: i64) -> Value {
+        Value::Array(vec![
+            Value::Int(start),
+            Value::Int(end),
+            Value::Array(vec![
+                Value::BulkString(host.as_bytes().to_vec()),
+                Value::Int(port),
+            ]),
+        ])
+    }
+
+    #[test]
+    fn each_slot_maps_to_the_lowest_slot_of_its_master() {
+        // A master with two ranges, after a resharding.
+        let reply = Value::Array(vec![
+            range(0, 99, "10.0.0.2", 7001),
+            range(100, 8_191, "10.0.0.1", 7000),
+            range(8_192, 16_383, "10.0.0.2", 7001),
+        ]);
+        let map = slot_map(&reply).unwrap();
+        assert_eq!((map[0], map[99], map[100], map[8_191]), (0, 0, 100, 100));
+        assert_eq!((map[8_192], map[16_383]), (0, 0));
+        // A slot no master serves: no map (calls go slot by slot).
+        let partial = Value::Array(vec![range(0, 8_191, "10.0.0.1", 7000)]);
+        assert!(slot_map(&partial).is_none());
+        assert!(slot_map(&Value::Int(1)).is_none());
+    }
 }
