@@ -40,16 +40,37 @@ pub struct RateLimiter {
 }
 
 struct Inner {
-    backend: Backend,
+    engine: Engine,
     prefix: Box<str>,
     empty_key: EmptyKeyPolicy,
+    /// The failure policies, and for a remote store its circuits and deadline.
     resilience: Resilience,
+}
+
+/// Where a limiter's decisions are made.
+enum Engine {
+    /// In this process, at once: nothing in front of the store, nothing to fail.
+    Local(MemoryStore),
+    /// In a store other processes share, asked through the circuit and the deadline.
+    Remote(Remote),
+}
+
+/// A shared store and what stands around it.
+struct Remote {
+    store: RemoteStore,
+    /// Refusals remembered, so that a flood on an exhausted bucket stays in this process.
     deny_cache: Option<Arc<DenyCache>>,
     /// This process in the fleet sharing the Redis deployment and prefix (Redis only): the
     /// instance count and the resets other instances publish.
     fleet: Option<Arc<Member>>,
 }
 
+enum RemoteStore {
+    Redis(RedisStore),
+    Custom(Box<dyn DynStore>),
+}
+
+/// The store a builder was given or will connect to.
 enum Backend {
     Memory(MemoryStore),
     Redis(RedisStore),
@@ -243,14 +264,24 @@ impl RateLimiter {
         if let (Some(member), Some(cache)) = (&fleet, &deny_cache) {
             member.listen(cache);
         }
+        let remote = |store| {
+            Engine::Remote(Remote {
+                store,
+                deny_cache,
+                fleet,
+            })
+        };
+        let engine = match backend {
+            Backend::Memory(s) => Engine::Local(s),
+            Backend::Redis(s) => remote(RemoteStore::Redis(s)),
+            Backend::Custom(s) => remote(RemoteStore::Custom(s)),
+        };
         RateLimiter {
             inner: Arc::new(Inner {
-                backend,
+                engine,
                 prefix,
                 empty_key: b.empty_key,
                 resilience,
-                deny_cache,
-                fleet,
             }),
         }
     }
@@ -306,11 +337,11 @@ impl RateLimiter {
     }
 
     async fn decide(&self, bucket: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
-        let inner = &*self.inner;
-        if let Backend::Memory(s) = &inner.backend {
-            return Ok(s.check_now(bucket, limit, cost));
-        }
-        if let Some(refused) = inner
+        let remote = match &self.inner.engine {
+            Engine::Local(s) => return Ok(s.check_now(bucket, limit, cost)),
+            Engine::Remote(remote) => remote,
+        };
+        if let Some(refused) = remote
             .deny_cache
             .as_ref()
             .and_then(|c| c.check(bucket, limit, cost))
@@ -318,18 +349,16 @@ impl RateLimiter {
             return Ok(refused);
         }
         self.through_store(
+            remote,
             bucket,
-            |backend| async move {
-                match backend {
+            |store| async move {
+                match store {
                     // Boxed: awaited inline, the Redis call makes every check's future 7 KB,
                     // even on a memory limiter, and moving it dominated the memory path
                     // (docs/benchmarks.md 7.3). One small allocation beside a network round
                     // trip is the cheaper side.
-                    Backend::Redis(s) => Box::pin(s.check(bucket, limit, cost)).await,
-                    Backend::Custom(s) => s.check_dyn(bucket, limit, cost).await,
-                    // Answered before the deny cache; the same answer here, should that ever
-                    // move.
-                    Backend::Memory(s) => Ok(s.check_now(bucket, limit, cost)),
+                    RemoteStore::Redis(s) => Box::pin(s.check(bucket, limit, cost)).await,
+                    RemoteStore::Custom(s) => s.check_dyn(bucket, limit, cost).await,
                 }
             },
             |cache, decision, sent, now| cache.remember(bucket, decision, sent, now),
@@ -343,19 +372,20 @@ impl RateLimiter {
         if let [(bucket, limit, cost)] = checks {
             return Ok(vec![self.decide(bucket, limit, *cost).await?]);
         }
-        if let Backend::Memory(s) = &self.inner.backend {
-            return Ok(s.check_all_shared(checks, 1, false));
-        }
+        let remote = match &self.inner.engine {
+            Engine::Local(s) => return Ok(s.check_all_shared(checks, 1, false)),
+            Engine::Remote(remote) => remote,
+        };
         // The deny cache is not asked: it knows a refusal of one limit, and a combined answer
         // needs every limit's. It still learns from the refusals below. One circuit for the
         // call: the first bucket's (on a cluster, its slot's).
         self.through_store(
+            remote,
             checks[0].0,
-            |backend| async move {
-                match backend {
-                    Backend::Redis(s) => Box::pin(s.check_all(checks)).await,
-                    Backend::Custom(s) => s.check_all_dyn(checks).await,
-                    Backend::Memory(s) => Ok(s.check_all_shared(checks, 1, false)),
+            |store| async move {
+                match store {
+                    RemoteStore::Redis(s) => Box::pin(s.check_all(checks)).await,
+                    RemoteStore::Custom(s) => s.check_all_dyn(checks).await,
                 }
             },
             |cache, parts: &Vec<Decision>, sent, now| {
@@ -373,17 +403,17 @@ impl RateLimiter {
     /// fails, and the deny cache learns from what the store answers (`remember`). The one
     /// path of a decision on a remote store, for one limit or several.
     async fn through_store<'a, T, F>(
-        &'a self,
+        &self,
+        remote: &'a Remote,
         first: &str,
-        ask: impl FnOnce(&'a Backend) -> F,
+        ask: impl FnOnce(&'a RemoteStore) -> F,
         remember: impl FnOnce(&DenyCache, &T, std::time::Instant, std::time::Instant),
         by_policy: impl FnOnce(&Resilience) -> T,
     ) -> Result<T, Error>
     where
         F: std::future::Future<Output = Result<T, Error>>,
     {
-        let inner = &*self.inner;
-        let guard = &inner.resilience;
+        let guard = &self.inner.resilience;
         // The Redis client and the deadline need Tokio's reactor and timers: polled from
         // another executor, say so instead of panicking inside them.
         on_tokio()?;
@@ -393,10 +423,10 @@ impl RateLimiter {
             return Ok(by_policy(guard));
         }
         let sent = std::time::Instant::now();
-        match guard.call(ask(&inner.backend)).await {
+        match guard.call(ask(&remote.store)).await {
             Ok(answer) => {
                 guard.succeeded(gate, circuit);
-                if let Some(cache) = &inner.deny_cache {
+                if let Some(cache) = &remote.deny_cache {
                     remember(cache, &answer, sent, std::time::Instant::now());
                 }
                 Ok(answer)
@@ -440,36 +470,47 @@ impl RateLimiter {
     }
 
     async fn reset_bucket(&self, bucket: &str) -> Result<(), Error> {
-        if let Some(cache) = &self.inner.deny_cache {
+        let remote = match &self.inner.engine {
+            Engine::Local(s) => return s.reset(bucket).await,
+            Engine::Remote(remote) => remote,
+        };
+        if let Some(cache) = &remote.deny_cache {
             cache.forget(bucket);
         }
-        match &self.inner.backend {
-            Backend::Memory(s) => s.reset(bucket).await,
-            Backend::Redis(s) => {
+        match &remote.store {
+            RemoteStore::Redis(s) => {
                 on_tokio()?;
                 s.reset(bucket).await?;
                 // After the bucket is gone, so that an instance that hears of the reset and asks
                 // again finds it full.
-                match &self.inner.fleet {
+                match &remote.fleet {
                     Some(member) => s.publish(member.channel(), bucket).await,
                     None => Ok(()),
                 }
             }
-            Backend::Custom(s) => s.reset_dyn(bucket).await,
+            RemoteStore::Custom(s) => s.reset_dyn(bucket).await,
+        }
+    }
+
+    /// The deny cache, on a remote store that keeps one.
+    fn deny_cache(&self) -> Option<&DenyCache> {
+        match &self.inner.engine {
+            Engine::Local(_) => None,
+            Engine::Remote(remote) => remote.deny_cache.as_deref(),
         }
     }
 
     /// Forgets every refusal remembered by the local deny cache (after changing limits at run
     /// time, say). The next call on each bucket asks the store.
     pub fn clear_deny_cache(&self) {
-        if let Some(cache) = &self.inner.deny_cache {
+        if let Some(cache) = self.deny_cache() {
             cache.clear();
         }
     }
 
     /// How many refused buckets the local deny cache remembers now.
     pub fn deny_cache_len(&self) -> usize {
-        self.inner.deny_cache.as_deref().map_or(0, DenyCache::len)
+        self.deny_cache().map_or(0, DenyCache::len)
     }
 }
 
@@ -514,10 +555,13 @@ fn validate_cost(limit: &Limit, cost: u32) -> Result<(), Error> {
 
 impl fmt::Debug for RateLimiter {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let store = match &self.inner.backend {
-            Backend::Memory(s) => format!("{s:?}"),
-            Backend::Redis(s) => format!("{s:?}"),
-            Backend::Custom(_) => "custom".to_owned(),
+        let store = match &self.inner.engine {
+            Engine::Local(s) => format!("{s:?}"),
+            Engine::Remote(Remote {
+                store: RemoteStore::Redis(s),
+                ..
+            }) => format!("{s:?}"),
+            Engine::Remote(_) => "custom".to_owned(),
         };
         f.debug_struct("RateLimiter")
             .field("prefix", &self.inner.prefix)
