@@ -348,22 +348,22 @@ impl RateLimiter {
         {
             return Ok(refused);
         }
-        self.through_store(
+        // Boxed: awaited inline, the store's call and the deadline's timer make every check's
+        // future several times larger, even on a memory limiter, and moving it dominated the
+        // memory path (docs/benchmarks.md 7.3). One small allocation beside a network round
+        // trip is the cheaper side.
+        Box::pin(self.through_store(
             remote,
             bucket,
             |store| async move {
                 match store {
-                    // Boxed: awaited inline, the Redis call makes every check's future 7 KB,
-                    // even on a memory limiter, and moving it dominated the memory path
-                    // (docs/benchmarks.md 7.3). One small allocation beside a network round
-                    // trip is the cheaper side.
-                    RemoteStore::Redis(s) => Box::pin(s.check(bucket, limit, cost)).await,
+                    RemoteStore::Redis(s) => s.check(bucket, limit, cost).await,
                     RemoteStore::Custom(s) => s.check_dyn(bucket, limit, cost).await,
                 }
             },
             |cache, decision, sent, now| cache.remember(bucket, decision, sent, now),
             |guard| guard.decide(bucket, limit, cost),
-        )
+        ))
         .await
     }
 
@@ -379,12 +379,13 @@ impl RateLimiter {
         // The deny cache is not asked: it knows a refusal of one limit, and a combined answer
         // needs every limit's. It still learns from the refusals below. One circuit for the
         // call: the first bucket's (on a cluster, its slot's).
-        self.through_store(
+        // Boxed, as in `decide`.
+        Box::pin(self.through_store(
             remote,
             checks[0].0,
             |store| async move {
                 match store {
-                    RemoteStore::Redis(s) => Box::pin(s.check_all(checks)).await,
+                    RemoteStore::Redis(s) => s.check_all(checks).await,
                     RemoteStore::Custom(s) => s.check_all_dyn(checks).await,
                 }
             },
@@ -394,7 +395,7 @@ impl RateLimiter {
                 }
             },
             |guard| guard.decide_all(checks),
-        )
+        ))
         .await
     }
 
