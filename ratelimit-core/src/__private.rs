@@ -98,9 +98,10 @@ pub async fn check(
     let decision = match &bucket {
         Some(bucket) => {
             let decided = if enabled {
-                limiter
-                    .check_bucket(bucket, &effective.limit, effective.cost)
-                    .await
+                match limiter.check_bucket(bucket, &effective.limit, effective.cost) {
+                    Ok(deciding) => deciding.await,
+                    Err(e) => Err(e),
+                }
             } else {
                 limiter.decide_by_policy(bucket, &effective.limit, effective.cost)
             };

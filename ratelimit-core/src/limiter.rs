@@ -87,8 +87,14 @@ impl RateLimiter {
     ///
     /// # Errors
     /// [`Error::CostExceedsBurst`] never here (cost 1); store errors such as [`Error::Redis`].
-    pub async fn check(&self, key: &str, limit: &Limit) -> Result<Decision, Error> {
-        self.check_n(key, limit, 1).await
+    pub fn check(
+        &self,
+        key: &str,
+        limit: &Limit,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        // `check_n`'s own future, not one wrapped around it: one layer less to move the
+        // decision through.
+        self.check_n(key, limit, 1)
     }
 
     /// Takes `cost` tokens from `key`'s bucket if it has that many.
@@ -200,14 +206,17 @@ impl RateLimiter {
     }
 
     /// Decides on an already-named bucket (the macro's path).
-    pub(crate) async fn check_bucket(
-        &self,
-        bucket: &str,
-        limit: &Limit,
+    ///
+    /// The cost is validated at once, and the future returned is `decide`'s own: one layer
+    /// less to move the decision through.
+    pub(crate) fn check_bucket<'a>(
+        &'a self,
+        bucket: &'a str,
+        limit: &'a Limit,
         cost: u32,
-    ) -> Result<Decision, Error> {
+    ) -> Result<impl Future<Output = Result<Decision, Error>> + 'a, Error> {
         validate_cost(limit, cost)?;
-        self.decide(bucket, limit, cost).await
+        Ok(self.decide(bucket, limit, cost))
     }
 
     /// Decides as the failure policy would with the store down (calls made before
