@@ -93,13 +93,15 @@ impl Decision {
     /// # Panics
     /// If `parts` is empty.
     #[must_use]
-    pub fn combined(parts: Vec<Decision>) -> Decision {
+    pub fn combined(mut parts: Vec<Decision>) -> Decision {
         assert!(
             !parts.is_empty(),
             "a combined decision needs at least one part"
         );
-        if parts.len() == 1 {
-            return parts.into_iter().next().unwrap_or_else(|| unreachable!());
+        if parts.len() == 1
+            && let Some(only) = parts.pop()
+        {
+            return only;
         }
         let allowed = parts.iter().all(|d| d.allowed);
         let tightest = if allowed {
