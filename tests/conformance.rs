@@ -260,16 +260,22 @@ async fn a_lowered_rate_keeps_the_tokens_taken(h: Harness) {
 }
 
 async fn a_lowered_burst_keeps_its_retry_after(h: Harness) {
-    // 1 per second with a burst of 10, drained; then the burst is lowered to 1.
-    let old = Limit::per_second(1).burst(10);
+    // 10 per second with a burst of 10, drained; then the burst is lowered to 1. The tokens
+    // taken stay taken: the first refusal waits for all ten (1 s), then one at a time.
+    let old = Limit::per_second(10).burst(10);
     for _ in 0..10 {
         assert!(h.check("k", &old, 1).await.d.allowed);
     }
-    let new = Limit::per_second(1).burst(1);
-    for _ in 0..2 {
+    let new = Limit::per_second(10).burst(1);
+    for expected in [1000, 100] {
         let refused = h.check("k", &new, 1).await.d;
         assert!(!refused.allowed);
-        h.assert_duration(refused.retry_after, Duration::from_secs(1), SLACK, "retry");
+        h.assert_duration(
+            refused.retry_after,
+            Duration::from_millis(expected),
+            SLACK,
+            "retry",
+        );
         h.advance(refused.retry_after).await;
         assert!(
             h.check("k", &new, 1).await.d.allowed,
@@ -596,6 +602,53 @@ async fn several_limits_reject_misuse(h: Harness) {
     assert_eq!(l.check("k", &limit).await.unwrap().remaining, 4);
 }
 
+async fn a_shadow_limit_decides_and_counts_but_never_refuses(h: Harness) {
+    let trial = Limit::per_minute(1).burst(2).shadow();
+    for _ in 0..2 {
+        let d = h.check("k", &trial, 1).await.d;
+        assert!(d.allowed && !d.shadowed);
+    }
+    // Over the limit: let through, said so, nothing taken.
+    for _ in 0..3 {
+        let d = h.check("k", &trial, 1).await.d;
+        assert!(d.allowed, "a shadow limit never refuses");
+        assert!(d.shadowed);
+        assert_eq!(d.remaining, 0);
+        h.assert_duration(d.retry_after, Duration::from_secs(60), SLACK, "retry");
+    }
+    // The same limit enforced sees the same bucket: the shadow counted the calls it admitted.
+    let enforced = Limit::per_minute(1).burst(2);
+    assert!(!h.check("k", &enforced, 1).await.d.allowed);
+}
+
+async fn several_limits_with_a_shadow_one_refuse_only_by_the_enforced(h: Harness) {
+    let enforced = Limit::per_minute(10);
+    let trial = Limit::per_minute(1).burst(1).shadow();
+    let call = [("enforced", &enforced, 1), ("trial", &trial, 1)];
+    let first = h.limiter.check_all(&call).await.unwrap();
+    assert!(first.allowed && !first.shadowed);
+    // The trial limit would refuse: the call goes, and the enforced limit takes its token.
+    let second = h.limiter.check_all(&call).await.unwrap();
+    assert!(second.allowed && second.shadowed, "{second:?}");
+    assert_eq!(second.parts()[0].remaining, 8);
+    assert!(second.parts()[1].shadowed);
+    // An enforced refusal still refuses, and a shadow limit takes nothing from a refused call.
+    let spent = Limit::per_minute(1).burst(1);
+    assert!(h.check("spent", &spent, 1).await.d.allowed);
+    let fresh = Limit::per_minute(1).burst(1).shadow();
+    let refused = h
+        .limiter
+        .check_all(&[("spent", &spent, 1), ("fresh", &fresh, 1)])
+        .await
+        .unwrap();
+    assert!(!refused.allowed);
+    let d = h.check("fresh", &fresh, 1).await.d;
+    assert!(
+        !d.shadowed,
+        "the refused call took nothing from the shadow limit"
+    );
+}
+
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
         mod memory {
@@ -636,4 +689,6 @@ conformance!(
     an_initial_fill_starts_below_the_burst,
     several_limits_take_all_or_nothing,
     several_limits_reject_misuse,
+    a_shadow_limit_decides_and_counts_but_never_refuses,
+    several_limits_with_a_shadow_one_refuse_only_by_the_enforced,
 );

@@ -103,7 +103,9 @@ pub async fn check(
                     Err(e) => Err(e),
                 }
             } else {
-                limiter.decide_by_policy(bucket, &effective.limit, effective.cost)
+                limiter
+                    .decide_by_policy(bucket, &effective.limit, effective.cost)
+                    .await
             };
             decided.unwrap_or_else(|e| {
                 // Only misuse reaches here (cost validated at enable); refuse rather than run
@@ -216,7 +218,7 @@ pub async fn check_all(
         let decided = if enabled {
             limiter.check_buckets(&checks).await
         } else {
-            limiter.decide_all_by_policy(&checks)
+            limiter.decide_all_by_policy(&checks).await
         };
         match decided {
             Ok(d) => {

@@ -37,13 +37,18 @@ pub(crate) type Outcome = crate::algorithm::Outcome<State>;
 /// Decides one call of `cost` tokens at `now_us` on a bucket in `state` (`None`: full).
 /// The caller guarantees `1 <= cost <= burst`.
 ///
+/// A call over the limit may reserve: when its tokens are due within `p.reach` (a wait, or a
+/// leaky bucket's queue), it is admitted at once, its tokens taken ahead (the bucket's state
+/// goes beyond `tau`), and `retry_after_us` says how long it must wait before it goes. Calls
+/// reserve in the order they arrive, so waiters are served in that order, at the rate.
+///
 /// A state written under another limit (another rate) still owes the tokens it owed: its
 /// debt is converted to this limit's interval, rounded towards empty, and stored again in
 /// this limit's terms even when the call is refused. A state may owe more than the limit
-/// holds: a lower burst, or a clock stepped back. Such a bucket reads as empty, and that
-/// reading is stored even when the call is refused: otherwise the refusal's `retry_after`
-/// would be measured from the clamped state while the stored one still owes more, and a
-/// caller waiting it would be refused again.
+/// holds: reservations, a lower burst, or a clock stepped back. It is honest as it stands (a
+/// refusal's `retry_after` counts every token owed), up to `p.hold` beyond `tau`; beyond
+/// that it cannot be reservations, only a clock stepped far back, and reads as empty, which
+/// is stored even when the call is refused, so that the refusal's `retry_after` comes true.
 #[inline]
 pub fn decide(
     now_us: u64,
@@ -68,6 +73,8 @@ fn decide_narrow(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Opt
         tau,
         absent,
         forgotten,
+        reach,
+        hold,
     } = p;
     // Fine units to microseconds, rounded up; most limits have a whole number of
     // microseconds per token (`d == 1`), which needs no division.
@@ -90,7 +97,7 @@ fn decide_narrow(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Opt
                 // Full: an ended state reads as an absent one, whether or not Redis has
                 // dropped it yet (see `Params::forgotten`).
                 (forgotten, forgotten > 0)
-            } else if owed > tau {
+            } else if owed > tau.checked_add(hold)? {
                 (tau, true)
             } else {
                 (owed, false)
@@ -98,11 +105,12 @@ fn decide_narrow(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Opt
         }
     };
     let new_x = x.checked_add(cost.checked_mul(interval)?)?;
-    if new_x > tau {
+    let room = tau.checked_add(reach)?;
+    if new_x > room {
         return Some(Outcome {
             allowed: false,
-            remaining: (tau - x) / interval,
-            retry_after_us: to_micros(new_x - tau),
+            remaining: room.saturating_sub(x) / interval,
+            retry_after_us: to_micros(new_x - room),
             reset_after_us: to_micros(x),
             new_state: if stale {
                 Some(stored_narrow(now_us, x, p, to_micros(x))?)
@@ -114,8 +122,12 @@ fn decide_narrow(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Opt
     let reset = to_micros(new_x);
     Some(Outcome {
         allowed: true,
-        remaining: (tau - new_x) / interval,
-        retry_after_us: 0,
+        remaining: (room - new_x) / interval,
+        retry_after_us: if new_x > tau {
+            to_micros(new_x - tau)
+        } else {
+            0
+        },
         reset_after_us: reset,
         new_state: Some(stored_narrow(now_us, new_x, p, reset)?),
     })
@@ -139,15 +151,11 @@ fn stored_narrow(now_us: u64, x: u64, p: Params, reset: u64) -> Option<State> {
     })
 }
 
-/// The reference decision, in `u128`: exact for every state and time.
-fn decide_wide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outcome {
-    let d = u128::from(p.per_micro);
-    let interval = u128::from(p.interval);
+/// What a bucket in `state` owes at `now` under `p`, in `p`'s fine units, and whether the
+/// stored state must be written again to say so (exact for every state and time).
+fn owed_wide(now: u128, state: Option<State>, p: Params) -> (u128, bool) {
     let tau = u128::from(p.tau);
-    let now = u128::from(now_us);
-
-    // x: fine units until the bucket is full again, clamped to [0, tau] like the script.
-    let (x, stale) = match state {
+    match state {
         None => (u128::from(p.absent), p.absent > 0),
         Some(s) => {
             let until = i128::try_from(u128::from(s.expire_ms) * 1000).unwrap_or(i128::MAX)
@@ -163,31 +171,50 @@ fn decide_wide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outco
             } else {
                 (convert(owed, s.interval, p), true)
             };
-            if owed > tau {
+            if owed > tau + u128::from(p.hold) {
                 (tau, true)
             } else {
                 (owed, stale)
             }
         }
-    };
+    }
+}
+
+/// The reference decision, in `u128`: exact for every state and time.
+fn decide_wide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outcome {
+    let d = u128::from(p.per_micro);
+    let interval = u128::from(p.interval);
+    let tau = u128::from(p.tau);
+    let room = tau + u128::from(p.reach);
+    let now = u128::from(now_us);
+    let (x, stale) = owed_wide(now, state, p);
 
     let new_x = x + u128::from(cost) * interval;
-    if new_x > tau {
+    if new_x > room {
         return Outcome {
             allowed: false,
-            remaining: narrow((tau - x) / interval),
-            retry_after_us: narrow((new_x - tau).div_ceil(d)),
+            remaining: narrow(room.saturating_sub(x) / interval),
+            retry_after_us: narrow((new_x - room).div_ceil(d)),
             reset_after_us: narrow(x.div_ceil(d)),
             new_state: stale.then(|| stored_wide(now, x, p)),
         };
     }
     Outcome {
         allowed: true,
-        remaining: narrow((tau - new_x) / interval),
-        retry_after_us: 0,
+        remaining: narrow((room - new_x) / interval),
+        retry_after_us: narrow(new_x.saturating_sub(tau).div_ceil(d)),
         reset_after_us: narrow(new_x.div_ceil(d)),
         new_state: Some(stored_wide(now, new_x, p)),
     }
+}
+
+/// Gives `cost` tokens back to a bucket in `state` at `now_us` (a reservation its caller
+/// gave up): the bucket as it is now, less those tokens, floored at full. `None`: full.
+pub(crate) fn give_back(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Option<State> {
+    let now = u128::from(now_us);
+    let (x, _) = owed_wide(now, state, p);
+    let x = x.saturating_sub(u128::from(cost) * u128::from(p.interval));
+    (x > 0).then(|| stored_wide(now, x, p))
 }
 
 fn stored_wide(now: u128, x: u128, p: Params) -> State {
@@ -207,19 +234,20 @@ const MAX_OWED: u128 = 1 << 52;
 
 /// What a bucket that owes `owed` fine units at `old_interval` per token owes under `p`, in
 /// `p`'s fine units, rounded up (never fuller): the same tokens, each at the new interval.
-/// Capped just above `p.tau`, which the caller clamps to.
+/// More than the limit holds reads as empty (`p.tau`): reservations made under another rate
+/// are not carried over.
 ///
 /// The fraction of a token is computed in `f64` exactly as `gcra.lua` computes it with Lua's
 /// doubles, plus one fine unit for the rounding, so both stores decide alike.
 fn convert(owed: u128, old_interval: u64, p: Params) -> u128 {
     let (tau, interval) = (u128::from(p.tau), u128::from(p.interval));
     if owed > MAX_OWED || old_interval == 0 {
-        return tau + 1;
+        return tau;
     }
     let old = u128::from(old_interval);
     let (tokens, rest) = (owed / old, owed % old);
     if tokens >= tau / interval {
-        return tau + 1;
+        return tau;
     }
     #[allow(
         clippy::cast_precision_loss,
@@ -243,8 +271,9 @@ fn narrow(v: u128) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Limit;
+    use crate::{Algorithm, Limit};
     use proptest::prelude::*;
+    use std::time::Duration;
 
     fn run(limit: Limit, calls: &[(u64, u64)]) -> Vec<Outcome> {
         let mut state = None;
@@ -358,7 +387,8 @@ mod tests {
 
     #[test]
     fn a_lowered_burst_keeps_its_retry_after() {
-        // 1 per second, burst 10, drained; then the burst becomes 1.
+        // 1 per second, burst 10, drained; then the burst becomes 1. The 10 tokens taken stay
+        // taken: the first refusal waits for all of them, then one a second.
         let old = Limit::per_second(1).burst(10);
         let mut state = None;
         for _ in 0..10 {
@@ -366,11 +396,15 @@ mod tests {
         }
         let new = Limit::per_second(1).burst(1);
         let mut now = T0;
-        for _ in 0..5 {
+        for expected in [10_000_000, 1_000_000, 1_000_000, 1_000_000] {
             let refused = step(&mut state, now, new, 1);
             assert!(!refused.allowed);
-            assert_eq!(refused.retry_after_us, 1_000_000);
+            assert_eq!(refused.retry_after_us, expected);
             now += refused.retry_after_us;
+            assert!(
+                !step(&mut state, now - 1, new, 1).allowed,
+                "admitted before retry_after"
+            );
             assert!(step(&mut state, now, new, 1).allowed, "waited retry_after");
         }
     }
@@ -378,14 +412,89 @@ mod tests {
     #[test]
     fn a_clock_stepped_back_keeps_its_retry_after() {
         let limit = Limit::per_second(1).burst(1);
+        // Back an hour: the bucket owes that hour too, and says so.
         let mut state = None;
         assert!(step(&mut state, T0, limit, 1).allowed);
-        // The clock goes back an hour: the bucket is owed more than it can ever hold.
         let back = T0 - 3_600_000_000;
+        let refused = step(&mut state, back, limit, 1);
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after_us, 3_601_000_000);
+        assert!(!step(&mut state, back + 3_600_999_999, limit, 1).allowed);
+        assert!(step(&mut state, back + 3_601_000_000, limit, 1).allowed);
+        // Back more than a day: no reservation reaches that far, so it reads as empty.
+        let mut state = None;
+        assert!(step(&mut state, T0, limit, 1).allowed);
+        let back = T0 - 2 * 86_400_000_000;
         let refused = step(&mut state, back, limit, 1);
         assert!(!refused.allowed);
         assert_eq!(refused.retry_after_us, 1_000_000);
         assert!(step(&mut state, back + 1_000_000, limit, 1).allowed);
+    }
+
+    #[test]
+    fn waiters_reserve_in_order_at_the_rate_never_early() {
+        // 10 per second, burst 1, waits up to 1 s: the first goes at once, the next ten are
+        // due 100 ms apart, the twelfth would wait 1.1 s and is refused, taking nothing.
+        let limit = Limit::per_second(10).burst(1).wait(Duration::from_secs(1));
+        let mut state = None;
+        for k in 0..11u64 {
+            let o = step(&mut state, T0, limit, 1);
+            assert!(o.allowed, "call {k}");
+            assert_eq!(o.retry_after_us, k * 100_000, "call {k} waits its turn");
+        }
+        let refused = step(&mut state, T0, limit, 1);
+        assert!(!refused.allowed);
+        assert_eq!(refused.retry_after_us, 100_000);
+        assert_eq!(refused.remaining, 0);
+        // A call that does not wait sees every reservation: it is refused until they are due.
+        let plain = Limit::per_second(10).burst(1);
+        let o = step(&mut state, T0 + 500_000, plain, 1);
+        assert_eq!(o.retry_after_us, 600_000);
+        assert!(!step(&mut state, T0 + 1_099_999, plain, 1).allowed);
+        assert!(step(&mut state, T0 + 1_100_000, plain, 1).allowed);
+    }
+
+    #[test]
+    fn a_leaky_bucket_lets_calls_out_at_the_rate_with_a_bounded_queue() {
+        // 2 per second, a queue of 3: one leaves now, three wait 0.5, 1 and 1.5 s, the fifth
+        // finds the queue full.
+        let limit = Limit::per_second(2)
+            .burst(3)
+            .algorithm(Algorithm::LeakyBucket);
+        let mut state = None;
+        for (k, remaining) in [3u64, 2, 1, 0].into_iter().enumerate() {
+            let o = step(&mut state, T0, limit, 1);
+            assert!(o.allowed);
+            assert_eq!(o.retry_after_us, k as u64 * 500_000);
+            assert_eq!(o.remaining, remaining, "free places in the queue");
+        }
+        let full = step(&mut state, T0, limit, 1);
+        assert!(!full.allowed);
+        assert_eq!(full.retry_after_us, 500_000);
+        // A shorter wait than the queue's bound refuses sooner.
+        let short = limit.wait(Duration::from_millis(600));
+        assert!(!step(&mut state, T0 + 400_000, short, 1).allowed);
+        // Once the first has left, a place is free again, at the end of the queue.
+        let o = step(&mut state, T0 + 500_000, limit, 1);
+        assert!(o.allowed);
+        assert_eq!(o.retry_after_us, 1_500_000);
+    }
+
+    #[test]
+    fn a_reservation_given_back_frees_its_place() {
+        let limit = Limit::per_second(10).burst(1).wait(Duration::from_secs(1));
+        let mut state = None;
+        for _ in 0..3 {
+            assert!(step(&mut state, T0, limit, 1).allowed);
+        }
+        // The third (due at 200 ms) gives up: the next call takes its place.
+        state = give_back(T0 + 10_000, state, limit.params(), 1);
+        let o = step(&mut state, T0 + 10_000, limit, 1);
+        assert_eq!(o.retry_after_us, 190_000);
+        // Given back entirely, a bucket is full (forgotten).
+        let mut state = None;
+        assert!(step(&mut state, T0, limit, 1).allowed);
+        assert_eq!(give_back(T0, state, limit.params(), 1), None);
     }
 
     #[test]
@@ -512,6 +621,70 @@ mod tests {
                 let bound = u128::from(burst)
                     + (elapsed * u128::from(replenish)).div_ceil(u128::from(limit.period_micros()));
                 prop_assert!(admitted <= bound, "admitted {} > bound {}", admitted, bound);
+            }
+        }
+
+        /// Calls that wait (any bound, mixed with calls that do not, and leaky buckets) go
+        /// no more often than the limit allows: sorted by the instant each goes (decided +
+        /// its wait), any `n` of them span at least `(n - burst)` intervals. No call waits
+        /// longer than its bound, and a refused one takes nothing.
+        #[test]
+        fn reservations_never_go_early(
+            replenish in 1u32..2000,
+            burst in 1u32..20,
+            leaky in any::<bool>(),
+            steps in prop::collection::vec((0u64..300_000, 1u64..3, 0u64..3_000_000), 1..150),
+        ) {
+            let mut base = Limit::try_new(replenish, burst, crate::Unit::Second).unwrap();
+            if leaky {
+                base = base.algorithm(Algorithm::LeakyBucket);
+            }
+            let p = base.params();
+            let mut state = None;
+            let mut now = T0;
+            let mut goes: Vec<(u64, u64)> = Vec::new();
+            for (dt, cost, wait) in steps {
+                now += dt;
+                let cost = cost.min(u64::from(burst));
+                // A third of the calls do not wait (a bound of 0 or none).
+                let limit = match wait % 3 {
+                    0 => base,
+                    _ => base.wait(Duration::from_micros(wait)),
+                };
+                let before = state;
+                let o = decide(now, state, limit.params(), cost);
+                if o.allowed {
+                    let bound = if leaky {
+                        u64::from(burst) * p.interval.div_ceil(p.per_micro)
+                    } else {
+                        limit.max_wait().map_or(0, |w| u64::try_from(w.as_micros()).unwrap())
+                    };
+                    let bound = limit.max_wait().map_or(bound, |w| {
+                        bound.min(u64::try_from(w.as_micros()).unwrap())
+                    });
+                    prop_assert!(o.retry_after_us <= bound + 1, "waits {} > {}", o.retry_after_us, bound);
+                    goes.push((now + o.retry_after_us, cost));
+                    state = o.new_state;
+                } else {
+                    prop_assert!(o.new_state.is_none());
+                    prop_assert_eq!(state, before);
+                }
+            }
+            goes.sort_unstable();
+            // Any run of departures i..=j: their tokens beyond the burst take their intervals.
+            let capacity = if leaky { 1 } else { u128::from(burst) };
+            for i in 0..goes.len() {
+                let mut tokens = 0u128;
+                for j in i..goes.len() {
+                    tokens += u128::from(goes[j].1);
+                    let span = u128::from(goes[j].0 - goes[i].0) * u128::from(p.per_micro);
+                    // The first call's own tokens may all go at once (up to the capacity).
+                    let need = tokens.saturating_sub(capacity.max(u128::from(goes[i].1)));
+                    prop_assert!(
+                        need * u128::from(p.interval) <= span + u128::from(p.per_micro),
+                        "{} tokens in {} us", tokens, goes[j].0 - goes[i].0
+                    );
+                }
             }
         }
 

@@ -19,13 +19,19 @@ pub struct Decision {
     pub limit: Limit,
     /// Tokens the call asked for.
     pub cost: u32,
-    /// When denied: how long until the same call would be admitted, rounded up to the
-    /// microsecond, so waiting exactly this long is enough. Zero when allowed.
+    /// When denied (or [`shadowed`](Decision::shadowed)): how long until the same call would
+    /// be admitted, rounded up to the microsecond, so waiting exactly this long is enough.
+    /// Zero when allowed. (A [`Store`](crate::Store) admitting a call that reserved its tokens
+    /// ahead, see [`Limit::wait`], says here how long it must wait; the limiter waits it.)
     pub retry_after: Duration,
     /// How long until the bucket is full again (zero when it is full).
     pub reset_after: Duration,
     /// Who decided: the store, or the failure policy while the store was failing.
     pub source: Source,
+    /// The limit is in [shadow mode](Limit::shadow) and would have refused this call: it was
+    /// let through (`allowed`), took nothing, and `retry_after` says when it would have
+    /// passed.
+    pub shadowed: bool,
     /// Each limit's own decision, when the call was decided under several, and which of them
     /// this one's fields come from.
     /// One pointer, so that a one-limit decision grows by 8 bytes only.
@@ -79,6 +85,7 @@ impl Decision {
             retry_after,
             reset_after,
             source: Source::Store,
+            shadowed: false,
             parts: None,
         }
     }
@@ -115,6 +122,7 @@ impl Decision {
         .unwrap_or(0);
         let mut combined = parts[tightest].clone();
         combined.allowed = allowed;
+        combined.shadowed = parts.iter().any(|d| d.shadowed);
         combined.remaining = parts.iter().map(|d| d.remaining).min().unwrap_or(0);
         combined.reset_after = parts
             .iter()
@@ -140,6 +148,16 @@ impl Decision {
     /// Which of [`parts`](Decision::parts) this decision's fields come from (0 for one limit).
     pub fn tightest(&self) -> usize {
         self.parts.as_ref().map_or(0, |p| p.tightest)
+    }
+
+    /// Lets a refusal by a limit in shadow mode through: it says it was
+    /// [`shadowed`](Decision::shadowed) and keeps its `retry_after`.
+    pub(crate) fn let_shadow_through(&mut self) {
+        if !self.allowed && self.limit.is_shadow() {
+            self.allowed = true;
+            self.shadowed = true;
+            tracing::debug!(limit = %self.limit, retry_after = ?self.retry_after, "a limit in shadow mode let through a call it would refuse");
+        }
     }
 
     /// The same decision, attributed to `source`.

@@ -128,15 +128,20 @@ pub enum Algorithm {
     /// Every admitted token's time in a sorted set: never more than `replenish` in any sliding
     /// period, exactly, at a memory cost of up to `replenish` entries per key.
     SlidingLog,
+    /// Calls leave at exactly the rate, one each `period / replenish`, and wait for their slot
+    /// in a queue of `burst` calls; a call that finds the queue full is refused at once. The
+    /// token bucket's reservation with no burst of its own: the same state in Redis.
+    LeakyBucket,
 }
 
 impl Algorithm {
     /// Every algorithm.
-    pub const ALL: [Algorithm; 4] = [
+    pub const ALL: [Algorithm; 5] = [
         Algorithm::TokenBucket,
         Algorithm::FixedWindow,
         Algorithm::SlidingWindow,
         Algorithm::SlidingLog,
+        Algorithm::LeakyBucket,
     ];
 
     /// The name used by `#[rate_limit(algorithm = "...")]` and config files.
@@ -146,14 +151,25 @@ impl Algorithm {
             Algorithm::FixedWindow => "fixed_window",
             Algorithm::SlidingWindow => "sliding_window",
             Algorithm::SlidingLog => "sliding_log",
+            Algorithm::LeakyBucket => "leaky_bucket",
         }
     }
 
-    /// Whether the algorithm counts calls per window (every one but the token bucket): such a
-    /// limit admits `replenish` tokens per period and has no burst, refill or initial fill of
-    /// its own.
+    /// Whether the algorithm counts calls per window (the fixed and sliding windows and the
+    /// sliding log): such a limit admits `replenish` tokens per period and has no burst, refill
+    /// or initial fill of its own.
     pub const fn is_window(self) -> bool {
-        !matches!(self, Algorithm::TokenBucket)
+        matches!(
+            self,
+            Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::SlidingLog
+        )
+    }
+
+    /// Whether a call under this algorithm can reserve its tokens ahead and wait for them
+    /// ([`Limit::wait`]): the token bucket and the leaky bucket. A window's tokens are the
+    /// next window's; reserving them would need a count per future window.
+    pub const fn can_wait(self) -> bool {
+        matches!(self, Algorithm::TokenBucket | Algorithm::LeakyBucket)
     }
 }
 
@@ -167,7 +183,7 @@ impl fmt::Display for Algorithm {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error(
     "unknown algorithm `{0}`; expected one of `token_bucket`, `fixed_window`, `sliding_window`, \
-     `sliding_log`"
+     `sliding_log`, `leaky_bucket`"
 )]
 pub struct UnknownAlgorithm(pub String);
 
@@ -187,7 +203,7 @@ impl<'de> serde::Deserialize<'de> for Algorithm {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
         deserialize_named(
             d,
-            "one of `token_bucket`, `fixed_window`, `sliding_window`, `sliding_log`",
+            "one of `token_bucket`, `fixed_window`, `sliding_window`, `sliding_log`, `leaky_bucket`",
         )
     }
 }
@@ -294,11 +310,11 @@ pub enum InvalidLimit {
         /// The requested burst.
         burst: u32,
     },
-    /// A window algorithm was given `refill = interval` or an initial fill: both are a token
-    /// bucket's.
+    /// A window algorithm or the leaky bucket was given `refill = interval` or an initial
+    /// fill: both are a token bucket's.
     #[error(
-        "`refill` and `initial` are a token bucket's; a {algorithm} starts every window at 0 \
-         and has no refill"
+        "`refill` and `initial` are a token bucket's; a {algorithm} has neither (a window \
+         starts every window at 0, a leaky bucket's queue starts empty)"
     )]
     TokenBucketOnly {
         /// The requested algorithm.
@@ -311,6 +327,29 @@ pub enum InvalidLimit {
         initial: u32,
         /// The requested burst.
         burst: u32,
+    },
+    /// A wait was asked of a limit whose calls cannot reserve ahead: a window algorithm, or a
+    /// token bucket refilled at once each period.
+    #[error(
+        "a {algorithm} limit{interval} cannot wait: only a token bucket refilled smoothly and \
+         the leaky bucket reserve tokens ahead (a window's next tokens are the next window's); \
+         refuse and retry after `retry_after` instead",
+        interval = if *interval { " refilled at once each period" } else { "" }
+    )]
+    CannotWait {
+        /// The limit's algorithm.
+        algorithm: Algorithm,
+        /// Whether it is a token bucket refilled at once each period.
+        interval: bool,
+    },
+    /// The wait asked for is longer than a reservation may reach.
+    #[error("a wait of {wait:?} is longer than this limit allows ({max:?})")]
+    WaitTooLong {
+        /// The requested wait.
+        wait: Duration,
+        /// The longest this limit can wait: a day, or less for a limit whose exact arithmetic
+        /// has less room.
+        max: Duration,
     },
 }
 
@@ -326,6 +365,8 @@ impl InvalidLimit {
             InvalidLimit::BurstOfWindow { .. } => &["burst", "algorithm"],
             InvalidLimit::TokenBucketOnly { .. } => &["refill", "initial", "algorithm"],
             InvalidLimit::InitialAboveBurst { .. } => &["initial", "burst"],
+            InvalidLimit::CannotWait { .. } => &["wait", "algorithm", "refill"],
+            InvalidLimit::WaitTooLong { .. } => &["wait"],
         }
     }
 }
@@ -373,7 +414,19 @@ pub struct Limit {
     /// Tokens in a bucket the store does not hold; `None`: full (the burst).
     initial: Option<u32>,
     on_failure: Option<FailurePolicy>,
+    /// The longest a call may wait for its tokens, in microseconds; [`NO_WAIT`]: not set (a
+    /// token bucket refuses at once, a leaky bucket waits up to its queue's bound).
+    wait_us: u64,
+    /// Shadow mode: decided and counted, never refused.
+    shadow: bool,
 }
+
+/// `Limit::wait_us` when no wait was set.
+const NO_WAIT: u64 = u64::MAX;
+
+/// The longest wait a reservation may reach: a day. Beyond it a bucket's state is read as a
+/// clock stepped back, not as reservations (see `gcra.lua`).
+pub(crate) const MAX_WAIT_US: u64 = 86_400_000_000;
 
 /// Largest fine-unit quantity the arithmetic may hold; Lua's doubles are exact below 2^53 and
 /// the script adds a few such quantities together.
@@ -397,6 +450,10 @@ pub(crate) const fn invalid(e: &InvalidLimit) -> ! {
             panic!("`refill` and `initial` are a token bucket's, not a window algorithm's")
         }
         InvalidLimit::InitialAboveBurst { .. } => panic!("`initial` exceeds the burst"),
+        InvalidLimit::CannotWait { .. } => {
+            panic!("only a smoothly refilled token bucket and the leaky bucket can wait")
+        }
+        InvalidLimit::WaitTooLong { .. } => panic!("the wait is longer than this limit allows"),
     }
 }
 
@@ -515,6 +572,8 @@ impl Limit {
             refill,
             initial,
             on_failure: None,
+            wait_us: NO_WAIT,
+            shadow: false,
         })
     }
 
@@ -544,19 +603,27 @@ impl Limit {
             period: Duration::from_micros(period),
             algorithm: limit.algorithm,
         };
-        if limit.algorithm.is_window() {
-            if burst != replenish {
-                return Err(InvalidLimit::BurstOfWindow {
-                    algorithm: limit.algorithm,
-                    replenish,
-                    burst,
-                });
-            }
-            if limit.initial.is_some() || matches!(limit.refill, Refill::Interval) {
-                return Err(InvalidLimit::TokenBucketOnly {
-                    algorithm: limit.algorithm,
-                });
-            }
+        if limit.algorithm.is_window() && burst != replenish {
+            return Err(InvalidLimit::BurstOfWindow {
+                algorithm: limit.algorithm,
+                replenish,
+                burst,
+            });
+        }
+        if !matches!(limit.algorithm, Algorithm::TokenBucket)
+            && (limit.initial.is_some() || matches!(limit.refill, Refill::Interval))
+        {
+            return Err(InvalidLimit::TokenBucketOnly {
+                algorithm: limit.algorithm,
+            });
+        }
+        if limit.wait_us != NO_WAIT
+            && (!limit.algorithm.can_wait() || matches!(limit.refill, Refill::Interval))
+        {
+            return Err(InvalidLimit::CannotWait {
+                algorithm: limit.algorithm,
+                interval: matches!(limit.refill, Refill::Interval),
+            });
         }
         if let Some(initial) = limit.initial
             && initial > burst
@@ -564,13 +631,28 @@ impl Limit {
             return Err(InvalidLimit::InitialAboveBurst { initial, burst });
         }
         let exact = match (limit.algorithm, limit.refill) {
-            (Algorithm::TokenBucket, Refill::Smooth) => {
-                // The script holds at most about 2 * tau + 1001 * d in one number.
+            (Algorithm::TokenBucket | Algorithm::LeakyBucket, Refill::Smooth) => {
+                // The script holds at most about 2 * tau + 1001 * d in one number, and a
+                // reservation's wait beyond tau fits in what is left (`Limit::hold`).
                 let g = gcd(period, replenish as u64);
                 let tau = (period / g) as u128 * burst as u128;
                 let per_micro = (replenish as u64 / g) as u128;
-                2 * tau + 2048 * per_micro <= MAX_FINE
+                let exact = 2 * tau + 2048 * per_micro <= MAX_FINE;
+                if exact && limit.wait_us != NO_WAIT {
+                    let hold = limit.hold() as u128;
+                    if limit.wait_us as u128 * per_micro > hold {
+                        // `hold` is below 2^51, so its microseconds fit.
+                        #[allow(clippy::cast_possible_truncation)]
+                        let max = Duration::from_micros((hold / per_micro) as u64);
+                        return Err(InvalidLimit::WaitTooLong {
+                            wait: Duration::from_micros(limit.wait_us),
+                            max,
+                        });
+                    }
+                }
+                exact
             }
+            (Algorithm::LeakyBucket, Refill::Interval) => false,
             (Algorithm::TokenBucket, Refill::Interval) => {
                 crate::algorithm::interval_bucket::IntervalParams::try_new(
                     replenish as u64,
@@ -707,6 +789,101 @@ impl Limit {
         self
     }
 
+    /// The same limit, with calls that wait up to `max_wait` for their tokens instead of being
+    /// refused: a call over the limit reserves its tokens at once, in the same round trip as a
+    /// check, and sleeps until they are due if that is within `max_wait`; otherwise it is
+    /// refused at once and takes nothing. Waiters on every instance are served in the order
+    /// they reserved, at the rate, never early. What `wait = ".."` on `#[rate_limit]` sets,
+    /// and what [`RateLimiter::acquire`](crate::RateLimiter::acquire) does for one call.
+    ///
+    /// For a [leaky bucket](Algorithm::LeakyBucket), which always waits for its slot, this
+    /// shortens the wait below the queue's own bound (`burst` slots).
+    ///
+    /// ```
+    /// use ratelimit_core::Limit;
+    /// use std::time::Duration;
+    ///
+    /// // 10 fetches a second, one at a time; a fetch waits up to 2 s for its turn.
+    /// const FETCH: Limit = Limit::per_second(10).burst(1).wait(Duration::from_secs(2));
+    /// assert_eq!(FETCH.max_wait(), Some(Duration::from_secs(2)));
+    /// ```
+    ///
+    /// # Panics
+    /// If [`try_wait`](Limit::try_wait) fails.
+    #[must_use]
+    pub const fn wait(self, max_wait: Duration) -> Limit {
+        match self.try_wait(max_wait) {
+            Ok(limit) => limit,
+            Err(e) => invalid(&e),
+        }
+    }
+
+    /// [`wait`](Limit::wait) for values known at run time. The wait is counted in whole
+    /// microseconds (a fraction is dropped: never a longer wait than asked).
+    ///
+    /// # Errors
+    /// [`InvalidLimit::CannotWait`] for a window algorithm or an interval refill,
+    /// [`InvalidLimit::WaitTooLong`] beyond a day (or beyond what the limit's exact arithmetic
+    /// can hold, for a few very fine-grained limits).
+    pub const fn try_wait(mut self, max_wait: Duration) -> Result<Limit, InvalidLimit> {
+        let us = max_wait.as_micros();
+        if us > MAX_WAIT_US as u128 {
+            return Err(InvalidLimit::WaitTooLong {
+                wait: max_wait,
+                max: Duration::from_micros(MAX_WAIT_US),
+            });
+        }
+        // At most a day in microseconds, checked just above.
+        #[allow(clippy::cast_possible_truncation)]
+        let us = us as u64;
+        self.wait_us = us;
+        Limit::assemble(self)
+    }
+
+    /// How long a call under this limit may wait for its tokens, if a wait was set
+    /// ([`wait`](Limit::wait)).
+    pub const fn max_wait(&self) -> Option<Duration> {
+        if self.wait_us == NO_WAIT {
+            None
+        } else {
+            Some(Duration::from_micros(self.wait_us))
+        }
+    }
+
+    /// The same limit in shadow mode: its calls are decided, take tokens and are described in
+    /// the response headers as usual, but a call it would refuse goes on (the decision says
+    /// so: [`Decision::shadowed`](crate::Decision::shadowed)). For rolling out a new limit
+    /// safely: watch what it would refuse before it does.
+    ///
+    /// ```
+    /// use ratelimit_core::Limit;
+    ///
+    /// const TRIAL: Limit = Limit::per_minute(60).shadow();
+    /// assert!(TRIAL.is_shadow());
+    /// ```
+    #[must_use]
+    pub const fn shadow(self) -> Limit {
+        self.with_shadow(true)
+    }
+
+    /// The same limit in shadow mode or not.
+    #[must_use]
+    pub const fn with_shadow(mut self, shadow: bool) -> Limit {
+        self.shadow = shadow;
+        self
+    }
+
+    /// Whether a call under this limit may reserve its tokens and wait for them: a wait was
+    /// set, or it is a leaky bucket.
+    pub(crate) const fn reserves(&self) -> bool {
+        self.wait_us != NO_WAIT || matches!(self.algorithm, Algorithm::LeakyBucket)
+    }
+
+    /// Whether the limit is in shadow mode ([`shadow`](Limit::shadow)).
+    pub const fn is_shadow(&self) -> bool {
+        self.shadow
+    }
+
     /// This limit's own failure policy, if it has one; `None` defers to the limiter's.
     pub const fn failure_policy(&self) -> Option<FailurePolicy> {
         self.on_failure
@@ -783,20 +960,71 @@ impl Limit {
     }
 
     /// The exact integer parameters of the token-bucket arithmetic (smooth refill), with the
-    /// limit's initial fill.
+    /// limit's initial fill and its reservations: a leaky bucket is a token bucket of one token
+    /// whose calls reserve up to `burst` intervals ahead.
     pub(crate) const fn params(&self) -> Params {
         let period = self.period_us;
         let r = self.replenish.get() as u64;
         let g = gcd(period, r);
         let interval = period / g;
+        let per_micro = r / g;
+        let burst = self.burst.get() as u64;
+        let asked = if self.wait_us == NO_WAIT {
+            u64::MAX
+        } else {
+            // Bounded by `hold` when the limit was built.
+            self.wait_us * per_micro
+        };
+        let hold = self.hold();
+        if matches!(self.algorithm, Algorithm::LeakyBucket) {
+            let queue = burst * interval;
+            return Params {
+                interval,
+                per_micro,
+                tau: interval,
+                absent: 0,
+                forgotten: 0,
+                reach: if asked < queue { asked } else { queue },
+                hold: if hold > queue { hold } else { queue },
+            };
+        }
+        let absent = (burst - self.initial_tokens() as u64) * interval;
         Params {
             interval,
-            per_micro: r / g,
-            tau: interval * self.burst.get() as u64,
-            absent: (self.burst.get() - self.initial_tokens()) as u64 * interval,
-            forgotten: (self.burst.get() - self.initial_tokens()) as u64 * interval,
+            per_micro,
+            tau: interval * burst,
+            absent,
+            forgotten: absent,
+            reach: if asked == u64::MAX { 0 } else { asked },
+            hold,
         }
     }
+
+    /// The fine units a token bucket's state may reach beyond its burst with reservations
+    /// ([`hold_for`]), the same for every call on the bucket, whatever its own wait, so that a
+    /// call that does not wait never mistakes another's reservation for a clock stepped back.
+    const fn hold(&self) -> u64 {
+        let period = self.period_us;
+        let r = self.replenish.get() as u64;
+        let g = gcd(period, r);
+        hold_for(
+            (period / g) as u128 * self.burst.get() as u128,
+            (r / g) as u128,
+        )
+    }
+}
+
+/// The fine units a bucket of `tau` (fine units per microsecond `per_micro`) may owe beyond
+/// `tau` with reservations: a day's worth, or what the exact arithmetic leaves (`2 * tau +
+/// 2048 * d` plus this stays below 2^51). `gcra.lua` computes the same when not told.
+pub(crate) const fn hold_for(tau: u128, per_micro: u128) -> u64 {
+    let used = 2 * tau + 2048 * per_micro;
+    let room = MAX_FINE.saturating_sub(used);
+    let day = MAX_WAIT_US as u128 * per_micro;
+    // Below 2^51.
+    #[allow(clippy::cast_possible_truncation)]
+    let hold = (if day < room { day } else { room }) as u64;
+    hold
 }
 
 impl fmt::Display for Limit {
@@ -808,6 +1036,7 @@ impl fmt::Display for Limit {
         }
         match self.algorithm {
             Algorithm::TokenBucket => write!(f, " (burst {})", self.burst)?,
+            Algorithm::LeakyBucket => write!(f, " (leaky bucket, queue of {})", self.burst)?,
             other => write!(f, " ({})", other.as_str().replace('_', " "))?,
         }
         if self.refill == Refill::Interval {
@@ -815,6 +1044,12 @@ impl fmt::Display for Limit {
         }
         if let Some(initial) = self.initial {
             write!(f, ", starting with {initial}")?;
+        }
+        if let Some(wait) = self.max_wait() {
+            write!(f, ", waiting up to {wait:?}")?;
+        }
+        if self.shadow {
+            f.write_str(", shadow")?;
         }
         match self.on_failure {
             Some(policy) => write!(f, ", on failure {policy}"),
@@ -852,6 +1087,12 @@ pub struct Params {
     /// remembers the room it saved for a costly call (its `absent` leaves that room out) and
     /// forgets only the limit's initial fill.
     pub forgotten: u64,
+    /// Fine units beyond `tau` this call may reserve and wait for (0: refuse at once).
+    pub reach: u64,
+    /// Fine units beyond `tau` any call on the bucket may have reserved: a state owing more is
+    /// no reservation but a clock stepped far back (or a burst lowered by more than a day's
+    /// worth), and reads as empty.
+    pub hold: u64,
 }
 
 impl Params {
@@ -883,6 +1124,9 @@ impl Params {
             absent: tau - self.tau + self.absent,
             // At most what leaves room for the call, or it would never pass.
             forgotten: self.absent.min(tau - u64::from(cost) * interval),
+            // Waits are time, the same in a share.
+            reach: self.reach,
+            hold: self.hold,
         }
     }
 }

@@ -97,7 +97,11 @@ impl RateLimiter {
         self.check_n(key, limit, 1)
     }
 
-    /// Takes `cost` tokens from `key`'s bucket if it has that many.
+    /// Takes `cost` tokens from `key`'s bucket if it has that many. A limit that may wait
+    /// ([`Limit::wait`], or a [leaky bucket](crate::Algorithm::LeakyBucket)) reserves them
+    /// instead when they are due within its bound, and this returns once they are (see
+    /// [`acquire`](RateLimiter::acquire)); a limit in [shadow mode](Limit::shadow) lets every
+    /// call through and says when it would not have ([`Decision::shadowed`]).
     ///
     /// # Errors
     /// [`Error::ZeroCost`], [`Error::CostExceedsBurst`] (such a call could never pass), or the
@@ -106,6 +110,64 @@ impl RateLimiter {
         validate_cost(limit, cost)?;
         let bucket = bucket_key(&self.inner.prefix, None, key);
         self.decide(&bucket, limit, cost).await
+    }
+
+    /// Takes one token from `key`'s bucket, waiting up to `max_wait` for it instead of being
+    /// refused: a call over the limit reserves its token at once, in the same single round
+    /// trip as [`check`](RateLimiter::check), and sleeps until it is due if that is within
+    /// `max_wait`; otherwise it is refused at once and takes nothing. No polling: waiters on
+    /// every instance are served in the order they reserved, at the rate, never early. A call
+    /// dropped while it waits (its client went away, a timeout) gives its token back.
+    ///
+    /// The same as `check` with [`limit.wait(max_wait)`](Limit::wait); only a token bucket
+    /// refilled smoothly and the leaky bucket can wait.
+    ///
+    /// ```no_run
+    /// use ratelimit_core::{Limit, RateLimiter};
+    /// use std::time::Duration;
+    ///
+    /// # async fn run(limiter: RateLimiter) -> Result<(), ratelimit_core::Error> {
+    /// // Every crawler process shares 10 fetches a second on this host.
+    /// const HOST: Limit = Limit::per_second(10).burst(1);
+    /// let d = limiter.acquire("example.org", &HOST, Duration::from_secs(2)).await?;
+    /// if d.allowed {
+    ///     // fetch
+    /// } else {
+    ///     // more than 2 s of fetches queued already: skip, and retry after d.retry_after
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidLimit`] for a limit that cannot wait ([`InvalidLimit::CannotWait`])
+    /// or a wait longer than it allows ([`InvalidLimit::WaitTooLong`]); otherwise as
+    /// [`check_n`](RateLimiter::check_n).
+    ///
+    /// [`InvalidLimit::CannotWait`]: crate::InvalidLimit::CannotWait
+    /// [`InvalidLimit::WaitTooLong`]: crate::InvalidLimit::WaitTooLong
+    pub async fn acquire(
+        &self,
+        key: &str,
+        limit: &Limit,
+        max_wait: Duration,
+    ) -> Result<Decision, Error> {
+        self.acquire_n(key, limit, 1, max_wait).await
+    }
+
+    /// [`acquire`](RateLimiter::acquire) for a call of `cost` tokens.
+    ///
+    /// # Errors
+    /// As [`acquire`](RateLimiter::acquire), and the cost errors of
+    /// [`check_n`](RateLimiter::check_n).
+    pub async fn acquire_n(
+        &self,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+        max_wait: Duration,
+    ) -> Result<Decision, Error> {
+        let limit = limit.try_wait(max_wait)?;
+        self.check_n(key, &limit, cost).await
     }
 
     /// Takes `cost` tokens from the bucket of `key` under the limit called `name` (what
@@ -195,14 +257,16 @@ impl RateLimiter {
 
     /// Decides several already-named buckets as the failure policy would with the store
     /// down (calls made before `enable_redis_rate_limit!`).
-    pub(crate) fn decide_all_by_policy<B: AsRef<str>>(
+    pub(crate) async fn decide_all_by_policy<B: AsRef<str>>(
         &self,
         checks: &[(B, &Limit, u32)],
     ) -> Result<Decision, Error> {
         let checks = validate_all(checks)?;
-        Ok(Decision::combined(
-            self.inner.resilience.decide_all(&checks),
-        ))
+        let mut parts = self.inner.resilience.decide_all(&checks);
+        if must_wait(&mut parts) {
+            Box::pin(self.wait_turn(&checks, &mut parts)).await?;
+        }
+        Ok(Decision::combined(parts))
     }
 
     /// Decides on an already-named bucket (the macro's path).
@@ -221,14 +285,18 @@ impl RateLimiter {
 
     /// Decides as the failure policy would with the store down (calls made before
     /// `enable_redis_rate_limit!`).
-    pub(crate) fn decide_by_policy(
+    pub(crate) async fn decide_by_policy(
         &self,
         bucket: &str,
         limit: &Limit,
         cost: u32,
     ) -> Result<Decision, Error> {
         validate_cost(limit, cost)?;
-        Ok(self.inner.resilience.decide(bucket, limit, cost))
+        let mut decision = self.inner.resilience.decide(bucket, limit, cost);
+        if must_wait(std::slice::from_mut(&mut decision)) {
+            self.wait_one(bucket, limit, cost, &mut decision).await?;
+        }
+        Ok(decision)
     }
 
     /// The limiter of calls made before `enable_redis_rate_limit!`: in memory, default
@@ -341,19 +409,48 @@ impl RateLimiter {
     /// The decision for a call that has no key, per the empty-key policy.
     pub fn decide_without_key(&self, limit: &Limit, cost: u32) -> Decision {
         let allowed = self.inner.empty_key == EmptyKeyPolicy::Allow;
-        Decision::new(allowed, 0, *limit, cost, Duration::ZERO, Duration::ZERO)
-            .with_source(Source::NoKey)
+        let mut decision = Decision::new(allowed, 0, *limit, cost, Duration::ZERO, Duration::ZERO)
+            .with_source(Source::NoKey);
+        decision.let_shadow_through();
+        decision
     }
 
+    /// Decides one call, and waits for its turn when it reserved (see [`Limit::wait`]).
     async fn decide(&self, bucket: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
+        let mut decision = self.decide_now(bucket, limit, cost).await?;
+        if must_wait(std::slice::from_mut(&mut decision)) {
+            self.wait_one(bucket, limit, cost, &mut decision).await?;
+        }
+        Ok(decision)
+    }
+
+    /// [`wait_turn`](Self::wait_turn) for a call under one limit, boxed: only a call that
+    /// waits carries the sleep's future.
+    fn wait_one<'a>(
+        &'a self,
+        bucket: &'a str,
+        limit: &'a Limit,
+        cost: u32,
+        decision: &'a mut Decision,
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
+        Box::pin(async move {
+            self.wait_turn(&[(bucket, limit, cost)], std::slice::from_mut(decision))
+                .await
+        })
+    }
+
+    async fn decide_now(&self, bucket: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
         let remote = match &self.inner.engine {
             Engine::Local(s) => return Ok(s.check_now(bucket, limit, cost)),
             Engine::Remote(remote) => remote,
         };
-        if let Some(refused) = remote
-            .deny_cache
-            .as_ref()
-            .and_then(|c| c.check(bucket, limit, cost))
+        // A call that may wait is not refused from the deny cache: the refusal it remembers
+        // was for a call that could not wait.
+        if !limit.reserves()
+            && let Some(refused) = remote
+                .deny_cache
+                .as_ref()
+                .and_then(|c| c.check(bucket, limit, cost))
         {
             return Ok(refused);
         }
@@ -370,17 +467,30 @@ impl RateLimiter {
                     RemoteStore::Custom(s) => s.check_dyn(bucket, limit, cost).await,
                 }
             },
-            |cache, decision, sent, now| cache.remember(bucket, decision, sent, now),
+            |cache, decision, sent, now| {
+                if !limit.reserves() {
+                    cache.remember(bucket, decision, sent, now);
+                }
+            },
             |guard| guard.decide(bucket, limit, cost),
         ))
         .await
     }
 
-    /// [`decide`](Self::decide) for several buckets at once, all or nothing.
+    /// [`decide`](Self::decide) for several buckets at once, all or nothing; a call that
+    /// reserved under any of its limits waits for the latest of them.
     async fn decide_all(&self, checks: &[(&str, &Limit, u32)]) -> Result<Vec<Decision>, Error> {
         if let [(bucket, limit, cost)] = checks {
             return Ok(vec![self.decide(bucket, limit, *cost).await?]);
         }
+        let mut parts = self.decide_all_now(checks).await?;
+        if must_wait(&mut parts) {
+            Box::pin(self.wait_turn(checks, &mut parts)).await?;
+        }
+        Ok(parts)
+    }
+
+    async fn decide_all_now(&self, checks: &[(&str, &Limit, u32)]) -> Result<Vec<Decision>, Error> {
         let remote = match &self.inner.engine {
             Engine::Local(s) => return Ok(s.check_all_shared(checks, 1, false)),
             Engine::Remote(remote) => remote,
@@ -399,13 +509,84 @@ impl RateLimiter {
                 }
             },
             |cache, parts: &Vec<Decision>, sent, now| {
-                for (part, (bucket, ..)) in parts.iter().zip(checks) {
-                    cache.remember(bucket, part, sent, now);
+                for (part, (bucket, limit, _)) in parts.iter().zip(checks) {
+                    if !limit.reserves() {
+                        cache.remember(bucket, part, sent, now);
+                    }
                 }
             },
             |guard| guard.decide_all(checks),
         ))
         .await
+    }
+
+    /// Sleeps until the tokens a call reserved are due (the longest wait of its limits), then
+    /// says it waits no more. Dropped first (the caller went away, a timeout), or unable to
+    /// sleep, it gives every limit's tokens back.
+    async fn wait_turn(
+        &self,
+        checks: &[(&str, &Limit, u32)],
+        decisions: &mut [Decision],
+    ) -> Result<(), Error> {
+        let wait = reserved(decisions).unwrap_or_default();
+        let mut guard = GiveBack {
+            limiter: self,
+            parts: checks
+                .iter()
+                .zip(decisions.iter())
+                .map(|(&(bucket, limit, cost), d)| (Box::from(bucket), *limit, cost, d.source))
+                .collect(),
+        };
+        on_tokio()?;
+        tokio::time::sleep(wait).await;
+        guard.parts.clear();
+        for d in decisions.iter_mut().filter(|d| !d.shadowed) {
+            d.retry_after = Duration::ZERO;
+        }
+        Ok(())
+    }
+
+    /// Returns the tokens of calls that gave up waiting: at once in memory, by a task on
+    /// Redis (a dropped future cannot await; best effort, logged when it fails). A custom
+    /// store cannot be asked to give back: its tokens stay taken.
+    fn give_back(&self, parts: Vec<(Box<str>, Limit, u32, Source)>) {
+        let mut remote = Vec::new();
+        for (bucket, limit, cost, source) in parts {
+            match (source, &self.inner.engine) {
+                (Source::Store, Engine::Local(s)) => s.give_back(&bucket, &limit, cost, 1),
+                (Source::Fallback, _) => self.inner.resilience.give_back(&bucket, &limit, cost),
+                (Source::Store, Engine::Remote(_)) => remote.push((bucket, limit, cost)),
+                _ => {}
+            }
+        }
+        let Engine::Remote(Remote {
+            store: RemoteStore::Redis(_),
+            ..
+        }) = &self.inner.engine
+        else {
+            return;
+        };
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        if remote.is_empty() {
+            return;
+        }
+        let limiter = self.clone();
+        runtime.spawn(async move {
+            let Engine::Remote(Remote {
+                store: RemoteStore::Redis(store),
+                ..
+            }) = &limiter.inner.engine
+            else {
+                return;
+            };
+            for (bucket, limit, cost) in remote {
+                if let Err(e) = store.give_back_reserved(&bucket, &limit, cost).await {
+                    tracing::warn!(error = %e, "redis-ratelimit could not give back the tokens of a call that gave up waiting");
+                }
+            }
+        });
     }
 
     /// Asks the store (`ask`) through the circuit of `first`'s bucket, within the deadline;
@@ -521,6 +702,42 @@ impl RateLimiter {
     /// How many refused buckets the local deny cache remembers now.
     pub fn deny_cache_len(&self) -> usize {
         self.deny_cache().map_or(0, DenyCache::len)
+    }
+}
+
+/// What every decision goes through once made: a refusal by a limit in shadow mode is let
+/// through; then whether the call reserved its tokens and must wait for them.
+fn must_wait(decisions: &mut [Decision]) -> bool {
+    decisions.iter_mut().for_each(Decision::let_shadow_through);
+    reserved(decisions).is_some()
+}
+
+/// How long a call admitted under `decisions` must wait for its reserved tokens: `None` when
+/// it was refused or goes at once.
+fn reserved(decisions: &[Decision]) -> Option<Duration> {
+    if !decisions.iter().all(|d| d.allowed) {
+        return None;
+    }
+    // A shadowed part's `retry_after` is when it would have admitted the call, not a wait.
+    decisions
+        .iter()
+        .filter(|d| !d.shadowed)
+        .map(|d| d.retry_after)
+        .max()
+        .filter(|w| !w.is_zero())
+}
+
+/// The tokens a waiting call reserved, given back unless it was served.
+struct GiveBack<'a> {
+    limiter: &'a RateLimiter,
+    parts: Vec<(Box<str>, Limit, u32, Source)>,
+}
+
+impl Drop for GiveBack<'_> {
+    fn drop(&mut self) {
+        if !self.parts.is_empty() {
+            self.limiter.give_back(std::mem::take(&mut self.parts));
+        }
     }
 }
 

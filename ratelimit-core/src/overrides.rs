@@ -14,9 +14,10 @@
 //! unit = "minute"       # second | minute | hour | day
 //! cost = 2              # tokens per call, 1..=burst
 //! policy = "deny"       # while Redis fails: fallback | allow | deny
-//! algorithm = "token_bucket" # | fixed_window | sliding_window | sliding_log
+//! algorithm = "token_bucket" # | fixed_window | sliding_window | sliding_log | leaky_bucket
 //! refill = "smooth"     # smooth | interval (token bucket only)
 //! initial = 0           # tokens in a new bucket, 0..=burst (token bucket only)
+//! shadow = true         # decide and count, never refuse (for rolling out a limit)
 //!
 //! [limits."shop::search"]
 //! enabled = false       # calls pass unchecked
@@ -74,11 +75,13 @@ pub struct Override {
     /// Tokens in a new token bucket.
     #[serde(default, deserialize_with = "initial")]
     pub initial: Option<u32>,
+    /// Shadow mode: decide and count, never refuse.
+    pub shadow: Option<bool>,
 }
 
 /// The fields an override may set, for messages.
-const FIELDS: &str =
-    "`replenish`, `burst`, `unit`, `cost`, `enabled`, `policy`, `algorithm`, `refill`, `initial`";
+const FIELDS: &str = "`replenish`, `burst`, `unit`, `cost`, `enabled`, `policy`, `algorithm`, `refill`, `initial`, \
+     `shadow`";
 
 /// The smallest value of a count field: `initial` may be 0, the others not.
 fn least(field: &str) -> u32 {
@@ -216,6 +219,11 @@ pub fn parse_env(value: &str) -> Result<Override, Error> {
             "policy" => o.policy = Some(v.parse().map_err(|e| field_error(k, &e))?),
             "enabled" => {
                 o.enabled = Some(v.parse().map_err(|_| {
+                    field_error(k, &format_args!("`{v}` is not `true` or `false`"))
+                })?);
+            }
+            "shadow" => {
+                o.shadow = Some(v.parse().map_err(|_| {
                     field_error(k, &format_args!("`{v}` is not `true` or `false`"))
                 })?);
             }
@@ -370,9 +378,16 @@ impl Overrides {
             };
             let period = o.unit.map_or(limit.period(), Unit::as_duration);
             let policy = o.policy.or(limit.failure_policy());
+            let shadow = o.shadow.unwrap_or(limit.is_shadow());
+            let wait = limit.max_wait();
             limit = Limit::from_parts(replenish, burst, period, algorithm, refill, initial)
                 .map_err(|e| fail(e.fields(), &e))?
-                .with_failure_policy(policy);
+                .with_failure_policy(policy)
+                .with_shadow(shadow);
+            // The declared wait stays: an override that makes it impossible says so.
+            if let Some(wait) = wait {
+                limit = limit.try_wait(wait).map_err(|e| fail(e.fields(), &e))?;
+            }
             cost = o.cost.unwrap_or(cost);
             enabled = o.enabled.unwrap_or(enabled);
             if cost > limit.burst_capacity() {
@@ -415,8 +430,56 @@ mod tests {
         9,
     );
 
+    static FETCH: LimitDeclaration = LimitDeclaration::new(
+        "crawl::fetch",
+        Limit::per_second(10)
+            .burst(1)
+            .wait(std::time::Duration::from_secs(2)),
+        1,
+        "Uri",
+        "src/crawl.rs",
+        3,
+    );
+
     fn decls() -> Vec<&'static LimitDeclaration> {
-        vec![&ORDERS, &SEARCH]
+        vec![&ORDERS, &SEARCH, &FETCH]
+    }
+
+    #[test]
+    fn shadow_is_switched_and_a_declared_wait_stays() {
+        let o = load_from(
+            None,
+            env(&[
+                ("RATE_LIMIT_OVERRIDE_SHOP__ORDERS", "shadow=true"),
+                ("RATE_LIMIT_OVERRIDE_CRAWL__FETCH", "replenish=20"),
+            ]),
+            &decls(),
+        )
+        .unwrap();
+        assert!(o.apply(&ORDERS).unwrap().limit.is_shadow());
+        let fetch = o.apply(&FETCH).unwrap().limit;
+        assert_eq!(fetch.replenish(), 20);
+        assert_eq!(fetch.max_wait(), Some(std::time::Duration::from_secs(2)));
+        // A window cannot wait: the override says which fields clash.
+        let o = load_from(
+            None,
+            env(&[("RATE_LIMIT_OVERRIDE_CRAWL__FETCH", "algorithm=fixed_window")]),
+            &decls(),
+        )
+        .unwrap();
+        let err = o.apply(&FETCH).unwrap_err().to_string();
+        assert!(
+            err.contains("`wait`") && err.contains("cannot wait"),
+            "{err}"
+        );
+        assert!(
+            load_from(
+                None,
+                env(&[("RATE_LIMIT_OVERRIDE_SHOP__ORDERS", "shadow=maybe")]),
+                &decls()
+            )
+            .is_err()
+        );
     }
 
     fn file(text: &str) -> tempfile_path::TempFile {

@@ -245,7 +245,7 @@ impl Resilience {
         let policy = |limit: &Limit| limit.failure_policy().unwrap_or(self.policy);
         let veto = checks
             .iter()
-            .any(|(_, limit, _)| policy(limit) == FailurePolicy::Deny);
+            .any(|(_, limit, _)| policy(limit) == FailurePolicy::Deny && !limit.is_shadow());
         let fallback: Vec<(&str, &Limit, u32)> = checks
             .iter()
             .filter(|(_, limit, _)| policy(limit) == FailurePolicy::Fallback)
@@ -269,6 +269,12 @@ impl Resilience {
                 _ => self.decide(bucket, limit, cost),
             })
             .collect()
+    }
+
+    /// Gives back to the fallback what a call that gave up waiting reserved there.
+    pub(crate) fn give_back(&self, bucket: &str, limit: &Limit, cost: u32) {
+        let share = self.instances.load(Ordering::Relaxed).max(1);
+        self.fallback_store().give_back(bucket, limit, cost, share);
     }
 
     fn fallback_store(&self) -> &MemoryStore {

@@ -208,6 +208,7 @@ pub(crate) const ALGORITHMS: &[(&str, &str)] = &[
     ("fixed_window", "FixedWindow"),
     ("sliding_window", "SlidingWindow"),
     ("sliding_log", "SlidingLog"),
+    ("leaky_bucket", "LeakyBucket"),
 ];
 
 /// `refill = ".."`: the names of `redis_ratelimit::Refill`'s variants.
@@ -270,7 +271,7 @@ mod tests {
     #[test]
     fn only_close_names_are_suggested() {
         // Two edits in four letters is another word, not a typo.
-        assert_eq!(nearest("wait", ARGS), None);
+        assert_eq!(nearest("mode", ARGS), None);
         assert_eq!(nearest("kind", ARGS), None);
         assert_eq!(nearest("node", ARGS), None);
         assert_eq!(nearest("cast", ARGS), Some("cost"));

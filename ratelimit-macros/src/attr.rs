@@ -20,6 +20,8 @@ pub(crate) const ARGUMENTS: &[&str] = &[
     "algorithm",
     "refill",
     "initial",
+    "wait",
+    "shadow",
 ];
 
 /// Names from Spring's `RedisRateLimiter` and other limiters, mapped to ours.
@@ -41,20 +43,6 @@ const ALIASES: &[(&str, &str)] = &[
     ("on_failure", "policy"),
 ];
 
-/// Arguments DESIGN.md plans for later work, each with what it will do: today they are refused
-/// as not supported yet, rather than mistaken for a typo of an argument that exists.
-const PLANNED: &[(&str, &str)] = &[
-    (
-        "wait",
-        "waiting for a token instead of refusing is planned; today a call over the limit is \
-         refused at once, and `RateLimited`'s `retry_after` says when to try again",
-    ),
-    (
-        "shadow",
-        "shadow mode is planned; today a limit refuses the calls over it",
-    ),
-];
-
 /// The arguments of one `#[rate_limit(...)]`, as written; `None` when left to the default.
 pub(crate) struct RateLimitArgs {
     pub(crate) replenish: Option<Count>,
@@ -72,6 +60,10 @@ pub(crate) struct RateLimitArgs {
     pub(crate) refill: Option<Ident>,
     /// Tokens in a new bucket (0 allowed).
     pub(crate) initial: Option<Count>,
+    /// `wait = "2s"`: the longest a call waits for its tokens, in microseconds.
+    pub(crate) wait: Option<(u64, Span)>,
+    /// `shadow = true`.
+    pub(crate) shadow: Option<syn::LitBool>,
     /// Every known argument written, valid or not: a bad `replenish` is not also a missing one.
     written: Vec<String>,
 }
@@ -163,6 +155,8 @@ impl RateLimitArgs {
             algorithm: None,
             refill: None,
             initial: None,
+            wait: None,
+            shadow: None,
             written: Vec::new(),
         };
         // A bare number is most likely the rate, a bare string the unit.
@@ -172,13 +166,6 @@ impl RateLimitArgs {
         };
         for RawArg { name, value } in args::parse_list(tokens, meant)? {
             let kw = name.to_string();
-            if let Some((_, plan)) = PLANNED.iter().find(|(planned, _)| *planned == kw) {
-                errors.at(
-                    name.span(),
-                    format_args!("`{name}` is not supported yet: {plan}"),
-                );
-                continue;
-            }
             if !ARGUMENTS.contains(&kw.as_str()) {
                 // `limit = 5` means a count, `limit = MY_LIMITER` a limiter.
                 let meant = match (kw.as_str(), &value) {
@@ -262,6 +249,16 @@ impl RateLimitArgs {
                         set_once(&mut args.initial, count, &name, errors);
                     }
                 }
+                "wait" => {
+                    if let Some(wait) = wait(&value, errors) {
+                        set_once(&mut args.wait, wait, &name, errors);
+                    }
+                }
+                "shadow" => {
+                    if let Some(shadow) = shadow(&value, errors) {
+                        set_once(&mut args.shadow, shadow, &name, errors);
+                    }
+                }
                 "key" => set_once(&mut args.key, value, &name, errors),
                 _ => set_once(&mut args.limiter, value, &name, errors),
             }
@@ -287,6 +284,8 @@ fn example(argument: &str) -> &'static str {
         "algorithm" => "\"sliding_log\"",
         "refill" => "\"interval\"",
         "initial" => "0",
+        "wait" => "\"2s\"",
+        "shadow" => "true",
         _ => "10",
     }
 }
@@ -447,6 +446,79 @@ fn limit_name(value: &Expr, errors: &mut Errors) -> Option<LitStr> {
             errors.at(
                 other.span(),
                 "`name` takes a string literal: `name = \"orders.list\"`",
+            );
+            None
+        }
+    }
+}
+
+/// The longest `wait` may be: a day, as `Limit::wait` allows.
+const MAX_WAIT_US: u64 = 86_400_000_000;
+
+/// `wait = "2s"`: a whole number of milliseconds (`ms`), seconds (`s`) or minutes (`m`).
+fn wait(value: &Expr, errors: &mut Errors) -> Option<(u64, Span)> {
+    const HOW: &str = "`wait` takes a duration: a whole number and `ms`, `s` or `m`, such as \
+         `wait = \"2s\"`, `wait = \"500ms\"` or `wait = \"1m\"`";
+    let Expr::Lit(ExprLit {
+        lit: Lit::Str(s), ..
+    }) = value
+    else {
+        errors.at(value.span(), HOW);
+        return None;
+    };
+    let written = s.value();
+    let digits = written.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let micros_per = match &written[digits.len()..] {
+        "ms" => 1_000,
+        "s" => 1_000_000,
+        "m" => 60_000_000,
+        _ => {
+            errors.at(
+                s.span(),
+                format_args!("unknown duration `{written}`; {HOW}"),
+            );
+            return None;
+        }
+    };
+    let Ok(n) = digits.parse::<u64>() else {
+        errors.at(
+            s.span(),
+            format_args!("unknown duration `{written}`; {HOW}"),
+        );
+        return None;
+    };
+    match n.checked_mul(micros_per) {
+        Some(0) => {
+            errors.at(
+                s.span(),
+                "`wait` must be longer than 0; leave it out to refuse at once",
+            );
+            None
+        }
+        Some(us) if us <= MAX_WAIT_US => Some((us, s.span())),
+        _ => {
+            errors.at(
+                s.span(),
+                format_args!(
+                    "`wait = \"{written}\"` is longer than a day, the longest a call may wait"
+                ),
+            );
+            None
+        }
+    }
+}
+
+/// `shadow = true`.
+fn shadow(value: &Expr, errors: &mut Errors) -> Option<syn::LitBool> {
+    match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Bool(b), ..
+        }) => Some(b.clone()),
+        other => {
+            errors.at(
+                other.span(),
+                "`shadow` takes `true` or `false`: `shadow = true` decides and counts calls \
+                 but never refuses them",
             );
             None
         }

@@ -329,6 +329,12 @@ fn declaration(
         .policy
         .as_ref()
         .map(|v| quote!(.on_failure(::redis_ratelimit::FailurePolicy::#v)));
+    let wait = args.wait.map(|(us, span)| {
+        let mut us = Literal::u64_unsuffixed(us);
+        us.set_span(span);
+        quote!(.wait(::core::time::Duration::from_micros(#us)))
+    });
+    let shadow = args.shadow.as_ref().map(|b| quote!(.with_shadow(#b)));
     let declaration = quote! {
         ::redis_ratelimit::__private::LimitDeclaration::new(
             #name,
@@ -339,7 +345,7 @@ fn declaration(
                 #algorithm,
                 #refill,
                 #initial,
-            )#policy,
+            )#policy #wait #shadow,
             #cost_value,
             #key,
             ::core::file!(),

@@ -1,7 +1,7 @@
 //! Checks that span several `#[rate_limit]` arguments.
 
 use proc_macro2::Span;
-use syn::{Attribute, Signature};
+use syn::{Attribute, Ident, Signature};
 
 use crate::args::Errors;
 use crate::attr::{Count, RateLimitArgs, Unit};
@@ -62,10 +62,39 @@ pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut
         );
     }
     let algorithm = args.algorithm.as_ref().map(ToString::to_string);
-    let window = algorithm.as_deref().filter(|a| *a != "TokenBucket");
+    let window = algorithm
+        .as_deref()
+        .filter(|a| !matches!(*a, "TokenBucket" | "LeakyBucket"));
+    let interval = args.refill.as_ref().is_some_and(|r| r == "Interval");
+    if let Some((_, span)) = args.wait
+        && (window.is_some() || interval)
+    {
+        errors.at(
+            span,
+            "only a token bucket refilled smoothly and the leaky bucket can wait: a window's \
+             next tokens are the next window's, an interval refill's all come at once; remove \
+             `wait`, or use `algorithm = \"token_bucket\"` or `\"leaky_bucket\"`",
+        );
+    }
     if let Some(window) = window {
         check_window(args, window, errors);
         return;
+    }
+    if algorithm.as_deref() == Some("LeakyBucket") {
+        for (written, span) in [
+            ("refill", args.refill.as_ref().map(Ident::span)),
+            ("initial", args.initial.as_ref().map(Count::span)),
+        ] {
+            if let Some(span) = span {
+                errors.at(
+                    span,
+                    format_args!(
+                        "`{written}` is a token bucket's; a `leaky_bucket`'s queue starts empty \
+                         and drains at the rate: remove it"
+                    ),
+                );
+            }
+        }
     }
     if let (Some(initial), Some(burst)) = (args.initial.as_ref(), burst)
         && let Some(n) = initial.literal()
@@ -78,7 +107,6 @@ pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut
             ),
         );
     }
-    let interval = args.refill.as_ref().is_some_and(|r| r == "Interval");
     if let (Some(r), Some(b)) = (replenish.literal(), burst)
         && interval
         && (u64::from(b / r) + 2).saturating_mul(unit.as_micros()) > 1 << 51

@@ -19,7 +19,7 @@ use std::time::Duration;
 use ratelimit_core::__private::{
     Outcome, WindowParams, fixed_window, interval_bucket, sliding_log, sliding_window, token_bucket,
 };
-use ratelimit_core::Limit;
+use ratelimit_core::{Algorithm, Limit};
 use redis::{Connection, Script};
 use testkit::RedisServer;
 
@@ -381,16 +381,35 @@ fn token_bucket_script_equals_its_twin() {
                 let period = Duration::from_micros(1000 * (1 + rng.below(6)));
                 let burst = 1 + u32::try_from(rng.below(8)).unwrap();
                 let mut limit = Limit::per(replenish, period).try_burst(burst).unwrap();
-                if rng.below(4) == 0 {
-                    let initial = u32::try_from(rng.below(u64::from(burst) + 1)).unwrap();
-                    limit = limit.try_initial(Some(initial)).unwrap();
+                match rng.below(6) {
+                    0 => {
+                        let initial = u32::try_from(rng.below(u64::from(burst) + 1)).unwrap();
+                        limit = limit.try_initial(Some(initial)).unwrap();
+                    }
+                    // Calls that reserve and wait: a bound of up to 20 ms, or a leaky bucket.
+                    1 | 2 => {
+                        let wait = Duration::from_micros(1 + rng.below(20_000));
+                        limit = limit.try_wait(wait).unwrap();
+                    }
+                    3 => limit = limit.try_algorithm(Algorithm::LeakyBucket).unwrap(),
+                    _ => {}
                 }
                 (token_bucket::params(&limit), u64::from(burst).min(3))
             };
             let ((p, a), (q, b)) = (one(), one());
             ([p, q], a.min(b))
         },
-        args: |p, cost| vec![p.interval, p.per_micro, p.tau, cost, p.absent],
+        args: |p, cost| {
+            vec![
+                p.interval,
+                p.per_micro,
+                p.tau,
+                cost,
+                p.absent,
+                p.reach,
+                p.hold,
+            ]
+        },
         decide: |now, s, p, cost| token_bucket::decide(now, s.copied(), p, cost),
         stored: |con, key, s, _| holds(con, key, Some(&token_bucket_value(s)), s.expire_ms),
         // Full again from 20 ms ago to 100 ms ahead, or a day ahead (the clock stepped back),

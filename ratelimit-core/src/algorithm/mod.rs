@@ -121,7 +121,7 @@ impl Kernel {
     /// every limit has).
     pub(crate) fn of(limit: &Limit) -> Kernel {
         let kernel = match (limit.algorithm_kind(), limit.refill_kind()) {
-            (Algorithm::TokenBucket, Refill::Smooth) => None,
+            (Algorithm::TokenBucket | Algorithm::LeakyBucket, Refill::Smooth) => None,
             (Algorithm::TokenBucket, Refill::Interval) => {
                 interval_bucket::IntervalParams::of(limit).map(Kernel::Interval)
             }
@@ -130,6 +130,8 @@ impl Kernel {
                 sliding_window::SlidingParams::of(limit).map(Kernel::Sliding)
             }
             (Algorithm::SlidingLog, _) => WindowParams::of(limit).map(Kernel::Log),
+            // Not a valid limit: a leaky bucket refills smoothly.
+            (Algorithm::LeakyBucket, Refill::Interval) => None,
         };
         kernel.unwrap_or_else(|| Kernel::Bucket(limit.params()))
     }
@@ -140,12 +142,26 @@ impl Kernel {
     /// a call of `cost` (the same its own script takes).
     pub(crate) fn script_args(self, cost: u64) -> (u8, ScriptArgs) {
         match self {
-            Kernel::Bucket(p) if p.absent == 0 => {
+            // A call that does not wait on a token bucket's own hold leaves the last three out:
+            // the script defaults them (`hold` to what it computes, as `hold_for` does).
+            Kernel::Bucket(p)
+                if p.absent == 0
+                    && p.reach == 0
+                    && p.hold == crate::limit::hold_for(p.tau.into(), p.per_micro.into()) =>
+            {
                 (1, ScriptArgs::new(&[p.interval, p.per_micro, p.tau, cost]))
             }
             Kernel::Bucket(p) => (
                 1,
-                ScriptArgs::new(&[p.interval, p.per_micro, p.tau, cost, p.absent]),
+                ScriptArgs::new(&[
+                    p.interval,
+                    p.per_micro,
+                    p.tau,
+                    cost,
+                    p.absent,
+                    p.reach,
+                    p.hold,
+                ]),
             ),
             Kernel::Interval(p) => (2, ScriptArgs::new(&interval_bucket::args(p, cost))),
             Kernel::Fixed(p) => (3, ScriptArgs::new(&fixed_window::args(p, cost))),
@@ -155,18 +171,18 @@ impl Kernel {
     }
 }
 
-/// A script's numeric arguments, on the stack (at most five).
+/// A script's numeric arguments, on the stack (at most seven).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ScriptArgs {
-    values: [u64; 5],
+    values: [u64; 7],
     len: usize,
 }
 
 impl ScriptArgs {
     fn new(values: &[u64]) -> ScriptArgs {
         let mut args = ScriptArgs {
-            values: [0; 5],
-            len: values.len().min(5),
+            values: [0; 7],
+            len: values.len().min(7),
         };
         args.values[..args.len].copy_from_slice(&values[..args.len]);
         args

@@ -19,21 +19,32 @@
 -- Read under another limit (another interval or fine unit), a bucket owes the tokens it
 -- owed: its debt in tokens of the old interval becomes the same tokens at the new one, the
 -- fraction of a token rounded towards empty, and is stored again in the new limit's terms
--- even when the call is refused. The bucket may then owe more than the limit holds (a lower
--- burst), or the server clock stepped back: it is read as empty (x = tau), and that reading
--- is written back even when the call is refused, so that the retry_after the caller gets
--- comes true: waiting it is admitted. A value this script could not have written (another
--- type, text, no expiry) is read as an empty bucket too and overwritten: it costs that one
--- key a refill, never an error for every key.
+-- even when the call is refused (more than the limit holds reads as empty: reservations
+-- made under another rate are not carried over).
+--
+-- A call over the limit may reserve (a wait, or a leaky bucket's queue): when its tokens are
+-- due within `reach`, it is admitted at once, its tokens taken ahead (x goes beyond tau), and
+-- its retry_after says how long it must wait before it goes. A bucket may so owe more than
+-- tau: reservations, or a lower burst, or a clock stepped back. It is honest as it stands (a
+-- refusal's retry_after counts every token owed) up to `hold` beyond tau; a bucket owing more
+-- than that cannot hold reservations, only a clock stepped far back: it is read as empty
+-- (x = tau), and that reading is written back even when the call is refused, so that the
+-- retry_after the caller gets comes true. A value this script could not have written
+-- (another type, text, no expiry) is read as an empty bucket too and overwritten: it costs
+-- that one key a refill, never an error for every key.
 --
 -- KEYS[1]  the bucket
 -- ARGV[1]  interval: fine units one token takes to replenish
 -- ARGV[2]  d: fine units per microsecond
 -- ARGV[3]  tau: fine units to refill an empty bucket (burst * interval)
--- ARGV[4]  cost: tokens this call takes
+-- ARGV[4]  cost: tokens this call takes (negative: tokens given back, floored at full)
 -- ARGV[5]  absent (optional, default 0): fine units an absent bucket is from full, for an
 --          initial fill below the burst ((burst - initial) * interval); a bucket is forgotten
 --          once full, so one idle that long starts from there again
+-- ARGV[6]  reach (optional, default 0): fine units beyond tau this call may reserve
+-- ARGV[7]  hold (optional): fine units beyond tau any call on this bucket may reserve (the
+--          same for every call on it); by default a day's worth, or what exact arithmetic
+--          leaves (2 * tau + 2048 * d + hold below 2^51), as limit.rs's `hold_for`
 -- Returns {allowed (0|1), remaining tokens, retry_after us, reset_after us, the server time
 -- it decided at (us, for the differential tests)}.
 
@@ -43,6 +54,12 @@ local d = tonumber(ARGV[2])
 local tau = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
 local absent = tonumber(ARGV[5] or '0') or 0
+local reach = tonumber(ARGV[6] or '0') or 0
+local hold = tonumber(ARGV[7] or '')
+if not hold then
+  hold = math.max(2251799813685248 - 2 * tau - 2048 * d, 0)
+  hold = math.min(86400000000 * d, hold)
+end
 
 -- The stored remainder, fine unit and interval, or nil for a value this script never writes.
 local function read_value(v)
@@ -77,11 +94,12 @@ end
 -- What a bucket owing `owed` fine units of `unit` at `iv` per token owes under this limit,
 -- rounded towards empty (bucket.rs's `convert`, operation for operation): the same tokens at
 -- this limit's interval, the fraction of one in doubles plus one fine unit for their
--- rounding. Anything beyond what a limit could write (2^52) is a clock stepped back: empty.
+-- rounding. More than the limit holds, or anything beyond what a limit could write (2^52, a
+-- clock stepped back), is empty.
 local function convert(owed, iv)
-  if owed > 4503599627370496 or iv < 1 then return tau + 1 end
+  if owed > 4503599627370496 or iv < 1 then return tau end
   local tokens = div_floor(owed, iv)
-  if tokens >= div_floor(tau, interval) then return tau + 1 end
+  if tokens >= div_floor(tau, interval) then return tau end
   local rest = owed - tokens * iv
   local fraction = 0
   if rest > 0 then fraction = math.min(math.ceil(rest / iv * interval) + 1, interval) end
@@ -115,7 +133,7 @@ if got then
       stale = true
     end
   end
-  if x > tau then
+  if x > tau + hold then
     x = tau
     stale = true
   end
@@ -130,13 +148,17 @@ local function store(new_x)
 end
 
 local new_x = x + cost * interval
-if new_x > tau then
-  -- Denied: nothing is taken. Retry when x has drained to tau - cost * interval, rounded up
+local room = tau + reach
+if new_x > room then
+  -- Denied: nothing is taken. Retry when x has drained to room - cost * interval, rounded up
   -- to a whole microsecond so a caller who waits exactly that long is admitted.
   if stale then store(x) end
-  local retry = div_ceil(new_x - tau, d)
-  return {0, div_floor(tau - x, interval), retry, div_ceil(x, d), now}
+  local retry = div_ceil(new_x - room, d)
+  return {0, div_floor(math.max(room - x, 0), interval), retry, div_ceil(x, d), now}
 end
 
 local reset = store(new_x)
-return {1, div_floor(tau - new_x, interval), 0, reset, now}
+-- Admitted; a reservation goes once its tokens are due.
+local wait = 0
+if new_x > tau then wait = div_ceil(new_x - tau, d) end
+return {1, div_floor(room - new_x, interval), wait, reset, now}

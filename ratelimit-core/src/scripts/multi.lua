@@ -10,8 +10,9 @@
 --           lets the script reach keys of any slot the node serves (and a key it does not
 --           serve fails the script before anything is written).
 -- then, per limit: its algorithm (1 token bucket, 2 interval bucket, 3 fixed window,
---           4 sliding window, 5 sliding log), the number of its arguments, and those
---           arguments as its own script takes them
+--           4 sliding window, 5 sliding log; plus 8 for a limit in shadow mode, whose refusal
+--           does not refuse the call), the number of its arguments, and those arguments as
+--           its own script takes them
 -- then, in mode 3 only: the server time (us) at which mode 1 reserved
 -- Returns each limit's {allowed, remaining, retry_after us, reset_after us}, one after the
 -- other, then the server time (us). A limit that admits a call another limit refused says so
@@ -25,6 +26,8 @@ local at = 3 + n
 local specs = {}
 for i = 1, n do
   local algorithm = tonumber(ARGV[at])
+  local shadow = algorithm >= 8
+  if shadow then algorithm = algorithm - 8 end
   local count = tonumber(ARGV[at + 1])
   local args = {}
   for j = 1, count do args[j] = ARGV[at + 1 + j] end
@@ -33,7 +36,7 @@ for i = 1, n do
   -- may follow it), last for the others.
   local cost_at = count
   if algorithm == 1 then cost_at = 4 end
-  specs[i] = {algorithm, args, cost_at}
+  specs[i] = {algorithm, args, cost_at, shadow}
 end
 
 -- Limit i's script with another cost, its writes made through `proxy`.
@@ -97,7 +100,7 @@ local all = mode ~= 2
 for i = 1, n do
   pending[i] = {}
   replies[i] = run(i, tonumber(specs[i][2][specs[i][3]]), deferring(pending[i]))
-  if replies[i][1] == 0 then all = false end
+  if replies[i][1] == 0 and not specs[i][4] then all = false end
 end
 
 -- Limit i's {remaining, reset_after} as they stand: its script for a cost of 0, before any

@@ -320,7 +320,9 @@ impl MemoryStore {
         self.inner.evicted.load(Ordering::Relaxed)
     }
 
-    /// Decides synchronously: the memory store never waits.
+    /// Decides synchronously: the memory store never waits. A call that reserved its tokens
+    /// ahead (a limit with a [`wait`](Limit::wait), or a leaky bucket) is admitted with the
+    /// wait before it may go in `retry_after`: the caller waits it (the limiter does).
     pub fn check_now(&self, key: &str, limit: &Limit, cost: u32) -> Decision {
         self.check_with(key, Kernel::of(limit), limit, cost)
     }
@@ -341,6 +343,32 @@ impl MemoryStore {
             Kernel::Bucket(limit.params().shared(instances, cost))
         };
         self.check_with(key, kernel, limit, cost)
+    }
+
+    /// Gives `cost` tokens back to the bucket `key` (a reservation whose caller gave up
+    /// waiting), with this instance's share of `limit` as [`check_share`](Self::check_share)
+    /// decided it. Only a token bucket (or leaky bucket) reserves; anything else is left as it
+    /// is.
+    pub(crate) fn give_back(&self, key: &str, limit: &Limit, cost: u32, instances: u32) {
+        let Kernel::Bucket(p) = (if instances <= 1 {
+            Kernel::of(limit)
+        } else {
+            Kernel::Bucket(limit.params().shared(instances, cost))
+        }) else {
+            return;
+        };
+        let inner = &*self.inner;
+        let now = inner.clock.now_micros();
+        let hash = inner.hasher.hash_one(key);
+        let mut shard = lock(&inner.shards[inner.shard_of(hash)]);
+        if let Ok(mut entry) = shard.table.find_entry(hash, |e| &*e.0 == key)
+            && let Slot::Bucket(s) = entry.get().1
+        {
+            match bucket::give_back(now, Some(s.unpack()), p, u64::from(cost)) {
+                Some(state) => entry.get_mut().1 = Slot::Bucket(PackedBucket::pack(state)),
+                None => drop(entry.remove()),
+            }
+        }
     }
 
     /// Decides several limits of one call together (see [`Store::check_all`]), with this
@@ -390,7 +418,12 @@ impl MemoryStore {
         let mut outcomes: Vec<Outcome<Slot>> = (0..checks.len())
             .map(|i| decide_at(i, u64::from(checks[i].2)))
             .collect();
-        let admitted = !veto && outcomes.iter().all(|o| o.allowed);
+        // A limit in shadow mode does not refuse the call.
+        let admitted = !veto
+            && outcomes
+                .iter()
+                .zip(checks)
+                .all(|(o, (_, limit, _))| o.allowed || limit.is_shadow());
         if !admitted {
             for (i, o) in outcomes.iter_mut().enumerate() {
                 if o.allowed {

@@ -17,6 +17,11 @@ use crate::{Decision, Error, Limit};
 /// The limiter validates `cost` (`1 <= cost <= limit.burst_capacity()`) before calling.
 pub trait Store: Send + Sync + 'static {
     /// Takes `cost` tokens from the bucket `key` if it holds that many, refilled per `limit`.
+    ///
+    /// A store that cannot reserve ahead may ignore [`Limit::max_wait`] and the leaky bucket's
+    /// queue: it then refuses a call that would have to wait, which is honest (the caller is
+    /// told when to retry) but does not wait. A store that reserves admits such a call with
+    /// the wait before it may go in [`Decision::retry_after`], and the limiter waits it.
     fn check(
         &self,
         key: &str,

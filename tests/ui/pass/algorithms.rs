@@ -1,5 +1,6 @@
 #![deny(warnings)]
-//! Every algorithm, refill and initial fill the attribute takes, literals and constants.
+//! Every algorithm, refill, initial fill, wait and shadow mode the attribute takes, literals
+//! and constants.
 
 use redis_ratelimit::{Algorithm, RateLimited, Refill, declared_limits, rate_limit};
 
@@ -30,6 +31,21 @@ async fn log() -> Result<(), RateLimited> {
     Ok(())
 }
 
+#[rate_limit(replenish = 5, burst = 20, algorithm = "leaky_bucket")]
+async fn leaky() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(replenish = 10, burst = 1, wait = "2s", shadow = true)]
+async fn waits() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(replenish = 1, unit = "minute", algorithm = "leaky_bucket", wait = "1m")]
+async fn leaky_within_a_minute() -> Result<(), RateLimited> {
+    Ok(())
+}
+
 fn main() {
     let algorithm_of = |suffix: &str| {
         declared_limits()
@@ -45,5 +61,14 @@ fn main() {
         algorithm_of("::interval").map(|l| (l.refill_kind(), l.initial_tokens())),
         Some((Refill::Interval, 0))
     );
+    assert_eq!(
+        algorithm_of("::leaky").map(|l| (l.algorithm_kind(), l.burst_capacity())),
+        Some((Algorithm::LeakyBucket, 20))
+    );
+    assert_eq!(
+        algorithm_of("::waits").map(|l| (l.max_wait(), l.is_shadow())),
+        Some((Some(std::time::Duration::from_secs(2)), true))
+    );
     let _ = (bucket(), interval(), fixed(), sliding(), log());
+    let _ = (leaky(), waits(), leaky_within_a_minute());
 }

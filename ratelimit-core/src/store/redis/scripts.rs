@@ -203,7 +203,12 @@ impl RedisStore {
             for (&i, n) in group.iter().zip(&reply.numbers) {
                 numbers[i] = *n;
             }
-            if reply.numbers.iter().any(|n| n[0] == 0) {
+            if reply
+                .numbers
+                .iter()
+                .zip(&part)
+                .any(|(n, (_, limit, _))| n[0] == 0 && !limit.is_shadow())
+            {
                 refused = true;
                 self.give_back(checks, &reserved).await;
                 // Given back, the reserved limits answer as they stood before the call.
@@ -261,6 +266,21 @@ impl RedisStore {
         }
     }
 
+    /// Gives back the `cost` tokens a call reserved on the bucket `key` and gave up waiting
+    /// for: the bucket as it is now, less those tokens, floored at full (calls that reserved
+    /// after it keep their turns; the next call may take the place it left).
+    pub(crate) async fn give_back_reserved(
+        &self,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> Result<(), Error> {
+        // The token bucket's give-back does not read the reservation's time.
+        self.run_group(&[(key, limit, cost)], Mode::GiveBack(0))
+            .await
+            .map(drop)
+    }
+
     /// One `multi.lua` call for limits whose keys one node serves.
     async fn run_group(
         &self,
@@ -271,7 +291,8 @@ impl RedisStore {
         let mut argv: Vec<u64> = Vec::with_capacity(checks.len() * 7 + 1);
         for (_, limit, cost) in checks {
             let (id, args) = Kernel::of(limit).script_args(u64::from(*cost));
-            argv.push(u64::from(id));
+            // A limit in shadow mode does not refuse the call (see `multi.lua`).
+            argv.push(u64::from(id) + if limit.is_shadow() { 8 } else { 0 });
             argv.push(args.as_slice().len() as u64);
             argv.extend_from_slice(args.as_slice());
         }

@@ -1,8 +1,0 @@
-use redis_ratelimit::{RateLimited, rate_limit};
-
-#[rate_limit(replenish = 10, wait = true)]
-async fn list_orders() -> Result<(), RateLimited> {
-    Ok(())
-}
-
-fn main() {}

@@ -1,0 +1,292 @@
+//! Waiting instead of refusing (`acquire`, `Limit::wait`) and the leaky bucket, on both stores
+//! with real time: reservations are served in order at the rate and never early, a call that
+//! would wait too long is refused at once and takes nothing, a dropped waiter gives its tokens
+//! back, several limits wait for the latest of them, and the fallback paces while Redis is
+//! down.
+//!
+//! Every timing assertion here is a lower bound ("never early"), which no slow machine can
+//! break; how evenly the calls were spaced is printed (`--nocapture`), not asserted.
+
+#![allow(clippy::unwrap_used, clippy::print_stdout)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+use redis_ratelimit::{
+    Algorithm, Error, FailurePolicy, InvalidLimit, Limit, RateLimiter, Refill, Source,
+};
+use testkit::RedisServer;
+
+/// A limiter on one of the stores, on the real clock, and the server behind it.
+struct Store {
+    limiter: RateLimiter,
+    server: Option<RedisServer>,
+}
+
+impl Store {
+    async fn memory() -> Store {
+        let limiter = RateLimiter::builder().memory().build().await.unwrap();
+        Store {
+            limiter,
+            server: None,
+        }
+    }
+
+    async fn redis() -> Store {
+        let server = RedisServer::start();
+        let limiter = support::redis_limiter(&server, "wait").await;
+        Store {
+            limiter,
+            server: Some(server),
+        }
+    }
+
+    /// Another instance on the same store (on Redis, a second limiter; in memory, the same).
+    async fn other(&self) -> RateLimiter {
+        match &self.server {
+            Some(server) => support::redis_limiter(server, "wait").await,
+            None => self.limiter.clone(),
+        }
+    }
+}
+
+/// The instants at which `calls` completed, sorted, relative to `t0`, and how many were
+/// admitted.
+async fn completions<F>(t0: Instant, calls: Vec<F>) -> (Vec<Duration>, usize)
+where
+    F: Future<Output = Result<redis_ratelimit::Decision, Error>>,
+{
+    let done = join_all(calls.into_iter().map(|call| async move {
+        let d = call.await.unwrap();
+        (d.allowed, t0.elapsed())
+    }))
+    .await;
+    let admitted = done.iter().filter(|(ok, _)| *ok).count();
+    let mut at: Vec<Duration> = done.iter().filter(|(ok, _)| *ok).map(|c| c.1).collect();
+    at.sort();
+    (at, admitted)
+}
+
+/// The k-th admitted call completed no earlier than `k * interval` after the start.
+fn assert_never_early(at: &[Duration], interval: Duration, what: &str) {
+    let gaps: Vec<u128> = at.windows(2).map(|w| (w[1] - w[0]).as_millis()).collect();
+    println!("{what}: completed at {at:?}; gaps (ms) {gaps:?}");
+    for (k, t) in at.iter().enumerate() {
+        let due = interval * u32::try_from(k).unwrap();
+        assert!(
+            *t >= due,
+            "{what}: call {k} went at {t:?}, before its turn at {due:?}"
+        );
+    }
+}
+
+async fn twenty_calls_from_two_instances_go_at_the_rate(s: Store) {
+    // 10 a second, one at a time: 20 calls, half from each instance, all at once.
+    let limit = Limit::per_second(10).burst(1);
+    let other = s.other().await;
+    let t0 = Instant::now();
+    let calls: Vec<_> = (0..20)
+        .map(|i| {
+            let l = if i % 2 == 0 { &s.limiter } else { &other };
+            l.acquire("host", &limit, Duration::from_secs(5))
+        })
+        .collect();
+    let (at, admitted) = completions(t0, calls).await;
+    assert_eq!(
+        admitted, 20,
+        "every call waits for its turn, none is refused"
+    );
+    assert_never_early(&at, Duration::from_millis(100), "20 calls at 10/s");
+    assert!(at[19] >= Duration::from_millis(1900));
+}
+
+async fn a_call_that_would_wait_too_long_is_refused_at_once_and_takes_nothing(s: Store) {
+    // 1 a second, one at a time, waiting up to 1.5 s: the first goes at once, the second
+    // waits 1 s, the third would wait 2 s and is refused.
+    let limit = Limit::per_second(1).burst(1);
+    let t0 = Instant::now();
+    let calls: Vec<_> = (0..3)
+        .map(|_| s.limiter.acquire("k", &limit, Duration::from_millis(1500)))
+        .collect();
+    let decided = join_all(calls).await;
+    let refused: Vec<_> = decided
+        .iter()
+        .map(|d| d.as_ref().unwrap())
+        .filter(|d| !d.allowed)
+        .collect();
+    assert_eq!(refused.len(), 1, "{decided:?}");
+    // It would be admitted once the queue is 1.5 s long again: within 0.5 s.
+    assert!(refused[0].retry_after > Duration::ZERO);
+    assert!(refused[0].retry_after <= Duration::from_millis(500));
+    // It took nothing: 1 s after the first call, a call that does not wait finds one token
+    // owed (the second call's), not two. Had the refused call taken its token, it would be
+    // refused for another 1 s from here.
+    let d = s.limiter.check("k", &limit).await.unwrap();
+    assert!(!d.allowed);
+    let elapsed = t0.elapsed();
+    assert!(elapsed >= Duration::from_secs(1));
+    assert!(
+        d.retry_after <= Duration::from_secs(1),
+        "{:?} after {elapsed:?}: the refused call took a token",
+        d.retry_after
+    );
+}
+
+async fn a_leaky_bucket_queues_its_burst_and_refuses_the_rest(s: Store) {
+    // 10 a second, a queue of 3: of 6 calls at once, one goes now, three wait their turn
+    // 100 ms apart, two find the queue full and are refused at once.
+    let limit = Limit::per_second(10)
+        .burst(3)
+        .algorithm(Algorithm::LeakyBucket);
+    let t0 = Instant::now();
+    let calls: Vec<_> = (0..6).map(|_| s.limiter.check("q", &limit)).collect();
+    let (at, admitted) = completions(t0, calls).await;
+    assert_eq!(admitted, 4);
+    assert_never_early(&at, Duration::from_millis(100), "leaky bucket");
+    // `check` waited: a decision the caller gets is never one still to wait.
+    let d = s.limiter.check("q", &limit).await.unwrap();
+    assert_eq!(d.retry_after, Duration::ZERO, "admitted after its wait");
+}
+
+async fn a_dropped_waiter_gives_its_tokens_back(s: Store) {
+    let limit = Limit::per_second(1).burst(1);
+    assert!(s.limiter.check("k", &limit).await.unwrap().allowed);
+    // The second call reserves the token due in 1 s, then its caller gives up.
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(100),
+        s.limiter.acquire("k", &limit, Duration::from_secs(5)),
+    )
+    .await;
+    assert!(gave_up.is_err(), "it was still waiting");
+    // Its token comes back (on Redis by a task, so look a few times): one token owed, not
+    // two. Kept, it would leave a refusal of at least 1.4 s within the next 0.5 s.
+    let t0 = Instant::now();
+    let mut retry = Duration::MAX;
+    while t0.elapsed() < Duration::from_millis(500) {
+        retry = s.limiter.check("k", &limit).await.unwrap().retry_after;
+        if retry < Duration::from_millis(1200) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        retry < Duration::from_millis(1200),
+        "the reservation was not given back: {retry:?}"
+    );
+}
+
+async fn several_limits_wait_for_the_latest_and_stay_all_or_nothing(s: Store) {
+    let fast = Limit::per_second(10).burst(1).wait(Duration::from_secs(1));
+    let slow = Limit::per_second(5).burst(1).wait(Duration::from_secs(1));
+    let both = [("fast", &fast, 1), ("slow", &slow, 1)];
+    assert!(s.limiter.check_all(&both).await.unwrap().allowed);
+    // The second call is due in 100 ms under one and 200 ms under the other: it waits 200.
+    let t0 = Instant::now();
+    let d = s.limiter.check_all(&both).await.unwrap();
+    assert!(d.allowed);
+    assert!(t0.elapsed() >= Duration::from_millis(200));
+    assert!(d.parts().iter().all(|p| p.retry_after.is_zero()));
+    // A limit that cannot wait refuses the call: the others take nothing.
+    let strict = Limit::per_minute(1).burst(1);
+    assert!(s.limiter.check("strict", &strict).await.unwrap().allowed);
+    let idle = Limit::per_second(1).burst(1).wait(Duration::from_secs(1));
+    let d = s
+        .limiter
+        .check_all(&[("idle", &idle, 1), ("strict", &strict, 1)])
+        .await
+        .unwrap();
+    assert!(!d.allowed);
+    let idle_now = s.limiter.check("idle", &idle).await.unwrap();
+    assert!(idle_now.allowed);
+    assert_eq!(idle_now.retry_after, Duration::ZERO, "the bucket was full");
+}
+
+async fn limits_that_cannot_wait_say_so(s: Store) {
+    for limit in [
+        Limit::per_second(10).algorithm(Algorithm::FixedWindow),
+        Limit::per_second(10).algorithm(Algorithm::SlidingWindow),
+        Limit::per_second(10).algorithm(Algorithm::SlidingLog),
+        Limit::per_second(10).refill(Refill::Interval),
+    ] {
+        let err = s
+            .limiter
+            .acquire("k", &limit, Duration::from_secs(1))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidLimit(InvalidLimit::CannotWait { .. })),
+            "{limit}: {err}"
+        );
+        assert!(err.to_string().contains("cannot wait"), "{err}");
+    }
+    let err = s
+        .limiter
+        .acquire("k", &Limit::per_second(1), Duration::from_secs(86_401))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidLimit(InvalidLimit::WaitTooLong { .. })),
+        "{err}"
+    );
+}
+
+macro_rules! on_both_stores {
+    ($($case:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $case() {
+                    super::$case(super::Store::memory().await).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(super::Store::redis().await).await;
+                }
+            )*
+        }
+    };
+}
+
+on_both_stores!(
+    twenty_calls_from_two_instances_go_at_the_rate,
+    a_call_that_would_wait_too_long_is_refused_at_once_and_takes_nothing,
+    a_leaky_bucket_queues_its_burst_and_refuses_the_rest,
+    a_dropped_waiter_gives_its_tokens_back,
+    several_limits_wait_for_the_latest_and_stay_all_or_nothing,
+    limits_that_cannot_wait_say_so,
+);
+
+/// Redis down, the fallback paces the waiters in memory, at this instance's share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fallback_paces_waiters_while_redis_is_down() {
+    let mut server = RedisServer::start();
+    let limiter = RateLimiter::builder()
+        .redis(server.url())
+        .prefix("down")
+        .failure_policy(FailurePolicy::Fallback)
+        .deadline(Some(Duration::from_millis(200)))
+        .build()
+        .await
+        .unwrap();
+    server.kill();
+    let limit = Limit::per_second(10).burst(1);
+    let t0 = Instant::now();
+    let calls: Vec<_> = (0..5)
+        .map(|_| async {
+            let d = limiter
+                .acquire("host", &limit, Duration::from_secs(2))
+                .await?;
+            assert_eq!(d.source, Source::Fallback);
+            Ok(d)
+        })
+        .collect();
+    let (at, admitted) = completions(t0, calls).await;
+    assert_eq!(admitted, 5);
+    assert_never_early(&at, Duration::from_millis(100), "fallback");
+}
