@@ -5,6 +5,27 @@ use std::path::{Path, PathBuf};
 
 use plotters::style::FontStyle;
 
+/// A plotting program's arguments, `--out PATH` (else `default_out`) and `--font PATH`, with
+/// the font registered: where to write the picture.
+pub fn out_with_font(default_out: &str) -> Result<PathBuf, String> {
+    let mut out = PathBuf::from(default_out);
+    let mut font = None;
+    let mut args = std::env::args().skip(1);
+    while let Some(a) = args.next() {
+        match a.as_str() {
+            "--out" => out = args.next().ok_or("--out needs a path")?.into(),
+            "--font" => font = Some(PathBuf::from(args.next().ok_or("--font needs a path")?)),
+            _ => {
+                return Err(format!(
+                    "unknown argument `{a}`; expected --out PATH, --font PATH"
+                ));
+            }
+        }
+    }
+    register(font.as_deref())?;
+    Ok(out)
+}
+
 /// Registers `given`, else the first TTF font found, as plotters' "sans-serif".
 pub fn register(given: Option<&Path>) -> Result<(), String> {
     let path = match given {

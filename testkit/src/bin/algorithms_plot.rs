@@ -217,21 +217,7 @@ fn draw(path: &PathBuf, rows: &[(&str, [u64; 6], usize)]) -> Result<(), Error> {
 }
 
 fn main() -> Result<(), Error> {
-    let mut out = PathBuf::from("docs/algorithms-seed001.png");
-    let mut font = None;
-    let mut args = std::env::args().skip(1);
-    while let Some(a) = args.next() {
-        match a.as_str() {
-            "--out" => out = args.next().ok_or("--out needs a path")?.into(),
-            "--font" => font = Some(PathBuf::from(args.next().ok_or("--font needs a path")?)),
-            _ => {
-                return Err(
-                    format!("unknown argument `{a}`; expected --out PATH, --font PATH").into(),
-                );
-            }
-        }
-    }
-    testkit::font::register(font.as_deref())?;
+    let out = testkit::font::out_with_font("docs/algorithms-seed001.png")?;
     let server = RedisServer::start();
     let mut con = server.blocking_connection();
     let mut algos = algorithms()?;
