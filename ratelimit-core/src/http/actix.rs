@@ -213,12 +213,24 @@ mod tests {
     use crate::__private::test_support::declaration;
     use crate::headers::HeaderFamilies;
     use crate::http::test_support::{
-        Limited, SPRING_HEADERS, assert_two_limits_described, errors_while, limited_by_ip,
-        limited_call, limited_twice, twice,
+        Limited, SPRING_HEADERS, assert_shadowed, assert_two_limits_described, errors_while,
+        limited_by_ip, limited_call, limited_twice, shadowed_call, twice,
     };
 
     async fn login() -> Result<&'static str, Limited> {
         limited_call().await
+    }
+
+    /// actix's headers as `http`'s, for the shared assertions.
+    fn to_http(headers: &actix_web::http::header::HeaderMap) -> http::HeaderMap {
+        let mut out = http::HeaderMap::new();
+        for (name, value) in headers {
+            out.append(
+                http::HeaderName::from_bytes(name.as_str().as_bytes()).unwrap(),
+                http::HeaderValue::from_bytes(value.as_bytes()).unwrap(),
+            );
+        }
+        out
     }
 
     /// The rejection carries the families the middleware was configured with.
@@ -251,6 +263,21 @@ mod tests {
         }
     }
 
+    /// A limit in shadow mode serves every call, and its headers say it is spent.
+    #[actix_web::test]
+    async fn a_shadow_limit_serves_and_describes_the_call() {
+        let app = actix_test::init_service(
+            App::new()
+                .wrap(RateLimitMiddleware::new())
+                .route("/trial", web::get().to(shadowed_call)),
+        )
+        .await;
+        let get = || actix_test::TestRequest::get().uri("/trial").to_request();
+        assert_eq!(actix_test::call_service(&app, get()).await.status(), 200);
+        let over = actix_test::call_service(&app, get()).await;
+        assert_shadowed(over.status().as_u16(), &to_http(over.headers()));
+    }
+
     /// A call under several limits: the headers list each, allowed or refused.
     #[actix_web::test]
     async fn every_limit_of_a_call_is_described() {
@@ -266,16 +293,6 @@ mod tests {
         assert_eq!(ok.status(), 200);
         let refused = actix_test::call_service(&app, call()).await;
         assert_eq!(refused.status(), 429);
-        let to_http = |headers: &actix_web::http::header::HeaderMap| {
-            let mut out = http::HeaderMap::new();
-            for (name, value) in headers {
-                out.append(
-                    http::HeaderName::from_bytes(name.as_str().as_bytes()).unwrap(),
-                    http::HeaderValue::from_bytes(value.as_bytes()).unwrap(),
-                );
-            }
-            out
-        };
         let (ok, refused_headers) = (to_http(ok.headers()), to_http(refused.headers()));
         let body = actix_test::read_body(refused).await;
         let body = String::from_utf8(body.to_vec()).unwrap();

@@ -180,8 +180,8 @@ mod tests {
     use crate::__private::test_support::declaration;
     use crate::headers::HeaderFamilies;
     use crate::http::test_support::{
-        Limited, SPRING_HEADERS, assert_two_limits_described, errors_while, limited_by_ip,
-        limited_call, limited_twice, twice,
+        Limited, SPRING_HEADERS, assert_shadowed, assert_two_limits_described, errors_while,
+        limited_by_ip, limited_call, limited_twice, shadowed_call, twice,
     };
 
     async fn get_path(app: &mut Router, path: &str) -> Response {
@@ -226,6 +226,17 @@ mod tests {
             "application/problem+json"
         );
         assert_eq!(refused.headers().len(), 2, "{:?}", refused.headers());
+    }
+
+    /// A limit in shadow mode serves every call, and its headers say it is spent.
+    #[tokio::test]
+    async fn a_shadow_limit_serves_and_describes_the_call() {
+        let mut app = Router::new()
+            .route("/trial", get(shadowed_call))
+            .layer(RateLimitLayer::new());
+        assert_eq!(get_path(&mut app, "/trial").await.status(), 200);
+        let over = get_path(&mut app, "/trial").await;
+        assert_shadowed(over.status().as_u16(), over.headers());
     }
 
     /// A call under several limits: the headers list each, allowed or refused.

@@ -67,7 +67,6 @@ impl Config {
 
 pub(crate) type SharedConfig = Arc<Config>;
 
-/// A limited handler for the integrations' tests: one call per minute per path, in memory.
 /// Marks a response whose rate-limit headers are already rendered (a rejection's own), so
 /// that the layer or middleware does not render them a second time.
 #[derive(Debug, Clone, Copy)]
@@ -85,6 +84,14 @@ pub(crate) mod test_support {
     static LIMITER: LazyLock<RateLimiter> = LazyLock::new(RateLimiter::unenabled);
     static LOGIN: LimitDeclaration =
         LimitDeclaration::new("login", Limit::per_minute(1), 1, "Uri", file!(), line!());
+    static TRIAL: LimitDeclaration = LimitDeclaration::new(
+        "trial",
+        Limit::per_minute(1).shadow(),
+        1,
+        "Uri",
+        file!(),
+        line!(),
+    );
 
     /// Every header of the `spring` family.
     pub(crate) const SPRING_HEADERS: [&str; 4] = [
@@ -120,6 +127,23 @@ pub(crate) mod test_support {
         fn error_response(&self) -> actix_web::HttpResponse {
             self.0.error_response()
         }
+    }
+
+    /// What a `#[rate_limit(replenish = 1, unit = "minute", key = Uri, shadow = true)]`
+    /// handler does.
+    pub(crate) async fn shadowed_call() -> Result<&'static str, Limited> {
+        check(&TRIAL, &Uri, Some(&LIMITER)).await.map_err(Limited)?;
+        Ok("ok")
+    }
+
+    /// The headers of the second call to [`shadowed_call`]'s path: served, and described as
+    /// a spent limit, with nothing that asks the client to wait.
+    pub(crate) fn assert_shadowed(status: u16, headers: &http::HeaderMap) {
+        assert_eq!(status, 200, "a shadow limit never refuses");
+        let policy = headers.get("ratelimit").unwrap().to_str().unwrap();
+        assert!(policy.contains(";r=0"), "{policy}");
+        assert_eq!(headers.get("x-ratelimit-remaining").unwrap(), "0");
+        assert!(headers.get("retry-after").is_none());
     }
 
     /// What a `#[rate_limit(replenish = 1, unit = "minute", key = Uri)]` handler does.
