@@ -649,6 +649,39 @@ async fn several_limits_with_a_shadow_one_refuse_only_by_the_enforced(h: Harness
     );
 }
 
+async fn peek_answers_as_check_would_and_takes_nothing(h: Harness) {
+    let limits = [
+        Limit::per_minute(3),
+        Limit::per_minute(3).refill(Refill::Interval),
+        Limit::per_minute(3).algorithm(Algorithm::FixedWindow),
+        Limit::per_minute(3).algorithm(Algorithm::SlidingWindow),
+        Limit::per_minute(3).algorithm(Algorithm::SlidingLog),
+    ];
+    for (i, limit) in limits.iter().enumerate() {
+        let key = format!("peek{i}");
+        for call in 0..5 {
+            let seen = h.limiter.peek(&key, limit).await.unwrap();
+            let again = h.limiter.peek(&key, limit).await.unwrap();
+            assert_eq!(
+                (seen.allowed, seen.remaining),
+                (again.allowed, again.remaining),
+                "{limit}, call {call}: a peek takes nothing"
+            );
+            let d = h.check(&key, limit, 1).await.d;
+            assert_eq!(
+                (seen.allowed, seen.remaining),
+                (d.allowed, d.remaining),
+                "{limit}, call {call}: the peek answered as the check did"
+            );
+            h.assert_duration(d.retry_after, seen.retry_after, SLACK, "retry");
+            assert_eq!(seen.allowed, call < 3, "{limit}, call {call}");
+        }
+        // Named buckets too, and only theirs.
+        let named = h.limiter.peek_named("n", &key, limit).await.unwrap();
+        assert!(named.allowed && named.remaining == 2, "{limit}: {named:?}");
+    }
+}
+
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
         mod memory {
@@ -691,4 +724,5 @@ conformance!(
     several_limits_reject_misuse,
     a_shadow_limit_decides_and_counts_but_never_refuses,
     several_limits_with_a_shadow_one_refuse_only_by_the_enforced,
+    peek_answers_as_check_would_and_takes_nothing,
 );

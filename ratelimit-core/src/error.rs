@@ -43,9 +43,15 @@ pub enum Error {
     /// A custom [`Store`](crate::Store) that does not implement
     /// [`check_all`](crate::Store::check_all) was asked to decide several limits at once.
     #[error(
-        "this store decides one limit per call: implement Store::check_all to decide several          limits of one call together"
+        "this store decides one limit per call: implement Store::check_all to decide several \
+         limits of one call together"
     )]
     SeveralLimitsUnsupported,
+
+    /// A custom [`Store`](crate::Store) that does not implement
+    /// [`peek`](crate::Store::peek) was asked to peek.
+    #[error("this store cannot answer without taking: implement Store::peek")]
+    PeekUnsupported,
 
     /// The key prefix would break the bucket keys' hash tags.
     #[error(

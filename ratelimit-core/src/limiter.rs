@@ -636,6 +636,64 @@ impl RateLimiter {
         }
     }
 
+    /// Answers as [`check`](RateLimiter::check) would for `key` under `limit`, and takes
+    /// nothing: the store writes nothing, so asking changes no bucket. For looking at a bucket
+    /// (an admin page, the `ratelimit` CLI, a test): `remaining` is what a call could still
+    /// take, `retry_after` when a refused call would pass, `reset_after` when the bucket is
+    /// full again. Every algorithm answers. For a limit that waits, an admitted answer's
+    /// `retry_after` is how long the call would wait.
+    ///
+    /// It asks the store itself: not the deny cache, and not the failure policy (an
+    /// administrative call, as [`reset`](RateLimiter::reset)).
+    ///
+    /// ```no_run
+    /// use ratelimit_core::{Limit, RateLimiter};
+    ///
+    /// # async fn run(limiter: RateLimiter) -> Result<(), ratelimit_core::Error> {
+    /// let orders = Limit::per_minute(3).burst(300);
+    /// let now = limiter.peek("user:42", &orders).await?;
+    /// println!("{} left, full again in {:?}", now.remaining, now.reset_after);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// The store's error; [`Error::PeekUnsupported`] for a custom store that cannot peek.
+    pub async fn peek(&self, key: &str, limit: &Limit) -> Result<Decision, Error> {
+        self.peek_bucket(&bucket_key(&self.inner.prefix, None, key), limit)
+            .await
+    }
+
+    /// [`peek`](RateLimiter::peek) at the bucket of `key` under the limit called `name`: a
+    /// `#[rate_limit]` function's, by its limit's name (see
+    /// [`declared_limits`](crate::declared_limits)).
+    ///
+    /// # Errors
+    /// As [`peek`](RateLimiter::peek).
+    pub async fn peek_named(
+        &self,
+        name: &str,
+        key: &str,
+        limit: &Limit,
+    ) -> Result<Decision, Error> {
+        self.peek_bucket(&bucket_key(&self.inner.prefix, Some(name), key), limit)
+            .await
+    }
+
+    async fn peek_bucket(&self, bucket: &str, limit: &Limit) -> Result<Decision, Error> {
+        let mut decision = match &self.inner.engine {
+            Engine::Local(s) => s.peek_now(bucket, limit, 1),
+            Engine::Remote(remote) => {
+                on_tokio()?;
+                match &remote.store {
+                    RemoteStore::Redis(s) => s.peek(bucket, limit, 1).await?,
+                    RemoteStore::Custom(s) => s.peek_dyn(bucket, limit, 1).await?,
+                }
+            }
+        };
+        decision.let_shadow_through();
+        Ok(decision)
+    }
+
     /// Refills `key`'s bucket: deletes it from the store (a missing bucket is a full one) and
     /// from the deny caches of every instance (on Redis, each hears of it by pub/sub within
     /// milliseconds). It addresses the bucket of [`check`](RateLimiter::check); a

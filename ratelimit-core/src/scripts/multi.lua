@@ -4,7 +4,8 @@
 -- ARGV[1]   n, the number of limits
 -- ARGV[2]   mode: 0 decide; 1 reserve (decide, and also return what each limit answered
 --           before the call); 2 veto (another part of the call refused it: decide, take
---           nothing); 3 give back (what mode 1 reserved, for a call another node refused)
+--           nothing); 3 give back (what mode 1 reserved, for a call another node refused);
+--           4 peek (answer as mode 0 would, write nothing)
 -- ARGV[3..n+2]  every limit's key, the first again. Only the first is declared: a cluster
 --           node refuses declared keys of several slots, while the allow-cross-slot-keys flag
 --           lets the script reach keys of any slot the node serves (and a key it does not
@@ -123,7 +124,7 @@ if mode == 1 and all then
 end
 local out = {}
 for i = 1, n do
-  if all or replies[i][1] == 0 then
+  if mode ~= 4 and (all or replies[i][1] == 0) then
     for _, c in ipairs(pending[i]) do real.call(unpack(c)) end
   end
   for j = 1, 4 do out[#out + 1] = replies[i][j] end

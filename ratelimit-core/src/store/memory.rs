@@ -327,6 +327,18 @@ impl MemoryStore {
         self.check_with(key, Kernel::of(limit), limit, cost)
     }
 
+    /// Answers as [`check_now`](MemoryStore::check_now) would, and takes nothing.
+    pub fn peek_now(&self, key: &str, limit: &Limit, cost: u32) -> Decision {
+        let inner = &*self.inner;
+        let now = inner.clock.now_micros();
+        let hash = inner.hasher.hash_one(key);
+        let shard = lock(&inner.shards[inner.shard_of(hash)]);
+        let slot = shard.table.find(hash, |e| &*e.0 == key).map(|e| &e.1);
+        let outcome = decide(Kernel::of(limit), now, slot, u64::from(cost));
+        drop(shard);
+        Decision::from_outcome(&outcome, *limit, cost)
+    }
+
     /// Decides with this instance's share of `limit` when `instances` share it. A share is a
     /// token bucket's exact share of the rate and the burst, whatever the limit's algorithm:
     /// a window's count cannot be split between instances that do not talk to each other.
@@ -566,6 +578,10 @@ impl Store for MemoryStore {
     async fn reset(&self, key: &str) -> Result<(), Error> {
         self.remove(key);
         Ok(())
+    }
+
+    async fn peek(&self, key: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
+        Ok(self.peek_now(key, limit, cost))
     }
 
     async fn check_all(&self, checks: &[(&str, &Limit, u32)]) -> Result<Vec<Decision>, Error> {

@@ -32,6 +32,20 @@ pub trait Store: Send + Sync + 'static {
     /// Deletes the bucket `key` (it is full again).
     fn reset(&self, key: &str) -> impl Future<Output = Result<(), Error>> + Send;
 
+    /// Answers as [`check`](Store::check) would for a call of `cost`, and takes nothing:
+    /// writes nothing at all.
+    ///
+    /// The default returns [`Error::PeekUnsupported`].
+    fn peek(
+        &self,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        let _ = (key, limit, cost);
+        async { Err(Error::PeekUnsupported) }
+    }
+
     /// Decides several limits of one call together, all or nothing: takes `cost` tokens from
     /// every bucket `key` under its `limit`, or, if any of them refuses, from none. Returns
     /// each limit's own decision in order; a limit that would have admitted a refused call
@@ -67,6 +81,13 @@ pub(crate) trait DynStore: Send + Sync + 'static {
 
     fn reset_dyn<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), Error>>;
 
+    fn peek_dyn<'a>(
+        &'a self,
+        key: &'a str,
+        limit: &'a Limit,
+        cost: u32,
+    ) -> BoxFuture<'a, Result<Decision, Error>>;
+
     fn check_all_dyn<'a>(
         &'a self,
         checks: &'a [(&'a str, &'a Limit, u32)],
@@ -85,6 +106,15 @@ impl<S: Store> DynStore for S {
 
     fn reset_dyn<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), Error>> {
         Box::pin(self.reset(key))
+    }
+
+    fn peek_dyn<'a>(
+        &'a self,
+        key: &'a str,
+        limit: &'a Limit,
+        cost: u32,
+    ) -> BoxFuture<'a, Result<Decision, Error>> {
+        Box::pin(self.peek(key, limit, cost))
     }
 
     fn check_all_dyn<'a>(

@@ -406,4 +406,8 @@ impl Store for RedisStore {
     async fn check(&self, key: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
         self.check_one(key, limit, cost).await
     }
+
+    async fn peek(&self, key: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
+        self.peek_one(key, limit, cost).await
+    }
 }

@@ -281,6 +281,20 @@ impl RedisStore {
             .map(drop)
     }
 
+    /// [`Store::peek`]: `multi.lua` in peek mode, one `EVALSHA` on the key's node.
+    pub(super) async fn peek_one(
+        &self,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> Result<Decision, Error> {
+        let checks = [(key, limit, cost)];
+        let group = self.run_group(&checks, Mode::Peek).await?;
+        decisions(&group.numbers, &checks)
+            .pop()
+            .ok_or_else(|| Error::BadReply("no decision".to_owned()))
+    }
+
     /// One `multi.lua` call for limits whose keys one node serves.
     async fn run_group(
         &self,
@@ -300,6 +314,7 @@ impl RedisStore {
             Mode::Decide => 0,
             Mode::Reserve => 1,
             Mode::Veto => 2,
+            Mode::Peek => 4,
             Mode::GiveBack(reserved_at) => {
                 argv.push(reserved_at);
                 3
@@ -328,6 +343,8 @@ enum Mode {
     Veto,
     /// Return what a reservation made at this server time (us) took.
     GiveBack(u64),
+    /// Answer as `Decide` would; write nothing.
+    Peek,
 }
 
 /// Whether a cluster node refused a script for a key it does not serve.
