@@ -3,6 +3,7 @@
 //! ```sh
 //! cargo run --example quickstart                                   # in-memory store
 //! REDIS_URL=redis://127.0.0.1:6379 cargo run --example quickstart  # shared buckets in Redis
+//! RUST_LOG=redis_ratelimit=debug cargo run --example quickstart      # each decision's span
 //! ```
 #![allow(clippy::print_stdout)]
 
@@ -24,6 +25,11 @@ async fn fetch_report(call: u32) -> Result<String, RateLimited> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    // The library logs through `tracing`; `RUST_LOG` chooses what shows (nothing by default).
+    tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
+        .init();
     report::exit(run().await)
 }
 

@@ -124,6 +124,7 @@ pub async fn check(
             limiter.decide_without_key(&effective.limit, effective.cost)
         }
     };
+    decision.trace(Some(name), bucket.as_deref());
     if decision.allowed {
         record_current(name, decision, None);
         Ok(())
@@ -252,6 +253,9 @@ pub async fn check_all(
             decided.push(d);
             keys.push(bucket);
         }
+    }
+    for ((name, part), bucket) in names.iter().zip(&decided).zip(&keys) {
+        part.trace(Some(name), bucket.as_deref());
     }
     let parts = decided;
     let decision = Decision::combined(parts);
@@ -387,7 +391,11 @@ pub(crate) mod test_support {
         fn enabled(&self, _: &Metadata<'_>) -> bool {
             true
         }
-        fn new_span(&self, _: &span::Attributes<'_>) -> span::Id {
+        fn new_span(&self, attributes: &span::Attributes<'_>) -> span::Id {
+            let metadata = attributes.metadata();
+            let mut line = Line(format!("SPAN {} {}", metadata.level(), metadata.name()));
+            attributes.record(&mut line);
+            self.0.lock().unwrap().push(line.0);
             span::Id::from_u64(1)
         }
         fn record(&self, _: &span::Id, _: &span::Record<'_>) {}
@@ -402,6 +410,12 @@ pub(crate) mod test_support {
     }
 
     impl Capture {
+        /// Every event and span, in order: `LEVEL field=value ..` for an event, `SPAN LEVEL
+        /// name field=value ..` for a span.
+        pub(crate) fn lines(&self) -> Vec<String> {
+            self.0.lock().unwrap().clone()
+        }
+
         /// The ERROR events that mention `name`.
         pub(crate) fn errors_about(&self, name: &str) -> Vec<String> {
             self.0
@@ -449,6 +463,62 @@ mod tests {
             });
         });
         capture.errors_about(decl.name())
+    }
+
+    /// Every decision is a `rate_limit` span at DEBUG with the limit's name, the outcome, the
+    /// tokens left and who decided; the bucket's key only in a TRACE event within it.
+    #[test]
+    fn every_decision_is_a_rate_limit_span() {
+        static TRACED: LimitDeclaration = LimitDeclaration::new(
+            "t::traced",
+            crate::Limit::per_minute(1),
+            1,
+            "Uri",
+            file!(),
+            line!(),
+        );
+        let capture = Capture::default();
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let limiter = RateLimiter::unenabled();
+        tracing::subscriber::with_default(capture.clone(), || {
+            runtime.block_on(async {
+                let ctx = || RequestContext::new().with_path("/traced/secret-user");
+                for _ in 0..2 {
+                    let _ = scope(ctx(), check(&TRACED, &Uri, Some(&limiter))).await;
+                }
+                let _ = limiter.check("direct", &crate::Limit::per_second(1)).await;
+            });
+        });
+        let lines = capture.lines();
+        let spans: Vec<&String> = lines
+            .iter()
+            .filter(|l| l.starts_with("SPAN DEBUG rate_limit"))
+            .collect();
+        assert_eq!(spans.len(), 3, "{lines:#?}");
+        assert!(
+            spans[0].contains("limit=\"t::traced\"")
+                && spans[0].contains("outcome=\"allowed\"")
+                && spans[0].contains("remaining=0")
+                && spans[0].contains("source=Store"),
+            "{}",
+            spans[0]
+        );
+        assert!(spans[1].contains("outcome=\"limited\""), "{}", spans[1]);
+        assert!(spans[2].contains("limit=\"-\""), "{}", spans[2]);
+        // The key only at TRACE, never in the span or a DEBUG event.
+        for line in &lines {
+            if line.contains("secret-user") {
+                assert!(line.starts_with("TRACE"), "{line}");
+            }
+        }
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("TRACE") && l.contains("secret-user"))
+        );
     }
 
     #[test]

@@ -156,7 +156,49 @@ impl Decision {
         if !self.allowed && self.limit.is_shadow() {
             self.allowed = true;
             self.shadowed = true;
-            tracing::debug!(limit = %self.limit, retry_after = ?self.retry_after, "a limit in shadow mode let through a call it would refuse");
+        }
+    }
+
+    /// What happened to the call, in one word, as the `rate_limit` span and the metrics name
+    /// it: `allowed` or `limited` by the store (or `limited` by the deny cache),
+    /// `shadow_limited` (a limit in shadow mode would have refused), `no_key`, `fallback`,
+    /// `fail_open` or `fail_closed` (the store was failing), or `disabled`.
+    pub fn outcome(&self) -> &'static str {
+        match self.source {
+            _ if self.shadowed => "shadow_limited",
+            Source::NoKey => "no_key",
+            Source::Fallback => "fallback",
+            Source::FailOpen => "fail_open",
+            Source::FailClosed => "fail_closed",
+            Source::Disabled => "disabled",
+            _ if self.allowed => "allowed",
+            _ => "limited",
+        }
+    }
+
+    /// Describes the decision in a `rate_limit` span (DEBUG, target `redis_ratelimit`): the
+    /// limit's name (`-` for a limit without one), the outcome, the tokens left and who
+    /// decided, with one event; the bucket's key, which may be personal data, only at TRACE.
+    pub(crate) fn trace(&self, name: Option<&str>, bucket: Option<&str>) {
+        if !tracing::enabled!(target: "redis_ratelimit", tracing::Level::DEBUG) {
+            return;
+        }
+        let span = tracing::debug_span!(
+            target: "redis_ratelimit",
+            "rate_limit",
+            limit = name.unwrap_or("-"),
+            outcome = self.outcome(),
+            remaining = self.remaining,
+            source = ?self.source,
+        );
+        let _in = span.enter();
+        if self.allowed && !self.shadowed {
+            tracing::debug!(target: "redis_ratelimit", "decided");
+        } else {
+            tracing::debug!(target: "redis_ratelimit", retry_after = ?self.retry_after, "decided");
+        }
+        if let Some(bucket) = bucket {
+            tracing::trace!(target: "redis_ratelimit", bucket, "bucket");
         }
     }
 

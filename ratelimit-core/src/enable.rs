@@ -87,7 +87,7 @@ async fn enable_claimed(options: EnableOptions) -> Result<&'static RateLimiter, 
         decl.set_effective(effective);
     }
     let limiter = registry::install(limiter);
-    tracing::info!(
+    tracing::info!(target: "redis_ratelimit",
         prefix = limiter.prefix(),
         limits = decls.len(),
         "redis-ratelimit enabled: {}",

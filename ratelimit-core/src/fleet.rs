@@ -198,7 +198,7 @@ impl Task {
             // say so once, and keep listening for resets, which do not need it.
             Ok(Err(Error::Redis(e))) if e.code().is_some() => {
                 if !self.refused.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(
+                    tracing::warn!(target: "redis_ratelimit",
                         key = %self.instances,
                         error = %e,
                         "the rate-limit heartbeat cannot write its key, so this instance is not \

@@ -109,7 +109,9 @@ impl RateLimiter {
     pub async fn check_n(&self, key: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
         validate_cost(limit, cost)?;
         let bucket = bucket_key(&self.inner.prefix, None, key);
-        self.decide(&bucket, limit, cost).await
+        let decision = self.decide(&bucket, limit, cost).await?;
+        decision.trace(None, Some(&bucket));
+        Ok(decision)
     }
 
     /// Takes one token from `key`'s bucket, waiting up to `max_wait` for it instead of being
@@ -184,7 +186,9 @@ impl RateLimiter {
     ) -> Result<Decision, Error> {
         validate_cost(limit, cost)?;
         let bucket = bucket_key(&self.inner.prefix, Some(name), key);
-        self.decide(&bucket, limit, cost).await
+        let decision = self.decide(&bucket, limit, cost).await?;
+        decision.trace(Some(name), Some(&bucket));
+        Ok(decision)
     }
 
     /// Decides several limits of one call together, all or nothing: the call takes `cost`
@@ -224,7 +228,11 @@ impl RateLimiter {
             .iter()
             .map(|&(key, limit, cost)| (bucket_key(&self.inner.prefix, None, key), limit, cost))
             .collect();
-        self.check_buckets(&buckets).await
+        let decision = self.check_buckets(&buckets).await?;
+        for (part, (bucket, ..)) in decision.parts().iter().zip(&buckets) {
+            part.trace(None, Some(bucket));
+        }
+        Ok(decision)
     }
 
     /// [`check_all`](RateLimiter::check_all) with each limit's name: `(name, key, limit,
@@ -242,7 +250,12 @@ impl RateLimiter {
                 (bucket_key(&self.inner.prefix, Some(name), key), limit, cost)
             })
             .collect();
-        self.check_buckets(&buckets).await
+        let decision = self.check_buckets(&buckets).await?;
+        for ((part, (name, ..)), (bucket, ..)) in decision.parts().iter().zip(checks).zip(&buckets)
+        {
+            part.trace(Some(name), Some(bucket));
+        }
+        Ok(decision)
     }
 
     /// Decides several already-named buckets together (the macro's path for stacked limits).
@@ -583,7 +596,7 @@ impl RateLimiter {
             };
             for (bucket, limit, cost) in remote {
                 if let Err(e) = store.give_back_reserved(&bucket, &limit, cost).await {
-                    tracing::warn!(error = %e, "redis-ratelimit could not give back the tokens of a call that gave up waiting");
+                    tracing::warn!(target: "redis_ratelimit", error = %e, "redis-ratelimit could not give back the tokens of a call that gave up waiting");
                 }
             }
         });

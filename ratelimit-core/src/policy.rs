@@ -209,7 +209,7 @@ impl Resilience {
             if let Some(store) = self.fallback.get() {
                 store.clear();
             }
-            tracing::info!(limiter = %self.label, "rate-limit store is back; leaving degraded mode");
+            tracing::info!(target: "redis_ratelimit", limiter = %self.label, "rate-limit store is back; leaving degraded mode");
         }
     }
 
@@ -226,7 +226,7 @@ impl Resilience {
             c.probing.store(false, Ordering::Release);
         }
         if !self.degraded.load(Ordering::Relaxed) && !self.degraded.swap(true, Ordering::Relaxed) {
-            tracing::warn!(
+            tracing::warn!(target: "redis_ratelimit",
                 limiter = %self.label,
                 policy = ?self.policy,
                 instances = self.instances.load(Ordering::Relaxed),

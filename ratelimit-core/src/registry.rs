@@ -119,7 +119,7 @@ impl LimitDeclaration {
     pub(crate) fn warn_once(&self, kind: Warning, message: &dyn fmt::Display) {
         let bit = 1u8 << (kind as u8);
         if self.warned.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
-            tracing::error!(limit = self.name, "{message}");
+            tracing::error!(target: "redis_ratelimit", limit = self.name, "{message}");
         }
     }
 

@@ -534,7 +534,7 @@ impl Inner {
         shard.table.retain(|e| e.1.expire_ms() > threshold);
         let evicted = (before - shard.table.len()) as u64;
         self.evicted.fetch_add(evicted, Ordering::Relaxed);
-        tracing::warn!(
+        tracing::warn!(target: "redis_ratelimit",
             evicted,
             bound = self.shard_cap * self.shards.len(),
             "in-memory rate-limit store is full of active buckets; evicted the ones closest to \

@@ -191,7 +191,7 @@ impl SentinelConn {
             _ => return Ok(()),
         };
         if in_use != (host.as_str(), port) {
-            tracing::info!(
+            tracing::info!(target: "redis_ratelimit",
                 from = %current.addr,
                 to = %format_args!("{host}:{port}"),
                 "the sentinels name another master; switching"
