@@ -6,6 +6,7 @@
 //! ```
 #![allow(clippy::print_stdout)]
 
+mod reload;
 mod report;
 
 use std::process::ExitCode;
@@ -118,6 +119,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .filter(|u| !u.is_empty())
         .unwrap_or_else(|| "memory://".to_owned());
     let limiter = enable_redis_rate_limit!(url = url.clone()).await?;
+    // `kill -HUP <pid>` re-reads the overrides (RATE_LIMIT_CONFIG) without a restart.
+    reload::on_sighup()?;
     let store = if url.starts_with("memory:") {
         "in memory"
     } else {

@@ -19,6 +19,7 @@
 //! ```
 #![allow(clippy::print_stdout)]
 
+mod reload;
 mod report;
 
 use std::net::SocketAddr;
@@ -132,6 +133,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
         .filter(|u| !u.is_empty())
         .unwrap_or_else(|| "memory://".to_owned());
     let limiter = enable_redis_rate_limit!(url = url.clone()).await?;
+    // `kill -HUP <pid>` re-reads the overrides (RATE_LIMIT_CONFIG) without a restart.
+    reload::on_sighup()?;
     let store = if url.starts_with("memory:") {
         "in memory"
     } else {

@@ -408,6 +408,66 @@ async fn slashes_written_as_escapes_share_a_bucket(bin: &str) {
     assert_eq!(seen.len(), 1, "the handler saw one file: {seen:?}");
 }
 
+/// `SIGHUP` re-reads the overrides file: a login limit raised from 1 to 3 a minute admits
+/// the two more calls at once, the one already taken staying taken.
+async fn sighup_reloads_the_overrides(bin: &str) {
+    let redis = RedisServer::start();
+    let config = redis.dir().join("limits.toml");
+    let name = limit_name(bin, "login");
+    let limits = |n: u32| format!("[limits.\"{name}\"]\nreplenish = {n}\nburst = {n}\n");
+    std::fs::write(&config, limits(1)).unwrap();
+    let service = Service::start(
+        bin,
+        &redis,
+        &[("RATE_LIMIT_CONFIG", config.to_str().unwrap())],
+    )
+    .await;
+    let http = client();
+    let login = || async {
+        http.post(service.url("/login"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+    };
+    assert_eq!(login().await, StatusCode::OK);
+    assert_eq!(login().await, StatusCode::TOO_MANY_REQUESTS);
+
+    let hangup = || {
+        let status = Command::new("kill")
+            .args(["-HUP", &service.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    };
+    std::fs::write(&config, limits(3)).unwrap();
+    hangup();
+    // The signal is handled by a task of the service: poll until it has reloaded.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while login().await != StatusCode::OK {
+        assert!(Instant::now() < deadline, "the reload never took effect");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(login().await, StatusCode::OK, "3 a minute: one more");
+    assert_eq!(login().await, StatusCode::TOO_MANY_REQUESTS);
+
+    // An invalid file is refused (tests/reload_overrides.rs checks the limits stay): the
+    // service says so and goes on serving.
+    std::fs::write(&config, "[limits.\"nope\"]\nburst = 0\n").unwrap();
+    hangup();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(login().await, StatusCode::TOO_MANY_REQUESTS);
+    assert!(
+        http.get(service.url("/health"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            == StatusCode::OK,
+        "still serving"
+    );
+}
+
 macro_rules! both_services {
     ($($case:ident),* $(,)?) => {
         mod axum {
@@ -437,4 +497,5 @@ both_services!(
     forwarded_headers_need_a_trusted_proxy,
     spellings_of_a_path_share_its_bucket,
     slashes_written_as_escapes_share_a_bucket,
+    sighup_reloads_the_overrides,
 );

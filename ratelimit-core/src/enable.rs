@@ -77,7 +77,8 @@ pub async fn enable(options: EnableOptions) -> Result<&'static RateLimiter, Erro
 
 async fn enable_claimed(options: EnableOptions) -> Result<&'static RateLimiter, Error> {
     let decls = declared_limits();
-    let resolved = resolve_limits(&decls, options.resolved_config().as_deref())?;
+    let config = options.resolved_config();
+    let resolved = resolve_limits(&decls, config.as_deref())?;
     let limiter = options
         .limiter
         .or_defaults(default_url, &options.crate_name)
@@ -86,6 +87,7 @@ async fn enable_claimed(options: EnableOptions) -> Result<&'static RateLimiter, 
     for (decl, effective) in decls.iter().zip(resolved) {
         decl.set_effective(effective);
     }
+    registry::remember_config(config);
     let limiter = registry::install(limiter);
     tracing::info!(target: "redis_ratelimit",
         prefix = limiter.prefix(),
@@ -94,6 +96,53 @@ async fn enable_claimed(options: EnableOptions) -> Result<&'static RateLimiter, 
         registry::describe_names(&decls)
     );
     Ok(limiter)
+}
+
+/// Reads the overrides again, from the file `enable_redis_rate_limit!` read (its `config`,
+/// else env `RATE_LIMIT_CONFIG` as it was then) and from the environment as it is now, and
+/// puts them in force: for a service to change its quotas without a restart (the examples do
+/// it on `SIGHUP`).
+///
+/// Everything is validated first: an error (a file that does not parse, a limit it names that
+/// is not declared, an invalid value) leaves every limit as it was, and names the file or
+/// variable, the limit and the field. Then each limit's new value is swapped in whole: a call
+/// sees the old limit or the new one, never a mix, and no call waits on a lock. A function with
+/// stacked limits may see one limit's new value and another's old for the instant of the swap.
+///
+/// Buckets keep their state: tokens taken stay taken under the new limit, and a bucket over a
+/// lowered burst answers an honest `retry_after` (see docs/operations.md). The global
+/// limiter's deny cache is cleared, so that a raised limit admits at once.
+///
+/// ```no_run
+/// # async fn run() -> Result<(), redis_ratelimit::Error> {
+/// // After editing limits.toml (or changing RATE_LIMIT_OVERRIDE_* in the environment):
+/// redis_ratelimit::reload_overrides().await?;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`Error::NotEnabled`] before `enable_redis_rate_limit!` has succeeded; [`Error::Config`]
+/// for an invalid override, with nothing changed.
+pub async fn reload_overrides() -> Result<(), Error> {
+    let (Some(config), Some(limiter)) = (registry::config(), registry::global()) else {
+        return Err(Error::NotEnabled);
+    };
+    let decls = declared_limits();
+    let resolved = resolve_limits(&decls, config.as_deref())?;
+    let mut changed = Vec::new();
+    for (decl, effective) in decls.iter().zip(resolved) {
+        if decl.effective() != effective {
+            changed.push(decl.name());
+        }
+        decl.set_effective(effective);
+    }
+    limiter.clear_deny_cache();
+    tracing::info!(target: "redis_ratelimit",
+        changed = changed.len(),
+        "redis-ratelimit reloaded its overrides: {}",
+        if changed.is_empty() { "nothing changed".to_owned() } else { format!("changed {}", changed.join(", ")) }
+    );
+    Ok(())
 }
 
 /// Validates every declaration and applies the overrides, without touching any of them yet.

@@ -112,6 +112,12 @@ pub enum Error {
     )]
     AlreadyEnabled,
 
+    /// `reload_overrides` was called before `enable_redis_rate_limit!` succeeded.
+    #[error(
+        "redis-ratelimit is not enabled yet: call enable_redis_rate_limit! before reload_overrides"
+    )]
+    NotEnabled,
+
     /// A configuration override is invalid or names no declared limit.
     #[error("{0}")]
     Config(String),

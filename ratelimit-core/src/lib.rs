@@ -46,7 +46,7 @@ pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use context::{Recorded, RequestContext, scope, scope_returning};
 pub use decision::{Decision, RateLimited, Source};
 pub use deny_cache::DEFAULT_DENY_CACHE_CAPACITY;
-pub use enable::{DEFAULT_REDIS_URL, EnableOptions, enable};
+pub use enable::{DEFAULT_REDIS_URL, EnableOptions, enable, reload_overrides};
 pub use error::Error;
 #[cfg(feature = "actix-web")]
 pub use http::actix::RateLimitMiddleware;

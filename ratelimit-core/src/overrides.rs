@@ -184,9 +184,23 @@ struct File {
 /// [`Error::Config`] with the parser's message (line and column, unknown fields, a value
 /// out of range).
 pub fn parse(text: &str) -> Result<BTreeMap<String, Override>, Error> {
-    toml::from_str::<File>(text)
-        .map(|f| f.limits)
-        .map_err(|e| Error::Config(e.to_string()))
+    toml::from_str::<File>(text).map(|f| f.limits).map_err(|e| {
+        // The table the error is in names the limit: the last header before it.
+        let table = e
+            .span()
+            .and_then(|span| text.get(..span.start))
+            .and_then(|before| {
+                before
+                    .lines()
+                    .rev()
+                    .map(str::trim)
+                    .find(|l| l.starts_with('['))
+            });
+        match table {
+            Some(table) => Error::Config(format!("in `{table}`: {e}")),
+            None => Error::Config(e.to_string()),
+        }
+    })
 }
 
 /// Parses the value of a `RATE_LIMIT_OVERRIDE_*` variable.

@@ -2,7 +2,10 @@
 
 use std::borrow::Cow;
 use std::fmt;
-use std::sync::OnceLock;
+use std::path::PathBuf;
+use std::sync::{Arc, OnceLock};
+
+use arc_swap::ArcSwapOption;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use crate::Limit;
@@ -17,7 +20,10 @@ pub struct LimitDeclaration {
     key: &'static str,
     file: &'static str,
     line: u32,
-    effective: OnceLock<Effective>,
+    /// The limit in force when an override changed it: set by `enable_redis_rate_limit!`,
+    /// swapped whole by [`reload_overrides`](crate::reload_overrides); read by every call
+    /// without a lock.
+    effective: ArcSwapOption<Effective>,
     /// The [`Warning`]s already logged, one bit each.
     warned: AtomicU8,
 }
@@ -65,7 +71,7 @@ impl LimitDeclaration {
             key,
             file,
             line,
-            effective: OnceLock::new(),
+            effective: ArcSwapOption::const_empty(),
             warned: AtomicU8::new(0),
         }
     }
@@ -88,11 +94,14 @@ impl LimitDeclaration {
     /// The limit in force: the declared one, or the configuration override applied by
     /// `enable_redis_rate_limit!`.
     pub fn effective(&self) -> Effective {
-        self.effective.get().copied().unwrap_or(Effective {
-            limit: self.limit,
-            cost: self.cost,
-            enabled: true,
-        })
+        match &*self.effective.load() {
+            Some(effective) => **effective,
+            None => Effective {
+                limit: self.limit,
+                cost: self.cost,
+                enabled: true,
+            },
+        }
     }
 
     /// The key resolver expression, as written (`Uri`, `Header("x-api-key")`).
@@ -110,8 +119,8 @@ impl LimitDeclaration {
         self.line
     }
 
-    pub(crate) fn set_effective(&self, effective: Effective) -> bool {
-        self.effective.set(effective).is_ok()
+    pub(crate) fn set_effective(&self, effective: Effective) {
+        self.effective.store(Some(Arc::new(effective)));
     }
 
     /// Logs `message` once per declaration and kind of mistake (not once per call): a
@@ -148,7 +157,7 @@ impl fmt::Debug for LimitDeclaration {
             .field("cost", &self.cost)
             .field("key", &self.key)
             .field("at", &format_args!("{}:{}", self.file, self.line))
-            .field("effective", &self.effective.get())
+            .field("effective", &self.effective())
             .finish()
     }
 }
@@ -181,6 +190,18 @@ pub fn declared_limits() -> Vec<&'static LimitDeclaration> {
 }
 
 static GLOBAL: OnceLock<RateLimiter> = OnceLock::new();
+/// The overrides file `enable_redis_rate_limit!` read (or `None`), for `reload_overrides`.
+static CONFIG: OnceLock<Option<PathBuf>> = OnceLock::new();
+
+/// Remembers where the overrides came from, once, at enable.
+pub(crate) fn remember_config(config: Option<PathBuf>) {
+    let _ = CONFIG.set(config);
+}
+
+/// The overrides file enable read: `None` before enable, `Some(None)` for no file.
+pub(crate) fn config() -> Option<&'static Option<PathBuf>> {
+    CONFIG.get()
+}
 static ENABLING: AtomicBool = AtomicBool::new(false);
 
 /// The limiter installed by `enable_redis_rate_limit!`, if it has run.
