@@ -8,6 +8,7 @@
 //! | `GET /users/{id}` | 10 per minute | the route: `/users/1` and `/users/2` share a bucket |
 //! | `GET /items/{id}` | 10 per minute | the path: `/items/1` and `/items/2` are two buckets |
 //! | `GET /health` | none | |
+//! | `GET /metrics` | none | the library's metrics in Prometheus' text format |
 //!
 //! `TRUSTED_PROXIES` (comma-separated CIDRs) makes the client IP come from `Forwarded` /
 //! `X-Forwarded-For` when the peer is one of them; by default those headers are ignored.
@@ -31,6 +32,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use redis_ratelimit::{
     Global, Ip, Principal, RateLimitLayer, RateLimited, Route, TrustedProxies, Uri, User,
     enable_redis_rate_limit, rate_limit,
@@ -107,8 +109,14 @@ async fn auth(mut req: Request, next: Next) -> Response {
     next.run(req).await
 }
 
-fn app(proxies: TrustedProxies) -> Router {
+fn app(proxies: TrustedProxies, metrics: PrometheusHandle) -> Router {
     Router::new()
+        // Decisions per limit and outcome, store latency, degraded mode (the `metrics`
+        // feature), for Prometheus to scrape.
+        .route(
+            "/metrics",
+            get(move || std::future::ready(metrics.render())),
+        )
         .route("/login", post(login))
         .route("/orders", get(list_orders))
         .route("/search", get(search))
@@ -128,6 +136,8 @@ async fn main() -> ExitCode {
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
+    // Before the first decision, so that every one is counted.
+    let metrics = PrometheusBuilder::new().install_recorder()?;
     let url = std::env::var("REDIS_URL")
         .ok()
         .filter(|u| !u.is_empty())
@@ -156,7 +166,7 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     println!("listening on http://{}", listener.local_addr()?);
     axum::serve(
         listener,
-        app(proxies).into_make_service_with_connect_info::<SocketAddr>(),
+        app(proxies, metrics).into_make_service_with_connect_info::<SocketAddr>(),
     )
     .await?;
     Ok(())

@@ -499,3 +499,38 @@ both_services!(
     slashes_written_as_escapes_share_a_bucket,
     sighup_reloads_the_overrides,
 );
+
+/// The axum service serves the library's metrics in Prometheus' text format: decisions per
+/// limit and outcome, and store latency; never a key.
+#[tokio::test]
+async fn axum_serves_its_metrics() {
+    let redis = RedisServer::start();
+    let service = Service::start(AXUM, &redis, &[]).await;
+    let http = client();
+    for _ in 0..7 {
+        http.post(service.url("/login")).send().await.unwrap();
+    }
+    let text = http
+        .get(service.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let name = limit_name(AXUM, "login");
+    let count = |outcome: &str| {
+        let series =
+            format!("ratelimit_decisions_total{{limit=\"{name}\",outcome=\"{outcome}\"}} ");
+        text.lines()
+            .find_map(|l| l.strip_prefix(&series))
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    assert_eq!(count("allowed"), Some(5), "{text}");
+    assert_eq!(count("limited"), Some(2), "{text}");
+    assert!(text.contains("ratelimit_store_seconds"), "{text}");
+    assert!(
+        !text.contains("127.0.0.1"),
+        "no key (here the client IP) in a label: {text}"
+    );
+}

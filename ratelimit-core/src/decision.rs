@@ -176,32 +176,6 @@ impl Decision {
         }
     }
 
-    /// Describes the decision in a `rate_limit` span (DEBUG, target `redis_ratelimit`): the
-    /// limit's name (`-` for a limit without one), the outcome, the tokens left and who
-    /// decided, with one event; the bucket's key, which may be personal data, only at TRACE.
-    pub(crate) fn trace(&self, name: Option<&str>, bucket: Option<&str>) {
-        if !tracing::enabled!(target: "redis_ratelimit", tracing::Level::DEBUG) {
-            return;
-        }
-        let span = tracing::debug_span!(
-            target: "redis_ratelimit",
-            "rate_limit",
-            limit = name.unwrap_or("-"),
-            outcome = self.outcome(),
-            remaining = self.remaining,
-            source = ?self.source,
-        );
-        let _in = span.enter();
-        if self.allowed && !self.shadowed {
-            tracing::debug!(target: "redis_ratelimit", "decided");
-        } else {
-            tracing::debug!(target: "redis_ratelimit", retry_after = ?self.retry_after, "decided");
-        }
-        if let Some(bucket) = bucket {
-            tracing::trace!(target: "redis_ratelimit", bucket, "bucket");
-        }
-    }
-
     /// The same decision, attributed to `source`.
     #[must_use]
     pub fn with_source(mut self, source: Source) -> Decision {

@@ -36,6 +36,7 @@ mod key;
 mod limit;
 mod limiter;
 mod naming;
+pub mod observe;
 pub mod overrides;
 mod policy;
 mod registry;

@@ -110,7 +110,7 @@ impl RateLimiter {
         validate_cost(limit, cost)?;
         let bucket = bucket_key(&self.inner.prefix, None, key);
         let decision = self.decide(&bucket, limit, cost).await?;
-        decision.trace(None, Some(&bucket));
+        decision.observe(None, Some(&bucket));
         Ok(decision)
     }
 
@@ -187,7 +187,7 @@ impl RateLimiter {
         validate_cost(limit, cost)?;
         let bucket = bucket_key(&self.inner.prefix, Some(name), key);
         let decision = self.decide(&bucket, limit, cost).await?;
-        decision.trace(Some(name), Some(&bucket));
+        decision.observe(Some(name), Some(&bucket));
         Ok(decision)
     }
 
@@ -230,7 +230,7 @@ impl RateLimiter {
             .collect();
         let decision = self.check_buckets(&buckets).await?;
         for (part, (bucket, ..)) in decision.parts().iter().zip(&buckets) {
-            part.trace(None, Some(bucket));
+            part.observe(None, Some(bucket));
         }
         Ok(decision)
     }
@@ -253,7 +253,7 @@ impl RateLimiter {
         let decision = self.check_buckets(&buckets).await?;
         for ((part, (name, ..)), (bucket, ..)) in decision.parts().iter().zip(checks).zip(&buckets)
         {
-            part.trace(Some(name), Some(bucket));
+            part.observe(Some(name), Some(bucket));
         }
         Ok(decision)
     }
@@ -465,6 +465,7 @@ impl RateLimiter {
                 .as_ref()
                 .and_then(|c| c.check(bucket, limit, cost))
         {
+            crate::observe::deny_cache_hit();
             return Ok(refused);
         }
         // Boxed: awaited inline, the store's call and the deadline's timer make every check's
@@ -627,7 +628,9 @@ impl RateLimiter {
             return Ok(by_policy(guard));
         }
         let sent = std::time::Instant::now();
-        match guard.call(ask(&remote.store)).await {
+        let answer = guard.call(ask(&remote.store)).await;
+        crate::observe::store_call(sent.elapsed());
+        match answer {
             Ok(answer) => {
                 guard.succeeded(gate, circuit);
                 if let Some(cache) = &remote.deny_cache {

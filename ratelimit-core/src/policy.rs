@@ -210,6 +210,7 @@ impl Resilience {
                 store.clear();
             }
             tracing::info!(target: "redis_ratelimit", limiter = %self.label, "rate-limit store is back; leaving degraded mode");
+            crate::observe::degraded(&self.label, false);
         }
     }
 
@@ -233,6 +234,7 @@ impl Resilience {
                 %error,
                 "rate-limit store failed; entering degraded mode"
             );
+            crate::observe::degraded(&self.label, true);
         }
     }
 

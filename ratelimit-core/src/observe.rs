@@ -1,0 +1,74 @@
+//! What the library tells the people who run it: the `rate_limit` span of every decision
+//! (`tracing`), and with the `metrics` feature the counters, histogram and gauge of the
+//! [`metrics`](https://docs.rs/metrics) facade, for whatever exporter the application
+//! installs. Their labels are the limit's name and the outcome, never a key: their number is
+//! bounded by the declared limits.
+//!
+//! | metric | kind | labels |
+//! |---|---|---|
+//! | `ratelimit_decisions_total` | counter | `limit`, `outcome` ([`Decision::outcome`]) |
+//! | `ratelimit_store_seconds` | histogram | (none): each call to a remote store, success or not |
+//! | `ratelimit_degraded` | gauge | `limiter`: 1 while the store is failing, else 0 |
+//! | `ratelimit_deny_cache_hits_total` | counter | (none): refusals the deny cache answered |
+
+use crate::Decision;
+
+/// The name a decision without a limit name (`RateLimiter::check`) is counted under.
+pub(crate) const UNNAMED: &str = "-";
+
+impl Decision {
+    /// Describes the decision: in a `rate_limit` span (DEBUG, target `redis_ratelimit`) with
+    /// the limit's name, the outcome, the tokens left and who decided, and one event (the
+    /// bucket's key, which may be personal data, only at TRACE); and with the `metrics`
+    /// feature, one count of `ratelimit_decisions_total`.
+    pub(crate) fn observe(&self, name: Option<&str>, bucket: Option<&str>) {
+        #[cfg(feature = "metrics")]
+        metrics::counter!(
+            "ratelimit_decisions_total",
+            "limit" => name.unwrap_or(UNNAMED).to_owned(),
+            "outcome" => self.outcome(),
+        )
+        .increment(1);
+        if !tracing::enabled!(target: "redis_ratelimit", tracing::Level::DEBUG) {
+            return;
+        }
+        let span = tracing::debug_span!(
+            target: "redis_ratelimit",
+            "rate_limit",
+            limit = name.unwrap_or(UNNAMED),
+            outcome = self.outcome(),
+            remaining = self.remaining,
+            source = ?self.source,
+        );
+        let _in = span.enter();
+        if self.allowed && !self.shadowed {
+            tracing::debug!(target: "redis_ratelimit", "decided");
+        } else {
+            tracing::debug!(target: "redis_ratelimit", retry_after = ?self.retry_after, "decided");
+        }
+        if let Some(bucket) = bucket {
+            tracing::trace!(target: "redis_ratelimit", bucket, "bucket");
+        }
+    }
+}
+
+/// How long one call to a remote store took, success or not.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn store_call(took: std::time::Duration) {
+    #[cfg(feature = "metrics")]
+    metrics::histogram!("ratelimit_store_seconds").record(took.as_secs_f64());
+}
+
+/// The store of `limiter` started failing (`true`) or is back (`false`).
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn degraded(limiter: &str, degraded: bool) {
+    #[cfg(feature = "metrics")]
+    metrics::gauge!("ratelimit_degraded", "limiter" => limiter.to_owned())
+        .set(if degraded { 1.0 } else { 0.0 });
+}
+
+/// The deny cache answered a call.
+pub(crate) fn deny_cache_hit() {
+    #[cfg(feature = "metrics")]
+    metrics::counter!("ratelimit_deny_cache_hits_total").increment(1);
+}
