@@ -632,6 +632,9 @@ async fn several_limits_with_a_shadow_one_refuse_only_by_the_enforced(h: Harness
     assert!(second.allowed && second.shadowed, "{second:?}");
     assert_eq!(second.parts()[0].remaining, 8);
     assert!(second.parts()[1].shadowed);
+    // The call is described by the enforced limit (Spring's headers, `remaining`): a client
+    // must not slow down for a limit nobody enforces.
+    assert_eq!((second.tightest(), second.remaining), (0, 8));
     // An enforced refusal still refuses, and a shadow limit takes nothing from a refused call.
     let spent = Limit::per_minute(1).burst(1);
     assert!(h.check("spent", &spent, 1).await.d.allowed);
@@ -642,6 +645,7 @@ async fn several_limits_with_a_shadow_one_refuse_only_by_the_enforced(h: Harness
         .await
         .unwrap();
     assert!(!refused.allowed);
+    assert!(!refused.shadowed, "refused by an enforced limit: not let through");
     let d = h.check("fresh", &fresh, 1).await.d;
     assert!(
         !d.shadowed,

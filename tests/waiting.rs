@@ -260,6 +260,8 @@ on_both_stores!(
     a_dropped_waiter_gives_its_tokens_back,
     several_limits_wait_for_the_latest_and_stay_all_or_nothing,
     limits_that_cannot_wait_say_so,
+    a_shadow_limit_that_waits_never_delays,
+    a_new_rate_keeps_the_reservations,
 );
 
 /// Redis down, the fallback paces the waiters in memory, at this instance's share.
@@ -289,4 +291,136 @@ async fn the_fallback_paces_waiters_while_redis_is_down() {
     let (at, admitted) = completions(t0, calls).await;
     assert_eq!(admitted, 5);
     assert_never_early(&at, Duration::from_millis(100), "fallback");
+}
+
+/// A shadow limit never delays a call: it says the call would have waited, and lets it go.
+async fn a_shadow_limit_that_waits_never_delays(s: Store) {
+    let trial = Limit::per_second(5)
+        .burst(1)
+        .wait(Duration::from_secs(2))
+        .shadow();
+    assert!(!s.limiter.check("k", &trial).await.unwrap().shadowed);
+    let d = s.limiter.check("k", &trial).await.unwrap();
+    assert!(d.allowed && d.shadowed, "{d:?}");
+    assert!(
+        d.retry_after > Duration::ZERO,
+        "it says how long it would have waited"
+    );
+    let leaky = Limit::per_second(5)
+        .burst(3)
+        .algorithm(Algorithm::LeakyBucket)
+        .shadow();
+    assert!(!s.limiter.check("q", &leaky).await.unwrap().shadowed);
+    assert!(s.limiter.check("q", &leaky).await.unwrap().shadowed);
+}
+
+/// A new rate keeps the tokens reserved under the old one: calls after the change come after
+/// the waiters, not beside them.
+async fn a_new_rate_keeps_the_reservations(s: Store) {
+    let old = Limit::per_second(10).burst(1);
+    let waiters: Vec<_> = (0..10)
+        .map(|_| s.limiter.acquire("k", &old, Duration::from_secs(2)))
+        .collect();
+    let waiting = join_all(waiters);
+    let late = async {
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        // Ten tokens owed (1 s at 10/s) are 500 ms at 20/s: not the 50 ms of an empty bucket.
+        let new = Limit::per_second(20).burst(1);
+        s.limiter.peek("k", &new).await.unwrap()
+    };
+    let (done, seen) = tokio::join!(waiting, late);
+    assert!(done.iter().all(|d| d.as_ref().unwrap().allowed));
+    assert!(!seen.allowed);
+    assert!(
+        seen.retry_after > Duration::from_millis(300),
+        "the reservations were dropped: {:?}",
+        seen.retry_after
+    );
+}
+
+/// After a waiter gives its tokens back, no instance's deny cache keeps refusing what the
+/// bucket now admits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_give_back_clears_the_deny_cache() {
+    let server = RedisServer::start();
+    let limiter = RateLimiter::builder()
+        .redis(server.url())
+        .prefix("gb")
+        .deadline(Some(Duration::from_secs(10)))
+        .build()
+        .await
+        .unwrap();
+    // One token every 2 s: taken now, back at 2 s.
+    let limit = Limit::per(1, Duration::from_secs(2));
+    let t0 = Instant::now();
+    assert!(limiter.check("k", &limit).await.unwrap().allowed);
+    let waiter = tokio::spawn({
+        let limiter = limiter.clone();
+        async move { limiter.acquire("k", &limit, Duration::from_secs(10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Refused behind the waiter (until about 4 s), and remembered by the deny cache.
+    let d = limiter.check("k", &limit).await.unwrap();
+    assert!(
+        !d.allowed && d.retry_after > Duration::from_secs(3),
+        "{d:?}"
+    );
+    waiter.abort();
+    // The waiter's token is back: the bucket admits again at 2 s, and so must every
+    // instance, cache or not (without the give-back clearing it: not before 4 s).
+    let admitted = loop {
+        let d = limiter.check("k", &limit).await.unwrap();
+        if d.allowed {
+            break t0.elapsed();
+        }
+        assert!(
+            t0.elapsed() < Duration::from_millis(3500),
+            "still refused from {:?}",
+            d.source
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(
+        admitted >= Duration::from_secs(2),
+        "never early: {admitted:?}"
+    );
+}
+
+/// A call dropped while its request is on the way (here Redis holds writes for 300 ms, and
+/// the caller gives up after 100) still reserves when the request arrives; its task gives the
+/// tokens back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_dropped_in_flight_gives_back_what_it_reserved() {
+    let server = RedisServer::start();
+    let limiter = support::redis_limiter(&server, "inflight").await;
+    let limit = Limit::per_second(1).burst(1);
+    let t0 = Instant::now();
+    assert!(limiter.check("k", &limit).await.unwrap().allowed);
+    let () = ::redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(300)
+        .arg("WRITE")
+        .query_async(&mut server.connection().await)
+        .await
+        .unwrap();
+    let gave_up = tokio::time::timeout(
+        Duration::from_millis(100),
+        limiter.acquire("k", &limit, Duration::from_secs(5)),
+    )
+    .await;
+    assert!(gave_up.is_err(), "still on the way");
+    // Kept, the reservation would hold the token due at 1 s until 2 s.
+    tokio::time::sleep_until((t0 + Duration::from_millis(1100)).into()).await;
+    let mut admitted = false;
+    while t0.elapsed() < Duration::from_millis(1800) {
+        if limiter.check("k", &limit).await.unwrap().allowed {
+            admitted = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        admitted,
+        "the reservation made after the caller left was kept"
+    );
 }

@@ -75,6 +75,7 @@ fn decide_narrow(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Opt
         forgotten,
         reach,
         hold,
+        queue,
     } = p;
     // Fine units to microseconds, rounded up; most limits have a whole number of
     // microseconds per token (`d == 1`), which needs no division.
@@ -106,10 +107,12 @@ fn decide_narrow(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Opt
     };
     let new_x = x.checked_add(cost.checked_mul(interval)?)?;
     let room = tau.checked_add(reach)?;
+    // What `remaining` counts whole tokens of: the bucket, or a leaky bucket's queue.
+    let full = if queue { room } else { tau };
     if new_x > room {
         return Some(Outcome {
             allowed: false,
-            remaining: room.saturating_sub(x) / interval,
+            remaining: full.saturating_sub(x) / interval,
             retry_after_us: to_micros(new_x - room),
             reset_after_us: to_micros(x),
             new_state: if stale {
@@ -122,7 +125,7 @@ fn decide_narrow(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Opt
     let reset = to_micros(new_x);
     Some(Outcome {
         allowed: true,
-        remaining: (room - new_x) / interval,
+        remaining: full.saturating_sub(new_x) / interval,
         retry_after_us: if new_x > tau {
             to_micros(new_x - tau)
         } else {
@@ -186,6 +189,7 @@ fn decide_wide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outco
     let interval = u128::from(p.interval);
     let tau = u128::from(p.tau);
     let room = tau + u128::from(p.reach);
+    let full = if p.queue { room } else { tau };
     let now = u128::from(now_us);
     let (x, stale) = owed_wide(now, state, p);
 
@@ -193,7 +197,7 @@ fn decide_wide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outco
     if new_x > room {
         return Outcome {
             allowed: false,
-            remaining: narrow(room.saturating_sub(x) / interval),
+            remaining: narrow(full.saturating_sub(x) / interval),
             retry_after_us: narrow((new_x - room).div_ceil(d)),
             reset_after_us: narrow(x.div_ceil(d)),
             new_state: stale.then(|| stored_wide(now, x, p)),
@@ -201,7 +205,7 @@ fn decide_wide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outco
     }
     Outcome {
         allowed: true,
-        remaining: narrow((room - new_x) / interval),
+        remaining: narrow(full.saturating_sub(new_x) / interval),
         retry_after_us: narrow(new_x.saturating_sub(tau).div_ceil(d)),
         reset_after_us: narrow(new_x.div_ceil(d)),
         new_state: Some(stored_wide(now, new_x, p)),
@@ -234,8 +238,8 @@ const MAX_OWED: u128 = 1 << 52;
 
 /// What a bucket that owes `owed` fine units at `old_interval` per token owes under `p`, in
 /// `p`'s fine units, rounded up (never fuller): the same tokens, each at the new interval.
-/// More than the limit holds reads as empty (`p.tau`): reservations made under another rate
-/// are not carried over.
+/// Tokens beyond the burst (reservations, a lower burst) stay owed, up to `p.hold` beyond
+/// `p.tau`; more reads as empty (`p.tau`).
 ///
 /// The fraction of a token is computed in `f64` exactly as `gcra.lua` computes it with Lua's
 /// doubles, plus one fine unit for the rounding, so both stores decide alike.
@@ -246,7 +250,7 @@ fn convert(owed: u128, old_interval: u64, p: Params) -> u128 {
     }
     let old = u128::from(old_interval);
     let (tokens, rest) = (owed / old, owed % old);
-    if tokens >= tau / interval {
+    if tokens >= (tau + u128::from(p.hold)) / interval {
         return tau;
     }
     #[allow(
@@ -452,6 +456,30 @@ mod tests {
         assert_eq!(o.retry_after_us, 600_000);
         assert!(!step(&mut state, T0 + 1_099_999, plain, 1).allowed);
         assert!(step(&mut state, T0 + 1_100_000, plain, 1).allowed);
+    }
+
+    #[test]
+    fn a_new_rate_keeps_the_reservations() {
+        // Ten calls reserved at 10 per second (1 s of tokens owed), then the rate doubles:
+        // the ten tokens are still owed, at 50 ms each, so the next call waits 500 ms, not
+        // nothing (which would let it go with the waiters of the old rate).
+        let old = Limit::per_second(10).burst(1).wait(Duration::from_secs(2));
+        let mut state = None;
+        for _ in 0..10 {
+            assert!(step(&mut state, T0, old, 1).allowed);
+        }
+        let new = Limit::per_second(20).burst(1).wait(Duration::from_secs(2));
+        let o = step(&mut state, T0, new, 1);
+        assert!(o.allowed);
+        assert_eq!(o.retry_after_us, 500_000);
+        // A waiting bucket's `remaining` counts tokens in the bucket, never the wait.
+        assert_eq!(o.remaining, 0);
+        let mut fresh = None;
+        assert_eq!(
+            step(&mut fresh, T0, old, 1).remaining,
+            0,
+            "burst 1, one taken"
+        );
     }
 
     #[test]

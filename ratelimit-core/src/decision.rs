@@ -28,9 +28,11 @@ pub struct Decision {
     pub reset_after: Duration,
     /// Who decided: the store, or the failure policy while the store was failing.
     pub source: Source,
-    /// The limit is in [shadow mode](Limit::shadow) and would have refused this call: it was
-    /// let through (`allowed`), took nothing, and `retry_after` says when it would have
-    /// passed.
+    /// The limit is in [shadow mode](Limit::shadow) and would have refused this call, or made
+    /// it wait (a limit with a [`wait`](Limit::wait)): it was let through at once (`allowed`),
+    /// and `retry_after` says when it would have passed. A refusal took nothing; a wait took
+    /// its tokens, as the limit enforced would have. Of a call under several limits: some
+    /// shadow limit would have, and the call was let through.
     pub shadowed: bool,
     /// Each limit's own decision, when the call was decided under several, and which of them
     /// this one's fields come from.
@@ -94,8 +96,10 @@ impl Decision {
     /// ([`RateLimiter::check_all`](crate::RateLimiter::check_all)): admitted only if every
     /// limit admits it. Its fields are those of the tightest limit (when refused, the refusing
     /// limit with the longest `retry_after`; when admitted, the one with the fewest tokens
-    /// left), except that `remaining` is the fewest left under any limit and `reset_after`
-    /// the longest; [`parts`](Decision::parts) gives every limit's own decision.
+    /// left), except that `remaining` is the fewest left under any limit (any enforced one: a
+    /// limit in [shadow mode](Limit::shadow) never describes a call another limit enforces)
+    /// and `reset_after` the longest; [`parts`](Decision::parts) gives every limit's own
+    /// decision.
     ///
     /// # Panics
     /// If `parts` is empty.
@@ -111,8 +115,14 @@ impl Decision {
             return only;
         }
         let allowed = parts.iter().all(|d| d.allowed);
+        // A limit in shadow mode describes the call only when every limit is: it must not
+        // make a client that reads the headers slow down for a limit that is not enforced.
+        let enforced =
+            |d: &Decision| !d.limit.is_shadow() || parts.iter().all(|p| p.limit.is_shadow());
         let tightest = if allowed {
-            (0..parts.len()).min_by_key(|&i| parts[i].remaining)
+            (0..parts.len())
+                .filter(|&i| enforced(&parts[i]))
+                .min_by_key(|&i| parts[i].remaining)
         } else {
             // The first of the longest waits.
             (0..parts.len())
@@ -122,8 +132,13 @@ impl Decision {
         .unwrap_or(0);
         let mut combined = parts[tightest].clone();
         combined.allowed = allowed;
-        combined.shadowed = parts.iter().any(|d| d.shadowed);
-        combined.remaining = parts.iter().map(|d| d.remaining).min().unwrap_or(0);
+        combined.shadowed = allowed && parts.iter().any(|d| d.shadowed);
+        combined.remaining = parts
+            .iter()
+            .filter(|d| enforced(d))
+            .map(|d| d.remaining)
+            .min()
+            .unwrap_or(0);
         combined.reset_after = parts
             .iter()
             .map(|d| d.reset_after)
@@ -150,10 +165,11 @@ impl Decision {
         self.parts.as_ref().map_or(0, |p| p.tightest)
     }
 
-    /// Lets a refusal by a limit in shadow mode through: it says it was
+    /// Lets a refusal (or a wait) by a limit in shadow mode through: it says it was
     /// [`shadowed`](Decision::shadowed) and keeps its `retry_after`.
     pub(crate) fn let_shadow_through(&mut self) {
-        if !self.allowed && self.limit.is_shadow() {
+        // Refused, or admitted only after a wait: a shadow limit neither refuses nor delays.
+        if self.limit.is_shadow() && (!self.allowed || !self.retry_after.is_zero()) {
             self.allowed = true;
             self.shadowed = true;
         }

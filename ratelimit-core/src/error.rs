@@ -96,9 +96,10 @@ pub enum Error {
     /// A Redis limiter was built or used outside a Tokio runtime: its connections, deadline,
     /// heartbeat and reset listener run on Tokio.
     #[error(
-        "redis-ratelimit needs a Tokio runtime to use Redis: build the limiter (or call \
-         enable_redis_rate_limit!) and check or reset with it from code running on Tokio, \
-         e.g. inside #[tokio::main] or Runtime::block_on"
+        "redis-ratelimit needs a Tokio runtime (with its timers) to use Redis or to wait for a \
+         call's turn: build the limiter (or call enable_redis_rate_limit!) and check, wait or \
+         reset with it from code running on Tokio, e.g. inside #[tokio::main] or \
+         Runtime::block_on"
     )]
     NoRuntime,
 

@@ -986,6 +986,7 @@ impl Limit {
                 forgotten: 0,
                 reach: if asked < queue { asked } else { queue },
                 hold: if hold > queue { hold } else { queue },
+                queue: true,
             };
         }
         let absent = (burst - self.initial_tokens() as u64) * interval;
@@ -997,6 +998,7 @@ impl Limit {
             forgotten: absent,
             reach: if asked == u64::MAX { 0 } else { asked },
             hold,
+            queue: false,
         }
     }
 
@@ -1093,6 +1095,9 @@ pub struct Params {
     /// no reservation but a clock stepped far back (or a burst lowered by more than a day's
     /// worth), and reads as empty.
     pub hold: u64,
+    /// A leaky bucket: `remaining` counts the free places in its queue (`tau + reach`), not
+    /// the tokens left of `tau`.
+    pub queue: bool,
 }
 
 impl Params {
@@ -1127,6 +1132,7 @@ impl Params {
             // Waits are time, the same in a share.
             reach: self.reach,
             hold: self.hold,
+            queue: self.queue,
         }
     }
 }
@@ -1134,6 +1140,22 @@ impl Params {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_longest_wait_is_a_day_or_what_exact_arithmetic_leaves() {
+        let day = Duration::from_secs(86_400);
+        assert!(Limit::per_minute(3).burst(300).try_wait(day).is_ok());
+        let fine = Limit::try_new(u32::MAX, 1, Unit::Second).unwrap();
+        // The attribute says the same (ratelimit-macros' `longest_wait`).
+        assert!(fine.try_wait(Duration::from_micros(2_619_392)).is_ok());
+        assert_eq!(
+            fine.try_wait(Duration::from_micros(2_619_393)),
+            Err(InvalidLimit::WaitTooLong {
+                wait: Duration::from_micros(2_619_393),
+                max: Duration::from_micros(2_619_392),
+            })
+        );
+    }
 
     #[test]
     fn shares_divide_rate_and_burst() {

@@ -457,13 +457,18 @@ impl RateLimiter {
             Engine::Local(s) => return Ok(s.check_now(bucket, limit, cost)),
             Engine::Remote(remote) => remote,
         };
-        // A call that may wait is not refused from the deny cache: the refusal it remembers
-        // was for a call that could not wait.
-        if !limit.reserves()
-            && let Some(refused) = remote
-                .deny_cache
-                .as_ref()
-                .and_then(|c| c.check(bucket, limit, cost))
+        // A call that may wait is not refused from the deny cache (the refusal it remembers
+        // was for a call that could not wait), and is asked by a task of its own.
+        if limit.reserves() {
+            let mut parts = self.decide_all_now(&[(bucket, limit, cost)]).await?;
+            return parts
+                .pop()
+                .ok_or_else(|| Error::BadReply("no decision".to_owned()));
+        }
+        if let Some(refused) = remote
+            .deny_cache
+            .as_ref()
+            .and_then(|c| c.check(bucket, limit, cost))
         {
             crate::observe::deny_cache_hit();
             return Ok(refused);
@@ -472,7 +477,7 @@ impl RateLimiter {
         // future several times larger, even on a memory limiter, and moving it dominated the
         // memory path (docs/benchmarks.md 7.3). One small allocation beside a network round
         // trip is the cheaper side.
-        Box::pin(self.through_store(
+        let asked: BoxedAnswer<'_, _> = Box::pin(self.through_store(
             remote,
             bucket,
             |store| async move {
@@ -481,14 +486,10 @@ impl RateLimiter {
                     RemoteStore::Custom(s) => s.check_dyn(bucket, limit, cost).await,
                 }
             },
-            |cache, decision, sent, now| {
-                if !limit.reserves() {
-                    cache.remember(bucket, decision, sent, now);
-                }
-            },
+            |cache, decision, sent, now| cache.remember(bucket, decision, sent, now),
             |guard| guard.decide(bucket, limit, cost),
-        ))
-        .await
+        ));
+        asked.await
     }
 
     /// [`decide`](Self::decide) for several buckets at once, all or nothing; a call that
@@ -513,10 +514,14 @@ impl RateLimiter {
         // needs every limit's. It still learns from the refusals below. One circuit for the
         // call: the first bucket's (on a cluster, its slot's).
         // Boxed, as in `decide`.
-        Box::pin(self.through_store(
+        let reserving = checks.iter().any(|(_, limit, _)| limit.reserves());
+        let asked: BoxedAnswer<'_, _> = Box::pin(self.through_store(
             remote,
             checks[0].0,
             |store| async move {
+                if reserving {
+                    return self.ask_detached(checks).await;
+                }
                 match store {
                     RemoteStore::Redis(s) => s.check_all(checks).await,
                     RemoteStore::Custom(s) => s.check_all_dyn(checks).await,
@@ -530,8 +535,62 @@ impl RateLimiter {
                 }
             },
             |guard| guard.decide_all(checks),
-        ))
-        .await
+        ));
+        asked.await
+    }
+
+    /// Asks the remote store for a call that may reserve, from a task of its own: should the
+    /// caller give up before the answer comes (a timeout around it, the deadline, a client
+    /// gone), the request may still reach the store and reserve; the task then gives back what
+    /// it took, which an abandoned request could not.
+    ///
+    /// Both the task and the answer are boxed as trait objects: their types (the store's
+    /// whole call) would otherwise be part of every caller's future, deep enough that proving
+    /// a spawned caller `Send` exceeds the compiler's default recursion limit.
+    fn ask_detached(
+        &self,
+        checks: &[(&str, &Limit, u32)],
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<Decision>, Error>> + Send + 'static>>
+    {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let limiter = self.clone();
+        let owned: Vec<(Box<str>, Limit, u32)> = checks
+            .iter()
+            .map(|&(bucket, limit, cost)| (Box::from(bucket), *limit, cost))
+            .collect();
+        let task = async move {
+            let Engine::Remote(remote) = &limiter.inner.engine else {
+                return;
+            };
+            let refs: Vec<(&str, &Limit, u32)> = owned
+                .iter()
+                .map(|(bucket, limit, cost)| (&**bucket, limit, *cost))
+                .collect();
+            let decided = match &remote.store {
+                RemoteStore::Redis(s) => s.check_all(&refs).await,
+                RemoteStore::Custom(s) => s.check_all_dyn(&refs).await,
+            };
+            if let Err(Ok(parts)) = answer.send(decided)
+                && parts.iter().all(|d| d.allowed)
+            {
+                limiter.give_back(
+                    owned
+                        .into_iter()
+                        .map(|(bucket, limit, cost)| (bucket, limit, cost, Source::Store))
+                        .collect(),
+                );
+            }
+        };
+        let task: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(task);
+        let spawned = tokio::runtime::Handle::try_current().map(|runtime| runtime.spawn(task));
+        Box::pin(async move {
+            spawned.map_err(|_| Error::NoRuntime)?;
+            answered.await.unwrap_or_else(|_| {
+                Err(Error::BadReply(
+                    "the store's call ended without an answer".to_owned(),
+                ))
+            })
+        })
     }
 
     /// Sleeps until the tokens a call reserved are due (the longest wait of its limits), then
@@ -580,17 +639,19 @@ impl RateLimiter {
         else {
             return;
         };
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
         if remote.is_empty() {
             return;
         }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(target: "redis_ratelimit", calls = remote.len(), "redis-ratelimit could not give back the tokens of calls that gave up waiting: no Tokio runtime to reach Redis");
+            return;
+        };
         let limiter = self.clone();
         runtime.spawn(async move {
             let Engine::Remote(Remote {
                 store: RemoteStore::Redis(store),
-                ..
+                deny_cache,
+                fleet,
             }) = &limiter.inner.engine
             else {
                 return;
@@ -598,6 +659,17 @@ impl RateLimiter {
             for (bucket, limit, cost) in remote {
                 if let Err(e) = store.give_back_reserved(&bucket, &limit, cost).await {
                     tracing::warn!(target: "redis_ratelimit", error = %e, "redis-ratelimit could not give back the tokens of a call that gave up waiting");
+                    continue;
+                }
+                // The bucket is fuller than a refusal remembered before the give-back says:
+                // every instance forgets it, as after a reset.
+                if let Some(cache) = deny_cache {
+                    cache.forget(&bucket);
+                }
+                if let Some(member) = fleet
+                    && let Err(e) = store.publish(member.channel(), &bucket).await
+                {
+                    tracing::debug!(target: "redis_ratelimit", error = %e, "could not tell the other instances of a give-back");
                 }
             }
         });
@@ -785,6 +857,11 @@ fn must_wait(decisions: &mut [Decision]) -> bool {
     decisions.iter_mut().for_each(Decision::let_shadow_through);
     reserved(decisions).is_some()
 }
+
+/// A remote store's answer on its way, as a trait object: its type (the store's whole call)
+/// would otherwise be part of every caller's future, deep enough that proving a spawned
+/// caller `Send` exceeds the compiler's default recursion limit.
+type BoxedAnswer<'a, T> = std::pin::Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
 
 /// How long a call admitted under `decisions` must wait for its reserved tokens: `None` when
 /// it was refused or goes at once.

@@ -63,8 +63,11 @@ pub(crate) fn store_call(took: std::time::Duration) {
 #[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
 pub(crate) fn degraded(limiter: &str, degraded: bool) {
     #[cfg(feature = "metrics")]
-    metrics::gauge!("ratelimit_degraded", "limiter" => limiter.to_owned())
-        .set(if degraded { 1.0 } else { 0.0 });
+    metrics::gauge!("ratelimit_degraded", "limiter" => limiter.to_owned()).set(if degraded {
+        1.0
+    } else {
+        0.0
+    });
 }
 
 /// The deny cache answered a call.

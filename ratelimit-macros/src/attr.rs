@@ -480,7 +480,12 @@ fn wait(value: &Expr, errors: &mut Errors) -> Option<(u64, Span)> {
             return None;
         }
     };
-    let Ok(n) = digits.parse::<u64>() else {
+    let Some(n) = digits
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| digits.parse::<u64>().ok())
+        .flatten()
+    else {
         errors.at(
             s.span(),
             format_args!("unknown duration `{written}`; {HOW}"),

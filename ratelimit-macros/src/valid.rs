@@ -120,6 +120,22 @@ pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut
             ),
         );
     }
+    if let (Some(r), Some(b), Some((wait_us, span))) = (replenish.literal(), burst, args.wait)
+        && !interval
+        && !too_fine(r, b, unit)
+        && let Some(max_us) = longest_wait(r, b, unit)
+        && wait_us > max_us
+    {
+        errors.at(
+            span,
+            format_args!(
+                "a limit of {r} per {} with burst {b} can wait at most {max_us} µs in exact \
+                 arithmetic; use a shorter `wait` or a `replenish` that divides the unit more \
+                 evenly",
+                unit.name()
+            ),
+        );
+    }
     if let (Some(r), Some(b)) = (replenish.literal(), burst)
         && !interval
         && too_fine(r, b, unit)
@@ -196,6 +212,18 @@ fn too_fine(replenish: u32, burst: u32, unit: Unit) -> bool {
     2 * tau + 2048 * per_micro > MAX_FINE
 }
 
+/// Mirrors `Limit::try_wait`: the longest wait, in microseconds, when it is shorter than a
+/// day (the fine units a reservation may reach beyond the burst, `hold_for` in the runtime).
+fn longest_wait(replenish: u32, burst: u32, unit: Unit) -> Option<u64> {
+    let period = unit.as_micros();
+    let g = gcd(period, u64::from(replenish));
+    let tau = u128::from(period / g) * u128::from(burst);
+    let per_micro = u128::from(u64::from(replenish) / g);
+    let room = MAX_FINE.saturating_sub(2 * tau + 2048 * per_micro);
+    let day = 86_400_000_000u128;
+    (room < day * per_micro).then(|| u64::try_from(room / per_micro).unwrap_or(u64::MAX))
+}
+
 fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);
@@ -206,6 +234,14 @@ fn gcd(mut a: u64, mut b: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn longest_wait_matches_the_runtime() {
+        // A day for usual limits; 2.619 s for u32::MAX per second with burst 1 (the runtime
+        // says the same: tests/ui/fail/wait_not_a_duration.rs).
+        assert_eq!(longest_wait(3, 300, Unit::Minute), None);
+        assert_eq!(longest_wait(u32::MAX, 1, Unit::Second), Some(2_619_392));
+    }
 
     #[test]
     fn too_fine_matches_the_runtime() {

@@ -408,6 +408,7 @@ fn token_bucket_script_equals_its_twin() {
                 p.absent,
                 p.reach,
                 p.hold,
+                u64::from(p.queue),
             ]
         },
         decide: |now, s, p, cost| token_bucket::decide(now, s.copied(), p, cost),

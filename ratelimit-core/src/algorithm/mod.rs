@@ -147,6 +147,7 @@ impl Kernel {
             Kernel::Bucket(p)
                 if p.absent == 0
                     && p.reach == 0
+                    && !p.queue
                     && p.hold == crate::limit::hold_for(p.tau.into(), p.per_micro.into()) =>
             {
                 (1, ScriptArgs::new(&[p.interval, p.per_micro, p.tau, cost]))
@@ -161,6 +162,7 @@ impl Kernel {
                     p.absent,
                     p.reach,
                     p.hold,
+                    u64::from(p.queue),
                 ]),
             ),
             Kernel::Interval(p) => (2, ScriptArgs::new(&interval_bucket::args(p, cost))),
@@ -171,18 +173,18 @@ impl Kernel {
     }
 }
 
-/// A script's numeric arguments, on the stack (at most seven).
+/// A script's numeric arguments, on the stack (at most eight).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct ScriptArgs {
-    values: [u64; 7],
+    values: [u64; 8],
     len: usize,
 }
 
 impl ScriptArgs {
     fn new(values: &[u64]) -> ScriptArgs {
         let mut args = ScriptArgs {
-            values: [0; 7],
-            len: values.len().min(7),
+            values: [0; 8],
+            len: values.len().min(8),
         };
         args.values[..args.len].copy_from_slice(&values[..args.len]);
         args

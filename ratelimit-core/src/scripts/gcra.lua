@@ -19,8 +19,8 @@
 -- Read under another limit (another interval or fine unit), a bucket owes the tokens it
 -- owed: its debt in tokens of the old interval becomes the same tokens at the new one, the
 -- fraction of a token rounded towards empty, and is stored again in the new limit's terms
--- even when the call is refused (more than the limit holds reads as empty: reservations
--- made under another rate are not carried over).
+-- even when the call is refused; tokens reserved beyond the burst are carried over too (up to
+-- `hold`), so waiters of the old rate keep their turns and new calls come after them.
 --
 -- A call over the limit may reserve (a wait, or a leaky bucket's queue): when its tokens are
 -- due within `reach`, it is admitted at once, its tokens taken ahead (x goes beyond tau), and
@@ -45,6 +45,8 @@
 -- ARGV[7]  hold (optional): fine units beyond tau any call on this bucket may reserve (the
 --          same for every call on it); by default a day's worth, or what exact arithmetic
 --          leaves (2 * tau + 2048 * d + hold below 2^51), as limit.rs's `hold_for`
+-- ARGV[8]  queue (optional, default 0): 1 for a leaky bucket, whose remaining counts the free
+--          places in its queue (tau + reach); otherwise the whole tokens left of tau
 -- Returns {allowed (0|1), remaining tokens, retry_after us, reset_after us, the server time
 -- it decided at (us, for the differential tests)}.
 
@@ -55,6 +57,7 @@ local tau = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
 local absent = tonumber(ARGV[5] or '0') or 0
 local reach = tonumber(ARGV[6] or '0') or 0
+local queue = ARGV[8] == '1'
 local hold = tonumber(ARGV[7] or '')
 if not hold then
   hold = math.max(2251799813685248 - 2 * tau - 2048 * d, 0)
@@ -94,12 +97,13 @@ end
 -- What a bucket owing `owed` fine units of `unit` at `iv` per token owes under this limit,
 -- rounded towards empty (bucket.rs's `convert`, operation for operation): the same tokens at
 -- this limit's interval, the fraction of one in doubles plus one fine unit for their
--- rounding. More than the limit holds, or anything beyond what a limit could write (2^52, a
--- clock stepped back), is empty.
+-- rounding. Tokens beyond the burst (reservations, a lower burst) stay owed up to `hold`;
+-- more than that, or anything beyond what a limit could write (2^52, a clock stepped back),
+-- is empty.
 local function convert(owed, iv)
   if owed > 4503599627370496 or iv < 1 then return tau end
   local tokens = div_floor(owed, iv)
-  if tokens >= div_floor(tau, interval) then return tau end
+  if tokens >= div_floor(tau + hold, interval) then return tau end
   local rest = owed - tokens * iv
   local fraction = 0
   if rest > 0 then fraction = math.min(math.ceil(rest / iv * interval) + 1, interval) end
@@ -149,16 +153,19 @@ end
 
 local new_x = x + cost * interval
 local room = tau + reach
+-- What `remaining` counts whole tokens of: the bucket, or a leaky bucket's queue.
+local full = tau
+if queue then full = room end
 if new_x > room then
   -- Denied: nothing is taken. Retry when x has drained to room - cost * interval, rounded up
   -- to a whole microsecond so a caller who waits exactly that long is admitted.
   if stale then store(x) end
   local retry = div_ceil(new_x - room, d)
-  return {0, div_floor(math.max(room - x, 0), interval), retry, div_ceil(x, d), now}
+  return {0, div_floor(math.max(full - x, 0), interval), retry, div_ceil(x, d), now}
 end
 
 local reset = store(new_x)
 -- Admitted; a reservation goes once its tokens are due.
 local wait = 0
 if new_x > tau then wait = div_ceil(new_x - tau, d) end
-return {1, div_floor(room - new_x, interval), wait, reset, now}
+return {1, div_floor(math.max(full - new_x, 0), interval), wait, reset, now}

@@ -25,4 +25,14 @@ async fn over_a_day() -> Result<(), RateLimited> {
     Ok(())
 }
 
+#[rate_limit(replenish = 10, wait = "+2s")]
+async fn a_sign() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(replenish = 4294967295, burst = 1, wait = "1m")]
+async fn longer_than_exact_arithmetic_allows() -> Result<(), RateLimited> {
+    Ok(())
+}
+
 fn main() {}
