@@ -114,9 +114,9 @@ async fn enable_claimed(options: EnableOptions) -> Result<&'static RateLimiter, 
 /// limiter's deny cache is cleared, so that a raised limit admits at once.
 ///
 /// ```no_run
-/// # async fn run() -> Result<(), redis_ratelimit::Error> {
-/// // After editing limits.toml (or changing RATE_LIMIT_OVERRIDE_* in the environment):
-/// redis_ratelimit::reload_overrides().await?;
+/// # async fn run() -> Result<(), ratelimit_core::Error> {
+/// // After editing limits.toml:
+/// ratelimit_core::reload_overrides().await?;
 /// # Ok(()) }
 /// ```
 ///

@@ -101,7 +101,7 @@ pub(crate) fn join(store: &RedisStore, prefix: &str) -> Result<Arc<Member>, Erro
     let member = Arc::new(Member {
         count: Arc::new(AtomicU32::new(1)),
         caches: Mutex::default(),
-        channel: format!("{prefix}:resets").into(),
+        channel: resets_channel(prefix).into(),
         running: Arc::new(AtomicBool::new(true)),
     });
     let task = Task {
@@ -115,6 +115,11 @@ pub(crate) fn join(store: &RedisStore, prefix: &str) -> Result<Arc<Member>, Erro
     runtime.spawn(task.run());
     members.insert(fleet, Arc::downgrade(&member));
     Ok(member)
+}
+
+/// The pub/sub channel of the resets of the fleet under `prefix`.
+pub(crate) fn resets_channel(prefix: &str) -> String {
+    format!("{prefix}:resets")
 }
 
 /// Marks the member stopped when its task ends, or is dropped with its runtime.

@@ -819,10 +819,13 @@ impl RateLimiter {
                 on_tokio()?;
                 s.reset(bucket).await?;
                 // After the bucket is gone, so that an instance that hears of the reset and asks
-                // again finds it full.
+                // again finds it full; from a limiter that is no instance too.
                 match &remote.fleet {
                     Some(member) => s.publish(member.channel(), bucket).await,
-                    None => Ok(()),
+                    None => {
+                        s.publish(&fleet::resets_channel(&self.inner.prefix), bucket)
+                            .await
+                    }
                 }
             }
             RemoteStore::Custom(s) => s.reset_dyn(bucket).await,
@@ -966,6 +969,8 @@ pub struct RateLimiterBuilder {
     /// 0: no deny cache.
     deny_cache: usize,
     fallback: Option<MemoryStore>,
+    /// Whether the process counts as an instance of the fleet (Redis only).
+    instance: bool,
 }
 
 impl Default for RateLimiterBuilder {
@@ -979,6 +984,7 @@ impl Default for RateLimiterBuilder {
             cooldown: Some(DEFAULT_COOLDOWN),
             deny_cache: DEFAULT_DENY_CACHE_CAPACITY,
             fallback: None,
+            instance: true,
         }
     }
 }
@@ -1077,6 +1083,17 @@ impl RateLimiterBuilder {
         self
     }
 
+    /// Whether this process counts as an instance of the service on Redis (default `true`):
+    /// an instance beats in `<prefix>:instances` (what the fallback divides a limit by and
+    /// [`live_instances`](RateLimiter::live_instances) reads) and hears the resets others
+    /// publish. `false` is for a tool that only looks and resets (the `ratelimit` CLI, an
+    /// admin job): it does not count, has no deny cache to tell, and its resets still reach
+    /// every instance.
+    pub fn instance(mut self, instance: bool) -> Self {
+        self.instance = instance;
+        self
+    }
+
     /// The settings `enable_redis_rate_limit!` gives when the builder has none: the store at
     /// `url()`, the prefix `prefix`.
     pub(crate) fn or_defaults(mut self, url: impl FnOnce() -> String, prefix: &str) -> Self {
@@ -1116,7 +1133,7 @@ impl RateLimiterBuilder {
             StoreChoice::Ready(backend) => backend,
         };
         let fleet = match &backend {
-            Backend::Redis(store) => Some(fleet::join(store, &prefix)?),
+            Backend::Redis(store) if this.instance => Some(fleet::join(store, &prefix)?),
             _ => None,
         };
         Ok(RateLimiter::from_parts(
@@ -1146,6 +1163,7 @@ impl fmt::Debug for RateLimiterBuilder {
             .field("cooldown", &self.cooldown)
             .field("deny_cache", &self.deny_cache)
             .field("fallback", &self.fallback)
+            .field("instance", &self.instance)
             .finish()
     }
 }

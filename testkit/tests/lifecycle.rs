@@ -52,6 +52,36 @@ async fn listeners(server: &RedisServer, prefix: &str) -> u32 {
     n
 }
 
+/// A tool's limiter (`instance(false)`: the CLI, an admin job) never beats in the fleet, yet
+/// its resets are published for every instance.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_limiter_that_is_no_instance_does_not_count_but_its_resets_reach_all() {
+    let server = RedisServer::start();
+    let mut resets = server.client().get_async_pubsub().await.unwrap();
+    resets.subscribe("tool:resets").await.unwrap();
+    let tool = RateLimiter::builder()
+        .redis(server.url())
+        .prefix("tool")
+        .instance(false)
+        .build()
+        .await
+        .unwrap();
+    // Two heartbeats' time: an instance would have beaten by now.
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    assert_eq!(members(&server, "tool").await, 0, "the tool counted itself");
+    assert_eq!(tool.live_instances(), 1);
+    tool.reset_named("orders::list", "user:1").await.unwrap();
+    let message = tokio::time::timeout(
+        EVENTUALLY,
+        futures_util::StreamExt::next(&mut resets.on_message()),
+    )
+    .await
+    .expect("the reset was published")
+    .unwrap();
+    let bucket: String = message.get_payload().unwrap();
+    assert_eq!(bucket, tool.named_bucket_key("orders::list", "user:1"));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn limiters_of_one_process_count_as_one_instance() {
     let server = RedisServer::start();

@@ -239,7 +239,7 @@ pub(crate) mod logs {
 
     impl Subscriber for Capture {
         fn enabled(&self, m: &Metadata<'_>) -> bool {
-            m.target().starts_with("ratelimit_core") && *m.level() <= Level::INFO
+            m.target() == "redis_ratelimit" && *m.level() <= Level::INFO
         }
         fn new_span(&self, _: &Attributes<'_>) -> Id {
             Id::from_u64(1)

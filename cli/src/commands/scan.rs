@@ -1,0 +1,96 @@
+//! Every bucket under a prefix, by `SCAN` on every master.
+
+use crate::commands::instances_key;
+use crate::conn::Redis;
+use crate::failure::Failure;
+use crate::naming::{self, Bucket, glob_literal};
+use crate::state::{Mode, Read};
+
+/// What one pass over the prefix found besides the buckets.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct Seen {
+    /// Buckets (keys that read back as `<prefix>:{...}` and still existed when read).
+    pub(crate) buckets: u64,
+    /// Other keys under `<prefix>:`: the application's, or another prefix's that starts with
+    /// this one (`app` and `app:v2`).
+    pub(crate) others: u64,
+    /// Whether the heartbeat's set of live instances was there.
+    pub(crate) instances: bool,
+}
+
+/// What `top` and `watch` start with: the prefix and URL checked, the limits `--config` names
+/// (none without it), what to read of each bucket (a sliding log's times only when a limit
+/// decides it), and the connection.
+pub(crate) async fn open(
+    common: &crate::args::Common,
+    file: Option<&std::path::Path>,
+) -> Result<
+    (
+        Redis,
+        std::collections::BTreeMap<String, ratelimit_core::Limit>,
+        Mode,
+    ),
+    Failure,
+> {
+    crate::commands::check_prefix(&common.prefix)?;
+    crate::conn::check_url(&common.url)?;
+    let limits = match file {
+        Some(path) => crate::config::load(path)?,
+        None => std::collections::BTreeMap::new(),
+    };
+    let mode = if limits.is_empty() {
+        Mode::Count
+    } else {
+        Mode::Full
+    };
+    Ok((Redis::connect(&common.url).await?, limits, mode))
+}
+
+/// Scans `<prefix>:*`, reading each key as it stands, and hands every bucket to `each`.
+pub(crate) async fn buckets(
+    redis: &Redis,
+    prefix: &str,
+    count: u32,
+    mode: Mode,
+    mut each: impl FnMut(&str, Bucket, &Read),
+) -> Result<Seen, Failure> {
+    let instances = instances_key(prefix);
+    let mut seen = Seen::default();
+    let pattern = format!("{}:*", glob_literal(prefix));
+    redis
+        .scan(&pattern, count, mode, |batch| {
+            for (key, read) in batch {
+                if key == instances {
+                    seen.instances = true;
+                } else if !read.exists() {
+                    // Expired between SCAN and the read: full now.
+                } else if let Some(bucket) = naming::parse(prefix, &key) {
+                    seen.buckets += 1;
+                    each(&key, bucket, &read);
+                } else {
+                    seen.others += 1;
+                }
+            }
+        })
+        .await?;
+    Ok(seen)
+}
+
+/// Fails with "not found" when the prefix has no key at all and no live instance: a typo
+/// in --prefix, rather than a fleet whose buckets are all full.
+pub(crate) async fn known(redis: &Redis, prefix: &str, seen: Seen) -> Result<(), Failure> {
+    if seen.buckets > 0 || seen.others > 0 || seen.instances {
+        return Ok(());
+    }
+    if redis.exists(&instances_key(prefix)).await? {
+        return Ok(());
+    }
+    Err(Failure::NotFound(format!(
+        "unknown prefix `{prefix}`: no key under `{prefix}:` on {} and no live instance \
+         (`{}`); is --prefix right? (RateLimiter::builder() defaults to `{}`, \
+         enable_redis_rate_limit! to the crate's name)",
+        redis.shown,
+        instances_key(prefix),
+        ratelimit_core::DEFAULT_PREFIX
+    )))
+}

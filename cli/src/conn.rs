@@ -1,0 +1,363 @@
+//! The connection to the Redis deployment the buckets live in: one server, or every master of
+//! a Redis Cluster (a `SCAN` sees one node's keys only).
+
+use std::time::Duration;
+
+use redis::aio::MultiplexedConnection;
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncConnectionConfig, Client, RedisError, Script, Value};
+
+use crate::failure::Failure;
+use crate::state::{Mode, READ_SCRIPT, Read};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The shapes of URL the CLI reads, for error messages.
+const EXPECTED: &str = "expected redis://[user[:password]@]host[:port][/db] or \
+                        redis+cluster://[user[:password]@]host:port[,host:port...]";
+
+/// A connected deployment.
+pub(crate) struct Redis {
+    /// The URL, password hidden, for messages.
+    pub(crate) shown: String,
+    deployment: Deployment,
+    script: Script,
+}
+
+enum Deployment {
+    Single(MultiplexedConnection),
+    Cluster {
+        conn: ClusterConnection,
+        /// Each master, by address: where `SCAN` runs.
+        masters: Vec<(String, MultiplexedConnection)>,
+    },
+}
+
+impl std::fmt::Debug for Redis {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Redis")
+            .field("url", &self.shown)
+            .finish_non_exhaustive()
+    }
+}
+
+/// `url` with its password replaced by `***`.
+pub(crate) fn redact(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let authority_end = rest.find('/').unwrap_or(rest.len());
+    match rest[..authority_end].rfind('@') {
+        Some(at) => {
+            let user = rest[..at].split(':').next().unwrap_or("");
+            let hidden = if rest[..at].contains(':') {
+                format!("{user}:***")
+            } else {
+                user.to_owned()
+            };
+            format!("{scheme}://{hidden}{}", &rest[at..])
+        }
+        None => url.to_owned(),
+    }
+}
+
+/// What the URL names, checked before anything is sent.
+/// Both boxed: their sizes differ, and differ again with TLS.
+enum Target {
+    Single(Box<Client>),
+    Cluster(Box<ClusterClient>),
+}
+
+fn target(url: &str) -> Result<Target, Failure> {
+    let shown = redact(url);
+    let invalid = |why: &dyn std::fmt::Display| {
+        Failure::Usage(format!("invalid Redis URL `{shown}`: {why}; {EXPECTED}"))
+    };
+    if url.starts_with("memory:") {
+        return Err(Failure::Usage(format!(
+            "`{shown}` keeps buckets inside one process: there is nothing in it for the CLI to \
+             read; give the URL of the Redis the service uses"
+        )));
+    }
+    if url.starts_with("redis+sentinel://") {
+        return Err(Failure::Usage(format!(
+            "`{shown}`: the CLI does not follow Sentinel yet; give the current master's \
+             redis://host:port URL (`SENTINEL get-master-addr-by-name <master>`)"
+        )));
+    }
+    if let Some(rest) = url
+        .strip_prefix("redis+cluster://")
+        .map(|r| ("redis", r))
+        .or_else(|| url.strip_prefix("rediss+cluster://").map(|r| ("rediss", r)))
+    {
+        let (scheme, rest) = rest;
+        let authority = rest.split('/').next().unwrap_or("");
+        let (userinfo, hosts) = match authority.rsplit_once('@') {
+            Some((u, h)) => (format!("{u}@"), h),
+            None => (String::new(), authority),
+        };
+        let nodes: Vec<String> = hosts
+            .split(',')
+            .map(str::trim)
+            .filter(|h| !h.is_empty())
+            .map(|h| format!("{scheme}://{userinfo}{h}"))
+            .collect();
+        if nodes.is_empty() {
+            return Err(invalid(&"no host given"));
+        }
+        let client = ClusterClient::builder(nodes)
+            .connection_timeout(CONNECT_TIMEOUT)
+            .response_timeout(RESPONSE_TIMEOUT)
+            .retries(2)
+            .build()
+            .map_err(|e| invalid(&e))?;
+        return Ok(Target::Cluster(Box::new(client)));
+    }
+    if !url.contains("://") {
+        return Err(invalid(&"not a URL"));
+    }
+    Client::open(url)
+        .map(|c| Target::Single(Box::new(c)))
+        .map_err(|e| invalid(&e))
+}
+
+/// Checks `url` without connecting: the CLI says what is wrong with a URL before it says that
+/// a server is unreachable.
+pub(crate) fn check_url(url: &str) -> Result<(), Failure> {
+    target(url).map(drop)
+}
+
+impl Redis {
+    /// Connects to the deployment at `url` (on a cluster, to each of its masters too).
+    pub(crate) async fn connect(url: &str) -> Result<Redis, Failure> {
+        let shown = redact(url);
+        let unreachable = |e: RedisError| {
+            Failure::Redis(format!(
+                "cannot connect to Redis at {shown}: {e}; is the server running and reachable?"
+            ))
+        };
+        let config = AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(CONNECT_TIMEOUT))
+            .set_response_timeout(Some(RESPONSE_TIMEOUT));
+        let deployment = match target(url)? {
+            Target::Single(client) => {
+                let mut conn = client
+                    .get_multiplexed_async_connection_with_config(&config)
+                    .await
+                    .map_err(unreachable)?;
+                // Connected is not answering (a port that accepts, then says nothing useful).
+                redis::cmd("PING")
+                    .query_async::<()>(&mut conn)
+                    .await
+                    .map_err(unreachable)?;
+                Deployment::Single(conn)
+            }
+            Target::Cluster(client) => {
+                let mut conn = client.get_async_connection().await.map_err(unreachable)?;
+                let slots: Value = redis::cmd("CLUSTER")
+                    .arg("SLOTS")
+                    .query_async(&mut conn)
+                    .await
+                    .map_err(unreachable)?;
+                let mut masters = Vec::new();
+                for address in master_addresses(&slots) {
+                    let node = node_url(url, &address);
+                    let client = Client::open(node.as_str()).map_err(unreachable)?;
+                    let c = client
+                        .get_multiplexed_async_connection_with_config(&config)
+                        .await
+                        .map_err(unreachable)?;
+                    masters.push((address, c));
+                }
+                if masters.is_empty() {
+                    return Err(Failure::Redis(format!(
+                        "the Redis Cluster at {shown} names no master in CLUSTER SLOTS"
+                    )));
+                }
+                Deployment::Cluster { conn, masters }
+            }
+        };
+        Ok(Redis {
+            shown,
+            deployment,
+            script: Script::new(READ_SCRIPT),
+        })
+    }
+
+    /// Reads `key` as it stands (one atomic script, writing nothing).
+    pub(crate) async fn read(&self, key: &str, mode: Mode) -> Result<Read, Failure> {
+        let mut invocation = self.script.key(key);
+        invocation.arg(mode.as_arg());
+        let reply: Value = match &self.deployment {
+            Deployment::Single(c) => invocation.invoke_async(&mut c.clone()).await,
+            Deployment::Cluster { conn, .. } => invocation.invoke_async(&mut conn.clone()).await,
+        }
+        .map_err(|e| Failure::redis(&self.shown, &e))?;
+        Read::from_reply(&reply).ok_or_else(|| bad_reply(&self.shown, &reply))
+    }
+
+    /// Whether `key` exists.
+    pub(crate) async fn exists(&self, key: &str) -> Result<bool, Failure> {
+        let mut cmd = redis::cmd("EXISTS");
+        cmd.arg(key);
+        let n: i64 = match &self.deployment {
+            Deployment::Single(c) => cmd.query_async(&mut c.clone()).await,
+            Deployment::Cluster { conn, .. } => cmd.query_async(&mut conn.clone()).await,
+        }
+        .map_err(|e| Failure::redis(&self.shown, &e))?;
+        Ok(n > 0)
+    }
+
+    /// Every key matching `pattern` on every master, by `SCAN` (never `KEYS`: it would block
+    /// the server for the whole keyspace), `count` keys per step, each read as it stands; each
+    /// step's keys go to `found` as soon as they are read.
+    pub(crate) async fn scan(
+        &self,
+        pattern: &str,
+        count: u32,
+        mode: Mode,
+        mut found: impl FnMut(Vec<(String, Read)>),
+    ) -> Result<(), Failure> {
+        let nodes: Vec<MultiplexedConnection> = match &self.deployment {
+            Deployment::Single(c) => vec![c.clone()],
+            Deployment::Cluster { masters, .. } => masters.iter().map(|(_, c)| c.clone()).collect(),
+        };
+        for mut node in nodes {
+            let mut cursor: u64 = 0;
+            loop {
+                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                    .arg(cursor)
+                    .arg("MATCH")
+                    .arg(pattern)
+                    .arg("COUNT")
+                    .arg(count)
+                    .query_async(&mut node)
+                    .await
+                    .map_err(|e| Failure::redis(&self.shown, &e))?;
+                if !keys.is_empty() {
+                    let reads = self.read_all(&mut node, &keys, mode).await?;
+                    found(keys.into_iter().zip(reads).collect());
+                }
+                if next == 0 {
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok(())
+    }
+
+    /// Reads `keys`, all held by `node`, in one pipeline of `EVALSHA`s (the script loaded
+    /// again when the node lost it).
+    async fn read_all(
+        &self,
+        node: &mut MultiplexedConnection,
+        keys: &[String],
+        mode: Mode,
+    ) -> Result<Vec<Read>, Failure> {
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.cmd("EVALSHA")
+                .arg(self.script.get_hash())
+                .arg(1)
+                .arg(key)
+                .arg(mode.as_arg());
+        }
+        let replies: Vec<Value> = match pipe.query_async(node).await {
+            Err(e) if e.code() == Some("NOSCRIPT") => {
+                self.script
+                    .prepare_invoke()
+                    .load_async(node)
+                    .await
+                    .map_err(|e| Failure::redis(&self.shown, &e))?;
+                pipe.query_async(node).await
+            }
+            other => other,
+        }
+        .map_err(|e| Failure::redis(&self.shown, &e))?;
+        replies
+            .iter()
+            .map(|r| Read::from_reply(r).ok_or_else(|| bad_reply(&self.shown, r)))
+            .collect()
+    }
+}
+
+fn bad_reply(shown: &str, reply: &Value) -> Failure {
+    Failure::Redis(format!(
+        "Redis at {shown} answered the read script with {reply:?}: is it Redis 7.0 or newer?"
+    ))
+}
+
+/// The masters' `host:port`s in a `CLUSTER SLOTS` reply, each once.
+fn master_addresses(slots: &Value) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    let Value::Array(ranges) = slots else {
+        return out;
+    };
+    for range in ranges {
+        let Value::Array(fields) = range else {
+            continue;
+        };
+        let Some(Value::Array(master)) = fields.get(2) else {
+            continue;
+        };
+        let host = match master.first() {
+            Some(Value::BulkString(h)) => String::from_utf8_lossy(h).into_owned(),
+            Some(Value::SimpleString(h)) => h.clone(),
+            _ => continue,
+        };
+        let Some(Value::Int(port)) = master.get(1) else {
+            continue;
+        };
+        let address = format!("{host}:{port}");
+        if !out.contains(&address) {
+            out.push(address);
+        }
+    }
+    out
+}
+
+/// The URL of one node, with the credentials and scheme of the cluster's `url`.
+fn node_url(url: &str, address: &str) -> String {
+    let scheme = if url.starts_with("rediss") {
+        "rediss"
+    } else {
+        "redis"
+    };
+    let rest = url.split_once("://").map_or("", |(_, r)| r);
+    let authority = rest.split('/').next().unwrap_or("");
+    let userinfo = authority.rsplit_once('@').map_or("", |(u, _)| u);
+    if userinfo.is_empty() {
+        format!("{scheme}://{address}")
+    } else {
+        format!("{scheme}://{userinfo}@{address}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_are_hidden() {
+        assert_eq!(redact("redis://:s3cret@h:1/0"), "redis://:***@h:1/0");
+        assert_eq!(redact("redis://u:s3cret@h:1"), "redis://u:***@h:1");
+        assert_eq!(redact("redis://u@h:1"), "redis://u@h:1");
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+        assert_eq!(
+            redact("redis+cluster://:p@a:1,b:2"),
+            "redis+cluster://:***@a:1,b:2"
+        );
+    }
+
+    #[test]
+    fn nodes_keep_the_credentials() {
+        assert_eq!(
+            node_url("redis+cluster://:p@a:1,b:2", "10.0.0.1:7000"),
+            "redis://:p@10.0.0.1:7000"
+        );
+        assert_eq!(node_url("redis+cluster://a:1", "h:2"), "redis://h:2");
+    }
+}

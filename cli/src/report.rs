@@ -1,0 +1,187 @@
+//! One bucket as `inspect` and `top` report it.
+
+use ratelimit_core::Limit;
+use serde::Serialize;
+
+use crate::decide::{self, Decision};
+use crate::naming::{self, Part};
+use crate::output::{Out, Style, duration_us};
+use crate::state::{self, Decoded, Kind, Read, View};
+
+/// One bucket (the JSON fields of `inspect`, and of each of `top`'s buckets).
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Report {
+    /// Its Redis key.
+    pub(crate) bucket: String,
+    /// The limit's name; `null` for an unnamed bucket (`RateLimiter::check`) or a name kept
+    /// only as a digest.
+    pub(crate) name: Option<String>,
+    /// The caller's key; `null` when kept only as a digest (longer than 128 bytes).
+    pub(crate) key: Option<String>,
+    pub(crate) exists: bool,
+    /// The state's algorithm: `token_bucket` (also the leaky bucket's state),
+    /// `interval_bucket` (a token bucket with `refill = "interval"`), `fixed_window`,
+    /// `sliding_window` or `sliding_log`; `null` when no script writes what the key holds.
+    pub(crate) algorithm: Option<Kind>,
+    /// Whether `algorithm` was guessed from the state's shape rather than given.
+    pub(crate) algorithm_inferred: bool,
+    /// The decoded state (`null` when absent).
+    pub(crate) state: Option<View>,
+    /// When the bucket is full again (the key's `PEXPIRETIME`), ms since the epoch.
+    pub(crate) full_at_ms: Option<u64>,
+    /// Milliseconds until then (the key's `PTTL`).
+    pub(crate) full_in_ms: Option<u64>,
+    /// The Redis server's clock when the key was read, us since the epoch.
+    pub(crate) server_time_us: u64,
+    /// What a call would be told now, when the limit is known.
+    pub(crate) decision: Option<Decision>,
+    /// Anything the reader should know (a guessed algorithm, a state another algorithm wrote).
+    pub(crate) note: Option<String>,
+}
+
+impl Report {
+    /// The report of `bucket`, read as `read`. `given`: the algorithm given (or `limit`'s);
+    /// `names`: the name and key when the caller gave them, else read back from the key.
+    pub(crate) fn new(
+        prefix: &str,
+        bucket: &str,
+        read: &Read,
+        limit: Option<(&Limit, u32)>,
+        given: Option<Kind>,
+        names: Option<(Option<&str>, &str)>,
+    ) -> Report {
+        let (name, key) = match names {
+            Some((name, key)) => (name.map(str::to_owned), Some(key.to_owned())),
+            None => match naming::parse(prefix, bucket) {
+                Some(b) => (
+                    b.name.as_ref().and_then(Part::text).map(str::to_owned),
+                    b.key.text().map(str::to_owned),
+                ),
+                None => (None, None),
+            },
+        };
+        let mut notes: Vec<String> = Vec::new();
+        let kind = match (limit, given) {
+            (Some((l, _)), _) => Some((decide::kind_of(l), false)),
+            (None, Some(k)) => Some((k, false)),
+            (None, None) => state::infer(read).map(|(k, certain)| (k, !certain)),
+        };
+        if let Some((Kind::FixedWindow, true)) = kind {
+            notes.push(
+                "a counter: a fixed window's count, or the slack of a token bucket with \
+                 interval refill; pass --algorithm to say which"
+                    .to_owned(),
+            );
+        }
+        let decoded = match kind {
+            Some((k, _)) => state::decode(read, k),
+            None if read.exists() => Decoded::Foreign,
+            None => Decoded::Absent,
+        };
+        if decoded == Decoded::Foreign && read.exists() {
+            notes.push(match (limit, given) {
+                (None, None) => "no rate-limit script writes what this key holds".to_owned(),
+                _ => {
+                    let other = state::infer(read)
+                        .map(|(k, _)| format!(" (it looks like a {})", k.describe()))
+                        .unwrap_or_default();
+                    format!(
+                        "the key holds a state this algorithm never writes{other}; a call \
+                         under this limit would read it as empty or absent and overwrite it"
+                    )
+                }
+            });
+        }
+        // A state the limit's script never writes, or a log read by count: no decision.
+        let decision = limit.and_then(|(l, cost)| decide::decide(l, cost, read, &decoded).ok());
+        Report {
+            bucket: bucket.to_owned(),
+            name,
+            key,
+            exists: read.exists(),
+            algorithm: kind
+                .map(|(k, _)| k)
+                .filter(|_| decoded != Decoded::Foreign || given.is_some() || limit.is_some()),
+            algorithm_inferred: kind.is_some_and(|(_, inferred)| inferred),
+            state: View::of(&decoded, read),
+            full_at_ms: u64::try_from(read.expire_ms).ok(),
+            full_in_ms: u64::try_from(read.pttl_ms).ok(),
+            server_time_us: read.now_us,
+            decision,
+            note: (!notes.is_empty()).then(|| notes.join("; ")),
+        }
+    }
+
+    /// The name for people: `(unnamed)` for a bucket of `RateLimiter::check`.
+    pub(crate) fn name_shown(&self, prefix: &str) -> String {
+        match (&self.name, naming::parse(prefix, &self.bucket)) {
+            (Some(n), _) => n.clone(),
+            (None, Some(b)) => b.name.map_or_else(|| "(unnamed)".to_owned(), |n| n.shown()),
+            (None, None) => "?".to_owned(),
+        }
+    }
+
+    /// The key for people.
+    pub(crate) fn key_shown(&self, prefix: &str) -> String {
+        match (&self.key, naming::parse(prefix, &self.bucket)) {
+            (Some(k), _) => k.clone(),
+            (None, Some(b)) => b.key.shown(),
+            (None, None) => "?".to_owned(),
+        }
+    }
+
+    /// The algorithm for people.
+    pub(crate) fn algorithm_shown(&self) -> String {
+        match self.algorithm {
+            Some(k) if self.algorithm_inferred => format!(
+                "{}, guessed from the state's shape (--algorithm says which)",
+                k.describe()
+            ),
+            Some(k) => k.describe().to_owned(),
+            None => "unknown".to_owned(),
+        }
+    }
+
+    /// `full in 59.9 s`, or `full` when absent.
+    pub(crate) fn full_in_shown(&self) -> String {
+        match self.full_in_ms {
+            Some(ms) => duration_us(ms.saturating_mul(1000)),
+            None if self.exists => "never (no expiry)".to_owned(),
+            None => "full now".to_owned(),
+        }
+    }
+
+    /// What a call would be told, for people.
+    pub(crate) fn decision_shown(&self, out: &Out) -> Option<String> {
+        let d = self.decision.as_ref()?;
+        let cost = if d.cost == 1 {
+            String::new()
+        } else {
+            format!(" of cost {}", d.cost)
+        };
+        Some(if !d.allowed {
+            format!(
+                "{}: a call{cost} would be {} ({} remaining), retry after {}",
+                d.limit,
+                out.paint(Style::Red, "refused"),
+                d.remaining,
+                duration_us(d.retry_after_us)
+            )
+        } else if d.retry_after_us > 0 {
+            format!(
+                "{}: a call{cost} would be {} after waiting {} for its slot ({} remaining)",
+                d.limit,
+                out.paint(Style::Yellow, "admitted"),
+                duration_us(d.retry_after_us),
+                d.remaining
+            )
+        } else {
+            format!(
+                "{}: a call{cost} would be {} ({} remaining after it)",
+                d.limit,
+                out.paint(Style::Green, "admitted"),
+                d.remaining
+            )
+        })
+    }
+}
