@@ -645,7 +645,10 @@ async fn several_limits_with_a_shadow_one_refuse_only_by_the_enforced(h: Harness
         .await
         .unwrap();
     assert!(!refused.allowed);
-    assert!(!refused.shadowed, "refused by an enforced limit: not let through");
+    assert!(
+        !refused.shadowed,
+        "refused by an enforced limit: not let through"
+    );
     let d = h.check("fresh", &fresh, 1).await.d;
     assert!(
         !d.shadowed,

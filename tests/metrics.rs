@@ -64,12 +64,18 @@ async fn decisions_store_calls_and_degraded_mode_are_measured() {
 
     let all = read(&snapshotter);
     assert_eq!(
-        counter(&all, "ratelimit_decisions_total{limit=orders,outcome=allowed}"),
+        counter(
+            &all,
+            "ratelimit_decisions_total{limit=orders,outcome=allowed}"
+        ),
         1
     );
     // The second refusal comes from the deny cache: still `limited`, and a cache hit.
     assert_eq!(
-        counter(&all, "ratelimit_decisions_total{limit=orders,outcome=limited}"),
+        counter(
+            &all,
+            "ratelimit_decisions_total{limit=orders,outcome=limited}"
+        ),
         2
     );
     assert_eq!(counter(&all, "ratelimit_deny_cache_hits_total{}"), 1);
