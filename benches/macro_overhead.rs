@@ -5,7 +5,9 @@
 //! its key against an empty context), and once inside one.
 //!
 //! `cargo bench -p redis-ratelimit-benches --bench macro_overhead`; results in
-//! `docs/benchmarks.md`.
+//! `docs/benchmarks.md`. With `--features metrics` the library counts every decision; with
+//! `BENCH_RECORDER=prometheus` too, into a Prometheus recorder (what a service that exports
+//! them pays).
 
 #![allow(clippy::unwrap_used, missing_docs)]
 
@@ -55,6 +57,12 @@ async fn by_hand(x: u64) -> Result<u64, ApiError> {
 }
 
 fn macro_overhead(c: &mut Criterion) {
+    #[cfg(feature = "metrics")]
+    if std::env::var("BENCH_RECORDER").as_deref() == Ok("prometheus") {
+        metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .unwrap();
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

@@ -124,7 +124,7 @@ pub async fn check(
             limiter.decide_without_key(&effective.limit, effective.cost)
         }
     };
-    decision.observe(Some(name), bucket.as_deref());
+    decision.observe(crate::observe::Name::Declared(name), bucket.as_deref());
     if decision.allowed {
         record_current(name, decision, None);
         Ok(())
@@ -255,7 +255,7 @@ pub async fn check_all(
         }
     }
     for ((name, part), bucket) in names.iter().zip(&decided).zip(&keys) {
-        part.observe(Some(name), bucket.as_deref());
+        part.observe(crate::observe::Name::Declared(name), bucket.as_deref());
     }
     let parts = decided;
     let decision = Decision::combined(parts);

@@ -975,7 +975,11 @@ impl Limit {
             // Bounded by `hold` when the limit was built.
             self.wait_us * per_micro
         };
-        let hold = self.hold();
+        // From the gcd above: `hold` again would compute it twice on every call.
+        let hold = hold_for(
+            interval as u128 * self.burst.get() as u128,
+            per_micro as u128,
+        );
         if matches!(self.algorithm, Algorithm::LeakyBucket) {
             let queue = burst * interval;
             return Params {

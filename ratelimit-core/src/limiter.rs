@@ -110,7 +110,7 @@ impl RateLimiter {
         validate_cost(limit, cost)?;
         let bucket = bucket_key(&self.inner.prefix, None, key);
         let decision = self.decide(&bucket, limit, cost).await?;
-        decision.observe(None, Some(&bucket));
+        decision.observe(crate::observe::Name::None, Some(&bucket));
         Ok(decision)
     }
 
@@ -187,7 +187,7 @@ impl RateLimiter {
         validate_cost(limit, cost)?;
         let bucket = bucket_key(&self.inner.prefix, Some(name), key);
         let decision = self.decide(&bucket, limit, cost).await?;
-        decision.observe(Some(name), Some(&bucket));
+        decision.observe(crate::observe::Name::Given(name), Some(&bucket));
         Ok(decision)
     }
 
@@ -230,7 +230,7 @@ impl RateLimiter {
             .collect();
         let decision = self.check_buckets(&buckets).await?;
         for (part, (bucket, ..)) in decision.parts().iter().zip(&buckets) {
-            part.observe(None, Some(bucket));
+            part.observe(crate::observe::Name::None, Some(bucket));
         }
         Ok(decision)
     }
@@ -253,7 +253,7 @@ impl RateLimiter {
         let decision = self.check_buckets(&buckets).await?;
         for ((part, (name, ..)), (bucket, ..)) in decision.parts().iter().zip(checks).zip(&buckets)
         {
-            part.observe(Some(name), Some(bucket));
+            part.observe(crate::observe::Name::Given(name), Some(bucket));
         }
         Ok(decision)
     }
@@ -305,11 +305,14 @@ impl RateLimiter {
         cost: u32,
     ) -> Result<Decision, Error> {
         validate_cost(limit, cost)?;
-        let mut decision = self.inner.resilience.decide(bucket, limit, cost);
-        if must_wait(std::slice::from_mut(&mut decision)) {
-            self.wait_one(bucket, limit, cost, &mut decision).await?;
-        }
-        Ok(decision)
+        let waiting = {
+            let mut decision = self.inner.resilience.decide(bucket, limit, cost);
+            if !must_wait(std::slice::from_mut(&mut decision)) {
+                return Ok(decision);
+            }
+            self.wait_one(bucket, limit, cost, decision)
+        };
+        waiting.await
     }
 
     /// The limiter of calls made before `enable_redis_rate_limit!`: in memory, default
@@ -429,41 +432,30 @@ impl RateLimiter {
     }
 
     /// Decides one call, and waits for its turn when it reserved (see [`Limit::wait`]).
+    ///
+    /// Every await here holds one box at most: the memory path is a call of this future, so
+    /// what it carries for the others (the store's call, the deadline, a wait, the several
+    /// limits' path) must not make it larger.
     async fn decide(&self, bucket: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
-        let mut decision = self.decide_now(bucket, limit, cost).await?;
-        if must_wait(std::slice::from_mut(&mut decision)) {
-            self.wait_one(bucket, limit, cost, &mut decision).await?;
-        }
-        Ok(decision)
-    }
-
-    /// [`wait_turn`](Self::wait_turn) for a call under one limit, boxed: only a call that
-    /// waits carries the sleep's future.
-    fn wait_one<'a>(
-        &'a self,
-        bucket: &'a str,
-        limit: &'a Limit,
-        cost: u32,
-        decision: &'a mut Decision,
-    ) -> std::pin::Pin<Box<dyn Future<Output = Result<(), Error>> + Send + 'a>> {
-        Box::pin(async move {
-            self.wait_turn(&[(bucket, limit, cost)], std::slice::from_mut(decision))
-                .await
-        })
-    }
-
-    async fn decide_now(&self, bucket: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
         let remote = match &self.inner.engine {
-            Engine::Local(s) => return Ok(s.check_now(bucket, limit, cost)),
+            Engine::Local(s) => {
+                // The decision's scope ends before the await: the future then does not keep
+                // room for it beside the wait's box.
+                let waiting = {
+                    let mut decision = s.check_now(bucket, limit, cost);
+                    if !must_wait(std::slice::from_mut(&mut decision)) {
+                        return Ok(decision);
+                    }
+                    self.wait_one(bucket, limit, cost, decision)
+                };
+                return waiting.await;
+            }
             Engine::Remote(remote) => remote,
         };
         // A call that may wait is not refused from the deny cache (the refusal it remembers
         // was for a call that could not wait), and is asked by a task of its own.
         if limit.reserves() {
-            let mut parts = self.decide_all_now(&[(bucket, limit, cost)]).await?;
-            return parts
-                .pop()
-                .ok_or_else(|| Error::BadReply("no decision".to_owned()));
+            return self.decide_reserving(bucket, limit, cost).await;
         }
         if let Some(refused) = remote
             .deny_cache
@@ -471,6 +463,8 @@ impl RateLimiter {
             .and_then(|c| c.check(bucket, limit, cost))
         {
             crate::observe::deny_cache_hit();
+            let mut refused = refused;
+            refused.let_shadow_through();
             return Ok(refused);
         }
         // Boxed: awaited inline, the store's call and the deadline's timer make every check's
@@ -489,7 +483,54 @@ impl RateLimiter {
             |cache, decision, sent, now| cache.remember(bucket, decision, sent, now),
             |guard| guard.decide(bucket, limit, cost),
         ));
-        asked.await
+        let waiting = {
+            let mut decision = asked.await?;
+            if !must_wait(std::slice::from_mut(&mut decision)) {
+                return Ok(decision);
+            }
+            // The failure policy's fallback may have reserved.
+            self.wait_one(bucket, limit, cost, decision)
+        };
+        waiting.await
+    }
+
+    /// A call that may wait, on a remote store: [`decide_all`](Self::decide_all)'s path for
+    /// one limit, boxed.
+    fn decide_reserving<'a>(
+        &'a self,
+        bucket: &'a str,
+        limit: &'a Limit,
+        cost: u32,
+    ) -> BoxedAnswer<'a, Decision> {
+        Box::pin(async move {
+            let checks = [(bucket, limit, cost)];
+            let mut parts = self.decide_all_now(&checks).await?;
+            if must_wait(&mut parts) {
+                self.wait_turn(&checks, &mut parts).await?;
+            }
+            parts
+                .pop()
+                .ok_or_else(|| Error::BadReply("no decision".to_owned()))
+        })
+    }
+
+    /// [`wait_turn`](Self::wait_turn) for a call under one limit, boxed: only a call that
+    /// waits carries the sleep's future, and the decision moves into the box.
+    fn wait_one<'a>(
+        &'a self,
+        bucket: &'a str,
+        limit: &'a Limit,
+        cost: u32,
+        mut decision: Decision,
+    ) -> BoxedAnswer<'a, Decision> {
+        Box::pin(async move {
+            self.wait_turn(
+                &[(bucket, limit, cost)],
+                std::slice::from_mut(&mut decision),
+            )
+            .await?;
+            Ok(decision)
+        })
     }
 
     /// [`decide`](Self::decide) for several buckets at once, all or nothing; a call that
@@ -1240,5 +1281,39 @@ mod tests {
         assert_eq!((d.allowed, d.source), (true, Source::Fallback));
         assert!(!limiter.check("k", &limit).await.unwrap().allowed);
         assert_eq!(closed.to_string(), "1 per hour (burst 1), on failure deny");
+    }
+}
+
+#[cfg(test)]
+mod future_sizes {
+    #![allow(clippy::unwrap_used)]
+
+    /// What a one-limit call moves on every poll: the memory path's future must not carry the
+    /// other paths' states (the store's call, a wait, several limits), which are boxed. The
+    /// bounds are today's sizes (docs/benchmarks.md); a change that grows them should say why.
+    #[test]
+    fn a_one_limit_call_carries_no_other_path() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let limiter = rt
+            .block_on(super::RateLimiter::builder().memory().build())
+            .unwrap();
+        let limit = crate::Limit::per_second(1);
+        static DECL: crate::LimitDeclaration =
+            crate::LimitDeclaration::new("n", crate::Limit::per_second(1), 1, "Global", "f", 1);
+        let sizes = [
+            std::mem::size_of_val(&limiter.check("k", &limit)),
+            std::mem::size_of_val(&limiter.check_named("n", "k", &limit, 1)),
+            std::mem::size_of_val(&crate::__private::check(
+                &DECL,
+                &crate::Global,
+                Some(&limiter),
+            )),
+        ];
+        assert!(
+            sizes[0] <= 160 && sizes[1] <= 192 && sizes[2] <= 344,
+            "check, check_named, #[rate_limit]: {sizes:?} bytes"
+        );
     }
 }

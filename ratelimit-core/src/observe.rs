@@ -16,16 +16,47 @@ use crate::Decision;
 /// The name a decision without a limit name (`RateLimiter::check`) is counted under.
 pub(crate) const UNNAMED: &str = "-";
 
+/// A limit's name as a decision is described under: a declared limit's lives as long as the
+/// program, and labels it without a copy.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Name<'a> {
+    /// `RateLimiter::check`: no name.
+    None,
+    /// A `#[rate_limit]` function's.
+    Declared(&'static str),
+    /// Given to `check_named` and the like.
+    Given(&'a str),
+}
+
+impl Name<'_> {
+    fn as_str(&self) -> &str {
+        match self {
+            Name::None => UNNAMED,
+            Name::Declared(name) => name,
+            Name::Given(name) => name,
+        }
+    }
+
+    #[cfg(feature = "metrics")]
+    fn label(&self) -> metrics::SharedString {
+        match self {
+            Name::None => metrics::SharedString::const_str(UNNAMED),
+            Name::Declared(name) => metrics::SharedString::const_str(name),
+            Name::Given(name) => metrics::SharedString::from((*name).to_owned()),
+        }
+    }
+}
+
 impl Decision {
     /// Describes the decision: in a `rate_limit` span (DEBUG, target `redis_ratelimit`) with
     /// the limit's name, the outcome, the tokens left and who decided, and one event (the
     /// bucket's key, which may be personal data, only at TRACE); and with the `metrics`
     /// feature, one count of `ratelimit_decisions_total`.
-    pub(crate) fn observe(&self, name: Option<&str>, bucket: Option<&str>) {
+    pub(crate) fn observe(&self, name: Name<'_>, bucket: Option<&str>) {
         #[cfg(feature = "metrics")]
         metrics::counter!(
             "ratelimit_decisions_total",
-            "limit" => name.unwrap_or(UNNAMED).to_owned(),
+            "limit" => name.label(),
             "outcome" => self.outcome(),
         )
         .increment(1);
@@ -35,7 +66,7 @@ impl Decision {
         let span = tracing::debug_span!(
             target: "redis_ratelimit",
             "rate_limit",
-            limit = name.unwrap_or(UNNAMED),
+            limit = name.as_str(),
             outcome = self.outcome(),
             remaining = self.remaining,
             source = ?self.source,
