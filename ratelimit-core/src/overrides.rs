@@ -18,6 +18,7 @@
 //! refill = "smooth"     # smooth | interval (token bucket only)
 //! initial = 0           # tokens in a new bucket, 0..=burst (token bucket only)
 //! shadow = true         # decide and count, never refuse (for rolling out a limit)
+//! wait = "2s"           # wait up to this for a turn (ms, s, m), or "none" (token/leaky bucket)
 //!
 //! [limits."shop::search"]
 //! enabled = false       # calls pass unchecked
@@ -77,11 +78,15 @@ pub struct Override {
     pub initial: Option<u32>,
     /// Shadow mode: decide and count, never refuse.
     pub shadow: Option<bool>,
+    /// How long a call may wait for its turn (`"2s"`, `"500ms"`, `"1m"`), or `"none"` to
+    /// refuse at once: `Some(None)` removes a declared wait.
+    #[serde(default, deserialize_with = "wait_from_toml")]
+    pub wait: Option<Option<std::time::Duration>>,
 }
 
 /// The fields an override may set, for messages.
-const FIELDS: &str = "`replenish`, `burst`, `unit`, `cost`, `enabled`, `policy`, `algorithm`, `refill`, `initial`, \
-     `shadow`";
+const FIELDS: &str = "`replenish`, `burst`, `unit`, `cost`, `enabled`, `policy`, `algorithm`, `refill`, \
+     `initial`, `shadow`, `wait`";
 
 /// The smallest value of a count field: `initial` may be 0, the others not.
 fn least(field: &str) -> u32 {
@@ -95,6 +100,46 @@ fn count_error(field: &str, written: &dyn std::fmt::Display) -> String {
         least(field),
         u32::MAX
     )
+}
+
+/// A wait as written in the file or the environment: a whole number of `ms`, `s` or `m` (as
+/// `#[rate_limit(wait = "..")]` takes), or `none`.
+fn parse_wait(text: &str) -> Result<Option<std::time::Duration>, String> {
+    let text = text.trim();
+    if text.eq_ignore_ascii_case("none") {
+        return Ok(None);
+    }
+    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let per = match &text[digits.len()..] {
+        "ms" => std::time::Duration::from_millis(1),
+        "s" => std::time::Duration::from_secs(1),
+        "m" => std::time::Duration::from_secs(60),
+        _ => return Err(wait_error(text)),
+    };
+    digits
+        .bytes()
+        .all(|b| b.is_ascii_digit())
+        .then(|| digits.parse::<u32>().ok())
+        .flatten()
+        .filter(|n| *n > 0)
+        .map(|n| Some(per * n))
+        .ok_or_else(|| wait_error(text))
+}
+
+fn wait_error(text: &str) -> String {
+    format!(
+        "`{text}` is not a wait: a whole number above 0 and `ms`, `s` or `m` (`\"2s\"`, \
+         `\"500ms\"`), or `\"none\"`"
+    )
+}
+
+fn wait_from_toml<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Option<std::time::Duration>>, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_wait(&text)
+        .map(Some)
+        .map_err(|why| serde::de::Error::custom(format!("field `wait`: {why}")))
 }
 
 /// A count as written in the environment.
@@ -241,6 +286,7 @@ pub fn parse_env(value: &str) -> Result<Override, Error> {
                     field_error(k, &format_args!("`{v}` is not `true` or `false`"))
                 })?);
             }
+            "wait" => o.wait = Some(parse_wait(v).map_err(|why| field_error(k, &why))?),
             other => {
                 return Err(Error::Config(format!(
                     "unknown field `{other}`, expected one of {FIELDS}"
@@ -398,8 +444,9 @@ impl Overrides {
                 .map_err(|e| fail(e.fields(), &e))?
                 .with_failure_policy(policy)
                 .with_shadow(shadow);
-            // The declared wait stays: an override that makes it impossible says so.
-            if let Some(wait) = wait {
+            // The declared wait stays unless the override sets one or removes it (`none`); one
+            // the new limit cannot have says so.
+            if let Some(wait) = o.wait.unwrap_or(wait) {
                 limit = limit.try_wait(wait).map_err(|e| fail(e.fields(), &e))?;
             }
             cost = o.cost.unwrap_or(cost);
@@ -484,6 +531,42 @@ mod tests {
         let err = o.apply(&FETCH).unwrap_err().to_string();
         assert!(
             err.contains("`wait`") && err.contains("cannot wait"),
+            "{err}"
+        );
+        // ... unless it removes the wait too; or another wait, from the file or the
+        // environment alike.
+        let o = load_from(
+            None,
+            env(&[(
+                "RATE_LIMIT_OVERRIDE_CRAWL__FETCH",
+                "algorithm=fixed_window,wait=none",
+            )]),
+            &decls(),
+        )
+        .unwrap();
+        assert_eq!(o.apply(&FETCH).unwrap().limit.max_wait(), None);
+        let f = file("[limits.\"crawl::fetch\"]\nwait = \"500ms\"\n");
+        let o = load_from(Some(&f.0), env(&[]), &decls()).unwrap();
+        assert_eq!(
+            o.apply(&FETCH).unwrap().limit.max_wait(),
+            Some(std::time::Duration::from_millis(500))
+        );
+        for bad in ["2", "2h", "+2s", "0s", "1.5s"] {
+            let err = load_from(
+                None,
+                env(&[("RATE_LIMIT_OVERRIDE_CRAWL__FETCH", &format!("wait={bad}"))]),
+                &decls(),
+            )
+            .unwrap_err()
+            .to_string();
+            assert!(err.contains("is not a wait"), "{bad}: {err}");
+        }
+        let f = file("[limits.\"crawl::fetch\"]\nwait = \"2 s\"\n");
+        let err = load_from(Some(&f.0), env(&[]), &decls())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("field `wait`") && err.contains("crawl::fetch"),
             "{err}"
         );
         assert!(
