@@ -181,9 +181,12 @@ async fn several_limits_wait_for_the_latest_and_stay_all_or_nothing(s: Store) {
     let fast = Limit::per_second(10).burst(1).wait(Duration::from_secs(1));
     let slow = Limit::per_second(5).burst(1).wait(Duration::from_secs(1));
     let both = [("fast", &fast, 1), ("slow", &slow, 1)];
-    assert!(s.limiter.check_all(&both).await.unwrap().allowed);
-    // The second call is due in 100 ms under one and 200 ms under the other: it waits 200.
+    // Before the first call: the second's turn is counted from when the first was decided,
+    // which is after this instant (a lower bound that holds however slow the machine).
     let t0 = Instant::now();
+    assert!(s.limiter.check_all(&both).await.unwrap().allowed);
+    // The second call is due 100 ms after the first under one limit and 200 ms under the
+    // other: it waits for the later.
     let d = s.limiter.check_all(&both).await.unwrap();
     assert!(d.allowed);
     assert!(t0.elapsed() >= Duration::from_millis(200));
