@@ -14,17 +14,26 @@
 //! 2. `redis-benchmark -c 1`, same command: the latency of one call with nothing queued;
 //! 3. the `RateLimiter` (Redis store, prefix `bench`, `FailurePolicy::Deny`, a 5 s deadline)
 //!    from N tasks of this process on the same keys, for each N of `--concurrency`;
-//! 4. the deny cache: 64 tasks flooding one key that Redis refused (1 call per hour), against
+//! 4. rate-limiter-flexible (Node): `RateLimiterRedis.consume(key, 1)` on ioredis from one Node
+//!    process with C calls in flight, for each C of `--flexible-concurrency` (default: the
+//!    same list); installed on first use by `npm ci` from `loadgen/flexible/` (`--no-flexible`
+//!    leaves it out, and so does a machine without Node);
+//! 5. the deny cache: 64 tasks flooding one key that Redis refused (1 call per hour), against
 //!    the ceiling of 1., with the admissions and `EVALSHA`s during the flood.
 //!
-//! Both sides use the same keys (`bench:{:k:<12 digits>}`, uniformly drawn from `--keys`) and
-//! the same script arguments, so Redis does the same work for each. Results in
+//! `redis-benchmark` and ours use the same keys (`bench:{:k:<12 digits>}`, uniformly drawn
+//! from `--keys`) and the same script arguments, so Redis does the same work for each.
+//! rate-limiter-flexible draws from the same key names under its own prefix
+//! (`flexible:k:<12 digits>`) and runs its own script (a fixed-window counter). Each
+//! contender is a labelled series of the report and the plots ([`Contender`]). Results in
 //! `docs/benchmarks.md`.
 
 #![allow(clippy::unwrap_used, clippy::print_stdout, missing_docs)]
 
 #[path = "loadgen/args.rs"]
 mod args;
+#[path = "loadgen/flexible.rs"]
+mod flexible;
 #[path = "loadgen/load.rs"]
 mod load;
 #[path = "loadgen/plot.rs"]
@@ -42,9 +51,10 @@ use std::time::Duration;
 use redis_ratelimit::{FailurePolicy, Limit, RateLimiter};
 
 use crate::args::{Args, RuntimeFlavor};
-use crate::load::{Client, Point};
+use crate::flexible::Flexible;
+use crate::load::Client;
 use crate::redis_benchmark::{Bench, ScriptArgs};
-use crate::report::Run;
+use crate::report::{Run, Sample, SeriesRun, Side};
 
 /// The deny-cache flood's limit: one call an hour, so after the warm-up's first call Redis
 /// refuses the key for the whole measurement, and any admission in it would be an error.
@@ -52,6 +62,77 @@ const FLOOD_LIMIT: Limit = Limit::per_hour(1);
 
 /// The decision script, exactly as the limiter loads it.
 const SCRIPT: &str = redis_ratelimit::__private::TOKEN_BUCKET_SCRIPT;
+
+/// One series of the report and the plots: who is measured, under which label.
+enum Contender {
+    /// Tasks of this process through `client`, at each of `--concurrency`.
+    Ours {
+        label: &'static str,
+        legend: String,
+        client: Client,
+    },
+    /// rate-limiter-flexible's Node runner, at each of `--flexible-concurrency`.
+    Flexible(Flexible),
+}
+
+impl Contender {
+    fn label(&self) -> &'static str {
+        match self {
+            Contender::Ours { label, .. } => label,
+            Contender::Flexible(_) => "rate-limiter-flexible",
+        }
+    }
+
+    fn legend(&self) -> String {
+        match self {
+            Contender::Ours { legend, .. } => legend.clone(),
+            Contender::Flexible(f) => {
+                format!("RateLimiterRedis, one Node process ({})", f.versions)
+            }
+        }
+    }
+
+    /// Every concurrency of this contender, one run's worth.
+    fn measure(
+        &self,
+        rt: &tokio::runtime::Runtime,
+        args: &Args,
+        bench: &Bench,
+        keys: &Arc<[String]>,
+        limit: Limit,
+        run: usize,
+    ) -> SeriesRun {
+        let (side, concurrency) = match self {
+            Contender::Ours { .. } => (Side::Ours, args.concurrency.as_slice()),
+            Contender::Flexible(_) => (Side::Flexible, args.flexible_concurrency()),
+        };
+        let samples = concurrency
+            .iter()
+            .map(|&tasks| {
+                let sample = match self {
+                    Contender::Ours { client, .. } => Sample::of(&rt.block_on(load::measure(
+                        client,
+                        keys,
+                        limit,
+                        tasks,
+                        args.warmup,
+                        args.duration,
+                        bench,
+                    ))),
+                    Contender::Flexible(f) => f.measure(args, bench, tasks),
+                };
+                println!("run {run}/{}  {}", args.runs, sample.line(self.label()));
+                sample
+            })
+            .collect();
+        SeriesRun {
+            label: self.label().to_owned(),
+            legend: self.legend(),
+            side,
+            samples,
+        }
+    }
+}
 
 fn main() {
     let args = match Args::parse(std::env::args().skip(1)) {
@@ -119,7 +200,32 @@ fn main() {
         Client::Limiter(limiter)
     };
 
+    // Every series of the report and the plots. Another configuration of ours is one more
+    // `Contender::Ours { .. }` here.
+    let mut contenders = vec![Contender::Ours {
+        label: "ours",
+        legend: if args.redis_rs_only {
+            "redis-rs alone, Script::invoke_async (this project's baseline)".to_owned()
+        } else {
+            "RateLimiter::check, Redis store (this project)".to_owned()
+        },
+        client: client.clone(),
+    }];
+    let flexible_note = match flexible::prepare(&args, port) {
+        Ok(f) => {
+            let note = format!(
+                "measured ({}; in flight {:?})",
+                f.versions,
+                args.flexible_concurrency()
+            );
+            contenders.push(Contender::Flexible(f));
+            note
+        }
+        Err(why) => why,
+    };
+
     print_setup(&args, &url, &bench, &script);
+    println!("rate-limiter-flexible: {flexible_note}\n");
     let (ceiling_n, single_n) = bench.calibrate(args.duration);
     println!(
         "calibrated: redis-benchmark -n {ceiling_n} at -c 50 -P 16, -n {single_n} at -c 1 \
@@ -135,20 +241,10 @@ fn main() {
         println!("run {r}/{}  {}", args.runs, ceiling.line("-c 50 -P 16"));
         let single = bench.run(1, 1, single_n);
         println!("run {r}/{}  {}", args.runs, single.line("-c 1"));
-        let mut points: Vec<Point> = Vec::with_capacity(args.concurrency.len());
-        for &tasks in &args.concurrency {
-            let point = rt.block_on(load::measure(
-                &client,
-                &keys,
-                limit,
-                tasks,
-                args.warmup,
-                args.duration,
-                &bench,
-            ));
-            println!("run {r}/{}  {}", args.runs, point.line());
-            points.push(point);
-        }
+        let series = contenders
+            .iter()
+            .map(|c| c.measure(&rt, &args, &bench, &keys, limit, r))
+            .collect();
         // The deny cache: every task on one key Redis has refused for the next hour.
         let flood = match &client {
             Client::Limiter(_) => {
@@ -161,7 +257,11 @@ fn main() {
                     args.duration,
                     &bench,
                 ));
-                println!("run {r}/{}  deny-cache flood: {}", args.runs, point.line());
+                println!(
+                    "run {r}/{}  deny-cache flood: {}",
+                    args.runs,
+                    Sample::of(&point).line("ours")
+                );
                 Some(point)
             }
             Client::RedisRs { .. } => None,
@@ -174,14 +274,15 @@ fn main() {
         runs.push(Run {
             ceiling,
             single,
-            points,
+            series,
             flood,
             load: (load_before, load_after),
         });
     }
 
-    let summary = report::Summary::new(&args, &runs);
+    let summary = report::Summary::new(&runs);
     summary.print(&args);
+    println!("rate-limiter-flexible: {flexible_note}");
     if args.plots {
         match plot::draw(&args, &summary) {
             Ok(files) => {

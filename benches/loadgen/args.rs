@@ -25,6 +25,18 @@ usage: cargo bench -p redis-ratelimit-benches --bench loadgen -- [options]
   --redis-rs-only      measure, instead of the limiter, the same EVALSHA through redis-rs alone
                        (Script::invoke_async on one multiplexed connection): the baseline that
                        shows what the limiter adds to the client it is built on
+  --no-flexible        leave out rate-limiter-flexible. By default it is measured too: its
+                       RateLimiterRedis on ioredis, from one Node process, on the same server,
+                       keys and limit; installed on first use from benches/loadgen/flexible
+                       (pinned package-lock.json) by `npm ci` into target/loadgen-flexible/.
+                       Left out, with a message, when node (20+) or npm is missing (NODE_BIN,
+                       NPM_BIN name other binaries) or the install fails
+  --flexible-concurrency LIST
+                       rate-limiter-flexible's in-flight consumes (default: --concurrency)
+  --flexible-pipelining MODE
+                       ioredis under rate-limiter-flexible: auto (default: enableAutoPipelining,
+                       the commands of one event-loop turn in one write) or off (one write per
+                       command, still one connection)
   --help               this text
 
 Arguments that cargo or criterion pass (--bench, filters) are ignored.";
@@ -46,6 +58,12 @@ pub(crate) struct Args {
     pub(crate) runtime: RuntimeFlavor,
     /// Measure redis-rs alone (the baseline) instead of the limiter.
     pub(crate) redis_rs_only: bool,
+    /// Measure rate-limiter-flexible too (not `--no-flexible`).
+    pub(crate) flexible: bool,
+    /// Its in-flight consumes; `None`: the same as `concurrency`.
+    pub(crate) flexible_concurrency: Option<Vec<usize>>,
+    /// ioredis's `enableAutoPipelining` under rate-limiter-flexible.
+    pub(crate) flexible_auto_pipelining: bool,
     pub(crate) workers: usize,
     pub(crate) rate: u32,
     pub(crate) burst: u32,
@@ -67,6 +85,9 @@ impl Args {
             concurrency: vec![1, 4, 16, 64, 256],
             runtime: RuntimeFlavor::MultiThread,
             redis_rs_only: false,
+            flexible: true,
+            flexible_concurrency: None,
+            flexible_auto_pipelining: true,
             // redis-server runs on this machine too and needs a core of its own: a client
             // thread on every core slows the server it measures (see docs/benchmarks.md).
             workers: std::thread::available_parallelism()
@@ -91,10 +112,22 @@ impl Args {
                 "--warmup" => args.warmup = seconds(&value("--warmup")?, "--warmup")?,
                 "--keys" => args.keys = number(&value("--keys")?, "--keys")?,
                 "--concurrency" => {
-                    args.concurrency = value("--concurrency")?
-                        .split(',')
-                        .map(|n| number(n.trim(), "--concurrency"))
-                        .collect::<Result<_, _>>()?;
+                    args.concurrency = list(&value("--concurrency")?, "--concurrency")?;
+                }
+                "--flexible-concurrency" => {
+                    let name = "--flexible-concurrency";
+                    args.flexible_concurrency = Some(list(&value(name)?, name)?);
+                }
+                "--flexible-pipelining" => {
+                    args.flexible_auto_pipelining = match value("--flexible-pipelining")?.as_str() {
+                        "auto" => true,
+                        "off" => false,
+                        other => {
+                            return Err(format!(
+                                "unknown pipelining `{other}`; expected `auto` or `off`"
+                            ));
+                        }
+                    }
                 }
                 "--runtime" => {
                     args.runtime = match value("--runtime")?.as_str() {
@@ -115,16 +148,34 @@ impl Args {
                 "--font" => args.font = Some(PathBuf::from(value("--font")?)),
                 "--no-plots" => args.plots = false,
                 "--redis-rs-only" => args.redis_rs_only = true,
+                "--no-flexible" => args.flexible = false,
                 "--help" | "-h" => args.help = true,
                 // What `cargo bench` passes to every harness = false target.
                 "--bench" => {}
                 other => eprintln!("loadgen: ignoring `{other}`"),
             }
         }
-        if args.concurrency.is_empty() || args.runs == 0 || args.keys == 0 || args.workers == 0 {
-            return Err("--runs, --keys, --workers and --concurrency must be positive".to_owned());
+        let lists = [Some(&args.concurrency), args.flexible_concurrency.as_ref()];
+        if lists
+            .into_iter()
+            .flatten()
+            .any(|l| l.is_empty() || l.contains(&0))
+            || args.runs == 0
+            || args.keys == 0
+            || args.workers == 0
+        {
+            return Err(
+                "--runs, --keys, --workers and the concurrency lists must be positive".to_owned(),
+            );
         }
         Ok(args)
+    }
+
+    /// rate-limiter-flexible's in-flight consumes.
+    pub(crate) fn flexible_concurrency(&self) -> &[usize] {
+        self.flexible_concurrency
+            .as_deref()
+            .unwrap_or(&self.concurrency)
     }
 
     pub(crate) fn runtime_label(&self) -> String {
@@ -143,6 +194,10 @@ fn number<T: std::str::FromStr>(s: &str, name: &str) -> Result<T, String> {
         Ok(n) => Ok(n),
         Err(_) => Err(format!("{name}: `{s}` is not a positive integer")),
     }
+}
+
+fn list(s: &str, name: &str) -> Result<Vec<usize>, String> {
+    s.split(',').map(|n| number(n.trim(), name)).collect()
 }
 
 fn seconds(s: &str, name: &str) -> Result<Duration, String> {

@@ -32,23 +32,6 @@ impl Point {
     pub(crate) fn latency_us(&self, quantile: f64) -> f64 {
         us(self.stats.latency_ns.value_at_quantile(quantile)) / 1000.0
     }
-
-    pub(crate) fn line(&self) -> String {
-        let s = &self.stats;
-        format!(
-            "ours {:>3} tasks       {:>9.0} decisions/s  p50 {:>7.1} µs  p90 {:>7.1}  p99 {:>7.1}  p99.9 {:>7.1}   {}; denied {}, not by the store {}, errors {}",
-            self.tasks,
-            self.decisions_per_sec(),
-            self.latency_us(0.5),
-            self.latency_us(0.9),
-            self.latency_us(0.99),
-            self.latency_us(0.999),
-            self.server,
-            s.denied,
-            s.not_by_store,
-            s.errors,
-        )
-    }
 }
 
 /// What one task (or all of them, merged) saw during the measurement.
