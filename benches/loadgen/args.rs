@@ -34,9 +34,10 @@ usage: cargo bench -p redis-ratelimit-benches --bench loadgen -- [options]
   --flexible-concurrency LIST
                        rate-limiter-flexible's in-flight consumes (default: --concurrency)
   --flexible-pipelining MODE
-                       ioredis under rate-limiter-flexible: auto (default: enableAutoPipelining,
-                       the commands of one event-loop turn in one write) or off (one write per
-                       command, still one connection)
+                       ioredis under rate-limiter-flexible: off (default: commands written as
+                       issued on one connection; measured faster here) or auto
+                       (enableAutoPipelining: one write per event-loop turn, one batch in
+                       flight at a time)
   --help               this text
 
 Arguments that cargo or criterion pass (--bench, filters) are ignored.";
@@ -87,7 +88,7 @@ impl Args {
             redis_rs_only: false,
             flexible: true,
             flexible_concurrency: None,
-            flexible_auto_pipelining: true,
+            flexible_auto_pipelining: false,
             // redis-server runs on this machine too and needs a core of its own: a client
             // thread on every core slows the server it measures (see docs/benchmarks.md).
             workers: std::thread::available_parallelism()

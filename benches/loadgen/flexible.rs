@@ -40,8 +40,8 @@ pub(crate) fn prepare(args: &Args, port: u16) -> Result<Flexible, String> {
     let node = std::env::var_os("NODE_BIN").map_or_else(|| PathBuf::from("node"), PathBuf::from);
     let version = output(Command::new(&node).arg("--version")).map_err(|e| {
         format!(
-            "left out: cannot run `{}` ({e}); install Node {MIN_NODE_MAJOR}+ and npm \
-             (Debian: apt-get install nodejs npm) or pass --no-flexible",
+            "left out: cannot run `{}` ({e}); install Node {MIN_NODE_MAJOR} or later and npm \
+             (Debian 12's own nodejs is 18: too old) or pass --no-flexible",
             node.display()
         )
     })?;
@@ -170,7 +170,7 @@ impl Flexible {
             .args(["--rate", &args.rate.to_string()])
             .args(["--warmup", &args.warmup.as_secs_f64().to_string()])
             .args(["--duration", &args.duration.as_secs_f64().to_string()])
-            .args((!args.flexible_auto_pipelining).then_some("--no-auto-pipelining"))
+            .args(args.flexible_auto_pipelining.then_some("--auto-pipelining"))
             .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
