@@ -82,9 +82,54 @@ impl TimeSource {
 }
 
 struct Shard {
-    /// Keys as bytes: the limiter looks buckets up by keys it built on the stack.
-    table: HashTable<(Box<[u8]>, Slot)>,
+    table: HashTable<Entry>,
     next_sweep_us: u64,
+}
+
+/// One bucket: its key and its state, in one cache line when the key is short (most are): a
+/// lookup then reads one line, where a key on the heap costs a second, dependent miss.
+#[derive(Debug)]
+#[repr(align(64))]
+struct Entry(Key, Slot);
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 64);
+
+/// Keys up to this long are kept in the entry.
+const INLINE_KEY_LEN: usize = 38;
+
+/// A bucket's key, as bytes (the limiter looks buckets up by keys it built on the stack).
+#[derive(Debug)]
+enum Key {
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE_KEY_LEN],
+    },
+    Heap(Box<[u8]>),
+}
+
+impl Key {
+    fn new(key: &[u8]) -> Key {
+        match u8::try_from(key.len()) {
+            Ok(len) if key.len() <= INLINE_KEY_LEN => {
+                let mut bytes = [0; INLINE_KEY_LEN];
+                bytes[..key.len()].copy_from_slice(key);
+                Key::Inline { len, bytes }
+            }
+            _ => Key::Heap(key.into()),
+        }
+    }
+}
+
+impl std::ops::Deref for Key {
+    type Target = [u8];
+
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        match self {
+            Key::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Key::Heap(key) => key,
+        }
+    }
 }
 
 /// What the store keeps for one key: the state of the algorithm that wrote it, exactly what
@@ -544,7 +589,7 @@ impl MemoryStore {
         let shard = &inner.shards[inner.shard_of(hash)];
         if let Kernel::Bucket(p) = kernel {
             let shared = read(shard);
-            if let Some((_, Slot::Bucket(bucket))) = shared.table.find(hash, |e| *e.0 == *key)
+            if let Some(Entry(_, Slot::Bucket(bucket))) = shared.table.find(hash, |e| *e.0 == *key)
                 && let Some(outcome) = bucket.decide_shared(now, p, u64::from(cost))
             {
                 drop(shared);
@@ -594,7 +639,9 @@ impl Inner {
         let hasher = &self.hasher;
         shard
             .table
-            .insert_unique(hash, (key.into(), state), |e| hash_bytes(hasher, &e.0));
+            .insert_unique(hash, Entry(Key::new(key), state), |e| {
+                hash_bytes(hasher, &e.0)
+            });
     }
 
     /// Stores `state` as the bucket `key`'s, updating it in place or adding it.
