@@ -965,9 +965,12 @@ impl Limit {
     pub(crate) const fn params(&self) -> Params {
         let period = self.period_us;
         let r = self.replenish.get() as u64;
-        let g = gcd(period, r);
-        let interval = period / g;
-        let per_micro = r / g;
+        // Per call: most limits' rate divides their period, and dividing by 1 still costs
+        // a division each.
+        let (interval, per_micro) = match gcd(period, r) {
+            1 => (period, r),
+            g => (period / g, r / g),
+        };
         let burst = self.burst.get() as u64;
         let asked = if self.wait_us == NO_WAIT {
             u64::MAX
@@ -1065,6 +1068,9 @@ impl fmt::Display for Limit {
 }
 
 const fn gcd(mut a: u64, mut b: u64) -> u64 {
+    if b == 1 {
+        return 1;
+    }
     while b != 0 {
         let t = a % b;
         a = b;

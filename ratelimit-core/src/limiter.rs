@@ -3,13 +3,14 @@
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
+use std::task::Poll;
 use std::time::Duration;
 
 use crate::decision::Source;
 use crate::deny_cache::{DEFAULT_DENY_CACHE_CAPACITY, DenyCache};
 use crate::fleet::{self, Member};
-use crate::naming::bucket_key;
 use crate::naming::key_slot;
+use crate::naming::{bucket_key, with_bucket_key};
 use crate::policy::{
     DEFAULT_COOLDOWN, DEFAULT_DEADLINE, EmptyKeyPolicy, FailurePolicy, Gate, Resilience,
     SLOTS_PER_CIRCUIT,
@@ -106,12 +107,13 @@ impl RateLimiter {
     /// # Errors
     /// [`Error::ZeroCost`], [`Error::CostExceedsBurst`] (such a call could never pass), or the
     /// store's error.
-    pub async fn check_n(&self, key: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
-        validate_cost(limit, cost)?;
-        let bucket = bucket_key(&self.inner.prefix, None, key);
-        let decision = self.decide(&bucket, limit, cost).await?;
-        decision.observe(crate::observe::Name::None, Some(&bucket));
-        Ok(decision)
+    pub fn check_n(
+        &self,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        self.check_by_name(None, key, limit, cost)
     }
 
     /// Takes one token from `key`'s bucket, waiting up to `max_wait` for it instead of being
@@ -177,18 +179,106 @@ impl RateLimiter {
     ///
     /// # Errors
     /// As [`check_n`](RateLimiter::check_n).
-    pub async fn check_named(
+    pub fn check_named(
         &self,
         name: &str,
         key: &str,
         limit: &Limit,
         cost: u32,
-    ) -> Result<Decision, Error> {
-        validate_cost(limit, cost)?;
-        let bucket = bucket_key(&self.inner.prefix, Some(name), key);
-        let decision = self.decide(&bucket, limit, cost).await?;
-        decision.observe(crate::observe::Name::Given(name), Some(&bucket));
-        Ok(decision)
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        self.check_by_name(Some(name), key, limit, cost)
+    }
+
+    /// [`check_n`](Self::check_n) and [`check_named`](Self::check_named): on a memory store,
+    /// decided in the first poll with nothing else in the future (a few references; an
+    /// `async fn` carried and moved a state machine for every path); otherwise, and for a call
+    /// that waits, through [`decide_by_name`](Self::decide_by_name)'s box. Nothing is decided
+    /// before the first poll.
+    fn check_by_name(
+        &self,
+        name: Option<&str>,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        let mut rest: Option<BoxedAnswer<'static, Decision>> = None;
+        std::future::poll_fn(move |cx| {
+            if let Some(rest) = &mut rest {
+                return rest.as_mut().poll(cx);
+            }
+            if let Err(e) = validate_cost(limit, cost) {
+                return Poll::Ready(Err(e));
+            }
+            match self.decide_locally(name, key, limit, cost) {
+                Local::Decided(decision) => Poll::Ready(Ok(decision)),
+                other => rest
+                    .insert(self.decide_by_name(name, key, limit, cost, other))
+                    .as_mut()
+                    .poll(cx),
+            }
+        })
+    }
+
+    /// The rest of [`check_n`](Self::check_n) and [`check_named`](Self::check_named) when
+    /// [`decide_locally`](Self::decide_locally) did not decide: the wait of a call that
+    /// reserved, or the remote store. Boxed, and owning what it needs (a clone of the limiter,
+    /// the key): inline, these paths made the memory path's future and its poll's stack frame
+    /// (8 kB) several times larger (docs/benchmarks.md 4.6); a copy of the key is nothing
+    /// beside a round trip or a wait.
+    fn decide_by_name(
+        &self,
+        name: Option<&str>,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+        local: Local,
+    ) -> BoxedAnswer<'static, Decision> {
+        let limiter = self.clone();
+        let name = name.map(str::to_owned);
+        let key = key.to_owned();
+        let limit = *limit;
+        Box::pin(async move {
+            let (bucket, decision) = match local {
+                Local::Decided(decision) => return Ok(decision),
+                Local::Wait(bucket, reserved) => {
+                    let decision = limiter.wait_one(&bucket, &limit, cost, reserved).await?;
+                    (bucket, decision)
+                }
+                Local::Remote => {
+                    let bucket = bucket_key(&limiter.inner.prefix, name.as_deref(), &key);
+                    let decision = limiter.decide(&bucket, &limit, cost).await?;
+                    (bucket, decision)
+                }
+            };
+            decision.observe(observed_name(name.as_deref()), Some(&bucket));
+            Ok(decision)
+        })
+    }
+
+    /// A call on a memory store, decided at once: its bucket key built on the stack, and
+    /// nothing of the other paths on the way. The decision made, observed, unless the call
+    /// reserved and must wait (with its bucket key, to give back on the way).
+    #[inline]
+    fn decide_locally(&self, name: Option<&str>, key: &str, limit: &Limit, cost: u32) -> Local {
+        let Engine::Local(store) = &self.inner.engine else {
+            return Local::Remote;
+        };
+        let prefix = &*self.inner.prefix;
+        let decided = with_bucket_key(prefix, name, key, |bucket| {
+            let decision = check_locally(store.check_bytes(bucket, limit, cost));
+            // The bucket's key is shown only at TRACE.
+            let shown = match decision {
+                Ok(_) if tracing::enabled!(target: "redis_ratelimit", tracing::Level::TRACE) => {
+                    std::str::from_utf8(bucket).ok()
+                }
+                _ => None,
+            };
+            decision.inspect(|d| d.observe(observed_name(name), shown))
+        });
+        match decided {
+            Ok(decision) => Local::Decided(decision),
+            Err(reserved) => Local::Wait(bucket_key(prefix, name, key), reserved),
+        }
     }
 
     /// Decides several limits of one call together, all or nothing: the call takes `cost`
@@ -441,12 +531,9 @@ impl RateLimiter {
             Engine::Local(s) => {
                 // The decision's scope ends before the await: the future then does not keep
                 // room for it beside the wait's box.
-                let waiting = {
-                    let mut decision = s.check_now(bucket, limit, cost);
-                    if !must_wait(std::slice::from_mut(&mut decision)) {
-                        return Ok(decision);
-                    }
-                    self.wait_one(bucket, limit, cost, decision)
+                let waiting = match check_locally(s.check_now(bucket, limit, cost)) {
+                    Ok(decision) => return Ok(decision),
+                    Err(reserved) => self.wait_one(bucket, limit, cost, reserved),
                 };
                 return waiting.await;
             }
@@ -892,6 +979,35 @@ impl RateLimiter {
     /// How many refused buckets the local deny cache remembers now.
     pub fn deny_cache_len(&self) -> usize {
         self.deny_cache().map_or(0, DenyCache::len)
+    }
+}
+
+/// What [`RateLimiter::decide_locally`] did.
+enum Local {
+    /// Decided and observed.
+    Decided(Decision),
+    /// Reserved: the call waits its turn on this bucket.
+    Wait(String, Decision),
+    /// Not a memory store: to be asked through [`RateLimiter::decide`].
+    Remote,
+}
+
+/// A memory store's decision, through [`must_wait`]; `Err` when the call reserved its tokens
+/// and must wait.
+#[inline]
+fn check_locally(mut decision: Decision) -> Result<Decision, Decision> {
+    if must_wait(std::slice::from_mut(&mut decision)) {
+        Err(decision)
+    } else {
+        Ok(decision)
+    }
+}
+
+/// The name a decision is observed under: `check_named`'s, or none (`check`).
+fn observed_name(name: Option<&str>) -> crate::observe::Name<'_> {
+    match name {
+        Some(name) => crate::observe::Name::Given(name),
+        None => crate::observe::Name::None,
     }
 }
 

@@ -24,6 +24,24 @@ fn needs_escape(b: u8) -> bool {
     matches!(b, b'{' | b'}' | b'%')
 }
 
+/// Whether `part` holds a byte to escape: eight bytes at a time (most parts have none, and are
+/// shorter than the fold's vectors).
+fn has_special(part: &[u8]) -> bool {
+    const ONES: u64 = u64::from_le_bytes([1; 8]);
+    const HIGHS: u64 = ONES << 7;
+    // Exact: a byte of `w` equals `c` if and only if this has a high bit set.
+    let any_equal = |w: u64, c: u8| {
+        let x = w ^ (ONES * u64::from(c));
+        x.wrapping_sub(ONES) & !x & HIGHS != 0
+    };
+    let mut words = part.chunks_exact(8);
+    let found = words.by_ref().any(|w| {
+        let w = u64::from_le_bytes(w.try_into().unwrap_or_default());
+        any_equal(w, b'{') || any_equal(w, b'}') || any_equal(w, b'%')
+    });
+    found || words.remainder().iter().any(|&b| needs_escape(b))
+}
+
 /// Length of a digested part: `%H` and 32 hex digits.
 const DIGEST_LEN: usize = 2 + 32;
 
@@ -44,6 +62,9 @@ fn plan(part: &str) -> (Part, usize) {
     if part.len() > MAX_PART_LEN {
         return (Part::Digest, DIGEST_LEN);
     }
+    if !has_special(part.as_bytes()) {
+        return (Part::Plain, part.len());
+    }
     // At most MAX_PART_LEN (< 256) bytes: a u8 count cannot overflow, and the fold vectorizes.
     let specials = usize::from(part.bytes().fold(0u8, |n, b| n + u8::from(needs_escape(b))));
     let len = part.len() + 2 * specials;
@@ -56,57 +77,136 @@ fn plan(part: &str) -> (Part, usize) {
     }
 }
 
+/// Where a bucket key is written: a `String`, or a buffer on the stack (the memory
+/// limiter's hot path, which then allocates nothing).
+trait Out {
+    fn push_str(&mut self, s: &str);
+}
+
+impl Out for String {
+    #[inline]
+    fn push_str(&mut self, s: &str) {
+        String::push_str(self, s);
+    }
+}
+
+/// Longest bucket key built on the stack; longer ones (a long prefix, name or key) are built
+/// in a `String`.
+const STACK_KEY_LEN: usize = 160;
+
+/// A bucket key on the stack: `len` bytes of `buf` written (sized by [`plan_key`] first).
+struct StackKey {
+    buf: [u8; STACK_KEY_LEN],
+    len: usize,
+}
+
+impl Out for StackKey {
+    #[inline]
+    fn push_str(&mut self, s: &str) {
+        let end = self.len + s.len();
+        self.buf[self.len..end].copy_from_slice(s.as_bytes());
+        self.len = end;
+    }
+}
+
 /// Appends `part`, written as `how` says, to `out`.
-fn push_part(out: &mut String, part: &str, how: Part) {
+fn push_part(out: &mut impl Out, part: &str, how: Part) {
     match how {
         Part::Plain => out.push_str(part),
         Part::Escaped => {
-            for c in part.chars() {
-                match c {
-                    '{' => out.push_str("%7B"),
-                    '}' => out.push_str("%7D"),
-                    '%' => out.push_str("%25"),
-                    c => out.push(c),
-                }
+            let mut rest = part;
+            while let Some(at) = rest.bytes().position(needs_escape) {
+                out.push_str(&rest[..at]);
+                out.push_str(match rest.as_bytes()[at] {
+                    b'{' => "%7B",
+                    b'}' => "%7D",
+                    _ => "%25",
+                });
+                rest = &rest[at + 1..];
             }
+            out.push_str(rest);
         }
         Part::Digest => {
             out.push_str("%H");
             let digest = Sha256::digest(part.as_bytes());
-            for byte in &digest[..16] {
-                push_hex(out, *byte);
+            let mut hex = [0u8; 32];
+            for (pair, byte) in hex.chunks_exact_mut(2).zip(&digest[..16]) {
+                pair[0] = HEX[usize::from(byte >> 4)];
+                pair[1] = HEX[usize::from(byte & 0xf)];
             }
+            // Hex digits: ASCII.
+            out.push_str(std::str::from_utf8(&hex).unwrap_or_default());
         }
     }
 }
 
-fn push_hex(out: &mut String, byte: u8) {
-    const HEX: &[u8; 16] = b"0123456789abcdef";
-    out.push(char::from(HEX[usize::from(byte >> 4)]));
-    out.push(char::from(HEX[usize::from(byte & 0xf)]));
+const HEX: &[u8; 16] = b"0123456789abcdef";
+
+/// How the parts of a bucket key are written, and its length.
+struct Planned<'a> {
+    name: Option<(&'a str, Part, usize)>,
+    key: (&'a str, Part),
+    len: usize,
+}
+
+fn plan_key<'a>(prefix: &str, name: Option<&'a str>, key: &'a str) -> Planned<'a> {
+    let name = name.map(|n| {
+        let (how, written) = plan(n);
+        (n, how, written)
+    });
+    let (key_how, key_len) = plan(key);
+    // The written name is at most MAX_PART_LEN (128) bytes: at most 3 digits.
+    let name_len = name.map_or(0, |(_, _, n)| decimal_len(n) + 1 + n);
+    Planned {
+        name,
+        key: (key, key_how),
+        len: prefix.len() + 4 + name_len + key_len,
+    }
+}
+
+fn write_key(out: &mut impl Out, prefix: &str, planned: &Planned<'_>) {
+    out.push_str(prefix);
+    out.push_str(":{");
+    if let Some((name, how, written)) = planned.name {
+        push_decimal(out, written);
+        out.push_str(":");
+        push_part(out, name, how);
+    }
+    out.push_str(":");
+    push_part(out, planned.key.0, planned.key.1);
+    out.push_str("}");
 }
 
 /// The bucket key of `key` under `name` (or of `key` alone) with `prefix`: one allocation
 /// of exactly its length.
 pub fn bucket_key(prefix: &str, name: Option<&str>, key: &str) -> String {
-    let name = name.map(|n| (n, plan(n)));
-    let (key_how, key_len) = plan(key);
-    // The written name is at most MAX_PART_LEN (128) bytes: at most 3 digits.
-    let name_len = name.map_or(0, |(_, (_, n))| decimal_len(n) + 1 + n);
-    let len = prefix.len() + 4 + name_len + key_len;
-    let mut out = String::with_capacity(len);
-    out.push_str(prefix);
-    out.push_str(":{");
-    if let Some((name, (how, written))) = name {
-        push_decimal(&mut out, written);
-        out.push(':');
-        push_part(&mut out, name, how);
-    }
-    out.push(':');
-    push_part(&mut out, key, key_how);
-    out.push('}');
-    debug_assert_eq!(out.len(), len, "the planned length");
+    let planned = plan_key(prefix, name, key);
+    let mut out = String::with_capacity(planned.len);
+    write_key(&mut out, prefix, &planned);
+    debug_assert_eq!(out.len(), planned.len, "the planned length");
     out
+}
+
+/// Calls `f` with the bytes of the bucket key [`bucket_key`] builds, built on the stack when
+/// it is short enough (nearly always): the memory limiter's hot path then allocates nothing.
+#[inline]
+pub(crate) fn with_bucket_key<R>(
+    prefix: &str,
+    name: Option<&str>,
+    key: &str,
+    f: impl FnOnce(&[u8]) -> R,
+) -> R {
+    let planned = plan_key(prefix, name, key);
+    if planned.len > STACK_KEY_LEN {
+        return f(bucket_key(prefix, name, key).as_bytes());
+    }
+    let mut out = StackKey {
+        buf: [0; STACK_KEY_LEN],
+        len: 0,
+    };
+    write_key(&mut out, prefix, &planned);
+    debug_assert_eq!(out.len, planned.len, "the planned length");
+    f(&out.buf[..out.len])
 }
 
 fn decimal_len(n: usize) -> usize {
@@ -118,14 +218,11 @@ fn decimal_len(n: usize) -> usize {
 }
 
 /// Appends `n` (at most [`MAX_PART_LEN`], so at most three digits) in decimal.
-fn push_decimal(out: &mut String, n: usize) {
+fn push_decimal(out: &mut impl Out, n: usize) {
     debug_assert!(n <= MAX_PART_LEN);
-    let digits = [n / 100, (n / 10) % 10, n % 10];
-    for (i, d) in digits.iter().enumerate() {
-        if i + decimal_len(n) >= 3 {
-            out.push(char::from(b'0' + u8::try_from(*d).unwrap_or(0)));
-        }
-    }
+    let digits = [n / 100, (n / 10) % 10, n % 10].map(|d| b'0' + u8::try_from(d).unwrap_or(0));
+    // ASCII digits.
+    out.push_str(std::str::from_utf8(&digits[3 - decimal_len(n)..]).unwrap_or_default());
 }
 
 /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag, modulo 16384.
@@ -285,6 +382,13 @@ mod tests {
         #[test]
         fn any_input_keeps_one_bounded_tag(name in ".{0,40}", a in ".{0,300}") {
             let k = bucket_key("p", Some(&name), &a);
+            // Built on the stack or not, it is the same key.
+            prop_assert_eq!(with_bucket_key("p", Some(&name), &a, <[u8]>::to_vec), k.as_bytes());
+            let long_prefix = "p".repeat(STACK_KEY_LEN);
+            prop_assert_eq!(
+                with_bucket_key(&long_prefix, None, &a, <[u8]>::to_vec),
+                bucket_key(&long_prefix, None, &a).into_bytes()
+            );
             prop_assert!(k.starts_with("p:{") && k.ends_with('}'), "{}", k);
             prop_assert_eq!(k.matches('{').count(), 1);
             prop_assert_eq!(k.matches('}').count(), 1);
@@ -302,6 +406,10 @@ mod tests {
         ) {
             for (n, k) in [(&n1, &k1), (&n2, &k2)] {
                 let (prefix, name, key) = parse(&bucket_key("p", n.as_deref(), k));
+                prop_assert_eq!(
+                    with_bucket_key("p", n.as_deref(), k, <[u8]>::to_vec),
+                    bucket_key("p", n.as_deref(), k).into_bytes()
+                );
                 prop_assert_eq!(prefix, "p");
                 prop_assert_eq!(name, n.as_deref().map(as_read));
                 prop_assert_eq!(key, as_read(k));
@@ -326,6 +434,19 @@ mod tests {
             key_slot(b"b"),
             "an empty tag hashes the whole key"
         );
+    }
+
+    proptest! {
+        /// The word-at-a-time scan finds exactly the bytes the byte-at-a-time one does.
+        #[test]
+        fn specials_are_found_wherever_they_are(
+            part in prop::collection::vec(
+                prop_oneof![any::<u8>(), Just(b'{'), Just(b'}'), Just(b'%'), Just(b'{' ^ 0x80)],
+                0..40,
+            )
+        ) {
+            prop_assert_eq!(has_special(&part), part.iter().any(|&b| needs_escape(b)));
+        }
     }
 
     #[test]

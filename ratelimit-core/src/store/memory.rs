@@ -1,7 +1,7 @@
 use std::fmt;
-use std::hash::BuildHasher;
+use std::hash::{BuildHasher, Hasher};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use hashbrown::DefaultHashBuilder;
 use hashbrown::HashTable;
@@ -11,6 +11,7 @@ use crate::algorithm::{
 };
 use crate::bucket;
 use crate::clock::{Clock, MonotonicClock};
+use crate::limit::Params;
 use crate::{Decision, Error, Limit, Store};
 
 /// Default bound on the number of buckets a [`MemoryStore`] keeps.
@@ -81,8 +82,54 @@ impl TimeSource {
 }
 
 struct Shard {
-    table: HashTable<(Box<str>, Slot)>,
+    table: HashTable<Entry>,
     next_sweep_us: u64,
+}
+
+/// One bucket: its key and its state, in one cache line when the key is short (most are): a
+/// lookup then reads one line, where a key on the heap costs a second, dependent miss.
+#[derive(Debug)]
+#[repr(align(64))]
+struct Entry(Key, Slot);
+
+const _: () = assert!(std::mem::size_of::<Entry>() == 64);
+
+/// Keys up to this long are kept in the entry.
+const INLINE_KEY_LEN: usize = 38;
+
+/// A bucket's key, as bytes (the limiter looks buckets up by keys it built on the stack).
+#[derive(Debug)]
+enum Key {
+    Inline {
+        len: u8,
+        bytes: [u8; INLINE_KEY_LEN],
+    },
+    Heap(Box<[u8]>),
+}
+
+impl Key {
+    fn new(key: &[u8]) -> Key {
+        match u8::try_from(key.len()) {
+            Ok(len) if key.len() <= INLINE_KEY_LEN => {
+                let mut bytes = [0; INLINE_KEY_LEN];
+                bytes[..key.len()].copy_from_slice(key);
+                Key::Inline { len, bytes }
+            }
+            _ => Key::Heap(key.into()),
+        }
+    }
+}
+
+impl std::ops::Deref for Key {
+    type Target = [u8];
+
+    #[inline]
+    fn deref(&self) -> &[u8] {
+        match self {
+            Key::Inline { len, bytes } => &bytes[..usize::from(*len)],
+            Key::Heap(key) => key,
+        }
+    }
 }
 
 /// What the store keeps for one key: the state of the algorithm that wrote it, exactly what
@@ -90,7 +137,7 @@ struct Shard {
 /// bytes, asserted below): the token bucket's state carries a one-value tag byte whose other
 /// 255 values are this enum's tags, every other variant fits in the two words before it, and
 /// the two rarer states are boxed.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 enum Slot {
     Bucket(PackedBucket),
     Interval(interval_bucket::State),
@@ -108,10 +155,15 @@ const _: () = assert!(std::mem::size_of::<Slot>() == 24);
 /// (below `per_micro`); the fine unit in 32 bits (it is `replenish / gcd(period, replenish)`,
 /// so it always fits); and the interval in 56 bits (a limit's is below 2^51, a fallback
 /// share's below 2^56, see `Params::shared`).
-#[derive(Debug, Clone, Copy)]
+///
+/// `tat_us` alone changes under the shard's shared lock, by compare-and-swap, when the state
+/// is in whole microseconds (`per_micro == 1`, so `frac == 0`) and written under the limit
+/// deciding (see [`PackedBucket::decide_shared`]); every other field, and `tat_us` in any other
+/// case, changes only under the shard's exclusive lock.
+#[derive(Debug)]
 #[repr(C)]
 struct PackedBucket {
-    tat_us: u64,
+    tat_us: AtomicU64,
     frac: u32,
     per_micro: u32,
     interval_low: u32,
@@ -134,11 +186,17 @@ impl PackedBucket {
         let d = s.per_micro.max(1);
         // The expiry is the full instant rounded up to the millisecond, and the remainder is
         // below 1000 * d: so the full instant in microseconds, rounded up, and its fraction.
-        let tat_us = s.expire_ms.saturating_mul(1000) - s.remainder / d;
+        // Most limits have a whole number of microseconds per token (`d == 1`): no division.
+        let (whole, frac) = if d == 1 {
+            (s.remainder, 0)
+        } else {
+            (s.remainder / d, s.remainder % d)
+        };
+        let tat_us = s.expire_ms.saturating_mul(1000) - whole;
         let interval = s.interval.min((1 << 56) - 1);
         PackedBucket {
-            tat_us,
-            frac: (s.remainder % d) as u32,
+            tat_us: AtomicU64::new(tat_us),
+            frac: frac as u32,
             per_micro: u32::try_from(d).unwrap_or(u32::MAX),
             interval_low: interval as u32,
             interval_mid: (interval >> 32) as u16,
@@ -148,17 +206,59 @@ impl PackedBucket {
     }
 
     #[inline]
-    fn unpack(self) -> bucket::State {
+    fn unpack(&self) -> bucket::State {
+        self.unpack_at(self.tat_us.load(Ordering::Acquire))
+    }
+
+    /// The state, with `tat_us` as given (read once by the caller).
+    #[inline]
+    fn unpack_at(&self, tat_us: u64) -> bucket::State {
         let d = u64::from(self.per_micro);
-        let expire_ms = self.tat_us.div_ceil(1000);
+        let expire_ms = tat_us.div_ceil(1000);
         bucket::State {
             expire_ms,
-            remainder: expire_ms.saturating_mul(1000).saturating_sub(self.tat_us) * d
+            remainder: expire_ms.saturating_mul(1000).saturating_sub(tat_us) * d
                 + u64::from(self.frac),
             per_micro: d,
-            interval: u64::from(self.interval_low)
-                | u64::from(self.interval_mid) << 32
-                | u64::from(self.interval_high) << 48,
+            interval: self.interval(),
+        }
+    }
+
+    #[inline]
+    fn interval(&self) -> u64 {
+        u64::from(self.interval_low)
+            | u64::from(self.interval_mid) << 32
+            | u64::from(self.interval_high) << 48
+    }
+
+    /// Decides a call under the shard's shared lock, the common case: the state is in whole
+    /// microseconds and was written under `p`, so a decision changes `tat_us` alone, which a
+    /// compare-and-swap commits (retried on the state another call left). The same decision
+    /// as under the exclusive lock: [`bucket::decide`] on the same state. `None` when the
+    /// state is in other terms (the caller takes the exclusive lock).
+    #[inline]
+    fn decide_shared(&self, now: u64, p: Params, cost: u64) -> Option<Outcome<()>> {
+        if p.per_micro != 1 || self.per_micro != 1 || self.interval() != p.interval {
+            return None;
+        }
+        let mut tat_us = self.tat_us.load(Ordering::Acquire);
+        loop {
+            let mut outcome = bucket::decide(now, Some(self.unpack_at(tat_us)), p, cost);
+            let Some(new) = outcome.new_state.take() else {
+                return Some(outcome.map_state(drop));
+            };
+            // Under `p`, in whole microseconds: only the instant differs.
+            debug_assert_eq!((new.per_micro, new.interval), (1, p.interval));
+            let new_tat = PackedBucket::pack(new).tat_us.into_inner();
+            match self.tat_us.compare_exchange_weak(
+                tat_us,
+                new_tat,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return Some(outcome.map_state(drop)),
+                Err(now_there) => tat_us = now_there,
+            }
         }
     }
 }
@@ -167,7 +267,7 @@ impl Slot {
     /// When the state carries no information any more, in milliseconds (the key's expiry).
     fn expire_ms(&self) -> u64 {
         match self {
-            Slot::Bucket(s) => s.tat_us.div_ceil(1000),
+            Slot::Bucket(s) => s.tat_us.load(Ordering::Acquire).div_ceil(1000),
             Slot::Interval(s) => s.expire_ms,
             Slot::Fixed(s) => s.expire_ms,
             Slot::Sliding(s) => s.1,
@@ -227,7 +327,12 @@ fn decide(kernel: Kernel, now: u64, slot: Option<&Slot>, cost: u64) -> Outcome<S
 /// contend for one line (128 bytes: a line and the one the adjacent-line prefetcher pairs
 /// with it).
 #[repr(align(128))]
-struct ShardLock(Mutex<Shard>);
+///
+/// A read-write lock: the common decision (an existing token bucket) takes the shared side
+/// and commits with a compare-and-swap on the bucket's state, so that calls on one shard, or
+/// one key, do not queue behind each other; adding or removing buckets, and every other
+/// state, take the exclusive side.
+struct ShardLock(RwLock<Shard>);
 
 impl MemoryStore {
     /// A store on the process's monotonic clock, bounded to [`DEFAULT_MAX_KEYS`] buckets.
@@ -266,7 +371,7 @@ impl MemoryStore {
             inner: Arc::new(Inner {
                 shards: (0..shards)
                     .map(|_| {
-                        ShardLock(Mutex::new(Shard {
+                        ShardLock(RwLock::new(Shard {
                             table: HashTable::new(),
                             next_sweep_us: 0,
                         }))
@@ -284,7 +389,7 @@ impl MemoryStore {
 
     /// The number of buckets held now (full ones may linger until the next sweep).
     pub fn len(&self) -> usize {
-        self.inner.shards.iter().map(|s| lock(s).table.len()).sum()
+        self.inner.shards.iter().map(|s| read(s).table.len()).sum()
     }
 
     /// Whether no bucket is held.
@@ -294,8 +399,9 @@ impl MemoryStore {
 
     /// Deletes the bucket `key` (it is full again).
     pub fn remove(&self, key: &str) {
+        let key = key.as_bytes();
         let inner = &*self.inner;
-        let hash = inner.hasher.hash_one(key);
+        let hash = inner.hash(key);
         let mut shard = lock(&inner.shards[inner.shard_of(hash)]);
         if let Ok(entry) = shard.table.find_entry(hash, |e| &*e.0 == key) {
             entry.remove();
@@ -324,15 +430,23 @@ impl MemoryStore {
     /// ahead (a limit with a [`wait`](Limit::wait), or a leaky bucket) is admitted with the
     /// wait before it may go in `retry_after`: the caller waits it (the limiter does).
     pub fn check_now(&self, key: &str, limit: &Limit, cost: u32) -> Decision {
+        self.check_bytes(key.as_bytes(), limit, cost)
+    }
+
+    /// [`check_now`](MemoryStore::check_now) on a key given as its bytes (the limiter's, built
+    /// on the stack).
+    #[inline]
+    pub(crate) fn check_bytes(&self, key: &[u8], limit: &Limit, cost: u32) -> Decision {
         self.check_with(key, Kernel::of(limit), limit, cost)
     }
 
     /// Answers as [`check_now`](MemoryStore::check_now) would, and takes nothing.
     pub fn peek_now(&self, key: &str, limit: &Limit, cost: u32) -> Decision {
+        let key = key.as_bytes();
         let inner = &*self.inner;
         let now = inner.clock.now_micros();
-        let hash = inner.hasher.hash_one(key);
-        let shard = lock(&inner.shards[inner.shard_of(hash)]);
+        let hash = inner.hash(key);
+        let shard = read(&inner.shards[inner.shard_of(hash)]);
         let slot = shard.table.find(hash, |e| &*e.0 == key).map(|e| &e.1);
         let outcome = decide(Kernel::of(limit), now, slot, u64::from(cost));
         drop(shard);
@@ -354,7 +468,7 @@ impl MemoryStore {
         } else {
             Kernel::Bucket(limit.params().shared(instances, cost))
         };
-        self.check_with(key, kernel, limit, cost)
+        self.check_with(key.as_bytes(), kernel, limit, cost)
     }
 
     /// Gives `cost` tokens back to the bucket `key` (a reservation whose caller gave up
@@ -369,12 +483,13 @@ impl MemoryStore {
         }) else {
             return;
         };
+        let key = key.as_bytes();
         let inner = &*self.inner;
         let now = inner.clock.now_micros();
-        let hash = inner.hasher.hash_one(key);
+        let hash = inner.hash(key);
         let mut shard = lock(&inner.shards[inner.shard_of(hash)]);
         if let Ok(mut entry) = shard.table.find_entry(hash, |e| &*e.0 == key)
-            && let Slot::Bucket(s) = entry.get().1
+            && let Slot::Bucket(s) = &entry.get().1
         {
             match bucket::give_back(now, Some(s.unpack()), p, u64::from(cost)) {
                 Some(state) => entry.get_mut().1 = Slot::Bucket(PackedBucket::pack(state)),
@@ -398,7 +513,7 @@ impl MemoryStore {
         let located: Vec<(u64, usize)> = checks
             .iter()
             .map(|(key, ..)| {
-                let hash = inner.hasher.hash_one(key);
+                let hash = inner.hash(key.as_bytes());
                 (hash, inner.shard_of(hash))
             })
             .collect();
@@ -407,7 +522,7 @@ impl MemoryStore {
         let mut order: Vec<usize> = located.iter().map(|l| l.1).collect();
         order.sort_unstable();
         order.dedup();
-        let mut shards: Vec<MutexGuard<'_, Shard>> =
+        let mut shards: Vec<RwLockWriteGuard<'_, Shard>> =
             order.iter().map(|&i| lock(&inner.shards[i])).collect();
         let guard_of = |shard: usize| order.binary_search(&shard).unwrap_or(0);
 
@@ -423,7 +538,7 @@ impl MemoryStore {
             };
             let slot = shards[guard_of(shard)]
                 .table
-                .find(hash, |e| &*e.0 == key)
+                .find(hash, |e| *e.0 == *key.as_bytes())
                 .map(|e| &e.1);
             decide(kernel, now, slot, cost)
         };
@@ -454,18 +569,34 @@ impl MemoryStore {
             if let Some(state) = o.new_state.take()
                 && (admitted || !o.allowed)
             {
-                inner.put(&mut shards[guard_of(shard)], hash, key, state, now);
+                inner.put(
+                    &mut shards[guard_of(shard)],
+                    hash,
+                    key.as_bytes(),
+                    state,
+                    now,
+                );
             }
             decisions.push(Decision::from_outcome(o, *limit, cost));
         }
         decisions
     }
 
-    fn check_with(&self, key: &str, kernel: Kernel, limit: &Limit, cost: u32) -> Decision {
+    fn check_with(&self, key: &[u8], kernel: Kernel, limit: &Limit, cost: u32) -> Decision {
         let inner = &*self.inner;
         let now = inner.clock.now_micros();
-        let hash = inner.hasher.hash_one(key);
-        let mut shard = lock(&inner.shards[inner.shard_of(hash)]);
+        let hash = inner.hash(key);
+        let shard = &inner.shards[inner.shard_of(hash)];
+        if let Kernel::Bucket(p) = kernel {
+            let shared = read(shard);
+            if let Some(Entry(_, Slot::Bucket(bucket))) = shared.table.find(hash, |e| *e.0 == *key)
+                && let Some(outcome) = bucket.decide_shared(now, p, u64::from(cost))
+            {
+                drop(shared);
+                return Decision::from_outcome(&outcome, *limit, cost);
+            }
+        }
+        let mut shard = lock(shard);
 
         // One probe of the table: a bucket that exists is updated in place.
         let outcome = match shard.table.find_mut(hash, |e| &*e.0 == key) {
@@ -490,6 +621,10 @@ impl MemoryStore {
 }
 
 impl Inner {
+    fn hash(&self, key: &[u8]) -> u64 {
+        hash_bytes(&self.hasher, key)
+    }
+
     /// The shard of a key's hash. The table uses the low bits and the top 7; shard on the
     /// bits just below the top.
     fn shard_of(&self, hash: u64) -> usize {
@@ -497,18 +632,20 @@ impl Inner {
     }
 
     /// Adds a bucket the shard does not hold, making room first when it is due.
-    fn insert(&self, shard: &mut Shard, hash: u64, key: &str, state: Slot, now: u64) {
+    fn insert(&self, shard: &mut Shard, hash: u64, key: &[u8], state: Slot, now: u64) {
         if now >= shard.next_sweep_us || shard.table.len() >= self.shard_cap {
             self.make_room(shard, now);
         }
         let hasher = &self.hasher;
         shard
             .table
-            .insert_unique(hash, (key.into(), state), |e| hasher.hash_one(&*e.0));
+            .insert_unique(hash, Entry(Key::new(key), state), |e| {
+                hash_bytes(hasher, &e.0)
+            });
     }
 
     /// Stores `state` as the bucket `key`'s, updating it in place or adding it.
-    fn put(&self, shard: &mut Shard, hash: u64, key: &str, state: Slot, now: u64) {
+    fn put(&self, shard: &mut Shard, hash: u64, key: &[u8], state: Slot, now: u64) {
         match shard.table.find_mut(hash, |e| &*e.0 == key) {
             Some(entry) => entry.1 = state,
             None => self.insert(shard, hash, key, state, now),
@@ -543,11 +680,27 @@ impl Inner {
     }
 }
 
-fn lock(shard: &ShardLock) -> MutexGuard<'_, Shard> {
+/// A key's hash: its bytes, in one write (the table compares whole keys, so no length is
+/// needed to tell them apart).
+#[inline]
+fn hash_bytes(hasher: &DefaultHashBuilder, key: &[u8]) -> u64 {
+    let mut h = hasher.build_hasher();
+    h.write(key);
+    h.finish()
+}
+
+fn lock(shard: &ShardLock) -> RwLockWriteGuard<'_, Shard> {
     // No code that can panic runs under the lock, so a poisoned shard is still consistent.
     shard
         .0
-        .lock()
+        .write()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+fn read(shard: &ShardLock) -> RwLockReadGuard<'_, Shard> {
+    shard
+        .0
+        .read()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -649,7 +802,61 @@ mod tests {
         assert!(store.evicted_active() > 0);
     }
 
+    #[test]
+    fn calls_from_many_threads_on_one_bucket_take_each_token_once() {
+        // The clock stands still: exactly the burst is admitted, however the calls interleave
+        // on the bucket's compare-and-swap.
+        let store = MemoryStore::with_clock(ManualClock::new());
+        let limit = Limit::per_hour(1).burst(2000);
+        assert!(store.check_now("k", &limit, 1).allowed, "the bucket exists");
+        let admitted: u64 = std::thread::scope(|s| {
+            let workers: Vec<_> = (0..4)
+                .map(|_| {
+                    s.spawn(|| {
+                        (0..1000)
+                            .map(|_| u64::from(store.check_now("k", &limit, 1).allowed))
+                            .sum::<u64>()
+                    })
+                })
+                .collect();
+            workers.into_iter().map(|w| w.join().unwrap()).sum()
+        });
+        assert_eq!(admitted, 1999);
+        assert_eq!(store.check_now("k", &limit, 1).remaining, 0);
+    }
+
     proptest::proptest! {
+        /// The store decides as the token bucket's arithmetic does on the state it keeps,
+        /// whether a call takes the shared path (a state in whole microseconds, written under
+        /// the limit deciding) or the exclusive one (a new bucket, another fine unit, another
+        /// limit).
+        #[test]
+        fn the_store_decides_as_the_arithmetic(
+            steps in proptest::collection::vec((0u64..400_000, 1u32..4, 0usize..4), 1..80),
+        ) {
+            let limits = [
+                Limit::per_second(10).burst(5),
+                Limit::per_second(3).burst(4),
+                Limit::per_second(20).burst(3),
+                Limit::per_second(10).burst(5).wait(Duration::from_millis(300)),
+            ];
+            let clock = ManualClock::new();
+            let store = MemoryStore::with_clock(clock.clone());
+            let mut state: Option<bucket::State> = None;
+            for (dt, cost, which) in steps {
+                clock.advance(Duration::from_micros(dt));
+                let limit = limits[which];
+                let cost = cost.min(limit.burst_capacity());
+                let now = clock.now_micros();
+                let o = bucket::decide(now, state, limit.params(), u64::from(cost));
+                if o.new_state.is_some() {
+                    state = o.new_state;
+                }
+                let d = store.check_now("k", &limit, cost);
+                proptest::prop_assert_eq!(d, Decision::from_outcome(&o, limit, cost));
+            }
+        }
+
         /// Every state the token bucket stores survives the 24-byte layout unchanged.
         #[test]
         fn packed_buckets_round_trip(
