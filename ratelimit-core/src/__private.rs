@@ -9,7 +9,8 @@ pub use inventory;
 /// The algorithms' kernels and scripts, not yet wired into the limiter: reached from here by
 /// the differential tests in `testkit/tests/algorithms.rs`.
 pub use crate::algorithm::{
-    MULTI_SCRIPT, Outcome, WindowParams, fixed_window, interval_bucket, sliding_log, sliding_window,
+    BATCH_SCRIPT, MULTI_SCRIPT, Outcome, WindowParams, fixed_window, interval_bucket, sliding_log,
+    sliding_window,
 };
 /// The token bucket's script as Redis runs it (the load generator hands it to
 /// `redis-benchmark`).

@@ -575,3 +575,51 @@ async fn every_algorithm_gives_back_a_reservation_across_masters() {
         );
     }
 }
+
+/// Concurrent calls leave in batches, one per master: each master runs fewer scripts than it
+/// decides calls, and every call is decided exactly as if alone. A call whose buckets span
+/// two masters, queued among them, fails only its own part of a batch (the node does not
+/// serve its second key) and is decided across the masters instead, all or nothing.
+#[tokio::test]
+async fn concurrent_calls_are_batched_per_master() {
+    let cluster = RedisCluster::start();
+    let limiter = strict_limiter(&cluster.url(), "bt").await;
+    let by = keys_by_master(&cluster, &limiter, 600);
+    let one = Limit::per_hour(1).burst(1);
+    // Load the scripts, and let the masters' slots be read.
+    for keys in by.values() {
+        limiter.check(&keys[0], &one).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before: BTreeMap<u16, u64> = by.keys().map(|&p| (p, scripts_run(&cluster, p))).collect();
+    // 50 keys per master, each asked twice at once: exactly one of each pair goes in.
+    let keys: Vec<&String> = by.values().flat_map(|k| &k[1..51]).collect();
+    let singles = keys.iter().chain(&keys).map(|k| limiter.check(k, &one));
+    let masters: Vec<&Vec<String>> = by.values().collect();
+    let (a, b) = (masters[0][60].as_str(), masters[1][60].as_str());
+    let across = [(a, &one, 1), (b, &one, 1)];
+    let (singles, across) = tokio::join!(
+        futures_util::future::join_all(singles),
+        limiter.check_all(&across)
+    );
+    let mut admitted = BTreeMap::<&str, usize>::new();
+    for (k, d) in keys.iter().chain(&keys).zip(singles) {
+        let d = d.unwrap();
+        assert_eq!(d.source, Source::Store, "{k}: {d:?}");
+        *admitted.entry(k.as_str()).or_default() += usize::from(d.allowed);
+    }
+    assert!(admitted.values().all(|&n| n == 1), "{admitted:?}");
+    for (&port, calls) in &before {
+        let scripts = scripts_run(&cluster, port) - calls;
+        assert!(
+            scripts < 100,
+            "master {port}: 100 calls took {scripts} scripts"
+        );
+    }
+    // The call across masters took from both buckets (of 1): neither admits another call.
+    let across = across.unwrap();
+    assert!(across.allowed && across.parts().iter().all(|p| p.source == Source::Store));
+    for key in [a, b] {
+        assert!(!limiter.peek(key, &one).await.unwrap().allowed, "{key}");
+    }
+}

@@ -195,26 +195,39 @@ impl ScriptArgs {
     }
 }
 
-/// Several limits of one call in one script (see `multi.lua`): every algorithm's script as a
-/// function, numbered as [`Kernel::script_args`] numbers them. The flag lets a Redis Cluster
-/// node run it on keys of several slots that it serves.
-pub const MULTI_SCRIPT: &str = concat!(
-    "#!lua flags=allow-cross-slot-keys\n",
-    include_str!("../scripts/prelude.lua"),
-    include_str!("../scripts/multi_head.lua"),
-    "ALGORITHMS[1] = function(KEYS, ARGV, redis)\n",
-    include_str!("../scripts/gcra.lua"),
-    "end\nALGORITHMS[2] = function(KEYS, ARGV, redis)\n",
-    include_str!("../scripts/interval_bucket.lua"),
-    "end\nALGORITHMS[3] = function(KEYS, ARGV, redis)\n",
-    include_str!("../scripts/fixed_window.lua"),
-    "end\nALGORITHMS[4] = function(KEYS, ARGV, redis)\n",
-    include_str!("../scripts/sliding_window.lua"),
-    "end\nALGORITHMS[5] = function(KEYS, ARGV, redis)\n",
-    include_str!("../scripts/sliding_log.lua"),
-    "end\n",
-    include_str!("../scripts/multi.lua"),
-);
+/// A script made of every algorithm's script as a function, numbered as
+/// [`Kernel::script_args`] numbers them, the functions that decide one call's limits
+/// together (`call.lua`), and `$main`. The flag lets a Redis Cluster node run it on keys of
+/// several slots that it serves.
+macro_rules! with_algorithms {
+    ($main:literal) => {
+        concat!(
+            "#!lua flags=allow-cross-slot-keys\n",
+            include_str!("../scripts/prelude.lua"),
+            include_str!("../scripts/multi_head.lua"),
+            "ALGORITHMS[1] = function(KEYS, ARGV, redis)\n",
+            include_str!("../scripts/gcra.lua"),
+            "end\nALGORITHMS[2] = function(KEYS, ARGV, redis)\n",
+            include_str!("../scripts/interval_bucket.lua"),
+            "end\nALGORITHMS[3] = function(KEYS, ARGV, redis)\n",
+            include_str!("../scripts/fixed_window.lua"),
+            "end\nALGORITHMS[4] = function(KEYS, ARGV, redis)\n",
+            include_str!("../scripts/sliding_window.lua"),
+            "end\nALGORITHMS[5] = function(KEYS, ARGV, redis)\n",
+            include_str!("../scripts/sliding_log.lua"),
+            "end\n",
+            include_str!("../scripts/call.lua"),
+            include_str!($main),
+        )
+    };
+}
+
+/// Several limits of one call in one script (see `multi.lua`).
+pub const MULTI_SCRIPT: &str = with_algorithms!("../scripts/multi.lua");
+
+/// Several independent calls bound for one node in one script, each decided as if alone (see
+/// `batch.lua`): how concurrent calls are coalesced.
+pub const BATCH_SCRIPT: &str = with_algorithms!("../scripts/batch.lua");
 
 /// The first microsecond of the window after the one holding `now_us`.
 fn next_boundary(now_us: u64, period_us: u64) -> u64 {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use redis::{RedisError, Script, Value};
 
 use super::RedisStore;
+use super::coalesce::Call;
 use crate::algorithm::{Kernel, fixed_window, interval_bucket, sliding_log, sliding_window};
 use crate::{Decision, Error, Limit};
 
@@ -21,7 +22,22 @@ static SLIDING: LazyLock<Script> = LazyLock::new(|| Script::new(sliding_window::
 static LOG: LazyLock<Script> = LazyLock::new(|| Script::new(sliding_log::SCRIPT));
 
 /// Several limits of one call (`multi.lua` with every algorithm).
-static MULTI: LazyLock<Script> = LazyLock::new(|| Script::new(crate::algorithm::MULTI_SCRIPT));
+pub(super) static MULTI: LazyLock<Script> =
+    LazyLock::new(|| Script::new(crate::algorithm::MULTI_SCRIPT));
+/// Several calls of one node (`batch.lua`, see `coalesce`).
+pub(super) static BATCH: LazyLock<Script> =
+    LazyLock::new(|| Script::new(crate::algorithm::BATCH_SCRIPT));
+
+/// The script numbered `id` by [`Kernel::script_args`], and its text.
+pub(super) fn script_of(id: u64) -> (&'static Script, &'static str) {
+    match id {
+        1 => (&SCRIPT, GCRA_LUA),
+        2 => (&INTERVAL, interval_bucket::SCRIPT),
+        3 => (&FIXED, fixed_window::SCRIPT),
+        4 => (&SLIDING, sliding_window::SCRIPT),
+        _ => (&LOG, sliding_log::SCRIPT),
+    }
+}
 
 impl RedisStore {
     /// [`Store::check`]: the limit's own script, one `EVALSHA`.
@@ -31,22 +47,26 @@ impl RedisStore {
         limit: &Limit,
         cost: u32,
     ) -> Result<Decision, Error> {
-        // Each script's text and arguments; every script answers in the same shape.
+        // As `multi.lua` takes a limit: its script's number, its arguments' count, and them.
         let (id, args) = Kernel::of(limit).script_args(u64::from(cost));
-        let (script, text): (&Script, &'static str) = match id {
-            1 => (&SCRIPT, GCRA_LUA),
-            2 => (&INTERVAL, interval_bucket::SCRIPT),
-            3 => (&FIXED, fixed_window::SCRIPT),
-            4 => (&SLIDING, sliding_window::SCRIPT),
-            _ => (&LOG, sliding_log::SCRIPT),
+        let mut specs = [0u64; 10];
+        let args = args.as_slice();
+        specs[0] = u64::from(id);
+        specs[1] = args.len() as u64;
+        specs[2..2 + args.len()].copy_from_slice(args);
+        let call = Call {
+            keys: &[key],
+            specs: &specs[..2 + args.len()],
         };
-        let reply: Value = self
-            .eval(script, text, &[key], |cmd| {
-                for a in args.as_slice() {
-                    cmd.arg(*a);
-                }
-            })
-            .await?;
+        let node = self.node_of(key);
+        let reply = match self.coalesced(node, call).await {
+            // The slots moved: alone, routed by the key.
+            Err(e) if self.is_cluster() && is_non_local_redis(&e) => {
+                self.forget_masters();
+                self.send_alone(call).await?
+            }
+            other => other?,
+        };
         parse_reply(&reply, *limit, cost)
     }
 
@@ -139,7 +159,17 @@ impl RedisStore {
         &self,
         checks: &[(&str, &Limit, u32)],
     ) -> Result<Vec<Decision>, Error> {
-        let numbers = match self.run_group(checks, Mode::Decide).await {
+        let keys: Vec<&str> = checks.iter().map(|c| c.0).collect();
+        let specs = specs_of(checks);
+        let call = Call {
+            keys: &keys,
+            specs: &specs,
+        };
+        let decided = match self.coalesced(self.node_of(keys[0]), call).await {
+            Ok(reply) => parse_group(&reply, checks.len()),
+            Err(e) => Err(Error::from(e)),
+        };
+        let numbers = match decided {
             Ok(group) => group.numbers,
             Err(e) if self.is_cluster() && is_non_local(&e) => {
                 match self.check_across_nodes(checks, true).await {
@@ -227,7 +257,7 @@ impl RedisStore {
 
     /// Each slot's master, as the lowest slot it serves, from `CLUSTER SLOTS` (read once, kept
     /// until a script finds the slots moved); `None` when it cannot be read.
-    async fn slot_masters(&self) -> Option<Arc<[u16]>> {
+    pub(super) async fn slot_masters(&self) -> Option<Arc<[u16]>> {
         if let Some(map) = self.masters.read().ok().and_then(|m| m.clone()) {
             return Some(map);
         }
@@ -302,16 +332,8 @@ impl RedisStore {
         mode: Mode,
     ) -> Result<GroupReply, Error> {
         let keys: Vec<&str> = checks.iter().map(|c| c.0).collect();
-        let mut argv: Vec<u64> = Vec::with_capacity(checks.len() * 7 + 1);
-        for (_, limit, cost) in checks {
-            let (id, args) = Kernel::of(limit).script_args(u64::from(*cost));
-            // A limit in shadow mode does not refuse the call (see `multi.lua`).
-            argv.push(u64::from(id) + if limit.is_shadow() { 8 } else { 0 });
-            argv.push(args.as_slice().len() as u64);
-            argv.extend_from_slice(args.as_slice());
-        }
+        let mut argv = specs_of(checks);
         let code = match mode {
-            Mode::Decide => 0,
             Mode::Reserve => 1,
             Mode::Veto => 2,
             Mode::Peek => 4,
@@ -332,11 +354,22 @@ impl RedisStore {
     }
 }
 
+/// Every limit of a call as `multi.lua` takes it: its script's number (plus 8 in shadow mode,
+/// where its refusal does not refuse the call), the number of its arguments, and them.
+fn specs_of(checks: &[(&str, &Limit, u32)]) -> Vec<u64> {
+    let mut specs: Vec<u64> = Vec::with_capacity(checks.len() * 10 + 1);
+    for (_, limit, cost) in checks {
+        let (id, args) = Kernel::of(limit).script_args(u64::from(*cost));
+        specs.push(u64::from(id) + if limit.is_shadow() { 8 } else { 0 });
+        specs.push(args.as_slice().len() as u64);
+        specs.extend_from_slice(args.as_slice());
+    }
+    specs
+}
+
 /// What one `multi.lua` call does (see the script).
 #[derive(Debug, Clone, Copy)]
 enum Mode {
-    /// Decide every limit; take from all or none.
-    Decide,
     /// Decide, and say what each limit answered before the call, for a give-back.
     Reserve,
     /// Another node refused the call: answer, take nothing.
@@ -349,7 +382,11 @@ enum Mode {
 
 /// Whether a cluster node refused a script for a key it does not serve.
 fn is_non_local(e: &Error) -> bool {
-    matches!(e, Error::Redis(r) if r.to_string().contains("non local key"))
+    matches!(e, Error::Redis(r) if is_non_local_redis(r))
+}
+
+fn is_non_local_redis(e: &RedisError) -> bool {
+    e.to_string().contains("non local key")
 }
 
 /// `multi.lua`'s reply: four numbers per limit, the server time, and in reserve mode two

@@ -1,0 +1,120 @@
+-- One call's limits: `n` specs from ARGV[at] on (each: its algorithm, plus 8 in shadow mode;
+-- the number of its arguments; the arguments). Returns the specs and the position after them.
+local function parse(n, at)
+  local specs = {}
+  for i = 1, n do
+    local algorithm = tonumber(ARGV[at])
+    local shadow = algorithm >= 8
+    if shadow then algorithm = algorithm - 8 end
+    local count = tonumber(ARGV[at + 1])
+    local args = {}
+    for j = 1, count do args[j] = ARGV[at + 1 + j] end
+    at = at + 2 + count
+    -- Where the cost is among the arguments: fourth for the token bucket (an initial fill
+    -- may follow it), last for the others.
+    local cost_at = count
+    if algorithm == 1 then cost_at = 4 end
+    specs[i] = {algorithm, args, cost_at, shadow}
+  end
+  return specs, at
+end
+
+-- Decides one call's limits (the keys `keys`, the specs `specs`) in `mode` (see multi.lua);
+-- in mode 3, `reserved_at` is the server time (us) at which mode 1 reserved.
+local function decide(mode, keys, specs, reserved_at)
+  local n = #keys
+  -- Limit i's script with another cost, its writes made through `proxy`.
+  local function run(i, cost, proxy)
+    local args = {}
+    for j, v in ipairs(specs[i][2]) do args[j] = v end
+    args[specs[i][3]] = string.format('%d', cost)
+    return ALGORITHMS[specs[i][1]]({keys[i]}, args, proxy)
+  end
+
+  if mode == 3 then
+    -- Give back: return each limit's tokens, as they are now, not a snapshot, so that calls
+    -- made in between keep what they took. Tokens commute in a bucket (its own script for a
+    -- negative cost, floored at full); a window gives them back only to the window that
+    -- counted them (a later window never had them).
+    for i = 1, n do
+      local algorithm, args, key = specs[i][1], specs[i][2], keys[i]
+      local cost = tonumber(args[specs[i][3]])
+      if algorithm == 1 or algorithm == 2 then
+        -- A bucket whose key is gone is full (or forgotten): nothing to give back.
+        if real.call('EXISTS', key) == 1 then run(i, -cost, real) end
+      elseif algorithm == 3 then
+        local period = tonumber(args[2])
+        local window = div_floor(reserved_at, period)
+        local got = real.call('GET', key)
+        if window == div_floor(now, period) and type(got) == 'string'
+            and string.find(got, '^[1-9]%d*$')
+            and real.call('PEXPIRETIME', key) == div_ceil((window + 1) * period, 1000) then
+          if tonumber(got) > cost then
+            real.call('INCRBY', key, -cost)
+          else
+            real.call('DEL', key)
+          end
+        end
+      elseif algorithm == 4 then
+        local window = div_floor(reserved_at, tonumber(args[2]))
+        local got = real.call('GET', key)
+        if type(got) == 'string' then
+          local w, p, c = string.match(got, '^(%d+):(%d+):(%d+)$')
+          if w then
+            w, p, c = tonumber(w), tonumber(p), tonumber(c)
+            if w == window then c = math.max(c - cost, 0) end
+            if w == window + 1 then p = math.max(p - cost, 0) end
+            real.call('SET', key, int(w) .. ':' .. int(p) .. ':' .. int(c), 'KEEPTTL')
+          end
+        end
+      elseif algorithm == 5 then
+        -- The tokens reserved are `cost` entries at the instant of the reservation; any
+        -- entries of that instant are the same tokens.
+        local taken = real.call('ZRANGE', key, int(reserved_at), int(reserved_at), 'BYSCORE',
+          'LIMIT', 0, cost)
+        if #taken > 0 then real.call('ZREM', key, unpack(taken)) end
+      end
+    end
+    return n
+  end
+
+  local replies, pending = {}, {}
+  local all = mode ~= 2
+  for i = 1, n do
+    pending[i] = {}
+    replies[i] = run(i, tonumber(specs[i][2][specs[i][3]]), deferring(pending[i]))
+    if replies[i][1] == 0 and not specs[i][4] then all = false end
+  end
+
+  -- Limit i's {remaining, reset_after} as they stand: its script for a cost of 0, before any
+  -- write of this call, its own writes dropped.
+  local function peek(i)
+    local r = run(i, 0, deferring({}))
+    return {r[2], r[4]}
+  end
+  if not all then
+    for i = 1, n do
+      if replies[i][1] == 1 then
+        local p = peek(i)
+        replies[i][2], replies[i][4] = p[1], p[2]
+      end
+    end
+  end
+  local before = {}
+  if mode == 1 and all then
+    for i = 1, n do before[i] = peek(i) end
+  end
+  local out = {}
+  for i = 1, n do
+    if mode ~= 4 and (all or replies[i][1] == 0) then
+      for _, c in ipairs(pending[i]) do real.call(unpack(c)) end
+    end
+    for j = 1, 4 do out[#out + 1] = replies[i][j] end
+  end
+  out[#out + 1] = now
+  for i = 1, #before do
+    out[#out + 1] = before[i][1]
+    out[#out + 1] = before[i][2]
+  end
+  return out
+end

@@ -1,0 +1,289 @@
+//! Coalesced decisions (group commit): concurrent calls bound for one Redis node go as one
+//! `batch.lua` call, which decides each of them as if it were alone.
+//!
+//! Redis spends most of a one-decision `EVALSHA` on the command (parsing, dispatch, the
+//! script's setup), not on the bucket, so one script call per decision is the ceiling of a
+//! single node. Here, a call that finds fewer than [`MAX_IN_FLIGHT`] script calls in flight
+//! on its node sends its own script at once, exactly as without coalescing (a lone caller
+//! waits no longer); otherwise it joins the node's queue. Whenever a script call of the node
+//! returns, the queue (up to the batch limit) leaves as one `batch.lua` call. The queue holds
+//! at most one entry per waiting caller, so it is bounded by the callers' own concurrency.
+//!
+//! Per call, nothing changes: each is decided exactly as alone, in arrival order; a call
+//! whose caller gave up before its batch left is not sent (it takes nothing); an error
+//! raised while deciding one call (a key of another type, a key the node no longer serves)
+//! is that call's alone; a failure of the whole batch (the connection) reaches each of its
+//! calls, whose own failure policy decides.
+
+use std::sync::{Mutex, PoisonError};
+
+use redis::{RedisError, Value};
+use tokio::sync::oneshot;
+
+use super::RedisStore;
+use super::scripts::BATCH;
+
+/// Script calls of one node in flight at once before calls queue: two, so that Redis
+/// always has the next batch in its socket while the previous reply travels back.
+pub(super) const MAX_IN_FLIGHT: usize = 2;
+
+/// The batch limit by default: the most calls one `batch.lua` call decides (see
+/// [`RedisStore::batch_limit`]; docs/benchmarks.md measures the choice).
+pub(crate) const DEFAULT_BATCH_LIMIT: usize = 64;
+
+/// One call's part of a script: its keys and, per limit, the algorithm (plus 8 in shadow
+/// mode), the number of its arguments and the arguments (as `multi.lua` takes them).
+#[derive(Clone, Copy)]
+pub(super) struct Call<'a> {
+    pub(super) keys: &'a [&'a str],
+    pub(super) specs: &'a [u64],
+}
+
+/// A call waiting in a node's queue: owned, and the way back to its caller.
+struct Queued {
+    keys: Vec<Box<str>>,
+    specs: Vec<u64>,
+    reply: oneshot::Sender<Result<Value, RedisError>>,
+}
+
+/// Each node's queue and script calls in flight. A node is named by a number: 0 on one
+/// server or Sentinel; on a cluster, its lowest slot (or the key's slot plus 2^16 while the
+/// slots' masters are unknown).
+#[derive(Default)]
+pub(super) struct Lanes {
+    lanes: Mutex<Vec<Lane>>,
+}
+
+struct Lane {
+    node: u32,
+    in_flight: usize,
+    queue: Vec<Queued>,
+}
+
+impl Lanes {
+    /// Takes a place in flight on `node`, or queues `call` and returns the way its reply
+    /// comes.
+    fn enter(
+        &self,
+        node: u32,
+        call: Call<'_>,
+    ) -> Option<oneshot::Receiver<Result<Value, RedisError>>> {
+        let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+        let lane = match lanes.iter().position(|l| l.node == node) {
+            Some(i) => &mut lanes[i],
+            None => {
+                lanes.push(Lane {
+                    node,
+                    in_flight: 0,
+                    queue: Vec::new(),
+                });
+                lanes.last_mut()?
+            }
+        };
+        if lane.in_flight < MAX_IN_FLIGHT && lane.queue.is_empty() {
+            lane.in_flight += 1;
+            return None;
+        }
+        let (reply, replied) = oneshot::channel();
+        lane.queue.push(Queued {
+            keys: call.keys.iter().map(|k| Box::from(*k)).collect(),
+            specs: call.specs.to_vec(),
+            reply,
+        });
+        Some(replied)
+    }
+
+    /// A script call of `node` returned: the next batch (the queue's calls whose callers
+    /// still wait, up to `limit`) keeps its place in flight, or, with none, the place is
+    /// given up.
+    fn next(&self, node: u32, limit: usize) -> Option<Vec<Queued>> {
+        let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
+        let lane = lanes.iter_mut().find(|l| l.node == node)?;
+        lane.queue.retain(|q| !q.reply.is_closed());
+        if lane.queue.is_empty() {
+            lane.in_flight = lane.in_flight.saturating_sub(1);
+            return None;
+        }
+        let take = lane.queue.len().min(limit);
+        Some(lane.queue.drain(..take).collect())
+    }
+}
+
+/// A place in flight on a node, held by a caller sending its own script. When it is given
+/// up (the reply came, or the caller gave up), it passes to the node's queue, if any: a task
+/// sends it, so no caller's future carries another's call and a caller that goes away
+/// strands no one.
+struct Place {
+    store: RedisStore,
+    node: u32,
+}
+
+impl Drop for Place {
+    fn drop(&mut self) {
+        let store = self.store.clone();
+        let node = self.node;
+        let Some(batch) = store.lanes.next(node, store.batch_limit) else {
+            return;
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(store.flush(node, batch));
+            }
+            // No runtime to send them from (it is shutting down): the callers are told
+            // their reply is lost, and the place is given up.
+            Err(_) => {
+                drop(batch);
+                while let Some(rest) = store.lanes.next(node, usize::MAX) {
+                    drop(rest);
+                }
+            }
+        }
+    }
+}
+
+impl RedisStore {
+    /// Decides `call` on `node`: at once if the node has room in flight, else in the next
+    /// batch. The reply is what the call's own script returns.
+    pub(super) async fn coalesced(&self, node: u32, call: Call<'_>) -> Result<Value, RedisError> {
+        if self.batch_limit <= 1 {
+            return self.send_alone(call).await;
+        }
+        match self.lanes.enter(node, call) {
+            None => {
+                let _place = Place {
+                    store: self.clone(),
+                    node,
+                };
+                self.send_alone(call).await
+            }
+            Some(replied) => replied.await.unwrap_or_else(|_| {
+                Err(RedisError::from((
+                    redis::ErrorKind::Io,
+                    "the batch this call was in was lost (the runtime is shutting down)",
+                )))
+            }),
+        }
+    }
+
+    /// Sends batches on `node` until its queue is empty, then gives up its place in flight.
+    async fn flush(self, node: u32, mut batch: Vec<Queued>) {
+        loop {
+            match batch.as_slice() {
+                [one] => {
+                    let keys: Vec<&str> = one.keys.iter().map(|k| &**k).collect();
+                    let reply = self
+                        .send_alone(Call {
+                            keys: &keys,
+                            specs: &one.specs,
+                        })
+                        .await;
+                    if let Some(one) = batch.pop() {
+                        let _ = one.reply.send(reply);
+                    }
+                }
+                _ => match self.send_batch(&batch).await {
+                    Ok(replies) => {
+                        for (queued, reply) in batch.drain(..).zip(replies) {
+                            let _ = queued.reply.send(call_reply(reply));
+                        }
+                    }
+                    // The server refused the batch before running it, for its first key
+                    // (an ACL that denies that key): each call alone, so that the refusal
+                    // is that call's only.
+                    Err(e) if e.code() == Some("NOPERM") => {
+                        for queued in batch.drain(..) {
+                            let keys: Vec<&str> = queued.keys.iter().map(|k| &**k).collect();
+                            let call = Call {
+                                keys: &keys,
+                                specs: &queued.specs,
+                            };
+                            if !queued.reply.is_closed() {
+                                let _ = queued.reply.send(self.send_alone(call).await);
+                            }
+                        }
+                    }
+                    Err(e) => {
+                        for queued in batch.drain(..) {
+                            let _ = queued.reply.send(Err(e.clone()));
+                        }
+                    }
+                },
+            }
+            match self.lanes.next(node, self.batch_limit) {
+                Some(next) => batch = next,
+                None => return,
+            }
+        }
+    }
+
+    /// One call's own script: the algorithm's for one limit, `multi.lua` (mode 0) for
+    /// several.
+    pub(super) async fn send_alone(&self, call: Call<'_>) -> Result<Value, RedisError> {
+        match call.keys {
+            [key] => {
+                let (id, args) = (call.specs[0] & 7, &call.specs[2..]);
+                let (script, text) = super::scripts::script_of(id);
+                self.eval(script, text, &[key], |cmd| {
+                    cmd.arg(args);
+                })
+                .await
+            }
+            keys => {
+                self.eval(
+                    &super::scripts::MULTI,
+                    crate::algorithm::MULTI_SCRIPT,
+                    &keys[..1],
+                    |cmd| {
+                        cmd.arg(keys.len()).arg(0).arg(keys).arg(call.specs);
+                    },
+                )
+                .await
+            }
+        }
+    }
+
+    /// One `batch.lua` call for `batch`, routed by its first key.
+    async fn send_batch(&self, batch: &[Queued]) -> Result<Vec<Value>, RedisError> {
+        let first: &str = batch
+            .first()
+            .and_then(|q| q.keys.first())
+            .map_or("", |k| &**k);
+        let reply: Value = self
+            .eval(&BATCH, crate::algorithm::BATCH_SCRIPT, &[first], |cmd| {
+                cmd.arg(batch.len());
+                for queued in batch {
+                    cmd.arg(queued.keys.len());
+                    for key in &queued.keys {
+                        cmd.arg(&**key);
+                    }
+                    cmd.arg(queued.specs.as_slice());
+                }
+            })
+            .await?;
+        match reply {
+            Value::Array(items) if items.len() == batch.len() => Ok(items),
+            other => Err(RedisError::from((
+                redis::ErrorKind::Parse,
+                "batch.lua answered in an unexpected shape",
+                format!("{other:?}"),
+            ))),
+        }
+    }
+}
+
+/// One call's entry in `batch.lua`'s reply: its own script's reply, or the text of the error
+/// its decision raised.
+fn call_reply(item: Value) -> Result<Value, RedisError> {
+    let failed = |text: String| {
+        RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::ResponseError),
+            "the decision script failed",
+            text,
+        ))
+    };
+    match item {
+        Value::BulkString(text) => Err(failed(String::from_utf8_lossy(&text).into_owned())),
+        Value::SimpleString(text) => Err(failed(text)),
+        reply => Ok(reply),
+    }
+}

@@ -1,0 +1,207 @@
+//! Coalesced decisions on a real Redis: concurrent calls leave in batches (one `batch.lua`
+//! call decides many), and each is decided exactly as if alone: no over-admission, several
+//! limits all or nothing, a caller that gave up takes nothing, and one call's error is its
+//! own. Every test starts its own redis-server.
+#![allow(clippy::unwrap_used)]
+
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+use redis_ratelimit::{Error, FailurePolicy, Limit, RateLimiter, RedisStore, Source};
+use testkit::RedisServer;
+
+async fn limiter(server: &RedisServer, batch_limit: usize) -> RateLimiter {
+    limiter_at(&server.url(), batch_limit).await
+}
+
+async fn limiter_at(url: &str, batch_limit: usize) -> RateLimiter {
+    let store = RedisStore::connect(url)
+        .await
+        .unwrap()
+        .batch_limit(batch_limit);
+    RateLimiter::builder()
+        .redis_store(store)
+        .prefix("co")
+        .failure_policy(FailurePolicy::Deny)
+        .deadline(Some(Duration::from_secs(10)))
+        // No heartbeat: the tests count script calls.
+        .instance(false)
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Script calls the server ran (`EVALSHA` and `EVAL`).
+async fn script_calls(server: &RedisServer) -> u64 {
+    let mut con = server.connection().await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    testkit::info_number(&info, "cmdstat_evalsha", Some("calls")).unwrap_or(0)
+        + testkit::info_number(&info, "cmdstat_eval", Some("calls")).unwrap_or(0)
+}
+
+/// `n` calls on one key, all started in one poll (so all but the first two queue).
+async fn flood(limiter: &RateLimiter, key: &str, limit: &Limit, n: usize) -> usize {
+    let calls = (0..n).map(|_| limiter.check(key, limit));
+    let decisions = futures_util::future::join_all(calls).await;
+    decisions
+        .into_iter()
+        .map(|d| {
+            let d = d.unwrap();
+            assert_eq!(d.source, Source::Store, "{d:?}");
+            usize::from(d.allowed)
+        })
+        .sum()
+}
+
+#[tokio::test]
+async fn concurrent_calls_leave_in_batches_and_never_over_admit() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server, 64).await;
+    // Burst 50, a token an hour: of 200 concurrent calls exactly 50 go in.
+    let limit = Limit::per_hour(1).burst(50);
+    let before = script_calls(&server).await;
+    assert_eq!(flood(&limiter, "k", &limit, 200).await, 50);
+    let scripts = script_calls(&server).await - before;
+    // 2 alone, then the others in batches of at most 64 (join_all starts them 32 at a
+    // time, so batches may be smaller).
+    assert!(scripts <= 20, "200 calls took {scripts} script calls");
+    // Every bucket of a batch is its own: 100 keys of burst 1, each asked twice at once.
+    let one = Limit::per_hour(1).burst(1);
+    let keys: Vec<String> = (0..100).map(|i| format!("u{i}")).collect();
+    let calls = keys.iter().chain(&keys).map(|k| limiter.check(k, &one));
+    let admitted = futures_util::future::join_all(calls)
+        .await
+        .into_iter()
+        .filter(|d| d.as_ref().unwrap().allowed)
+        .count();
+    assert_eq!(admitted, 100);
+}
+
+#[tokio::test]
+async fn a_batch_limit_of_one_sends_every_call_alone() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server, 1).await;
+    let limit = Limit::per_hour(1).burst(50);
+    let before = script_calls(&server).await;
+    assert_eq!(flood(&limiter, "k", &limit, 80).await, 50);
+    assert_eq!(script_calls(&server).await - before, 80);
+}
+
+#[tokio::test]
+async fn several_limits_stay_all_or_nothing_inside_a_batch() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server, 64).await;
+    // Every call takes from a shared limit of 10 and from its own bucket of 1.
+    let shared = Limit::per_hour(1).burst(10);
+    let own = Limit::per_hour(1).burst(1);
+    let keys: Vec<String> = (0..60).map(|i| format!("own{i}")).collect();
+    let before = script_calls(&server).await;
+    let sets: Vec<[(&str, &Limit, u32); 2]> = keys
+        .iter()
+        .map(|k| [("shared", &shared, 1), (k.as_str(), &own, 1)])
+        .collect();
+    let calls = sets.iter().map(|set| limiter.check_all(set));
+    let decisions = futures_util::future::join_all(calls).await;
+    assert!(script_calls(&server).await - before < 60);
+    let mut admitted = 0;
+    for (k, d) in keys.iter().zip(decisions) {
+        let d = d.unwrap();
+        admitted += usize::from(d.allowed);
+        // A refused call took nothing from its own bucket (of 1): a call would still go in.
+        let untouched = limiter.peek(k, &own).await.unwrap().allowed;
+        assert_eq!(untouched, !d.allowed, "{k}: {d:?}");
+    }
+    assert_eq!(admitted, 10);
+}
+
+/// Polls `f` once.
+fn poll_once<F: Future + Unpin>(f: &mut F) -> Poll<F::Output> {
+    Pin::new(f).poll(&mut Context::from_waker(Waker::noop()))
+}
+
+#[tokio::test]
+async fn a_call_dropped_while_queued_takes_nothing() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server, 64).await;
+    let limit = Limit::per_hour(1).burst(100);
+    // Two calls take the places in flight; eight more queue behind them.
+    let mut calls: Vec<_> = (0..10)
+        .map(|_| Box::pin(limiter.check("k", &limit)))
+        .collect();
+    for call in &mut calls {
+        assert!(poll_once(call).is_pending());
+    }
+    let queued = calls.split_off(2);
+    drop(queued);
+    for call in calls {
+        assert!(call.await.unwrap().allowed);
+    }
+    // Let any batch that might have left arrive.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Two tokens taken: a third call would leave 97.
+    assert_eq!(limiter.peek("k", &limit).await.unwrap().remaining, 97);
+}
+
+#[tokio::test]
+async fn one_calls_error_does_not_fail_its_batch_mates() {
+    let server = RedisServer::start();
+    // A user that may touch only keys with "good" in them: the bucket of "bad" is denied to
+    // it, which fails that call's script (NOPERM) and nothing else.
+    let mut con = server.connection().await;
+    let _: () = redis::cmd("ACL")
+        .arg(&[
+            "SETUSER",
+            "app",
+            "on",
+            ">pw",
+            "~*good*",
+            "allchannels",
+            "+@all",
+        ])
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let url = server.url().replacen("redis://", "redis://app:pw@", 1);
+    let limiter = limiter_at(&url, 64).await;
+    let limit = Limit::per_hour(1).burst(5);
+    for bad_at in [0, 2, 20] {
+        let keys: Vec<String> = (0..40)
+            .map(|i| {
+                if i == bad_at {
+                    "bad".to_owned()
+                } else {
+                    format!("good{bad_at}-{i}")
+                }
+            })
+            .collect();
+        let before = script_calls(&server).await;
+        let calls = keys.iter().map(|k| limiter.check(k, &limit));
+        let decisions = futures_util::future::join_all(calls).await;
+        assert!(script_calls(&server).await - before < 40, "not batched");
+        for (k, d) in keys.iter().zip(decisions) {
+            let d = d.unwrap();
+            if k == "bad" {
+                // Its own failure policy (deny) decided it.
+                assert_eq!((d.allowed, d.source), (false, Source::FailClosed), "{d:?}");
+            } else {
+                assert_eq!(
+                    (d.allowed, d.source, d.remaining),
+                    (true, Source::Store, 4),
+                    "{k}"
+                );
+            }
+        }
+    }
+    // What failed it: the server's refusal, as the error of that call alone.
+    let store = RedisStore::connect(&url).await.unwrap();
+    let e = redis_ratelimit::Store::check(&store, &limiter.bucket_key("bad"), &limit, 1)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, Error::Redis(_)), "{e}");
+}
