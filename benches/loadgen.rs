@@ -48,7 +48,7 @@ mod stats;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_ratelimit::{FailurePolicy, Limit, RateLimiter};
+use redis_ratelimit::{FailurePolicy, Limit, RateLimiter, RedisStore};
 
 use crate::args::{Args, RuntimeFlavor};
 use crate::flexible::Flexible;
@@ -167,16 +167,25 @@ fn main() {
     let keys: Arc<[String]> = (0..args.keys).map(|i| format!("k:{i:012}")).collect();
 
     let rt = runtime(&args);
-    let limiter = rt.block_on(async {
-        RateLimiter::builder()
-            .redis(url.clone())
-            .prefix("bench")
-            .failure_policy(FailurePolicy::Deny)
-            .deadline(Some(Duration::from_secs(5)))
-            .build()
-            .await
-            .unwrap()
-    });
+    // The limiter as users get it (calls coalesced), and one that sends every call alone.
+    let connect = |batch_limit: usize| {
+        rt.block_on(async {
+            let store = RedisStore::connect(&url)
+                .await
+                .unwrap()
+                .batch_limit(batch_limit);
+            RateLimiter::builder()
+                .redis_store(store)
+                .prefix("bench")
+                .failure_policy(FailurePolicy::Deny)
+                .deadline(Some(Duration::from_secs(5)))
+                .build()
+                .await
+                .unwrap()
+        })
+    };
+    let limiter = connect(args.batch_limit);
+    let per_command = connect(1);
     let bench = Bench::new(&url, port, SCRIPT, script, args.keys);
     // The limiter's first heartbeat runs a moment after `build` returns and loads its script
     // (a NOSCRIPT, then EVAL): let it land before any measurement, whose check that the server
@@ -207,10 +216,20 @@ fn main() {
         legend: if args.redis_rs_only {
             "redis-rs alone, Script::invoke_async (this project's baseline)".to_owned()
         } else {
-            "RateLimiter::check, Redis store (this project)".to_owned()
+            format!(
+                "RateLimiter::check, Redis store, calls coalesced (batch_limit({}))",
+                args.batch_limit
+            )
         },
         client: client.clone(),
     }];
+    if !args.redis_rs_only {
+        contenders.push(Contender::Ours {
+            label: "per-command",
+            legend: "RateLimiter::check, one EVALSHA per call (batch_limit(1))".to_owned(),
+            client: Client::Limiter(per_command),
+        });
+    }
     let flexible_note = match flexible::prepare(&args, port) {
         Ok(f) => {
             let note = format!(

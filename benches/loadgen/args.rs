@@ -22,6 +22,8 @@ usage: cargo bench -p redis-ratelimit-benches --bench loadgen -- [options]
   --prefix NAME        file name prefix of the plots (default loadgen)
   --font PATH          a TTF font for the plots (default: DejaVu Sans, found by path or fc-match)
   --no-plots           draw no plots
+  --batch-limit N      RedisStore::batch_limit of the coalesced limiter (default 64); a second
+                       limiter with batch_limit(1), one EVALSHA per call, is measured beside it
   --redis-rs-only      measure, instead of the limiter, the same EVALSHA through redis-rs alone
                        (Script::invoke_async on one multiplexed connection): the baseline that
                        shows what the limiter adds to the client it is built on
@@ -59,6 +61,8 @@ pub(crate) struct Args {
     pub(crate) runtime: RuntimeFlavor,
     /// Measure redis-rs alone (the baseline) instead of the limiter.
     pub(crate) redis_rs_only: bool,
+    /// `RedisStore::batch_limit` of the coalesced limiter.
+    pub(crate) batch_limit: usize,
     /// Measure rate-limiter-flexible too (not `--no-flexible`).
     pub(crate) flexible: bool,
     /// Its in-flight consumes; `None`: the same as `concurrency`.
@@ -86,6 +90,7 @@ impl Args {
             concurrency: vec![1, 4, 16, 64, 256],
             runtime: RuntimeFlavor::MultiThread,
             redis_rs_only: false,
+            batch_limit: 64,
             flexible: true,
             flexible_concurrency: None,
             flexible_auto_pipelining: false,
@@ -140,6 +145,9 @@ impl Args {
                             ));
                         }
                     }
+                }
+                "--batch-limit" => {
+                    args.batch_limit = number(&value("--batch-limit")?, "--batch-limit")?;
                 }
                 "--workers" => args.workers = number(&value("--workers")?, "--workers")?,
                 "--rate" => args.rate = number(&value("--rate")?, "--rate")?,
