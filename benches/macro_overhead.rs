@@ -9,7 +9,7 @@
 //! `BENCH_RECORDER=prometheus` too, into a Prometheus recorder (what a service that exports
 //! them pays).
 
-#![allow(clippy::unwrap_used, missing_docs)]
+#![allow(clippy::unwrap_used, clippy::print_stdout, missing_docs)]
 
 use std::hint::black_box;
 use std::sync::OnceLock;
@@ -78,6 +78,10 @@ fn macro_overhead(c: &mut Criterion) {
     assert!(rt.block_on(annotated(1)).is_ok());
     assert!(rt.block_on(by_hand(1)).is_ok());
 
+    if std::env::var_os("BENCH_PAIRED").is_some() {
+        paired(&rt);
+        return;
+    }
     let mut group = c.benchmark_group("macro_overhead");
     group.bench_function("by_hand", |b| {
         b.to_async(&rt).iter(|| by_hand(black_box(1)));
@@ -94,6 +98,80 @@ fn macro_overhead(c: &mut Criterion) {
             .iter(|| scope(RequestContext::new(), annotated(black_box(1))));
     });
     group.finish();
+}
+
+/// `BENCH_PAIRED=1`: instead of criterion, many short batches of each function in turn
+/// (the order rotating), so that a busy period of a shared machine slows every function
+/// alike; prints each function's median ns per call and the medians of the ratios taken
+/// within each round. For before/after comparisons on a loaded machine, where criterion's
+/// seconds-long runs of one function at a time catch other jobs' bursts unevenly.
+fn paired(rt: &tokio::runtime::Runtime) {
+    const ROUNDS: usize = 400;
+    const CALLS: u32 = 2_000;
+    type Call = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
+    let calls: [(&str, Call); 4] = [
+        ("by_hand", || {
+            Box::pin(async {
+                for _ in 0..CALLS {
+                    black_box(by_hand(black_box(1)).await.ok());
+                }
+            })
+        }),
+        ("annotated", || {
+            Box::pin(async {
+                for _ in 0..CALLS {
+                    black_box(annotated(black_box(1)).await.ok());
+                }
+            })
+        }),
+        ("by_hand_in_scope", || {
+            Box::pin(async {
+                for _ in 0..CALLS {
+                    black_box(
+                        scope(RequestContext::new(), by_hand(black_box(1)))
+                            .await
+                            .ok(),
+                    );
+                }
+            })
+        }),
+        ("annotated_in_scope", || {
+            Box::pin(async {
+                for _ in 0..CALLS {
+                    let call = scope(RequestContext::new(), annotated(black_box(1)));
+                    black_box(call.await.ok());
+                }
+            })
+        }),
+    ];
+    let mut ns: Vec<Vec<f64>> = vec![Vec::with_capacity(ROUNDS); calls.len()];
+    for round in 0..ROUNDS {
+        for i in 0..calls.len() {
+            let i = (i + round) % calls.len();
+            let started = std::time::Instant::now();
+            rt.block_on((calls[i].1)());
+            ns[i].push(started.elapsed().as_secs_f64() * 1e9 / f64::from(CALLS));
+        }
+    }
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        (v[v.len() / 4], v[v.len() / 2], v[v.len() * 3 / 4])
+    };
+    let ratios =
+        |a: usize, b: usize| -> Vec<f64> { ns[a].iter().zip(&ns[b]).map(|(x, y)| x / y).collect() };
+    let mut outside = ratios(1, 0);
+    let mut inside = ratios(3, 2);
+    for (i, (name, _)) in calls.iter().enumerate() {
+        let (q1, m, q3) = median(&mut ns[i].clone());
+        println!("{name:<20} {m:8.1} ns  (quartiles {q1:.1}-{q3:.1})");
+    }
+    for (name, r) in [
+        ("annotated / by_hand", &mut outside),
+        ("in a scope", &mut inside),
+    ] {
+        let (q1, m, q3) = median(r);
+        println!("{name:<20} {m:8.3}     (quartiles {q1:.3}-{q3:.3})");
+    }
 }
 
 criterion_group!(benches, macro_overhead);

@@ -1,6 +1,9 @@
 //! Support for the code `#[rate_limit]` and `enable_redis_rate_limit!` generate. Not a public
 //! API: its items change without notice.
 
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::LazyLock;
 use std::time::Duration;
 
@@ -31,6 +34,7 @@ pub mod token_bucket {
 use crate::context::{missing_piece, record_current, with_current};
 use crate::decision::Source;
 pub use crate::naming::{bucket_key, key_slot};
+use crate::registry::Effective;
 use crate::registry::Warning;
 pub use crate::registry::{LimitDeclaration, Registration, global};
 use crate::{Algorithm, Decision, KeyResolver, Limit, RateLimited, RateLimiter, Refill, Unit};
@@ -65,12 +69,59 @@ pub const fn limit(
 /// The check every `#[rate_limit]` function starts with: resolves the key from the current
 /// request context, decides, records the decision for the response headers, and returns the
 /// rejection when the call must not run.
-pub async fn check(
+///
+/// The request context is looked at once: the key resolved and, when the store answers at
+/// once (memory), the decision taken and recorded in it. A call that must wait for its answer
+/// (a remote store, a limit that may wait, before enable) is boxed: this future then carries
+/// nothing of it, and that call's round trip or wait dwarfs one allocation.
+pub async fn check<K: KeyResolver + ?Sized>(
     decl: &'static LimitDeclaration,
-    key: &dyn KeyResolver,
+    key: &K,
     limiter: Option<&RateLimiter>,
 ) -> Result<(), RateLimited> {
+    // The step is a temporary of this statement, so that this future does not keep room for
+    // a rejection across the await.
+    let asking = match at_once(decl, key, limiter) {
+        Step::Done(done) => return done.map_err(|rejection| *rejection),
+        Step::Ask(asking) => asking,
+    };
+    asking.await.map_err(|rejection| *rejection)
+}
+
+/// A one-limit check's outcome on its way out, the rejection boxed: it passes through several
+/// frames (the task-local's closure among them), and a rejection's 160 bytes, copied at each,
+/// cost the admitted calls more than one allocation costs a refused one.
+type Checked = Result<(), Box<RateLimited>>;
+
+/// A one-limit check's future for a call whose store does not answer at once.
+type Asking<'a> = Pin<Box<dyn Future<Output = Checked> + Send + 'a>>;
+
+/// Where a one-limit check stands after its look at the request context.
+enum Step<'a> {
+    /// Decided, described and recorded.
+    Done(Checked),
+    /// To be decided by the store or the failure policy, later.
+    Ask(Asking<'a>),
+}
+
+/// What a one-limit check's look at the request context came to.
+enum Looked {
+    /// Decided at once, described, and recorded in the context when it is a scope's.
+    Decided(Checked),
+    /// The key's bucket, for a store that does not answer at once.
+    Ask(Cow<'static, str>),
+    /// The call has no key.
+    NoKey,
+}
+
+/// [`check`]'s synchronous part: everything but a wait for the store.
+fn at_once<'a, K: KeyResolver + ?Sized>(
+    decl: &'static LimitDeclaration,
+    key: &K,
+    limiter: Option<&'a RateLimiter>,
+) -> Step<'a> {
     let effective = decl.effective();
+    let name = decl.name();
     if !effective.enabled {
         // Said, so that what reads the decision (the response, a log line) shows no limit
         // applied rather than a quota that does not hold.
@@ -83,55 +134,121 @@ pub async fn check(
             Duration::ZERO,
         )
         .with_source(Source::Disabled);
-        record_current(decl.name(), unlimited, None);
-        return Ok(());
+        record_current(name, unlimited, None);
+        return Step::Done(Ok(()));
     }
     let (limiter, enabled) = limiter_or_unenabled(decl, limiter);
-    let name = decl.name();
-    let bucket = with_current(|ctx| {
+    let (looked, in_scope) = with_current(|ctx, in_scope| {
         ctx.set_handler(name);
         // An empty key names nobody: it is no key (the empty-key policy), never one bucket
         // that every caller whose header is blank would share.
-        key.resolve(ctx)
+        let Some(bucket) = key
+            .resolve(ctx)
             .filter(|k| !k.is_empty())
-            .map(|k| limiter.named_bucket_key(name, &k))
+            .map(|k| decl.bucket_key(limiter, &k, enabled))
+        else {
+            return (Looked::NoKey, in_scope);
+        };
+        let at_once = if enabled {
+            limiter.decide_at_once(&bucket, &effective.limit, effective.cost)
+        } else {
+            Ok(None)
+        };
+        let decision = match at_once {
+            Ok(Some(decision)) => decision,
+            Ok(None) => return (Looked::Ask(bucket), in_scope),
+            Err(e) => cannot_check(decl, limiter, &effective, &e),
+        };
+        let done = conclude(name, decision, Some(bucket), |decision| {
+            if in_scope {
+                ctx.record(name, decision, None);
+            }
+        });
+        (Looked::Decided(done), in_scope)
     });
-    let decision = match &bucket {
-        Some(bucket) => {
-            let decided = if enabled {
-                match limiter.check_bucket(bucket, &effective.limit, effective.cost) {
-                    Ok(deciding) => deciding.await,
-                    Err(e) => Err(e),
-                }
-            } else {
-                limiter
-                    .decide_by_policy(bucket, &effective.limit, effective.cost)
-                    .await
-            };
-            decided.unwrap_or_else(|e| {
-                // Only misuse reaches here (cost validated at enable); refuse rather than run
-                // unchecked, and say why once.
-                decl.warn_once(
-                    Warning::CannotCheck,
-                    &format_args!("rate limit `{name}` cannot be checked: {e}"),
-                );
-                limiter
-                    .decide_without_key(&effective.limit, effective.cost)
-                    .with_source(Source::FailClosed)
-            })
-        }
-        None => {
+    match looked {
+        Looked::Decided(done) => Step::Done(done),
+        Looked::Ask(bucket) => Step::Ask(Box::pin(ask(
+            decl, limiter, enabled, bucket, effective, in_scope,
+        ))),
+        Looked::NoKey => {
             report_missing_piece(decl, key);
-            limiter.decide_without_key(&effective.limit, effective.cost)
+            let decision = limiter.decide_without_key(&effective.limit, effective.cost);
+            Step::Done(conclude(name, decision, None, |d| {
+                record_if(in_scope, name, d);
+            }))
         }
+    }
+}
+
+/// Records `decision` for the response headers when the call runs in a scope.
+fn record_if(in_scope: bool, name: &'static str, decision: Decision) {
+    if in_scope {
+        record_current(name, decision, None);
+    }
+}
+
+/// A call's decision from a store that does not answer at once, or by the failure policy
+/// before enable.
+async fn ask(
+    decl: &'static LimitDeclaration,
+    limiter: &RateLimiter,
+    enabled: bool,
+    bucket: Cow<'static, str>,
+    effective: Effective,
+    in_scope: bool,
+) -> Checked {
+    let decided = if enabled {
+        match limiter.check_bucket(&bucket, &effective.limit, effective.cost) {
+            Ok(deciding) => deciding.await,
+            Err(e) => Err(e),
+        }
+    } else {
+        limiter
+            .decide_by_policy(&bucket, &effective.limit, effective.cost)
+            .await
     };
+    let decision = decided.unwrap_or_else(|e| cannot_check(decl, limiter, &effective, &e));
+    let name = decl.name();
+    conclude(name, decision, Some(bucket), |d| {
+        record_if(in_scope, name, d);
+    })
+}
+
+/// Only misuse reaches here (cost validated at enable): refuses rather than run unchecked,
+/// and says why once.
+#[cold]
+fn cannot_check(
+    decl: &'static LimitDeclaration,
+    limiter: &RateLimiter,
+    effective: &Effective,
+    e: &crate::Error,
+) -> Decision {
+    decl.warn_once(
+        Warning::CannotCheck,
+        &format_args!("rate limit `{}` cannot be checked: {e}", decl.name()),
+    );
+    limiter
+        .decide_without_key(&effective.limit, effective.cost)
+        .with_source(Source::FailClosed)
+}
+
+/// What every decided one-limit call ends with: the decision described (span, metrics),
+/// handed to `record` for the response headers, and the rejection when it refused.
+fn conclude(
+    name: &'static str,
+    decision: Decision,
+    bucket: Option<Cow<'static, str>>,
+    record: impl FnOnce(Decision),
+) -> Checked {
     decision.observe(crate::observe::Name::Declared(name), bucket.as_deref());
     if decision.allowed {
-        record_current(name, decision, None);
+        record(decision);
         Ok(())
     } else {
-        record_current(name, decision.clone(), None);
-        Err(RateLimited::new(decision, bucket.unwrap_or_default()).with_name(name))
+        record(decision.clone());
+        let key = bucket.map(Cow::into_owned).unwrap_or_default();
+        Err(Box::new(RateLimited::new(decision, key).with_name(name)))
     }
 }
 
@@ -173,16 +290,17 @@ pub async fn check_all(
     };
     let (limiter, enabled) = limiter_or_unenabled(first, limiter);
     let effective: Vec<_> = limits.iter().map(|(decl, _)| decl.effective()).collect();
-    let buckets: Vec<Option<String>> = with_current(|ctx| {
+    let (buckets, in_scope): (Vec<Option<String>>, bool) = with_current(|ctx, in_scope| {
         ctx.set_handler(first.name());
-        limits
+        let buckets = limits
             .iter()
             .map(|(decl, key)| {
                 key.resolve(ctx)
                     .filter(|k| !k.is_empty())
                     .map(|k| limiter.named_bucket_key(decl.name(), &k))
             })
-            .collect()
+            .collect();
+        (buckets, in_scope)
     });
     // Each limit's decision, by position; the store decides those with a bucket together.
     let mut parts: Vec<Option<Decision>> = vec![None; limits.len()];
@@ -263,7 +381,9 @@ pub async fn check_all(
     let tightest = decision.tightest();
     let names: std::sync::Arc<[&'static str]> = names.into();
     let name = names[tightest];
-    record_current(name, decision.clone(), Some(names.clone()));
+    if in_scope {
+        record_current(name, decision.clone(), Some(names.clone()));
+    }
     if decision.allowed {
         Ok(())
     } else {
@@ -277,7 +397,7 @@ pub async fn check_all(
 /// A forgotten layer (or `ConnectInfo`) makes every call keyless and refused with nothing to
 /// say why; say it once per limit. A request that simply lacks what the key reads is the
 /// empty-key policy's business, not a misconfiguration, and is not logged.
-fn report_missing_piece(decl: &'static LimitDeclaration, key: &dyn KeyResolver) {
+fn report_missing_piece<K: KeyResolver + ?Sized>(decl: &'static LimitDeclaration, key: &K) {
     if decl.warned(Warning::MissingPiece) {
         return;
     }
@@ -520,6 +640,31 @@ mod tests {
                 .iter()
                 .any(|l| l.starts_with("TRACE") && l.contains("secret-user"))
         );
+    }
+
+    /// In a scope the decision is recorded for the response; outside one the thread's empty
+    /// context, which every such call resolves its key against, is left as it was.
+    #[test]
+    fn a_decision_is_recorded_in_a_scope_and_nowhere_else() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let decl = declaration("t::recorded", "Global");
+        runtime.block_on(async {
+            let limiter = RateLimiter::builder().memory().build().await.unwrap();
+            assert!(check(decl, &crate::Global, Some(&limiter)).await.is_ok());
+            let outside = with_current(|ctx, in_scope| (ctx.recorded(), in_scope));
+            assert_eq!(outside, (None, false));
+            let (refused, ctx) = crate::context::scope_returning(
+                RequestContext::new(),
+                check(decl, &crate::Global, Some(&limiter)),
+            )
+            .await;
+            assert!(refused.is_err());
+            let recorded = ctx.recorded().unwrap();
+            assert_eq!(recorded.name, "t::recorded");
+            assert!(!recorded.decision.allowed);
+        });
     }
 
     #[test]

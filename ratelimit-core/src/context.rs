@@ -300,23 +300,25 @@ pub async fn scope_returning<F: Future>(
     (output, ctx)
 }
 
-/// Calls `f` with the current context, or with an empty one outside any scope.
-pub(crate) fn with_current<R>(mut f: impl FnMut(&RequestContext) -> R) -> R {
+/// Calls `f` with the current context and `true`, or outside any scope with an empty one and
+/// `false`: only a scope's context is read after the call, so only there may `f` record in it.
+pub(crate) fn with_current<R>(mut f: impl FnMut(&RequestContext, bool) -> R) -> R {
     // One task-local lookup in a scope; outside one, this thread's empty context rather than
-    // a new one built and dropped on every call. `try_with` runs `f` only when it succeeds,
-    // so `f` runs exactly once.
-    if let Ok(r) = CONTEXT.try_with(&mut f) {
+    // a new one built and dropped on every call. `try_with` runs its closure only when it
+    // succeeds, so `f` runs exactly once.
+    if let Ok(r) = CONTEXT.try_with(|ctx| f(ctx, true)) {
         return r;
     }
-    if let Ok(r) = EMPTY.try_with(&mut f) {
+    if let Ok(r) = EMPTY.try_with(|ctx| f(ctx, false)) {
         return r;
     }
     // This thread is being torn down: a context of its own for the last calls.
-    f(&RequestContext::default())
+    f(&RequestContext::default(), false)
 }
 
 /// Records `decision` in the current context for the response headers; outside a scope no
-/// one reads it, so nothing is recorded.
+/// one reads it, so nothing is recorded (callers that know they are outside one, from
+/// [`with_current`], need not call this at all).
 pub(crate) fn record_current(
     name: &'static str,
     decision: Decision,
@@ -372,7 +374,7 @@ impl fmt::Display for MissingPiece {
 }
 
 /// The misconfiguration that made `key` find no key in the current context, if that is why.
-pub(crate) fn missing_piece(key: &dyn KeyResolver) -> Option<MissingPiece> {
+pub(crate) fn missing_piece<K: KeyResolver + ?Sized>(key: &K) -> Option<MissingPiece> {
     CONTEXT
         .try_with(|ctx| {
             if ctx.peer.is_some() {

@@ -386,6 +386,29 @@ impl RateLimiter {
         Ok(self.decide(bucket, limit, cost))
     }
 
+    /// Decides on an already-named bucket without a future when the store answers at once:
+    /// on a memory store, for a limit that never waits. `None` otherwise: ask
+    /// [`check_bucket`](Self::check_bucket). (The macro's path: it records the decision in
+    /// the same look at the request context as it resolved the key.)
+    pub(crate) fn decide_at_once(
+        &self,
+        bucket: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> Result<Option<Decision>, Error> {
+        validate_cost(limit, cost)?;
+        match &self.inner.engine {
+            // Only a limit that reserves is ever admitted with a wait (`MemoryStore::check_now`).
+            Engine::Local(s) if !limit.reserves() => {
+                let mut decision = s.check_now(bucket, limit, cost);
+                let waits = must_wait(std::slice::from_mut(&mut decision));
+                debug_assert!(!waits, "a limit that does not reserve never waits");
+                Ok(Some(decision))
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// Decides as the failure policy would with the store down (calls made before
     /// `enable_redis_rate_limit!`).
     pub(crate) async fn decide_by_policy(
@@ -1421,14 +1444,15 @@ mod future_sizes {
         let sizes = [
             std::mem::size_of_val(&limiter.check("k", &limit)),
             std::mem::size_of_val(&limiter.check_named("n", "k", &limit, 1)),
+            // As the macro calls it: the resolver behind `&dyn`.
             std::mem::size_of_val(&crate::__private::check(
                 &DECL,
-                &crate::Global,
+                &crate::Global as &dyn crate::KeyResolver,
                 Some(&limiter),
             )),
         ];
         assert!(
-            sizes[0] <= 160 && sizes[1] <= 192 && sizes[2] <= 344,
+            sizes[0] <= 160 && sizes[1] <= 192 && sizes[2] <= 56,
             "check, check_named, #[rate_limit]: {sizes:?} bytes"
         );
     }

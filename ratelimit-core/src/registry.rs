@@ -24,8 +24,22 @@ pub struct LimitDeclaration {
     /// swapped whole by [`reload_overrides`](crate::reload_overrides); read by every call
     /// without a lock.
     effective: ArcSwapOption<Effective>,
+    /// Whether `effective` was ever set: until then every call reads the declared limit
+    /// without touching the `ArcSwap` (whose load costs more than the rest of the lookup).
+    overridden: AtomicBool,
+    /// The bucket key of the first key this declaration's enabled limiter resolved, so that
+    /// a key that repeats (always, for `Global`) is not named again on every call.
+    bucket: OnceLock<CachedBucket>,
     /// The [`Warning`]s already logged, one bit each.
     warned: AtomicU8,
+}
+
+/// A bucket key, with what it was named from: the limiter's prefix and the resolved key (the
+/// declaration's name is the third part, and never changes).
+struct CachedBucket {
+    prefix: Box<str>,
+    key: Box<str>,
+    bucket: Box<str>,
 }
 
 /// The limit a declaration enforces after configuration overrides.
@@ -72,6 +86,8 @@ impl LimitDeclaration {
             file,
             line,
             effective: ArcSwapOption::const_empty(),
+            overridden: AtomicBool::new(false),
+            bucket: OnceLock::new(),
             warned: AtomicU8::new(0),
         }
     }
@@ -94,13 +110,18 @@ impl LimitDeclaration {
     /// The limit in force: the declared one, or the configuration override applied by
     /// `enable_redis_rate_limit!`.
     pub fn effective(&self) -> Effective {
+        let declared = Effective {
+            limit: self.limit,
+            cost: self.cost,
+            enabled: true,
+        };
+        // Acquire pairs with `set_effective`'s Release: seen set, the override is seen too.
+        if !self.overridden.load(Ordering::Acquire) {
+            return declared;
+        }
         match &*self.effective.load() {
             Some(effective) => **effective,
-            None => Effective {
-                limit: self.limit,
-                cost: self.cost,
-                enabled: true,
-            },
+            None => declared,
         }
     }
 
@@ -121,6 +142,33 @@ impl LimitDeclaration {
 
     pub(crate) fn set_effective(&self, effective: Effective) {
         self.effective.store(Some(Arc::new(effective)));
+        self.overridden.store(true, Ordering::Release);
+    }
+
+    /// The key of `key`'s bucket under this limit on `limiter`: borrowed from the
+    /// declaration when `key` is the one it remembers (the first key resolved on a limiter
+    /// that `remember`s), else named anew.
+    pub(crate) fn bucket_key(
+        &'static self,
+        limiter: &RateLimiter,
+        key: &str,
+        remember: bool,
+    ) -> Cow<'static, str> {
+        if let Some(cached) = self.bucket.get() {
+            if *cached.key == *key && *cached.prefix == *limiter.prefix() {
+                return Cow::Borrowed(&cached.bucket);
+            }
+            return Cow::Owned(limiter.named_bucket_key(self.name, key));
+        }
+        let bucket = limiter.named_bucket_key(self.name, key);
+        if remember {
+            let _ = self.bucket.set(CachedBucket {
+                prefix: limiter.prefix().into(),
+                key: key.into(),
+                bucket: bucket.as_str().into(),
+            });
+        }
+        Cow::Owned(bucket)
     }
 
     /// Logs `message` once per declaration and kind of mistake (not once per call): a
@@ -237,4 +285,67 @@ pub(crate) fn describe_names(decls: &[&'static LimitDeclaration]) -> Cow<'static
     }
     let names: Vec<&str> = decls.iter().map(|d| d.name).collect();
     Cow::Owned(names.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::borrow::Cow;
+
+    use super::{Effective, LimitDeclaration};
+    use crate::{Limit, RateLimiter};
+
+    fn declaration() -> &'static LimitDeclaration {
+        Box::leak(Box::new(LimitDeclaration::new(
+            "t::decl",
+            Limit::per_minute(3),
+            1,
+            "Global",
+            file!(),
+            line!(),
+        )))
+    }
+
+    /// The declared limit is read without the `ArcSwap` until an override is set; from then
+    /// on every override, the first and the later ones, is what calls see.
+    #[test]
+    fn every_override_is_seen_from_the_first() {
+        let decl = declaration();
+        assert_eq!(decl.effective().limit, Limit::per_minute(3));
+        for n in [7, 9] {
+            let effective = Effective {
+                limit: Limit::per_second(n),
+                cost: 2,
+                enabled: n == 7,
+            };
+            decl.set_effective(effective);
+            assert_eq!(decl.effective(), effective);
+        }
+    }
+
+    /// The remembered bucket key serves only the key and the prefix it was named from.
+    #[test]
+    fn a_remembered_bucket_serves_only_its_key_and_prefix() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let build = |prefix: &str| {
+            rt.block_on(RateLimiter::builder().memory().prefix(prefix).build())
+                .unwrap()
+        };
+        let (a, b) = (build("a"), build("b"));
+        let decl = declaration();
+        let named = |limiter: &RateLimiter, key: &str| limiter.named_bucket_key("t::decl", key);
+        // Not remembered: named anew, and the next one is remembered.
+        assert_eq!(decl.bucket_key(&a, "k1", false), named(&a, "k1"));
+        assert!(decl.bucket.get().is_none());
+        assert_eq!(decl.bucket_key(&a, "k1", true), named(&a, "k1"));
+        assert!(matches!(decl.bucket_key(&a, "k1", true), Cow::Borrowed(_)));
+        for (limiter, key) in [(&a, "k2"), (&b, "k1"), (&b, "k2"), (&a, "k")] {
+            let bucket = decl.bucket_key(limiter, key, true);
+            assert!(matches!(bucket, Cow::Owned(_)), "{bucket}");
+            assert_eq!(bucket, named(limiter, key));
+        }
+    }
 }
