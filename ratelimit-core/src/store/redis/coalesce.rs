@@ -1,13 +1,14 @@
 //! Coalesced decisions (group commit): concurrent calls bound for one Redis node go as one
 //! `batch.lua` call, which decides each of them as if it were alone.
 //!
-//! Redis spends most of a one-decision `EVALSHA` on the command (parsing, dispatch, the
-//! script's setup), not on the bucket, so one script call per decision is the ceiling of a
-//! single node. Here, a call that finds fewer than [`MAX_IN_FLIGHT`] script calls in flight
-//! on its node sends its own script at once, exactly as without coalescing (a lone caller
-//! waits no longer); otherwise it joins the node's queue. Whenever a script call of the node
-//! returns, the queue (up to the batch limit) leaves as one `batch.lua` call. The queue holds
-//! at most one entry per waiting caller, so it is bounded by the callers' own concurrency.
+//! Every `EVALSHA` costs Redis the command itself (reading it, looking the script up, setting
+//! up its run, writing the reply) on top of the script's work, and costs the client a
+//! command and a reply. Here, a call that finds fewer than [`MAX_IN_FLIGHT`] script calls in
+//! flight on its node sends its own script at once, exactly as without coalescing (a lone
+//! caller, or a few, wait no longer); otherwise it joins the node's queue. Whenever a script
+//! call of the node returns, the queue (up to the batch limit) leaves as one `batch.lua`
+//! call. The queue holds at most one entry per waiting caller, so it is bounded by the
+//! callers' own concurrency.
 //!
 //! Per call, nothing changes: each is decided exactly as alone, in arrival order; a call
 //! whose caller gave up before its batch left is not sent (it takes nothing); an error
@@ -23,9 +24,12 @@ use tokio::sync::oneshot;
 use super::RedisStore;
 use super::scripts::BATCH;
 
-/// Script calls of one node in flight at once before calls queue: two, so that Redis
-/// always has the next batch in its socket while the previous reply travels back.
-pub(super) const MAX_IN_FLIGHT: usize = 2;
+/// Script calls of one node in flight at once before calls queue. Batching only pays once
+/// Redis is the bottleneck: gathered calls wait for a reply before they leave, which costs
+/// more than it saves while Redis still has time to spare. With 2 or 8, 16 concurrent calls
+/// were slower than sent one by one; with 16 they were not, and more were faster
+/// (docs/benchmarks.md 3.6).
+pub(super) const MAX_IN_FLIGHT: usize = 16;
 
 /// The batch limit by default: the most calls one `batch.lua` call decides (see
 /// [`RedisStore::batch_limit`]; docs/benchmarks.md measures the choice).
