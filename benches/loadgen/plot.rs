@@ -107,9 +107,10 @@ fn thousands_label(y: &f64) -> String {
 fn draw_throughput(path: &Path, s: &Summary, caption: &str) -> Result<(), Error> {
     let root = BitMapBackend::new(path, SIZE).into_drawing_area();
     root.fill(&WHITE)?;
+    // Room for every curve and for the target line.
     let top = all_levels(s)
         .map(|l| l.decisions_per_sec.max)
-        .fold(s.ceiling_rps.max, f64::max)
+        .fold(s.ceiling_rps.max * THROUGHPUT_TARGET, f64::max)
         * 1.15;
     let mut chart = ChartBuilder::on(&root)
         .caption(
