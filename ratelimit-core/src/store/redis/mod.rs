@@ -275,8 +275,8 @@ impl RedisStore {
     /// lost connection fails each call of the batch it was carrying.
     ///
     /// ```
-    /// # async fn f() -> Result<(), redis_ratelimit::Error> {
-    /// use redis_ratelimit::{RateLimiter, RedisStore};
+    /// # async fn f() -> Result<(), ratelimit_core::Error> {
+    /// use ratelimit_core::{RateLimiter, RedisStore};
     ///
     /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?.batch_limit(16);
     /// let limiter = RateLimiter::builder().redis_store(store).build().await?;
