@@ -21,7 +21,7 @@ pub use crate::bucket::SCRIPT as TOKEN_BUCKET_SCRIPT;
 
 /// The token bucket's kernel, for the differential tests beside the other algorithms'.
 pub mod token_bucket {
-    pub use crate::bucket::{SCRIPT, State, decide};
+    pub use crate::bucket::{SCRIPT, State, args, decide};
     pub use crate::limit::Params;
 
     /// The script's arguments for `limit` (smooth refill), in fine units.

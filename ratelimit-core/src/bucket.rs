@@ -34,6 +34,22 @@ pub struct State {
 /// differently from what it says, see [`decide`]).
 pub(crate) type Outcome = crate::algorithm::Outcome<State>;
 
+/// The script's eight arguments for a call of `cost` under `p` (`gcra.lua`'s header names
+/// them); the script takes the first four alone when the rest are their defaults.
+#[must_use]
+pub fn args(p: Params, cost: u64) -> [u64; 8] {
+    [
+        p.interval,
+        p.per_micro,
+        p.tau,
+        cost,
+        p.absent,
+        p.reach,
+        p.hold,
+        u64::from(p.queue),
+    ]
+}
+
 /// Decides one call of `cost` tokens at `now_us` on a bucket in `state` (`None`: full).
 /// The caller guarantees `1 <= cost <= burst`.
 ///

@@ -399,18 +399,7 @@ fn token_bucket_script_equals_its_twin() {
             let ((p, a), (q, b)) = (one(), one());
             ([p, q], a.min(b))
         },
-        args: |p, cost| {
-            vec![
-                p.interval,
-                p.per_micro,
-                p.tau,
-                cost,
-                p.absent,
-                p.reach,
-                p.hold,
-                u64::from(p.queue),
-            ]
-        },
+        args: |p, cost| token_bucket::args(p, cost).to_vec(),
         decide: |now, s, p, cost| token_bucket::decide(now, s.copied(), p, cost),
         stored: |con, key, s, _| holds(con, key, Some(&token_bucket_value(s)), s.expire_ms),
         // Full again from 20 ms ago to 100 ms ahead, or a day ahead (the clock stepped back),

@@ -152,19 +152,7 @@ impl Kernel {
             {
                 (1, ScriptArgs::new(&[p.interval, p.per_micro, p.tau, cost]))
             }
-            Kernel::Bucket(p) => (
-                1,
-                ScriptArgs::new(&[
-                    p.interval,
-                    p.per_micro,
-                    p.tau,
-                    cost,
-                    p.absent,
-                    p.reach,
-                    p.hold,
-                    u64::from(p.queue),
-                ]),
-            ),
+            Kernel::Bucket(p) => (1, ScriptArgs::new(&crate::bucket::args(p, cost))),
             Kernel::Interval(p) => (2, ScriptArgs::new(&interval_bucket::args(p, cost))),
             Kernel::Fixed(p) => (3, ScriptArgs::new(&fixed_window::args(p, cost))),
             Kernel::Sliding(p) => (4, ScriptArgs::new(&sliding_window::args(p, cost))),

@@ -117,21 +117,21 @@ impl Lanes {
 /// up (the reply came, or the caller gave up), it passes to the node's queue, if any: a task
 /// sends it, so no caller's future carries another's call and a caller that goes away
 /// strands no one.
-struct Place {
-    store: RedisStore,
+struct Place<'a> {
+    store: &'a RedisStore,
     node: u32,
 }
 
-impl Drop for Place {
+impl Drop for Place<'_> {
     fn drop(&mut self) {
-        let store = self.store.clone();
-        let node = self.node;
+        let (store, node) = (self.store, self.node);
         let Some(batch) = store.lanes.next(node, store.batch_limit) else {
             return;
         };
         match tokio::runtime::Handle::try_current() {
             Ok(runtime) => {
-                runtime.spawn(store.flush(node, batch));
+                // The store is cloned only here, for the task that sends the queue.
+                runtime.spawn(store.clone().flush(node, batch));
             }
             // No runtime to send them from (it is shutting down): the callers are told
             // their reply is lost, and the place is given up.
@@ -154,10 +154,7 @@ impl RedisStore {
         }
         match self.lanes.enter(node, call) {
             None => {
-                let _place = Place {
-                    store: self.clone(),
-                    node,
-                };
+                let _place = Place { store: self, node };
                 self.send_alone(call).await
             }
             Some(replied) => replied.await.unwrap_or_else(|_| {

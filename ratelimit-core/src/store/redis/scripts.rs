@@ -47,16 +47,10 @@ impl RedisStore {
         limit: &Limit,
         cost: u32,
     ) -> Result<Decision, Error> {
-        // As `multi.lua` takes a limit: its script's number, its arguments' count, and them.
-        let (id, args) = Kernel::of(limit).script_args(u64::from(cost));
-        let mut specs = [0u64; 10];
-        let args = args.as_slice();
-        specs[0] = u64::from(id);
-        specs[1] = args.len() as u64;
-        specs[2..2 + args.len()].copy_from_slice(args);
+        let (specs, len) = spec_of(limit, cost);
         let call = Call {
             keys: &[key],
-            specs: &specs[..2 + args.len()],
+            specs: &specs[..len],
         };
         let node = self.node_of(key);
         let reply = match self.coalesced(node, call).await {
@@ -359,12 +353,22 @@ impl RedisStore {
 fn specs_of(checks: &[(&str, &Limit, u32)]) -> Vec<u64> {
     let mut specs: Vec<u64> = Vec::with_capacity(checks.len() * 10 + 1);
     for (_, limit, cost) in checks {
-        let (id, args) = Kernel::of(limit).script_args(u64::from(*cost));
-        specs.push(u64::from(id) + if limit.is_shadow() { 8 } else { 0 });
-        specs.push(args.as_slice().len() as u64);
-        specs.extend_from_slice(args.as_slice());
+        let (spec, len) = spec_of(limit, *cost);
+        specs.extend_from_slice(&spec[..len]);
     }
     specs
+}
+
+/// One limit as `multi.lua` takes it (see [`specs_of`]), and how many of the ten numbers it
+/// uses; on the stack, for the one-limit call.
+fn spec_of(limit: &Limit, cost: u32) -> ([u64; 10], usize) {
+    let (id, args) = Kernel::of(limit).script_args(u64::from(cost));
+    let args = args.as_slice();
+    let mut spec = [0u64; 10];
+    spec[0] = u64::from(id) + if limit.is_shadow() { 8 } else { 0 };
+    spec[1] = args.len() as u64;
+    spec[2..2 + args.len()].copy_from_slice(args);
+    (spec, 2 + args.len())
 }
 
 /// What one `multi.lua` call does (see the script).
