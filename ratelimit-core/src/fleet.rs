@@ -37,6 +37,8 @@ pub(crate) struct Member {
     channel: Box<str>,
     /// Cleared when the task stops (its runtime shut down): the next limiter starts another.
     running: Arc<AtomicBool>,
+    /// Set once the task has beaten and tried to listen for the first time.
+    started: tokio::sync::watch::Sender<bool>,
 }
 
 impl Member {
@@ -52,6 +54,14 @@ impl Member {
         // Limiters come and go: forget the dropped ones' caches here too, not only on resets.
         caches.retain(|c| c.strong_count() > 0);
         caches.push(Arc::downgrade(cache));
+    }
+
+    /// Returns once the task has tried its first heartbeat and subscription, or after both
+    /// could have timed out: from then on the instance count is Redis's, not a guess of 1, and
+    /// the deny cache hears resets instead of being cleared by a late first subscription.
+    pub(crate) async fn started(&self) {
+        let mut started = self.started.subscribe();
+        let _ = tokio::time::timeout(2 * HEARTBEAT_EVERY, started.wait_for(|s| *s)).await;
     }
 
     /// Runs `f` on every deny cache still in use.
@@ -103,6 +113,7 @@ pub(crate) fn join(store: &RedisStore, prefix: &str) -> Result<Arc<Member>, Erro
         caches: Mutex::default(),
         channel: resets_channel(prefix).into(),
         running: Arc::new(AtomicBool::new(true)),
+        started: tokio::sync::watch::Sender::new(false),
     });
     let task = Task {
         member: Arc::downgrade(&member),
@@ -175,6 +186,7 @@ impl Task {
                             member.each_cache(DenyCache::clear);
                         }
                     }
+                    member.started.send_replace(true);
                 }
                 Event::Reset(Some(message)) => match message.get_payload::<String>() {
                     Ok(bucket) => member.each_cache(|cache| cache.forget(&bucket)),

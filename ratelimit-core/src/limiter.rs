@@ -1288,6 +1288,11 @@ impl RateLimiterBuilder {
 
     /// Connects (for Redis) and returns the limiter.
     ///
+    /// On Redis, the first limiter of a (deployment, prefix) in this process also waits for
+    /// the instance's first heartbeat and for its subscription to resets (each bounded by one
+    /// second): it then starts with the fleet's real count of instances, which the fallback
+    /// divides by, and a deny cache that hears every reset from its first refusal on.
+    ///
     /// # Errors
     /// [`Error::NoStore`], [`Error::InvalidPrefix`], [`Error::NoRuntime`] for Redis outside a
     /// Tokio runtime, and the Redis connection errors of [`RedisStore::connect`].
@@ -1316,6 +1321,9 @@ impl RateLimiterBuilder {
             Backend::Redis(store) if this.instance => Some(fleet::join(store, &prefix)?),
             _ => None,
         };
+        if let Some(member) = &fleet {
+            member.started().await;
+        }
         Ok(RateLimiter::from_parts(
             backend,
             prefix.into_boxed_str(),

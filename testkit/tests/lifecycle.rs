@@ -106,7 +106,8 @@ async fn processes_count_once_each_and_other_prefixes_not_at_all() {
     let here = limiter(&server.url(), "svc").await;
     let also_here = limiter(&server.url(), "svc").await;
     let other = limiter(&server.url(), "other-svc").await;
-    eventually("two instances", async || here.live_instances() == 2).await;
+    // `build` returns after the first heartbeat: the count is the fleet's from the start.
+    assert_eq!(here.live_instances(), 2, "counted when built");
     eventually("one beat of the other prefix", async || {
         members(&server, "other-svc").await == 1
     })
@@ -129,6 +130,21 @@ async fn refused_by_deny_cache(limiter: &RateLimiter, key: &str, limit: &Limit) 
         }
     }
     panic!("the deny cache never refused {key}");
+}
+
+/// `build` returns once the instance listens for resets: its deny cache answers from the
+/// first refusal on, instead of being cleared by a subscription that arrives later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_limiter_listens_and_caches_from_its_first_refusal() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server.url(), "svc").await;
+    assert_eq!(listeners(&server, "svc").await, 1, "listening when built");
+    let limit = Limit::per_hour(1);
+    let mut sources = Vec::new();
+    for _ in 0..3 {
+        sources.push(limiter.check("user:1", &limit).await.unwrap().source);
+    }
+    assert_eq!(sources[2], Source::DenyCache, "{sources:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -267,9 +283,7 @@ async fn a_reset_reaches_every_instance_on_a_cluster() {
     let a = limiter(&cluster.url(), "svc").await;
     let b = limiter(&cluster.url(), "svc").await;
     let limit = Limit::per_hour(1);
-    // Listening starts with the first heartbeat; a reset before it is covered by the cache
-    // being cleared on subscribing, so wait for one beat to test the message itself.
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // `build` returns once the instance listens: no wait for a heartbeat.
     for key in ["user:1", "user:2", "user:3"] {
         refused_by_deny_cache(&b, key, &limit).await;
         a.reset(key).await.unwrap();
