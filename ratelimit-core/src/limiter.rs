@@ -524,7 +524,8 @@ impl RateLimiter {
     }
 
     /// How many instances share this limiter's Redis deployment and prefix, as last seen by
-    /// the heartbeat (1 for other stores, or before the first heartbeat). An instance is a
+    /// the heartbeat (1 for other stores, or when Redis did not answer the first heartbeat,
+    /// which [`build`](RateLimiterBuilder::build) waits for). An instance is a
     /// process: every limiter a process builds on one deployment and prefix counts once. The
     /// fallback policy enforces `limit / live_instances` on each instance while Redis is down.
     pub fn live_instances(&self) -> u32 {
