@@ -640,6 +640,13 @@ mod tests {
                 .iter()
                 .any(|l| l.starts_with("TRACE") && l.contains("secret-user"))
         );
+        // `check` on a memory limiter, whose bucket key is built on the stack: shown too.
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.starts_with("TRACE") && l.contains("ratelimit:{:direct}")),
+            "{lines:#?}"
+        );
     }
 
     /// In a scope the decision is recorded for the response; outside one the thread's empty

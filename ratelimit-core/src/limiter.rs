@@ -209,18 +209,33 @@ impl RateLimiter {
             if let Err(e) = validate_cost(limit, cost) {
                 return Poll::Ready(Err(e));
             }
-            match self.decide_locally(name, key, limit, cost) {
-                Local::Decided(decision) => Poll::Ready(Ok(decision)),
-                other => rest
-                    .insert(self.decide_by_name(name, key, limit, cost, other))
+            let Engine::Local(store) = &self.inner.engine else {
+                return rest
+                    .insert(self.decide_by_name(name, key, limit, cost, Local::Remote))
                     .as_mut()
-                    .poll(cx),
+                    .poll(cx);
+            };
+            // The store answers its small outcome; the decision is built once, here, where it
+            // is returned (docs/benchmarks.md 4.6).
+            let prefix = &*self.inner.prefix;
+            let outcome = with_bucket_key(prefix, name, key, |bucket| {
+                store.check_bytes(bucket, limit, cost)
+            });
+            let mut decision = Decision::from_outcome(&outcome, *limit, cost);
+            if must_wait(std::slice::from_mut(&mut decision)) {
+                let waits = Local::Wait(bucket_key(prefix, name, key), decision);
+                return rest
+                    .insert(self.decide_by_name(name, key, limit, cost, waits))
+                    .as_mut()
+                    .poll(cx);
             }
+            observe_locally(&decision, prefix, name, key);
+            Poll::Ready(Ok(decision))
         })
     }
 
     /// The rest of [`check_n`](Self::check_n) and [`check_named`](Self::check_named) when
-    /// [`decide_locally`](Self::decide_locally) did not decide: the wait of a call that
+    /// their first poll did not decide: the wait of a call that
     /// reserved, or the remote store. Boxed, and owning what it needs (a clone of the limiter,
     /// the key): inline, these paths made the memory path's future and its poll's stack frame
     /// (8 kB) several times larger (docs/benchmarks.md 4.6); a copy of the key is nothing
@@ -239,7 +254,6 @@ impl RateLimiter {
         let limit = *limit;
         Box::pin(async move {
             let (bucket, decision) = match local {
-                Local::Decided(decision) => return Ok(decision),
                 Local::Wait(bucket, reserved) => {
                     let decision = limiter.wait_one(&bucket, &limit, cost, reserved).await?;
                     (bucket, decision)
@@ -253,32 +267,6 @@ impl RateLimiter {
             decision.observe(observed_name(name.as_deref()), Some(&bucket));
             Ok(decision)
         })
-    }
-
-    /// A call on a memory store, decided at once: its bucket key built on the stack, and
-    /// nothing of the other paths on the way. The decision made, observed, unless the call
-    /// reserved and must wait (with its bucket key, to give back on the way).
-    #[inline]
-    fn decide_locally(&self, name: Option<&str>, key: &str, limit: &Limit, cost: u32) -> Local {
-        let Engine::Local(store) = &self.inner.engine else {
-            return Local::Remote;
-        };
-        let prefix = &*self.inner.prefix;
-        let decided = with_bucket_key(prefix, name, key, |bucket| {
-            let decision = check_locally(store.check_bytes(bucket, limit, cost));
-            // The bucket's key is shown only at TRACE.
-            let shown = match decision {
-                Ok(_) if tracing::enabled!(target: "redis_ratelimit", tracing::Level::TRACE) => {
-                    std::str::from_utf8(bucket).ok()
-                }
-                _ => None,
-            };
-            decision.inspect(|d| d.observe(observed_name(name), shown))
-        });
-        match decided {
-            Ok(decision) => Local::Decided(decision),
-            Err(reserved) => Local::Wait(bucket_key(prefix, name, key), reserved),
-        }
     }
 
     /// Decides several limits of one call together, all or nothing: the call takes `cost`
@@ -1006,10 +994,8 @@ impl RateLimiter {
     }
 }
 
-/// What [`RateLimiter::decide_locally`] did.
+/// Why a call on [`RateLimiter::check_n`]'s path was not decided in its first poll.
 enum Local {
-    /// Decided and observed.
-    Decided(Decision),
     /// Reserved: the call waits its turn on this bucket.
     Wait(String, Decision),
     /// Not a memory store: to be asked through [`RateLimiter::decide`].
@@ -1024,6 +1010,17 @@ fn check_locally(mut decision: Decision) -> Result<Decision, Decision> {
         Err(decision)
     } else {
         Ok(decision)
+    }
+}
+
+/// Observes a decision of the memory store made on the stack-built bucket key, which is
+/// shown only at TRACE: only then is it built again, as a string.
+#[inline]
+fn observe_locally(decision: &Decision, prefix: &str, name: Option<&str>, key: &str) {
+    if tracing::enabled!(target: "redis_ratelimit", tracing::Level::TRACE) {
+        decision.observe(observed_name(name), Some(&bucket_key(prefix, name, key)));
+    } else {
+        decision.observe(observed_name(name), None);
     }
 }
 
