@@ -2,7 +2,9 @@
 //! same in-memory limiter, the same bucket and limit, once annotated and once calling
 //! `RateLimiter::check_named` itself. Both run on Tokio's current-thread runtime (criterion's
 //! `to_async`, one `block_on` per sample), outside any request scope (the macro then resolves
-//! its key against an empty context), and once inside one.
+//! its key against an empty context), and once inside one. A second pair does the same with
+//! a key that changes on every call (`Rotating`, 1,024 keys in turn), as `Uri` or `Ip` do
+//! under many clients: the macro then cannot reuse the bucket key it remembers.
 //!
 //! `cargo bench -p redis-ratelimit-benches --bench macro_overhead`; results in
 //! `docs/benchmarks.md`. With `--features metrics` the library counts every decision; with
@@ -11,11 +13,15 @@
 
 #![allow(clippy::unwrap_used, clippy::print_stdout, missing_docs)]
 
+use std::borrow::Cow;
+use std::cell::Cell;
 use std::hint::black_box;
-use std::sync::OnceLock;
+use std::sync::{LazyLock, OnceLock};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use redis_ratelimit::{Global, Limit, RateLimited, RateLimiter, RequestContext, rate_limit, scope};
+use redis_ratelimit::{
+    Global, KeyResolver, Limit, RateLimited, RateLimiter, RequestContext, rate_limit, scope,
+};
 
 /// Both functions share this name, so both use the same bucket key.
 const NAME: &str = "bench::limited";
@@ -45,15 +51,62 @@ async fn annotated(x: u64) -> Result<u64, ApiError> {
 }
 
 async fn by_hand(x: u64) -> Result<u64, ApiError> {
+    checked_by_hand(NAME, "global", x).await
+}
+
+/// What the annotated functions do, written out: `check_named`, then the body.
+async fn checked_by_hand(name: &str, key: &str, x: u64) -> Result<u64, ApiError> {
     let limiter = LIMITER.get().ok_or(ApiError)?;
     let decision = limiter
-        .check_named(NAME, "global", &LIMIT, 1)
+        .check_named(name, key, &LIMIT, 1)
         .await
         .map_err(|_| ApiError)?;
     if !decision.allowed {
         return Err(ApiError);
     }
     Ok(x + 1)
+}
+
+/// The keys `Rotating` and `by_hand_rotating` take in turn.
+static KEYS: LazyLock<Vec<String>> =
+    LazyLock::new(|| (0..1024).map(|i| format!("client-{i:04}")).collect());
+
+thread_local! {
+    static TURN: Cell<usize> = const { Cell::new(0) };
+}
+
+/// The next of [`KEYS`], on this thread.
+fn next_key() -> &'static str {
+    let i = TURN.with(|t| {
+        let i = t.get();
+        t.set((i + 1) % KEYS.len());
+        i
+    });
+    &KEYS[i]
+}
+
+/// A key that changes on every call.
+struct Rotating;
+
+impl KeyResolver for Rotating {
+    fn resolve<'a>(&'a self, _: &'a RequestContext) -> Option<Cow<'a, str>> {
+        Some(Cow::Borrowed(next_key()))
+    }
+}
+
+#[rate_limit(
+    replenish = 1,
+    burst = 1_000_000_000,
+    key = Rotating,
+    name = "bench::rotating",
+    limiter = LIMITER
+)]
+async fn annotated_rotating(x: u64) -> Result<u64, ApiError> {
+    Ok(x + 1)
+}
+
+async fn by_hand_rotating(x: u64) -> Result<u64, ApiError> {
+    checked_by_hand("bench::rotating", next_key(), x).await
 }
 
 fn macro_overhead(c: &mut Criterion) {
@@ -77,6 +130,11 @@ fn macro_overhead(c: &mut Criterion) {
     assert_eq!(key.as_deref(), Some("global"));
     assert!(rt.block_on(annotated(1)).is_ok());
     assert!(rt.block_on(by_hand(1)).is_ok());
+    // Every rotating bucket exists before the clock starts, for both.
+    for _ in 0..KEYS.len() {
+        assert!(rt.block_on(annotated_rotating(1)).is_ok());
+        assert!(rt.block_on(by_hand_rotating(1)).is_ok());
+    }
 
     if std::env::var_os("BENCH_PAIRED").is_some() {
         paired(&rt);
@@ -97,6 +155,12 @@ fn macro_overhead(c: &mut Criterion) {
         b.to_async(&rt)
             .iter(|| scope(RequestContext::new(), annotated(black_box(1))));
     });
+    group.bench_function("by_hand_rotating", |b| {
+        b.to_async(&rt).iter(|| by_hand_rotating(black_box(1)));
+    });
+    group.bench_function("annotated_rotating", |b| {
+        b.to_async(&rt).iter(|| annotated_rotating(black_box(1)));
+    });
     group.finish();
 }
 
@@ -109,7 +173,7 @@ fn paired(rt: &tokio::runtime::Runtime) {
     const ROUNDS: usize = 400;
     const CALLS: u32 = 2_000;
     type Call = fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = ()>>>;
-    let calls: [(&str, Call); 4] = [
+    let calls: [(&str, Call); 6] = [
         ("by_hand", || {
             Box::pin(async {
                 for _ in 0..CALLS {
@@ -143,6 +207,20 @@ fn paired(rt: &tokio::runtime::Runtime) {
                 }
             })
         }),
+        ("by_hand_rotating", || {
+            Box::pin(async {
+                for _ in 0..CALLS {
+                    black_box(by_hand_rotating(black_box(1)).await.ok());
+                }
+            })
+        }),
+        ("annotated_rotating", || {
+            Box::pin(async {
+                for _ in 0..CALLS {
+                    black_box(annotated_rotating(black_box(1)).await.ok());
+                }
+            })
+        }),
     ];
     let mut ns: Vec<Vec<f64>> = vec![Vec::with_capacity(ROUNDS); calls.len()];
     for round in 0..ROUNDS {
@@ -161,6 +239,7 @@ fn paired(rt: &tokio::runtime::Runtime) {
         |a: usize, b: usize| -> Vec<f64> { ns[a].iter().zip(&ns[b]).map(|(x, y)| x / y).collect() };
     let mut outside = ratios(1, 0);
     let mut inside = ratios(3, 2);
+    let mut rotating = ratios(5, 4);
     for (i, (name, _)) in calls.iter().enumerate() {
         let (q1, m, q3) = median(&mut ns[i].clone());
         println!("{name:<20} {m:8.1} ns  (quartiles {q1:.1}-{q3:.1})");
@@ -168,6 +247,7 @@ fn paired(rt: &tokio::runtime::Runtime) {
     for (name, r) in [
         ("annotated / by_hand", &mut outside),
         ("in a scope", &mut inside),
+        ("rotating key", &mut rotating),
     ] {
         let (q1, m, q3) = median(r);
         println!("{name:<20} {m:8.3}     (quartiles {q1:.3}-{q3:.3})");

@@ -78,19 +78,20 @@ pub async fn check<K: KeyResolver + ?Sized>(
     decl: &'static LimitDeclaration,
     key: &K,
     limiter: Option<&RateLimiter>,
-) -> Result<(), RateLimited> {
+) -> Result<(), Box<RateLimited>> {
     // The step is a temporary of this statement, so that this future does not keep room for
     // a rejection across the await.
     let asking = match at_once(decl, key, limiter) {
-        Step::Done(done) => return done.map_err(|rejection| *rejection),
+        Step::Done(done) => return done,
         Step::Ask(asking) => asking,
     };
-    asking.await.map_err(|rejection| *rejection)
+    asking.await
 }
 
-/// A one-limit check's outcome on its way out, the rejection boxed: it passes through several
-/// frames (the task-local's closure among them), and a rejection's 160 bytes, copied at each,
-/// cost the admitted calls more than one allocation costs a refused one.
+/// A check's outcome on its way out, the rejection boxed: it passes through several frames
+/// (the task-local's closure among them, and the generated function's), and a rejection's 160
+/// bytes, copied at each, cost the admitted calls more than one allocation costs a refused
+/// one. It is unboxed only where the function returns it.
 type Checked = Result<(), Box<RateLimited>>;
 
 /// A one-limit check's future for a call whose store does not answer at once.
@@ -142,21 +143,26 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
         ctx.set_handler(name);
         // An empty key names nobody: it is no key (the empty-key policy), never one bucket
         // that every caller whose header is blank would share.
-        let Some(bucket) = key
-            .resolve(ctx)
-            .filter(|k| !k.is_empty())
-            .map(|k| decl.bucket_key(limiter, &k, enabled))
-        else {
+        let Some(resolved) = key.resolve(ctx).filter(|k| !k.is_empty()) else {
             return (Looked::NoKey, in_scope);
         };
-        let at_once = if enabled {
-            limiter.decide_at_once(&bucket, &effective.limit, effective.cost)
-        } else {
-            Ok(None)
+        let bucket = match decl.remembered_bucket(limiter, &resolved, enabled) {
+            Some(bucket) => Bucket::Named(Cow::Borrowed(bucket)),
+            None => Bucket::Parts {
+                limiter,
+                name,
+                key: &resolved,
+            },
+        };
+        let (limit, cost) = (&effective.limit, effective.cost);
+        let at_once = match &bucket {
+            _ if !enabled => Ok(None),
+            Bucket::Named(bucket) => limiter.decide_at_once(bucket, limit, cost),
+            Bucket::Parts { key, .. } => limiter.decide_named_at_once(name, key, limit, cost),
         };
         let decision = match at_once {
             Ok(Some(decision)) => decision,
-            Ok(None) => return (Looked::Ask(bucket), in_scope),
+            Ok(None) => return (Looked::Ask(bucket.key()), in_scope),
             Err(e) => cannot_check(decl, limiter, &effective, &e),
         };
         let done = conclude(name, decision, Some(bucket), |decision| {
@@ -210,7 +216,7 @@ async fn ask(
     };
     let decision = decided.unwrap_or_else(|e| cannot_check(decl, limiter, &effective, &e));
     let name = decl.name();
-    conclude(name, decision, Some(bucket), |d| {
+    conclude(name, decision, Some(Bucket::Named(bucket)), |d| {
         record_if(in_scope, name, d);
     })
 }
@@ -233,14 +239,45 @@ fn cannot_check(
         .with_source(Source::FailClosed)
 }
 
+/// A decided call's bucket key: named already, or the parts it is named from, when it is
+/// needed (a refusal, a TRACE event, a store that does not answer at once). A memory store
+/// decides a key the declaration does not remember on a key built on the stack.
+enum Bucket<'k> {
+    Named(Cow<'static, str>),
+    Parts {
+        limiter: &'k RateLimiter,
+        name: &'static str,
+        key: &'k str,
+    },
+}
+
+impl Bucket<'_> {
+    fn key(self) -> Cow<'static, str> {
+        match self {
+            Bucket::Named(bucket) => bucket,
+            Bucket::Parts { limiter, name, key } => Cow::Owned(limiter.named_bucket_key(name, key)),
+        }
+    }
+}
+
 /// What every decided one-limit call ends with: the decision described (span, metrics),
 /// handed to `record` for the response headers, and the rejection when it refused.
 fn conclude(
     name: &'static str,
     decision: Decision,
-    bucket: Option<Cow<'static, str>>,
+    bucket: Option<Bucket<'_>>,
     record: impl FnOnce(Decision),
 ) -> Checked {
+    // The key is shown only at TRACE, and a rejection carries it: named only then.
+    let bucket = match bucket {
+        Some(bucket)
+            if !decision.allowed
+                || tracing::enabled!(target: "redis_ratelimit", tracing::Level::TRACE) =>
+        {
+            Some(bucket.key())
+        }
+        _ => None,
+    };
     decision.observe(crate::observe::Name::Declared(name), bucket.as_deref());
     if decision.allowed {
         record(decision);
@@ -284,7 +321,7 @@ fn limiter_or_unenabled<'a>(
 pub async fn check_all(
     limits: &[(&'static LimitDeclaration, &dyn KeyResolver)],
     limiter: Option<&RateLimiter>,
-) -> Result<(), RateLimited> {
+) -> Result<(), Box<RateLimited>> {
     let Some(&(first, _)) = limits.first() else {
         return Ok(());
     };
@@ -388,9 +425,11 @@ pub async fn check_all(
         Ok(())
     } else {
         let key = keys.into_iter().nth(tightest).flatten().unwrap_or_default();
-        Err(RateLimited::new(decision, key)
-            .with_name(name)
-            .with_names(names))
+        Err(Box::new(
+            RateLimited::new(decision, key)
+                .with_name(name)
+                .with_names(names),
+        ))
     }
 }
 
@@ -460,12 +499,12 @@ impl<T: AsLimiter + ?Sized> AsLimiter for &T {
 )]
 pub trait RateLimitReturn {
     /// The value a rejected call returns.
-    fn rate_limited(rejection: RateLimited) -> Self;
+    fn rate_limited(rejection: Box<RateLimited>) -> Self;
 }
 
 impl<T, E: From<RateLimited>> RateLimitReturn for Result<T, E> {
-    fn rate_limited(rejection: RateLimited) -> Self {
-        Err(E::from(rejection))
+    fn rate_limited(rejection: Box<RateLimited>) -> Self {
+        Err(E::from(*rejection))
     }
 }
 

@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::task::Poll;
 use std::time::Duration;
 
+use crate::algorithm::Outcome;
 use crate::decision::Source;
 use crate::deny_cache::{DEFAULT_DENY_CACHE_CAPACITY, DenyCache};
 use crate::fleet::{self, Member};
@@ -384,11 +385,38 @@ impl RateLimiter {
         limit: &Limit,
         cost: u32,
     ) -> Result<Option<Decision>, Error> {
+        self.at_once(limit, cost, |store| {
+            store.check_bytes(bucket.as_bytes(), limit, cost)
+        })
+    }
+
+    /// [`decide_at_once`](Self::decide_at_once) on the bucket of `key` under the limit called
+    /// `name`, its key built on the stack (the macro's path for a key it does not remember).
+    pub(crate) fn decide_named_at_once(
+        &self,
+        name: &str,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> Result<Option<Decision>, Error> {
+        self.at_once(limit, cost, |store| {
+            with_bucket_key(&self.inner.prefix, Some(name), key, |bucket| {
+                store.check_bytes(bucket, limit, cost)
+            })
+        })
+    }
+
+    fn at_once(
+        &self,
+        limit: &Limit,
+        cost: u32,
+        check: impl FnOnce(&MemoryStore) -> Outcome<()>,
+    ) -> Result<Option<Decision>, Error> {
         validate_cost(limit, cost)?;
         match &self.inner.engine {
             // Only a limit that reserves is ever admitted with a wait (`MemoryStore::check_now`).
             Engine::Local(s) if !limit.reserves() => {
-                let mut decision = s.check_now(bucket, limit, cost);
+                let mut decision = Decision::from_outcome(&check(s), *limit, cost);
                 let waits = must_wait(std::slice::from_mut(&mut decision));
                 debug_assert!(!waits, "a limit that does not reserve never waits");
                 Ok(Some(decision))

@@ -145,30 +145,26 @@ impl LimitDeclaration {
         self.overridden.store(true, Ordering::Release);
     }
 
-    /// The key of `key`'s bucket under this limit on `limiter`: borrowed from the
-    /// declaration when `key` is the one it remembers (the first key resolved on a limiter
-    /// that `remember`s), else named anew.
-    pub(crate) fn bucket_key(
+    /// The key of `key`'s bucket under this limit on `limiter` when the declaration
+    /// remembers it: the first key resolved on a limiter that `remember`s is named once and
+    /// kept; `None` for any other key or prefix, which the caller names itself (on the stack,
+    /// for a memory store).
+    pub(crate) fn remembered_bucket(
         &'static self,
         limiter: &RateLimiter,
         key: &str,
         remember: bool,
-    ) -> Cow<'static, str> {
-        if let Some(cached) = self.bucket.get() {
-            if *cached.key == *key && *cached.prefix == *limiter.prefix() {
-                return Cow::Borrowed(&cached.bucket);
-            }
-            return Cow::Owned(limiter.named_bucket_key(self.name, key));
-        }
-        let bucket = limiter.named_bucket_key(self.name, key);
-        if remember {
-            let _ = self.bucket.set(CachedBucket {
+    ) -> Option<&'static str> {
+        let cached = match self.bucket.get() {
+            Some(cached) => cached,
+            None if remember => self.bucket.get_or_init(|| CachedBucket {
                 prefix: limiter.prefix().into(),
                 key: key.into(),
-                bucket: bucket.as_str().into(),
-            });
-        }
-        Cow::Owned(bucket)
+                bucket: limiter.named_bucket_key(self.name, key).into(),
+            }),
+            None => return None,
+        };
+        (*cached.key == *key && *cached.prefix == *limiter.prefix()).then_some(&*cached.bucket)
     }
 
     /// Logs `message` once per declaration and kind of mistake (not once per call): a
@@ -291,8 +287,6 @@ pub(crate) fn describe_names(decls: &[&'static LimitDeclaration]) -> Cow<'static
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use std::borrow::Cow;
-
     use super::{Effective, LimitDeclaration};
     use crate::{Limit, RateLimiter};
 
@@ -337,15 +331,14 @@ mod tests {
         let (a, b) = (build("a"), build("b"));
         let decl = declaration();
         let named = |limiter: &RateLimiter, key: &str| limiter.named_bucket_key("t::decl", key);
-        // Not remembered: named anew, and the next one is remembered.
-        assert_eq!(decl.bucket_key(&a, "k1", false), named(&a, "k1"));
+        // Not remembered, then remembered by the first call that may.
+        assert_eq!(decl.remembered_bucket(&a, "k1", false), None);
         assert!(decl.bucket.get().is_none());
-        assert_eq!(decl.bucket_key(&a, "k1", true), named(&a, "k1"));
-        assert!(matches!(decl.bucket_key(&a, "k1", true), Cow::Borrowed(_)));
+        let k1 = named(&a, "k1");
+        assert_eq!(decl.remembered_bucket(&a, "k1", true), Some(k1.as_str()));
+        assert_eq!(decl.remembered_bucket(&a, "k1", false), Some(k1.as_str()));
         for (limiter, key) in [(&a, "k2"), (&b, "k1"), (&b, "k2"), (&a, "k")] {
-            let bucket = decl.bucket_key(limiter, key, true);
-            assert!(matches!(bucket, Cow::Owned(_)), "{bucket}");
-            assert_eq!(bucket, named(limiter, key));
+            assert_eq!(decl.remembered_bucket(limiter, key, true), None, "{key}");
         }
     }
 }

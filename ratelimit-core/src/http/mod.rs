@@ -132,7 +132,9 @@ pub(crate) mod test_support {
     /// What a `#[rate_limit(replenish = 1, unit = "minute", key = Uri, shadow = true)]`
     /// handler does.
     pub(crate) async fn shadowed_call() -> Result<&'static str, Limited> {
-        check(&TRIAL, &Uri, Some(&LIMITER)).await.map_err(Limited)?;
+        check(&TRIAL, &Uri, Some(&LIMITER))
+            .await
+            .map_err(|r| Limited(*r))?;
         Ok("ok")
     }
 
@@ -148,7 +150,9 @@ pub(crate) mod test_support {
 
     /// What a `#[rate_limit(replenish = 1, unit = "minute", key = Uri)]` handler does.
     pub(crate) async fn limited_call() -> Result<&'static str, Limited> {
-        check(&LOGIN, &Uri, Some(&LIMITER)).await.map_err(Limited)?;
+        check(&LOGIN, &Uri, Some(&LIMITER))
+            .await
+            .map_err(|r| Limited(*r))?;
         Ok("ok")
     }
 
@@ -160,7 +164,7 @@ pub(crate) mod test_support {
     ) -> Result<&'static str, Limited> {
         check_all(&[(decl, &Uri), (decl_daily, &Global)], Some(&LIMITER))
             .await
-            .map_err(Limited)?;
+            .map_err(|r| Limited(*r))?;
         Ok("ok")
     }
 
@@ -220,7 +224,9 @@ pub(crate) mod test_support {
     pub(crate) async fn limited_by_ip(
         decl: &'static LimitDeclaration,
     ) -> Result<&'static str, Limited> {
-        check(decl, &Ip, Some(&LIMITER)).await.map_err(Limited)?;
+        check(decl, &Ip, Some(&LIMITER))
+            .await
+            .map_err(|r| Limited(*r))?;
         Ok("ok")
     }
 
