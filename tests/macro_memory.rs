@@ -124,6 +124,16 @@ async fn the_key_comes_from_the_scope() {
     );
     assert_eq!(rejection.name(), Some("macro_memory::by_uri"));
     assert!(scope(request("/users/2"), by_uri()).await.is_ok());
+    // The declaration remembers the first path's bucket key; another path's is named anew,
+    // exactly as `check_named` names it.
+    let limiter = LIMITER.get().unwrap();
+    for path in ["/users/1", "/users/2"] {
+        let rejection = scope(request(path), by_uri()).await.expect_err(path);
+        assert_eq!(
+            rejection.key(),
+            limiter.named_bucket_key("macro_memory::by_uri", path)
+        );
+    }
 }
 
 static KEYLESS_RUNS: AtomicUsize = AtomicUsize::new(0);
