@@ -30,6 +30,9 @@ pub struct LimitDeclaration {
     /// The bucket key of the first key this declaration's enabled limiter resolved, so that
     /// a key that repeats (always, for `Global`) is not named again on every call.
     bucket: OnceLock<CachedBucket>,
+    /// Set once a call's key was not the remembered one: the key varies (`Uri`, `Ip`), and
+    /// comparing it with the remembered one would cost every call for the few it serves.
+    varies: AtomicBool,
     /// The [`Warning`]s already logged, one bit each.
     warned: AtomicU8,
 }
@@ -88,6 +91,7 @@ impl LimitDeclaration {
             effective: ArcSwapOption::const_empty(),
             overridden: AtomicBool::new(false),
             bucket: OnceLock::new(),
+            varies: AtomicBool::new(false),
             warned: AtomicU8::new(0),
         }
     }
@@ -147,14 +151,18 @@ impl LimitDeclaration {
 
     /// The key of `key`'s bucket under this limit on `limiter` when the declaration
     /// remembers it: the first key resolved on a limiter that `remember`s is named once and
-    /// kept; `None` for any other key or prefix, which the caller names itself (on the stack,
-    /// for a memory store).
+    /// kept, until a call brings another key or prefix; `None` for any other key or prefix,
+    /// and for every key once one differed, which the caller names itself (on the stack, for
+    /// a memory store).
     pub(crate) fn remembered_bucket(
         &'static self,
         limiter: &RateLimiter,
         key: &str,
         remember: bool,
     ) -> Option<&'static str> {
+        if self.varies.load(Ordering::Relaxed) {
+            return None;
+        }
         let cached = match self.bucket.get() {
             Some(cached) => cached,
             None if remember => self.bucket.get_or_init(|| CachedBucket {
@@ -164,7 +172,11 @@ impl LimitDeclaration {
             }),
             None => return None,
         };
-        (*cached.key == *key && *cached.prefix == *limiter.prefix()).then_some(&*cached.bucket)
+        if *cached.key == *key && *cached.prefix == *limiter.prefix() {
+            return Some(&cached.bucket);
+        }
+        self.varies.store(true, Ordering::Relaxed);
+        None
     }
 
     /// Logs `message` once per declaration and kind of mistake (not once per call): a
@@ -340,5 +352,7 @@ mod tests {
         for (limiter, key) in [(&a, "k2"), (&b, "k1"), (&b, "k2"), (&a, "k")] {
             assert_eq!(decl.remembered_bucket(limiter, key, true), None, "{key}");
         }
+        // Once a key differed, the key varies: no call compares with the remembered one.
+        assert_eq!(decl.remembered_bucket(&a, "k1", true), None);
     }
 }
