@@ -67,16 +67,31 @@ async fn reloaded_limits_hold_at_once_and_buckets_keep_their_tokens() {
         }));
     }
     let settle = || tokio::time::sleep(Duration::from_millis(300));
-    settle().await;
-    assert_eq!(admitted.load(Ordering::SeqCst), 2, "the file's burst of 2");
+    // The tasks reach `n` admissions (however slow the machine), then a while later still
+    // have exactly `n`: nothing more passed.
+    let holds_at = |n: usize, why: &'static str| {
+        let admitted = admitted.clone();
+        async move {
+            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            while admitted.load(Ordering::SeqCst) < n {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "never reached {n}: {why}"
+                );
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            assert_eq!(admitted.load(Ordering::SeqCst), n, "{why}");
+        }
+    };
+    holds_at(2, "the file's burst of 2").await;
 
     // A burst of 5: the two taken stay taken, three more pass (a token every 30 minutes
     // comes back too slowly to matter here).
     std::fs::write(&config, limits("5")).unwrap();
     reload_overrides().await.unwrap();
     assert_eq!(effective_burst(), 5);
-    settle().await;
-    assert_eq!(admitted.load(Ordering::SeqCst), 5);
+    holds_at(5, "three more of a burst of 5").await;
 
     // An invalid file changes nothing, and says where it is wrong.
     std::fs::write(&config, limits("0")).unwrap();
