@@ -361,8 +361,15 @@ async fn a_give_back_clears_the_deny_cache() {
         let limiter = limiter.clone();
         async move { limiter.acquire("k", &limit, Duration::from_secs(10)).await }
     });
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    // Refused behind the waiter (until about 4 s), and remembered by the deny cache.
+    // Once the waiter has reserved (the bucket then owes about 4 s)...
+    while limiter.peek("k", &limit).await.unwrap().retry_after <= Duration::from_secs(3) {
+        assert!(
+            t0.elapsed() < Duration::from_secs(1),
+            "the waiter never reserved"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // ... a call is refused behind it, and remembered by the deny cache.
     let d = limiter.check("k", &limit).await.unwrap();
     assert!(
         !d.allowed && d.retry_after > Duration::from_secs(3),
