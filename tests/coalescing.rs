@@ -33,18 +33,6 @@ async fn limiter_at(url: &str, batch_limit: usize) -> RateLimiter {
         .unwrap()
 }
 
-/// Script calls the server ran (`EVALSHA` and `EVAL`).
-async fn script_calls(server: &RedisServer) -> u64 {
-    let mut con = server.connection().await;
-    let info: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    testkit::info_number(&info, "cmdstat_evalsha", Some("calls")).unwrap_or(0)
-        + testkit::info_number(&info, "cmdstat_eval", Some("calls")).unwrap_or(0)
-}
-
 /// `n` calls on one key, started together (so all but the first few queue).
 async fn flood(limiter: &RateLimiter, key: &str, limit: &Limit, n: usize) -> usize {
     let calls = (0..n).map(|_| limiter.check(key, limit));
@@ -65,9 +53,9 @@ async fn concurrent_calls_leave_in_batches_and_never_over_admit() {
     let limiter = limiter(&server, 64).await;
     // Burst 50, a token an hour: of 200 concurrent calls exactly 50 go in.
     let limit = Limit::per_hour(1).burst(50);
-    let before = script_calls(&server).await;
+    let before = server.script_calls().await;
     assert_eq!(flood(&limiter, "k", &limit, 200).await, 50);
-    let scripts = script_calls(&server).await - before;
+    let scripts = server.script_calls().await - before;
     // 16 alone (the places in flight), then the others in batches of at most 64 (join_all
     // starts them 32 at a time, so batches may be smaller).
     assert!(scripts <= 50, "200 calls took {scripts} script calls");
@@ -88,9 +76,9 @@ async fn a_batch_limit_of_one_sends_every_call_alone() {
     let server = RedisServer::start();
     let limiter = limiter(&server, 1).await;
     let limit = Limit::per_hour(1).burst(50);
-    let before = script_calls(&server).await;
+    let before = server.script_calls().await;
     assert_eq!(flood(&limiter, "k", &limit, 80).await, 50);
-    assert_eq!(script_calls(&server).await - before, 80);
+    assert_eq!(server.script_calls().await - before, 80);
 }
 
 #[tokio::test]
@@ -101,14 +89,14 @@ async fn several_limits_stay_all_or_nothing_inside_a_batch() {
     let shared = Limit::per_hour(1).burst(10);
     let own = Limit::per_hour(1).burst(1);
     let keys: Vec<String> = (0..60).map(|i| format!("own{i}")).collect();
-    let before = script_calls(&server).await;
+    let before = server.script_calls().await;
     let sets: Vec<[(&str, &Limit, u32); 2]> = keys
         .iter()
         .map(|k| [("shared", &shared, 1), (k.as_str(), &own, 1)])
         .collect();
     let calls = sets.iter().map(|set| limiter.check_all(set));
     let decisions = futures_util::future::join_all(calls).await;
-    assert!(script_calls(&server).await - before < 60);
+    assert!(server.script_calls().await - before < 60);
     let mut admitted = 0;
     for (k, d) in keys.iter().zip(decisions) {
         let d = d.unwrap();
@@ -181,10 +169,10 @@ async fn one_calls_error_does_not_fail_its_batch_mates() {
                 }
             })
             .collect();
-        let before = script_calls(&server).await;
+        let before = server.script_calls().await;
         let calls = keys.iter().map(|k| limiter.check(k, &limit));
         let decisions = futures_util::future::join_all(calls).await;
-        assert!(script_calls(&server).await - before < 40, "not batched");
+        assert!(server.script_calls().await - before < 40, "not batched");
         for (k, d) in keys.iter().zip(decisions) {
             let d = d.unwrap();
             if k == "bad" {

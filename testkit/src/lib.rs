@@ -43,6 +43,14 @@ pub fn info_number(info: &str, line: &str, field: Option<&str>) -> Option<u64> {
     value.trim().parse().ok()
 }
 
+/// The script calls (`EVALSHA` and `EVAL`) counted in the text of `INFO commandstats`.
+pub fn script_calls(commandstats: &str) -> u64 {
+    ["cmdstat_evalsha", "cmdstat_eval"]
+        .iter()
+        .filter_map(|line| info_number(commandstats, line, Some("calls")))
+        .sum()
+}
+
 /// A port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
@@ -108,6 +116,16 @@ impl RedisServer {
     /// A client for it.
     pub fn client(&self) -> redis::Client {
         redis::Client::open(self.url()).expect("a valid URL")
+    }
+
+    /// The script calls (`EVALSHA` and `EVAL`) it has run, from `INFO commandstats`.
+    pub async fn script_calls(&self) -> u64 {
+        let info: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query_async(&mut self.connection().await)
+            .await
+            .expect("INFO commandstats");
+        script_calls(&info)
     }
 
     /// A fresh multiplexed connection to it.

@@ -476,17 +476,7 @@ fn scripts_run(cluster: &RedisCluster, port: u16) -> u64 {
         .arg("commandstats")
         .query(&mut con)
         .unwrap();
-    info.lines()
-        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
-        .filter_map(|l| {
-            l.split("calls=")
-                .nth(1)?
-                .split(',')
-                .next()?
-                .parse::<u64>()
-                .ok()
-        })
-        .sum()
+    testkit::script_calls(&info)
 }
 
 /// Three buckets of one call, two of them on one master (in two slots) and one on another:

@@ -14,6 +14,17 @@ use common::{Call, Load, TOLERANT_DEADLINE, assert_no_errors, ms};
 use ratelimit_core::{Limit, RateLimiter, Source};
 use testkit::sentinel::SentinelSetup;
 
+/// A limiter on `setup` through its sentinels, under `prefix`.
+async fn limiter(setup: &SentinelSetup, prefix: &str) -> RateLimiter {
+    RateLimiter::builder()
+        .redis(setup.url())
+        .prefix(prefix)
+        .deadline(Some(TOLERANT_DEADLINE))
+        .build()
+        .await
+        .unwrap()
+}
+
 struct Run {
     calls: Vec<Call>,
     t_fault: Instant,
@@ -98,13 +109,7 @@ async fn the_limiter_follows_the_new_master_after_the_old_one_dies() {
     let t0 = Instant::now();
     let mut setup = SentinelSetup::start();
     println!("sentinel: deployment ready in {:.0} ms", ms(t0.elapsed()));
-    let limiter = RateLimiter::builder()
-        .redis(setup.url())
-        .prefix("sd")
-        .deadline(Some(TOLERANT_DEADLINE))
-        .build()
-        .await
-        .unwrap();
+    let limiter = limiter(&setup, "sd").await;
     let limit = Limit::per_hour(1).burst(3);
     assert_eq!(
         limiter.check("x", &limit).await.unwrap().source,
@@ -132,13 +137,7 @@ async fn the_limiter_follows_the_new_master_after_the_old_one_dies() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_limiter_leaves_a_demoted_master() {
     let mut setup = SentinelSetup::start();
-    let limiter = RateLimiter::builder()
-        .redis(setup.url())
-        .prefix("sf")
-        .deadline(Some(TOLERANT_DEADLINE))
-        .build()
-        .await
-        .unwrap();
+    let limiter = limiter(&setup, "sf").await;
     let old = setup.master_port().unwrap();
     let run = failover_under_load(&mut setup, &limiter, |s| {
         s.force_failover().unwrap();
@@ -183,4 +182,30 @@ async fn the_limiter_leaves_a_demoted_master() {
     );
     let moved = moved.expect("the limiter writes to the new master within 8 s of its promotion");
     assert!(moved < Duration::from_secs(8));
+}
+
+/// Through Sentinel, concurrent calls leave in batches to the master the sentinels name: the
+/// master runs fewer scripts than it decides calls, and each call is decided exactly as if
+/// alone (of two calls on one bucket of 1, exactly one goes in).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_calls_are_batched_on_the_master() {
+    let setup = SentinelSetup::start();
+    let limiter = limiter(&setup, "sb").await;
+    let one = Limit::per_hour(1).burst(1);
+    // Load the scripts.
+    limiter.check("warm", &one).await.unwrap();
+    let master = setup.server(setup.data_ports()[0]);
+    let before = master.script_calls().await;
+    let keys: Vec<String> = (0..100).map(|i| format!("k{i}")).collect();
+    let calls = keys.iter().chain(&keys).map(|k| limiter.check(k, &one));
+    let decisions = futures_util::future::join_all(calls).await;
+    let mut admitted = std::collections::BTreeMap::<&str, usize>::new();
+    for (k, d) in keys.iter().chain(&keys).zip(decisions) {
+        let d = d.unwrap();
+        assert_eq!(d.source, Source::Store, "{k}: {d:?}");
+        *admitted.entry(k.as_str()).or_default() += usize::from(d.allowed);
+    }
+    assert!(admitted.values().all(|&n| n == 1), "{admitted:?}");
+    let ran = master.script_calls().await - before;
+    assert!(ran < 200, "200 calls took {ran} scripts on the master");
 }
