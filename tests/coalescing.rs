@@ -194,3 +194,42 @@ async fn one_calls_error_does_not_fail_its_batch_mates() {
         .unwrap_err();
     assert!(matches!(e, Error::Redis(_)), "{e}");
 }
+
+/// A batch lost with its server (killed while the calls wait: 16 in flight, the rest queued)
+/// fails each of its calls alone, and each is decided by its own limit's failure policy:
+/// none is an error, and calls of two policies in one batch keep theirs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_batch_leaves_each_call_to_its_own_failure_policy() {
+    let mut server = RedisServer::start();
+    let limiter = limiter(&server, 64).await;
+    let open = Limit::per_hour(100).on_failure(FailurePolicy::Allow);
+    let closed = Limit::per_hour(100).on_failure(FailurePolicy::Deny);
+    limiter.check("warm", &closed).await.unwrap();
+    // Redis holds every command while the calls gather.
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(5_000)
+        .arg("ALL")
+        .query_async(&mut server.connection().await)
+        .await
+        .unwrap();
+    let keys: Vec<String> = (0..64).map(|i| format!("k{i}")).collect();
+    let limit_of = |i: usize| if i.is_multiple_of(2) { &open } else { &closed };
+    let calls = keys
+        .iter()
+        .enumerate()
+        .map(|(i, k)| limiter.check(k, limit_of(i)));
+    let (decisions, ()) = tokio::join!(futures_util::future::join_all(calls), async {
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        server.kill();
+    });
+    for (i, d) in decisions.into_iter().enumerate() {
+        let d = d.unwrap();
+        let expected = if i.is_multiple_of(2) {
+            (true, Source::FailOpen)
+        } else {
+            (false, Source::FailClosed)
+        };
+        assert_eq!((d.allowed, d.source), expected, "call {i}: {d:?}");
+    }
+}
