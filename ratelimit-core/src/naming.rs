@@ -81,12 +81,19 @@ fn plan(part: &str) -> (Part, usize) {
 /// limiter's hot path, which then allocates nothing).
 trait Out {
     fn push_str(&mut self, s: &str);
+    /// Appends the ASCII digit `d` (0 to 9).
+    fn push_digit(&mut self, d: u8);
 }
 
 impl Out for String {
     #[inline]
     fn push_str(&mut self, s: &str) {
         String::push_str(self, s);
+    }
+
+    #[inline]
+    fn push_digit(&mut self, d: u8) {
+        self.push(char::from(b'0' + d));
     }
 }
 
@@ -106,6 +113,12 @@ impl Out for StackKey {
         let end = self.len + s.len();
         self.buf[self.len..end].copy_from_slice(s.as_bytes());
         self.len = end;
+    }
+
+    #[inline]
+    fn push_digit(&mut self, d: u8) {
+        self.buf[self.len] = b'0' + d;
+        self.len += 1;
     }
 }
 
@@ -220,9 +233,10 @@ fn decimal_len(n: usize) -> usize {
 /// Appends `n` (at most [`MAX_PART_LEN`], so at most three digits) in decimal.
 fn push_decimal(out: &mut impl Out, n: usize) {
     debug_assert!(n <= MAX_PART_LEN);
-    let digits = [n / 100, (n / 10) % 10, n % 10].map(|d| b'0' + u8::try_from(d).unwrap_or(0));
-    // ASCII digits.
-    out.push_str(std::str::from_utf8(&digits[3 - decimal_len(n)..]).unwrap_or_default());
+    let digits = [n / 100, (n / 10) % 10, n % 10].map(|d| u8::try_from(d).unwrap_or(0));
+    for &d in &digits[3 - decimal_len(n)..] {
+        out.push_digit(d);
+    }
 }
 
 /// The Redis Cluster hash slot of `key`: CRC16 (XMODEM) of its hash tag, modulo 16384.
