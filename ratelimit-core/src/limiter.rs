@@ -236,11 +236,10 @@ impl RateLimiter {
     }
 
     /// The rest of [`check_n`](Self::check_n) and [`check_named`](Self::check_named) when
-    /// their first poll did not decide: the wait of a call that
-    /// reserved, or the remote store. Boxed, and owning what it needs (a clone of the limiter,
-    /// the key): inline, these paths made the memory path's future and its poll's stack frame
-    /// (8 kB) several times larger (docs/benchmarks.md 4.6); a copy of the key is nothing
-    /// beside a round trip or a wait.
+    /// their first poll did not decide: the wait of a call that reserved, or the remote store.
+    /// Boxed, and owning what it needs (a clone of the limiter, the key): inline, these paths
+    /// made the memory path's future and its poll's stack frame (8 kB) several times larger
+    /// (docs/benchmarks.md 4.6); a copy of the key is nothing beside a round trip or a wait.
     fn decide_by_name(
         &self,
         name: Option<&str>,
