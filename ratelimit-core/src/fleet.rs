@@ -27,6 +27,34 @@ const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
 /// How long an instance counts as alive after its last heartbeat.
 const HEARTBEAT_TTL: Duration = Duration::from_secs(3);
 
+/// How many of the heartbeat's answers a fall in the count must last before it is believed:
+/// the answers of one TTL and one more beat, by when every instance still alive has beaten
+/// again, whatever the set held before (see [`Recount`]).
+const RECOUNT: usize = 4;
+const _: () = assert!(RECOUNT as u128 * HEARTBEAT_EVERY.as_millis() > HEARTBEAT_TTL.as_millis());
+
+/// The count of live instances the fallback divides a limit by: the largest of the
+/// heartbeat's last [`RECOUNT`] answers. A count that rises is believed at once (a smaller
+/// share is the safe side); one that falls, only once every live instance has had time to
+/// beat again. Redis restarted without its data, or a set of instances lost with a failover,
+/// fills up again one heartbeat at a time: read as it fills, the counts 1, 2, 3 of a fleet of
+/// four would hand each instance a share of a half or all of the limit, and an outage at that
+/// moment would keep those shares for its whole length.
+#[derive(Debug, Default)]
+struct Recount {
+    answers: [u32; RECOUNT],
+    next: usize,
+}
+
+impl Recount {
+    /// Adds an answer of the heartbeat; returns the count to divide by (at least 1).
+    fn answer(&mut self, n: u32) -> u32 {
+        self.answers[self.next] = n;
+        self.next = (self.next + 1) % RECOUNT;
+        self.answers.iter().copied().max().unwrap_or(n).max(1)
+    }
+}
+
 /// This process's share of one fleet, held by every limiter of the process in that fleet.
 #[derive(Debug)]
 pub(crate) struct Member {
@@ -121,6 +149,7 @@ pub(crate) fn join(store: &RedisStore, prefix: &str) -> Result<Arc<Member>, Erro
         instances: format!("{prefix}:instances"),
         channel: member.channel.to_string(),
         refused: AtomicBool::new(false),
+        recount: Recount::default(),
         _running: Running(Arc::clone(&member.running)),
     };
     runtime.spawn(task.run());
@@ -149,6 +178,7 @@ struct Task {
     channel: String,
     /// Whether the heartbeat's key refused it (logged once).
     refused: AtomicBool,
+    recount: Recount,
     _running: Running,
 }
 
@@ -160,7 +190,7 @@ enum Event {
 }
 
 impl Task {
-    async fn run(self) {
+    async fn run(mut self) {
         let mut tick = tokio::time::interval(HEARTBEAT_EVERY);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut resets: Option<Resets> = None;
@@ -201,13 +231,15 @@ impl Task {
     }
 
     /// Whether Redis answered (with the count, or with an error reply).
-    async fn beat(&self, member: &Member) -> bool {
+    async fn beat(&mut self, member: &Member) -> bool {
         let beat = self
             .store
             .heartbeat(&self.instances, &PROCESS_ID, HEARTBEAT_TTL);
         match tokio::time::timeout(HEARTBEAT_EVERY, beat).await {
             Ok(Ok(n)) => {
-                member.count.store(n.max(1), Ordering::Relaxed);
+                member
+                    .count
+                    .store(self.recount.answer(n), Ordering::Relaxed);
                 return true;
             }
             // Redis answered with an error: it is up, but the key holds a value of the
@@ -225,7 +257,7 @@ impl Task {
                 }
                 return true;
             }
-            // While Redis is down the last count stands: it is what the fallback divides by.
+            // While Redis is down the count stands, and so do the answers it comes from.
             Ok(Err(e)) => tracing::debug!(%e, "rate-limit heartbeat failed"),
             Err(_) => tracing::debug!("rate-limit heartbeat timed out"),
         }
@@ -252,5 +284,26 @@ async fn next(resets: &mut Option<Resets>) -> Option<redis::Msg> {
     match resets {
         Some(stream) => std::future::poll_fn(|cx| stream.as_mut().poll_next(cx)).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_count_that_falls_is_believed_only_after_every_instance_could_beat_again() {
+        let mut recount = Recount::default();
+        assert_eq!(recount.answer(0), 1, "at least this instance");
+        assert_eq!(recount.answer(4), 4, "a rise at once");
+        // Redis restarted empty: the set fills up one heartbeat at a time.
+        assert_eq!(recount.answer(1), 4);
+        assert_eq!(recount.answer(3), 4);
+        assert_eq!(recount.answer(4), 4);
+        // An instance died: its absence is believed after RECOUNT answers.
+        for _ in 1..RECOUNT {
+            assert_eq!(recount.answer(3), 4);
+        }
+        assert_eq!(recount.answer(3), 3);
     }
 }

@@ -488,3 +488,59 @@ fn no_error_shows_any_part_of_a_password() {
         panic!("{e}");
     }
 }
+
+/// The scores of the set of instances under `prefix`, by member.
+async fn beats(server: &RedisServer, prefix: &str) -> Vec<(String, i64)> {
+    redis::cmd("ZRANGE")
+        .arg(format!("{prefix}:instances"))
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query_async(&mut server.connection().await)
+        .await
+        .unwrap_or_default()
+}
+
+/// Redis restarted without its data: the set of instances fills up again one heartbeat at a
+/// time, and the count the fallback divides by does not fall with it (a share of the whole
+/// limit each, had an outage come then) until every instance has had time to beat again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_count_does_not_fall_while_an_emptied_set_fills_up_again() {
+    let mut server = RedisServer::start();
+    let here = limiter(&server.url(), "svc").await;
+    // Three other instances, alive as far as the set can tell.
+    let far: i64 = 4_000_000_000_000;
+    for i in 0..3 {
+        let _: i64 = redis::cmd("ZADD")
+            .arg("svc:instances")
+            .arg(far)
+            .arg(format!("other-{i}"))
+            .query_async(&mut server.connection().await)
+            .await
+            .unwrap();
+    }
+    eventually("four instances", async || here.live_instances() == 4).await;
+
+    server.restart();
+    // Two heartbeats of this instance on the empty server: the set says 1 twice.
+    let mut first = None;
+    eventually("two beats after the restart", async || {
+        match (beats(&server, "svc").await.as_slice(), first) {
+            ([(_, score)], None) => first = Some(*score),
+            ([(_, score)], Some(then)) => return *score > then,
+            _ => {}
+        }
+        false
+    })
+    .await;
+    assert_eq!(
+        here.live_instances(),
+        4,
+        "the fleet had no time to beat again"
+    );
+    // Once it had, the count is the set's.
+    eventually("the count is the set's", async || {
+        here.live_instances() == 1
+    })
+    .await;
+}
