@@ -1,12 +1,21 @@
-//! The local deny cache: once the store refuses a call on a bucket, calls on that bucket with
-//! the same or a larger cost are refused here, without a round trip, until the earliest
-//! instant the store could admit them.
+//! What this instance last heard from the store about each bucket: the refusals it can
+//! repeat without a round trip (the deny cache), and what a bucket had left, which the
+//! failure policy's fallback starts from when the store fails.
 //!
-//! It can only refuse, never admit, and it refuses only what the store would refuse too: a
-//! bucket refused at server time `s` with `retry_after` R cannot admit the same cost before
-//! `s + R` (other instances can only take more tokens), and `s` is no earlier than the moment
-//! the request was sent, so entries expire at `sent + R`. The `retry_after` it reports counts
-//! from the moment the reply arrived (`received + R`), so it is never early either.
+//! **Refusals.** Once the store refuses a call on a bucket, calls on that bucket with the same
+//! or a larger cost are refused here, without a round trip, until the earliest instant the
+//! store could admit them. It can only refuse, never admit, and it refuses only what the store
+//! would refuse too: a bucket refused at server time `s` with `retry_after` R cannot admit the
+//! same cost before `s + R` (other instances can only take more tokens), and `s` is no earlier
+//! than the moment the request was sent, so entries expire at `sent + R`. The `retry_after` it
+//! reports counts from the moment the reply arrived (`received + R`), so it is never early
+//! either.
+//!
+//! **What was left.** Every answer of the store on a bucket that is not full says how many
+//! tokens it had left and when it is full again. A fallback that started from a full share
+//! would hand out again what the fleet had already spent (issue: a global quota used up in
+//! Redis admitted 13 more calls in a 15 ms failover); it starts from this instead (see
+//! [`Known::held`]). An entry lives until its bucket is full again, then carries nothing.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -17,7 +26,7 @@ use std::time::{Duration, Instant};
 use crate::decision::Source;
 use crate::{Decision, Limit};
 
-/// Default bound on the number of refused buckets remembered.
+/// Default bound on the number of buckets remembered (refused, or not full).
 pub const DEFAULT_DENY_CACHE_CAPACITY: usize = 65_536;
 
 const SHARDS: usize = 32;
@@ -25,13 +34,62 @@ const SHARDS: usize = 32;
 #[derive(Debug, Clone, Copy)]
 struct Entry {
     limit: Limit,
+    known: Known,
+    refusal: Option<Refusal>,
+}
+
+/// A refusal by the store, to repeat.
+#[derive(Debug, Clone, Copy)]
+struct Refusal {
     cost: u32,
-    remaining: u64,
     /// Refuse locally while now < this: `sent + retry_after`.
     until: Instant,
-    /// What to report: `received + retry_after`, `received + reset_after`.
+    /// What to report: `received + retry_after`.
     retry_at: Instant,
-    full_at: Instant,
+}
+
+/// What the store last said of a bucket: tokens left when the answer arrived, and when the
+/// bucket is full again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Known {
+    pub(crate) remaining: u64,
+    pub(crate) received: Instant,
+    pub(crate) full_at: Instant,
+}
+
+impl Known {
+    /// What the bucket can hold at most at `now`, as fine units of time under the limit's
+    /// token-bucket parameters `p` (`p.tau` is a full bucket): the tokens left when the store
+    /// answered plus what has refilled since, and no more than the time to full allows. Both
+    /// are upper bounds (other instances can only have taken more since), so a fallback that
+    /// starts here never admits what the store had already spent.
+    pub(crate) fn held(&self, p: &crate::limit::Params, now: Instant) -> u64 {
+        let fine = |d: Duration| {
+            u64::try_from(d.as_micros())
+                .unwrap_or(u64::MAX)
+                .saturating_mul(p.per_micro)
+        };
+        let refilled = fine(now.saturating_duration_since(self.received));
+        let by_remaining = self
+            .remaining
+            .saturating_mul(p.interval)
+            .saturating_add(refilled);
+        let by_full = p
+            .tau
+            .saturating_sub(fine(self.full_at.saturating_duration_since(now)));
+        by_remaining.min(by_full).min(p.tau)
+    }
+}
+
+impl Entry {
+    fn live_refusal(&self, now: Instant) -> bool {
+        self.refusal.is_some_and(|r| now < r.until)
+    }
+
+    /// Whether the entry still says anything at `now`.
+    fn live(&self, now: Instant) -> bool {
+        now < self.known.full_at || self.live_refusal(now)
+    }
 }
 
 type Shard = Mutex<HashMap<Box<str>, Entry>>;
@@ -41,7 +99,8 @@ pub(crate) struct DenyCache {
     shards: Box<[Shard]>,
     hasher: RandomState,
     shard_cap: usize,
-    len: AtomicUsize,
+    /// Entries that hold a refusal (possibly expired): none, and a check needs no lock.
+    refusals: AtomicUsize,
 }
 
 impl DenyCache {
@@ -50,7 +109,7 @@ impl DenyCache {
             shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
             hasher: RandomState::new(),
             shard_cap: capacity.div_ceil(SHARDS).max(1),
-            len: AtomicUsize::new(0),
+            refusals: AtomicUsize::new(0),
         }
     }
 
@@ -61,93 +120,165 @@ impl DenyCache {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
+    /// Drops the refusal an entry holds, keeping the count right.
+    fn drop_refusal(&self, entry: &mut Entry) {
+        if entry.refusal.take().is_some() {
+            self.refusals.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+
     /// The local refusal of this call, if the store's last answer settles it.
     pub(crate) fn check(&self, bucket: &str, limit: &Limit, cost: u32) -> Option<Decision> {
-        if self.len.load(Ordering::Relaxed) == 0 {
+        if self.refusals.load(Ordering::Relaxed) == 0 {
             return None;
         }
         let now = Instant::now();
         let mut shard = self.shard(bucket);
-        let entry = *shard.get(bucket)?;
-        if now >= entry.until {
-            shard.remove(bucket);
-            self.len.fetch_sub(1, Ordering::Relaxed);
+        let entry = shard.get_mut(bucket)?;
+        let refusal = entry.refusal?;
+        if now >= refusal.until {
+            self.drop_refusal(entry);
+            if !entry.live(now) {
+                shard.remove(bucket);
+            }
             return None;
         }
-        if entry.limit != *limit || cost < entry.cost {
+        if entry.limit != *limit || cost < refusal.cost {
             return None;
         }
         Some(
             Decision::new(
                 false,
-                entry.remaining,
+                entry.known.remaining,
                 *limit,
                 cost,
-                entry
+                refusal
                     .retry_at
                     .saturating_duration_since(now)
                     .max(Duration::from_micros(1)),
-                entry.full_at.saturating_duration_since(now),
+                entry.known.full_at.saturating_duration_since(now),
             )
             .with_source(Source::DenyCache),
         )
     }
 
-    /// Remembers a refusal by the store of a request sent at `sent`, answered at `received`.
+    /// What the store last said of `bucket` under `limit`, while it still says anything.
+    pub(crate) fn known(&self, bucket: &str, limit: &Limit, now: Instant) -> Option<Known> {
+        let shard = self.shard(bucket);
+        let entry = shard.get(bucket)?;
+        (entry.limit == *limit && now < entry.known.full_at).then_some(entry.known)
+    }
+
+    /// Remembers an answer of the store to a request sent at `sent`, answered at `received`:
+    /// what the bucket has left, and the refusal if it refused.
     pub(crate) fn remember(&self, bucket: &str, d: &Decision, sent: Instant, received: Instant) {
-        if d.allowed || d.source != Source::Store || d.retry_after.is_zero() {
+        if d.source != Source::Store {
             return;
         }
-        let entry = Entry {
-            limit: d.limit,
-            cost: d.cost,
+        // A limit that may wait is never refused from here (the refusal was for a call that
+        // could not wait), but what it left is known all the same.
+        let refusal =
+            (!d.allowed && !d.retry_after.is_zero() && !d.limit.reserves()).then(|| Refusal {
+                cost: d.cost,
+                until: sent + d.retry_after,
+                retry_at: received + d.retry_after,
+            });
+        let known = Known {
             remaining: d.remaining,
-            until: sent + d.retry_after,
-            retry_at: received + d.retry_after,
+            received,
             full_at: received + d.reset_after,
         };
         let mut shard = self.shard(bucket);
-        if shard.len() >= self.shard_cap && !shard.contains_key(bucket) {
-            let before = shard.len();
-            shard.retain(|_, e| e.until > received);
-            if shard.len() >= self.shard_cap {
-                // Every entry is live: forget them (only the shortcut is lost, never a limit).
-                shard.clear();
+        if let Some(old) = shard.get_mut(bucket) {
+            if old.limit != d.limit {
+                self.drop_refusal(old);
+                old.limit = d.limit;
             }
-            self.len.fetch_sub(before - shard.len(), Ordering::Relaxed);
-        }
-        // A smaller cost refused is the stronger statement; keep the entry that refuses more.
-        match shard.get_mut(bucket) {
-            Some(old)
-                if old.limit == entry.limit
-                    && old.cost <= entry.cost
-                    && old.until >= entry.until => {}
-            Some(old) => *old = entry,
-            None => {
-                shard.insert(bucket.into(), entry);
-                self.len.fetch_add(1, Ordering::Relaxed);
+            old.known = known;
+            match (refusal, old.refusal) {
+                (None, _) => {}
+                // A smaller cost refused is the stronger statement; keep the one that refuses
+                // more.
+                (Some(new), Some(kept)) if kept.cost <= new.cost && kept.until >= new.until => {}
+                (Some(new), Some(_)) => old.refusal = Some(new),
+                (Some(new), None) => {
+                    old.refusal = Some(new);
+                    self.refusals.fetch_add(1, Ordering::Relaxed);
+                }
             }
+            return;
         }
+        // A full bucket is what an unknown one is taken to be: nothing to remember.
+        if refusal.is_none() && d.reset_after.is_zero() {
+            return;
+        }
+        if shard.len() >= self.shard_cap {
+            self.make_room(&mut shard, received);
+        }
+        if refusal.is_some() {
+            self.refusals.fetch_add(1, Ordering::Relaxed);
+        }
+        shard.insert(
+            bucket.into(),
+            Entry {
+                limit: d.limit,
+                known,
+                refusal,
+            },
+        );
     }
 
+    /// Frees room in a full shard: entries that say nothing any more, then what buckets had
+    /// left (only the fallback's head start is lost), then, if every entry is a live refusal,
+    /// all of them (only the shortcut is lost, never a limit).
+    fn make_room(&self, shard: &mut HashMap<Box<str>, Entry>, now: Instant) {
+        let mut dropped = 0;
+        shard.retain(|_, e| {
+            let keep = e.live(now);
+            dropped += usize::from(!keep && e.refusal.is_some());
+            keep
+        });
+        if shard.len() >= self.shard_cap {
+            shard.retain(|_, e| {
+                let keep = e.live_refusal(now);
+                dropped += usize::from(!keep && e.refusal.is_some());
+                keep
+            });
+        }
+        if shard.len() >= self.shard_cap {
+            dropped += shard.len();
+            shard.clear();
+        }
+        self.refusals.fetch_sub(dropped, Ordering::Relaxed);
+    }
+
+    /// Forgets all that is known of `bucket` (it was reset, or given tokens back).
     pub(crate) fn forget(&self, bucket: &str) {
-        if self.shard(bucket).remove(bucket).is_some() {
-            self.len.fetch_sub(1, Ordering::Relaxed);
+        if let Some(entry) = self.shard(bucket).remove(bucket)
+            && entry.refusal.is_some()
+        {
+            self.refusals.fetch_sub(1, Ordering::Relaxed);
         }
     }
 
+    /// Forgets every refusal (resets may have been missed). What buckets had left stays: a
+    /// missed reset only makes it say less than there is, and the fallback only stricter.
     pub(crate) fn clear(&self) {
         for shard in &self.shards {
             let mut s = shard
                 .lock()
                 .unwrap_or_else(std::sync::PoisonError::into_inner);
-            self.len.fetch_sub(s.len(), Ordering::Relaxed);
-            s.clear();
+            let now = Instant::now();
+            s.retain(|_, e| {
+                self.drop_refusal(e);
+                now < e.known.full_at
+            });
         }
     }
 
+    /// How many refusals are remembered now (some may have expired, until next looked at).
     pub(crate) fn len(&self) -> usize {
-        self.len.load(Ordering::Relaxed)
+        self.refusals.load(Ordering::Relaxed)
     }
 }
 
@@ -235,5 +366,72 @@ mod tests {
         assert_eq!(held, cache.len());
         cache.clear();
         assert_eq!(cache.len(), 0);
+    }
+
+    /// What a bucket had left is remembered from every answer that leaves it short of full,
+    /// for the fallback; only refusals refuse, and clearing them keeps what was left.
+    #[test]
+    fn what_was_left_is_known_until_the_bucket_is_full_again() {
+        let cache = DenyCache::new(100);
+        let limit = Limit::per_minute(6).burst(6);
+        let p = limit.params();
+        let now = Instant::now();
+        let admitted = Decision::new(true, 2, limit, 1, Duration::ZERO, Duration::from_secs(40));
+        cache.remember("b", &admitted, now, now);
+        assert_eq!(cache.len(), 0, "an admission is no refusal");
+        assert!(cache.check("b", &limit, 1).is_none());
+        let known = cache.known("b", &limit, now).unwrap();
+        assert_eq!(known.remaining, 2);
+        // 2 tokens, and no more than 40 s from full allows (6 - 4 tokens).
+        assert_eq!(known.held(&p, now), 2 * p.interval);
+        // 10 s later, 1 more token refilled.
+        let later = now + Duration::from_secs(10);
+        assert_eq!(known.held(&p, later), 3 * p.interval);
+        assert!(
+            cache.known("b", &Limit::per_minute(60), now).is_none(),
+            "another limit"
+        );
+        assert!(
+            cache
+                .known("b", &limit, now + Duration::from_secs(40))
+                .is_none(),
+            "full"
+        );
+        // A full bucket is not remembered.
+        let full = Decision::new(true, 6, limit, 0, Duration::ZERO, Duration::ZERO);
+        cache.remember("f", &full, now, now);
+        assert!(cache.known("f", &limit, now).is_none());
+        // A refusal refuses; clearing forgets it and keeps what was left.
+        cache.remember("b", &refused(limit, 1, 10_000), now, now);
+        assert_eq!(cache.len(), 1);
+        assert!(cache.check("b", &limit, 1).is_some());
+        cache.clear();
+        assert_eq!(cache.len(), 0);
+        assert!(cache.check("b", &limit, 1).is_none());
+        assert_eq!(cache.known("b", &limit, now).unwrap().remaining, 0);
+        cache.forget("b");
+        assert!(cache.known("b", &limit, now).is_none());
+    }
+
+    /// At the bound, what buckets had left gives way to refusals.
+    #[test]
+    fn at_the_bound_refusals_outlive_what_was_left() {
+        let cache = DenyCache::new(SHARDS * 64);
+        let limit = Limit::per_hour(10);
+        let now = Instant::now();
+        for i in 0..32 {
+            cache.remember(&format!("r{i}"), &refused(limit, 1, 60_000), now, now);
+        }
+        let left = Decision::new(true, 3, limit, 1, Duration::ZERO, Duration::from_secs(600));
+        for i in 0..10_000 {
+            cache.remember(&format!("k{i}"), &left, now, now);
+        }
+        let held: usize = cache.shards.iter().map(|s| s.lock().unwrap().len()).sum();
+        assert!(held <= SHARDS * 64, "{held}");
+        let refusing = (0..32)
+            .filter(|i| cache.check(&format!("r{i}"), &limit, 1).is_some())
+            .count();
+        assert_eq!(refusing, 32, "every refusal kept");
+        assert_eq!(cache.len(), 32);
     }
 }

@@ -353,7 +353,7 @@ impl RateLimiter {
         checks: &[(B, &Limit, u32)],
     ) -> Result<Decision, Error> {
         let checks = validate_all(checks)?;
-        let mut parts = self.inner.resilience.decide_all(&checks);
+        let mut parts = self.inner.resilience.decide_all(&checks, None);
         if must_wait(&mut parts) {
             Box::pin(self.wait_turn(&checks, &mut parts)).await?;
         }
@@ -434,7 +434,7 @@ impl RateLimiter {
     ) -> Result<Decision, Error> {
         validate_cost(limit, cost)?;
         let waiting = {
-            let mut decision = self.inner.resilience.decide(bucket, limit, cost);
+            let mut decision = self.inner.resilience.decide(bucket, limit, cost, None);
             if !must_wait(std::slice::from_mut(&mut decision)) {
                 return Ok(decision);
             }
@@ -543,6 +543,9 @@ impl RateLimiter {
     /// which [`build`](RateLimiterBuilder::build) waits for). An instance is a
     /// process: every limiter a process builds on one deployment and prefix counts once. The
     /// fallback policy enforces `limit / live_instances` on each instance while Redis is down.
+    /// A count that falls is believed only after every live instance has had the time to beat
+    /// again (about 4 s): after Redis restarts empty, the set of instances fills up one
+    /// heartbeat at a time, and the shares must not grow while it does.
     pub fn live_instances(&self) -> u32 {
         self.inner
             .resilience
@@ -607,7 +610,7 @@ impl RateLimiter {
                 }
             },
             |cache, decision, sent, now| cache.remember(bucket, decision, sent, now),
-            |guard| guard.decide(bucket, limit, cost),
+            |guard| guard.decide(bucket, limit, cost, remote.deny_cache.as_deref()),
         ));
         let waiting = {
             let mut decision = asked.await?;
@@ -674,7 +677,7 @@ impl RateLimiter {
 
     async fn decide_all_now(&self, checks: &[(&str, &Limit, u32)]) -> Result<Vec<Decision>, Error> {
         let remote = match &self.inner.engine {
-            Engine::Local(s) => return Ok(s.check_all_shared(checks, 1, false)),
+            Engine::Local(s) => return Ok(s.check_all_shared(checks, 1, false, None)),
             Engine::Remote(remote) => remote,
         };
         // The deny cache is not asked: it knows a refusal of one limit, and a combined answer
@@ -695,13 +698,11 @@ impl RateLimiter {
                 }
             },
             |cache, parts: &Vec<Decision>, sent, now| {
-                for (part, (bucket, limit, _)) in parts.iter().zip(checks) {
-                    if !limit.reserves() {
-                        cache.remember(bucket, part, sent, now);
-                    }
+                for (part, (bucket, ..)) in parts.iter().zip(checks) {
+                    cache.remember(bucket, part, sent, now);
                 }
             },
-            |guard| guard.decide_all(checks),
+            |guard| guard.decide_all(checks, remote.deny_cache.as_deref()),
         ));
         asked.await
     }
@@ -981,6 +982,8 @@ impl RateLimiter {
         if let Some(cache) = &remote.deny_cache {
             cache.forget(bucket);
         }
+        // A full bucket again: an outage that comes next does not go on from what it held.
+        self.inner.resilience.forget(bucket);
         match &remote.store {
             RemoteStore::Redis(s) => {
                 on_tokio()?;
@@ -1270,11 +1273,13 @@ impl RateLimiterBuilder {
         self
     }
 
-    /// Remember up to `capacity` buckets the store refused, and refuse calls on them locally
-    /// until the store could admit them (default [`DEFAULT_DENY_CACHE_CAPACITY`]; 0 turns the
-    /// cache off). It never admits anything; a flood on an exhausted key then costs no round
-    /// trips. Not used in front of a memory store, nor of a [`RedisStore::from_connection`],
-    /// which cannot hear of resets made by other instances.
+    /// Remember up to `capacity` buckets the store refused or left short of full: refuse
+    /// calls on a refused bucket locally until the store could admit them, and start the
+    /// [`Fallback`](FailurePolicy::Fallback) of each from what the store last said it held
+    /// (default [`DEFAULT_DENY_CACHE_CAPACITY`]; 0 turns both off: a fallback then starts each
+    /// bucket from a full share). It never admits anything; a flood on an exhausted key then
+    /// costs no round trips. Not used in front of a memory store, nor of a
+    /// [`RedisStore::from_connection`], which cannot hear of resets made by other instances.
     pub fn deny_cache(mut self, capacity: usize) -> Self {
         self.deny_cache = capacity;
         self

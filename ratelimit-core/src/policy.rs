@@ -6,6 +6,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::decision::Source;
+use crate::deny_cache::DenyCache;
 use crate::{Decision, Error, Limit, MemoryStore};
 
 /// What a limiter does with a call when its store fails (unreachable, slower than the
@@ -15,7 +16,10 @@ use crate::{Decision, Error, Limit, MemoryStore};
 pub enum FailurePolicy {
     /// Enforce the limit in this process's memory until the store is back (default). With
     /// Redis, each instance enforces its share: the limit divided by the number of instances
-    /// that were alive (see [`RateLimiter::live_instances`](crate::RateLimiter::live_instances)).
+    /// that were alive (see [`RateLimiter::live_instances`](crate::RateLimiter::live_instances)),
+    /// each bucket starting from this instance's part of what the store last said it held
+    /// (see [`RateLimiterBuilder::deny_cache`](crate::RateLimiterBuilder::deny_cache)), and
+    /// going on from there through later outages.
     #[default]
     Fallback,
     /// Admit the call (fail open, like Spring Cloud Gateway).
@@ -205,10 +209,8 @@ impl Resilience {
             && self.open.load(Ordering::Acquire) == 0
             && self.degraded.swap(false, Ordering::Relaxed)
         {
-            // The next outage starts from the shares again, not from what this one saved up.
-            if let Some(store) = self.fallback.get() {
-                store.clear();
-            }
+            // The fallback's buckets stay: a next outage goes on from what this one left
+            // (or from what the store says since, if less), never from a fresh share.
             tracing::info!(target: "redis_ratelimit", limiter = %self.label, "rate-limit store is back; leaving degraded mode");
             crate::observe::degraded(&self.label, false);
         }
@@ -238,12 +240,14 @@ impl Resilience {
         }
     }
 
-    /// The failure policy's decision for a call the store could not take: the limit's own
-    /// policy if it has one, else the limiter's.
     /// [`decide`](Self::decide) for several limits of one call, each by its own policy, all
     /// or nothing: a limit refused by `deny` vetoes the call, and the fallback's limits then
     /// take nothing either (they answer as they would).
-    pub(crate) fn decide_all(&self, checks: &[(&str, &Limit, u32)]) -> Vec<Decision> {
+    pub(crate) fn decide_all(
+        &self,
+        checks: &[(&str, &Limit, u32)],
+        known: Option<&DenyCache>,
+    ) -> Vec<Decision> {
         let policy = |limit: &Limit| limit.failure_policy().unwrap_or(self.policy);
         let veto = checks
             .iter()
@@ -256,27 +260,43 @@ impl Resilience {
         let mut decided = if fallback.is_empty() {
             Vec::new()
         } else {
-            let share = self.instances.load(Ordering::Relaxed).max(1);
+            let now = Instant::now();
+            let held: Vec<Option<u64>> = fallback
+                .iter()
+                .map(|&(bucket, limit, _)| held(known, bucket, limit, now))
+                .collect();
             self.fallback_store()
-                .check_all_shared(&fallback, share, veto)
+                .check_all_shared(&fallback, self.share(), veto, Some(&held))
         }
         .into_iter();
         checks
             .iter()
             .map(|&(bucket, limit, cost)| match policy(limit) {
                 FailurePolicy::Fallback => decided.next().map_or_else(
-                    || self.decide(bucket, limit, cost),
+                    || self.decide(bucket, limit, cost, known),
                     |d| d.with_source(Source::Fallback),
                 ),
-                _ => self.decide(bucket, limit, cost),
+                _ => self.decide(bucket, limit, cost, known),
             })
             .collect()
     }
 
     /// Gives back to the fallback what a call that gave up waiting reserved there.
     pub(crate) fn give_back(&self, bucket: &str, limit: &Limit, cost: u32) {
-        let share = self.instances.load(Ordering::Relaxed).max(1);
-        self.fallback_store().give_back(bucket, limit, cost, share);
+        self.fallback_store()
+            .give_back(bucket, limit, cost, self.share());
+    }
+
+    /// Forgets what the fallback holds of `bucket` (it was reset).
+    pub(crate) fn forget(&self, bucket: &str) {
+        if let Some(store) = self.fallback.get() {
+            store.remove(bucket);
+        }
+    }
+
+    /// How many instances the fallback divides a limit between.
+    fn share(&self) -> u32 {
+        self.instances.load(Ordering::Relaxed).max(1)
     }
 
     fn fallback_store(&self) -> &MemoryStore {
@@ -287,12 +307,21 @@ impl Resilience {
         })
     }
 
-    pub(crate) fn decide(&self, bucket: &str, limit: &Limit, cost: u32) -> Decision {
+    /// The failure policy's decision for a call the store could not take: the limit's own
+    /// policy if it has one, else the limiter's. The fallback starts from what the store last
+    /// said of the bucket (`known`), if anything.
+    pub(crate) fn decide(
+        &self,
+        bucket: &str,
+        limit: &Limit,
+        cost: u32,
+        known: Option<&DenyCache>,
+    ) -> Decision {
         match limit.failure_policy().unwrap_or(self.policy) {
             FailurePolicy::Fallback => {
-                let share = self.instances.load(Ordering::Relaxed).max(1);
+                let held = held(known, bucket, limit, Instant::now());
                 self.fallback_store()
-                    .check_share(bucket, limit, cost, share)
+                    .check_share(bucket, limit, cost, self.share(), held)
                     .with_source(Source::Fallback)
             }
             FailurePolicy::Allow => Decision::new(
@@ -317,6 +346,13 @@ impl Resilience {
             .with_source(Source::FailClosed),
         }
     }
+}
+
+/// What the store last said `bucket` under `limit` could hold at `now`, in fine units of the
+/// limit's token bucket.
+fn held(known: Option<&DenyCache>, bucket: &str, limit: &Limit, now: Instant) -> Option<u64> {
+    let known = known?.known(bucket, limit, now)?;
+    Some(known.held(&limit.params(), now))
 }
 
 #[cfg(test)]
@@ -353,7 +389,7 @@ mod fallback_tests {
                 let step_us = 1_000;
                 for t in 0..3_000u64 {
                     for (i, r) in instances.iter().enumerate() {
-                        let d = r.decide("k", &limit, cost);
+                        let d = r.decide("k", &limit, cost, None);
                         if let Some(at) = promised[i]
                             && t * step_us >= at
                         {
@@ -388,17 +424,98 @@ mod fallback_tests {
         }
     }
 
+    /// Repeated short outages: each goes on from what the last left, never from a fresh share.
     #[test]
-    fn an_outage_that_ends_starts_the_next_from_the_shares() {
+    fn an_outage_that_ends_leaves_the_next_where_it_was() {
         let clock = ManualClock::new();
         let r = &fleet(3, &clock)[0];
         let limit = Limit::per_second(3).burst(3);
         // The share: one token at once, one per second.
-        assert!(r.decide("k", &limit, 1).allowed);
-        assert!(!r.decide("k", &limit, 1).allowed);
+        assert!(r.decide("k", &limit, 1, None).allowed);
+        assert!(!r.decide("k", &limit, 1, None).allowed);
         r.failed(Gate::Closed, 0, &Error::Timeout(Duration::ZERO));
         r.succeeded(Gate::Closed, 0);
-        assert!(r.decide("k", &limit, 1).allowed, "the store was cleared");
-        assert!(!r.decide("k", &limit, 1).allowed);
+        r.failed(Gate::Closed, 0, &Error::Timeout(Duration::ZERO));
+        assert!(!r.decide("k", &limit, 1, None).allowed, "no fresh share");
+        clock.advance(Duration::from_secs(1));
+        assert!(r.decide("k", &limit, 1, None).allowed, "the share's rate");
+        // A reset of the bucket empties what the fallback held of it.
+        r.forget("k");
+        assert!(r.decide("k", &limit, 1, None).allowed);
+    }
+
+    fn answered(limit: Limit, allowed: bool, remaining: u64, reset_after: Duration) -> Decision {
+        let retry = if allowed { Duration::ZERO } else { reset_after };
+        Decision::new(allowed, remaining, limit, 1, retry, reset_after)
+    }
+
+    /// What the store last said of a bucket carries into the fallback: an exhausted bucket
+    /// stays exhausted, and one with tokens left gives this instance its part of them.
+    #[test]
+    fn the_fallback_starts_from_what_the_store_last_said() {
+        let clock = ManualClock::new();
+        let limit = Limit::per_hour(20).burst(20);
+        let now = Instant::now();
+        let cache = DenyCache::new(1024);
+        // Used up in Redis (the last admitted call left 0; 3 minutes to the next token).
+        cache.remember(
+            "global",
+            &answered(limit, true, 0, Duration::from_secs(3_600)),
+            now,
+            now,
+        );
+        // 6 of 20 left.
+        cache.remember(
+            "user",
+            &answered(limit, true, 6, Duration::from_secs(2_520)),
+            now,
+            now,
+        );
+        for n in [1, 2, 3] {
+            let instances = fleet(n, &clock);
+            let mut global = 0;
+            let mut user = 0;
+            for r in &instances {
+                for _ in 0..40 {
+                    global += u32::from(r.decide("global", &limit, 1, Some(&cache)).allowed);
+                    user += u32::from(r.decide("user", &limit, 1, Some(&cache)).allowed);
+                }
+            }
+            assert_eq!(global, 0, "{n} instances: nothing left to admit");
+            // Each instance gets its part of what was left: 6/n tokens.
+            assert_eq!(user, 6, "{n} instances: {user} admitted of 6 left");
+            // Without what the store said: a fresh share each.
+            let fresh: u32 = fleet(n, &clock)
+                .iter()
+                .map(|r| {
+                    (0..40)
+                        .map(|_| u32::from(r.decide("global", &limit, 1, None).allowed))
+                        .sum::<u32>()
+                })
+                .sum();
+            assert!(fresh >= 18, "{n}: {fresh}");
+        }
+    }
+
+    /// A fallback bucket left by an earlier outage that holds more than the store has said
+    /// since (the fleet drained the bucket between the outages) starts from the store's word.
+    #[test]
+    fn the_store_drained_since_the_last_outage_wins() {
+        let clock = ManualClock::new();
+        let r = &fleet(1, &clock)[0];
+        let limit = Limit::per_hour(10).burst(10);
+        assert!(
+            r.decide("k", &limit, 1, None).allowed,
+            "9 left in the fallback"
+        );
+        let cache = DenyCache::new(16);
+        let now = Instant::now();
+        cache.remember(
+            "k",
+            &answered(limit, false, 0, Duration::from_secs(3_600)),
+            now,
+            now,
+        );
+        assert!(!r.decide("k", &limit, 1, Some(&cache)).allowed);
     }
 }

@@ -613,3 +613,117 @@ async fn concurrent_calls_are_batched_per_master() {
         assert!(!limiter.peek(key, &one).await.unwrap().allowed, "{key}");
     }
 }
+
+/// What a stream of `check_all` calls admitted per user, and how many of its decisions the
+/// fallback took.
+#[derive(Debug, Default)]
+struct Spent {
+    admitted: Vec<u32>,
+    fallback: usize,
+    calls: usize,
+}
+
+impl Spent {
+    async fn call(&mut self, limiter: &RateLimiter, user: usize, limits: (&Limit, &Limit)) {
+        let key = format!("user{user}");
+        let d = limiter
+            .check_all(&[(&key, limits.0, 1), ("everyone", limits.1, 1)])
+            .await
+            .unwrap();
+        if self.admitted.len() <= user {
+            self.admitted.resize(user + 1, 0);
+        }
+        self.admitted[user] += u32::from(d.allowed);
+        self.fallback += usize::from(d.parts().iter().any(|p| p.source == Source::Fallback));
+        self.calls += 1;
+    }
+
+    fn total(&self) -> u32 {
+        self.admitted.iter().sum()
+    }
+}
+
+/// A master too slow for the deadline, then a manual failover of it, hand out nothing Redis
+/// had already spent: 8 users at 5 per hour and everyone at 20 per hour, decided together at
+/// the default deadline. Once Redis has used up the global quota, the fallback starts from
+/// what Redis said (exhausted), not from a fresh share, and the cluster client rides through
+/// the failover's redirects within the deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outages_hand_out_nothing_redis_had_spent() {
+    let cluster = RedisCluster::start();
+    let limiter = RateLimiter::builder()
+        .redis(cluster.url())
+        .prefix("spent")
+        .build()
+        .await
+        .unwrap();
+    let mut spent = Spent::default();
+    for _ in 0..4 {
+        for user in 0..8 {
+            spent.call(&limiter, user, limits()).await;
+        }
+    }
+    assert_eq!(spent.total(), 20, "{spent:?}");
+    assert_eq!(spent.fallback, 0, "{spent:?}");
+
+    // The global bucket's master stops answering for longer than the deadline.
+    let master = cluster.master_of_key(&limiter.bucket_key("everyone"));
+    let _: () = cluster
+        .query(
+            master,
+            redis::cmd("CLIENT").arg("PAUSE").arg(400).arg("ALL"),
+        )
+        .unwrap();
+    for _ in 0..2 {
+        for user in 0..8 {
+            spent.call(&limiter, user, limits()).await;
+        }
+    }
+    assert!(
+        spent.fallback > 0,
+        "the pause reached the fallback: {spent:?}"
+    );
+    assert_eq!(
+        spent.total(),
+        20,
+        "the fallback admitted what Redis had spent: {spent:?}"
+    );
+    let paused = spent.fallback;
+
+    // A manual failover of that master while calls go on.
+    let replica = cluster.replica_of(master).unwrap();
+    let during = tokio::spawn({
+        let limiter = limiter.clone();
+        async move {
+            let mut spent = Spent::default();
+            let start = Instant::now();
+            while start.elapsed() < Duration::from_secs(3) {
+                for user in 0..8 {
+                    spent.call(&limiter, user, limits()).await;
+                }
+            }
+            spent
+        }
+    });
+    tokio::task::block_in_place(|| cluster.failover(replica)).unwrap();
+    let during = during.await.unwrap();
+    println!(
+        "outages: {paused} of 16 calls by the fallback while paused; the failover: {} of {} \
+         calls by the fallback, {:?} admitted",
+        during.fallback, during.calls, during.admitted
+    );
+    assert_eq!(
+        during.total(),
+        0,
+        "the failover admitted what Redis had spent: {during:?}"
+    );
+    assert!(spent.admitted.iter().all(|&n| n <= 5), "{spent:?}");
+}
+
+/// The limits of [`outages_hand_out_nothing_redis_had_spent`]: a user's 5 and everyone's 20
+/// per hour.
+fn limits() -> (&'static Limit, &'static Limit) {
+    static LIMITS: std::sync::LazyLock<(Limit, Limit)> =
+        std::sync::LazyLock::new(|| (Limit::per_hour(5), Limit::per_hour(20)));
+    (&LIMITS.0, &LIMITS.1)
+}

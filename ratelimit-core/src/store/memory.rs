@@ -323,6 +323,39 @@ fn decide(kernel: Kernel, now: u64, slot: Option<&Slot>, cost: u64) -> Outcome<S
     }
 }
 
+/// The kernel of `instances` instances' share of `limit` for a call of `cost`, and whether it
+/// starts from `held` (see [`MemoryStore::check_share`]): only a token bucket can start from
+/// a part of what the store said (a window's state is no amount of tokens).
+fn share_kernel(limit: &Limit, cost: u32, instances: u32, held: Option<u64>) -> (Kernel, bool) {
+    let kernel = if instances <= 1 {
+        Kernel::of(limit)
+    } else {
+        Kernel::Bucket(limit.params().shared(instances, cost))
+    };
+    match (kernel, held) {
+        (Kernel::Bucket(mut p), Some(held)) => {
+            // A share holds fine units of its own interval (`n` times the limit's), so the
+            // same time held is its exact part of the tokens.
+            p.absent = p.absent.max(p.tau.saturating_sub(held));
+            (Kernel::Bucket(p), true)
+        }
+        (kernel, _) => (kernel, false),
+    }
+}
+
+/// The slot a seeded share decides on: the one there, unless the seeded absent bucket is
+/// stricter (further from full), as after an outage when the fleet drained the bucket since.
+fn stricter(kernel: Kernel, now: u64, slot: Option<&Slot>) -> Option<&Slot> {
+    let there = slot?;
+    let as_is = decide(kernel, now, Some(there), 0);
+    let seeded = decide(kernel, now, None, 0);
+    if seeded.reset_after_us > as_is.reset_after_us {
+        None
+    } else {
+        Some(there)
+    }
+}
+
 /// A shard's lock on cache lines of its own: threads working on neighbouring shards never
 /// contend for one line (128 bytes: a line and the one the adjacent-line prefetcher pairs
 /// with it).
@@ -459,20 +492,46 @@ impl MemoryStore {
     /// Decides with this instance's share of `limit` when `instances` share it. A share is a
     /// token bucket's exact share of the rate and the burst, whatever the limit's algorithm:
     /// a window's count cannot be split between instances that do not talk to each other.
+    ///
+    /// `held`: what the store last said the bucket could hold now (fine units of the limit's
+    /// token bucket, see [`Known::held`](crate::deny_cache::Known::held)). The share then
+    /// holds no more than its part of that: an absent bucket starts from it, and one left by
+    /// an earlier outage that holds more is read as starting from it.
     pub(crate) fn check_share(
         &self,
         key: &str,
         limit: &Limit,
         cost: u32,
         instances: u32,
+        held: Option<u64>,
     ) -> Decision {
-        let kernel = if instances <= 1 {
-            Kernel::of(limit)
+        let (kernel, seeded) = share_kernel(limit, cost, instances, held);
+        let outcome = if seeded {
+            self.check_seeded(key.as_bytes(), kernel, cost)
         } else {
-            Kernel::Bucket(limit.params().shared(instances, cost))
+            self.check_with(key.as_bytes(), kernel, cost)
         };
-        let outcome = self.check_with(key.as_bytes(), kernel, cost);
         Decision::from_outcome(&outcome, *limit, cost)
+    }
+
+    /// [`check_with`](Self::check_with) for a kernel seeded from what the store last said:
+    /// under the exclusive lock, on the stricter of the bucket there and the seeded one.
+    fn check_seeded(&self, key: &[u8], kernel: Kernel, cost: u32) -> Outcome<()> {
+        let inner = &*self.inner;
+        let now = inner.clock.now_micros();
+        let hash = inner.hash(key);
+        let mut shard = lock(&inner.shards[inner.shard_of(hash)]);
+        match shard.table.find_mut(hash, |e| &*e.0 == key) {
+            Some(entry) => {
+                let slot = stricter(kernel, now, Some(&entry.1));
+                let outcome = decide(kernel, now, slot, u64::from(cost));
+                outcome.map_state(|new_state| entry.1 = new_state)
+            }
+            None => {
+                let outcome = decide(kernel, now, None, u64::from(cost));
+                outcome.map_state(|new_state| inner.insert(&mut shard, hash, key, new_state, now))
+            }
+        }
     }
 
     /// Gives `cost` tokens back to the bucket `key` (a reservation whose caller gave up
@@ -506,11 +565,15 @@ impl MemoryStore {
     /// instance's share of each when `instances` share them (as
     /// [`check_share`](MemoryStore::check_share)). With `veto`, another limit of the call
     /// refused it already: nothing is taken, and each limit still answers as it would.
+    ///
+    /// `held`, when given, has one entry per check: what the store last said that bucket
+    /// could hold (as [`check_share`](Self::check_share) takes it).
     pub(crate) fn check_all_shared(
         &self,
         checks: &[(&str, &Limit, u32)],
         instances: u32,
         veto: bool,
+        held: Option<&[Option<u64>]>,
     ) -> Vec<Decision> {
         let inner = &*self.inner;
         let now = inner.clock.now_micros();
@@ -535,15 +598,17 @@ impl MemoryStore {
         let decide_at = |i: usize, cost: u64| {
             let (key, limit, call_cost) = checks[i];
             let (hash, shard) = located[i];
-            let kernel = if instances <= 1 {
-                Kernel::of(limit)
-            } else {
-                Kernel::Bucket(limit.params().shared(instances, call_cost))
-            };
+            let seed = held.and_then(|h| h.get(i).copied().flatten());
+            let (kernel, seeded) = share_kernel(limit, call_cost, instances, seed);
             let slot = shards[guard_of(shard)]
                 .table
                 .find(hash, |e| *e.0 == *key.as_bytes())
                 .map(|e| &e.1);
+            let slot = if seeded {
+                stricter(kernel, now, slot)
+            } else {
+                slot
+            };
             decide(kernel, now, slot, cost)
         };
         let mut outcomes: Vec<Outcome<Slot>> = (0..checks.len())
@@ -736,7 +801,7 @@ impl Store for MemoryStore {
     }
 
     async fn check_all(&self, checks: &[(&str, &Limit, u32)]) -> Result<Vec<Decision>, Error> {
-        Ok(self.check_all_shared(checks, 1, false))
+        Ok(self.check_all_shared(checks, 1, false, None))
     }
 }
 
