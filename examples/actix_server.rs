@@ -128,12 +128,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     };
     println!("rate limits: {store} (prefix `{}`)", limiter.prefix());
 
-    let proxies = TrustedProxies::new(
-        std::env::var("TRUSTED_PROXIES")
-            .unwrap_or_default()
-            .split(',')
-            .filter(|c| !c.trim().is_empty()),
-    )?;
+    // TRUSTED_PROXIES and TRUSTED_PROXY_HEADER.
+    let proxies = TrustedProxies::from_env()?;
     let port: u16 = std::env::var("PORT")
         .ok()
         .and_then(|p| p.parse().ok())

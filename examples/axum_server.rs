@@ -10,8 +10,10 @@
 //! | `GET /health` | none | |
 //! | `GET /metrics` | none | the library's metrics in Prometheus' text format |
 //!
-//! `TRUSTED_PROXIES` (comma-separated CIDRs) makes the client IP come from `Forwarded` /
-//! `X-Forwarded-For` when the peer is one of them; by default those headers are ignored.
+//! `TRUSTED_PROXIES` (comma-separated CIDRs) makes the client IP come from the header those
+//! proxies write, when the peer is one of them: `X-Forwarded-For`, or the one named by
+//! `TRUSTED_PROXY_HEADER` (`forwarded`, `x-real-ip`, `cf-connecting-ip`, ...). By default
+//! every forwarding header is ignored.
 //!
 //! ```sh
 //! cargo run --example axum_server --features axum                        # in memory
@@ -152,12 +154,8 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     };
     println!("rate limits: {store} (prefix `{}`)", limiter.prefix());
 
-    let proxies = TrustedProxies::new(
-        std::env::var("TRUSTED_PROXIES")
-            .unwrap_or_default()
-            .split(',')
-            .filter(|c| !c.trim().is_empty()),
-    )?;
+    // TRUSTED_PROXIES and TRUSTED_PROXY_HEADER.
+    let proxies = TrustedProxies::from_env()?;
     let port: u16 = std::env::var("PORT")
         .ok()
         .and_then(|p| p.parse().ok())

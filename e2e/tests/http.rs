@@ -25,6 +25,7 @@ impl Service {
             .env("PORT", port.to_string())
             .env("REDIS_URL", redis.url())
             .env_remove("TRUSTED_PROXIES")
+            .env_remove("TRUSTED_PROXY_HEADER")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -290,24 +291,20 @@ async fn route_shares_a_bucket_and_uri_does_not(bin: &str) {
     );
 }
 
-/// Forwarding headers from an untrusted peer change nothing; from a trusted proxy, the
-/// forwarded client is the key.
+/// Forwarding headers from an untrusted peer change nothing; from a trusted proxy, the client
+/// it wrote in the one header it writes (`TRUSTED_PROXY_HEADER`) is the key.
 async fn forwarded_headers_need_a_trusted_proxy(bin: &str) {
     let redis = RedisServer::start();
     let untrusted = Service::start(bin, &redis, &[]).await;
     let http = client();
-    let mut statuses = Vec::new();
-    for i in 0..6 {
-        let r = http
-            .post(untrusted.url("/login"))
-            .header("x-forwarded-for", format!("203.0.113.{i}"))
-            .header("forwarded", format!("for=198.51.100.{i}"))
-            .header("x-real-ip", format!("192.0.2.{i}"))
-            .send()
-            .await
-            .unwrap();
-        statuses.push(r.status().as_u16());
-    }
+    let statuses = login_statuses(&untrusted, 6, |i| {
+        vec![
+            ("x-forwarded-for", format!("203.0.113.{i}")),
+            ("forwarded", format!("for=198.51.100.{i}")),
+            ("x-real-ip", format!("192.0.2.{i}")),
+        ]
+    })
+    .await;
     assert_eq!(
         statuses,
         [200, 200, 200, 200, 200, 429],
@@ -348,6 +345,58 @@ async fn forwarded_headers_need_a_trusted_proxy(bin: &str) {
         StatusCode::OK,
         "another client behind the proxy"
     );
+
+    // The proxy appends to X-Forwarded-For and passes the client's own Forwarded through.
+    let statuses = login_statuses(&behind_proxy, 7, |i| {
+        vec![
+            ("x-forwarded-for", "8.8.4.4".to_owned()),
+            ("forwarded", format!("for=1.1.1.{i}")),
+        ]
+    })
+    .await;
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 200, 200, 429, 429],
+        "only the header the proxy writes names the client"
+    );
+    drop(behind_proxy);
+
+    let redis = RedisServer::start();
+    let env = [
+        ("TRUSTED_PROXIES", "127.0.0.1/32"),
+        ("TRUSTED_PROXY_HEADER", "forwarded"),
+    ];
+    let rfc7239 = Service::start(bin, &redis, &env).await;
+    let statuses = login_statuses(&rfc7239, 6, |i| {
+        vec![
+            ("x-forwarded-for", format!("203.0.113.{i}")),
+            ("forwarded", "for=unknown".to_owned()),
+        ]
+    })
+    .await;
+    assert_eq!(
+        statuses,
+        [200, 200, 200, 200, 200, 429],
+        "`for=unknown` is the proxy that sent it, never no key, never another header"
+    );
+}
+
+/// The statuses of `n` logins at `service`, the `i`-th sending `headers(i)`.
+async fn login_statuses(
+    service: &Service,
+    n: usize,
+    headers: impl Fn(usize) -> Vec<(&'static str, String)>,
+) -> Vec<u16> {
+    let http = client();
+    let mut statuses = Vec::new();
+    for i in 0..n {
+        let mut request = http.post(service.url("/login"));
+        for (name, value) in headers(i) {
+            request = request.header(name, value);
+        }
+        statuses.push(request.send().await.unwrap().status().as_u16());
+    }
+    statuses
 }
 
 /// Spellings of one path (percent-escapes of unreserved characters, in either case) reach one

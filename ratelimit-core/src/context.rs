@@ -71,7 +71,7 @@ enum Client {
     Peer,
     /// Behind trusted proxies, this is the client.
     Known(IpAddr),
-    /// A trusted proxy forwarded something that is not an address.
+    /// Whoever built the context said there is no client address.
     Unknown,
 }
 
@@ -157,8 +157,8 @@ impl RequestContext {
         self
     }
 
-    /// With the client address established from trusted proxies' headers (`None`: a trusted
-    /// proxy forwarded no usable address, so the call has no client key).
+    /// With the client address established from trusted proxies' headers (the HTTP layers
+    /// always establish one); `None` says the call has no client address, so no `Ip` key.
     #[must_use]
     pub fn with_client_ip(mut self, client: Option<IpAddr>) -> Self {
         self.client = client.map_or(Client::Unknown, Client::Known);

@@ -384,7 +384,7 @@ mod tests {
             .with_peer("[2001:db8:1:2:aaaa::1]:5".parse().unwrap())
             .with_ipv6_prefix(56);
         assert_eq!(Ip.resolve(&c).as_deref(), Some("2001:db8:1::/56"));
-        // Behind a trusted proxy that forwarded garbage, there is no client key.
+        // A context told it has no client address has no client key.
         assert_eq!(Ip.resolve(&c.with_client_ip(None)), None);
     }
 

@@ -42,7 +42,7 @@ mod policy;
 mod registry;
 pub mod store;
 
-pub use client_ip::TrustedProxies;
+pub use client_ip::{ClientIpHeader, TrustedProxies};
 pub use clock::{Clock, ManualClock, MonotonicClock};
 pub use context::{Recorded, RequestContext, scope, scope_returning};
 pub use decision::{Decision, RateLimited, Source};

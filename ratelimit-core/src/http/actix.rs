@@ -213,9 +213,11 @@ mod tests {
     use crate::__private::test_support::declaration;
     use crate::headers::HeaderFamilies;
     use crate::http::test_support::{
-        Limited, SPRING_HEADERS, assert_shadowed, assert_two_limits_described, errors_while,
-        limited_by_ip, limited_call, limited_twice, shadowed_call, twice,
+        Limited, SPRING_HEADERS, assert_a_client_cannot_pick_its_bucket, assert_shadowed,
+        assert_two_limits_described, errors_while, limited_by_ip, limited_call, limited_twice,
+        shadowed_call, twice, twice_a_minute_by_ip,
     };
+    use crate::{ClientIpHeader, TrustedProxies};
 
     async fn login() -> Result<&'static str, Limited> {
         limited_call().await
@@ -297,6 +299,36 @@ mod tests {
         let body = actix_test::read_body(refused).await;
         let body = String::from_utf8(body.to_vec()).unwrap();
         assert_two_limits_described("actix::twice", &ok, &refused_headers, &body);
+    }
+
+    /// Behind a trusted proxy, over real HTTP: only the header the proxy writes names the
+    /// client, and a proxy that forwards `unknown` is the client, not "no key".
+    #[actix_web::test]
+    async fn a_client_behind_a_trusted_proxy_cannot_pick_its_bucket() {
+        let by_ip = twice_a_minute_by_ip("actix::behind_proxy");
+        let serve = |proxies: TrustedProxies| {
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap();
+            let server = actix_web::HttpServer::new(move || {
+                App::new()
+                    .wrap(RateLimitMiddleware::new().trusted_proxies(proxies.clone()))
+                    .route("/ip", web::get().to(move || limited_by_ip(by_ip)))
+            })
+            .workers(1)
+            .disable_signals()
+            .listen(listener)
+            .unwrap()
+            .run();
+            let handle = server.handle();
+            actix_web::rt::spawn(server);
+            (addr, handle)
+        };
+        let trusted = TrustedProxies::new(["127.0.0.0/8"]).unwrap();
+        let (xff, xff_server) = serve(trusted.clone());
+        let (forwarded, forwarded_server) = serve(trusted.header(ClientIpHeader::Forwarded));
+        assert_a_client_cannot_pick_its_bucket(xff, forwarded).await;
+        xff_server.stop(false).await;
+        forwarded_server.stop(false).await;
     }
 
     /// Without the middleware there is no request context at all: one error names it.

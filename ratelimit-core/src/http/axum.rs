@@ -180,9 +180,11 @@ mod tests {
     use crate::__private::test_support::declaration;
     use crate::headers::HeaderFamilies;
     use crate::http::test_support::{
-        Limited, SPRING_HEADERS, assert_shadowed, assert_two_limits_described, errors_while,
-        limited_by_ip, limited_call, limited_twice, shadowed_call, twice,
+        Limited, SPRING_HEADERS, assert_a_client_cannot_pick_its_bucket, assert_shadowed,
+        assert_two_limits_described, errors_while, limited_by_ip, limited_call, limited_twice,
+        shadowed_call, twice, twice_a_minute_by_ip,
     };
+    use crate::{ClientIpHeader, TrustedProxies};
 
     async fn get_path(app: &mut Router, path: &str) -> Response {
         poll_fn(|cx| tower_service::Service::<Request<Body>>::poll_ready(app, cx))
@@ -298,6 +300,27 @@ mod tests {
         for name in ["ratelimit", "retry-after", "x-ratelimit-remaining"] {
             assert!(refused.headers().get(name).is_some(), "{name}");
         }
+    }
+
+    /// Behind a trusted proxy, over real HTTP: only the header the proxy writes names the
+    /// client, and a proxy that forwards `unknown` is the client, not "no key".
+    #[tokio::test]
+    async fn a_client_behind_a_trusted_proxy_cannot_pick_its_bucket() {
+        let by_ip = twice_a_minute_by_ip("axum::behind_proxy");
+        let serve = |proxies: TrustedProxies| async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            let app = Router::new()
+                .route("/ip", get(move || limited_by_ip(by_ip)))
+                .layer(RateLimitLayer::new().trusted_proxies(proxies))
+                .into_make_service_with_connect_info::<SocketAddr>();
+            tokio::spawn(async move { axum::serve(listener, app).await });
+            addr
+        };
+        let trusted = TrustedProxies::new(["127.0.0.0/8"]).unwrap();
+        let xff = serve(trusted.clone()).await;
+        let forwarded = serve(trusted.header(ClientIpHeader::Forwarded)).await;
+        assert_a_client_cannot_pick_its_bucket(xff, forwarded).await;
     }
 
     /// A call made before enable says so once; the same limit later run without its peer

@@ -22,8 +22,10 @@ pub(crate) struct Config {
 /// Builder methods shared by `RateLimitLayer` and `RateLimitMiddleware`.
 macro_rules! config_methods {
     () => {
-        /// Believe `Forwarded` / `X-Forwarded-For` / `X-Real-IP` from these proxies only: the
-        /// client is the right-most hop that is not one of them. None are trusted by default.
+        /// Believe the forwarding header these proxies write (`X-Forwarded-For` unless
+        /// [`TrustedProxies::header`]($crate::TrustedProxies::header) chose another) from them
+        /// only: the client is the right-most hop in it that is not one of them. None are
+        /// trusted by default.
         pub fn trusted_proxies(mut self, proxies: $crate::TrustedProxies) -> Self {
             std::sync::Arc::make_mut(&mut self.config).proxies = proxies;
             self
@@ -56,7 +58,7 @@ impl Config {
         ctx = ctx.served_by(origin, self.families);
         if let Some(peer) = ctx.peer() {
             let client = self.proxies.client_ip(peer.ip(), ctx.headers());
-            ctx = ctx.with_client_ip(client);
+            ctx = ctx.with_client_ip(Some(client));
         }
         if let Some(bits) = self.ipv6_prefix {
             ctx = ctx.with_ipv6_prefix(bits);
@@ -228,6 +230,80 @@ pub(crate) mod test_support {
             .await
             .map_err(|r| Limited(*r))?;
         Ok("ok")
+    }
+
+    /// A `#[rate_limit(replenish = 2, unit = "minute", key = Ip)]` limit named `name`.
+    pub(crate) fn twice_a_minute_by_ip(name: &'static str) -> &'static LimitDeclaration {
+        Box::leak(Box::new(LimitDeclaration::new(
+            name,
+            Limit::per_minute(2),
+            1,
+            "Ip",
+            file!(),
+            line!(),
+        )))
+    }
+
+    /// The status of `GET /ip` with `headers`, sent over a real HTTP/1.1 connection to
+    /// `server` from 127.0.0.1.
+    pub(crate) async fn status_over_http(
+        server: std::net::SocketAddr,
+        headers: &[(&str, String)],
+    ) -> u16 {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        let mut request = format!("GET /ip HTTP/1.1\r\nhost: {server}\r\nconnection: close\r\n");
+        for (name, value) in headers {
+            request.push_str(&format!("{name}: {value}\r\n"));
+        }
+        request.push_str("\r\n");
+        let mut stream = tokio::net::TcpStream::connect(server).await.unwrap();
+        stream.write_all(request.as_bytes()).await.unwrap();
+        let mut response = Vec::new();
+        stream.read_to_end(&mut response).await.unwrap();
+        let response = String::from_utf8_lossy(&response);
+        let status = response.split(' ').nth(1).unwrap_or_default();
+        status
+            .parse()
+            .unwrap_or_else(|_| panic!("no status in {response:?}"))
+    }
+
+    /// Issue 22's bypass, against `xff`, a service that trusts 127.0.0.0/8 and limits `GET
+    /// /ip` to 2 a minute by `Ip` (the default header, `X-Forwarded-For`), and `forwarded`,
+    /// the same reading `Forwarded`.
+    pub(crate) async fn assert_a_client_cannot_pick_its_bucket(
+        xff: std::net::SocketAddr,
+        forwarded: std::net::SocketAddr,
+    ) {
+        let mut statuses = Vec::new();
+        for i in 0..6 {
+            let headers = [
+                ("x-forwarded-for", "8.8.4.4".to_owned()),
+                ("forwarded", format!("for=1.1.1.{i}")),
+                ("x-real-ip", format!("2.2.2.{i}")),
+            ];
+            statuses.push(status_over_http(xff, &headers).await);
+        }
+        assert_eq!(
+            statuses,
+            [200, 200, 429, 429, 429, 429],
+            "the client is the address the proxy appended to X-Forwarded-For; the client's \
+             own Forwarded and X-Real-IP are not read"
+        );
+
+        let mut statuses = Vec::new();
+        for i in 0..3 {
+            let headers = [
+                ("x-forwarded-for", format!("1.1.1.{i}")),
+                ("forwarded", "for=unknown".to_owned()),
+            ];
+            statuses.push(status_over_http(forwarded, &headers).await);
+        }
+        assert_eq!(
+            statuses,
+            [200, 200, 429],
+            "`for=unknown` from a trusted proxy is keyed by that proxy, never \"no key\""
+        );
     }
 
     /// Runs `requests` with every event captured; returns the ERRORs that mention `name`.
