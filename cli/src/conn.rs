@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use ratelimit_core::tools::redact_url;
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
@@ -43,26 +44,6 @@ impl std::fmt::Debug for Redis {
     }
 }
 
-/// `url` with its password replaced by `***`.
-pub(crate) fn redact(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        return url.to_owned();
-    };
-    let authority_end = rest.find('/').unwrap_or(rest.len());
-    match rest[..authority_end].rfind('@') {
-        Some(at) => {
-            let user = rest[..at].split(':').next().unwrap_or("");
-            let hidden = if rest[..at].contains(':') {
-                format!("{user}:***")
-            } else {
-                user.to_owned()
-            };
-            format!("{scheme}://{hidden}{}", &rest[at..])
-        }
-        None => url.to_owned(),
-    }
-}
-
 /// What the URL names, checked before anything is sent.
 /// Both boxed: their sizes differ, and differ again with TLS.
 enum Target {
@@ -71,7 +52,7 @@ enum Target {
 }
 
 fn target(url: &str) -> Result<Target, Failure> {
-    let shown = redact(url);
+    let shown = redact_url(url);
     let invalid = |why: &dyn std::fmt::Display| {
         Failure::Usage(format!("invalid Redis URL `{shown}`: {why}; {EXPECTED}"))
     };
@@ -132,7 +113,7 @@ pub(crate) fn check_url(url: &str) -> Result<(), Failure> {
 impl Redis {
     /// Connects to the deployment at `url` (on a cluster, to each of its masters too).
     pub(crate) async fn connect(url: &str) -> Result<Redis, Failure> {
-        let shown = redact(url);
+        let shown = redact_url(url);
         let unreachable = |e: RedisError| {
             Failure::Redis(format!(
                 "cannot connect to Redis at {shown}: {e}; is the server running and reachable?"
@@ -339,18 +320,6 @@ fn node_url(url: &str, address: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn passwords_are_hidden() {
-        assert_eq!(redact("redis://:s3cret@h:1/0"), "redis://:***@h:1/0");
-        assert_eq!(redact("redis://u:s3cret@h:1"), "redis://u:***@h:1");
-        assert_eq!(redact("redis://u@h:1"), "redis://u@h:1");
-        assert_eq!(redact("redis://h:1"), "redis://h:1");
-        assert_eq!(
-            redact("redis+cluster://:p@a:1,b:2"),
-            "redis+cluster://:***@a:1,b:2"
-        );
-    }
 
     #[test]
     fn nodes_keep_the_credentials() {

@@ -15,10 +15,11 @@
 //! `--name` (the limit's name) and `--key` (the caller's key), `--key` alone for the bucket of
 //! `RateLimiter::check`, or `--bucket` with its Redis key.
 //!
-//! The CLI reads what the library wrote with the library's own code: its key naming, its
-//! reset (`RateLimiter::reset_named`), and its algorithms' decision functions (the twins its
-//! conformance tests hold to its Lua scripts), run on the state read from Redis at the
-//! server's time. It writes nothing but a reset; `top` and `watch` use `SCAN`, never `KEYS`.
+//! The CLI reads what the library wrote with the library's own code: its key naming and URL
+//! redaction (`ratelimit_core::tools`), its reset (`RateLimiter::reset_named`), and its
+//! algorithms' decision functions (the twins its conformance tests hold to its Lua scripts),
+//! run on the state read from Redis at the server's time. It writes nothing but a reset; `top`
+//! and `watch` use `SCAN`, never `KEYS`.
 //!
 //! # JSON
 //! One document per command on stdout (`watch`: one line per sample). Times are integers in
@@ -66,7 +67,6 @@ mod config;
 mod conn;
 mod decide;
 mod failure;
-mod naming;
 mod output;
 mod report;
 mod state;

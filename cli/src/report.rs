@@ -4,9 +4,9 @@ use ratelimit_core::Limit;
 use serde::Serialize;
 
 use crate::decide::{self, Decision};
-use crate::naming::{self, Part};
 use crate::output::{Out, Style, duration_us};
 use crate::state::{self, Decoded, Kind, Read, View};
+use ratelimit_core::tools::{Part, parse_bucket_key};
 
 /// One bucket (the JSON fields of `inspect`, and of each of `top`'s buckets).
 #[derive(Debug, Clone, Serialize)]
@@ -52,7 +52,7 @@ impl Report {
     ) -> Report {
         let (name, key) = match names {
             Some((name, key)) => (name.map(str::to_owned), Some(key.to_owned())),
-            None => match naming::parse(prefix, bucket) {
+            None => match parse_bucket_key(prefix, bucket) {
                 Some(b) => (
                     b.name.as_ref().and_then(Part::text).map(str::to_owned),
                     b.key.text().map(str::to_owned),
@@ -114,18 +114,20 @@ impl Report {
 
     /// The name for people: `(unnamed)` for a bucket of `RateLimiter::check`.
     pub(crate) fn name_shown(&self, prefix: &str) -> String {
-        match (&self.name, naming::parse(prefix, &self.bucket)) {
+        match (&self.name, parse_bucket_key(prefix, &self.bucket)) {
             (Some(n), _) => n.clone(),
-            (None, Some(b)) => b.name.map_or_else(|| "(unnamed)".to_owned(), |n| n.shown()),
+            (None, Some(b)) => b
+                .name
+                .map_or_else(|| "(unnamed)".to_owned(), |n| n.to_string()),
             (None, None) => "?".to_owned(),
         }
     }
 
     /// The key for people.
     pub(crate) fn key_shown(&self, prefix: &str) -> String {
-        match (&self.key, naming::parse(prefix, &self.bucket)) {
+        match (&self.key, parse_bucket_key(prefix, &self.bucket)) {
             (Some(k), _) => k.clone(),
-            (None, Some(b)) => b.key.shown(),
+            (None, Some(b)) => b.key.to_string(),
             (None, None) => "?".to_owned(),
         }
     }

@@ -779,12 +779,24 @@ fn watch_samples_buckets_per_limit() {
     drop(limiter);
 }
 
+/// Every command that connects to Redis, with what it needs besides `--url`.
+const CONNECTING: [&[&str]; 4] = [
+    &["top"],
+    &["inspect", "--key", "k"],
+    &["reset", "--key", "k"],
+    &["watch", "--count", "1"],
+];
+
 #[test]
 fn errors_say_what_is_wrong_with_their_exit_codes() {
     let server = RedisServer::start();
     // Bad URLs: the command line is wrong.
     for (url, says) in [
-        ("not a url", "invalid Redis URL `not a url`"),
+        // Not a URL: it may be anything, a password included, so it is not shown.
+        (
+            "not a url",
+            "invalid Redis URL `(unparsable URL)`: not a URL",
+        ),
         (
             "http://127.0.0.1:6379",
             "invalid Redis URL `http://127.0.0.1:6379`",
@@ -815,12 +827,7 @@ fn errors_say_what_is_wrong_with_their_exit_codes() {
     // A closed port: Redis cannot be reached, and the message says where.
     let port = testkit::free_port();
     let url = format!("redis://127.0.0.1:{port}");
-    for command in [
-        &["top"][..],
-        &["inspect", "--key", "k"],
-        &["reset", "--key", "k"],
-        &["watch", "--count", "1"],
-    ] {
+    for command in CONNECTING {
         let mut args = command.to_vec();
         args.extend(["--url", &url]);
         let o = cli(&args);
@@ -973,5 +980,150 @@ fn a_cluster_is_scanned_on_every_master() {
     assert_eq!(code(&o), 0, "{}", stderr(&o));
     let doc: Value = serde_json::from_str(&stdout(&o)).unwrap();
     assert_eq!(doc["buckets"], 29, "{doc}");
+    drop(limiter);
+}
+
+/// No password reaches the output, whatever it holds (`/`, `@`, `?`, `#` make URL parsers
+/// disagree on where it ends) and whichever command fails: the URL is shown through the
+/// library's own redaction.
+#[test]
+fn passwords_never_show_whatever_they_hold() {
+    let closed = testkit::free_port();
+    let mut urls = Vec::new();
+    for sep in ["/", "@", "?", "#", "/@?#"] {
+        let password = format!("Xy9{sep}Zq7");
+        urls.push(format!("redis://:{password}@127.0.0.1:{closed}"));
+        urls.push(format!("redis://admin:{password}@127.0.0.1:{closed}/0"));
+        urls.push(format!("rediss://:{password}@127.0.0.1:{closed}"));
+        urls.push(format!(
+            "redis+cluster://:{password}@127.0.0.1:{closed},127.0.0.1:1"
+        ));
+    }
+    urls.push(format!("redis://127.0.0.1:{closed}/0?password=Xy9Zq7"));
+    // Another program's garbage in the environment: not a URL at all.
+    urls.push("Xy9Zq7".to_owned());
+    for url in &urls {
+        for command in CONNECTING {
+            let mut args = command.to_vec();
+            args.extend(["--url", url]);
+            let o = cli(&args);
+            assert_ne!(code(&o), 0, "{args:?}");
+            let (out, err) = (stdout(&o), stderr(&o));
+            assert!(!err.is_empty(), "{args:?}: says nothing");
+            for secret in ["Xy9", "Zq7"] {
+                assert!(
+                    !out.contains(secret) && !err.contains(secret),
+                    "{args:?} shows the password: {out}{err}"
+                );
+            }
+        }
+    }
+
+    // A server that needs the password: every output that names the server hides it.
+    let password = "Xy9@Zq7";
+    let server = RedisServer::start();
+    redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("requirepass")
+        .arg(password)
+        .query::<()>(&mut server.blocking_connection())
+        .unwrap();
+    let url = format!("redis://:{password}@127.0.0.1:{}", server.port());
+    for args in [
+        &["top", "--prefix", "nope"][..],
+        &["watch", "--count", "1", "--prefix", "nope"],
+        &["inspect", "--key", "k", "--prefix", "nope"],
+        &["inspect", "--key", "k", "--prefix", "nope", "--json"],
+    ] {
+        let mut args = args.to_vec();
+        args.extend(["--url", &url]);
+        let o = cli(&args);
+        assert_eq!(code(&o), 3, "{args:?}: {}", stderr(&o));
+        let all = format!("{}{}", stdout(&o), stderr(&o));
+        assert!(all.contains(":***@127.0.0.1"), "{args:?}: {all}");
+        assert!(!all.contains("Xy9") && !all.contains("Zq7"), "{all}");
+    }
+}
+
+/// Buckets whose name or key hold non-ASCII text, `:`, braces and `%`, made through the
+/// library's public API (the key from a request header, as `Header` resolves it): `inspect`
+/// finds each by the text the client sent, and `top` shows that text.
+#[test]
+fn the_cli_names_buckets_as_the_library_does() {
+    use ratelimit_core::{Header, KeyResolver, RequestContext};
+
+    let server = RedisServer::start();
+    let rt = runtime();
+    let limiter = rt.block_on(limiter(&server));
+    let limit = Limit::per_hour(3);
+    let header_key = |value: &str| {
+        let mut headers = http::HeaderMap::new();
+        headers.insert("x-api-key", http::HeaderValue::from_str(value).unwrap());
+        let ctx = RequestContext::new().with_headers(headers);
+        Header("x-api-key").resolve(&ctx).unwrap().into_owned()
+    };
+    let buckets = [
+        ("api::café", "café"),
+        ("ns:{x}%", "k:{ключ}%🔑"),
+        ("plain", &"é".repeat(100)),
+    ];
+    for (name, value) in buckets {
+        let key = header_key(value);
+        for _ in 0..3 {
+            assert!(
+                rt.block_on(limiter.check_named(name, &key, &limit, 1))
+                    .unwrap()
+                    .allowed
+            );
+        }
+        let refused = rt
+            .block_on(limiter.check_named(name, &key, &limit, 1))
+            .unwrap();
+        assert!(!refused.allowed);
+    }
+
+    for (name, value) in buckets {
+        let doc = json(
+            &server,
+            &[
+                "inspect",
+                "--name",
+                name,
+                "--key",
+                value,
+                "--replenish",
+                "3",
+                "--unit",
+                "hour",
+            ],
+        );
+        assert_eq!(doc["exists"], true, "{name}/{value}: {doc}");
+        assert_eq!(doc["bucket"], limiter.named_bucket_key(name, value));
+        assert_eq!(doc["decision"]["allowed"], false, "{doc}");
+        assert_eq!(doc["decision"]["remaining"], 0, "{doc}");
+        let o = run(&server, &["inspect", "--name", name, "--key", value], false);
+        assert_eq!(code(&o), 0, "{name}/{value}: {}", stdout(&o));
+        assert!(stdout(&o).contains(value), "{}", stdout(&o));
+    }
+
+    let doc = json(&server, &["top", "--limit", "10"]);
+    let shown = doc["shown"].as_array().unwrap();
+    assert_eq!(shown.len(), buckets.len(), "{doc}");
+    for (name, value) in buckets {
+        // A key too long to keep is listed by its bucket, its key kept only as a digest.
+        let key = if value.len() > ratelimit_core::MAX_PART_LEN {
+            Value::Null
+        } else {
+            Value::from(value)
+        };
+        assert!(
+            shown.iter().any(|r| r["name"] == name
+                && r["key"] == key
+                && r["bucket"] == limiter.named_bucket_key(name, value)),
+            "{name}/{value} not in {doc}"
+        );
+    }
+    let o = run(&server, &["top"], false);
+    assert!(stdout(&o).contains("k:{ключ}%🔑"), "{}", stdout(&o));
     drop(limiter);
 }

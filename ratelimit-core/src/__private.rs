@@ -33,7 +33,6 @@ pub mod token_bucket {
 
 use crate::context::{missing_piece, record_current, with_current};
 use crate::decision::Source;
-pub use crate::naming::{bucket_key, key_slot};
 use crate::registry::Effective;
 use crate::registry::Warning;
 pub use crate::registry::{LimitDeclaration, Registration, global};

@@ -153,7 +153,7 @@ impl Error {
 /// kept. Queries (`?password=..`) and fragments are dropped. When that userinfo holds a
 /// `/`, `?` or `#`, the `@` may as well sit in a path or a query value, so nothing after the
 /// scheme is shown. Over-redacting is the price of never showing a secret.
-pub(crate) fn redact_url(url: &str) -> String {
+pub fn redact_url(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         // Not a URL: it may be anything, a password included.
         return "(unparsable URL)".to_owned();

@@ -211,8 +211,10 @@ impl KeyResolver for IpUri {
     }
 }
 
-/// The value of a request header (an API key, a client id). Values that are not visible
-/// ASCII are keyed by their hex bytes behind a marker, so no two values share a bucket.
+/// The value of a request header (an API key, a client id), as its text when it is UTF-8
+/// (`café` is keyed `café`, and `ratelimit inspect --key café` finds it). Other values, and
+/// those that start with U+FFFD, are keyed by their hex bytes behind a U+FFFD marker
+/// (`\u{fffd}ff` for the byte 0xFF), so no two values share a bucket.
 #[derive(Debug, Clone, Copy)]
 pub struct Header(pub &'static str);
 
@@ -222,9 +224,11 @@ impl KeyResolver for Header {
         if value.is_empty() {
             return None;
         }
-        Some(match value.to_str() {
-            Ok(s) => Cow::Borrowed(s),
-            Err(_) => {
+        // A header value holds no control character but tab: its UTF-8 text is what the
+        // client wrote, as a person would type it to the CLI.
+        Some(match std::str::from_utf8(value.as_bytes()) {
+            Ok(s) if !s.starts_with('\u{fffd}') => Cow::Borrowed(s),
+            _ => {
                 let bytes = value.as_bytes();
                 let mut out = String::with_capacity(1 + 2 * bytes.len());
                 out.push('\u{fffd}');
@@ -389,11 +393,19 @@ mod tests {
     }
 
     #[test]
-    fn non_ascii_headers_are_keyed_by_bytes() {
-        let mut headers = http::HeaderMap::new();
-        headers.insert("x-k", http::HeaderValue::from_bytes(b"\xff\xfe").unwrap());
-        let c = RequestContext::new().with_headers(headers);
-        assert_eq!(Header("x-k").resolve(&c).as_deref(), Some("\u{fffd}fffe"));
+    fn headers_are_keyed_by_their_text_else_by_bytes() {
+        let key = |bytes: &[u8]| {
+            let mut headers = http::HeaderMap::new();
+            headers.insert("x-k", http::HeaderValue::from_bytes(bytes).unwrap());
+            let c = RequestContext::new().with_headers(headers);
+            Header("x-k").resolve(&c).map(Cow::into_owned)
+        };
+        assert_eq!(key("café 🔑".as_bytes()).as_deref(), Some("café 🔑"));
+        assert_eq!(key(b"caf\xe9").as_deref(), Some("\u{fffd}636166e9"));
+        assert_eq!(key(b"\xff\xfe").as_deref(), Some("\u{fffd}fffe"));
+        // A text that looks like the marker is keyed by its bytes too: it cannot meet one.
+        let lookalike = key("\u{fffd}fffe".as_bytes()).unwrap();
+        assert_eq!(lookalike, "\u{fffd}efbfbd66666665");
     }
 }
 

@@ -41,6 +41,7 @@ pub mod overrides;
 mod policy;
 mod registry;
 pub mod store;
+pub mod tools;
 
 pub use client_ip::{ClientIpHeader, TrustedProxies};
 pub use clock::{Clock, ManualClock, MonotonicClock};

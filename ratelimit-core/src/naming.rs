@@ -47,7 +47,7 @@ const DIGEST_LEN: usize = 2 + 32;
 
 /// How a part is written into a bucket key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Part {
+enum Write {
     /// As it is: nothing to escape.
     Plain,
     /// With `{`, `}` and `%` escaped.
@@ -58,22 +58,22 @@ enum Part {
 
 /// How `part` is written, and its length then. One pass over at most [`MAX_PART_LEN`] bytes;
 /// a part longer than that is digested without a look at its bytes.
-fn plan(part: &str) -> (Part, usize) {
+fn plan(part: &str) -> (Write, usize) {
     if part.len() > MAX_PART_LEN {
-        return (Part::Digest, DIGEST_LEN);
+        return (Write::Digest, DIGEST_LEN);
     }
     if !has_special(part.as_bytes()) {
-        return (Part::Plain, part.len());
+        return (Write::Plain, part.len());
     }
     // At most MAX_PART_LEN (< 256) bytes: a u8 count cannot overflow, and the fold vectorizes.
     let specials = usize::from(part.bytes().fold(0u8, |n, b| n + u8::from(needs_escape(b))));
     let len = part.len() + 2 * specials;
     if len > MAX_PART_LEN {
-        (Part::Digest, DIGEST_LEN)
+        (Write::Digest, DIGEST_LEN)
     } else if specials == 0 {
-        (Part::Plain, len)
+        (Write::Plain, len)
     } else {
-        (Part::Escaped, len)
+        (Write::Escaped, len)
     }
 }
 
@@ -123,10 +123,10 @@ impl Out for StackKey {
 }
 
 /// Appends `part`, written as `how` says, to `out`.
-fn push_part(out: &mut impl Out, part: &str, how: Part) {
+fn push_part(out: &mut impl Out, part: &str, how: Write) {
     match how {
-        Part::Plain => out.push_str(part),
-        Part::Escaped => {
+        Write::Plain => out.push_str(part),
+        Write::Escaped => {
             let mut rest = part;
             while let Some(at) = rest.bytes().position(needs_escape) {
                 out.push_str(&rest[..at]);
@@ -139,7 +139,7 @@ fn push_part(out: &mut impl Out, part: &str, how: Part) {
             }
             out.push_str(rest);
         }
-        Part::Digest => {
+        Write::Digest => {
             out.push_str("%H");
             let digest = Sha256::digest(part.as_bytes());
             let mut hex = [0u8; 32];
@@ -157,8 +157,8 @@ const HEX: &[u8; 16] = b"0123456789abcdef";
 
 /// How the parts of a bucket key are written, and its length.
 struct Planned<'a> {
-    name: Option<(&'a str, Part, usize)>,
-    key: (&'a str, Part),
+    name: Option<(&'a str, Write, usize)>,
+    key: (&'a str, Write),
     len: usize,
 }
 
@@ -190,8 +190,8 @@ fn write_key(out: &mut impl Out, prefix: &str, planned: &Planned<'_>) {
     out.push_str("}");
 }
 
-/// The bucket key of `key` under `name` (or of `key` alone) with `prefix`: one allocation
-/// of exactly its length.
+/// The bucket key of `key` under `name` (or of `key` alone) with `prefix`, as the limiter names
+/// its buckets (see [`tools`](crate::tools)): one allocation of exactly its length.
 pub fn bucket_key(prefix: &str, name: Option<&str>, key: &str) -> String {
     let planned = plan_key(prefix, name, key);
     let mut out = String::with_capacity(planned.len);
@@ -266,6 +266,126 @@ pub fn key_slot(key: &[u8]) -> u16 {
     crc % 16_384
 }
 
+/// One part of a bucket key read back: the limit's name, or the caller's key.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Part {
+    /// The text the limiter was given.
+    Text(String),
+    /// A part longer than [`MAX_PART_LEN`] bytes once escaped, kept only as its digest: these
+    /// 32 hex digits (the first 128 bits of its SHA-256). The text cannot be read back;
+    /// [`Part::stands_for`] says whether a given text is the one.
+    Digest(String),
+}
+
+impl Part {
+    /// The text, when the key kept it.
+    pub fn text(&self) -> Option<&str> {
+        match self {
+            Part::Text(t) => Some(t),
+            Part::Digest(_) => None,
+        }
+    }
+
+    /// Whether `text`, given to the limiter, is written as this part.
+    pub fn stands_for(&self, text: &str) -> bool {
+        match self {
+            Part::Text(t) => t == text,
+            Part::Digest(d) => plan(text).0 == Write::Digest && digest_hex(text) == *d,
+        }
+    }
+}
+
+/// For people: the text, or `<digest …>` for a part kept only as its digest.
+impl std::fmt::Display for Part {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Part::Text(t) => f.write_str(t),
+            Part::Digest(d) => write!(f, "<digest {d}>"),
+        }
+    }
+}
+
+/// A bucket key read back into the name and the key it was made of.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub struct Bucket {
+    /// The limit's name; `None` for an unnamed bucket (`RateLimiter::check`).
+    pub name: Option<Part>,
+    /// The caller's key.
+    pub key: Part,
+}
+
+/// The 32 hex digits [`bucket_key`] writes after `%H` for a digested `part`.
+fn digest_hex(part: &str) -> String {
+    let mut out = String::with_capacity(DIGEST_LEN);
+    push_part(&mut out, part, Write::Digest);
+    out.split_off(2)
+}
+
+/// Reads `bucket` as a bucket key under `prefix`: the inverse of [`bucket_key`]. `None` when
+/// it is not one [`bucket_key`] writes (another prefix that starts with this one, the
+/// heartbeat's `<prefix>:instances`, an application's key).
+pub fn parse_bucket_key(prefix: &str, bucket: &str) -> Option<Bucket> {
+    let tag = bucket
+        .strip_prefix(prefix)?
+        .strip_prefix(":{")?
+        .strip_suffix('}')?;
+    // One hash tag: every brace of the name and the key is escaped.
+    if tag.contains(['{', '}']) {
+        return None;
+    }
+    let (len, rest) = tag.split_once(':')?;
+    if len.is_empty() {
+        return Some(Bucket {
+            name: None,
+            key: unescape(rest)?,
+        });
+    }
+    // The written name's length in bytes, in canonical decimal (`0` for an empty name).
+    if len.len() > 3
+        || (len.len() > 1 && len.starts_with('0'))
+        || !len.bytes().all(|b| b.is_ascii_digit())
+    {
+        return None;
+    }
+    let len: usize = len.parse().ok()?;
+    let name = rest.get(..len)?;
+    let key = rest.get(len..)?.strip_prefix(':')?;
+    Some(Bucket {
+        name: Some(unescape(name)?),
+        key: unescape(key)?,
+    })
+}
+
+/// A written part back to its text: `%7B` `{`, `%7D` `}`, `%25` `%`; `%H` and 32 hex digits
+/// a digest. `None` for what [`push_part`] never writes (another `%` sequence, a part longer
+/// than [`MAX_PART_LEN`]).
+fn unescape(written: &str) -> Option<Part> {
+    if written.len() > MAX_PART_LEN {
+        return None;
+    }
+    if let Some(digest) = written.strip_prefix("%H") {
+        let hex = |b: u8| b.is_ascii_digit() || (b'a'..=b'f').contains(&b);
+        return (digest.len() == DIGEST_LEN - 2 && digest.bytes().all(hex))
+            .then(|| Part::Digest(digest.to_owned()));
+    }
+    let mut out = String::with_capacity(written.len());
+    let mut rest = written;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        out.push(match rest.get(at + 1..at + 3)? {
+            "7B" => '{',
+            "7D" => '}',
+            "25" => '%',
+            _ => return None,
+        });
+        rest = &rest[at + 3..];
+    }
+    out.push_str(rest);
+    Some(Part::Text(out))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -330,54 +450,77 @@ mod tests {
         assert!(bucket_key("app", Some(&name), "k").starts_with("app:{128:nnn"));
     }
 
-    /// A part as the key holds it: its text when written as it is or escaped, its digest's
-    /// text when digested (a digest stands for its input, collision-resistant).
-    #[derive(Debug, PartialEq, Eq)]
-    enum Read {
-        Text(String),
-        Digest(String),
-    }
-
-    fn unescape(written: &str) -> Read {
-        if let Some(digest) = written.strip_prefix("%H") {
-            return Read::Digest(digest.to_owned());
-        }
-        Read::Text(
-            written
-                .replace("%7B", "{")
-                .replace("%7D", "}")
-                .replace("%25", "%"),
-        )
-    }
-
-    /// Reads a bucket key back into (prefix, name, key): the proof that the naming is
-    /// injective is that this inverse exists.
-    fn parse(bucket: &str) -> (String, Option<Read>, Read) {
-        let open = bucket.find(":{").unwrap();
-        let prefix = bucket[..open].to_owned();
-        let tag = &bucket[open + 2..bucket.len() - 1];
-        let (len, rest) = tag.split_once(':').unwrap();
-        if len.is_empty() {
-            return (prefix, None, unescape(rest));
-        }
-        let len: usize = len.parse().unwrap();
-        let (name, key) = (&rest[..len], &rest[len..]);
-        (
-            prefix,
-            Some(unescape(name)),
-            unescape(key.strip_prefix(':').unwrap()),
-        )
-    }
-
-    fn as_read(part: &str) -> Read {
+    /// A part as the key holds it: its text when written as it is or escaped, its digest
+    /// when digested (a digest stands for its input, collision-resistant).
+    fn as_read(part: &str) -> Part {
         match plan(part) {
-            (Part::Digest, _) => {
-                let mut out = String::new();
-                push_part(&mut out, part, Part::Digest);
-                Read::Digest(out[2..].to_owned())
-            }
-            _ => Read::Text(part.to_owned()),
+            (Write::Digest, _) => Part::Digest(digest_hex(part)),
+            _ => Part::Text(part.to_owned()),
         }
+    }
+
+    fn text(s: &str) -> Part {
+        Part::Text(s.to_owned())
+    }
+
+    #[test]
+    fn named_and_unnamed_keys_read_back() {
+        let k = bucket_key("t", Some("api::orders"), "user:{42}%");
+        assert_eq!(
+            parse_bucket_key("t", &k),
+            Some(Bucket {
+                name: Some(text("api::orders")),
+                key: text("user:{42}%"),
+            })
+        );
+        let k = bucket_key("t", None, "a:b");
+        assert_eq!(
+            parse_bucket_key("t", &k),
+            Some(Bucket {
+                name: None,
+                key: text("a:b"),
+            })
+        );
+        // A prefix with a colon is read as a whole.
+        let k = bucket_key("app:v2", Some("n"), "k");
+        assert!(parse_bucket_key("app:v2", &k).is_some());
+        assert_eq!(parse_bucket_key("app", &k), None);
+    }
+
+    #[test]
+    fn other_keys_are_not_buckets() {
+        let digest = format!("t:{{:%H{}}}", "0".repeat(32));
+        assert!(parse_bucket_key("t", &digest).is_some());
+        for key in [
+            "t:instances",
+            "t:resets",
+            "tx:{1:a:b}",
+            "t:x:{1:a:b}",
+            "t:{1:a:b",
+            "t:{9:a:b}",
+            "t:{01:a:b}",
+            "t:{1:a:b}}",
+            "t:{1:a:%zz}",
+            "t:{1:a:%7}",
+            "t:{:%Habc}",
+            &digest.replace('0', "A"),
+            &format!("t:{{:{}}}", "a".repeat(MAX_PART_LEN + 1)),
+        ] {
+            assert_eq!(parse_bucket_key("t", key), None, "{key}");
+        }
+    }
+
+    #[test]
+    fn long_parts_read_as_digests() {
+        let long = "k".repeat(500);
+        let b = parse_bucket_key("t", &bucket_key("t", Some("n"), &long)).unwrap();
+        assert_eq!(b.name, Some(text("n")));
+        assert!(b.key.stands_for(&long));
+        assert!(!b.key.stands_for(&"k".repeat(501)));
+        assert_eq!(b.key.text(), None);
+        assert!(b.key.to_string().starts_with("<digest "));
+        // A short text whose digest this is not written as one.
+        assert!(!Part::Digest(digest_hex("k")).stands_for("k"));
     }
 
     /// Names and keys made of the characters that matter to the format.
@@ -387,6 +530,8 @@ mod tests {
             "[:1%H7BD25]{0,8}",
             ".{0,40}",
             "[:{]{60,140}",
+            "[é🔑:{}%]{0,80}",
+            ".{100,200}",
         ]
     }
 
@@ -419,14 +564,14 @@ mod tests {
             k2 in part(),
         ) {
             for (n, k) in [(&n1, &k1), (&n2, &k2)] {
-                let (prefix, name, key) = parse(&bucket_key("p", n.as_deref(), k));
+                let b = parse_bucket_key("p", &bucket_key("p", n.as_deref(), k));
                 prop_assert_eq!(
                     with_bucket_key("p", n.as_deref(), k, <[u8]>::to_vec),
                     bucket_key("p", n.as_deref(), k).into_bytes()
                 );
-                prop_assert_eq!(prefix, "p");
-                prop_assert_eq!(name, n.as_deref().map(as_read));
-                prop_assert_eq!(key, as_read(k));
+                let b = b.expect("a bucket key reads back");
+                prop_assert_eq!(b.name, n.as_deref().map(as_read));
+                prop_assert_eq!(b.key, as_read(k));
             }
             if (&n1, &k1) != (&n2, &k2) {
                 prop_assert_ne!(
@@ -451,6 +596,42 @@ mod tests {
     }
 
     proptest! {
+        /// Whatever the prefix, name and key (any Unicode, `:`, braces, `%`, over-long),
+        /// the bucket key reads back into them, a part too long to keep into its digest.
+        #[test]
+        fn parse_inverts_bucket_key(
+            prefix in "[^{}]{0,12}",
+            name in prop::option::of(part()),
+            key in part(),
+        ) {
+            let b = parse_bucket_key(&prefix, &bucket_key(&prefix, name.as_deref(), &key));
+            let b = b.expect("a bucket key reads back");
+            match (&b.name, &name) {
+                (Some(read), Some(n)) => prop_assert!(read.stands_for(n), "{:?} {:?}", read, n),
+                (None, None) => {}
+                other => prop_assert!(false, "{:?}", other),
+            }
+            prop_assert!(b.key.stands_for(&key), "{:?} {:?}", b.key, key);
+            prop_assert_eq!(b.key.text().is_some(), plan(&key).0 != Write::Digest);
+        }
+
+        /// Whatever reads as a bucket key with its text kept is exactly the key
+        /// [`bucket_key`] writes for it: one spelling per bucket.
+        #[test]
+        fn parse_accepts_only_what_bucket_key_writes(
+            tag in "[0-9:{}%a-fH7BD]{0,24}|:[a-f%H7BD25é]{0,40}|[0-3]:[a-c:%7BD25é]{0,12}|.{0,40}",
+        ) {
+            let written = format!("p:{{{tag}}}");
+            if let Some(Bucket { name, key: Part::Text(key) }) = parse_bucket_key("p", &written) {
+                let name = match &name {
+                    None => None,
+                    Some(Part::Text(n)) => Some(n.as_str()),
+                    Some(Part::Digest(_)) => return Ok(()),
+                };
+                prop_assert_eq!(bucket_key("p", name, &key), written);
+            }
+        }
+
         /// The word-at-a-time scan finds exactly the bytes the byte-at-a-time one does.
         #[test]
         fn specials_are_found_wherever_they_are(

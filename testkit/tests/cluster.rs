@@ -214,7 +214,7 @@ async fn failover_under_load(
         .enumerate()
         .filter(|(i, k)| {
             !moved.contains(i)
-                && failing_circuits.contains(&circuit(ratelimit_core::__private::key_slot(
+                && failing_circuits.contains(&circuit(ratelimit_core::tools::key_slot(
                     limiter.bucket_key(k).as_bytes(),
                 )))
         })

@@ -49,8 +49,8 @@ fn random_keys(rng: &mut Rng, n: usize) -> Vec<String> {
     set.into_iter().collect()
 }
 
-/// Keys that the `Header` resolver makes from header values that are not visible ASCII (it
-/// keys them by a marker and their bytes in hex), through the resolver itself.
+/// Keys that the `Header` resolver makes from header values that are not UTF-8 (it keys them
+/// by a marker and their bytes in hex), through the resolver itself.
 fn invalid_utf8_keys(rng: &mut Rng, n: usize) -> Vec<String> {
     (0..n)
         .map(|i| {

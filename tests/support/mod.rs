@@ -129,7 +129,7 @@ pub(crate) async fn redis_limiter(server: &RedisServer, prefix: &str) -> RateLim
 /// Redis Cluster's hash slot of a key (the limiter's own; its values are checked against the
 /// cluster specification in ratelimit-core).
 #[allow(unused_imports)]
-pub(crate) use redis_ratelimit::__private::key_slot;
+pub(crate) use redis_ratelimit::tools::key_slot;
 
 /// The limiter of a test file's annotated functions, in memory under `prefix`: the first test
 /// to get here builds it (another may win the race; either limiter is the same kind).

@@ -6,7 +6,7 @@ pub(crate) mod scan;
 pub(crate) mod top;
 pub(crate) mod watch;
 
-use ratelimit_core::__private::bucket_key;
+use ratelimit_core::tools::bucket_key;
 
 use crate::args::Which;
 use crate::failure::Failure;

@@ -7,8 +7,8 @@ use crate::args::Reset;
 use crate::commands::{Names, bucket_of, check_prefix};
 use crate::conn::{self, Redis};
 use crate::failure::Failure;
-use crate::naming::{self, Part};
 use crate::output::{Out, Style};
+use ratelimit_core::tools::parse_bucket_key;
 
 /// What `reset --json` prints.
 #[derive(Debug, Serialize)]
@@ -69,7 +69,7 @@ pub(crate) async fn run(args: Reset, out: Out) -> Result<(), Failure> {
 
 /// The name and key of a bucket given by --bucket: the library resets by name and key.
 fn read_back(prefix: &str, bucket: &str) -> Result<Names, Failure> {
-    let parsed = naming::parse(prefix, bucket).ok_or_else(|| {
+    let parsed = parse_bucket_key(prefix, bucket).ok_or_else(|| {
         Failure::Usage(format!(
             "`{bucket}` is not a bucket key under the prefix `{prefix}` \
              (`{prefix}:{{<n>:<name>:<key>}}`): check --prefix, or give --name and --key"
@@ -81,10 +81,9 @@ fn read_back(prefix: &str, bucket: &str) -> Result<Names, Failure> {
              it with --name and --key"
         ))
     };
-    let name = match parsed.name {
+    let name = match &parsed.name {
         None => None,
-        Some(Part::Text(n)) => Some(n),
-        Some(Part::Digest(_)) => return Err(digest()),
+        Some(n) => Some(n.text().ok_or_else(digest)?.to_owned()),
     };
     let key = parsed.key.text().ok_or_else(digest)?.to_owned();
     Ok((name, key))

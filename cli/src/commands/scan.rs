@@ -3,8 +3,8 @@
 use crate::commands::instances_key;
 use crate::conn::Redis;
 use crate::failure::Failure;
-use crate::naming::{self, Bucket, glob_literal};
 use crate::state::{Mode, Read};
+use ratelimit_core::tools::{Bucket, parse_bucket_key};
 
 /// What one pass over the prefix found besides the buckets.
 #[derive(Debug, Default, Clone, Copy)]
@@ -64,7 +64,7 @@ pub(crate) async fn buckets(
                     seen.instances = true;
                 } else if !read.exists() {
                     // Expired between SCAN and the read: full now.
-                } else if let Some(bucket) = naming::parse(prefix, &key) {
+                } else if let Some(bucket) = parse_bucket_key(prefix, &key) {
                     seen.buckets += 1;
                     each(&key, bucket, &read);
                 } else {
@@ -93,4 +93,27 @@ pub(crate) async fn known(redis: &Redis, prefix: &str, seen: Seen) -> Result<(),
         instances_key(prefix),
         ratelimit_core::DEFAULT_PREFIX
     )))
+}
+
+/// `text` as a literal in a Redis glob pattern (`SCAN … MATCH`): `*`, `?`, `[`, `]` and `\`
+/// escaped with a backslash.
+fn glob_literal(text: &str) -> String {
+    let mut out = String::with_capacity(text.len() + 2);
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::glob_literal;
+
+    #[test]
+    fn globs_are_literal() {
+        assert_eq!(glob_literal(r"a*b?[c]\d{e}"), r"a\*b\?\[c\]\\d{e}");
+    }
 }

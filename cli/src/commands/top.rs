@@ -5,7 +5,6 @@ use serde::Serialize;
 use crate::args::Top;
 use crate::commands::scan;
 use crate::failure::Failure;
-use crate::naming::Part;
 use crate::output::{Out, Style, duration_us, table};
 use crate::report::Report;
 
@@ -42,10 +41,7 @@ pub(crate) async fn run(args: Top, out: Out) -> Result<(), Failure> {
     let prefix = common.prefix.as_str();
     let mut reports: Vec<Report> = Vec::new();
     let seen = scan::buckets(&redis, prefix, scan_count, mode, |key, bucket, read| {
-        let limit = match &bucket.name {
-            Some(Part::Text(name)) => limits.get(name),
-            _ => None,
-        };
+        let limit = bucket.name.as_ref().and_then(|n| limits.get(n.text()?));
         reports.push(Report::new(
             prefix,
             key,

@@ -11,7 +11,6 @@ use crate::args::Watch;
 use crate::commands::scan;
 use crate::decide;
 use crate::failure::Failure;
-use crate::naming::Part;
 use crate::output::{Out, Style, duration_us, table};
 use crate::state;
 
@@ -61,11 +60,8 @@ pub(crate) async fn run(args: Watch, out: Out) -> Result<(), Failure> {
         let began = Instant::now();
         let mut per: BTreeMap<Option<String>, PerLimit> = BTreeMap::new();
         let seen = scan::buckets(&redis, prefix, scan_count, mode, |_, bucket, read| {
-            let name = bucket.name.as_ref().map(Part::shown);
-            let limit = match &bucket.name {
-                Some(Part::Text(name)) => limits.get(name),
-                _ => None,
-            };
+            let name = bucket.name.as_ref().map(ToString::to_string);
+            let limit = bucket.name.as_ref().and_then(|n| limits.get(n.text()?));
             let entry = per.entry(name.clone()).or_insert_with(|| PerLimit {
                 name,
                 buckets: 0,
