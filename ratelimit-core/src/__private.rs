@@ -9,8 +9,10 @@ use std::time::Duration;
 
 pub use inventory;
 
-/// The algorithms' kernels and scripts, not yet wired into the limiter: reached from here by
-/// the differential tests in `testkit/tests/algorithms.rs`.
+/// The algorithms' kernels, which the memory store runs, and the scripts the Redis store runs
+/// (`MULTI_SCRIPT`: a call under several limits; `BATCH_SCRIPT`: coalesced calls): reached from
+/// here by the differential tests in `testkit/tests/algorithms.rs`, which hold each script to
+/// its kernel on a real `redis-server`, and by the benchmarks.
 pub use crate::algorithm::{
     BATCH_SCRIPT, MULTI_SCRIPT, Outcome, WindowParams, fixed_window, interval_bucket, sliding_log,
     sliding_window,

@@ -282,14 +282,16 @@ impl fmt::Debug for RequestContext {
     }
 }
 
-/// Runs `future` with `ctx` as the current request context. Returns the future's output and
-/// the context (with the last decision [`recorded`](RequestContext::recorded) in it).
+/// Runs `future` with `ctx` as the current request context: the `#[rate_limit]` functions it
+/// calls resolve their keys from `ctx` and record their decisions in it. Returns the future's
+/// output alone; [`scope_returning`] also gives the context back.
 pub async fn scope<F: Future>(ctx: RequestContext, future: F) -> F::Output {
     CONTEXT.scope(ctx, future).await
 }
 
-/// Like [`scope`], and gives the context back afterwards (the HTTP layer reads the decision
-/// from it).
+/// Like [`scope`], and returns the context with the future's output, the last decision
+/// [`recorded`](RequestContext::recorded) in it (the HTTP layer reads it to write the
+/// response's headers).
 pub async fn scope_returning<F: Future>(
     ctx: RequestContext,
     future: F,

@@ -851,9 +851,11 @@ impl Limit {
     }
 
     /// The same limit in shadow mode: its calls are decided, take tokens and are described in
-    /// the response headers as usual, but a call it would refuse goes on (the decision says
-    /// so: [`Decision::shadowed`](crate::Decision::shadowed)). For rolling out a new limit
-    /// safely: watch what it would refuse before it does.
+    /// the response headers (beside enforced limits, in the IETF headers only; alone, in every
+    /// family, `X-RateLimit-Remaining: 0` included once its bucket is empty), but a call it
+    /// would refuse goes on (the decision says so:
+    /// [`Decision::shadowed`](crate::Decision::shadowed)). For rolling out a new limit safely:
+    /// watch what it would refuse before it does.
     ///
     /// ```
     /// use ratelimit_core::Limit;

@@ -5,7 +5,9 @@
 //! Names and keys come from users' input, so `{`, `}` and `%` are percent-escaped (no input
 //! can end the tag early and move a key to another slot), and an escaped part longer than
 //! [`MAX_PART_LEN`] bytes is replaced by a digest (no input can grow Redis memory without
-//! bound). `%H` marks a digest; an escaped part never contains it, so the two cannot collide.
+//! bound): `%H` and the first 128 bits of the SHA-256 of the part as given, in 32 lowercase
+//! hex digits. `%H` marks a digest; an escaped part never contains it, so the two cannot
+//! collide.
 //!
 //! The tag must also be injective: no two distinct (name, key) pairs, and no named and unnamed
 //! pair, may write one Redis key. A bare `:` between name and key is not (`("api",
@@ -13,7 +15,8 @@
 //! decimal length `<n>` of the written name: reading the digits up to the first `:` gives
 //! where the name ends, whatever `:`s the name and the key hold. An unnamed tag starts with
 //! `:`, which no length does, so it meets no named one. Escaping, the digest and the length
-//! prefix are each reversible (or collision-resistant), so the whole key is.
+//! prefix are each reversible (or, for the digest, collision-resistant: two parts share one
+//! only after about 2^64 tries), so the whole key is.
 
 use sha2::{Digest, Sha256};
 
@@ -42,7 +45,7 @@ fn has_special(part: &[u8]) -> bool {
     found || words.remainder().iter().any(|&b| needs_escape(b))
 }
 
-/// Length of a digested part: `%H` and 32 hex digits.
+/// Length of a digested part: `%H` and 32 hex digits (the first 16 bytes of its SHA-256).
 const DIGEST_LEN: usize = 2 + 32;
 
 /// How a part is written into a bucket key.

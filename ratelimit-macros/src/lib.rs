@@ -40,23 +40,28 @@ use proc_macro::TokenStream;
 ///
 /// # Arguments
 ///
-/// | argument | value | default | meaning |
+/// | argument | type | default | meaning |
 /// |---|---|---|---|
-/// | `replenish` | integer ≥ 1 | required | tokens added back per `unit` |
-/// | `burst` | integer ≥ 1 | `replenish` | the bucket's capacity: the most calls allowed at once |
+/// | `replenish` | integer ≥ 1 | required | tokens added back per `unit` (a window: tokens admitted per window) |
+/// | `burst` | integer ≥ 1 | `replenish` | the bucket's capacity: the most calls allowed at once; a `leaky_bucket`'s queue size; not on a window |
 /// | `unit` | `"second"`, `"minute"`, `"hour"`, `"day"` | `"second"` | the period of `replenish` |
 /// | `key` | an expression whose value implements `KeyResolver` | `Uri` | which bucket a call takes from |
 /// | `cost` | integer ≥ 1, at most `burst` | `1` | tokens one call takes |
 /// | `name` | a string | `"module::path::function"`; `"module::path::function#n"` for the n-th of [several](#several-limits) | the limit's name in config overrides, logs and metrics |
 /// | `limiter` | an expression: a `RateLimiter`, or a `OnceLock` / `LazyLock` of one | the global limiter | the limiter that decides (one for all of a function's [limits](#several-limits)) |
 /// | `policy` | `"fallback"`, `"allow"`, `"deny"` | the limiter's | what this limit's calls get while Redis fails (see `FailurePolicy`) |
-/// | `algorithm` | `"token_bucket"`, `"fixed_window"`, `"sliding_window"`, `"sliding_log"` | `"token_bucket"` | how calls are counted (see `Algorithm`); a window admits `replenish` per `unit` and takes no `burst` |
-/// | `refill` | `"smooth"`, `"interval"` | `"smooth"` | a token bucket's refill: one token at a time, or all `replenish` at once each `unit` |
-/// | `initial` | integer ≥ 0, at most `burst` | `burst` | tokens in a new token bucket, so that a service warming up cannot take a whole burst at once |
+/// | `algorithm` | `"token_bucket"`, `"fixed_window"`, `"sliding_window"`, `"sliding_log"`, `"leaky_bucket"` | `"token_bucket"` | how calls are counted (see `Algorithm`); a window (`fixed_window`, `sliding_window`, `sliding_log`) admits `replenish` per `unit` and takes no `burst`; a `leaky_bucket` lets calls out one every `unit / replenish` and queues up to `burst` calls, each waiting for its turn |
+/// | `refill` | `"smooth"`, `"interval"` | `"smooth"` | a token bucket's refill: one token at a time, or all `replenish` at once each `unit`; only on a token bucket |
+/// | `initial` | integer ≥ 0, at most `burst` | `burst` | tokens in a new token bucket, so that a service warming up cannot take a whole burst at once; only on a token bucket |
+/// | `wait` | a string: a whole number and `ms`, `s` or `m` (`"500ms"`, `"2s"`, `"1m"`), more than 0, at most a day (less for a few very fine-grained limits) | none: a call over the limit is refused at once (a `leaky_bucket` waits up to its queue) | a call over the limit reserves its tokens at once and waits until they are due, if that is within `wait`; otherwise it is refused at once and takes nothing. Only on a token bucket refilled smoothly and on a `leaky_bucket` (see `Limit::wait`) |
+/// | `shadow` | `true`, `false` | `false` | shadow mode: the limit decides, takes tokens, is logged, counted and described in the headers, but never refuses or delays a call (see `Limit::shadow`) |
 ///
 /// `replenish`, `burst`, `cost` and `initial` are integer literals, checked by the macro, or constants of
 /// type `u32` (`replenish = ORDERS_PER_MINUTE`), checked by the compiler when it evaluates the
 /// limit. Either way a limit that cannot work (`0`, a `cost` above `burst`) does not compile.
+/// `unit`, `algorithm`, `refill`, `policy`, `wait` and `name` are string literals, `shadow` a
+/// `bool` literal, all checked by the macro. A config override may change every one of them
+/// but `key`, `name` and `limiter` without recompiling.
 ///
 /// `key` is ordinary Rust evaluated at each call, in the function's scope: import the
 /// built-in resolvers you name (`use redis_ratelimit::{Ip, Route};`), write tuples
@@ -146,11 +151,15 @@ use proc_macro::TokenStream;
 /// # Errors at compile time
 ///
 /// Each misuse is reported on the token that causes it: a function that is not `async`, an
-/// unknown argument (with the known name it is a typo of, if any; `wait` and `shadow` are
-/// planned, and say so), an argument given twice, a missing `replenish`, a zero, negative or
-/// fractional count, a `cost` above `burst`, an `initial` above `burst`, an unknown unit,
-/// algorithm or refill, a `burst`, `refill` or `initial` on a window algorithm, a `key` that
-/// is not a `KeyResolver`, a return type the rejection cannot convert into, and, for stacked
+/// unknown argument (with the known name it is a typo of, if any, or ours for a name from
+/// Spring such as `burstCapacity`), an argument given twice or without a value, a missing
+/// `replenish`, a zero, negative or fractional count, a `cost` above `burst`, an `initial`
+/// above `burst`, an unknown unit, algorithm, refill or failure policy, an empty `name`, a
+/// `burst`, `refill` or `initial` on a window algorithm, a `refill` or `initial` on a
+/// `leaky_bucket`, a `wait` that is not a duration, is 0 or longer than a day, or is on a
+/// window or an interval refill, a limit too fine-grained for exact arithmetic, a `shadow`
+/// that is not `true` or `false`, a `key` that is not a `KeyResolver`, a `limiter` that is
+/// not a limiter, a return type the rejection cannot convert into, and, for stacked
 /// attributes, two limits with one name or two different `limiter`s.
 ///
 /// # Example: a method, a limiter of its own, several dimensions
