@@ -508,3 +508,64 @@ async fn what_each_policy_admits_while_redis_is_down() {
         assert!(back.is_some(), "{l:?} back on Redis");
     }
 }
+
+/// Holds every client of `server` for `ms` milliseconds.
+async fn pause(server: &RedisServer, ms: u64) {
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(ms)
+        .arg("ALL")
+        .query_async(&mut server.connection().await)
+        .await
+        .unwrap();
+}
+
+/// Two short outages in a row: the first starts from what Redis had left, and the second
+/// goes on from what the first left (or from what Redis said since, if less), never from a
+/// fresh share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn short_outages_never_hand_out_the_share_again() {
+    let server = RedisServer::start();
+    let limiter = RateLimiter::builder()
+        .redis(server.url())
+        .prefix("short")
+        .build()
+        .await
+        .unwrap();
+    let limit = Limit::per_hour(10);
+    for _ in 0..4 {
+        let d = limiter.check("k", &limit).await.unwrap();
+        assert_eq!((d.allowed, d.source), (true, Source::Store));
+    }
+    let outage = async |what: &str| {
+        pause(&server, 600).await;
+        let mut admitted = 0;
+        for _ in 0..10 {
+            let d = limiter.check("k", &limit).await.unwrap();
+            assert_eq!(d.source, Source::Fallback, "{what}: {d:?}");
+            admitted += u32::from(d.allowed);
+        }
+        admitted
+    };
+    assert_eq!(outage("the first outage").await, 6, "what Redis had left");
+    // Redis answers again. It never heard of the fallback's 6, and admits one more (fewer
+    // are left if it ran the scripts of calls that had given up at the deadline).
+    let start = Instant::now();
+    let back = loop {
+        let d = limiter.check("k", &limit).await.unwrap();
+        if d.source == Source::Store {
+            break d;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "Redis never came back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    assert!(back.allowed && back.remaining <= 5, "{back:?}");
+    assert_eq!(
+        outage("the second outage").await,
+        0,
+        "the first outage's 6 are spent"
+    );
+}
