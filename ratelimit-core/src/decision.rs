@@ -13,7 +13,8 @@ use crate::Limit;
 pub struct Decision {
     /// Whether the call was admitted (and its tokens taken).
     pub allowed: bool,
-    /// Whole tokens left in the bucket after this decision.
+    /// Whole tokens left in the bucket after this decision (of a
+    /// [`peek`](crate::RateLimiter::peek), which takes nothing: the tokens it holds now).
     pub remaining: u64,
     /// The limit that was applied.
     pub limit: Limit,
