@@ -35,6 +35,9 @@ pub struct Decision {
     /// its tokens, as the limit enforced would have. Of a call under several limits: some
     /// shadow limit would have, and the call was let through.
     pub shadowed: bool,
+    /// A limit of a call decided under several that would have admitted it, while another
+    /// refused it: it took nothing (its [`outcome`](Decision::outcome) is `vetoed`).
+    vetoed: bool,
     /// Each limit's own decision, when the call was decided under several, and which of them
     /// this one's fields come from.
     /// One pointer, so that a one-limit decision grows by 8 bytes only.
@@ -89,6 +92,7 @@ impl Decision {
             reset_after,
             source: Source::Store,
             shadowed: false,
+            vetoed: false,
             parts: None,
         }
     }
@@ -116,6 +120,12 @@ impl Decision {
             return only;
         }
         let allowed = parts.iter().all(|d| d.allowed);
+        if !allowed {
+            // The limits that admitted a refused call took nothing: no admission to count.
+            for part in parts.iter_mut().filter(|d| d.allowed && !d.shadowed) {
+                part.vetoed = true;
+            }
+        }
         // A limit in shadow mode describes the call only when every limit is: it must not
         // make a client that reads the headers slow down for a limit that is not enforced.
         let enforced =
@@ -179,7 +189,10 @@ impl Decision {
     /// What happened to the call, in one word, as the `rate_limit` span and the metrics name
     /// it: `allowed` or `limited` by the store (or `limited` by the deny cache),
     /// `shadow_limited` (a limit in shadow mode would have refused), `no_key`, `fallback`,
-    /// `fail_open` or `fail_closed` (the store was failing), or `disabled`.
+    /// `fail_open` or `fail_closed` (the store was failing), or `disabled`. Of one limit of a
+    /// call decided under several ([`parts`](Decision::parts)): `vetoed` when this limit would
+    /// have admitted the call but another refused it, so that it took nothing; `allowed`
+    /// counts only calls admitted, and `limited` only the limits that refused.
     pub fn outcome(&self) -> &'static str {
         match self.source {
             _ if self.shadowed => "shadow_limited",
@@ -188,6 +201,7 @@ impl Decision {
             Source::FailOpen => "fail_open",
             Source::FailClosed => "fail_closed",
             Source::Disabled => "disabled",
+            _ if self.vetoed => "vetoed",
             _ if self.allowed => "allowed",
             _ => "limited",
         }

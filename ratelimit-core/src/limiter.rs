@@ -1350,6 +1350,10 @@ impl RateLimiterBuilder {
         if let Some(member) = &fleet {
             member.started().await;
         }
+        if !matches!(backend, Backend::Memory(_)) {
+            // Published from the start: a dashboard or an alert has data before any outage.
+            crate::observe::degraded(&prefix, false);
+        }
         Ok(RateLimiter::from_parts(
             backend,
             prefix.into_boxed_str(),
