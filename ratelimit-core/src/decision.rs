@@ -303,16 +303,103 @@ impl RateLimited {
 
 impl fmt::Display for RateLimited {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rate limited")?;
-        if let Some(name) = &self.name {
-            write!(f, " by `{name}`")?;
+        let d = &self.decision;
+        // Who refused says what happened: only a bucket that ran out "rate limits".
+        match d.source {
+            Source::NoKey => {
+                write!(f, "no rate-limit key for this call")?;
+                if let Some(name) = &self.name {
+                    write!(f, " under `{name}`")?;
+                }
+                return write!(f, " (empty-key policy: deny)");
+            }
+            Source::FailClosed => {
+                write!(
+                    f,
+                    "rate-limit store unavailable; failure policy `deny` refused the call"
+                )?;
+                if let Some(name) = &self.name {
+                    write!(f, " under `{name}`")?;
+                }
+            }
+            _ => {
+                write!(f, "rate limited")?;
+                if let Some(name) = &self.name {
+                    write!(f, " by `{name}`")?;
+                }
+                write!(f, " ({})", d.limit)?;
+                if d.source == Source::Fallback {
+                    write!(
+                        f,
+                        ", by this instance's share while the store is unavailable"
+                    )?;
+                }
+            }
         }
-        write!(
-            f,
-            " ({}): retry after {:?}",
-            self.decision.limit, self.decision.retry_after
-        )
+        if d.retry_after.is_zero() {
+            Ok(())
+        } else {
+            write!(f, ": retry after {:?}", d.retry_after)
+        }
     }
 }
 
 impl std::error::Error for RateLimited {}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{Decision, RateLimited, Source};
+    use crate::Limit;
+
+    fn refused(source: Source, retry_after: Duration) -> RateLimited {
+        let limit = Limit::per_minute(3);
+        let d = Decision::new(false, 0, limit, 1, retry_after, Duration::ZERO);
+        RateLimited::new(d.with_source(source), "k").with_name("api::orders")
+    }
+
+    #[test]
+    fn each_refusal_says_what_happened() {
+        let second = Duration::from_secs(1);
+        assert_eq!(
+            refused(Source::Store, 20 * second).to_string(),
+            "rate limited by `api::orders` (3 per minute (burst 3)): retry after 20s"
+        );
+        assert_eq!(
+            refused(Source::NoKey, Duration::ZERO).to_string(),
+            "no rate-limit key for this call under `api::orders` (empty-key policy: deny)"
+        );
+        assert_eq!(
+            refused(Source::FailClosed, Duration::ZERO).to_string(),
+            "rate-limit store unavailable; failure policy `deny` refused the call under \
+             `api::orders`"
+        );
+        assert_eq!(
+            refused(Source::FailClosed, second / 5).to_string(),
+            "rate-limit store unavailable; failure policy `deny` refused the call under \
+             `api::orders`: retry after 200ms"
+        );
+        assert_eq!(
+            refused(Source::Fallback, 20 * second).to_string(),
+            "rate limited by `api::orders` (3 per minute (burst 3)), by this instance's share while the \
+             store is unavailable: retry after 20s"
+        );
+        let unnamed = RateLimited::new(
+            Decision::new(
+                false,
+                0,
+                Limit::per_minute(3),
+                1,
+                Duration::ZERO,
+                Duration::ZERO,
+            )
+            .with_source(Source::NoKey),
+            "",
+        );
+        assert_eq!(
+            unnamed.to_string(),
+            "no rate-limit key for this call (empty-key policy: deny)"
+        );
+    }
+}
