@@ -676,17 +676,70 @@ async fn peek_answers_as_check_would_and_takes_nothing(h: Harness) {
             );
             let d = h.check(&key, limit, 1).await.d;
             assert_eq!(
-                (seen.allowed, seen.remaining),
-                (d.allowed, d.remaining),
+                seen.allowed, d.allowed,
                 "{limit}, call {call}: the peek answered as the check did"
+            );
+            // The peek says what the bucket holds; the check what it left.
+            assert_eq!(
+                seen.remaining,
+                d.remaining + u64::from(d.allowed),
+                "{limit}, call {call}: the peek's remaining is the tokens held now"
             );
             h.assert_duration(d.retry_after, seen.retry_after, SLACK, "retry");
             assert_eq!(seen.allowed, call < 3, "{limit}, call {call}");
         }
         // Named buckets too, and only theirs.
         let named = h.limiter.peek_named("n", &key, limit).await.unwrap();
-        assert!(named.allowed && named.remaining == 2, "{limit}: {named:?}");
+        assert!(named.allowed && named.remaining == 3, "{limit}: {named:?}");
     }
+}
+
+async fn peek_remaining_is_exactly_the_calls_admitted(h: Harness) {
+    // Per hour: no token comes back, and no window ends, while the test runs on Redis.
+    let limits = [
+        Limit::per_hour(4),
+        Limit::per_hour(1).burst(4),
+        Limit::per_hour(4).refill(Refill::Interval),
+        Limit::per_hour(4).algorithm(Algorithm::FixedWindow),
+        Limit::per_hour(4).algorithm(Algorithm::SlidingWindow),
+        Limit::per_hour(4).algorithm(Algorithm::SlidingLog),
+    ];
+    for (i, limit) in limits.iter().enumerate() {
+        for taken in 0..=4 {
+            let key = format!("left{i}-{taken}");
+            for _ in 0..taken {
+                assert!(h.check(&key, limit, 1).await.d.allowed, "{limit}");
+            }
+            let seen = h.limiter.peek(&key, limit).await.unwrap();
+            assert_eq!(
+                seen.remaining,
+                4 - taken,
+                "{limit}, {taken} taken: {seen:?}"
+            );
+            assert_eq!(seen.allowed, taken < 4, "{limit}, {taken} taken");
+            // The peek took nothing: exactly `remaining` calls pass, and the next is refused.
+            for n in 0..seen.remaining {
+                let d = h.check(&key, limit, 1).await.d;
+                assert!(
+                    d.allowed,
+                    "{limit}, {taken} taken: call {n} of {}",
+                    seen.remaining
+                );
+            }
+            let over = h.check(&key, limit, 1).await.d;
+            assert!(!over.allowed, "{limit}, {taken} taken: one past remaining");
+            let empty = h.limiter.peek(&key, limit).await.unwrap();
+            assert_eq!((empty.allowed, empty.remaining), (false, 0), "{limit}");
+        }
+    }
+    // A leaky bucket's remaining counts the calls it would admit (to wait their turn).
+    let leaky = Limit::per_minute(1)
+        .burst(3)
+        .algorithm(Algorithm::LeakyBucket);
+    // One call leaves now and three wait: four are admitted.
+    assert_eq!(h.limiter.peek("leaky", &leaky).await.unwrap().remaining, 4);
+    assert!(h.check("leaky", &leaky, 1).await.d.allowed);
+    assert_eq!(h.limiter.peek("leaky", &leaky).await.unwrap().remaining, 3);
 }
 
 macro_rules! conformance {
@@ -732,4 +785,5 @@ conformance!(
     a_shadow_limit_decides_and_counts_but_never_refuses,
     several_limits_with_a_shadow_one_refuse_only_by_the_enforced,
     peek_answers_as_check_would_and_takes_nothing,
+    peek_remaining_is_exactly_the_calls_admitted,
 );

@@ -7,9 +7,20 @@
 
 use std::time::Duration;
 
+use std::sync::OnceLock;
+
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
-use redis_ratelimit::{FailurePolicy, Limit, RateLimiter};
+use redis_ratelimit::{FailurePolicy, Global, Limit, RateLimited, RateLimiter, rate_limit};
 use testkit::RedisServer;
+
+static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
+
+/// Two a day under the first limit, five under the second.
+#[rate_limit(replenish = 2, unit = "day", key = Global, name = "stacked::tight", limiter = LIMITER)]
+#[rate_limit(replenish = 5, unit = "day", key = Global, name = "stacked::loose")]
+async fn stacked() -> Result<(), RateLimited> {
+    Ok(())
+}
 
 /// Every metric's name, labels and value, as `name{label=value,..}`.
 fn read(snapshotter: &Snapshotter) -> Vec<(String, DebugValue)> {
@@ -27,6 +38,13 @@ fn read(snapshotter: &Snapshotter) -> Vec<(String, DebugValue)> {
             (format!("{}{{{}}}", key.name(), labels.join(",")), value)
         })
         .collect()
+}
+
+fn gauge(all: &[(String, DebugValue)], name: &str) -> Option<f64> {
+    all.iter().find(|(n, _)| n == name).map(|(_, v)| match v {
+        DebugValue::Gauge(g) => g.into_inner(),
+        other => panic!("{name} is {other:?}"),
+    })
 }
 
 fn counter(all: &[(String, DebugValue)], name: &str) -> u64 {
@@ -53,6 +71,11 @@ async fn decisions_store_calls_and_degraded_mode_are_measured() {
         .build()
         .await
         .unwrap();
+    // Published from the start, so that a dashboard or an alert has data before any outage.
+    assert_eq!(
+        gauge(&read(&snapshotter), "ratelimit_degraded{limiter=m}"),
+        Some(0.0)
+    );
     let limit = Limit::per_minute(1);
     for _ in 0..3 {
         limiter
@@ -95,6 +118,42 @@ async fn decisions_store_calls_and_degraded_mode_are_measured() {
         all.iter().all(|(n, _)| !n.contains("secret-user")),
         "no key in a label: {all:?}"
     );
+
+    // Several limits of one call: a limit that admitted a call another refused took nothing,
+    // and is counted `vetoed`, not `allowed` (nor `limited`: it did not refuse).
+    let tight = Limit::per_day(2);
+    let loose = Limit::per_day(5);
+    for _ in 0..4 {
+        limiter
+            .check_all_named(&[("tight", "u", &tight, 1), ("loose", "u", &loose, 1)])
+            .await
+            .unwrap();
+    }
+    assert!(LIMITER.set(limiter.clone()).is_ok());
+    let mut admitted = 0;
+    for _ in 0..4 {
+        admitted += usize::from(stacked().await.is_ok());
+    }
+    assert_eq!(admitted, 2);
+    let all = read(&snapshotter);
+    for (tight, loose) in [("tight", "loose"), ("stacked::tight", "stacked::loose")] {
+        let count = |limit: &str, outcome: &str| {
+            counter(
+                &all,
+                &format!("ratelimit_decisions_total{{limit={limit},outcome={outcome}}}"),
+            )
+        };
+        assert_eq!((count(tight, "allowed"), count(tight, "limited")), (2, 2));
+        assert_eq!(
+            (
+                count(loose, "allowed"),
+                count(loose, "vetoed"),
+                count(loose, "limited")
+            ),
+            (2, 2, 0),
+            "{loose}: {all:?}"
+        );
+    }
 
     // Redis goes away: the fallback decides, and the limiter says it is degraded.
     server.kill();

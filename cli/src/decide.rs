@@ -21,7 +21,7 @@ pub(crate) struct Decision {
     /// Whether the call would be admitted now (a leaky bucket admits a call that waits for
     /// its slot: then `retry_after_us` is that wait).
     pub(crate) allowed: bool,
-    /// Calls of cost 1 still admitted after it (refused: now), as `check` would answer.
+    /// Calls of cost 1 admitted now (the tokens the bucket holds), as `peek` answers.
     pub(crate) remaining: u64,
     /// Microseconds until the call would be admitted; 0 when admitted at once.
     pub(crate) retry_after_us: u64,
@@ -70,7 +70,7 @@ pub(crate) fn decide(
                 Some(State::IntervalBucket(s)) => Some(*s),
                 Some(_) => return Err(wrong),
             };
-            strip(&interval_bucket::decide(now, s, p, c))
+            Outcome::peek(|c| interval_bucket::decide(now, s, p, c), c)
         }
         (Kind::FixedWindow, s) => {
             let p = WindowParams::of(limit).ok_or(wrong)?;
@@ -79,7 +79,7 @@ pub(crate) fn decide(
                 Some(State::FixedWindow(s)) => Some(*s),
                 Some(_) => return Err(wrong),
             };
-            strip(&fixed_window::decide(now, s, p, c))
+            Outcome::peek(|c| fixed_window::decide(now, s, p, c), c)
         }
         (Kind::SlidingWindow, s) => {
             let p = sliding_window::SlidingParams::of(limit).ok_or(wrong)?;
@@ -88,7 +88,7 @@ pub(crate) fn decide(
                 Some(State::SlidingWindow(s)) => Some(*s),
                 Some(_) => return Err(wrong),
             };
-            strip(&sliding_window::decide(now, s, p, c))
+            Outcome::peek(|c| sliding_window::decide(now, s, p, c), c)
         }
         (Kind::SlidingLog, s) => {
             let p = WindowParams::of(limit).ok_or(wrong)?;
@@ -98,7 +98,7 @@ pub(crate) fn decide(
                 Some(State::SlidingLog(Log::Count(_))) => return Err(Undecidable::NoTimes),
                 Some(_) => return Err(wrong),
             };
-            strip(&sliding_log::decide(now, log, p, c))
+            Outcome::peek(|c| sliding_log::decide(now, log, p, c), c)
         }
         (Kind::TokenBucket, s) => {
             let s = match s {
@@ -106,12 +106,8 @@ pub(crate) fn decide(
                 Some(State::TokenBucket(s)) => Some(*s),
                 Some(_) => return Err(wrong),
             };
-            strip(&token_bucket::decide(
-                now,
-                s,
-                token_bucket::params(limit),
-                c,
-            ))
+            let p = token_bucket::params(limit);
+            Outcome::peek(|c| token_bucket::decide(now, s, p, c), c)
         }
     };
     Ok(fields(outcome))
@@ -131,16 +127,5 @@ pub(crate) fn kind_of(limit: &Limit) -> Kind {
             Kind::TokenBucket
         }
         kind => kind,
-    }
-}
-
-/// The outcome without the state it would store: nothing is written.
-fn strip<S>(o: &Outcome<S>) -> Outcome<()> {
-    Outcome {
-        allowed: o.allowed,
-        remaining: o.remaining,
-        retry_after_us: o.retry_after_us,
-        reset_after_us: o.reset_after_us,
-        new_state: None,
     }
 }

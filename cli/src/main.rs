@@ -41,8 +41,8 @@
 //!   when the bucket is full again; `server_time_us`: the Redis clock when read;
 //! - `decision`, with a limit (`--replenish` ..., or `--config` with `--name`): `{limit,
 //!   cost, allowed, remaining, retry_after_us, reset_after_us}`: what a call of `--cost`
-//!   (default 1) would be told now, as the library's `RateLimiter::peek` answers (the
-//!   `remaining` of an admitted call is after it);
+//!   (default 1) would be told now, as the library's `RateLimiter::peek` answers
+//!   (`remaining`: the tokens the bucket holds now, before the call);
 //! - `note`: anything worth knowing (a guess, another algorithm's state, an unknown prefix).
 //!
 //! `reset` prints `{bucket, name, key, existed}`. `top` prints `{prefix, buckets, other_keys,

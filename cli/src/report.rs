@@ -179,7 +179,7 @@ impl Report {
             )
         } else {
             format!(
-                "{}: a call{cost} would be {} ({} remaining after it)",
+                "{}: a call{cost} would be {} ({} remaining)",
                 d.limit,
                 out.paint(Style::Green, "admitted"),
                 d.remaining

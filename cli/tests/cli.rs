@@ -173,26 +173,25 @@ fn inspect_reads_each_bucket_as_the_library_left_it() {
     assert!(doc["decision"].is_null());
 
     // With the limit: what a call would be told, by the library's arithmetic.
-    let doc = json(
-        &server,
-        &[
-            "inspect",
-            "--name",
-            "api::orders",
-            "--key",
-            "user:42",
-            "--replenish",
-            "3",
-            "--burst",
-            "5",
-            "--unit",
-            "minute",
-        ],
-    );
+    let user_42 = [
+        "inspect",
+        "--name",
+        "api::orders",
+        "--key",
+        "user:42",
+        "--replenish",
+        "3",
+        "--burst",
+        "5",
+        "--unit",
+        "minute",
+    ];
+    let doc = json(&server, &user_42);
     let d = &doc["decision"];
     assert_eq!(d["allowed"], true);
-    // As `check` would answer: the remaining after this call, one less than after the last.
-    assert_eq!(u(&d["remaining"]), filled.orders.remaining - 1);
+    // As `peek` answers: the tokens held now, what the last call left (exactly that many
+    // calls would pass).
+    assert_eq!(u(&d["remaining"]), filled.orders.remaining);
     assert_eq!(doc["algorithm_inferred"], false);
 
     // The drained bucket, by a key with `:`, `{`, `}` and `%`: refused, and its retry_after is
@@ -260,7 +259,7 @@ fn inspect_reads_each_bucket_as_the_library_left_it() {
     assert!(doc["name"].is_null());
     assert_eq!(doc["state"]["per_micro"], 7);
     assert_eq!(doc["state"]["tokens_owed"], 1);
-    assert_eq!(u(&doc["decision"]["remaining"]), filled.solo.remaining - 1);
+    assert_eq!(u(&doc["decision"]["remaining"]), filled.solo.remaining);
     let doc = json(&server, &["inspect", "--key", "solo"]);
     assert_eq!(
         (
@@ -306,8 +305,8 @@ fn inspect_reads_each_bucket_as_the_library_left_it() {
         assert_eq!(doc["state"]["kind"], expected, "{name}: {doc}");
         assert_eq!(
             u(&doc["decision"]["remaining"]),
-            d.remaining - 1,
-            "{name}: {doc}"
+            d.remaining,
+            "{name}: what the last call left: {doc}"
         );
         assert_eq!(doc["decision"]["allowed"], true);
     }
@@ -443,6 +442,16 @@ fn inspect_reads_each_bucket_as_the_library_left_it() {
         text.contains("3 per minute (burst 5): a call would be refused (0 remaining), retry after"),
         "{text}"
     );
+    let text = stdout(&run(&server, &user_42, false));
+    let held = rt
+        .block_on(limiter.peek_named("api::orders", "user:42", &ORDERS))
+        .unwrap()
+        .remaining;
+    assert_eq!(held, 2, "five tokens, three taken");
+    assert!(
+        text.contains("a call would be admitted (2 remaining)"),
+        "the tokens held now, as `peek`: {text}"
+    );
     assert!(!text.contains('\x1b'), "no colours off a terminal");
     drop(limiter);
 }
@@ -477,8 +486,8 @@ fn an_absent_bucket_is_full_and_not_found() {
     assert_eq!(doc["exists"], false);
     assert!(doc["state"].is_null());
     assert_eq!(
-        doc["decision"]["remaining"], 4,
-        "a full bucket of 5, less this call"
+        doc["decision"]["remaining"], 5,
+        "a full bucket of 5: five calls would pass"
     );
     assert_eq!(doc["decision"]["allowed"], true);
     assert!(doc["note"].is_null(), "the prefix is live: {doc}");

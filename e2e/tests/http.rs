@@ -579,6 +579,11 @@ async fn axum_serves_its_metrics() {
     assert_eq!(count("limited"), Some(2), "{text}");
     assert!(text.contains("ratelimit_store_seconds"), "{text}");
     assert!(
+        text.lines()
+            .any(|l| l.starts_with("ratelimit_degraded{") && l.ends_with(" 0")),
+        "degraded mode is a series before any outage: {text}"
+    );
+    assert!(
         !text.contains("127.0.0.1"),
         "no key (here the client IP) in a label: {text}"
     );

@@ -411,11 +411,11 @@ pub async fn check_all(
             keys.push(bucket);
         }
     }
-    for ((name, part), bucket) in names.iter().zip(&decided).zip(&keys) {
+    let decision = Decision::combined(decided);
+    // Each limit as the call left it (a limit that admitted a refused call is vetoed).
+    for ((name, part), bucket) in names.iter().zip(decision.parts()).zip(&keys) {
         part.observe(crate::observe::Name::Declared(name), bucket.as_deref());
     }
-    let parts = decided;
-    let decision = Decision::combined(parts);
     let tightest = decision.tightest();
     let names: std::sync::Arc<[&'static str]> = names.into();
     let name = names[tightest];

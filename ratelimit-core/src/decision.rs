@@ -13,7 +13,8 @@ use crate::Limit;
 pub struct Decision {
     /// Whether the call was admitted (and its tokens taken).
     pub allowed: bool,
-    /// Whole tokens left in the bucket after this decision.
+    /// Whole tokens left in the bucket after this decision (of a
+    /// [`peek`](crate::RateLimiter::peek), which takes nothing: the tokens it holds now).
     pub remaining: u64,
     /// The limit that was applied.
     pub limit: Limit,
@@ -34,6 +35,9 @@ pub struct Decision {
     /// its tokens, as the limit enforced would have. Of a call under several limits: some
     /// shadow limit would have, and the call was let through.
     pub shadowed: bool,
+    /// A limit of a call decided under several that would have admitted it, while another
+    /// refused it: it took nothing (its [`outcome`](Decision::outcome) is `vetoed`).
+    vetoed: bool,
     /// Each limit's own decision, when the call was decided under several, and which of them
     /// this one's fields come from.
     /// One pointer, so that a one-limit decision grows by 8 bytes only.
@@ -88,6 +92,7 @@ impl Decision {
             reset_after,
             source: Source::Store,
             shadowed: false,
+            vetoed: false,
             parts: None,
         }
     }
@@ -115,6 +120,12 @@ impl Decision {
             return only;
         }
         let allowed = parts.iter().all(|d| d.allowed);
+        if !allowed {
+            // The limits that admitted a refused call took nothing: no admission to count.
+            for part in parts.iter_mut().filter(|d| d.allowed && !d.shadowed) {
+                part.vetoed = true;
+            }
+        }
         // A limit in shadow mode describes the call only when every limit is: it must not
         // make a client that reads the headers slow down for a limit that is not enforced.
         let enforced =
@@ -178,7 +189,10 @@ impl Decision {
     /// What happened to the call, in one word, as the `rate_limit` span and the metrics name
     /// it: `allowed` or `limited` by the store (or `limited` by the deny cache),
     /// `shadow_limited` (a limit in shadow mode would have refused), `no_key`, `fallback`,
-    /// `fail_open` or `fail_closed` (the store was failing), or `disabled`.
+    /// `fail_open` or `fail_closed` (the store was failing), or `disabled`. Of one limit of a
+    /// call decided under several ([`parts`](Decision::parts)): `vetoed` when this limit would
+    /// have admitted the call but another refused it, so that it took nothing; `allowed`
+    /// counts only calls admitted, and `limited` only the limits that refused.
     pub fn outcome(&self) -> &'static str {
         match self.source {
             _ if self.shadowed => "shadow_limited",
@@ -187,6 +201,7 @@ impl Decision {
             Source::FailOpen => "fail_open",
             Source::FailClosed => "fail_closed",
             Source::Disabled => "disabled",
+            _ if self.vetoed => "vetoed",
             _ if self.allowed => "allowed",
             _ => "limited",
         }
@@ -288,16 +303,103 @@ impl RateLimited {
 
 impl fmt::Display for RateLimited {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rate limited")?;
-        if let Some(name) = &self.name {
-            write!(f, " by `{name}`")?;
+        let d = &self.decision;
+        // Who refused says what happened: only a bucket that ran out "rate limits".
+        match d.source {
+            Source::NoKey => {
+                write!(f, "no rate-limit key for this call")?;
+                if let Some(name) = &self.name {
+                    write!(f, " under `{name}`")?;
+                }
+                return write!(f, " (empty-key policy: deny)");
+            }
+            Source::FailClosed => {
+                write!(
+                    f,
+                    "rate-limit store unavailable; failure policy `deny` refused the call"
+                )?;
+                if let Some(name) = &self.name {
+                    write!(f, " under `{name}`")?;
+                }
+            }
+            _ => {
+                write!(f, "rate limited")?;
+                if let Some(name) = &self.name {
+                    write!(f, " by `{name}`")?;
+                }
+                write!(f, " ({})", d.limit)?;
+                if d.source == Source::Fallback {
+                    write!(
+                        f,
+                        ", by this instance's share while the store is unavailable"
+                    )?;
+                }
+            }
         }
-        write!(
-            f,
-            " ({}): retry after {:?}",
-            self.decision.limit, self.decision.retry_after
-        )
+        if d.retry_after.is_zero() {
+            Ok(())
+        } else {
+            write!(f, ": retry after {:?}", d.retry_after)
+        }
     }
 }
 
 impl std::error::Error for RateLimited {}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::{Decision, RateLimited, Source};
+    use crate::Limit;
+
+    fn refused(source: Source, retry_after: Duration) -> RateLimited {
+        let limit = Limit::per_minute(3);
+        let d = Decision::new(false, 0, limit, 1, retry_after, Duration::ZERO);
+        RateLimited::new(d.with_source(source), "k").with_name("api::orders")
+    }
+
+    #[test]
+    fn each_refusal_says_what_happened() {
+        let second = Duration::from_secs(1);
+        assert_eq!(
+            refused(Source::Store, 20 * second).to_string(),
+            "rate limited by `api::orders` (3 per minute (burst 3)): retry after 20s"
+        );
+        assert_eq!(
+            refused(Source::NoKey, Duration::ZERO).to_string(),
+            "no rate-limit key for this call under `api::orders` (empty-key policy: deny)"
+        );
+        assert_eq!(
+            refused(Source::FailClosed, Duration::ZERO).to_string(),
+            "rate-limit store unavailable; failure policy `deny` refused the call under \
+             `api::orders`"
+        );
+        assert_eq!(
+            refused(Source::FailClosed, second / 5).to_string(),
+            "rate-limit store unavailable; failure policy `deny` refused the call under \
+             `api::orders`: retry after 200ms"
+        );
+        assert_eq!(
+            refused(Source::Fallback, 20 * second).to_string(),
+            "rate limited by `api::orders` (3 per minute (burst 3)), by this instance's share while the \
+             store is unavailable: retry after 20s"
+        );
+        let unnamed = RateLimited::new(
+            Decision::new(
+                false,
+                0,
+                Limit::per_minute(3),
+                1,
+                Duration::ZERO,
+                Duration::ZERO,
+            )
+            .with_source(Source::NoKey),
+            "",
+        );
+        assert_eq!(
+            unnamed.to_string(),
+            "no rate-limit key for this call (empty-key policy: deny)"
+        );
+    }
+}

@@ -48,7 +48,7 @@ impl EnableOptions {
 
     fn resolved_config(&self) -> Option<PathBuf> {
         self.config.clone().or_else(|| {
-            std::env::var_os("RATE_LIMIT_CONFIG")
+            std::env::var_os(crate::overrides::CONFIG_VAR)
                 .filter(|p| !p.is_empty())
                 .map(PathBuf::from)
         })

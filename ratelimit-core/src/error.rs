@@ -1,9 +1,15 @@
 //! The error type of every fallible operation.
 
+use std::fmt;
+
 use crate::limit::{InvalidLimit, Limit};
 
 /// What went wrong, and what to do about it.
-#[derive(Debug, thiserror::Error)]
+///
+/// Its `Debug` is its message followed by its causes, as anyhow's and eyre's are, so that a
+/// `main` returning `Result<(), Box<dyn Error>>` prints a readable error; `{:#?}` also names
+/// the variant.
+#[derive(thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
     /// A limit that cannot be built.
@@ -133,7 +139,57 @@ pub enum Error {
     BadReply(String),
 }
 
+impl fmt::Debug for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if f.alternate() {
+            write!(f, "Error::{}: ", self.variant())?;
+        }
+        let message = self.to_string();
+        f.write_str(&message)?;
+        // The causes the message does not already tell.
+        let mut source = std::error::Error::source(self);
+        let mut first = true;
+        while let Some(cause) = source {
+            let cause_text = cause.to_string();
+            if !message.contains(&cause_text) {
+                if first {
+                    f.write_str("\n\nCaused by:")?;
+                    first = false;
+                }
+                write!(f, "\n    {cause_text}")?;
+            }
+            source = cause.source();
+        }
+        Ok(())
+    }
+}
+
 impl Error {
+    /// The variant's name, for `{:#?}`.
+    fn variant(&self) -> &'static str {
+        match self {
+            Error::InvalidLimit(_) => "InvalidLimit",
+            Error::CostExceedsBurst { .. } => "CostExceedsBurst",
+            Error::ZeroCost => "ZeroCost",
+            Error::NoLimits => "NoLimits",
+            Error::DuplicateBucket(_) => "DuplicateBucket",
+            Error::SeveralLimitsUnsupported => "SeveralLimitsUnsupported",
+            Error::PeekUnsupported => "PeekUnsupported",
+            Error::InvalidPrefix(_) => "InvalidPrefix",
+            Error::NoStore => "NoStore",
+            Error::InvalidUrl { .. } => "InvalidUrl",
+            Error::Connect { .. } => "Connect",
+            Error::UnsupportedRedis { .. } => "UnsupportedRedis",
+            Error::NoRuntime => "NoRuntime",
+            Error::Timeout(_) => "Timeout",
+            Error::AlreadyEnabled => "AlreadyEnabled",
+            Error::NotEnabled => "NotEnabled",
+            Error::Config(_) => "Config",
+            Error::Redis(_) => "Redis",
+            Error::BadReply(_) => "BadReply",
+        }
+    }
+
     /// Whether the store failed (unreachable, slow, erroring), as opposed to a misuse: the
     /// failure policy decides such calls.
     pub fn is_store_failure(&self) -> bool {
@@ -196,7 +252,30 @@ pub fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::redact_url;
+    use super::{Error, redact_url};
+
+    #[test]
+    fn debug_is_the_readable_message() {
+        let e =
+            Error::Config("limits.toml: in `[limits.\"a\"]`: TOML parse error\n  |\n2 | x".into());
+        assert_eq!(
+            format!("{e:?}"),
+            "limits.toml: in `[limits.\"a\"]`: TOML parse error\n  |\n2 | x"
+        );
+        assert!(format!("{e:#?}").starts_with("Error::Config: limits.toml"));
+        // A cause the message already tells is not told twice; one it does not tell follows.
+        let redis = redis::RedisError::from((redis::ErrorKind::Io, "connection refused"));
+        let connect = Error::Connect {
+            url: "redis://h:1".into(),
+            source: redis,
+        };
+        assert_eq!(format!("{connect:?}"), connect.to_string());
+        let limit = Error::from(crate::Limit::try_new(0, 1, crate::Unit::Second).unwrap_err());
+        assert_eq!(
+            format!("{limit:?}"),
+            "invalid limit: `replenish` must be at least 1 token per unit"
+        );
+    }
 
     #[test]
     fn passwords_never_reach_messages() {

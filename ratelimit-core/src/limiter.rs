@@ -894,9 +894,10 @@ impl RateLimiter {
 
     /// Answers as [`check`](RateLimiter::check) would for `key` under `limit`, and takes
     /// nothing: the store writes nothing, so asking changes no bucket. For looking at a bucket
-    /// (an admin page, the `ratelimit` CLI, a test): `remaining` is what a call could still
-    /// take, `retry_after` when a refused call would pass, `reset_after` when the bucket is
-    /// full again. Every algorithm answers. For a limit that waits, an admitted answer's
+    /// (an admin page, the `ratelimit` CLI, a test): `remaining` is the whole tokens the
+    /// bucket holds now, so that exactly that many calls of cost 1 would be admitted now
+    /// (`check` answers what is left after its call: one fewer), `retry_after` when a refused
+    /// call would pass, `reset_after` when the bucket is full again. Every algorithm answers. For a limit that waits, an admitted answer's
     /// `retry_after` is how long the call would wait.
     ///
     /// It asks the store itself: not the deny cache, and not the failure policy (an
@@ -1353,6 +1354,10 @@ impl RateLimiterBuilder {
         };
         if let Some(member) = &fleet {
             member.started().await;
+        }
+        if !matches!(backend, Backend::Memory(_)) {
+            // Published from the start: a dashboard or an alert has data before any outage.
+            crate::observe::degraded(&prefix, false);
         }
         Ok(RateLimiter::from_parts(
             backend,

@@ -8,7 +8,7 @@
 //! |---|---|---|
 //! | `ratelimit_decisions_total` | counter | `limit`, `outcome` ([`Decision::outcome`]) |
 //! | `ratelimit_store_seconds` | histogram | (none): each call to a remote store, success or not |
-//! | `ratelimit_degraded` | gauge | `limiter`: 1 while the store is failing, else 0 |
+//! | `ratelimit_degraded` | gauge | `limiter`: 1 while the store is failing, else 0 (from `build` on, for a remote store) |
 //! | `ratelimit_deny_cache_hits_total` | counter | (none): refusals the deny cache answered |
 
 use crate::Decision;

@@ -30,6 +30,10 @@
 //! `RATE_LIMIT_OVERRIDE_SHOP__ORDERS__LIST_ORDERS`), holds comma-separated fields
 //! (`replenish=10,burst=100,unit=minute,cost=2,policy=deny,algorithm=sliding_log`) or `disabled`. It wins over the file.
 //!
+//! The library's variables are `RATE_LIMIT_CONFIG` and `RATE_LIMIT_OVERRIDE_<NAME>` (and
+//! `REDIS_URL`). Any other variable whose name starts with `RATE_LIMIT` (in any case) is taken
+//! for a mistyped one and is an error, as is an override with no field (an empty value).
+//!
 //! An override that names no declared limit, or has an invalid value, makes
 //! `enable_redis_rate_limit!` fail with an error naming the file or variable, the limit (in
 //! the file, the line and column) and the field. A value gets the same message from the file
@@ -45,6 +49,15 @@ use crate::{Algorithm, Error, FailurePolicy, Limit, Refill, Unit};
 
 /// The prefix of the per-limit environment variables.
 pub const ENV_PREFIX: &str = "RATE_LIMIT_OVERRIDE_";
+
+/// The environment variable naming the overrides file.
+pub const CONFIG_VAR: &str = "RATE_LIMIT_CONFIG";
+
+/// What every variable of the library starts with. A variable whose name starts with it (in
+/// any case) and is neither [`CONFIG_VAR`] nor [`ENV_PREFIX`]`<NAME>` is taken for a typo of
+/// one (`RATE_LIMIT_OVERRIDES_..`, `RATE_LIMIT_OVERIDE_..`, `rate_limit_override_..`) and is
+/// an error at start-up, rather than an override silently ignored.
+pub const ENV_NAMESPACE: &str = "RATE_LIMIT";
 
 /// The fields one override may set. Each value is checked as it is read, with the same
 /// message from the file and from the environment; how the values combine with the declared
@@ -261,6 +274,13 @@ pub fn parse_env(value: &str) -> Result<Override, Error> {
         });
     }
     let mut o = Override::default();
+    if value.split(',').all(|f| f.trim().is_empty()) {
+        return Err(Error::Config(
+            "the value is empty: give comma-separated fields (`replenish=10,burst=100`) or \
+             `disabled`, or unset the variable"
+                .to_owned(),
+        ));
+    }
     for field in value.split(',').map(str::trim).filter(|f| !f.is_empty()) {
         let (k, v) = field
             .split_once('=')
@@ -327,10 +347,39 @@ pub(crate) fn load(
 ) -> Result<Overrides, Error> {
     let env = std::env::vars_os().filter_map(|(k, v)| {
         let k = k.into_string().ok()?;
-        k.starts_with(ENV_PREFIX)
-            .then(|| (k, v.to_string_lossy().into_owned()))
+        looks_ours(&k).then(|| (k, v.to_string_lossy().into_owned()))
     });
     load_from(file, env, decls)
+}
+
+/// Whether the variable `name` belongs to the library, or was meant to (see
+/// [`ENV_NAMESPACE`]).
+fn looks_ours(name: &str) -> bool {
+    name.get(..ENV_NAMESPACE.len())
+        .is_some_and(|start| start.eq_ignore_ascii_case(ENV_NAMESPACE))
+}
+
+/// The error for `var`, which starts like the library's variables and is none of them.
+fn not_ours(var: &str, decls: &[&'static LimitDeclaration]) -> String {
+    // `RATE_LIMIT_OVERRIDES_SHOP__ORDERS`: the limit whose variable's tail it ends with.
+    let meant = decls
+        .iter()
+        .map(|d| env_var_name(d.name()))
+        .filter(|known| {
+            let tail = &known[ENV_PREFIX.len()..];
+            var.len() > tail.len() && var.to_ascii_uppercase().ends_with(&format!("_{tail}"))
+        })
+        .max_by_key(String::len);
+    let hint = match meant {
+        Some(known) => format!(" (did you mean `{known}`?)"),
+        None => String::new(),
+    };
+    format!(
+        "the environment variable `{var}` is not one of redis-ratelimit's{hint}: they are \
+         `{CONFIG_VAR}` (the overrides file) and `{ENV_PREFIX}<NAME>` (one limit's \
+         override), and any other variable starting with `{ENV_NAMESPACE}` is taken for a \
+         typo of them; rename or unset it"
+    )
 }
 
 /// [`load`] with the environment given, for tests.
@@ -362,8 +411,11 @@ fn load_from(
     }
     for (var, value) in env {
         let var = var.as_str();
-        if !var.starts_with(ENV_PREFIX) {
+        if var == CONFIG_VAR || !looks_ours(var) {
             continue;
+        }
+        if !var.starts_with(ENV_PREFIX) {
+            return Err(Error::Config(not_ours(var, decls)));
         }
         let targets: Vec<&&LimitDeclaration> = decls
             .iter()
@@ -652,6 +704,53 @@ mod tests {
             Some(FailurePolicy::Allow)
         );
         assert_eq!(none.apply(&ORDERS).unwrap().limit.failure_policy(), None);
+    }
+
+    #[test]
+    fn a_mistyped_or_empty_variable_is_an_error() {
+        let load = |var: &str, value: &str| {
+            load_from(None, env(&[(var, value), ("UNRELATED", "x")]), &decls())
+                .map(drop)
+                .map_err(|e| e.to_string())
+        };
+        for var in [
+            "RATE_LIMIT_OVERRIDES_SHOP__ORDERS",
+            "RATE_LIMIT_OVERIDE_SHOP__ORDERS",
+            "rate_limit_override_shop__orders",
+            "RATE_LIMITS_OVERRIDE_SHOP__ORDERS",
+        ] {
+            let e = load(var, "burst=5").unwrap_err();
+            assert!(
+                e.starts_with(&format!(
+                    "the environment variable `{var}` is not one of redis-ratelimit's (did you \
+                     mean `RATE_LIMIT_OVERRIDE_SHOP__ORDERS`?)"
+                )),
+                "{e}"
+            );
+            assert!(
+                e.contains("`RATE_LIMIT_CONFIG` (the overrides file)"),
+                "{e}"
+            );
+        }
+        let e = load("RATE_LIMIT_CONFIGS", "limits.toml").unwrap_err();
+        assert!(
+            e.starts_with("the environment variable `RATE_LIMIT_CONFIGS` is not one of redis-ratelimit's: they are"),
+            "{e}"
+        );
+        for empty in ["", "  ", " , ,"] {
+            let e = load("RATE_LIMIT_OVERRIDE_SHOP__ORDERS", empty).unwrap_err();
+            assert!(
+                e.starts_with(
+                    "RATE_LIMIT_OVERRIDE_SHOP__ORDERS: limit `shop::orders`: the value is empty"
+                ),
+                "{e}"
+            );
+        }
+        // The library's own variables, and others' that only look alike.
+        assert_eq!(load("RATE_LIMIT_CONFIG", "limits.toml"), Ok(()));
+        assert_eq!(load("RATELIMIT_WHATEVER", "x"), Ok(()));
+        assert_eq!(load("MY_RATE_LIMIT", "x"), Ok(()));
+        assert_eq!(load("RATE_LIMIT_OVERRIDE_SHOP__ORDERS", "burst=5"), Ok(()));
     }
 
     #[test]

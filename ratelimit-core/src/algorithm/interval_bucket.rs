@@ -115,7 +115,8 @@ pub fn decide(now_us: u64, state: Option<State>, p: IntervalParams, cost: u64) -
         }
     };
     let next = next_boundary(now_us, period);
-    let full_again = |d: u64| next + (d.div_ceil(replenish) - 1) * period;
+    // `next >= period`: no underflow for `d == 0` (a peek's cost of 0 on a full bucket).
+    let full_again = |d: u64| next + d.div_ceil(replenish) * period - period;
     let reset_after = |d: u64| if d == 0 { 0 } else { full_again(d) - now_us };
     let store = |d: u64| State {
         slack: d.div_ceil(replenish) * replenish - d,

@@ -100,6 +100,25 @@ impl<S> Outcome<S> {
     }
 }
 
+impl Outcome<()> {
+    /// What a peek answers for a call of `cost`, with `decide` an algorithm's decision on the
+    /// bucket as it stands for a given cost: whether the call would be admitted and when
+    /// (`decide(cost)`), with `remaining` the whole tokens the bucket holds now, not those it
+    /// would keep after the call (`decide(0)`: every algorithm answers a cost of 0 taking
+    /// nothing), so that exactly `remaining` calls of cost 1 would be admitted now. Nothing is
+    /// stored.
+    pub fn peek<S>(decide: impl Fn(u64) -> Outcome<S>, cost: u64) -> Outcome<()> {
+        let call = decide(cost);
+        Outcome {
+            allowed: call.allowed,
+            remaining: decide(0).remaining,
+            retry_after_us: call.retry_after_us,
+            reset_after_us: call.reset_after_us,
+            new_state: None,
+        }
+    }
+}
+
 /// A limit's arithmetic, with its exact integer parameters: one per algorithm (and refill).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kernel {

@@ -100,6 +100,10 @@ local function decide(mode, keys, specs, reserved_at)
       end
     end
   end
+  if mode == 4 then
+    -- A peek takes nothing: each limit's remaining is what it holds now.
+    for i = 1, n do replies[i][2] = peek(i)[1] end
+  end
   local before = {}
   if mode == 1 and all then
     for i = 1, n do before[i] = peek(i) end

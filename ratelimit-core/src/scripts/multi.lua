@@ -5,7 +5,8 @@
 -- ARGV[2]   mode: 0 decide; 1 reserve (decide, and also return what each limit answered
 --           before the call); 2 veto (another part of the call refused it: decide, take
 --           nothing); 3 give back (what mode 1 reserved, for a call another node refused);
---           4 peek (answer as mode 0 would, write nothing)
+--           4 peek (answer as mode 0 would, write nothing; remaining is what each limit
+--           holds now, before the call)
 -- ARGV[3..n+2]  every limit's key, the first again. Only the first is declared: a cluster
 --           node refuses declared keys of several slots, while the allow-cross-slot-keys flag
 --           lets the script reach keys of any slot the node serves (and a key it does not

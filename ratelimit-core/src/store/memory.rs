@@ -476,7 +476,8 @@ impl MemoryStore {
         self.check_with(key, Kernel::of(limit), cost)
     }
 
-    /// Answers as [`check_now`](MemoryStore::check_now) would, and takes nothing.
+    /// Answers as [`check_now`](MemoryStore::check_now) would, and takes nothing; `remaining`
+    /// is what the bucket holds now (see [`Store::peek`]).
     pub fn peek_now(&self, key: &str, limit: &Limit, cost: u32) -> Decision {
         let key = key.as_bytes();
         let inner = &*self.inner;
@@ -484,7 +485,8 @@ impl MemoryStore {
         let hash = inner.hash(key);
         let shard = read(&inner.shards[inner.shard_of(hash)]);
         let slot = shard.table.find(hash, |e| &*e.0 == key).map(|e| &e.1);
-        let outcome = decide(Kernel::of(limit), now, slot, u64::from(cost));
+        let kernel = Kernel::of(limit);
+        let outcome = Outcome::peek(|c| decide(kernel, now, slot, c), u64::from(cost));
         drop(shard);
         Decision::from_outcome(&outcome, *limit, cost)
     }

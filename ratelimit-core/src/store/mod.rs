@@ -33,7 +33,9 @@ pub trait Store: Send + Sync + 'static {
     fn reset(&self, key: &str) -> impl Future<Output = Result<(), Error>> + Send;
 
     /// Answers as [`check`](Store::check) would for a call of `cost`, and takes nothing:
-    /// writes nothing at all.
+    /// writes nothing at all. Only `remaining` differs from `check`'s answer: it is the whole
+    /// tokens the bucket holds now (the calls of cost 1 it would admit now), not those it
+    /// would hold after the call, which a peek does not make.
     ///
     /// The default returns [`Error::PeekUnsupported`].
     fn peek(
