@@ -1,0 +1,137 @@
+//! Looking at and refilling buckets: `peek`, `reset`, and the deny cache's administration.
+
+use super::*;
+
+impl RateLimiter {
+    /// Answers as [`check`](RateLimiter::check) would for `key` under `limit`, and takes
+    /// nothing: the store writes nothing, so asking changes no bucket. For looking at a bucket
+    /// (an admin page, the `ratelimit` CLI, a test): `remaining` is the whole tokens the
+    /// bucket holds now, so that exactly that many calls of cost 1 would be admitted now
+    /// (`check` answers what is left after its call: one fewer), `retry_after` when a refused
+    /// call would pass, `reset_after` when the bucket is full again. Every algorithm answers. For a limit that waits, an admitted answer's
+    /// `retry_after` is how long the call would wait.
+    ///
+    /// It asks the store itself: not the deny cache, and not the failure policy (an
+    /// administrative call, as [`reset`](RateLimiter::reset)).
+    ///
+    /// ```no_run
+    /// use ratelimit_core::{Limit, RateLimiter};
+    ///
+    /// # async fn run(limiter: RateLimiter) -> Result<(), ratelimit_core::Error> {
+    /// let orders = Limit::per_minute(3).burst(300);
+    /// let now = limiter.peek("user:42", &orders).await?;
+    /// println!("{} left, full again in {:?}", now.remaining, now.reset_after);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// The store's error; [`Error::PeekUnsupported`] for a custom store that cannot peek.
+    pub async fn peek(&self, key: &str, limit: &Limit) -> Result<Decision, Error> {
+        self.peek_bucket(&bucket_key(&self.inner.prefix, None, key), limit)
+            .await
+    }
+
+    /// [`peek`](RateLimiter::peek) at the bucket of `key` under the limit called `name`: a
+    /// `#[rate_limit]` function's, by its limit's name (see
+    /// [`declared_limits`](crate::declared_limits)).
+    ///
+    /// # Errors
+    /// As [`peek`](RateLimiter::peek).
+    pub async fn peek_named(
+        &self,
+        name: &str,
+        key: &str,
+        limit: &Limit,
+    ) -> Result<Decision, Error> {
+        self.peek_bucket(&bucket_key(&self.inner.prefix, Some(name), key), limit)
+            .await
+    }
+
+    pub(super) async fn peek_bucket(&self, bucket: &str, limit: &Limit) -> Result<Decision, Error> {
+        let mut decision = match &self.inner.engine {
+            Engine::Local(s) => s.peek_now(bucket, limit, 1),
+            Engine::Remote(remote) => {
+                on_tokio()?;
+                match &remote.store {
+                    RemoteStore::Redis(s) => s.peek(bucket, limit, 1).await?,
+                    RemoteStore::Custom(s) => s.peek_dyn(bucket, limit, 1).await?,
+                }
+            }
+        };
+        decision.let_shadow_through();
+        Ok(decision)
+    }
+
+    /// Refills `key`'s bucket: deletes it from the store (a missing bucket is a full one) and
+    /// from the deny caches of every instance (on Redis, each hears of it by pub/sub within
+    /// milliseconds). It addresses the bucket of [`check`](RateLimiter::check); a
+    /// `#[rate_limit]` function's buckets are its limit's: use
+    /// [`reset_named`](RateLimiter::reset_named) with the limit's name.
+    ///
+    /// # Errors
+    /// The store's error; the failure policy does not apply to administrative calls.
+    pub async fn reset(&self, key: &str) -> Result<(), Error> {
+        self.reset_bucket(&bucket_key(&self.inner.prefix, None, key))
+            .await
+    }
+
+    /// [`reset`](RateLimiter::reset) for the bucket of `key` under the limit called `name`: a
+    /// `#[rate_limit]` function's bucket, by its limit's name (`module::function` unless it
+    /// has `name = ".."`; see [`declared_limits`](crate::declared_limits)).
+    ///
+    /// # Errors
+    /// The store's error.
+    pub async fn reset_named(&self, name: &str, key: &str) -> Result<(), Error> {
+        self.reset_bucket(&bucket_key(&self.inner.prefix, Some(name), key))
+            .await
+    }
+
+    pub(super) async fn reset_bucket(&self, bucket: &str) -> Result<(), Error> {
+        let remote = match &self.inner.engine {
+            Engine::Local(s) => return s.reset(bucket).await,
+            Engine::Remote(remote) => remote,
+        };
+        if let Some(cache) = &remote.deny_cache {
+            cache.forget(bucket);
+        }
+        // A full bucket again: an outage that comes next does not go on from what it held.
+        self.inner.resilience.forget(bucket);
+        match &remote.store {
+            RemoteStore::Redis(s) => {
+                on_tokio()?;
+                s.reset(bucket).await?;
+                // After the bucket is gone, so that an instance that hears of the reset and asks
+                // again finds it full; from a limiter that is no instance too.
+                match &remote.fleet {
+                    Some(member) => s.publish(member.channel(), bucket).await,
+                    None => {
+                        s.publish(&fleet::resets_channel(&self.inner.prefix), bucket)
+                            .await
+                    }
+                }
+            }
+            RemoteStore::Custom(s) => s.reset_dyn(bucket).await,
+        }
+    }
+
+    /// The deny cache, on a remote store that keeps one.
+    pub(super) fn deny_cache(&self) -> Option<&DenyCache> {
+        match &self.inner.engine {
+            Engine::Local(_) => None,
+            Engine::Remote(remote) => remote.deny_cache.as_deref(),
+        }
+    }
+
+    /// Forgets every refusal remembered by the local deny cache (after changing limits at run
+    /// time, say). The next call on each bucket asks the store.
+    pub fn clear_deny_cache(&self) {
+        if let Some(cache) = self.deny_cache() {
+            cache.clear();
+        }
+    }
+
+    /// How many refused buckets the local deny cache remembers now.
+    pub fn deny_cache_len(&self) -> usize {
+        self.deny_cache().map_or(0, DenyCache::len)
+    }
+}

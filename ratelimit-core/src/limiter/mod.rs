@@ -1,0 +1,721 @@
+//! The rate limiter: key naming, cost validation and the store call.
+
+mod admin;
+mod builder;
+mod remote;
+mod waiting;
+
+pub use builder::{DEFAULT_PREFIX, RateLimiterBuilder};
+use waiting::must_wait;
+
+use std::fmt;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::task::Poll;
+use std::time::Duration;
+
+use crate::algorithm::Outcome;
+use crate::decision::Source;
+use crate::deny_cache::{DEFAULT_DENY_CACHE_CAPACITY, DenyCache};
+use crate::fleet::{self, Member};
+use crate::naming::key_slot;
+use crate::naming::{bucket_key, with_bucket_key};
+use crate::policy::{
+    DEFAULT_COOLDOWN, DEFAULT_DEADLINE, EmptyKeyPolicy, FailurePolicy, Gate, Resilience,
+    SLOTS_PER_CIRCUIT,
+};
+use crate::store::DynStore;
+use crate::{Decision, Error, Limit, MemoryStore, RedisStore, Store};
+
+/// Decides whether calls may proceed, against buckets kept in Redis or in memory.
+///
+/// Cheap to clone: clones share the store.
+///
+/// ```no_run
+/// use ratelimit_core::{Limit, RateLimiter};
+///
+/// # async fn run() -> Result<(), ratelimit_core::Error> {
+/// let limiter = RateLimiter::builder().redis("redis://127.0.0.1:6379").prefix("app").build().await?;
+/// let limit = Limit::per_minute(3).burst(300);
+/// let d = limiter.check("user:42", &limit).await?;
+/// if !d.allowed {
+///     println!("retry in {:?}", d.retry_after);
+/// }
+/// let d = limiter.check_n("user:42", &limit, 5).await?; // takes 5 tokens
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct RateLimiter {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    engine: Engine,
+    prefix: Box<str>,
+    empty_key: EmptyKeyPolicy,
+    /// The failure policies, and for a remote store its circuits and deadline.
+    resilience: Resilience,
+}
+
+/// Where a limiter's decisions are made.
+enum Engine {
+    /// In this process, at once: nothing in front of the store, nothing to fail.
+    Local(MemoryStore),
+    /// In a store other processes share, asked through the circuit and the deadline.
+    Remote(Remote),
+}
+
+/// A shared store and what stands around it.
+struct Remote {
+    store: RemoteStore,
+    /// Refusals remembered, so that a flood on an exhausted bucket stays in this process.
+    deny_cache: Option<Arc<DenyCache>>,
+    /// This process in the fleet sharing the Redis deployment and prefix (Redis only): the
+    /// instance count and the resets other instances publish.
+    fleet: Option<Arc<Member>>,
+}
+
+enum RemoteStore {
+    Redis(RedisStore),
+    Custom(Box<dyn DynStore>),
+}
+
+/// The store a builder was given or will connect to.
+enum Backend {
+    Memory(MemoryStore),
+    Redis(RedisStore),
+    Custom(Box<dyn DynStore>),
+}
+
+impl RateLimiter {
+    /// Starts configuring a limiter.
+    pub fn builder() -> RateLimiterBuilder {
+        RateLimiterBuilder::default()
+    }
+
+    /// Takes one token from `key`'s bucket if it has one.
+    ///
+    /// # Errors
+    /// [`Error::CostExceedsBurst`] never here (cost 1); store errors such as [`Error::Redis`].
+    pub fn check(
+        &self,
+        key: &str,
+        limit: &Limit,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        // `check_n`'s own future, not one wrapped around it: one layer less to move the
+        // decision through.
+        self.check_n(key, limit, 1)
+    }
+
+    /// Takes `cost` tokens from `key`'s bucket if it has that many. A limit that may wait
+    /// ([`Limit::wait`], or a [leaky bucket](crate::Algorithm::LeakyBucket)) reserves them
+    /// instead when they are due within its bound, and this returns once they are (see
+    /// [`acquire`](RateLimiter::acquire)); a limit in [shadow mode](Limit::shadow) lets every
+    /// call through and says when it would not have ([`Decision::shadowed`]).
+    ///
+    /// # Errors
+    /// [`Error::ZeroCost`], [`Error::CostExceedsBurst`] (such a call could never pass), or the
+    /// store's error.
+    pub fn check_n(
+        &self,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        self.check_by_name(None, key, limit, cost)
+    }
+
+    /// Takes one token from `key`'s bucket, waiting up to `max_wait` for it instead of being
+    /// refused: a call over the limit reserves its token at once, in the same single round
+    /// trip as [`check`](RateLimiter::check), and sleeps until it is due if that is within
+    /// `max_wait`; otherwise it is refused at once and takes nothing. No polling: waiters on
+    /// every instance are served in the order they reserved, at the rate, never early. A call
+    /// dropped while it waits (its client went away, a timeout) gives its token back.
+    ///
+    /// The same as `check` with [`limit.wait(max_wait)`](Limit::wait); only a token bucket
+    /// refilled smoothly and the leaky bucket can wait.
+    ///
+    /// ```no_run
+    /// use ratelimit_core::{Limit, RateLimiter};
+    /// use std::time::Duration;
+    ///
+    /// # async fn run(limiter: RateLimiter) -> Result<(), ratelimit_core::Error> {
+    /// // Every crawler process shares 10 fetches a second on this host.
+    /// const HOST: Limit = Limit::per_second(10).burst(1);
+    /// let d = limiter.acquire("example.org", &HOST, Duration::from_secs(2)).await?;
+    /// if d.allowed {
+    ///     // fetch
+    /// } else {
+    ///     // more than 2 s of fetches queued already: skip, and retry after d.retry_after
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidLimit`] for a limit that cannot wait ([`InvalidLimit::CannotWait`])
+    /// or a wait longer than it allows ([`InvalidLimit::WaitTooLong`]); otherwise as
+    /// [`check_n`](RateLimiter::check_n).
+    ///
+    /// [`InvalidLimit::CannotWait`]: crate::InvalidLimit::CannotWait
+    /// [`InvalidLimit::WaitTooLong`]: crate::InvalidLimit::WaitTooLong
+    pub async fn acquire(
+        &self,
+        key: &str,
+        limit: &Limit,
+        max_wait: Duration,
+    ) -> Result<Decision, Error> {
+        self.acquire_n(key, limit, 1, max_wait).await
+    }
+
+    /// [`acquire`](RateLimiter::acquire) for a call of `cost` tokens.
+    ///
+    /// # Errors
+    /// As [`acquire`](RateLimiter::acquire), and the cost errors of
+    /// [`check_n`](RateLimiter::check_n).
+    pub async fn acquire_n(
+        &self,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+        max_wait: Duration,
+    ) -> Result<Decision, Error> {
+        let limit = limit.try_wait(max_wait)?;
+        self.check_n(key, &limit, cost).await
+    }
+
+    /// Takes `cost` tokens from the bucket of `key` under the limit called `name` (what
+    /// `#[rate_limit]` calls): each name has its own buckets.
+    ///
+    /// # Errors
+    /// As [`check_n`](RateLimiter::check_n).
+    pub fn check_named(
+        &self,
+        name: &str,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        self.check_by_name(Some(name), key, limit, cost)
+    }
+
+    /// [`check_n`](Self::check_n) and [`check_named`](Self::check_named): on a memory store,
+    /// decided in the first poll with nothing else in the future (a few references; an
+    /// `async fn` carried and moved a state machine for every path); otherwise, and for a call
+    /// that waits, through [`decide_by_name`](Self::decide_by_name)'s box. Nothing is decided
+    /// before the first poll.
+    fn check_by_name(
+        &self,
+        name: Option<&str>,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        let mut rest: Option<BoxedAnswer<'static, Decision>> = None;
+        std::future::poll_fn(move |cx| {
+            if let Some(rest) = &mut rest {
+                return rest.as_mut().poll(cx);
+            }
+            if let Err(e) = validate_cost(limit, cost) {
+                return Poll::Ready(Err(e));
+            }
+            let Engine::Local(store) = &self.inner.engine else {
+                return rest
+                    .insert(self.decide_by_name(name, key, limit, cost, Local::Remote))
+                    .as_mut()
+                    .poll(cx);
+            };
+            // The store answers its small outcome; the decision is built once, here, where it
+            // is returned (docs/benchmarks.md 4.6).
+            let prefix = &*self.inner.prefix;
+            let outcome = with_bucket_key(prefix, name, key, |bucket| {
+                store.check_bytes(bucket, limit, cost)
+            });
+            let mut decision = Decision::from_outcome(&outcome, *limit, cost);
+            if must_wait(std::slice::from_mut(&mut decision)) {
+                let waits = Local::Wait(bucket_key(prefix, name, key), decision);
+                return rest
+                    .insert(self.decide_by_name(name, key, limit, cost, waits))
+                    .as_mut()
+                    .poll(cx);
+            }
+            observe_locally(&decision, prefix, name, key);
+            Poll::Ready(Ok(decision))
+        })
+    }
+
+    /// The rest of [`check_n`](Self::check_n) and [`check_named`](Self::check_named) when
+    /// their first poll did not decide: the wait of a call that reserved, or the remote store.
+    /// Boxed, and owning what it needs (a clone of the limiter, the key): inline, these paths
+    /// made the memory path's future and its poll's stack frame (8 kB) several times larger
+    /// (docs/benchmarks.md 4.6); a copy of the key is nothing beside a round trip or a wait.
+    fn decide_by_name(
+        &self,
+        name: Option<&str>,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+        local: Local,
+    ) -> BoxedAnswer<'static, Decision> {
+        let limiter = self.clone();
+        let name = name.map(str::to_owned);
+        let key = key.to_owned();
+        let limit = *limit;
+        Box::pin(async move {
+            let (bucket, decision) = match local {
+                Local::Wait(bucket, reserved) => {
+                    let decision = limiter.wait_one(&bucket, &limit, cost, reserved).await?;
+                    (bucket, decision)
+                }
+                Local::Remote => {
+                    let bucket = bucket_key(&limiter.inner.prefix, name.as_deref(), &key);
+                    let decision = limiter.decide(&bucket, &limit, cost).await?;
+                    (bucket, decision)
+                }
+            };
+            decision.observe(observed_name(name.as_deref()), Some(&bucket));
+            Ok(decision)
+        })
+    }
+
+    /// Decides several limits of one call together, all or nothing: the call takes `cost`
+    /// tokens from each `key`'s bucket under its `limit` if every one of them admits it, and
+    /// from none if any refuses. The answer is the [combined](Decision::combined) decision;
+    /// [`Decision::parts`] holds each limit's own, in order.
+    ///
+    /// On Redis it is one script in one round trip (on a cluster, when the buckets' nodes
+    /// differ, see the guide's "Several limits"). Each limit keeps its own failure policy
+    /// while the store fails. The buckets are those of [`check_n`](RateLimiter::check_n), so a
+    /// limit checked here and alone shares its bucket; two limits on one key therefore need
+    /// their own names ([`check_all_named`](RateLimiter::check_all_named)).
+    ///
+    /// ```no_run
+    /// use ratelimit_core::{Limit, RateLimiter};
+    ///
+    /// # async fn run(limiter: RateLimiter) -> Result<(), ratelimit_core::Error> {
+    /// let per_ip = Limit::per_minute(3).burst(300);
+    /// let per_user = Limit::per_day(300);
+    /// let d = limiter
+    ///     .check_all(&[("ip:203.0.113.9", &per_ip, 1), ("user:42", &per_user, 1)])
+    ///     .await?;
+    /// if !d.allowed {
+    ///     println!("retry in {:?}", d.retry_after); // the longest wait of the refusing limits
+    /// }
+    /// for part in d.parts() {
+    ///     println!("{}: {} left", part.limit, part.remaining);
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::NoLimits`] for an empty slice, [`Error::DuplicateBucket`] when two entries
+    /// name one bucket, the cost errors of [`check_n`](RateLimiter::check_n), or the store's.
+    pub async fn check_all(&self, checks: &[(&str, &Limit, u32)]) -> Result<Decision, Error> {
+        let buckets: Vec<(String, &Limit, u32)> = checks
+            .iter()
+            .map(|&(key, limit, cost)| (bucket_key(&self.inner.prefix, None, key), limit, cost))
+            .collect();
+        let decision = self.check_buckets(&buckets).await?;
+        for (part, (bucket, ..)) in decision.parts().iter().zip(&buckets) {
+            part.observe(crate::observe::Name::None, Some(bucket));
+        }
+        Ok(decision)
+    }
+
+    /// [`check_all`](RateLimiter::check_all) with each limit's name: `(name, key, limit,
+    /// cost)`, the buckets of [`check_named`](RateLimiter::check_named).
+    ///
+    /// # Errors
+    /// As [`check_all`](RateLimiter::check_all).
+    pub async fn check_all_named(
+        &self,
+        checks: &[(&str, &str, &Limit, u32)],
+    ) -> Result<Decision, Error> {
+        let buckets: Vec<(String, &Limit, u32)> = checks
+            .iter()
+            .map(|&(name, key, limit, cost)| {
+                (bucket_key(&self.inner.prefix, Some(name), key), limit, cost)
+            })
+            .collect();
+        let decision = self.check_buckets(&buckets).await?;
+        for ((part, (name, ..)), (bucket, ..)) in decision.parts().iter().zip(checks).zip(&buckets)
+        {
+            part.observe(crate::observe::Name::Given(name), Some(bucket));
+        }
+        Ok(decision)
+    }
+
+    /// Decides several already-named buckets together (the macro's path for stacked limits).
+    pub(crate) async fn check_buckets<B: AsRef<str>>(
+        &self,
+        checks: &[(B, &Limit, u32)],
+    ) -> Result<Decision, Error> {
+        let checks = validate_all(checks)?;
+        let parts = self.decide_all(&checks).await?;
+        Ok(Decision::combined(parts))
+    }
+
+    /// Decides several already-named buckets as the failure policy would with the store
+    /// down (calls made before `enable_redis_rate_limit!`).
+    pub(crate) async fn decide_all_by_policy<B: AsRef<str>>(
+        &self,
+        checks: &[(B, &Limit, u32)],
+    ) -> Result<Decision, Error> {
+        let checks = validate_all(checks)?;
+        let mut parts = self.inner.resilience.decide_all(&checks, None);
+        if must_wait(&mut parts) {
+            Box::pin(self.wait_turn(&checks, &mut parts)).await?;
+        }
+        Ok(Decision::combined(parts))
+    }
+
+    /// Decides on an already-named bucket (the macro's path).
+    ///
+    /// The cost is validated at once, and the future returned is `decide`'s own: one layer
+    /// less to move the decision through.
+    pub(crate) fn check_bucket<'a>(
+        &'a self,
+        bucket: &'a str,
+        limit: &'a Limit,
+        cost: u32,
+    ) -> Result<impl Future<Output = Result<Decision, Error>> + 'a, Error> {
+        validate_cost(limit, cost)?;
+        Ok(self.decide(bucket, limit, cost))
+    }
+
+    /// Decides on an already-named bucket without a future when the store answers at once:
+    /// on a memory store, for a limit that never waits. `None` otherwise: ask
+    /// [`check_bucket`](Self::check_bucket). (The macro's path: it records the decision in
+    /// the same look at the request context as it resolved the key.)
+    pub(crate) fn decide_at_once(
+        &self,
+        bucket: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> Result<Option<Decision>, Error> {
+        self.at_once(limit, cost, |store| {
+            store.check_bytes(bucket.as_bytes(), limit, cost)
+        })
+    }
+
+    /// [`decide_at_once`](Self::decide_at_once) on the bucket of `key` under the limit called
+    /// `name`, its key built on the stack (the macro's path for a key it does not remember).
+    pub(crate) fn decide_named_at_once(
+        &self,
+        name: &str,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> Result<Option<Decision>, Error> {
+        self.at_once(limit, cost, |store| {
+            with_bucket_key(&self.inner.prefix, Some(name), key, |bucket| {
+                store.check_bytes(bucket, limit, cost)
+            })
+        })
+    }
+
+    fn at_once(
+        &self,
+        limit: &Limit,
+        cost: u32,
+        check: impl FnOnce(&MemoryStore) -> Outcome<()>,
+    ) -> Result<Option<Decision>, Error> {
+        validate_cost(limit, cost)?;
+        match &self.inner.engine {
+            // Only a limit that reserves is ever admitted with a wait (`MemoryStore::check_now`).
+            Engine::Local(s) if !limit.reserves() => {
+                let mut decision = Decision::from_outcome(&check(s), *limit, cost);
+                let waits = must_wait(std::slice::from_mut(&mut decision));
+                debug_assert!(!waits, "a limit that does not reserve never waits");
+                Ok(Some(decision))
+            }
+            _ => Ok(None),
+        }
+    }
+
+    /// Decides as the failure policy would with the store down (calls made before
+    /// `enable_redis_rate_limit!`).
+    pub(crate) async fn decide_by_policy(
+        &self,
+        bucket: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> Result<Decision, Error> {
+        validate_cost(limit, cost)?;
+        let waiting = {
+            let mut decision = self.inner.resilience.decide(bucket, limit, cost, None);
+            if !must_wait(std::slice::from_mut(&mut decision)) {
+                return Ok(decision);
+            }
+            self.wait_one(bucket, limit, cost, decision)
+        };
+        waiting.await
+    }
+
+    /// The store key of `key`'s bucket (for operators: `redis-cli PTTL <key>`).
+    pub fn bucket_key(&self, key: &str) -> String {
+        bucket_key(&self.inner.prefix, None, key)
+    }
+
+    /// The store key of `key`'s bucket under the limit called `name`.
+    pub fn named_bucket_key(&self, name: &str, key: &str) -> String {
+        bucket_key(&self.inner.prefix, Some(name), key)
+    }
+
+    /// The prefix of every key this limiter writes.
+    pub fn prefix(&self) -> &str {
+        &self.inner.prefix
+    }
+
+    /// What this limiter does when its store fails, for limits without their own
+    /// ([`Limit::on_failure`]).
+    pub fn failure_policy(&self) -> FailurePolicy {
+        self.inner.resilience.policy
+    }
+
+    /// What this limiter does with calls that have no key.
+    pub fn empty_key_policy(&self) -> EmptyKeyPolicy {
+        self.inner.empty_key
+    }
+
+    /// Whether the store is failing now (the failure policy is deciding).
+    pub fn is_degraded(&self) -> bool {
+        self.inner.resilience.is_degraded()
+    }
+
+    /// How many instances share this limiter's Redis deployment and prefix, as last seen by
+    /// the heartbeat (1 for other stores, or when Redis did not answer the first heartbeat,
+    /// which [`build`](RateLimiterBuilder::build) waits for). An instance is a
+    /// process: every limiter a process builds on one deployment and prefix counts once. The
+    /// fallback policy enforces `limit / live_instances` on each instance while Redis is down.
+    /// A count that falls is believed only after every live instance has had the time to beat
+    /// again (about 4 s): after Redis restarts empty, the set of instances fills up one
+    /// heartbeat at a time, and the shares must not grow while it does.
+    pub fn live_instances(&self) -> u32 {
+        self.inner
+            .resilience
+            .instances
+            .load(Ordering::Relaxed)
+            .max(1)
+    }
+
+    /// The decision for a call that has no key, per the empty-key policy.
+    pub fn decide_without_key(&self, limit: &Limit, cost: u32) -> Decision {
+        let allowed = self.inner.empty_key == EmptyKeyPolicy::Allow;
+        let mut decision = Decision::new(allowed, 0, *limit, cost, Duration::ZERO, Duration::ZERO)
+            .with_source(Source::NoKey);
+        decision.let_shadow_through();
+        decision
+    }
+}
+
+/// Why a call on [`RateLimiter::check_n`]'s path was not decided in its first poll.
+enum Local {
+    /// Reserved: the call waits its turn on this bucket.
+    Wait(String, Decision),
+    /// Not a memory store: to be asked through [`RateLimiter::decide`].
+    Remote,
+}
+
+/// A memory store's decision, through [`must_wait`]; `Err` when the call reserved its tokens
+/// and must wait.
+#[inline]
+fn check_locally(mut decision: Decision) -> Result<Decision, Decision> {
+    if must_wait(std::slice::from_mut(&mut decision)) {
+        Err(decision)
+    } else {
+        Ok(decision)
+    }
+}
+
+/// Observes a decision of the memory store made on the stack-built bucket key, which is
+/// shown only at TRACE: only then is it built again, as a string.
+#[inline]
+fn observe_locally(decision: &Decision, prefix: &str, name: Option<&str>, key: &str) {
+    if tracing::enabled!(target: "redis_ratelimit", tracing::Level::TRACE) {
+        decision.observe(observed_name(name), Some(&bucket_key(prefix, name, key)));
+    } else {
+        decision.observe(observed_name(name), None);
+    }
+}
+
+/// The name a decision is observed under: `check_named`'s, or none (`check`).
+fn observed_name(name: Option<&str>) -> crate::observe::Name<'_> {
+    match name {
+        Some(name) => crate::observe::Name::Given(name),
+        None => crate::observe::Name::None,
+    }
+}
+
+/// A remote store's answer on its way, as a trait object: its type (the store's whole call)
+/// would otherwise be part of every caller's future, deep enough that proving a spawned
+/// caller `Send` exceeds the compiler's default recursion limit.
+type BoxedAnswer<'a, T> = std::pin::Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
+
+/// [`Error::NoRuntime`] unless called within a Tokio runtime.
+fn on_tokio() -> Result<(), Error> {
+    tokio::runtime::Handle::try_current()
+        .map(drop)
+        .map_err(|_| Error::NoRuntime)
+}
+
+/// The checks of one call, validated: at least one, every cost valid, no bucket twice.
+fn validate_all<'a, B: AsRef<str>>(
+    checks: &'a [(B, &'a Limit, u32)],
+) -> Result<Vec<(&'a str, &'a Limit, u32)>, Error> {
+    if checks.is_empty() {
+        return Err(Error::NoLimits);
+    }
+    let mut out: Vec<(&str, &Limit, u32)> = Vec::with_capacity(checks.len());
+    for (bucket, limit, cost) in checks {
+        validate_cost(limit, *cost)?;
+        let bucket = bucket.as_ref();
+        if out.iter().any(|c| c.0 == bucket) {
+            return Err(Error::DuplicateBucket(bucket.to_owned()));
+        }
+        out.push((bucket, limit, *cost));
+    }
+    Ok(out)
+}
+
+fn validate_cost(limit: &Limit, cost: u32) -> Result<(), Error> {
+    if cost == 0 {
+        return Err(Error::ZeroCost);
+    }
+    if cost > limit.burst_capacity() {
+        return Err(Error::CostExceedsBurst {
+            cost,
+            limit: *limit,
+        });
+    }
+    Ok(())
+}
+
+impl fmt::Debug for RateLimiter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let store = match &self.inner.engine {
+            Engine::Local(s) => format!("{s:?}"),
+            Engine::Remote(Remote {
+                store: RemoteStore::Redis(s),
+                ..
+            }) => format!("{s:?}"),
+            Engine::Remote(_) => "custom".to_owned(),
+        };
+        f.debug_struct("RateLimiter")
+            .field("prefix", &self.inner.prefix)
+            .field("store", &store)
+            .field("policy", &self.inner.resilience.policy)
+            .field("empty_key", &self.inner.empty_key)
+            .field("deadline", &self.inner.resilience.deadline)
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ManualClock;
+
+    /// A store of the user's own that is down: every call fails as a timeout would.
+    struct DownStore;
+
+    impl Store for DownStore {
+        async fn check(&self, _: &str, _: &Limit, _: u32) -> Result<Decision, Error> {
+            Err(Error::Timeout(Duration::from_millis(1)))
+        }
+
+        async fn reset(&self, _: &str) -> Result<(), Error> {
+            Err(Error::Timeout(Duration::from_millis(1)))
+        }
+    }
+
+    #[tokio::test]
+    async fn the_fallback_runs_in_the_store_given_within_its_bound() {
+        // A multiple of the shard count (at most 256): each shard holds at most its part.
+        let fallback = MemoryStore::with_clock(ManualClock::new()).with_max_keys(256);
+        let limiter = RateLimiter::builder()
+            .store(DownStore)
+            .fallback_store(fallback.clone())
+            .build()
+            .await
+            .unwrap();
+        let limit = Limit::per_hour(1);
+        for key in 0..1000 {
+            let d = limiter.check(&key.to_string(), &limit).await.unwrap();
+            assert_eq!((d.allowed, d.source), (true, Source::Fallback), "{key}");
+        }
+        assert!(limiter.is_degraded());
+        let held = fallback.len();
+        assert!(
+            (1..=256).contains(&held),
+            "the bound of the store given holds: {held}"
+        );
+        assert_eq!(
+            fallback.evicted_active(),
+            1000 - u64::try_from(held).unwrap()
+        );
+        // The bucket just taken from stays, exhausted, in the fallback.
+        assert!(!limiter.check("999", &limit).await.unwrap().allowed);
+    }
+
+    #[tokio::test]
+    async fn a_limit_with_its_own_policy_overrides_the_limiters() {
+        let limiter = RateLimiter::builder()
+            .store(DownStore)
+            .failure_policy(FailurePolicy::Fallback)
+            .build()
+            .await
+            .unwrap();
+        let limit = Limit::per_hour(1);
+        let closed = limit.on_failure(FailurePolicy::Deny);
+        let open = limit.on_failure(FailurePolicy::Allow);
+        for _ in 0..3 {
+            let d = limiter.check("k", &closed).await.unwrap();
+            assert_eq!((d.allowed, d.source), (false, Source::FailClosed));
+            assert!(
+                d.retry_after > Duration::ZERO,
+                "a refusal says when to retry"
+            );
+            let d = limiter.check("k", &open).await.unwrap();
+            assert_eq!((d.allowed, d.source), (true, Source::FailOpen));
+        }
+        let d = limiter.check("k", &limit).await.unwrap();
+        assert_eq!((d.allowed, d.source), (true, Source::Fallback));
+        assert!(!limiter.check("k", &limit).await.unwrap().allowed);
+        assert_eq!(closed.to_string(), "1 per hour (burst 1), on failure deny");
+    }
+}
+
+#[cfg(test)]
+mod future_sizes {
+    #![allow(clippy::unwrap_used)]
+
+    /// What a one-limit call moves on every poll: the memory path's future must not carry the
+    /// other paths' states (the store's call, a wait, several limits), which are boxed. The
+    /// bounds are today's sizes (docs/benchmarks.md); a change that grows them should say why.
+    #[test]
+    fn a_one_limit_call_carries_no_other_path() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let limiter = rt
+            .block_on(super::RateLimiter::builder().memory().build())
+            .unwrap();
+        let limit = crate::Limit::per_second(1);
+        static DECL: crate::LimitDeclaration =
+            crate::LimitDeclaration::new("n", crate::Limit::per_second(1), 1, "Global", "f", 1);
+        let sizes = [
+            std::mem::size_of_val(&limiter.check("k", &limit)),
+            std::mem::size_of_val(&limiter.check_named("n", "k", &limit, 1)),
+            // As the macro calls it: the resolver behind `&dyn`.
+            std::mem::size_of_val(&crate::__private::check(
+                &DECL,
+                &crate::Global as &dyn crate::KeyResolver,
+                Some(&limiter),
+            )),
+        ];
+        assert!(
+            sizes[0] <= 160 && sizes[1] <= 192 && sizes[2] <= 56,
+            "check, check_named, #[rate_limit]: {sizes:?} bytes"
+        );
+    }
+}

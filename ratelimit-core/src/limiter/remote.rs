@@ -1,0 +1,225 @@
+//! How a decision is made: in memory at once, or through the deny cache, the circuit, the
+//! deadline and the store, with the failure policy when the store fails.
+
+use super::*;
+
+impl RateLimiter {
+    /// Decides one call, and waits for its turn when it reserved (see [`Limit::wait`]).
+    ///
+    /// Every await here holds one box at most: the memory path is a call of this future, so
+    /// what it carries for the others (the store's call, the deadline, a wait, the several
+    /// limits' path) must not make it larger.
+    pub(super) async fn decide(
+        &self,
+        bucket: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> Result<Decision, Error> {
+        let remote = match &self.inner.engine {
+            Engine::Local(s) => {
+                // The decision's scope ends before the await: the future then does not keep
+                // room for it beside the wait's box.
+                let waiting = match check_locally(s.check_now(bucket, limit, cost)) {
+                    Ok(decision) => return Ok(decision),
+                    Err(reserved) => self.wait_one(bucket, limit, cost, reserved),
+                };
+                return waiting.await;
+            }
+            Engine::Remote(remote) => remote,
+        };
+        // A call that may wait is not refused from the deny cache (the refusal it remembers
+        // was for a call that could not wait), and is asked by a task of its own.
+        if limit.reserves() {
+            return self.decide_reserving(bucket, limit, cost).await;
+        }
+        if let Some(refused) = remote
+            .deny_cache
+            .as_ref()
+            .and_then(|c| c.check(bucket, limit, cost))
+        {
+            crate::observe::deny_cache_hit();
+            let mut refused = refused;
+            refused.let_shadow_through();
+            return Ok(refused);
+        }
+        // Boxed: awaited inline, the store's call and the deadline's timer make every check's
+        // future several times larger, even on a memory limiter, and moving it dominated the
+        // memory path (docs/benchmarks.md 7.3). One small allocation beside a network round
+        // trip is the cheaper side.
+        let asked: BoxedAnswer<'_, _> = Box::pin(self.through_store(
+            remote,
+            bucket,
+            |store| async move {
+                match store {
+                    RemoteStore::Redis(s) => s.check(bucket, limit, cost).await,
+                    RemoteStore::Custom(s) => s.check_dyn(bucket, limit, cost).await,
+                }
+            },
+            |cache, decision, sent, now| cache.remember(bucket, decision, sent, now),
+            |guard| guard.decide(bucket, limit, cost, remote.deny_cache.as_deref()),
+        ));
+        let waiting = {
+            let mut decision = asked.await?;
+            if !must_wait(std::slice::from_mut(&mut decision)) {
+                return Ok(decision);
+            }
+            // The failure policy's fallback may have reserved.
+            self.wait_one(bucket, limit, cost, decision)
+        };
+        waiting.await
+    }
+
+    /// [`decide`](Self::decide) for several buckets at once, all or nothing; a call that
+    /// reserved under any of its limits waits for the latest of them.
+    pub(super) async fn decide_all(
+        &self,
+        checks: &[(&str, &Limit, u32)],
+    ) -> Result<Vec<Decision>, Error> {
+        if let [(bucket, limit, cost)] = checks {
+            return Ok(vec![self.decide(bucket, limit, *cost).await?]);
+        }
+        let mut parts = self.decide_all_now(checks).await?;
+        if must_wait(&mut parts) {
+            Box::pin(self.wait_turn(checks, &mut parts)).await?;
+        }
+        Ok(parts)
+    }
+
+    pub(super) async fn decide_all_now(
+        &self,
+        checks: &[(&str, &Limit, u32)],
+    ) -> Result<Vec<Decision>, Error> {
+        let remote = match &self.inner.engine {
+            Engine::Local(s) => return Ok(s.check_all_shared(checks, 1, false, None)),
+            Engine::Remote(remote) => remote,
+        };
+        // The deny cache is not asked: it knows a refusal of one limit, and a combined answer
+        // needs every limit's. It still learns from the refusals below. One circuit for the
+        // call: the first bucket's (on a cluster, its slot's).
+        // Boxed, as in `decide`.
+        let reserving = checks.iter().any(|(_, limit, _)| limit.reserves());
+        let asked: BoxedAnswer<'_, _> = Box::pin(self.through_store(
+            remote,
+            checks[0].0,
+            |store| async move {
+                if reserving {
+                    return self.ask_detached(checks).await;
+                }
+                match store {
+                    RemoteStore::Redis(s) => s.check_all(checks).await,
+                    RemoteStore::Custom(s) => s.check_all_dyn(checks).await,
+                }
+            },
+            |cache, parts: &Vec<Decision>, sent, now| {
+                for (part, (bucket, ..)) in parts.iter().zip(checks) {
+                    cache.remember(bucket, part, sent, now);
+                }
+            },
+            |guard| guard.decide_all(checks, remote.deny_cache.as_deref()),
+        ));
+        asked.await
+    }
+
+    /// Asks the remote store for a call that may reserve, from a task of its own: should the
+    /// caller give up before the answer comes (a timeout around it, the deadline, a client
+    /// gone), the request may still reach the store and reserve; the task then gives back what
+    /// it took, which an abandoned request could not.
+    ///
+    /// Both the task and the answer are boxed as trait objects: their types (the store's
+    /// whole call) would otherwise be part of every caller's future, deep enough that proving
+    /// a spawned caller `Send` exceeds the compiler's default recursion limit.
+    pub(super) fn ask_detached(
+        &self,
+        checks: &[(&str, &Limit, u32)],
+    ) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<Decision>, Error>> + Send + 'static>>
+    {
+        let (answer, answered) = tokio::sync::oneshot::channel();
+        let limiter = self.clone();
+        let owned: Vec<(Box<str>, Limit, u32)> = checks
+            .iter()
+            .map(|&(bucket, limit, cost)| (Box::from(bucket), *limit, cost))
+            .collect();
+        let task = async move {
+            let Engine::Remote(remote) = &limiter.inner.engine else {
+                return;
+            };
+            let refs: Vec<(&str, &Limit, u32)> = owned
+                .iter()
+                .map(|(bucket, limit, cost)| (&**bucket, limit, *cost))
+                .collect();
+            let decided = match &remote.store {
+                RemoteStore::Redis(s) => s.check_all(&refs).await,
+                RemoteStore::Custom(s) => s.check_all_dyn(&refs).await,
+            };
+            if let Err(Ok(parts)) = answer.send(decided)
+                && parts.iter().all(|d| d.allowed)
+            {
+                limiter.give_back(
+                    owned
+                        .into_iter()
+                        .map(|(bucket, limit, cost)| (bucket, limit, cost, Source::Store))
+                        .collect(),
+                );
+            }
+        };
+        let task: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(task);
+        let spawned = tokio::runtime::Handle::try_current().map(|runtime| runtime.spawn(task));
+        Box::pin(async move {
+            spawned.map_err(|_| Error::NoRuntime)?;
+            answered.await.unwrap_or_else(|_| {
+                Err(Error::BadReply(
+                    "the store's call ended without an answer".to_owned(),
+                ))
+            })
+        })
+    }
+
+    /// Asks the store (`ask`) through the circuit of `first`'s bucket, within the deadline;
+    /// the failure policy (`by_policy`) answers while the circuit is open or when the store
+    /// fails, and the deny cache learns from what the store answers (`remember`). The one
+    /// path of a decision on a remote store, for one limit or several.
+    pub(super) async fn through_store<'a, T, F>(
+        &self,
+        remote: &'a Remote,
+        first: &str,
+        ask: impl FnOnce(&'a RemoteStore) -> F,
+        remember: impl FnOnce(&DenyCache, &T, std::time::Instant, std::time::Instant),
+        by_policy: impl FnOnce(&Resilience) -> T,
+    ) -> Result<T, Error>
+    where
+        F: std::future::Future<Output = Result<T, Error>>,
+    {
+        let guard = &self.inner.resilience;
+        // The Redis client and the deadline need Tokio's reactor and timers: polled from
+        // another executor, say so instead of panicking inside them.
+        on_tokio()?;
+        let circuit = guard.circuit_of(|| key_slot(first.as_bytes()));
+        let gate = guard.gate(circuit);
+        if gate == Gate::Open {
+            return Ok(by_policy(guard));
+        }
+        let sent = std::time::Instant::now();
+        let answer = guard.call(ask(&remote.store)).await;
+        crate::observe::store_call(sent.elapsed());
+        match answer {
+            Ok(answer) => {
+                guard.succeeded(gate, circuit);
+                if let Some(cache) = &remote.deny_cache {
+                    remember(cache, &answer, sent, std::time::Instant::now());
+                }
+                Ok(answer)
+            }
+            Err(e) if e.is_store_failure() => {
+                guard.failed(gate, circuit, &e);
+                Ok(by_policy(guard))
+            }
+            Err(e) => {
+                // Not the store's fault (a misuse): the circuit stays as it was.
+                if gate == Gate::Probe {
+                    guard.failed(gate, circuit, &e);
+                }
+                Err(e)
+            }
+        }
+    }
+}

@@ -1,0 +1,162 @@
+//! Waiting for reserved tokens, and giving them back when a caller gives up.
+
+use super::*;
+
+impl RateLimiter {
+    /// A call that may wait, on a remote store: [`decide_all`](Self::decide_all)'s path for
+    /// one limit, boxed.
+    pub(super) fn decide_reserving<'a>(
+        &'a self,
+        bucket: &'a str,
+        limit: &'a Limit,
+        cost: u32,
+    ) -> BoxedAnswer<'a, Decision> {
+        Box::pin(async move {
+            let checks = [(bucket, limit, cost)];
+            let mut parts = self.decide_all_now(&checks).await?;
+            if must_wait(&mut parts) {
+                self.wait_turn(&checks, &mut parts).await?;
+            }
+            parts
+                .pop()
+                .ok_or_else(|| Error::BadReply("no decision".to_owned()))
+        })
+    }
+
+    /// [`wait_turn`](Self::wait_turn) for a call under one limit, boxed: only a call that
+    /// waits carries the sleep's future, and the decision moves into the box.
+    pub(super) fn wait_one<'a>(
+        &'a self,
+        bucket: &'a str,
+        limit: &'a Limit,
+        cost: u32,
+        mut decision: Decision,
+    ) -> BoxedAnswer<'a, Decision> {
+        Box::pin(async move {
+            self.wait_turn(
+                &[(bucket, limit, cost)],
+                std::slice::from_mut(&mut decision),
+            )
+            .await?;
+            Ok(decision)
+        })
+    }
+
+    /// Sleeps until the tokens a call reserved are due (the longest wait of its limits), then
+    /// says it waits no more. Dropped first (the caller went away, a timeout), or unable to
+    /// sleep, it gives every limit's tokens back.
+    pub(super) async fn wait_turn(
+        &self,
+        checks: &[(&str, &Limit, u32)],
+        decisions: &mut [Decision],
+    ) -> Result<(), Error> {
+        let wait = reserved(decisions).unwrap_or_default();
+        let mut guard = GiveBack {
+            limiter: self,
+            parts: checks
+                .iter()
+                .zip(decisions.iter())
+                .map(|(&(bucket, limit, cost), d)| (Box::from(bucket), *limit, cost, d.source))
+                .collect(),
+        };
+        on_tokio()?;
+        tokio::time::sleep(wait).await;
+        guard.parts.clear();
+        for d in decisions.iter_mut().filter(|d| !d.shadowed) {
+            d.retry_after = Duration::ZERO;
+        }
+        Ok(())
+    }
+
+    /// Returns the tokens of calls that gave up waiting: at once in memory, by a task on
+    /// Redis (a dropped future cannot await; best effort, logged when it fails). A custom
+    /// store cannot be asked to give back: its tokens stay taken.
+    pub(super) fn give_back(&self, parts: Vec<(Box<str>, Limit, u32, Source)>) {
+        let mut remote = Vec::new();
+        for (bucket, limit, cost, source) in parts {
+            match (source, &self.inner.engine) {
+                (Source::Store, Engine::Local(s)) => s.give_back(&bucket, &limit, cost, 1),
+                (Source::Fallback, _) => self.inner.resilience.give_back(&bucket, &limit, cost),
+                (Source::Store, Engine::Remote(_)) => remote.push((bucket, limit, cost)),
+                _ => {}
+            }
+        }
+        let Engine::Remote(Remote {
+            store: RemoteStore::Redis(_),
+            ..
+        }) = &self.inner.engine
+        else {
+            return;
+        };
+        if remote.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(target: "redis_ratelimit", calls = remote.len(), "redis-ratelimit could not give back the tokens of calls that gave up waiting: no Tokio runtime to reach Redis");
+            return;
+        };
+        let limiter = self.clone();
+        runtime.spawn(async move {
+            let Engine::Remote(Remote {
+                store: RemoteStore::Redis(store),
+                deny_cache,
+                fleet,
+            }) = &limiter.inner.engine
+            else {
+                return;
+            };
+            for (bucket, limit, cost) in remote {
+                if let Err(e) = store.give_back_reserved(&bucket, &limit, cost).await {
+                    tracing::warn!(target: "redis_ratelimit", error = %e, "redis-ratelimit could not give back the tokens of a call that gave up waiting");
+                    continue;
+                }
+                // The bucket is fuller than a refusal remembered before the give-back says:
+                // every instance forgets it, as after a reset.
+                if let Some(cache) = deny_cache {
+                    cache.forget(&bucket);
+                }
+                if let Some(member) = fleet
+                    && let Err(e) = store.publish(member.channel(), &bucket).await
+                {
+                    tracing::debug!(target: "redis_ratelimit", error = %e, "could not tell the other instances of a give-back");
+                }
+            }
+        });
+    }
+}
+
+/// What every decision goes through once made: a refusal by a limit in shadow mode is let
+/// through; then whether the call reserved its tokens and must wait for them.
+pub(super) fn must_wait(decisions: &mut [Decision]) -> bool {
+    decisions.iter_mut().for_each(Decision::let_shadow_through);
+    reserved(decisions).is_some()
+}
+
+/// How long a call admitted under `decisions` must wait for its reserved tokens: `None` when
+/// it was refused or goes at once.
+pub(super) fn reserved(decisions: &[Decision]) -> Option<Duration> {
+    if !decisions.iter().all(|d| d.allowed) {
+        return None;
+    }
+    // A shadowed part's `retry_after` is when it would have admitted the call, not a wait.
+    decisions
+        .iter()
+        .filter(|d| !d.shadowed)
+        .map(|d| d.retry_after)
+        .max()
+        .filter(|w| !w.is_zero())
+}
+
+/// The tokens a waiting call reserved, given back unless it was served.
+pub(super) struct GiveBack<'a> {
+    limiter: &'a RateLimiter,
+    parts: Vec<(Box<str>, Limit, u32, Source)>,
+}
+
+impl Drop for GiveBack<'_> {
+    fn drop(&mut self) {
+        if !self.parts.is_empty() {
+            self.limiter.give_back(std::mem::take(&mut self.parts));
+        }
+    }
+}
