@@ -18,6 +18,7 @@ use crate::error::redact_url;
 use crate::{Decision, Error, Limit, Store};
 
 mod coalesce;
+mod cross_slot;
 mod heartbeat;
 mod scripts;
 mod sentinel;
