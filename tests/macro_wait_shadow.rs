@@ -1,19 +1,26 @@
 //! `#[rate_limit]` with `wait`, `algorithm = "leaky_bucket"` and `shadow`, on the in-memory
-//! store with real time: a call over the limit waits its turn within the bound, a leaky
-//! bucket queues `burst` calls, a shadow limit never refuses and says so in the decision the
-//! response headers are made from. Every timing assertion is a lower bound ("never early").
+//! store: a call over the limit waits its turn within the bound, a leaky bucket queues
+//! `burst` calls, a shadow limit never refuses and says so in the decision the response
+//! headers are made from. The waiting tests run on paused Tokio time, each with a limiter of
+//! its own on that clock; every timing assertion is a lower bound ("never early").
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 use std::sync::OnceLock;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::future::join_all;
 use redis_ratelimit::{
-    Algorithm, Header, RateLimited, RateLimiter, Uri, declared_limits, rate_limit, scope_returning,
+    Algorithm, Header, MemoryStore, RateLimited, RateLimiter, Uri, declared_limits, rate_limit,
+    scope_returning,
 };
+// Tokio's: virtual under paused time.
+use tokio::time::Instant;
 
 static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
+/// The waiting tests' limiters, one each: a store on one test's paused clock serves no other.
+static FETCH: OnceLock<RateLimiter> = OnceLock::new();
+static DRIP: OnceLock<RateLimiter> = OnceLock::new();
 
 mod support;
 
@@ -23,15 +30,27 @@ async fn init() -> &'static RateLimiter {
     support::memory_limiter(&LIMITER, "macro-wait").await
 }
 
+/// Builds `cell`'s limiter on a memory store on this test's (paused) Tokio clock.
+async fn init_on_tokio_time(cell: &'static OnceLock<RateLimiter>) {
+    let store = MemoryStore::with_clock(support::TokioClock::new());
+    let built = RateLimiter::builder()
+        .memory_store(store)
+        .prefix("macro-wait")
+        .build()
+        .await
+        .unwrap();
+    assert!(cell.set(built).is_ok(), "one test per limiter");
+}
+
 /// Ten a second per path, one at a time; a call waits up to half a second for its turn.
-#[rate_limit(replenish = 10, burst = 1, wait = "500ms", key = Uri, limiter = LIMITER)]
+#[rate_limit(replenish = 10, burst = 1, wait = "500ms", key = Uri, limiter = FETCH)]
 async fn fetch() -> Result<Instant, RateLimited> {
     Ok(Instant::now())
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_waiting_limit_serves_calls_in_turn_within_its_bound() {
-    init().await;
+    init_on_tokio_time(&FETCH).await;
     let t0 = Instant::now();
     let calls = (0..8).map(|_| scope_returning(request("/fetch"), fetch()));
     let done = join_all(calls).await;
@@ -64,14 +83,14 @@ async fn a_waiting_limit_serves_calls_in_turn_within_its_bound() {
 }
 
 /// Five a second per client, calls leaving one at a time, at most two waiting.
-#[rate_limit(replenish = 5, burst = 2, algorithm = "leaky_bucket", key = Header("x-client"), limiter = LIMITER)]
+#[rate_limit(replenish = 5, burst = 2, algorithm = "leaky_bucket", key = Header("x-client"), limiter = DRIP)]
 async fn drip() -> Result<Instant, RateLimited> {
     Ok(Instant::now())
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn a_leaky_bucket_lets_calls_out_at_the_rate() {
-    init().await;
+    init_on_tokio_time(&DRIP).await;
     let ctx = || redis_ratelimit::RequestContext::new().with_header("x-client", "a");
     let t0 = Instant::now();
     let done = join_all((0..5).map(|_| scope_returning(ctx(), drip()))).await;

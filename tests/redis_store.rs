@@ -49,7 +49,13 @@ async fn no_key_remains_once_the_bucket_has_refilled() {
         limiter.check(&format!("k{i}"), &limit).await.unwrap();
     }
     assert_eq!(bucket_keys(&mut con, "t").await, 50);
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // Real time, on Redis's clock: the first bucket is full again 50 ms after its call, when
+    // its key expires. PTTL counts whole milliseconds left and Redis expires a key once its
+    // clock is past the expiry: one more millisecond is the first instant it must be gone.
+    // (-2: gone already, on a slow machine.)
+    let pttl: i64 = con.pttl(limiter.bucket_key("k0")).await.unwrap();
+    assert!(pttl <= 50, "{pttl}");
+    tokio::time::sleep(Duration::from_millis(u64::try_from(pttl + 1).unwrap_or(0))).await;
     let exists: usize = con.exists(limiter.bucket_key("k0")).await.unwrap();
     assert_eq!(exists, 0, "a full bucket has no key");
     // Redis reclaims expired keys in the background too: memory tracks active buckets only.

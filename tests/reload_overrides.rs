@@ -48,31 +48,48 @@ async fn reloaded_limits_hold_at_once_and_buckets_keep_their_tokens() {
         .unwrap();
     assert_eq!(effective_burst(), 2);
 
-    // Four tasks call all along, through the reloads.
+    // Four tasks call all along, through the reloads, and count their calls.
     let admitted = Arc::new(AtomicUsize::new(0));
     let stop = Arc::new(AtomicBool::new(false));
+    let calls: Arc<[AtomicUsize; 4]> = Arc::default();
     let mut tasks = Vec::new();
-    for _ in 0..4 {
-        let (admitted, stop) = (admitted.clone(), stop.clone());
+    for task in 0..4 {
+        let (admitted, stop, calls) = (admitted.clone(), stop.clone(), calls.clone());
         tasks.push(tokio::spawn(async move {
-            let mut calls = 0u32;
             while !stop.load(Ordering::Relaxed) {
                 if scope(RequestContext::new(), export()).await.is_ok() {
                     admitted.fetch_add(1, Ordering::SeqCst);
                 }
-                calls += 1;
+                calls[task].fetch_add(1, Ordering::SeqCst);
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
-            calls
+            calls[task].load(Ordering::SeqCst)
         }));
     }
-    let settle = || tokio::time::sleep(Duration::from_millis(300));
-    // The tasks reach `n` admissions (however slow the machine), then a while later still
-    // have exactly `n`: nothing more passed.
+    let deadline = || std::time::Instant::now() + Duration::from_secs(10);
+    // Every task makes 25 more calls, each of which could have been admitted.
+    let settle = || {
+        let calls = calls.clone();
+        async move {
+            let now: Vec<usize> = calls.iter().map(|c| c.load(Ordering::SeqCst)).collect();
+            let deadline = deadline();
+            while calls
+                .iter()
+                .zip(&now)
+                .any(|(c, then)| c.load(Ordering::SeqCst) < then + 25)
+            {
+                assert!(std::time::Instant::now() < deadline, "the tasks stalled");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        }
+    };
+    // The tasks reach `n` admissions (however slow the machine), then each calls 25 times
+    // more and they still have exactly `n`: nothing more passed.
     let holds_at = |n: usize, why: &'static str| {
         let admitted = admitted.clone();
+        let settle = settle();
         async move {
-            let deadline = std::time::Instant::now() + Duration::from_secs(10);
+            let deadline = deadline();
             while admitted.load(Ordering::SeqCst) < n {
                 assert!(
                     std::time::Instant::now() < deadline,
@@ -80,7 +97,7 @@ async fn reloaded_limits_hold_at_once_and_buckets_keep_their_tokens() {
                 );
                 tokio::time::sleep(Duration::from_millis(10)).await;
             }
-            tokio::time::sleep(Duration::from_millis(300)).await;
+            settle.await;
             assert_eq!(admitted.load(Ordering::SeqCst), n, "{why}");
         }
     };

@@ -1,33 +1,42 @@
-//! Waiting instead of refusing (`acquire`, `Limit::wait`) and the leaky bucket, on both stores
-//! with real time: reservations are served in order at the rate and never early, a call that
-//! would wait too long is refused at once and takes nothing, a dropped waiter gives its tokens
-//! back, several limits wait for the latest of them, and the fallback paces while Redis is
-//! down.
+//! Waiting instead of refusing (`acquire`, `Limit::wait`) and the leaky bucket, on both stores:
+//! reservations are served in order at the rate and never early, a call that would wait too
+//! long is refused at once and takes nothing, a dropped waiter gives its tokens back, several
+//! limits wait for the latest of them, and the fallback paces while Redis is down.
 //!
-//! Every timing assertion here is a lower bound ("never early"), which no slow machine can
-//! break; how evenly the calls were spaced is printed (`--nocapture`), not asserted.
+//! The memory store runs on paused Tokio time (its clock is Tokio's), so its waits take no
+//! real time; Redis keeps its own clock, so those cases wait in real time. Every timing
+//! assertion here is a lower bound ("never early"), which no slow machine can break; how
+//! evenly the calls were spaced is printed (`--nocapture`), not asserted.
 
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
 mod support;
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use futures_util::future::join_all;
 use redis_ratelimit::{
-    Algorithm, Error, FailurePolicy, InvalidLimit, Limit, RateLimiter, Refill, Source,
+    Algorithm, Error, FailurePolicy, InvalidLimit, Limit, MemoryStore, RateLimiter, Refill, Source,
 };
 use testkit::RedisServer;
+// Tokio's: virtual under paused time, the real clock otherwise.
+use tokio::time::Instant;
 
-/// A limiter on one of the stores, on the real clock, and the server behind it.
+/// A limiter on one of the stores, and the server behind it.
 struct Store {
     limiter: RateLimiter,
     server: Option<RedisServer>,
 }
 
 impl Store {
+    /// On Tokio's clock: run it on paused time.
     async fn memory() -> Store {
-        let limiter = RateLimiter::builder().memory().build().await.unwrap();
+        let store = MemoryStore::with_clock(support::TokioClock::new());
+        let limiter = RateLimiter::builder()
+            .memory_store(store)
+            .build()
+            .await
+            .unwrap();
         Store {
             limiter,
             server: None,
@@ -239,7 +248,7 @@ macro_rules! on_both_stores {
     ($($case:ident),* $(,)?) => {
         mod memory {
             $(
-                #[tokio::test]
+                #[tokio::test(start_paused = true)]
                 async fn $case() {
                     super::$case(super::Store::memory().await).await;
                 }
@@ -420,7 +429,7 @@ async fn a_call_dropped_in_flight_gives_back_what_it_reserved() {
     .await;
     assert!(gave_up.is_err(), "still on the way");
     // Kept, the reservation would hold the token due at 1 s until 2 s.
-    tokio::time::sleep_until((t0 + Duration::from_millis(1100)).into()).await;
+    tokio::time::sleep_until(t0 + Duration::from_millis(1100)).await;
     let mut admitted = false;
     while t0.elapsed() < Duration::from_millis(1800) {
         if limiter.check("k", &limit).await.unwrap().allowed {

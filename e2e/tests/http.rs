@@ -3,7 +3,10 @@
 //! assertion runs against the axum service and the actix-web service alike.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
+use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::sync::mpsc::{self, TryRecvError};
 use std::time::{Duration, Instant};
 
 use reqwest::{Client, Response, StatusCode};
@@ -12,29 +15,39 @@ use testkit::RedisServer;
 const AXUM: &str = env!("CARGO_BIN_EXE_axum_server");
 const ACTIX: &str = env!("CARGO_BIN_EXE_actix_server");
 
-/// One running instance of an example service, killed when dropped.
+/// One running instance of an example service, killed when dropped; its stdout lines arrive
+/// on a channel.
 struct Service {
     child: Child,
     base: String,
+    stdout: Mutex<mpsc::Receiver<String>>,
 }
 
 impl Service {
     async fn start(bin: &str, redis: &RedisServer, env: &[(&str, &str)]) -> Service {
         let port = testkit::free_port();
-        let child = Command::new(bin)
+        let mut child = Command::new(bin)
             .env("PORT", port.to_string())
             .env("REDIS_URL", redis.url())
             .env_remove("TRUSTED_PROXIES")
             .env_remove("TRUSTED_PROXY_HEADER")
             .envs(env.iter().copied())
             .stdin(Stdio::null())
-            .stdout(Stdio::null())
+            .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
             .spawn()
             .unwrap_or_else(|e| panic!("start {bin}: {e}"));
+        let out = BufReader::new(child.stdout.take().unwrap());
+        let (tx, stdout) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in out.lines().map_while(Result::ok) {
+                let _ = tx.send(line);
+            }
+        });
         let mut service = Service {
             child,
             base: format!("http://127.0.0.1:{port}"),
+            stdout: Mutex::new(stdout),
         };
         let client = client();
         let deadline = Instant::now() + Duration::from_secs(30);
@@ -57,6 +70,23 @@ impl Service {
 
     fn url(&self, path: &str) -> String {
         format!("{}{path}", self.base)
+    }
+
+    /// Waits (10 s at most) for the next line the service prints that contains `needle`.
+    async fn printed(&self, needle: &str) -> String {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let next = self.stdout.lock().unwrap().try_recv();
+            match next {
+                Ok(line) if line.contains(needle) => return line,
+                Ok(_) => {}
+                Err(TryRecvError::Empty) => {
+                    assert!(Instant::now() < deadline, "never printed `{needle}`");
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+                Err(TryRecvError::Disconnected) => panic!("exited before printing `{needle}`"),
+            }
+        }
     }
 }
 
@@ -491,20 +521,17 @@ async fn sighup_reloads_the_overrides(bin: &str) {
     };
     std::fs::write(&config, limits(3)).unwrap();
     hangup();
-    // The signal is handled by a task of the service: poll until it has reloaded.
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while login().await != StatusCode::OK {
-        assert!(Instant::now() < deadline, "the reload never took effect");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert_eq!(login().await, StatusCode::OK, "3 a minute: one more");
+    // The signal is handled by a task of the service, which says when it has reloaded.
+    service.printed("overrides reloaded").await;
+    assert_eq!(login().await, StatusCode::OK, "3 a minute: two more");
+    assert_eq!(login().await, StatusCode::OK, "3 a minute: two more");
     assert_eq!(login().await, StatusCode::TOO_MANY_REQUESTS);
 
     // An invalid file is refused (tests/reload_overrides.rs checks the limits stay): the
     // service says so and goes on serving.
     std::fs::write(&config, "[limits.\"nope\"]\nburst = 0\n").unwrap();
     hangup();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    service.printed("reload refused").await;
     assert_eq!(login().await, StatusCode::TOO_MANY_REQUESTS);
     assert!(
         http.get(service.url("/health"))

@@ -4,6 +4,7 @@
 
 mod common;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
@@ -66,8 +67,10 @@ async fn a_limiter_that_is_no_instance_does_not_count_but_its_resets_reach_all()
         .build()
         .await
         .unwrap();
-    // Two heartbeats' time: an instance would have beaten by now.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    // An instance built after the tool beats twice: the tool, had it been one, would have
+    // beaten by then too (`build` returns after an instance's first beat).
+    let _witness = limiter(&server.url(), "witness").await;
+    more_beats(&server, "witness", 2).await;
     assert_eq!(members(&server, "tool").await, 0, "the tool counted itself");
     assert_eq!(tool.live_instances(), 1);
     tool.reset_named("orders::list", "user:1").await.unwrap();
@@ -89,7 +92,7 @@ async fn limiters_of_one_process_count_as_one_instance() {
     let b = limiter(&server.url(), "svc").await;
     eventually("a heartbeat", async || members(&server, "svc").await >= 1).await;
     // Two more beats of each limiter, had each its own.
-    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    more_beats(&server, "svc", 2).await;
     assert_eq!(
         members(&server, "svc").await,
         1,
@@ -112,7 +115,11 @@ async fn processes_count_once_each_and_other_prefixes_not_at_all() {
         members(&server, "other-svc").await == 1
     })
     .await;
-    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // Two more beats of every instance of both fleets: the counts are those beats' answers.
+    tokio::join!(
+        more_beats(&server, "svc", 2),
+        more_beats(&server, "other-svc", 2)
+    );
     assert_eq!(here.live_instances(), 2, "this process and the child");
     assert_eq!(also_here.live_instances(), 2);
     assert_eq!(other.live_instances(), 1, "another prefix is another fleet");
@@ -499,6 +506,29 @@ async fn beats(server: &RedisServer, prefix: &str) -> Vec<(String, i64)> {
         .query_async(&mut server.connection().await)
         .await
         .unwrap_or_default()
+}
+
+/// Waits until every instance now in the set under `prefix` has beaten `n` more times (its
+/// score has moved `n` times; a beat a second, polled every few milliseconds).
+async fn more_beats(server: &RedisServer, prefix: &str, n: usize) {
+    let mut seen: HashMap<String, (i64, usize)> = beats(server, prefix)
+        .await
+        .into_iter()
+        .map(|(member, score)| (member, (score, 0)))
+        .collect();
+    assert!(!seen.is_empty(), "no instance beats under {prefix}");
+    eventually(&format!("{n} more beats under {prefix}"), async || {
+        for (member, score) in beats(server, prefix).await {
+            if let Some((last, moved)) = seen.get_mut(&member)
+                && score != *last
+            {
+                *last = score;
+                *moved += 1;
+            }
+        }
+        seen.values().all(|&(_, moved)| moved >= n)
+    })
+    .await;
 }
 
 /// Redis restarted without its data: the set of instances fills up again one heartbeat at a

@@ -112,6 +112,31 @@ impl Harness {
     }
 }
 
+/// The memory store's clock on Tokio's: under paused time (`#[tokio::test(start_paused =
+/// true)]`) the store counts the same virtual time the limiter sleeps, so a test of waiting
+/// takes no real time and no busy machine can make it late.
+#[derive(Debug, Clone)]
+pub(crate) struct TokioClock {
+    origin: tokio::time::Instant,
+}
+
+impl TokioClock {
+    /// A clock whose origin is now (create it inside the test's runtime).
+    pub(crate) fn new() -> TokioClock {
+        TokioClock {
+            origin: tokio::time::Instant::now(),
+        }
+    }
+}
+
+impl redis_ratelimit::Clock for TokioClock {
+    fn now_micros(&self) -> u64 {
+        let since = tokio::time::Instant::now().saturating_duration_since(self.origin);
+        // Away from zero, as the store's own clocks are.
+        (1 << 40) + u64::try_from(since.as_micros()).unwrap_or(u64::MAX >> 1)
+    }
+}
+
 pub(crate) async fn redis_limiter(server: &RedisServer, prefix: &str) -> RateLimiter {
     RateLimiter::builder()
         .redis(server.url())
