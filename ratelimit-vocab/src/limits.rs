@@ -18,6 +18,7 @@ pub const MAX_EXACT: u64 = 1 << 51;
 pub const MAX_WAIT_US: u64 = 86_400_000_000;
 
 /// The greatest common divisor.
+#[inline]
 pub const fn gcd(mut a: u64, mut b: u64) -> u64 {
     // Most limits' rate divides their period: no division at all for a rate of 1.
     if b == 1 {
@@ -33,6 +34,7 @@ pub const fn gcd(mut a: u64, mut b: u64) -> u64 {
 
 /// The fine units of `replenish` tokens per `period_us`: `(interval, per_micro)`, the fine
 /// units one token takes and the fine units in a microsecond, in lowest terms.
+#[inline]
 pub const fn fine(replenish: u32, period_us: u64) -> (u64, u64) {
     let r = replenish as u64;
     match gcd(period_us, r) {
@@ -59,6 +61,7 @@ pub const fn bucket_is_exact(replenish: u32, burst: u32, period_us: u64) -> bool
 /// `tau` with reservations: a day's worth, or what the exact arithmetic leaves (`2 * tau +
 /// 2048 * per_micro` plus this stays below [`MAX_EXACT`]). `gcra.lua` computes the same when
 /// not told.
+#[inline]
 pub const fn hold_for(tau: u128, per_micro: u128) -> u64 {
     let room = (MAX_EXACT as u128).saturating_sub(2 * tau + 2048 * per_micro);
     let day = MAX_WAIT_US as u128 * per_micro;
@@ -78,6 +81,7 @@ pub const fn longest_wait_us(replenish: u32, burst: u32, period_us: u64) -> u64 
 /// Whether a token bucket refilled `replenish` at once every `period_us`, holding up to
 /// `burst`, is exact: it fills within [`MAX_EXACT`] microseconds, and counts no more tokens
 /// than that. Periods under a millisecond are refused (the store's clock is in them).
+#[inline]
 pub const fn interval_is_exact(replenish: u64, burst: u64, period_us: u64) -> bool {
     if replenish == 0 || burst == 0 {
         return false;
@@ -91,6 +95,7 @@ pub const fn interval_is_exact(replenish: u64, burst: u64, period_us: u64) -> bo
 }
 
 /// Whether a window of `limit` tokens per `period_us` (fixed window, sliding log) is exact.
+#[inline]
 pub const fn window_is_exact(limit: u64, period_us: u64) -> bool {
     limit >= 1 && limit <= MAX_EXACT && period_us >= 1000 && period_us <= MAX_EXACT
 }
@@ -98,6 +103,7 @@ pub const fn window_is_exact(limit: u64, period_us: u64) -> bool {
 /// The clock step of a sliding window's weight: a millisecond when the period is a whole
 /// number of them (so that a day's window stays exact for limits up to millions), else a
 /// microsecond.
+#[inline]
 pub const fn sliding_tick_us(period_us: u64) -> u64 {
     if period_us.is_multiple_of(1000) {
         1000
@@ -108,6 +114,7 @@ pub const fn sliding_tick_us(period_us: u64) -> u64 {
 
 /// Whether a sliding window of `limit` tokens per `period_us` is exact: its weighted count,
 /// `limit` times the ticks in a period, stays below a quarter of [`MAX_EXACT`].
+#[inline]
 pub const fn sliding_is_exact(limit: u64, period_us: u64) -> bool {
     if !window_is_exact(limit, period_us) {
         return false;

@@ -55,6 +55,7 @@ macro_rules! words {
 
         impl $Word {
             /// The name users write.
+            #[inline]
             pub const fn name(self) -> &'static str {
                 match self {
                     $( $Word::$Variant => $name, )+
@@ -96,6 +97,7 @@ words! {
 
 impl Unit {
     /// The unit's length in microseconds.
+    #[inline]
     pub const fn micros(self) -> u64 {
         match self {
             Unit::Second => 1_000_000,
@@ -136,6 +138,7 @@ words! {
 impl Algorithm {
     /// Whether the algorithm counts calls per window: it admits `replenish` per period and
     /// has no burst, refill or initial fill of its own.
+    #[inline]
     pub const fn is_window(self) -> bool {
         matches!(
             self,
@@ -145,6 +148,7 @@ impl Algorithm {
 
     /// Whether a call can reserve its tokens ahead and wait for them: a window's next tokens
     /// are the next window's.
+    #[inline]
     pub const fn can_wait(self) -> bool {
         matches!(self, Algorithm::TokenBucket | Algorithm::LeakyBucket)
     }
