@@ -5,6 +5,9 @@ use std::num::NonZeroU32;
 use std::str::FromStr;
 use std::time::Duration;
 
+use ratelimit_vocab::limits::{self, Parts, Problem};
+use ratelimit_vocab::{OneOf, Unknown, Word};
+
 use crate::FailurePolicy;
 
 /// The period over which [`Limit::replenish`] tokens are added back to a bucket.
@@ -26,12 +29,7 @@ impl Unit {
 
     /// The unit's length in microseconds.
     pub const fn as_micros(self) -> u64 {
-        match self {
-            Unit::Second => 1_000_000,
-            Unit::Minute => 60_000_000,
-            Unit::Hour => 3_600_000_000,
-            Unit::Day => 86_400_000_000,
-        }
+        self.word().micros()
     }
 
     /// The unit's length.
@@ -41,11 +39,16 @@ impl Unit {
 
     /// The lowercase name used by `#[rate_limit(unit = "...")]` and config files.
     pub const fn as_str(self) -> &'static str {
+        self.word().name()
+    }
+
+    /// The word of the vocabulary the macros share, which owns the name and the period.
+    pub(crate) const fn word(self) -> ratelimit_vocab::Unit {
         match self {
-            Unit::Second => "second",
-            Unit::Minute => "minute",
-            Unit::Hour => "hour",
-            Unit::Day => "day",
+            Unit::Second => ratelimit_vocab::Unit::Second,
+            Unit::Minute => ratelimit_vocab::Unit::Minute,
+            Unit::Hour => ratelimit_vocab::Unit::Hour,
+            Unit::Day => ratelimit_vocab::Unit::Day,
         }
     }
 }
@@ -58,7 +61,7 @@ impl fmt::Display for Unit {
 
 /// A unit name that is none of `second`, `minute`, `hour`, `day`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown unit `{0}`; expected one of `second`, `minute`, `hour`, `day`")]
+#[error("{}", Unknown::<ratelimit_vocab::Unit>::new(.0))]
 pub struct UnknownUnit(pub String);
 
 impl FromStr for Unit {
@@ -75,30 +78,32 @@ impl FromStr for Unit {
 /// `"minute"` in a config file, parsed as [`Unit::from_str`] parses it.
 impl<'de> serde::Deserialize<'de> for Unit {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        deserialize_named(d, "one of `second`, `minute`, `hour`, `day`")
+        deserialize_named::<_, _, ratelimit_vocab::Unit>(d)
     }
 }
 
 /// Deserializes a value written as its name through its `FromStr`, so that a config file
-/// reports a bad name with the same message as every other place that parses it; `expected`
-/// lists the names, for a value that is not a string at all.
-pub(crate) fn deserialize_named<'de, D, T>(d: D, expected: &'static str) -> Result<T, D::Error>
+/// reports a bad name with the same message as every other place that parses it; `W`'s names
+/// are listed for a value that is not a string at all.
+pub(crate) fn deserialize_named<'de, D, T, W>(d: D) -> Result<T, D::Error>
 where
     D: serde::Deserializer<'de>,
     T: FromStr,
     T::Err: fmt::Display,
+    W: Word,
 {
-    struct Named<T>(&'static str, std::marker::PhantomData<T>);
+    struct Named<T, W>(std::marker::PhantomData<(T, W)>);
 
-    impl<T> serde::de::Visitor<'_> for Named<T>
+    impl<T, W> serde::de::Visitor<'_> for Named<T, W>
     where
         T: FromStr,
         T::Err: fmt::Display,
+        W: Word,
     {
         type Value = T;
 
         fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            f.write_str(self.0)
+            fmt::Display::fmt(&OneOf::<W>::new(), f)
         }
 
         fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<T, E> {
@@ -106,7 +111,7 @@ where
         }
     }
 
-    d.deserialize_str(Named(expected, std::marker::PhantomData))
+    d.deserialize_str(Named::<T, W>(std::marker::PhantomData))
 }
 
 /// How a limit counts the calls it admits. Every algorithm runs on Redis as one atomic script
@@ -146,30 +151,32 @@ impl Algorithm {
 
     /// The name used by `#[rate_limit(algorithm = "...")]` and config files.
     pub const fn as_str(self) -> &'static str {
-        match self {
-            Algorithm::TokenBucket => "token_bucket",
-            Algorithm::FixedWindow => "fixed_window",
-            Algorithm::SlidingWindow => "sliding_window",
-            Algorithm::SlidingLog => "sliding_log",
-            Algorithm::LeakyBucket => "leaky_bucket",
-        }
+        self.word().name()
     }
 
     /// Whether the algorithm counts calls per window (the fixed and sliding windows and the
     /// sliding log): such a limit admits `replenish` tokens per period and has no burst, refill
     /// or initial fill of its own.
     pub const fn is_window(self) -> bool {
-        matches!(
-            self,
-            Algorithm::FixedWindow | Algorithm::SlidingWindow | Algorithm::SlidingLog
-        )
+        self.word().is_window()
     }
 
     /// Whether a call under this algorithm can reserve its tokens ahead and wait for them
     /// ([`Limit::wait`]): the token bucket and the leaky bucket. A window's tokens are the
     /// next window's; reserving them would need a count per future window.
     pub const fn can_wait(self) -> bool {
-        matches!(self, Algorithm::TokenBucket | Algorithm::LeakyBucket)
+        self.word().can_wait()
+    }
+
+    /// The word of the vocabulary the macros share, which owns the name.
+    pub(crate) const fn word(self) -> ratelimit_vocab::Algorithm {
+        match self {
+            Algorithm::TokenBucket => ratelimit_vocab::Algorithm::TokenBucket,
+            Algorithm::FixedWindow => ratelimit_vocab::Algorithm::FixedWindow,
+            Algorithm::SlidingWindow => ratelimit_vocab::Algorithm::SlidingWindow,
+            Algorithm::SlidingLog => ratelimit_vocab::Algorithm::SlidingLog,
+            Algorithm::LeakyBucket => ratelimit_vocab::Algorithm::LeakyBucket,
+        }
     }
 }
 
@@ -181,10 +188,7 @@ impl fmt::Display for Algorithm {
 
 /// An algorithm name that is none of the known ones.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "unknown algorithm `{0}`; expected one of `token_bucket`, `fixed_window`, `sliding_window`, \
-     `sliding_log`, `leaky_bucket`"
-)]
+#[error("{}", Unknown::<ratelimit_vocab::Algorithm>::new(.0))]
 pub struct UnknownAlgorithm(pub String);
 
 impl FromStr for Algorithm {
@@ -201,10 +205,7 @@ impl FromStr for Algorithm {
 /// `"sliding_log"` in a config file, parsed as [`Algorithm::from_str`] parses it.
 impl<'de> serde::Deserialize<'de> for Algorithm {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        deserialize_named(
-            d,
-            "one of `token_bucket`, `fixed_window`, `sliding_window`, `sliding_log`, `leaky_bucket`",
-        )
+        deserialize_named::<_, _, ratelimit_vocab::Algorithm>(d)
     }
 }
 
@@ -225,9 +226,14 @@ impl Refill {
 
     /// The name used by `#[rate_limit(refill = "...")]` and config files.
     pub const fn as_str(self) -> &'static str {
+        self.word().name()
+    }
+
+    /// The word of the vocabulary the macros share, which owns the name.
+    pub(crate) const fn word(self) -> ratelimit_vocab::Refill {
         match self {
-            Refill::Smooth => "smooth",
-            Refill::Interval => "interval",
+            Refill::Smooth => ratelimit_vocab::Refill::Smooth,
+            Refill::Interval => ratelimit_vocab::Refill::Interval,
         }
     }
 }
@@ -240,7 +246,7 @@ impl fmt::Display for Refill {
 
 /// A refill name that is neither `smooth` nor `interval`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("unknown refill `{0}`; expected one of `smooth`, `interval`")]
+#[error("{}", Unknown::<ratelimit_vocab::Refill>::new(.0))]
 pub struct UnknownRefill(pub String);
 
 impl FromStr for Refill {
@@ -257,7 +263,7 @@ impl FromStr for Refill {
 /// `"interval"` in a config file, parsed as [`Refill::from_str`] parses it.
 impl<'de> serde::Deserialize<'de> for Refill {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        deserialize_named(d, "one of `smooth`, `interval`")
+        deserialize_named::<_, _, ratelimit_vocab::Refill>(d)
     }
 }
 
@@ -424,13 +430,8 @@ pub struct Limit {
 /// `Limit::wait_us` when no wait was set.
 const NO_WAIT: u64 = u64::MAX;
 
-/// The longest wait a reservation may reach: a day. Beyond it a bucket's state is read as a
-/// clock stepped back, not as reservations (see `gcra.lua`).
-pub(crate) const MAX_WAIT_US: u64 = 86_400_000_000;
-
-/// Largest fine-unit quantity the arithmetic may hold; Lua's doubles are exact below 2^53 and
-/// the script adds a few such quantities together.
-const MAX_FINE: u128 = 1 << 51;
+/// The longest wait a reservation may reach: a day.
+pub(crate) use ratelimit_vocab::limits::MAX_WAIT_US;
 
 /// Panics with `e`'s reason in a `const` builder (a compile error in `const` context).
 pub(crate) const fn invalid(e: &InvalidLimit) -> ! {
@@ -543,7 +544,7 @@ impl Limit {
         initial: Option<u32>,
     ) -> Result<Limit, InvalidLimit> {
         let micros = period.as_micros();
-        if !period.subsec_nanos().is_multiple_of(1000) || micros == 0 || micros >= MAX_FINE {
+        if !period.subsec_nanos().is_multiple_of(1000) || !limits::period_is_valid(micros) {
             return Err(InvalidLimit::BadPeriod { period });
         }
         // Checked just above: below 2^51.
@@ -592,85 +593,69 @@ impl Limit {
         )
     }
 
-    /// Checks every field against the others: the one place that says which limits exist.
+    /// Checks every field against the others, by the vocabulary's [`limits::check`]: the
+    /// one place that says which limits exist, which `#[rate_limit]` also calls at compile
+    /// time.
     const fn assemble(limit: Limit) -> Result<Limit, InvalidLimit> {
         let replenish = limit.replenish.get();
         let burst = limit.burst.get();
-        let period = limit.period_us;
-        let too_fine = InvalidLimit::TooFine {
+        let parts = Parts {
             replenish,
             burst,
-            period: Duration::from_micros(period),
-            algorithm: limit.algorithm,
+            period_us: limit.period_us,
+            algorithm: limit.algorithm.word(),
+            refill: limit.refill.word(),
+            initial: limit.initial,
+            wait_us: if limit.wait_us == NO_WAIT {
+                None
+            } else {
+                Some(limit.wait_us)
+            },
         };
-        if limit.algorithm.is_window() && burst != replenish {
-            return Err(InvalidLimit::BurstOfWindow {
-                algorithm: limit.algorithm,
+        let algorithm = limit.algorithm;
+        let wait = Duration::from_micros(limit.wait_us);
+        let period = Duration::from_micros(limit.period_us);
+        let problem = match limits::check(&parts) {
+            Ok(()) => return Ok(limit),
+            Err(problem) => problem,
+        };
+        Err(match problem {
+            Problem::BadPeriod => InvalidLimit::BadPeriod { period },
+            Problem::ZeroReplenish => InvalidLimit::ZeroReplenish,
+            Problem::ZeroBurst => InvalidLimit::ZeroBurst,
+            Problem::BurstOfWindow => InvalidLimit::BurstOfWindow {
+                algorithm,
                 replenish,
                 burst,
-            });
-        }
-        if !matches!(limit.algorithm, Algorithm::TokenBucket)
-            && (limit.initial.is_some() || matches!(limit.refill, Refill::Interval))
-        {
-            return Err(InvalidLimit::TokenBucketOnly {
-                algorithm: limit.algorithm,
-            });
-        }
-        if limit.wait_us != NO_WAIT
-            && (!limit.algorithm.can_wait() || matches!(limit.refill, Refill::Interval))
-        {
-            return Err(InvalidLimit::CannotWait {
-                algorithm: limit.algorithm,
+            },
+            Problem::TokenBucketOnly => InvalidLimit::TokenBucketOnly { algorithm },
+            Problem::WaitLongerThanADay => InvalidLimit::WaitTooLong {
+                wait,
+                max: Duration::from_micros(MAX_WAIT_US),
+            },
+            Problem::CannotWait => InvalidLimit::CannotWait {
+                algorithm,
                 interval: matches!(limit.refill, Refill::Interval),
-            });
-        }
-        if let Some(initial) = limit.initial
-            && initial > burst
-        {
-            return Err(InvalidLimit::InitialAboveBurst { initial, burst });
-        }
-        let exact = match (limit.algorithm, limit.refill) {
-            (Algorithm::TokenBucket | Algorithm::LeakyBucket, Refill::Smooth) => {
-                // The script holds at most about 2 * tau + 1001 * d in one number, and a
-                // reservation's wait beyond tau fits in what is left (`Limit::hold`).
-                let g = gcd(period, replenish as u64);
-                let tau = (period / g) as u128 * burst as u128;
-                let per_micro = (replenish as u64 / g) as u128;
-                let exact = 2 * tau + 2048 * per_micro <= MAX_FINE;
-                if exact && limit.wait_us != NO_WAIT {
-                    let hold = limit.hold() as u128;
-                    if limit.wait_us as u128 * per_micro > hold {
-                        // `hold` is below 2^51, so its microseconds fit.
-                        #[allow(clippy::cast_possible_truncation)]
-                        let max = Duration::from_micros((hold / per_micro) as u64);
-                        return Err(InvalidLimit::WaitTooLong {
-                            wait: Duration::from_micros(limit.wait_us),
-                            max,
-                        });
-                    }
-                }
-                exact
-            }
-            (Algorithm::LeakyBucket, Refill::Interval) => false,
-            (Algorithm::TokenBucket, Refill::Interval) => {
-                crate::algorithm::interval_bucket::IntervalParams::try_new(
-                    replenish as u64,
-                    burst as u64,
-                    period,
-                    burst as u64,
-                )
-                .is_some()
-            }
-            (Algorithm::FixedWindow | Algorithm::SlidingLog, _) => {
-                crate::algorithm::WindowParams::try_new(replenish as u64, period).is_some()
-            }
-            (Algorithm::SlidingWindow, _) => {
-                crate::algorithm::sliding_window::SlidingParams::try_new(replenish as u64, period)
-                    .is_some()
-            }
-        };
-        if exact { Ok(limit) } else { Err(too_fine) }
+            },
+            Problem::InitialAboveBurst => InvalidLimit::InitialAboveBurst {
+                // Set: the problem is its.
+                initial: match limit.initial {
+                    Some(initial) => initial,
+                    None => burst,
+                },
+                burst,
+            },
+            Problem::WaitTooLong { max_us } => InvalidLimit::WaitTooLong {
+                wait,
+                max: Duration::from_micros(max_us),
+            },
+            Problem::TooFine => InvalidLimit::TooFine {
+                replenish,
+                burst,
+                period,
+                algorithm,
+            },
+        })
     }
 
     /// The same limit with a bucket of `burst` tokens.
@@ -965,14 +950,7 @@ impl Limit {
     /// limit's initial fill and its reservations: a leaky bucket is a token bucket of one token
     /// whose calls reserve up to `burst` intervals ahead.
     pub(crate) const fn params(&self) -> Params {
-        let period = self.period_us;
-        let r = self.replenish.get() as u64;
-        // Per call: most limits' rate divides their period, and dividing by 1 still costs
-        // a division each.
-        let (interval, per_micro) = match gcd(period, r) {
-            1 => (period, r),
-            g => (period / g, r / g),
-        };
+        let (interval, per_micro) = limits::fine(self.replenish.get(), self.period_us);
         let burst = self.burst.get() as u64;
         let asked = if self.wait_us == NO_WAIT {
             u64::MAX
@@ -980,8 +958,8 @@ impl Limit {
             // Bounded by `hold` when the limit was built.
             self.wait_us * per_micro
         };
-        // From the gcd above: `hold` again would compute it twice on every call.
-        let hold = hold_for(
+        // From the fine units above: `hold` again would compute them twice on every call.
+        let hold = limits::hold_for(
             interval as u128 * self.burst.get() as u128,
             per_micro as u128,
         );
@@ -1010,32 +988,6 @@ impl Limit {
             queue: false,
         }
     }
-
-    /// The fine units a token bucket's state may reach beyond its burst with reservations
-    /// ([`hold_for`]), the same for every call on the bucket, whatever its own wait, so that a
-    /// call that does not wait never mistakes another's reservation for a clock stepped back.
-    const fn hold(&self) -> u64 {
-        let period = self.period_us;
-        let r = self.replenish.get() as u64;
-        let g = gcd(period, r);
-        hold_for(
-            (period / g) as u128 * self.burst.get() as u128,
-            (r / g) as u128,
-        )
-    }
-}
-
-/// The fine units a bucket of `tau` (fine units per microsecond `per_micro`) may owe beyond
-/// `tau` with reservations: a day's worth, or what the exact arithmetic leaves (`2 * tau +
-/// 2048 * d` plus this stays below 2^51). `gcra.lua` computes the same when not told.
-pub(crate) const fn hold_for(tau: u128, per_micro: u128) -> u64 {
-    let used = 2 * tau + 2048 * per_micro;
-    let room = MAX_FINE.saturating_sub(used);
-    let day = MAX_WAIT_US as u128 * per_micro;
-    // Below 2^51.
-    #[allow(clippy::cast_possible_truncation)]
-    let hold = (if day < room { day } else { room }) as u64;
-    hold
 }
 
 impl fmt::Display for Limit {
@@ -1067,18 +1019,6 @@ impl fmt::Display for Limit {
             None => Ok(()),
         }
     }
-}
-
-const fn gcd(mut a: u64, mut b: u64) -> u64 {
-    if b == 1 {
-        return 1;
-    }
-    while b != 0 {
-        let t = a % b;
-        a = b;
-        b = t;
-    }
-    a
 }
 
 /// The bucket arithmetic in "fine units" of `1 / per_micro` microseconds, chosen so that the
@@ -1158,7 +1098,7 @@ mod tests {
         let day = Duration::from_secs(86_400);
         assert!(Limit::per_minute(3).burst(300).try_wait(day).is_ok());
         let fine = Limit::try_new(u32::MAX, 1, Unit::Second).unwrap();
-        // The attribute says the same (ratelimit-macros' `longest_wait`).
+        // The attribute says the same: both call ratelimit-vocab's `limits::longest_wait_us`.
         assert!(fine.try_wait(Duration::from_micros(2_619_392)).is_ok());
         assert_eq!(
             fine.try_wait(Duration::from_micros(2_619_393)),
@@ -1260,6 +1200,44 @@ mod tests {
         // Realistic extremes are fine.
         assert!(Limit::try_new(1_000_000, 1_000_000, Unit::Day).is_ok());
         assert!(Limit::try_new(u32::MAX, u32::MAX, Unit::Second).is_ok());
+    }
+
+    /// That the runtime's type `T` has the words of `W`: the same variants (the macros generate
+    /// `::redis_ratelimit::Unit::#variant` from the vocabulary), the same names, in order.
+    fn same_words<T: fmt::Debug, W: Word>(all: &[T], name: impl Fn(&T) -> &'static str) {
+        let ours: Vec<(String, &str)> = all.iter().map(|t| (format!("{t:?}"), name(t))).collect();
+        let words: Vec<(String, &str)> = W::ALL
+            .iter()
+            .map(|w| (w.variant().to_owned(), w.name()))
+            .collect();
+        assert_eq!(ours, words);
+    }
+
+    #[test]
+    fn the_types_have_the_vocabularys_words() {
+        same_words::<_, ratelimit_vocab::Unit>(&Unit::ALL, |u| u.as_str());
+        same_words::<_, ratelimit_vocab::Algorithm>(&Algorithm::ALL, |a| a.as_str());
+        same_words::<_, ratelimit_vocab::Refill>(&Refill::ALL, |r| r.as_str());
+        same_words::<_, ratelimit_vocab::FailurePolicy>(&FailurePolicy::ALL, |p| p.as_str());
+        // No names of its own in the runtime: only the macro takes them.
+        let empty_key = [crate::EmptyKeyPolicy::Deny, crate::EmptyKeyPolicy::Allow];
+        same_words::<_, ratelimit_vocab::EmptyKeyPolicy>(&empty_key, |p| match p {
+            crate::EmptyKeyPolicy::Deny => "deny",
+            crate::EmptyKeyPolicy::Allow => "allow",
+        });
+        for unit in Unit::ALL {
+            assert_eq!(unit.as_str().parse(), Ok(unit));
+            assert_eq!(unit.as_micros(), unit.word().micros());
+        }
+        for algorithm in Algorithm::ALL {
+            assert_eq!(algorithm.as_str().parse(), Ok(algorithm));
+        }
+        for refill in Refill::ALL {
+            assert_eq!(refill.as_str().parse(), Ok(refill));
+        }
+        for policy in FailurePolicy::ALL {
+            assert_eq!(policy.as_str().parse::<FailurePolicy>().ok(), Some(policy));
+        }
     }
 
     #[test]

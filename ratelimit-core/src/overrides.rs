@@ -115,35 +115,12 @@ fn count_error(field: &str, written: &dyn std::fmt::Display) -> String {
     )
 }
 
-/// A wait as written in the file or the environment: a whole number of `ms`, `s` or `m` (as
-/// `#[rate_limit(wait = "..")]` takes), or `none`.
+/// A wait as written in the file or the environment, in the one syntax `#[rate_limit(wait =
+/// "..")]` takes too (with its messages): a whole number of `ms`, `s` or `m`, or `none`.
 fn parse_wait(text: &str) -> Result<Option<std::time::Duration>, String> {
-    let text = text.trim();
-    if text.eq_ignore_ascii_case("none") {
-        return Ok(None);
-    }
-    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-    let per = match &text[digits.len()..] {
-        "ms" => std::time::Duration::from_millis(1),
-        "s" => std::time::Duration::from_secs(1),
-        "m" => std::time::Duration::from_secs(60),
-        _ => return Err(wait_error(text)),
-    };
-    digits
-        .bytes()
-        .all(|b| b.is_ascii_digit())
-        .then(|| digits.parse::<u32>().ok())
-        .flatten()
-        .filter(|n| *n > 0)
-        .map(|n| Some(per * n))
-        .ok_or_else(|| wait_error(text))
-}
-
-fn wait_error(text: &str) -> String {
-    format!(
-        "`{text}` is not a wait: a whole number above 0 and `ms`, `s` or `m` (`\"2s\"`, \
-         `\"500ms\"`), or `\"none\"`"
-    )
+    ratelimit_vocab::parse_wait(text)
+        .map(|us| us.map(std::time::Duration::from_micros))
+        .map_err(|e| e.to_string())
 }
 
 fn wait_from_toml<'de, D: serde::Deserializer<'de>>(
@@ -603,7 +580,7 @@ mod tests {
             o.apply(&FETCH).unwrap().limit.max_wait(),
             Some(std::time::Duration::from_millis(500))
         );
-        for bad in ["2", "2h", "+2s", "0s", "1.5s"] {
+        for bad in ["2", "2h", "+2s", "0s", "1.5s", "1441m", "5000000000ms"] {
             let err = load_from(
                 None,
                 env(&[("RATE_LIMIT_OVERRIDE_CRAWL__FETCH", &format!("wait={bad}"))]),
@@ -611,7 +588,12 @@ mod tests {
             )
             .unwrap_err()
             .to_string();
-            assert!(err.contains("is not a wait"), "{bad}: {err}");
+            // The macro's message for `wait = "{bad}"`, after the field's name.
+            let why = ratelimit_vocab::parse_wait(bad).unwrap_err().to_string();
+            assert!(
+                err.contains(&format!("field `wait`: {why}")),
+                "{bad}: {err}"
+            );
         }
         let f = file("[limits.\"crawl::fetch\"]\nwait = \"2 s\"\n");
         let err = load_from(Some(&f.0), env(&[]), &decls())

@@ -29,12 +29,24 @@ pub enum FailurePolicy {
 }
 
 impl FailurePolicy {
+    /// Every policy.
+    pub(crate) const ALL: [FailurePolicy; 3] = [
+        FailurePolicy::Fallback,
+        FailurePolicy::Allow,
+        FailurePolicy::Deny,
+    ];
+
     /// The policy's name as written in `policy = ".."` and config overrides.
     pub const fn as_str(self) -> &'static str {
+        self.word().name()
+    }
+
+    /// The word of the vocabulary the macros share, which owns the name.
+    pub(crate) const fn word(self) -> ratelimit_vocab::FailurePolicy {
         match self {
-            FailurePolicy::Fallback => "fallback",
-            FailurePolicy::Allow => "allow",
-            FailurePolicy::Deny => "deny",
+            FailurePolicy::Fallback => ratelimit_vocab::FailurePolicy::Fallback,
+            FailurePolicy::Allow => ratelimit_vocab::FailurePolicy::Allow,
+            FailurePolicy::Deny => ratelimit_vocab::FailurePolicy::Deny,
         }
     }
 }
@@ -49,21 +61,20 @@ impl std::str::FromStr for FailurePolicy {
     type Err = Error;
 
     fn from_str(s: &str) -> Result<Self, Error> {
-        match s {
-            "fallback" => Ok(FailurePolicy::Fallback),
-            "allow" => Ok(FailurePolicy::Allow),
-            "deny" => Ok(FailurePolicy::Deny),
-            other => Err(Error::Config(format!(
-                "unknown failure policy `{other}`; expected one of `fallback`, `allow`, `deny`"
-            ))),
-        }
+        FailurePolicy::ALL
+            .into_iter()
+            .find(|p| p.as_str() == s)
+            .ok_or_else(|| {
+                let unknown = ratelimit_vocab::Unknown::<ratelimit_vocab::FailurePolicy>::new(s);
+                Error::Config(unknown.to_string())
+            })
     }
 }
 
 /// `"deny"` in a config file, parsed as [`FailurePolicy::from_str`](std::str::FromStr) parses it.
 impl<'de> serde::Deserialize<'de> for FailurePolicy {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        crate::limit::deserialize_named(d, "one of `fallback`, `allow`, `deny`")
+        crate::limit::deserialize_named::<_, _, ratelimit_vocab::FailurePolicy>(d)
     }
 }
 

@@ -2,6 +2,7 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::format_ident;
+use ratelimit_vocab::{Quoted, Word};
 use syn::ext::IdentExt as _;
 use syn::parse::{Parse, ParseStream, Parser as _};
 use syn::punctuated::Punctuated;
@@ -131,16 +132,10 @@ pub(crate) fn unknown(
         Some(ours) => format!("unknown {what} `{written}`; did you mean `{ours}`?"),
         None => format!(
             "unknown {what} `{written}`; expected one of {}",
-            quoted(known)
+            Quoted(known)
         ),
     };
     syn::Error::new(name.span(), message)
-}
-
-/// `a`, `b`, `c`: for messages listing the accepted values.
-pub(crate) fn quoted(names: &[&str]) -> String {
-    let quoted: Vec<String> = names.iter().map(|n| format!("`{n}`")).collect();
-    quoted.join(", ")
 }
 
 /// The known name closest to `written`, if it is close enough to be a typo.
@@ -195,34 +190,8 @@ fn edit_distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
-/// Each failure policy as written, and its `FailurePolicy` variant.
-pub(crate) const FAILURE_POLICIES: &[(&str, &str)] = &[
-    ("fallback", "Fallback"),
-    ("allow", "Allow"),
-    ("deny", "Deny"),
-];
-
-/// `algorithm = ".."`: the names of `redis_ratelimit::Algorithm`'s variants.
-pub(crate) const ALGORITHMS: &[(&str, &str)] = &[
-    ("token_bucket", "TokenBucket"),
-    ("fixed_window", "FixedWindow"),
-    ("sliding_window", "SlidingWindow"),
-    ("sliding_log", "SlidingLog"),
-    ("leaky_bucket", "LeakyBucket"),
-];
-
-/// `refill = ".."`: the names of `redis_ratelimit::Refill`'s variants.
-pub(crate) const REFILLS: &[(&str, &str)] = &[("smooth", "Smooth"), ("interval", "Interval")];
-
-/// A policy written as a string literal, mapped to its enum variant's name.
-pub(crate) fn policy(
-    name: &Ident,
-    value: &Expr,
-    what: &str,
-    valid: &[(&str, &str)],
-    errors: &mut Errors,
-) -> Option<Ident> {
-    let names: Vec<&str> = valid.iter().map(|(written, _)| *written).collect();
+/// A word of `W` written as a string literal (`policy = "deny"`), with its span.
+pub(crate) fn word<W: Word>(name: &Ident, value: &Expr, errors: &mut Errors) -> Option<(W, Span)> {
     let Expr::Lit(ExprLit {
         lit: Lit::Str(s), ..
     }) = value
@@ -231,24 +200,25 @@ pub(crate) fn policy(
             value.span(),
             format_args!(
                 "`{name}` takes a string, one of {}: `{name} = \"{}\"`",
-                quoted(&names),
-                names.first().copied().unwrap_or_default()
+                Quoted(W::NAMES),
+                W::NAMES.first().copied().unwrap_or_default()
             ),
         );
         return None;
     };
-    let written = s.value();
-    let Some((_, variant)) = valid.iter().find(|(name, _)| *name == written) else {
-        errors.at(
-            s.span(),
-            format_args!(
-                "unknown {what} `{written}`; expected one of {}",
-                quoted(&names)
-            ),
-        );
-        return None;
-    };
-    Some(format_ident!("{variant}", span = s.span()))
+    match W::from_name(&s.value()) {
+        Ok(word) => Some((word, s.span())),
+        Err(unknown) => {
+            errors.at(s.span(), unknown);
+            None
+        }
+    }
+}
+
+/// The runtime's variant of a word, spanned where the word was written, for generated code:
+/// `::redis_ratelimit::Algorithm::#variant`.
+pub(crate) fn variant<W: Word>((word, span): (W, Span)) -> Ident {
+    format_ident!("{}", word.variant(), span = span)
 }
 
 #[cfg(test)]

@@ -5,7 +5,9 @@ use proc_macro2::{Span, TokenStream};
 use syn::spanned::Spanned as _;
 use syn::{Expr, ExprLit, ExprUnary, Ident, Lit, LitInt, LitStr, UnOp};
 
-use crate::args::{self, ALGORITHMS, Errors, FAILURE_POLICIES, REFILLS, RawArg, set_once};
+use ratelimit_vocab::{Algorithm, FailurePolicy, Quoted, Refill, Unit, WAIT_SYNTAX, Word};
+
+use crate::args::{self, Errors, RawArg, set_once};
 
 /// Every argument `#[rate_limit]` takes.
 pub(crate) const ARGUMENTS: &[&str] = &[
@@ -52,16 +54,17 @@ pub(crate) struct RateLimitArgs {
     pub(crate) cost: Option<Count>,
     pub(crate) name: Option<LitStr>,
     pub(crate) limiter: Option<Expr>,
-    /// The `FailurePolicy` variant of `policy = ".."`.
-    pub(crate) policy: Option<Ident>,
-    /// The `Algorithm` variant of `algorithm = ".."`.
-    pub(crate) algorithm: Option<Ident>,
-    /// The `Refill` variant of `refill = ".."`.
-    pub(crate) refill: Option<Ident>,
+    /// `policy = ".."`.
+    pub(crate) policy: Option<(FailurePolicy, Span)>,
+    /// `algorithm = ".."`.
+    pub(crate) algorithm: Option<(Algorithm, Span)>,
+    /// `refill = ".."`.
+    pub(crate) refill: Option<(Refill, Span)>,
     /// Tokens in a new bucket (0 allowed).
     pub(crate) initial: Option<Count>,
-    /// `wait = "2s"`: the longest a call waits for its tokens, in microseconds.
-    pub(crate) wait: Option<(u64, Span)>,
+    /// `wait = "2s"`: the longest a call waits for its tokens, in microseconds; `None` for
+    /// `wait = "none"`.
+    pub(crate) wait: Option<(Option<u64>, Span)>,
     /// `shadow = true`.
     pub(crate) shadow: Option<syn::LitBool>,
     /// Every known argument written, valid or not: a bad `replenish` is not also a missing one.
@@ -88,53 +91,6 @@ impl Count {
         match self {
             Count::Literal(_, lit) => lit.span(),
             Count::Const(expr) => expr.span(),
-        }
-    }
-}
-
-/// The period of `replenish`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Unit {
-    Second,
-    Minute,
-    Hour,
-    Day,
-}
-
-impl Unit {
-    const NAMES: &[&str] = &["second", "minute", "hour", "day"];
-
-    fn from_name(name: &str) -> Option<Unit> {
-        [Unit::Second, Unit::Minute, Unit::Hour, Unit::Day]
-            .into_iter()
-            .find(|u| u.name() == name)
-    }
-
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            Unit::Second => "second",
-            Unit::Minute => "minute",
-            Unit::Hour => "hour",
-            Unit::Day => "day",
-        }
-    }
-
-    /// The name of the matching `redis_ratelimit::Unit` variant.
-    pub(crate) fn variant(self) -> &'static str {
-        match self {
-            Unit::Second => "Second",
-            Unit::Minute => "Minute",
-            Unit::Hour => "Hour",
-            Unit::Day => "Day",
-        }
-    }
-
-    pub(crate) fn as_micros(self) -> u64 {
-        match self {
-            Unit::Second => 1_000_000,
-            Unit::Minute => 60_000_000,
-            Unit::Hour => 3_600_000_000,
-            Unit::Day => 86_400_000_000,
         }
     }
 }
@@ -228,19 +184,17 @@ impl RateLimitArgs {
                     }
                 }
                 "policy" => {
-                    if let Some(v) =
-                        args::policy(&name, &value, "failure policy", FAILURE_POLICIES, errors)
-                    {
+                    if let Some(v) = args::word(&name, &value, errors) {
                         set_once(&mut args.policy, v, &name, errors);
                     }
                 }
                 "algorithm" => {
-                    if let Some(v) = args::policy(&name, &value, "algorithm", ALGORITHMS, errors) {
+                    if let Some(v) = args::word(&name, &value, errors) {
                         set_once(&mut args.algorithm, v, &name, errors);
                     }
                 }
                 "refill" => {
-                    if let Some(v) = args::policy(&name, &value, "refill", REFILLS, errors) {
+                    if let Some(v) = args::word(&name, &value, errors) {
                         set_once(&mut args.refill, v, &name, errors);
                     }
                 }
@@ -386,21 +340,15 @@ fn unit(value: &Expr, errors: &mut Errors) -> Option<(Unit, Span)> {
             lit: Lit::Str(s), ..
         }) => {
             let written = s.value();
-            if let Some(unit) = Unit::from_name(&written) {
-                return Some((unit, s.span()));
-            }
-            match args::nearest(&written, Unit::NAMES) {
-                Some(unit) => errors.at(
-                    s.span(),
-                    format_args!("unknown unit `{written}`; did you mean `{unit}`?"),
-                ),
-                None => errors.at(
-                    s.span(),
-                    format_args!(
-                        "unknown unit `{written}`; expected one of {}",
-                        args::quoted(Unit::NAMES)
+            match Unit::from_name(&written) {
+                Ok(unit) => return Some((unit, s.span())),
+                Err(unknown) => match args::nearest(&written, Unit::NAMES) {
+                    Some(unit) => errors.at(
+                        s.span(),
+                        format_args!("unknown unit `{written}`; did you mean `{unit}`?"),
                     ),
-                ),
+                    None => errors.at(s.span(), unknown),
+                },
             }
             None
         }
@@ -411,12 +359,12 @@ fn unit(value: &Expr, errors: &mut Errors) -> Option<(Unit, Span)> {
                 _ => None,
             };
             let message = match last.map(|l| l.to_ascii_lowercase()) {
-                Some(l) if Unit::from_name(&l).is_some() => {
+                Some(l) if Unit::from_name(&l).is_ok() => {
                     format!("`unit` takes a string: `unit = \"{l}\"`")
                 }
                 _ => format!(
                     "`unit` takes a string, one of {}: `unit = \"minute\"`",
-                    args::quoted(Unit::NAMES)
+                    Quoted(Unit::NAMES)
                 ),
             };
             errors.at(other.span(), message);
@@ -452,62 +400,19 @@ fn limit_name(value: &Expr, errors: &mut Errors) -> Option<LitStr> {
     }
 }
 
-/// The longest `wait` may be: a day, as `Limit::wait` allows.
-const MAX_WAIT_US: u64 = 86_400_000_000;
-
-/// `wait = "2s"`: a whole number of milliseconds (`ms`), seconds (`s`) or minutes (`m`).
-fn wait(value: &Expr, errors: &mut Errors) -> Option<(u64, Span)> {
-    const HOW: &str = "`wait` takes a duration: a whole number and `ms`, `s` or `m`, such as \
-         `wait = \"2s\"`, `wait = \"500ms\"` or `wait = \"1m\"`";
+/// `wait = "2s"`, in the one wait syntax of macros and overrides; `wait = "none"` is no wait.
+fn wait(value: &Expr, errors: &mut Errors) -> Option<(Option<u64>, Span)> {
     let Expr::Lit(ExprLit {
         lit: Lit::Str(s), ..
     }) = value
     else {
-        errors.at(value.span(), HOW);
+        errors.at(value.span(), WAIT_SYNTAX);
         return None;
     };
-    let written = s.value();
-    let digits = written.trim_end_matches(|c: char| c.is_ascii_alphabetic());
-    let micros_per = match &written[digits.len()..] {
-        "ms" => 1_000,
-        "s" => 1_000_000,
-        "m" => 60_000_000,
-        _ => {
-            errors.at(
-                s.span(),
-                format_args!("unknown duration `{written}`; {HOW}"),
-            );
-            return None;
-        }
-    };
-    let Some(n) = digits
-        .bytes()
-        .all(|b| b.is_ascii_digit())
-        .then(|| digits.parse::<u64>().ok())
-        .flatten()
-    else {
-        errors.at(
-            s.span(),
-            format_args!("unknown duration `{written}`; {HOW}"),
-        );
-        return None;
-    };
-    match n.checked_mul(micros_per) {
-        Some(0) => {
-            errors.at(
-                s.span(),
-                "`wait` must be longer than 0; leave it out to refuse at once",
-            );
-            None
-        }
-        Some(us) if us <= MAX_WAIT_US => Some((us, s.span())),
-        _ => {
-            errors.at(
-                s.span(),
-                format_args!(
-                    "`wait = \"{written}\"` is longer than a day, the longest a call may wait"
-                ),
-            );
+    match ratelimit_vocab::parse_wait(&s.value()) {
+        Ok(us) => Some((us, s.span())),
+        Err(e) => {
+            errors.at(s.span(), e);
             None
         }
     }
@@ -527,5 +432,86 @@ fn shadow(value: &Expr, errors: &mut Errors) -> Option<syn::LitBool> {
             );
             None
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// What `#[rate_limit(wait = "<written>")]` makes of it: microseconds (`None`: no wait),
+    /// or the compile error's message.
+    fn in_the_macro(written: &str) -> Result<Option<u64>, String> {
+        let mut errors = Errors::default();
+        let value: Expr = syn::parse_quote!(#written);
+        match wait(&value, &mut errors) {
+            Some((us, _)) if errors.is_empty() => Ok(us),
+            _ => Err(errors
+                .finish()
+                .map_or_else(|e| e.to_string(), |()| String::new())),
+        }
+    }
+
+    /// What an override makes of `wait=<written>` in the environment and `wait = "<written>"`
+    /// in the file, which must agree; the message without the field's name.
+    fn in_an_override(written: &str) -> Result<Option<u64>, String> {
+        use redis_ratelimit::overrides;
+        let env = overrides::parse_env(&format!("wait={written}"));
+        let file = overrides::parse(&format!("[limits.a]\nwait = {written:?}\n"));
+        match (env, file) {
+            (Ok(o), Ok(limits)) => {
+                assert_eq!(limits.get("a"), Some(&o), "{written:?}");
+                let wait = o.wait.expect("the field was set");
+                Ok(wait.map(|d| u64::try_from(d.as_micros()).expect("at most a day")))
+            }
+            (Err(env), Err(file)) => {
+                let env = env.to_string();
+                let why = env
+                    .strip_prefix("field `wait`: ")
+                    .unwrap_or_else(|| panic!("{env}"));
+                assert!(file.to_string().contains(why), "{file}");
+                Err(why.to_owned())
+            }
+            (env, file) => panic!("{written:?}: the environment says {env:?}, the file {file:?}"),
+        }
+    }
+
+    #[test]
+    fn the_macro_and_overrides_take_the_same_waits() {
+        for written in [
+            "2s",
+            "500ms",
+            "1m",
+            "1440m",
+            "86400000ms",
+            " 2s ",
+            "none",
+            "NONE",
+            "",
+            "2",
+            "ms",
+            "2h",
+            "2 hours",
+            "2 s",
+            "+2s",
+            "-2s",
+            "1.5s",
+            "0ms",
+            "0s",
+            "1441m",
+            "5000000000ms",
+            "99999999999999999999999s",
+        ] {
+            let ours = in_the_macro(written);
+            assert_eq!(ours, in_an_override(written), "{written:?}");
+            assert_eq!(
+                ours,
+                ratelimit_vocab::parse_wait(written).map_err(|e| e.to_string()),
+                "{written:?}"
+            );
+        }
+        assert_eq!(in_the_macro("2s"), Ok(Some(2_000_000)));
+        assert_eq!(in_the_macro("none"), Ok(None));
+        assert!(in_the_macro("2h").is_err());
     }
 }

@@ -3,12 +3,14 @@
 //! option but `config` is a call on the limiter's builder, so the macro and
 //! `RateLimiter::builder()` have one set of settings.
 
-use proc_macro2::{Ident, Span, TokenStream};
+use proc_macro2::{Span, TokenStream};
 use quote::quote;
 use syn::spanned::Spanned as _;
 use syn::{Expr, ExprLit, ExprUnary, Lit, UnOp};
 
-use crate::args::{self, Errors, FAILURE_POLICIES, RawArg, policy, set_once};
+use ratelimit_vocab::{EmptyKeyPolicy, FailurePolicy};
+
+use crate::args::{self, Errors, RawArg, set_once, variant, word};
 
 const OPTIONS: &[&str] = &[
     "url",
@@ -35,15 +37,12 @@ const ALIASES: &[(&str, &str)] = &[
     ("limiter", "builder"),
 ];
 
-/// Each empty-key policy as written, and its enum variant.
-const EMPTY_KEY_POLICIES: &[(&str, &str)] = &[("deny", "Deny"), ("allow", "Allow")];
-
 #[derive(Default)]
 struct EnableArgs {
     url: Option<Expr>,
     prefix: Option<Expr>,
-    policy: Option<Ident>,
-    empty_key: Option<Ident>,
+    policy: Option<(FailurePolicy, Span)>,
+    empty_key: Option<(EmptyKeyPolicy, Span)>,
     deadline_ms: Option<TokenStream>,
     config: Option<Expr>,
     builder: Option<Expr>,
@@ -85,9 +84,12 @@ pub(crate) fn enable_redis_rate_limit(tokens: TokenStream) -> TokenStream {
     );
     let url = url.map(|e| quote!(.redis(#e)));
     let prefix = prefix.map(|e| quote!(.prefix(#e)));
-    let policy = policy.map(|v| quote!(.failure_policy(::redis_ratelimit::FailurePolicy::#v)));
-    let empty_key =
-        empty_key.map(|v| quote!(.empty_key_policy(::redis_ratelimit::EmptyKeyPolicy::#v)));
+    let policy = policy
+        .map(variant)
+        .map(|v| quote!(.failure_policy(::redis_ratelimit::FailurePolicy::#v)));
+    let empty_key = empty_key
+        .map(variant)
+        .map(|v| quote!(.empty_key_policy(::redis_ratelimit::EmptyKeyPolicy::#v)));
     let deadline =
         deadline_ms.map(|ms| quote!(.deadline(::core::time::Duration::from_millis(#ms))));
     let config = config.map(|e| quote!(.config_file(#e)));
@@ -123,18 +125,12 @@ fn parse(list: Vec<RawArg>, errors: &mut Errors) -> EnableArgs {
             "config" => set_once(&mut options.config, value, &name, errors),
             "builder" => set_once(&mut options.builder, value, &name, errors),
             "policy" => {
-                if let Some(v) = policy(&name, &value, "failure policy", FAILURE_POLICIES, errors) {
+                if let Some(v) = word(&name, &value, errors) {
                     set_once(&mut options.policy, v, &name, errors);
                 }
             }
             "empty_key" => {
-                if let Some(v) = policy(
-                    &name,
-                    &value,
-                    "empty-key policy",
-                    EMPTY_KEY_POLICIES,
-                    errors,
-                ) {
+                if let Some(v) = word(&name, &value, errors) {
                     set_once(&mut options.empty_key, v, &name, errors);
                 }
             }

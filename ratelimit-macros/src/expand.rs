@@ -1,14 +1,16 @@
 //! `#[rate_limit]` code generation: the user's function, with the check before its body.
 
 use proc_macro2::{Delimiter, Group, Ident, Literal, Span, TokenStream};
-use quote::{format_ident, quote, quote_spanned};
+use quote::{quote, quote_spanned};
 use syn::ext::IdentExt as _;
 use syn::spanned::Spanned as _;
 use syn::visit_mut::VisitMut;
 use syn::{Expr, ReturnType, Signature, Type};
 
+use ratelimit_vocab::{Algorithm, Refill, Unit};
+
 use crate::args::Errors;
-use crate::attr::{Count, RateLimitArgs, Unit};
+use crate::attr::{Count, RateLimitArgs};
 use crate::item::ItemFn;
 use crate::stack::{self, Stacked};
 use crate::valid;
@@ -261,8 +263,7 @@ fn declaration(
         Some(span) => quote_spanned!(span=> ::core::line!()),
         None => quote!(::core::line!()),
     };
-    let (unit, unit_span) = args.unit.unwrap_or((Unit::Second, Span::call_site()));
-    let unit = format_ident!("{}", unit.variant(), span = unit_span);
+    let unit = crate::args::variant(args.unit.unwrap_or((Unit::Second, Span::call_site())));
     let key = match &args.key {
         Some(expr) => quote!(::core::stringify!(#expr)),
         None => quote!("Uri"),
@@ -297,14 +298,11 @@ fn declaration(
         Some(b) => quote!(::core::option::Option::Some(#b)),
         None => quote!(::core::option::Option::None),
     };
-    let algorithm = match &args.algorithm {
-        Some(variant) => quote!(::redis_ratelimit::Algorithm::#variant),
-        None => quote!(::redis_ratelimit::Algorithm::TokenBucket),
-    };
-    let refill = match &args.refill {
-        Some(variant) => quote!(::redis_ratelimit::Refill::#variant),
-        None => quote!(::redis_ratelimit::Refill::Smooth),
-    };
+    let algorithm = crate::args::variant(
+        args.algorithm
+            .unwrap_or((Algorithm::TokenBucket, Span::call_site())),
+    );
+    let refill = crate::args::variant(args.refill.unwrap_or((Refill::Smooth, Span::call_site())));
     // May be 0, so not bound like the counts: a constant's type error lands on it.
     let initial = match &args.initial {
         Some(Count::Literal(n, lit)) => {
@@ -325,15 +323,18 @@ fn declaration(
         }
         None => quote!(::core::option::Option::None),
     };
-    let policy = args
-        .policy
-        .as_ref()
-        .map(|v| quote!(.on_failure(::redis_ratelimit::FailurePolicy::#v)));
-    let wait = args.wait.map(|(us, span)| {
-        let mut us = Literal::u64_unsuffixed(us);
-        us.set_span(span);
-        quote!(.wait(::core::time::Duration::from_micros(#us)))
+    let policy = args.policy.map(|policy| {
+        let v = crate::args::variant(policy);
+        quote!(.on_failure(::redis_ratelimit::FailurePolicy::#v))
     });
+    let wait = args
+        .wait
+        .and_then(|(us, span)| Some((us?, span)))
+        .map(|(us, span)| {
+            let mut us = Literal::u64_unsuffixed(us);
+            us.set_span(span);
+            quote!(.wait(::core::time::Duration::from_micros(#us)))
+        });
     let shadow = args.shadow.as_ref().map(|b| quote!(.with_shadow(#b)));
     let declaration = quote! {
         ::redis_ratelimit::__private::LimitDeclaration::new(
@@ -342,8 +343,8 @@ fn declaration(
                 #replenish_value,
                 #burst,
                 ::redis_ratelimit::Unit::#unit,
-                #algorithm,
-                #refill,
+                ::redis_ratelimit::Algorithm::#algorithm,
+                ::redis_ratelimit::Refill::#refill,
                 #initial,
             )#policy #wait #shadow,
             #cost_value,

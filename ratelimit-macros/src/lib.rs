@@ -2,7 +2,9 @@
 //! [`#[rate_limit]`](macro@rate_limit) and [`enable_redis_rate_limit!`].
 //!
 //! Use them through the `redis-ratelimit` crate, which re-exports them with the runtime
-//! they expand onto; this crate holds no runtime logic.
+//! they expand onto; this crate holds no runtime logic. The names it takes, the wait syntax
+//! and the exact arithmetic it checks limits with come from `ratelimit-vocab`, which the
+//! runtime uses too: a limit the macro accepts, the runtime accepts, with the same messages.
 
 mod args;
 mod attr;
@@ -53,7 +55,7 @@ use proc_macro::TokenStream;
 /// | `algorithm` | `"token_bucket"`, `"fixed_window"`, `"sliding_window"`, `"sliding_log"`, `"leaky_bucket"` | `"token_bucket"` | how calls are counted (see `Algorithm`); a window (`fixed_window`, `sliding_window`, `sliding_log`) admits `replenish` per `unit` and takes no `burst`; a `leaky_bucket` lets calls out one every `unit / replenish` and queues up to `burst` calls, each waiting for its turn |
 /// | `refill` | `"smooth"`, `"interval"` | `"smooth"` | a token bucket's refill: one token at a time, or all `replenish` at once each `unit`; only on a token bucket |
 /// | `initial` | integer ≥ 0, at most `burst` | `burst` | tokens in a new token bucket, so that a service warming up cannot take a whole burst at once; only on a token bucket |
-/// | `wait` | a string: a whole number and `ms`, `s` or `m` (`"500ms"`, `"2s"`, `"1m"`), more than 0, at most a day (less for a few very fine-grained limits) | none: a call over the limit is refused at once (a `leaky_bucket` waits up to its queue) | a call over the limit reserves its tokens at once and waits until they are due, if that is within `wait`; otherwise it is refused at once and takes nothing. Only on a token bucket refilled smoothly and on a `leaky_bucket` (see `Limit::wait`) |
+/// | `wait` | a string: a whole number and `ms`, `s` or `m` (`"500ms"`, `"2s"`, `"1m"`), more than 0, at most a day (less for a few very fine-grained limits); `"none"` is the same as leaving it out, as in config overrides | none: a call over the limit is refused at once (a `leaky_bucket` waits up to its queue) | a call over the limit reserves its tokens at once and waits until they are due, if that is within `wait`; otherwise it is refused at once and takes nothing. Only on a token bucket refilled smoothly and on a `leaky_bucket` (see `Limit::wait`) |
 /// | `shadow` | `true`, `false` | `false` | shadow mode: the limit decides, takes tokens, is logged, counted and described in the headers, but never refuses or delays a call (see `Limit::shadow`) |
 ///
 /// `replenish`, `burst`, `cost` and `initial` are integer literals, checked by the macro, or constants of

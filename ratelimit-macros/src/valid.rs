@@ -1,13 +1,12 @@
 //! Checks that span several `#[rate_limit]` arguments.
 
 use proc_macro2::Span;
-use syn::{Attribute, Ident, Signature};
+use ratelimit_vocab::limits::{self, bucket_is_exact};
+use ratelimit_vocab::{Algorithm, Refill, Unit};
+use syn::{Attribute, Signature};
 
 use crate::args::Errors;
-use crate::attr::{Count, RateLimitArgs, Unit};
-
-/// The largest quantity the runtime's exact arithmetic holds (see `Limit::try_new`).
-const MAX_FINE: u128 = 1 << 51;
+use crate::attr::{Count, RateLimitArgs};
 
 /// Reports a function the check cannot be put in front of.
 pub(crate) fn check_function(sig: &Signature, errors: &mut Errors) {
@@ -46,7 +45,7 @@ pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut
         None => (replenish.literal(), false),
     };
     if let (Some(cost), Some(burst)) = (args.cost.as_ref().and_then(Count::literal), burst)
-        && cost > burst
+        && !limits::cost_fits(cost, burst)
     {
         let capacity = if burst_written {
             format!("`burst = {burst}`")
@@ -61,12 +60,10 @@ pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut
             ),
         );
     }
-    let algorithm = args.algorithm.as_ref().map(ToString::to_string);
-    let window = algorithm
-        .as_deref()
-        .filter(|a| !matches!(*a, "TokenBucket" | "LeakyBucket"));
-    let interval = args.refill.as_ref().is_some_and(|r| r == "Interval");
-    if let Some((_, span)) = args.wait
+    let algorithm = args.algorithm.map(|(algorithm, _)| algorithm);
+    let window = algorithm.filter(|a| a.is_window());
+    let interval = matches!(args.refill, Some((Refill::Interval, _)));
+    if let Some((Some(_), span)) = args.wait
         && (window.is_some() || interval)
     {
         errors.at(
@@ -80,9 +77,9 @@ pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut
         check_window(args, window, errors);
         return;
     }
-    if algorithm.as_deref() == Some("LeakyBucket") {
+    if algorithm == Some(Algorithm::LeakyBucket) {
         for (written, span) in [
-            ("refill", args.refill.as_ref().map(Ident::span)),
+            ("refill", args.refill.map(|(_, span)| span)),
             ("initial", args.initial.as_ref().map(Count::span)),
         ] {
             if let Some(span) = span {
@@ -109,7 +106,7 @@ pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut
     }
     if let (Some(r), Some(b)) = (replenish.literal(), burst)
         && interval
-        && (u64::from(b / r) + 2).saturating_mul(unit.as_micros()) > 1 << 51
+        && !limits::interval_is_exact(r.into(), b.into(), unit.micros())
     {
         errors.at(
             args.burst.as_ref().map_or(replenish.span(), Count::span),
@@ -120,10 +117,10 @@ pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut
             ),
         );
     }
-    if let (Some(r), Some(b), Some((wait_us, span))) = (replenish.literal(), burst, args.wait)
+    if let (Some(r), Some(b), Some((Some(wait_us), span))) = (replenish.literal(), burst, args.wait)
         && !interval
-        && !too_fine(r, b, unit)
-        && let Some(max_us) = longest_wait(r, b, unit)
+        && bucket_is_exact(r, b, unit.micros())
+        && let max_us = limits::longest_wait_us(r, b, unit.micros())
         && wait_us > max_us
     {
         errors.at(
@@ -138,7 +135,7 @@ pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut
     }
     if let (Some(r), Some(b)) = (replenish.literal(), burst)
         && !interval
-        && too_fine(r, b, unit)
+        && !bucket_is_exact(r, b, unit.micros())
     {
         let span = args.burst.as_ref().map_or(replenish.span(), Count::span);
         errors.at(
@@ -154,11 +151,8 @@ pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut
 
 /// A window algorithm's own rules: no burst, refill or initial fill; a sliding window's
 /// weighted count must stay exact.
-fn check_window(args: &RateLimitArgs, variant: &str, errors: &mut Errors) {
-    let name = crate::args::ALGORITHMS
-        .iter()
-        .find(|(_, v)| *v == variant)
-        .map_or(variant, |(written, _)| *written);
+fn check_window(args: &RateLimitArgs, window: Algorithm, errors: &mut Errors) {
+    let name = window.name();
     if let Some(burst) = &args.burst {
         errors.at(
             burst.span(),
@@ -168,9 +162,9 @@ fn check_window(args: &RateLimitArgs, variant: &str, errors: &mut Errors) {
             ),
         );
     }
-    if let Some(refill) = args.refill.as_ref().filter(|r| *r == "Interval") {
+    if let Some((Refill::Interval, span)) = args.refill {
         errors.at(
-            refill.span(),
+            span,
             format_args!(
                 "`refill = \"interval\"` is a token bucket's; a `{name}` counts each window \
                  from 0: remove it"
@@ -186,10 +180,10 @@ fn check_window(args: &RateLimitArgs, variant: &str, errors: &mut Errors) {
         );
     }
     let unit = args.unit.map_or(Unit::Second, |(unit, _)| unit);
-    if variant == "SlidingWindow"
+    if window == Algorithm::SlidingWindow
         && let Some(replenish) = args.replenish.as_ref()
         && let Some(r) = replenish.literal()
-        && u64::from(r).saturating_mul(unit.as_micros() / 1000) > (1 << 51) / 4
+        && !limits::sliding_is_exact(r.into(), unit.micros())
     {
         errors.at(
             replenish.span(),
@@ -199,55 +193,5 @@ fn check_window(args: &RateLimitArgs, variant: &str, errors: &mut Errors) {
                 unit.name()
             ),
         );
-    }
-}
-
-/// Mirrors `Limit::try_new`: the bucket's refill time, in units of `1 / replenish` of a
-/// microsecond, must stay far enough below 2^53 for Lua's doubles.
-fn too_fine(replenish: u32, burst: u32, unit: Unit) -> bool {
-    let period = unit.as_micros();
-    let g = gcd(period, u64::from(replenish));
-    let tau = u128::from(period / g) * u128::from(burst);
-    let per_micro = u128::from(u64::from(replenish) / g);
-    2 * tau + 2048 * per_micro > MAX_FINE
-}
-
-/// Mirrors `Limit::try_wait`: the longest wait, in microseconds, when it is shorter than a
-/// day (the fine units a reservation may reach beyond the burst, `hold_for` in the runtime).
-fn longest_wait(replenish: u32, burst: u32, unit: Unit) -> Option<u64> {
-    let period = unit.as_micros();
-    let g = gcd(period, u64::from(replenish));
-    let tau = u128::from(period / g) * u128::from(burst);
-    let per_micro = u128::from(u64::from(replenish) / g);
-    let room = MAX_FINE.saturating_sub(2 * tau + 2048 * per_micro);
-    let day = 86_400_000_000u128;
-    (room < day * per_micro).then(|| u64::try_from(room / per_micro).unwrap_or(u64::MAX))
-}
-
-fn gcd(mut a: u64, mut b: u64) -> u64 {
-    while b != 0 {
-        (a, b) = (b, a % b);
-    }
-    a
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn longest_wait_matches_the_runtime() {
-        // A day for usual limits; 2.619 s for u32::MAX per second with burst 1 (the runtime
-        // says the same: tests/ui/fail/wait_not_a_duration.rs).
-        assert_eq!(longest_wait(3, 300, Unit::Minute), None);
-        assert_eq!(longest_wait(u32::MAX, 1, Unit::Second), Some(2_619_392));
-    }
-
-    #[test]
-    fn too_fine_matches_the_runtime() {
-        assert!(too_fine(1_000_003, u32::MAX, Unit::Day));
-        assert!(!too_fine(1_000_000, 1_000_000, Unit::Day));
-        assert!(!too_fine(u32::MAX, u32::MAX, Unit::Second));
-        assert!(!too_fine(3, 300, Unit::Minute));
     }
 }

@@ -11,7 +11,7 @@
 //! refused clients of all keys come back together. With `burst = replenish` it is the fixed
 //! window, with its 2 x `limit` across a boundary.
 
-use super::{MAX_EXACT, Outcome, next_boundary};
+use super::{Outcome, next_boundary};
 use crate::Limit;
 
 /// The script, with the shared prelude, as Redis runs it.
@@ -34,16 +34,8 @@ impl IntervalParams {
     /// `None` when `replenish` or `burst` is 0, `initial > burst`, the period is shorter than
     /// a millisecond, or an empty bucket would take too long to refill for exact arithmetic.
     pub const fn try_new(replenish: u64, burst: u64, period_us: u64, initial: u64) -> Option<Self> {
-        if replenish == 0 || burst == 0 {
-            return None;
-        }
-        let Some(refill) = (burst / replenish + 2).checked_mul(period_us) else {
-            return None;
-        };
         if initial <= burst
-            && period_us >= 1000
-            && refill <= MAX_EXACT
-            && burst.saturating_add(replenish) <= MAX_EXACT
+            && ratelimit_vocab::limits::interval_is_exact(replenish, burst, period_us)
         {
             Some(IntervalParams {
                 replenish,

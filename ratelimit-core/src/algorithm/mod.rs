@@ -43,10 +43,6 @@ pub struct Outcome<S> {
     pub new_state: Option<S>,
 }
 
-/// Largest quantity the scripts' arithmetic may hold: Lua's doubles are exact below 2^53, and
-/// a few such quantities are added together.
-const MAX_EXACT: u64 = 1 << 51;
-
 /// A window's limit: at most `limit` tokens per `period_us` microseconds. The windows have no
 /// burst of their own: a window admits `limit` tokens, so [`WindowParams::of`] reads a
 /// [`Limit`]'s `replenish` per `unit` and ignores its `burst`. Nor an initial fill: a window's
@@ -64,7 +60,7 @@ impl WindowParams {
     /// sliding window bounds its weighted count further: see
     /// [`SlidingParams`](sliding_window::SlidingParams).
     pub const fn try_new(limit: u64, period_us: u64) -> Option<WindowParams> {
-        if limit >= 1 && limit <= MAX_EXACT && period_us >= 1000 && period_us <= MAX_EXACT {
+        if ratelimit_vocab::limits::window_is_exact(limit, period_us) {
             Some(WindowParams { limit, period_us })
         } else {
             None
@@ -167,7 +163,8 @@ impl Kernel {
                 if p.absent == 0
                     && p.reach == 0
                     && !p.queue
-                    && p.hold == crate::limit::hold_for(p.tau.into(), p.per_micro.into()) =>
+                    && p.hold
+                        == ratelimit_vocab::limits::hold_for(p.tau.into(), p.per_micro.into()) =>
             {
                 (1, ScriptArgs::new(&[p.interval, p.per_micro, p.tau, cost]))
             }

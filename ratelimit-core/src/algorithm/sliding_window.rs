@@ -8,7 +8,7 @@
 //! came early (never more than the fixed window's 2 x `limit`). Its `retry_after` is exact for
 //! the estimate: the first tick at which the same call passes if nothing else happens.
 
-use super::{MAX_EXACT, Outcome, WindowParams};
+use super::{Outcome, WindowParams};
 use crate::Limit;
 
 /// The script, with the shared prelude, as Redis runs it.
@@ -31,16 +31,13 @@ impl SlidingParams {
         let Some(window) = WindowParams::try_new(limit, period_us) else {
             return None;
         };
-        // A millisecond when the period is a whole number of them (so that a day's window
-        // stays exact for limits up to millions), else a microsecond.
-        let tick_us = if period_us.is_multiple_of(1000) {
-            1000
+        if ratelimit_vocab::limits::sliding_is_exact(limit, period_us) {
+            Some(SlidingParams {
+                window,
+                tick_us: ratelimit_vocab::limits::sliding_tick_us(period_us),
+            })
         } else {
-            1
-        };
-        match limit.checked_mul(period_us / tick_us) {
-            Some(weighted) if weighted <= MAX_EXACT / 4 => Some(SlidingParams { window, tick_us }),
-            _ => None,
+            None
         }
     }
 

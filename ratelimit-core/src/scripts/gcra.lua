@@ -44,7 +44,7 @@
 -- ARGV[6]  reach (optional, default 0): fine units beyond tau this call may reserve
 -- ARGV[7]  hold (optional): fine units beyond tau any call on this bucket may reserve (the
 --          same for every call on it); by default a day's worth, or what exact arithmetic
---          leaves (2 * tau + 2048 * d + hold below 2^51), as limit.rs's `hold_for`
+--          leaves (2 * tau + 2048 * d + hold below 2^51), as ratelimit-vocab's `limits::hold_for`
 -- ARGV[8]  queue (optional, default 0): 1 for a leaky bucket, whose remaining counts the free
 --          places in its queue (tau + reach); otherwise the whole tokens left of tau
 -- Returns {allowed (0|1), remaining tokens, retry_after us, reset_after us, the server time
