@@ -21,7 +21,7 @@ mod coalesce;
 mod heartbeat;
 mod scripts;
 mod sentinel;
-mod url;
+pub(crate) mod url;
 
 use self::scripts::SCRIPT;
 use self::sentinel::SentinelConn;
