@@ -69,10 +69,10 @@ pub(crate) async fn run(args: Watch, out: Out) -> Result<(), Failure> {
             });
             entry.buckets += 1;
             entry.longest_full_in_ms = entry.longest_full_in_ms.max(read.ttl_ms.unwrap_or(0));
-            if let (Some(limit), Some(empty)) = (limit, entry.empty.as_mut()) {
-                if decide::decide(limit, 1, read).is_ok_and(|d| !d.allowed) {
-                    *empty += 1;
-                }
+            if let (Some(limit), Some(empty)) = (limit, entry.empty.as_mut())
+                && decide::decide(limit, 1, read).is_ok_and(|d| !d.allowed)
+            {
+                *empty += 1;
             }
         })
         .await?;

@@ -149,7 +149,7 @@ impl StateKind {
             }
             StoredValue::Text(v) if v == "0" => Some((StateKind::IntervalBucket, true)),
             StoredValue::Text(v) => {
-                let on_a_second = expire_ms > 0 && expire_ms % 1000 == 0;
+                let on_a_second = expire_ms > 0 && expire_ms.is_multiple_of(1000);
                 if gcra(v) && !on_a_second {
                     Some((StateKind::TokenBucket, false))
                 } else if fixed_window::State::decode(v, expire_ms).is_some() {
