@@ -35,6 +35,19 @@ impl State {
     /// in whole microseconds, else the interval, `r` in k + 3 digits, the fine unit in its k
     /// digits and k - 1, negated. `None` for any other value, which the script reads as an
     /// empty bucket and overwrites.
+    ///
+    /// ```
+    /// use ratelimit_core::tools::algorithms::token_bucket::State;
+    ///
+    /// // One token every 20 s (3 per minute), full again 417 µs before the expiry.
+    /// let s = State::decode("20000000417", 1_800_000_001_000).expect("a GCRA value");
+    /// assert_eq!((s.interval, s.per_micro, s.remainder), (20_000_000, 1, 417));
+    /// assert_eq!(s.encode(), "20000000417");
+    /// // 3 per second: 1/3 µs fine units (k = 1), written negated.
+    /// let s = State::decode("-1000000123430", 1_800_000_001_000).expect("a GCRA value");
+    /// assert_eq!((s.interval, s.per_micro, s.remainder), (1_000_000, 3, 1234));
+    /// assert_eq!(State::decode("0123", 1), None);
+    /// ```
     #[must_use]
     pub fn decode(value: &str, expire_ms: u64) -> Option<State> {
         let state = |remainder, per_micro, interval| State {
@@ -44,8 +57,7 @@ impl State {
             interval,
         };
         let Some(digits) = value.strip_prefix('-') else {
-            crate::algorithm::positive(value)?;
-            if !(4..=19).contains(&value.len()) {
+            if !crate::algorithm::canonical(value) || !(4..=19).contains(&value.len()) {
                 return None;
             }
             let (interval, r) = value.split_at(value.len() - 3);

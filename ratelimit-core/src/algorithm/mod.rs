@@ -123,6 +123,24 @@ impl Outcome<()> {
 
 /// Which script's state a key holds: the algorithms, with the token bucket's two refills
 /// apart (their states differ) and the leaky bucket with the token bucket (they share one).
+/// Public as [`tools::StateKind`](crate::tools::StateKind).
+///
+/// ```
+/// use ratelimit_core::tools::{StateKind, Stored, StoredValue};
+/// use ratelimit_core::{Algorithm, Limit, Refill};
+///
+/// let leaky = Limit::per_second(3).algorithm(Algorithm::LeakyBucket);
+/// assert_eq!(StateKind::of(&leaky), StateKind::TokenBucket);
+/// assert_eq!(
+///     StateKind::from_parts(Algorithm::TokenBucket, Refill::Interval),
+///     StateKind::IntervalBucket
+/// );
+/// assert_eq!(StateKind::SlidingWindow.name(), "sliding_window");
+///
+/// // `window:previous:current` can only be a sliding window's.
+/// let stored = Stored::new(0, StoredValue::Text("3:1:2".to_owned()), Some(9_000));
+/// assert_eq!(StateKind::guess(&stored), Some((StateKind::SlidingWindow, true)));
+/// ```
 #[non_exhaustive]
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum StateKind {
@@ -303,15 +321,24 @@ pub(crate) fn canonical(v: &str) -> bool {
     all_digits(v) && !v.starts_with('0')
 }
 
-/// `^%d+$`: a whole number as the scripts match it (`None` beyond `u64`, which no script
-/// writes).
+/// The end of the scripts' time, in microseconds: Lua's doubles are exact below 2^53 (the
+/// year 2255). No script writes a count, a window or an expiry beyond it, and the twins are
+/// not asked to decide beyond it.
+pub(crate) const MAX_TIME_US: u64 = 1 << 53;
+
+/// `^%d+$`: a whole number as the scripts match it; `None` from 2^53 on, which no script
+/// writes.
 pub(crate) fn digits(v: &str) -> Option<u64> {
-    all_digits(v).then(|| v.parse().ok()).flatten()
+    all_digits(v)
+        .then(|| v.parse().ok())
+        .flatten()
+        .filter(|&n| n < MAX_TIME_US)
 }
 
-/// `^[1-9]%d*$`: a whole number above 0 in canonical decimal, as the scripts match it.
+/// `^[1-9]%d*$`: a whole number above 0 in canonical decimal, as the scripts match it;
+/// `None` from 2^53 on.
 pub(crate) fn positive(v: &str) -> Option<u64> {
-    canonical(v).then(|| v.parse().ok()).flatten()
+    if v.starts_with('0') { None } else { digits(v) }
 }
 
 /// The first microsecond of the window after the one holding `now_us`.

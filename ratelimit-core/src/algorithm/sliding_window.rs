@@ -84,6 +84,15 @@ impl State {
     /// The state a key holding `value` stands for, as `sliding_window.lua` reads it
     /// (`^(%d+):(%d+):(%d+)$`); `None` for any other value, which the script reads as empty
     /// windows and overwrites.
+    ///
+    /// ```
+    /// use ratelimit_core::tools::algorithms::sliding_window::State;
+    ///
+    /// let s = State::decode("30000:4:1").expect("a sliding window's state");
+    /// assert_eq!((s.window, s.previous, s.current), (30_000, 4, 1));
+    /// assert_eq!(s.encode(), "30000:4:1");
+    /// assert_eq!(State::decode("1:2"), None);
+    /// ```
     #[must_use]
     pub fn decode(value: &str) -> Option<State> {
         let mut parts = value.split(':').map(super::digits);

@@ -7,7 +7,9 @@ use std::fmt;
 
 use redis::Value;
 
-use crate::algorithm::{Kernel, Outcome, StateKind, fixed_window, interval_bucket, sliding_window};
+use crate::algorithm::{
+    Kernel, MAX_TIME_US, Outcome, StateKind, fixed_window, interval_bucket, sliding_window,
+};
 use crate::{Error, Limit, bucket};
 
 /// The script that reads one bucket key as the decision scripts left it, writing nothing
@@ -60,6 +62,28 @@ impl Stored {
     }
 
     /// [`READ_SCRIPT`]'s reply; `None` for any other shape.
+    ///
+    /// ```
+    /// use ratelimit_core::tools::{Stored, StoredValue};
+    /// use redis::Value;
+    ///
+    /// // What the script answers for a fixed window's count of 2 (normally from
+    /// // `redis::Script::new(READ_SCRIPT).key(bucket).arg("full")`).
+    /// let reply = Value::Array(vec![
+    ///     Value::BulkString(b"1800000000".to_vec()),
+    ///     Value::BulkString(b"250000".to_vec()),
+    ///     Value::SimpleString("string".to_owned()),
+    ///     Value::BulkString(b"2".to_vec()),
+    ///     Value::Int(1_800_000_001_000),
+    ///     Value::Int(750),
+    /// ]);
+    /// let stored = Stored::from_reply(&reply).expect("the read script's reply");
+    /// assert_eq!(stored.now_us, 1_800_000_000_250_000);
+    /// assert_eq!(stored.value, StoredValue::Text("2".to_owned()));
+    /// assert_eq!((stored.expire_ms, stored.ttl_ms), (Some(1_800_000_001_000), Some(750)));
+    /// assert!(stored.exists());
+    /// assert_eq!(Stored::from_reply(&Value::Nil), None);
+    /// ```
     #[must_use]
     pub fn from_reply(reply: &Value) -> Option<Stored> {
         let Value::Array(items) = reply else {
@@ -241,9 +265,14 @@ enum Held {
     LogCount(u64),
 }
 
-/// `stored` as `kind`'s script reads it: `Ok(None)` absent, `Err(())` foreign.
+/// `stored` as `kind`'s script reads it: `Ok(None)` absent, `Err(())` foreign (including
+/// times beyond what the scripts write, so that the twins are asked nothing they were not
+/// built for).
 fn held(stored: &Stored, kind: StateKind) -> Result<Option<Held>, ()> {
-    let expiry = stored.expire_ms.ok_or(());
+    let expiry = stored
+        .expire_ms
+        .filter(|&e| e < MAX_TIME_US / 1000)
+        .ok_or(());
     let held = match (&stored.value, kind) {
         (StoredValue::Absent, _) => return Ok(None),
         (StoredValue::Text(v), StateKind::TokenBucket) => {
@@ -258,7 +287,15 @@ fn held(stored: &Stored, kind: StateKind) -> Result<Option<Held>, ()> {
         (StoredValue::Text(v), StateKind::SlidingWindow) => {
             sliding_window::State::decode(v).map(Held::SlidingWindow)
         }
-        (StoredValue::Scores(s), StateKind::SlidingLog) => Some(Held::Log(s.clone())),
+        (StoredValue::Scores(s), StateKind::SlidingLog) => {
+            let mut times = s.clone();
+            // A sorted set's scores come sorted; a tool's own may not.
+            times.sort_unstable();
+            times
+                .last()
+                .is_none_or(|&t| t < MAX_TIME_US)
+                .then_some(Held::Log(times))
+        }
         (StoredValue::Count(n), StateKind::SlidingLog) => Some(Held::LogCount(*n)),
         _ => None,
     };
@@ -351,6 +388,9 @@ pub enum Undecidable {
     Foreign,
     /// The key holds a sliding log read by count (its admission times are needed).
     NoTimes,
+    /// The server's clock reads 2^53 microseconds or later (the year 2255), beyond what the
+    /// scripts' arithmetic holds.
+    Clock,
 }
 
 impl fmt::Display for Undecidable {
@@ -361,6 +401,7 @@ impl fmt::Display for Undecidable {
             Undecidable::NoTimes => {
                 f.write_str("the sliding log was read by count, without its admission times")
             }
+            Undecidable::Clock => f.write_str("the server's clock reads beyond the year 2255"),
         }
     }
 }
@@ -394,8 +435,8 @@ impl std::error::Error for Undecidable {
 /// ```
 ///
 /// # Errors
-/// [`Undecidable`]: a cost the limiter refuses, a state `limit`'s script never writes, or a
-/// sliding log read by count.
+/// [`Undecidable`]: a cost the limiter refuses, a state `limit`'s script never writes, a
+/// sliding log read by count, or a clock beyond the year 2255.
 pub fn peek(limit: &Limit, cost: u32, stored: &Stored) -> Result<Peek, Undecidable> {
     if cost == 0 {
         return Err(Undecidable::Cost(Error::ZeroCost));
@@ -405,6 +446,9 @@ pub fn peek(limit: &Limit, cost: u32, stored: &Stored) -> Result<Peek, Undecidab
             cost,
             limit: *limit,
         }));
+    }
+    if stored.now_us >= MAX_TIME_US {
+        return Err(Undecidable::Clock);
     }
     let held = held(stored, StateKind::of(limit)).map_err(|()| Undecidable::Foreign)?;
     let (now, c) = (stored.now_us, u64::from(cost));
@@ -554,6 +598,44 @@ mod tests {
             Decoded::State(BucketState::SlidingLog { tokens: 1 })
         );
         assert_eq!(decode_state(&r, StateKind::TokenBucket), Decoded::Foreign);
+    }
+
+    /// A key or a clock no script writes or reads (beyond 2^53, unsorted times, from a
+    /// careless tool or a hostile key) is refused, never decided into an overflow.
+    #[test]
+    fn what_no_script_writes_is_refused_not_decided() {
+        let now = 1_800_000_000_000_000;
+        let sliding = Limit::per_minute(5).algorithm(Algorithm::SlidingWindow);
+        let log = Limit::per_minute(5).algorithm(Algorithm::SlidingLog);
+        let interval = Limit::per_minute(5).refill(Refill::Interval);
+        let fixed = Limit::per_minute(5).algorithm(Algorithm::FixedWindow);
+        let text = |v: String, e| Stored::new(now, StoredValue::Text(v), Some(e));
+        let huge = u64::MAX;
+        for (limit, stored) in [
+            (sliding, text(format!("{huge}:1:1"), 1)),
+            (interval, text("1".to_owned(), huge)),
+            (fixed, text(huge.to_string(), 1)),
+            (
+                log,
+                Stored::new(now, StoredValue::Scores(vec![0, huge]), Some(1)),
+            ),
+        ] {
+            assert!(
+                matches!(peek(&limit, 1, &stored), Err(Undecidable::Foreign)),
+                "{limit}: {stored:?}"
+            );
+        }
+        // Times out of order are read in order: one token of the last minute.
+        let unsorted = Stored::new(
+            now,
+            StoredValue::Scores(vec![now - 1, now - 120_000_000]),
+            Some(now / 1000 + 60_000),
+        );
+        assert_eq!(peek(&log, 1, &unsorted).unwrap().remaining, 4);
+        let late = Stored::new(huge, StoredValue::Absent, None);
+        for limit in [Limit::per_minute(5), sliding, log, interval, fixed] {
+            assert!(matches!(peek(&limit, 1, &late), Err(Undecidable::Clock)));
+        }
     }
 
     /// What the memory store keeps (the twin's state) and what the scripts write (its

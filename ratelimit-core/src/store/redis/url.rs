@@ -7,6 +7,27 @@ use crate::error::redact_url;
 
 /// What a Redis URL names, as [`RedisStore`](crate::RedisStore) reads it. Its `Debug` hides
 /// every password.
+///
+/// ```
+/// use ratelimit_core::tools::{RedisTarget, node_url, parse_redis_url};
+///
+/// let cluster = parse_redis_url("redis+cluster://:s3cret@10.0.0.1:7000,10.0.0.2:7000")
+///     .expect("a cluster URL");
+/// assert_eq!(
+///     cluster,
+///     RedisTarget::Cluster(vec![
+///         "redis://:s3cret@10.0.0.1:7000".to_owned(),
+///         "redis://:s3cret@10.0.0.2:7000".to_owned(),
+///     ])
+/// );
+/// assert!(!format!("{cluster:?}").contains("s3cret"));
+/// // A master found in `CLUSTER SLOTS`, with the cluster URL's credentials.
+/// assert_eq!(
+///     node_url("redis+cluster://:s3cret@10.0.0.1:7000", "10.0.0.3:7001"),
+///     "redis://:s3cret@10.0.0.3:7001"
+/// );
+/// assert!(parse_redis_url("redis+sentinel://10.0.0.1:26379").is_err()); // no master name
+/// ```
 #[non_exhaustive]
 #[derive(Clone, PartialEq, Eq)]
 pub enum Target {
