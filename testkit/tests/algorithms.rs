@@ -7,6 +7,10 @@
 //! two limits; a second pass plants arbitrary states (counts above the limit, other windows',
 //! tokens in the future as after the server clock stepped back) in Redis and in the twin.
 //!
+//! What Redis holds is also read back as the library's tools read it (`State::decode`, and the
+//! `ratelimit` CLI's path: the read script, `Stored`, `decode_state`, `peek`), which must give
+//! the twin's state (what the memory store keeps) and the twin's answers.
+//!
 //! Also here: the token bucket's initial fill on Redis, and (ignored by default, run with
 //! `--ignored --nocapture`) the memory per active key of each algorithm, written up in
 //! `docs/algorithms.md`.
