@@ -101,16 +101,16 @@ async fn main() {
     let server = testkit::RedisServer::start();
     let client = redis::Client::open(server.url()).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
-    let gcra = redis::Script::new(redis_ratelimit::__private::TOKEN_BUCKET_SCRIPT);
-    let batch = redis::Script::new(redis_ratelimit::__private::BATCH_SCRIPT);
+    let gcra = redis::Script::new(redis_ratelimit::tools::scripts::TOKEN_BUCKET);
+    let batch = redis::Script::new(redis_ratelimit::tools::scripts::BATCH);
     // The batch with the token bucket's work replaced by a constant reply.
     let call = "ok, reply = pcall(ALGORITHMS[algorithm], key1, args1, redis)";
     assert!(
-        redis_ratelimit::__private::BATCH_SCRIPT.contains(call),
+        redis_ratelimit::tools::scripts::BATCH.contains(call),
         "batch.lua changed: update this bench's machinery-only variant"
     );
     let machinery = redis::Script::new(
-        &redis_ratelimit::__private::BATCH_SCRIPT
+        &redis_ratelimit::tools::scripts::BATCH
             .replace(call, "ok, reply = true, {1, 0, 0, 0, now}"),
     );
     for s in [&gcra, &batch, &machinery] {

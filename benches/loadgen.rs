@@ -61,7 +61,7 @@ use crate::report::{Run, Sample, SeriesRun, Side};
 const FLOOD_LIMIT: Limit = Limit::per_hour(1);
 
 /// The decision script, exactly as the limiter loads it.
-const SCRIPT: &str = redis_ratelimit::__private::TOKEN_BUCKET_SCRIPT;
+const SCRIPT: &str = redis_ratelimit::tools::scripts::TOKEN_BUCKET;
 
 /// One series of the report and the plots: who is measured, under which label.
 enum Contender {

@@ -40,8 +40,12 @@ async fn bad_overrides_fail_enable_with_a_clear_message() {
         msg.contains("declared limits: enable_bad_override::orders"),
         "{msg}"
     );
+    // Nothing installed: there is nothing to reload.
     assert!(
-        redis_ratelimit::__private::global().is_none(),
+        matches!(
+            redis_ratelimit::reload_overrides().await,
+            Err(redis_ratelimit::Error::NotEnabled)
+        ),
         "nothing installed"
     );
 

@@ -3,14 +3,16 @@
 
 use std::time::Duration;
 
-use ratelimit_core::tools::redact_url;
+use ratelimit_core::tools::{
+    READ_SCRIPT, RedisTarget, Stored, node_url, parse_redis_url, redact_url,
+};
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Client, RedisError, Script, Value};
 
 use crate::failure::Failure;
-use crate::state::{Mode, READ_SCRIPT, Read};
+use crate::state::Mode;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -62,46 +64,27 @@ fn target(url: &str) -> Result<Target, Failure> {
              read; give the URL of the Redis the service uses"
         )));
     }
-    if url.starts_with("redis+sentinel://") {
-        return Err(Failure::Usage(format!(
-            "`{shown}`: the CLI does not follow Sentinel yet; give the current master's \
-             redis://host:port URL (`SENTINEL get-master-addr-by-name <master>`)"
-        )));
-    }
-    if let Some(rest) = url
-        .strip_prefix("redis+cluster://")
-        .map(|r| ("redis", r))
-        .or_else(|| url.strip_prefix("rediss+cluster://").map(|r| ("rediss", r)))
-    {
-        let (scheme, rest) = rest;
-        let authority = rest.split('/').next().unwrap_or("");
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((u, h)) => (format!("{u}@"), h),
-            None => (String::new(), authority),
-        };
-        let nodes: Vec<String> = hosts
-            .split(',')
-            .map(str::trim)
-            .filter(|h| !h.is_empty())
-            .map(|h| format!("{scheme}://{userinfo}{h}"))
-            .collect();
-        if nodes.is_empty() {
-            return Err(invalid(&"no host given"));
-        }
-        let client = ClusterClient::builder(nodes)
-            .connection_timeout(CONNECT_TIMEOUT)
-            .response_timeout(RESPONSE_TIMEOUT)
-            .retries(2)
-            .build()
-            .map_err(|e| invalid(&e))?;
-        return Ok(Target::Cluster(Box::new(client)));
-    }
     if !url.contains("://") {
         return Err(invalid(&"not a URL"));
     }
-    Client::open(url)
-        .map(|c| Target::Single(Box::new(c)))
-        .map_err(|e| invalid(&e))
+    match parse_redis_url(url).map_err(|why| invalid(&why))? {
+        RedisTarget::Single(url) => Client::open(url)
+            .map(|c| Target::Single(Box::new(c)))
+            .map_err(|e| invalid(&e)),
+        RedisTarget::Cluster(nodes) => {
+            let client = ClusterClient::builder(nodes)
+                .connection_timeout(CONNECT_TIMEOUT)
+                .response_timeout(RESPONSE_TIMEOUT)
+                .retries(2)
+                .build()
+                .map_err(|e| invalid(&e))?;
+            Ok(Target::Cluster(Box::new(client)))
+        }
+        _ => Err(Failure::Usage(format!(
+            "`{shown}`: the CLI does not follow Sentinel yet; give the current master's \
+             redis://host:port URL (`SENTINEL get-master-addr-by-name <master>`)"
+        ))),
+    }
 }
 
 /// Checks `url` without connecting: the CLI says what is wrong with a URL before it says that
@@ -168,7 +151,7 @@ impl Redis {
     }
 
     /// Reads `key` as it stands (one atomic script, writing nothing).
-    pub(crate) async fn read(&self, key: &str, mode: Mode) -> Result<Read, Failure> {
+    pub(crate) async fn read(&self, key: &str, mode: Mode) -> Result<Stored, Failure> {
         let mut invocation = self.script.key(key);
         invocation.arg(mode.as_arg());
         let reply: Value = match &self.deployment {
@@ -176,7 +159,7 @@ impl Redis {
             Deployment::Cluster { conn, .. } => invocation.invoke_async(&mut conn.clone()).await,
         }
         .map_err(|e| Failure::redis(&self.shown, &e))?;
-        Read::from_reply(&reply).ok_or_else(|| bad_reply(&self.shown, &reply))
+        Stored::from_reply(&reply).ok_or_else(|| bad_reply(&self.shown, &reply))
     }
 
     /// Whether `key` exists.
@@ -199,7 +182,7 @@ impl Redis {
         pattern: &str,
         count: u32,
         mode: Mode,
-        mut found: impl FnMut(Vec<(String, Read)>),
+        mut found: impl FnMut(Vec<(String, Stored)>),
     ) -> Result<(), Failure> {
         let nodes: Vec<MultiplexedConnection> = match &self.deployment {
             Deployment::Single(c) => vec![c.clone()],
@@ -237,7 +220,7 @@ impl Redis {
         node: &mut MultiplexedConnection,
         keys: &[String],
         mode: Mode,
-    ) -> Result<Vec<Read>, Failure> {
+    ) -> Result<Vec<Stored>, Failure> {
         let mut pipe = redis::pipe();
         for key in keys {
             pipe.cmd("EVALSHA")
@@ -260,7 +243,7 @@ impl Redis {
         .map_err(|e| Failure::redis(&self.shown, &e))?;
         replies
             .iter()
-            .map(|r| Read::from_reply(r).ok_or_else(|| bad_reply(&self.shown, r)))
+            .map(|r| Stored::from_reply(r).ok_or_else(|| bad_reply(&self.shown, r)))
             .collect()
     }
 }
@@ -298,35 +281,4 @@ fn master_addresses(slots: &Value) -> Vec<String> {
         }
     }
     out
-}
-
-/// The URL of one node, with the credentials and scheme of the cluster's `url`.
-fn node_url(url: &str, address: &str) -> String {
-    let scheme = if url.starts_with("rediss") {
-        "rediss"
-    } else {
-        "redis"
-    };
-    let rest = url.split_once("://").map_or("", |(_, r)| r);
-    let authority = rest.split('/').next().unwrap_or("");
-    let userinfo = authority.rsplit_once('@').map_or("", |(u, _)| u);
-    if userinfo.is_empty() {
-        format!("{scheme}://{address}")
-    } else {
-        format!("{scheme}://{userinfo}@{address}")
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn nodes_keep_the_credentials() {
-        assert_eq!(
-            node_url("redis+cluster://:p@a:1,b:2", "10.0.0.1:7000"),
-            "redis://:p@10.0.0.1:7000"
-        );
-        assert_eq!(node_url("redis+cluster://a:1", "h:2"), "redis://h:2");
-    }
 }

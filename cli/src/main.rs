@@ -15,10 +15,11 @@
 //! `--name` (the limit's name) and `--key` (the caller's key), `--key` alone for the bucket of
 //! `RateLimiter::check`, or `--bucket` with its Redis key.
 //!
-//! The CLI reads what the library wrote with the library's own code: its key naming and URL
-//! redaction (`ratelimit_core::tools`), its reset (`RateLimiter::reset_named`), and its
-//! algorithms' decision functions (the twins its conformance tests hold to its Lua scripts),
-//! run on the state read from Redis at the server's time. It writes nothing but a reset; `top`
+//! The CLI reads what the library wrote with the library's own code (`ratelimit_core::tools`):
+//! its key naming, URL parsing and redaction, read script and decoding of stored states, and
+//! its algorithms' decision functions (the twins its conformance tests hold to its Lua
+//! scripts), run on the state read from Redis at the server's time; and its reset
+//! (`RateLimiter::reset_named`). It writes nothing but a reset; `top`
 //! and `watch` use `SCAN`, never `KEYS`.
 //!
 //! # JSON

@@ -5,8 +5,8 @@ use serde::Serialize;
 
 use crate::decide::{self, Decision};
 use crate::output::{Out, Style, duration_us};
-use crate::state::{self, Decoded, Kind, Read, View};
-use ratelimit_core::tools::{Part, parse_bucket_key};
+use crate::state::{self, View};
+use ratelimit_core::tools::{Decoded, Part, StateKind, Stored, decode_state, parse_bucket_key};
 
 /// One bucket (the JSON fields of `inspect`, and of each of `top`'s buckets).
 #[derive(Debug, Clone, Serialize)]
@@ -22,7 +22,8 @@ pub(crate) struct Report {
     /// The state's algorithm: `token_bucket` (also the leaky bucket's state),
     /// `interval_bucket` (a token bucket with `refill = "interval"`), `fixed_window`,
     /// `sliding_window` or `sliding_log`; `null` when no script writes what the key holds.
-    pub(crate) algorithm: Option<Kind>,
+    #[serde(serialize_with = "state::kind_name")]
+    pub(crate) algorithm: Option<StateKind>,
     /// Whether `algorithm` was guessed from the state's shape rather than given.
     pub(crate) algorithm_inferred: bool,
     /// The decoded state (`null` when absent).
@@ -45,9 +46,9 @@ impl Report {
     pub(crate) fn new(
         prefix: &str,
         bucket: &str,
-        read: &Read,
+        read: &Stored,
         limit: Option<(&Limit, u32)>,
-        given: Option<Kind>,
+        given: Option<StateKind>,
         names: Option<(Option<&str>, &str)>,
     ) -> Report {
         let (name, key) = match names {
@@ -62,11 +63,11 @@ impl Report {
         };
         let mut notes: Vec<String> = Vec::new();
         let kind = match (limit, given) {
-            (Some((l, _)), _) => Some((decide::kind_of(l), false)),
+            (Some((l, _)), _) => Some((StateKind::of(l), false)),
             (None, Some(k)) => Some((k, false)),
-            (None, None) => state::infer(read).map(|(k, certain)| (k, !certain)),
+            (None, None) => StateKind::guess(read).map(|(k, certain)| (k, !certain)),
         };
-        if let Some((Kind::FixedWindow, true)) = kind {
+        if let Some((StateKind::FixedWindow, true)) = kind {
             notes.push(
                 "a counter: a fixed window's count, or the slack of a token bucket with \
                  interval refill; pass --algorithm to say which"
@@ -74,7 +75,7 @@ impl Report {
             );
         }
         let decoded = match kind {
-            Some((k, _)) => state::decode(read, k),
+            Some((k, _)) => decode_state(read, k),
             None if read.exists() => Decoded::Foreign,
             None => Decoded::Absent,
         };
@@ -82,8 +83,8 @@ impl Report {
             notes.push(match (limit, given) {
                 (None, None) => "no rate-limit script writes what this key holds".to_owned(),
                 _ => {
-                    let other = state::infer(read)
-                        .map(|(k, _)| format!(" (it looks like a {})", k.describe()))
+                    let other = StateKind::guess(read)
+                        .map(|(k, _)| format!(" (it looks like a {})", state::describe(k)))
                         .unwrap_or_default();
                     format!(
                         "the key holds a state this algorithm never writes{other}; a call \
@@ -93,7 +94,7 @@ impl Report {
             });
         }
         // A state the limit's script never writes, or a log read by count: no decision.
-        let decision = limit.and_then(|(l, cost)| decide::decide(l, cost, read, &decoded).ok());
+        let decision = limit.and_then(|(l, cost)| decide::decide(l, cost, read).ok());
         Report {
             bucket: bucket.to_owned(),
             name,
@@ -104,8 +105,8 @@ impl Report {
                 .filter(|_| decoded != Decoded::Foreign || given.is_some() || limit.is_some()),
             algorithm_inferred: kind.is_some_and(|(_, inferred)| inferred),
             state: View::of(&decoded, read),
-            full_at_ms: u64::try_from(read.expire_ms).ok(),
-            full_in_ms: u64::try_from(read.pttl_ms).ok(),
+            full_at_ms: read.expire_ms,
+            full_in_ms: read.ttl_ms,
             server_time_us: read.now_us,
             decision,
             note: (!notes.is_empty()).then(|| notes.join("; ")),
@@ -137,9 +138,9 @@ impl Report {
         match self.algorithm {
             Some(k) if self.algorithm_inferred => format!(
                 "{}, guessed from the state's shape (--algorithm says which)",
-                k.describe()
+                state::describe(k)
             ),
-            Some(k) => k.describe().to_owned(),
+            Some(k) => state::describe(k).to_owned(),
             None => "unknown".to_owned(),
         }
     }

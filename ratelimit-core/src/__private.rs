@@ -9,30 +9,6 @@ use std::time::Duration;
 
 pub use inventory;
 
-/// The algorithms' kernels, which the memory store runs, and the scripts the Redis store runs
-/// (`MULTI_SCRIPT`: a call under several limits; `BATCH_SCRIPT`: coalesced calls): reached from
-/// here by the differential tests in `testkit/tests/algorithms.rs`, which hold each script to
-/// its kernel on a real `redis-server`, and by the benchmarks.
-pub use crate::algorithm::{
-    BATCH_SCRIPT, MULTI_SCRIPT, Outcome, WindowParams, fixed_window, interval_bucket, sliding_log,
-    sliding_window,
-};
-/// The token bucket's script as Redis runs it (the load generator hands it to
-/// `redis-benchmark`).
-pub use crate::bucket::SCRIPT as TOKEN_BUCKET_SCRIPT;
-
-/// The token bucket's kernel, for the differential tests beside the other algorithms'.
-pub mod token_bucket {
-    pub use crate::bucket::{SCRIPT, State, args, decide};
-    pub use crate::limit::Params;
-
-    /// The script's arguments for `limit` (smooth refill), in fine units.
-    #[must_use]
-    pub const fn params(limit: &crate::Limit) -> Params {
-        limit.params()
-    }
-}
-
 use crate::context::{missing_piece, record_current, with_current};
 use crate::decision::Source;
 use crate::registry::Effective;

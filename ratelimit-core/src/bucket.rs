@@ -29,6 +29,88 @@ pub struct State {
     pub interval: u64,
 }
 
+impl State {
+    /// The state a key holding `value` until `expire_ms` (its `PEXPIRETIME`) stands for, as
+    /// `gcra.lua`'s `read_value` reads it (its header gives the form): `interval * 1000 + r`
+    /// in whole microseconds, else the interval, `r` in k + 3 digits, the fine unit in its k
+    /// digits and k - 1, negated. `None` for any other value, which the script reads as an
+    /// empty bucket and overwrites.
+    ///
+    /// ```
+    /// use ratelimit_core::tools::algorithms::token_bucket::State;
+    ///
+    /// // One token every 20 s (3 per minute), full again 417 µs before the expiry.
+    /// let s = State::decode("20000000417", 1_800_000_001_000).expect("a GCRA value");
+    /// assert_eq!((s.interval, s.per_micro, s.remainder), (20_000_000, 1, 417));
+    /// assert_eq!(s.encode(), "20000000417");
+    /// // 3 per second: 1/3 µs fine units (k = 1), written negated.
+    /// let s = State::decode("-1000000123430", 1_800_000_001_000).expect("a GCRA value");
+    /// assert_eq!((s.interval, s.per_micro, s.remainder), (1_000_000, 3, 1234));
+    /// assert_eq!(State::decode("0123", 1), None);
+    /// ```
+    #[must_use]
+    pub fn decode(value: &str, expire_ms: u64) -> Option<State> {
+        let state = |remainder, per_micro, interval| State {
+            expire_ms,
+            remainder,
+            per_micro,
+            interval,
+        };
+        let Some(digits) = value.strip_prefix('-') else {
+            if !crate::algorithm::canonical(value) || !(4..=19).contains(&value.len()) {
+                return None;
+            }
+            let (interval, r) = value.split_at(value.len() - 3);
+            return Some(state(r.parse().ok()?, 1, interval.parse().ok()?));
+        };
+        if !crate::algorithm::canonical(digits) {
+            return None;
+        }
+        let n = digits.len();
+        let k = usize::from(digits.as_bytes()[n - 1] - b'0') + 1;
+        if n < 2 * k + 5 || n > 2 * k + 20 {
+            return None;
+        }
+        let unit_digits = &digits[n - 1 - k..n - 1];
+        if unit_digits.starts_with('0') {
+            return None;
+        }
+        let unit: u64 = unit_digits.parse().ok()?;
+        let r: u64 = digits[n - 4 - 2 * k..n - 1 - k].parse().ok()?;
+        let interval: u64 = digits[..n - 4 - 2 * k].parse().ok()?;
+        if unit < 2 || r >= 1000 * unit {
+            return None;
+        }
+        Some(state(r, unit, interval))
+    }
+
+    /// The key's value, as `gcra.lua`'s `write_value` writes it (see [`State::decode`]).
+    #[must_use]
+    pub fn encode(&self) -> String {
+        if self.per_micro == 1 {
+            return format!("{}{:03}", self.interval, self.remainder);
+        }
+        let unit = self.per_micro.to_string();
+        let k = unit.len();
+        format!(
+            "-{}{:0w$}{unit}{}",
+            self.interval,
+            self.remainder,
+            k - 1,
+            w = k + 3
+        )
+    }
+
+    /// What the bucket owes at `now` (microseconds), in the fine units it was written in
+    /// (`gcra.lua`'s `x` before any conversion); 0 once full.
+    pub(crate) fn owed_at(&self, now: u128) -> u128 {
+        let until = i128::try_from(u128::from(self.expire_ms) * 1000).unwrap_or(i128::MAX)
+            - i128::try_from(now).unwrap_or(i128::MAX);
+        let owed = until.saturating_mul(i128::from(self.per_micro)) - i128::from(self.remainder);
+        u128::try_from(owed.max(0)).unwrap_or(0)
+    }
+}
+
 /// The outcome of one decision: what the caller sees, and the state to store if it changed
 /// (`Some` always when admitted; when refused, only if the stored state had to be read
 /// differently from what it says, see [`decide`]).
@@ -177,11 +259,7 @@ fn owed_wide(now: u128, state: Option<State>, p: Params) -> (u128, bool) {
     match state {
         None => (u128::from(p.absent), p.absent > 0),
         Some(s) => {
-            let until = i128::try_from(u128::from(s.expire_ms) * 1000).unwrap_or(i128::MAX)
-                - i128::try_from(now).unwrap_or(i128::MAX);
-            // What the bucket owes, in the fine units it was written in.
-            let owed = until.saturating_mul(i128::from(s.per_micro)) - i128::from(s.remainder);
-            let owed = u128::try_from(owed.max(0)).unwrap_or(0);
+            let owed = s.owed_at(now);
             let (owed, stale) = if owed == 0 {
                 // Full: ended, read as absent (see `Params::forgotten`).
                 (u128::from(p.forgotten), p.forgotten > 0)

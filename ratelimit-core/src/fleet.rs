@@ -146,7 +146,7 @@ pub(crate) fn join(store: &RedisStore, prefix: &str) -> Result<Arc<Member>, Erro
     let task = Task {
         member: Arc::downgrade(&member),
         store: store.clone(),
-        instances: format!("{prefix}:instances"),
+        instances: instances_key(prefix),
         channel: member.channel.to_string(),
         refused: AtomicBool::new(false),
         recount: Recount::default(),
@@ -155,6 +155,12 @@ pub(crate) fn join(store: &RedisStore, prefix: &str) -> Result<Arc<Member>, Erro
     runtime.spawn(task.run());
     members.insert(fleet, Arc::downgrade(&member));
     Ok(member)
+}
+
+/// The heartbeat's sorted set of the live instances of the fleet under `prefix` (no braces
+/// after the prefix: never a bucket's name).
+pub(crate) fn instances_key(prefix: &str) -> String {
+    format!("{prefix}:instances")
 }
 
 /// The pub/sub channel of the resets of the fleet under `prefix`.

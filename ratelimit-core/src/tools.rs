@@ -1,11 +1,28 @@
 //! For tools that read what a fleet's limiters keep in Redis: the `ratelimit` command line,
-//! admin pages, scripts. The limiter names buckets, and hides passwords, with exactly these
-//! functions, so a tool that uses them finds the buckets the services write and never shows
-//! a secret they would not.
+//! admin pages, scripts, benchmarks. The limiter names buckets, reads their state, parses
+//! store URLs and hides passwords with exactly these functions, so a tool that uses them
+//! finds the buckets the services write, reads them as the services do, and never shows a
+//! secret they would not.
 //!
 //! **Unstable**: this module follows the stored format, which may change in a minor release
 //! (then these functions change with it, and a tool built against the same version keeps
 //! agreeing with the limiter). Services do not need it.
+//!
+//! What it offers:
+//! - bucket keys: [`bucket_key`] names one, [`parse_bucket_key`] reads one back
+//!   ([`Bucket`], [`Part`]), [`key_slot`] is its Redis Cluster slot, and [`instances_key`]
+//!   names the heartbeat's set of live instances (not a bucket);
+//! - stored state: [`READ_SCRIPT`] reads a key without writing, [`Stored`] holds what it read
+//!   ([`Stored::from_reply`], or [`Stored::new`] from a tool's own reads), [`StateKind`] says
+//!   which algorithm's state it is (of a [`Limit`](crate::Limit), or guessed from its
+//!   shape), [`decode_state`] describes it ([`Decoded`], [`BucketState`]), and [`peek`]
+//!   says what a call would be told now ([`Peek`], [`Undecidable`]);
+//! - URLs: [`parse_redis_url`] says what a store URL names ([`RedisTarget`], whose `Debug`
+//!   hides passwords), [`node_url`] is the URL of one node of a cluster, and [`redact_url`]
+//!   hides a URL's password for messages;
+//! - [`scripts`]: the decision scripts' text, as the limiter loads them (for benchmarks and
+//!   measurements), and [`algorithms`]: each algorithm's decision in Rust, the twin the
+//!   conformance tests hold to its script, with its parameters and stored state.
 //!
 //! A bucket's Redis key is `<prefix>:{<n>:<name>:<key>}` for a named limit (`n` the written
 //! name's length in bytes) and `<prefix>:{:<key>}` for an unnamed one (`RateLimiter::check`).
@@ -37,5 +54,95 @@
 //! assert_eq!(redact_url("redis://:s3cret@10.0.0.1:6379"), "redis://:***@10.0.0.1:6379");
 //! ```
 
+mod state;
+
+pub use self::state::{
+    BucketState, Decoded, Peek, READ_SCRIPT, Stored, StoredValue, Undecidable, decode_state, peek,
+};
+pub use crate::algorithm::StateKind;
 pub use crate::error::redact_url;
 pub use crate::naming::{Bucket, Part, bucket_key, key_slot, parse_bucket_key};
+pub use crate::store::redis::url::{
+    Target as RedisTarget, node_url, parse_target as parse_redis_url,
+};
+
+/// The key of the heartbeat's sorted set of the live instances under `prefix`: what the
+/// fallback divides a limit by. Not a bucket ([`parse_bucket_key`] says `None`).
+///
+/// ```
+/// use ratelimit_core::tools::{instances_key, parse_bucket_key};
+///
+/// assert_eq!(instances_key("app"), "app:instances");
+/// assert_eq!(parse_bucket_key("app", &instances_key("app")), None);
+/// ```
+#[must_use]
+pub fn instances_key(prefix: &str) -> String {
+    crate::fleet::instances_key(prefix)
+}
+
+/// The decision scripts' text, exactly as the limiter loads them (each with the shared
+/// prelude): for benchmarks and measurements that run a script by itself. **Unstable**: the
+/// scripts' arguments and replies change with the algorithms.
+///
+/// ```
+/// use ratelimit_core::tools::scripts;
+///
+/// assert!(scripts::TOKEN_BUCKET.contains("redis.call"));
+/// assert!(scripts::BATCH.starts_with("#!lua"));
+/// ```
+pub mod scripts {
+    /// The token bucket (GCRA, also the leaky bucket): `gcra.lua`; its arguments are
+    /// [`token_bucket::args`](super::algorithms::token_bucket::args).
+    pub const TOKEN_BUCKET: &str = crate::bucket::SCRIPT;
+    /// The token bucket refilled at once each period.
+    pub const INTERVAL_BUCKET: &str = crate::algorithm::interval_bucket::SCRIPT;
+    /// The fixed window.
+    pub const FIXED_WINDOW: &str = crate::algorithm::fixed_window::SCRIPT;
+    /// The sliding window.
+    pub const SLIDING_WINDOW: &str = crate::algorithm::sliding_window::SCRIPT;
+    /// The sliding log.
+    pub const SLIDING_LOG: &str = crate::algorithm::sliding_log::SCRIPT;
+    /// Several limits of one call in one script (`multi.lua`, every algorithm included).
+    pub const MULTI: &str = crate::algorithm::MULTI_SCRIPT;
+    /// Several independent calls bound for one node in one script, each decided as if alone
+    /// (`batch.lua`): how concurrent calls are coalesced.
+    pub const BATCH: &str = crate::algorithm::BATCH_SCRIPT;
+    /// Reads one bucket key, writing nothing (see [`READ_SCRIPT`](super::READ_SCRIPT)).
+    pub const READ: &str = super::READ_SCRIPT;
+}
+
+/// Each algorithm's decision as a pure function in exact integer arithmetic: the Rust twin of
+/// its script, which the memory store runs and the conformance tests
+/// (`testkit/tests/algorithms.rs`) hold to the script on a real Redis. With each its
+/// parameters, its script's arguments, and its stored `State` (`decode` reads a key's value
+/// as the script does, `encode` writes it). **Unstable**. See `docs/algorithms.md`.
+///
+/// ```
+/// use ratelimit_core::tools::algorithms::{WindowParams, fixed_window};
+///
+/// // 3 per second; 2 taken a quarter into a window.
+/// let p = WindowParams::try_new(3, 1_000_000).expect("a valid window");
+/// let now = 1_800_000_000_250_000;
+/// let first = fixed_window::decide(now, None, p, 2);
+/// assert!(first.allowed);
+/// let state = first.new_state.expect("a count to store");
+/// assert_eq!(fixed_window::State::decode(&state.encode(), state.expire_ms), Some(state));
+/// assert!(!fixed_window::decide(now, Some(state), p, 2).allowed);
+/// ```
+pub mod algorithms {
+    pub use crate::algorithm::{
+        Outcome, WindowParams, fixed_window, interval_bucket, sliding_log, sliding_window,
+    };
+
+    /// The token bucket (GCRA, refilled smoothly; also the leaky bucket).
+    pub mod token_bucket {
+        pub use crate::bucket::{SCRIPT, State, args, decide};
+        pub use crate::limit::Params;
+
+        /// The script's parameters for `limit` (a smooth refill), in fine units.
+        #[must_use]
+        pub const fn params(limit: &crate::Limit) -> Params {
+            limit.params()
+        }
+    }
+}

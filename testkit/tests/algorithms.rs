@@ -7,6 +7,10 @@
 //! two limits; a second pass plants arbitrary states (counts above the limit, other windows',
 //! tokens in the future as after the server clock stepped back) in Redis and in the twin.
 //!
+//! What Redis holds is also read back as the library's tools read it (`State::decode`, and the
+//! `ratelimit` CLI's path: the read script, `Stored`, `decode_state`, `peek`), which must give
+//! the twin's state (what the memory store keeps) and the twin's answers.
+//!
 //! Also here: the token bucket's initial fill on Redis, and (ignored by default, run with
 //! `--ignored --nocapture`) the memory per active key of each algorithm, written up in
 //! `docs/algorithms.md`.
@@ -16,10 +20,11 @@
 use std::fmt::Debug;
 use std::time::Duration;
 
-use ratelimit_core::__private::{
+use ratelimit_core::tools::algorithms::{
     Outcome, WindowParams, fixed_window, interval_bucket, sliding_log, sliding_window, token_bucket,
 };
-use ratelimit_core::{Algorithm, Limit};
+use ratelimit_core::tools::{self, BucketState, Decoded, StateKind, Stored, scripts};
+use ratelimit_core::{Algorithm, Limit, Refill};
 use redis::{Connection, Script};
 use testkit::RedisServer;
 
@@ -227,13 +232,19 @@ fn fixed_window_script_equals_its_twin() {
         params: window,
         args: |p, cost| fixed_window::args(p, cost).to_vec(),
         decide: |now, s, p, cost| fixed_window::decide(now, s.copied(), p, cost),
-        stored: |con, key, s, _| holds(con, key, Some(&s.count.to_string()), s.expire_ms),
+        stored: |con, key, s, _| {
+            holds(con, key, Some(&s.encode()), s.expire_ms);
+            assert_eq!(
+                fixed_window::State::decode(&s.encode(), s.expire_ms),
+                Some(*s)
+            );
+        },
         plant: |rng, now, p| fixed_window::State {
             count: 1 + rng.below(3 * p.limit()),
             expire_ms: ((periods_around(rng, now, p.period_us()) + 1) * p.period_us())
                 .div_ceil(1000),
         },
-        write: |con, key, s, _| set_pxat(con, key, &s.count.to_string(), s.expire_ms),
+        write: |con, key, s, _| set_pxat(con, key, &s.encode(), s.expire_ms),
     });
 }
 
@@ -250,7 +261,10 @@ fn sliding_window_script_equals_its_twin() {
         },
         args: |p, cost| sliding_window::args(p, cost).to_vec(),
         decide: |now, s, p, cost| sliding_window::decide(now, s.copied(), p, cost),
-        stored: |con, key, s, p| holds(con, key, Some(&s.encode()), s.expire_ms(p)),
+        stored: |con, key, s, p| {
+            holds(con, key, Some(&s.encode()), s.expire_ms(p));
+            assert_eq!(sliding_window::State::decode(&s.encode()), Some(*s));
+        },
         plant: |rng, now, p| sliding_window::State {
             window: periods_around(rng, now, p.window().period_us()),
             previous: rng.below(3 * p.window().limit()),
@@ -336,7 +350,13 @@ fn interval_bucket_script_equals_its_twin() {
         },
         args: |p, cost| interval_bucket::args(p, cost).to_vec(),
         decide: |now, s, p, cost| interval_bucket::decide(now, s.copied(), p, cost),
-        stored: |con, key, s, _| holds(con, key, Some(&s.slack.to_string()), s.expire_ms),
+        stored: |con, key, s, _| {
+            holds(con, key, Some(&s.encode()), s.expire_ms);
+            assert_eq!(
+                interval_bucket::State::decode(&s.encode(), s.expire_ms),
+                Some(*s)
+            );
+        },
         // Any slack, full again from 20 ms ago to 100 ms ahead, or a day ahead.
         plant: |rng, now, _| interval_bucket::State {
             slack: rng.below(8),
@@ -346,26 +366,8 @@ fn interval_bucket_script_equals_its_twin() {
                 now / 1000 + rng.below(120) - 20
             },
         },
-        write: |con, key, s, _| set_pxat(con, key, &s.slack.to_string(), s.expire_ms),
+        write: |con, key, s, _| set_pxat(con, key, &s.encode(), s.expire_ms),
     });
-}
-
-/// The value `gcra.lua` stores for `s`, as its header describes it: `interval * 1000 + r` in
-/// whole microseconds, otherwise the interval, `r` in k + 3 digits, the fine unit in its k
-/// digits, and k - 1, negated.
-fn token_bucket_value(s: &token_bucket::State) -> String {
-    if s.per_micro == 1 {
-        return format!("{}{:03}", s.interval, s.remainder);
-    }
-    let unit = s.per_micro.to_string();
-    let k = unit.len();
-    format!(
-        "-{}{:0w$}{unit}{}",
-        s.interval,
-        s.remainder,
-        k - 1,
-        w = k + 3
-    )
 }
 
 #[test]
@@ -401,7 +403,15 @@ fn token_bucket_script_equals_its_twin() {
         },
         args: |p, cost| token_bucket::args(p, cost).to_vec(),
         decide: |now, s, p, cost| token_bucket::decide(now, s.copied(), p, cost),
-        stored: |con, key, s, _| holds(con, key, Some(&token_bucket_value(s)), s.expire_ms),
+        // What Redis holds is the twin's state in the form `State::encode` writes and
+        // `State::decode` (the library's tools) reads.
+        stored: |con, key, s, _| {
+            holds(con, key, Some(&s.encode()), s.expire_ms);
+            assert_eq!(
+                token_bucket::State::decode(&s.encode(), s.expire_ms),
+                Some(*s)
+            );
+        },
         // Full again from 20 ms ago to 100 ms ahead, or a day ahead (the clock stepped back),
         // written under this limit or another with any fine unit.
         plant: |rng, now, p| {
@@ -421,8 +431,137 @@ fn token_bucket_script_equals_its_twin() {
                 interval,
             }
         },
-        write: |con, key, s, _| set_pxat(con, key, &token_bucket_value(s), s.expire_ms),
+        write: |con, key, s, _| set_pxat(con, key, &s.encode(), s.expire_ms),
     });
+}
+
+/// One call of cost 2 under `limit` through its script on an absent key, then the key read
+/// back as the `ratelimit` CLI reads it (the library's read script, `Stored::from_reply`):
+/// `tools::peek` on it answers what the twin answers on its own state (what the memory store
+/// keeps) at the instant of the read. Returns the state as `tools::decode_state` describes it.
+fn read_back<S>(
+    con: &mut Connection,
+    limit: Limit,
+    script: &str,
+    args: &[u64],
+    decide: impl Fn(u64, Option<&S>, u64) -> Outcome<S>,
+) -> Decoded {
+    let script = Script::new(script);
+    let key = format!("app:{{{}}}", script.get_hash());
+    let (reply, at) = invoke(con, &script, &key, args);
+    let twin = decide(at, None, 2);
+    assert_eq!(reply, fields(&twin), "{limit}");
+    let state = twin.new_state.unwrap();
+    let reply: redis::Value = Script::new(tools::READ_SCRIPT)
+        .key(&key)
+        .arg("full")
+        .invoke(con)
+        .unwrap();
+    let stored = Stored::from_reply(&reply).unwrap();
+    let peeked = tools::peek(&limit, 1, &stored).unwrap();
+    let expected = Outcome::peek(|c| decide(stored.now_us, Some(&state), c), 1);
+    assert_eq!(
+        [
+            u64::from(peeked.allowed),
+            peeked.remaining,
+            peeked.retry_after_us,
+            peeked.reset_after_us
+        ],
+        fields(&expected),
+        "{limit}: {stored:?}"
+    );
+    tools::decode_state(&stored, StateKind::of(&limit))
+}
+
+/// What each script writes reads back through the library's tools as its twin's state.
+#[test]
+fn stored_states_read_back_through_tools() {
+    let server = RedisServer::start();
+    let mut con = server.blocking_connection();
+
+    let limit = Limit::per_minute(5);
+    let p = token_bucket::params(&limit);
+    let decoded = read_back(
+        &mut con,
+        limit,
+        scripts::TOKEN_BUCKET,
+        &token_bucket::args(p, 2),
+        |now, s, c| token_bucket::decide(now, s.copied(), p, c),
+    );
+    assert!(
+        matches!(
+            decoded,
+            Decoded::State(BucketState::TokenBucket { tokens_owed: 2, .. })
+        ),
+        "{decoded:?}"
+    );
+
+    let limit = Limit::per_minute(5).refill(Refill::Interval);
+    let p = interval_bucket::IntervalParams::of(&limit).unwrap();
+    let decoded = read_back(
+        &mut con,
+        limit,
+        scripts::INTERVAL_BUCKET,
+        &interval_bucket::args(p, 2),
+        |now, s, c| interval_bucket::decide(now, s.copied(), p, c),
+    );
+    assert!(
+        matches!(decoded, Decoded::State(BucketState::IntervalBucket { .. })),
+        "{decoded:?}"
+    );
+
+    let limit = Limit::per_minute(5).algorithm(Algorithm::FixedWindow);
+    let p = WindowParams::of(&limit).unwrap();
+    let decoded = read_back(
+        &mut con,
+        limit,
+        scripts::FIXED_WINDOW,
+        &fixed_window::args(p, 2),
+        |now, s, c| fixed_window::decide(now, s.copied(), p, c),
+    );
+    assert!(
+        matches!(
+            decoded,
+            Decoded::State(BucketState::FixedWindow { count: 2, .. })
+        ),
+        "{decoded:?}"
+    );
+
+    let limit = Limit::per_minute(5).algorithm(Algorithm::SlidingWindow);
+    let p = sliding_window::SlidingParams::of(&limit).unwrap();
+    let decoded = read_back(
+        &mut con,
+        limit,
+        scripts::SLIDING_WINDOW,
+        &sliding_window::args(p, 2),
+        |now, s, c| sliding_window::decide(now, s.copied(), p, c),
+    );
+    assert!(
+        matches!(
+            decoded,
+            Decoded::State(BucketState::SlidingWindow { current: 2, .. })
+        ),
+        "{decoded:?}"
+    );
+
+    let limit = Limit::per_minute(5).algorithm(Algorithm::SlidingLog);
+    let p = WindowParams::of(&limit).unwrap();
+    let decoded = read_back(
+        &mut con,
+        limit,
+        scripts::SLIDING_LOG,
+        &sliding_log::args(p, 2),
+        |now, s: Option<&Vec<u64>>, c| {
+            sliding_log::decide(now, s.map_or(&[][..], Vec::as_slice), p, c)
+        },
+    );
+    assert!(
+        matches!(
+            decoded,
+            Decoded::State(BucketState::SlidingLog { tokens: 2, .. })
+        ),
+        "{decoded:?}"
+    );
 }
 
 /// A key holding what no script writes (another type, text, a count without expiry) costs
@@ -480,7 +619,7 @@ fn foreign_values_are_overwritten_not_errors() {
 /// of 1 per hour, so the test's own time cannot add a token.
 #[test]
 fn token_bucket_initial_fill_on_redis() {
-    const GCRA: &str = ratelimit_core::__private::TOKEN_BUCKET_SCRIPT;
+    const GCRA: &str = scripts::TOKEN_BUCKET;
     let server = RedisServer::start();
     let mut con = server.blocking_connection();
     let script = Script::new(GCRA);
@@ -600,7 +739,7 @@ fn memory_per_active_key() {
         }),
     ));
     // The token bucket (gcra.lua), for comparison: 100 per minute, all taken (active 60 s).
-    let gcra = Script::new(ratelimit_core::__private::TOKEN_BUCKET_SCRIPT);
+    let gcra = Script::new(scripts::TOKEN_BUCKET);
     rows.push((
         "token_bucket (gcra.lua)",
         per_key(&mut con, N, |c, k| {

@@ -19,7 +19,7 @@ use testkit::RedisServer;
 
 /// The decision script, to ask a server whether it holds it.
 fn script_hash() -> String {
-    redis::Script::new(ratelimit_core::__private::TOKEN_BUCKET_SCRIPT)
+    redis::Script::new(ratelimit_core::tools::scripts::TOKEN_BUCKET)
         .get_hash()
         .to_owned()
 }

@@ -1,13 +1,14 @@
 //! `ratelimit inspect`: one bucket's state, and with a limit what a call would be told.
 
 use crate::args::Inspect;
-use crate::commands::{bucket_of, check_prefix, instances_key};
+use crate::commands::{bucket_of, check_prefix};
 use crate::config;
 use crate::conn::{self, Redis};
 use crate::failure::{self, Failure};
 use crate::output::{Out, Style, table};
 use crate::report::Report;
-use crate::state::{Kind, Mode};
+use crate::state::Mode;
+use ratelimit_core::tools::{StateKind, instances_key};
 
 pub(crate) async fn run(args: Inspect, out: Out) -> Result<(), Failure> {
     let Inspect {
@@ -36,7 +37,7 @@ pub(crate) async fn run(args: Inspect, out: Out) -> Result<(), Failure> {
         ));
     }
     let given = match (limit, flags.algorithm) {
-        (None, Some(a)) => Some(Kind::from_parts(a, flags.refill.unwrap_or_default())),
+        (None, Some(a)) => Some(StateKind::from_parts(a, flags.refill.unwrap_or_default())),
         _ => None,
     };
     let (bucket, names) = bucket_of(&common.prefix, &which)?;

@@ -37,8 +37,3 @@ pub(crate) fn check_prefix(prefix: &str) -> Result<(), Failure> {
     }
     Ok(())
 }
-
-/// The heartbeat's sorted set of live instances under `prefix` (not a bucket).
-pub(crate) fn instances_key(prefix: &str) -> String {
-    format!("{prefix}:instances")
-}

@@ -1,10 +1,9 @@
 //! Every bucket under a prefix, by `SCAN` on every master.
 
-use crate::commands::instances_key;
 use crate::conn::Redis;
 use crate::failure::Failure;
-use crate::state::{Mode, Read};
-use ratelimit_core::tools::{Bucket, parse_bucket_key};
+use crate::state::Mode;
+use ratelimit_core::tools::{Bucket, Stored, instances_key, parse_bucket_key};
 
 /// What one pass over the prefix found besides the buckets.
 #[derive(Debug, Default, Clone, Copy)]
@@ -52,7 +51,7 @@ pub(crate) async fn buckets(
     prefix: &str,
     count: u32,
     mode: Mode,
-    mut each: impl FnMut(&str, Bucket, &Read),
+    mut each: impl FnMut(&str, Bucket, &Stored),
 ) -> Result<Seen, Failure> {
     let instances = instances_key(prefix);
     let mut seen = Seen::default();

@@ -83,7 +83,7 @@ fn human(out: &Out, prefix: &str, l: &Listing, with_limits: bool) -> Result<(), 
         let mut row = vec![
             r.full_in_shown(),
             r.algorithm
-                .map_or_else(|| "unknown".to_owned(), |k| k.short().to_owned())
+                .map_or_else(|| "unknown".to_owned(), |k| k.name().to_owned())
                 + if r.algorithm_inferred { "?" } else { "" },
             r.state.as_ref().map_or_else(String::new, |s| s.describe()),
         ];

@@ -12,7 +12,6 @@ use crate::commands::scan;
 use crate::decide;
 use crate::failure::Failure;
 use crate::output::{Out, Style, duration_us, table};
-use crate::state;
 
 /// One sample (one line of `watch --json`).
 #[derive(Debug, Serialize)]
@@ -69,14 +68,11 @@ pub(crate) async fn run(args: Watch, out: Out) -> Result<(), Failure> {
                 longest_full_in_ms: 0,
             });
             entry.buckets += 1;
-            entry.longest_full_in_ms = entry
-                .longest_full_in_ms
-                .max(u64::try_from(read.pttl_ms).unwrap_or(0));
-            if let (Some(limit), Some(empty)) = (limit, entry.empty.as_mut()) {
-                let decoded = state::decode(read, decide::kind_of(limit));
-                if decide::decide(limit, 1, read, &decoded).is_ok_and(|d| !d.allowed) {
-                    *empty += 1;
-                }
+            entry.longest_full_in_ms = entry.longest_full_in_ms.max(read.ttl_ms.unwrap_or(0));
+            if let (Some(limit), Some(empty)) = (limit, entry.empty.as_mut())
+                && decide::decide(limit, 1, read).is_ok_and(|d| !d.allowed)
+            {
+                *empty += 1;
             }
         })
         .await?;

@@ -29,6 +29,25 @@ pub struct State {
     pub expire_ms: u64,
 }
 
+impl State {
+    /// The state a key holding `value` until `expire_ms` (its `PEXPIRETIME`) stands for, as
+    /// `fixed_window.lua` reads it: a count in canonical decimal (`^[1-9]%d*$`); `None` for
+    /// any other value, which the script reads as an empty window and overwrites.
+    #[must_use]
+    pub fn decode(value: &str, expire_ms: u64) -> Option<State> {
+        Some(State {
+            count: super::positive(value)?,
+            expire_ms,
+        })
+    }
+
+    /// The key's value.
+    #[must_use]
+    pub fn encode(&self) -> String {
+        self.count.to_string()
+    }
+}
+
 /// Decides a call of `cost` tokens at `now_us` on a counter in `state` (`None`: absent).
 /// The caller guarantees `1 <= cost <= limit`.
 pub fn decide(now_us: u64, state: Option<State>, p: WindowParams, cost: u64) -> Outcome<State> {

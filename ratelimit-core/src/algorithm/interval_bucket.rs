@@ -74,6 +74,34 @@ pub struct State {
     pub expire_ms: u64,
 }
 
+impl State {
+    /// The state a key holding `value` until `expire_ms` (its `PEXPIRETIME`) stands for, as
+    /// `interval_bucket.lua` reads it: a slack in decimal (`^%d+$`); `None` for any other
+    /// value, which the script reads as an empty bucket and overwrites.
+    ///
+    /// ```
+    /// use ratelimit_core::tools::algorithms::interval_bucket::State;
+    ///
+    /// let s = State::decode("2", 1_800_000_060_000).expect("a slack");
+    /// assert_eq!((s.slack, s.expire_ms), (2, 1_800_000_060_000));
+    /// assert_eq!(s.encode(), "2");
+    /// assert_eq!(State::decode("-2", 1_800_000_060_000), None);
+    /// ```
+    #[must_use]
+    pub fn decode(value: &str, expire_ms: u64) -> Option<State> {
+        Some(State {
+            slack: super::digits(value)?,
+            expire_ms,
+        })
+    }
+
+    /// The key's value.
+    #[must_use]
+    pub fn encode(&self) -> String {
+        self.slack.to_string()
+    }
+}
+
 /// Decides a call of `cost` tokens at `now_us` on a bucket in `state` (`None`: absent). The
 /// caller guarantees `1 <= cost <= burst`.
 pub fn decide(now_us: u64, state: Option<State>, p: IntervalParams, cost: u64) -> Outcome<State> {

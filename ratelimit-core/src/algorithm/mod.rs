@@ -1,8 +1,10 @@
 //! The algorithms beside the token bucket: each decision as a pure function in exact integer
 //! arithmetic, the Rust twin of one atomic Lua script in `scripts/`. [`Kernel`] picks one for
-//! a [`Limit`]; the memory store runs the twin and the Redis store the script. `__private`
-//! reaches them so that `testkit/tests/algorithms.rs` can hold every script to its twin on a
-//! real `redis-server`.
+//! a [`Limit`]; the memory store runs the twin and the Redis store the script. Each module
+//! also owns its state's stored form (`State::decode`, `State::encode`: what the script
+//! writes). [`tools::algorithms`](crate::tools::algorithms) makes them public so that
+//! `testkit/tests/algorithms.rs` can hold every script to its twin on a real
+//! `redis-server`, and [`tools`](crate::tools) reads stored states with them.
 //!
 //! Shared rules, as for the token bucket (`bucket.rs`, `gcra.lua`):
 //! * the server's clock (`TIME`, in microseconds) decides, never a node's;
@@ -115,6 +117,81 @@ impl Outcome<()> {
     }
 }
 
+/// Which script's state a key holds: the algorithms, with the token bucket's two refills
+/// apart (their states differ) and the leaky bucket with the token bucket (they share one).
+/// Public as [`tools::StateKind`](crate::tools::StateKind).
+///
+/// ```
+/// use ratelimit_core::tools::{StateKind, Stored, StoredValue};
+/// use ratelimit_core::{Algorithm, Limit, Refill};
+///
+/// let leaky = Limit::per_second(3).algorithm(Algorithm::LeakyBucket);
+/// assert_eq!(StateKind::of(&leaky), StateKind::TokenBucket);
+/// assert_eq!(
+///     StateKind::from_parts(Algorithm::TokenBucket, Refill::Interval),
+///     StateKind::IntervalBucket
+/// );
+/// assert_eq!(StateKind::SlidingWindow.name(), "sliding_window");
+///
+/// // `window:previous:current` can only be a sliding window's.
+/// let stored = Stored::new(0, StoredValue::Text("3:1:2".to_owned()), Some(9_000));
+/// assert_eq!(StateKind::guess(&stored), Some((StateKind::SlidingWindow, true)));
+/// ```
+#[non_exhaustive]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum StateKind {
+    /// GCRA: the token bucket refilled smoothly, and the leaky bucket.
+    TokenBucket,
+    /// The token bucket refilled at once each period.
+    IntervalBucket,
+    /// The fixed window.
+    FixedWindow,
+    /// The sliding window.
+    SlidingWindow,
+    /// The sliding log.
+    SlidingLog,
+}
+
+impl StateKind {
+    /// The state `algorithm` keeps with `refill`.
+    #[must_use]
+    pub const fn from_parts(algorithm: Algorithm, refill: Refill) -> StateKind {
+        match (algorithm, refill) {
+            (Algorithm::TokenBucket, Refill::Interval) => StateKind::IntervalBucket,
+            (Algorithm::FixedWindow, _) => StateKind::FixedWindow,
+            (Algorithm::SlidingWindow, _) => StateKind::SlidingWindow,
+            (Algorithm::SlidingLog, _) => StateKind::SlidingLog,
+            // The leaky bucket refills smoothly: GCRA's state.
+            (Algorithm::TokenBucket | Algorithm::LeakyBucket, _) => StateKind::TokenBucket,
+        }
+    }
+
+    /// The state `limit`'s script reads and writes, as the limiter picks the script.
+    #[must_use]
+    pub fn of(limit: &Limit) -> StateKind {
+        match Kernel::of(limit) {
+            Kernel::Bucket(_) => StateKind::TokenBucket,
+            Kernel::Interval(_) => StateKind::IntervalBucket,
+            Kernel::Fixed(_) => StateKind::FixedWindow,
+            Kernel::Sliding(_) => StateKind::SlidingWindow,
+            Kernel::Log(_) => StateKind::SlidingLog,
+        }
+    }
+
+    /// Its name in `snake_case`: `token_bucket`, `interval_bucket`, `fixed_window`,
+    /// `sliding_window`, `sliding_log`.
+    #[must_use]
+    pub const fn name(self) -> &'static str {
+        match self {
+            StateKind::TokenBucket => "token_bucket",
+            StateKind::IntervalBucket => "interval_bucket",
+            StateKind::FixedWindow => "fixed_window",
+            StateKind::SlidingWindow => "sliding_window",
+            StateKind::SlidingLog => "sliding_log",
+        }
+    }
+}
+
 /// A limit's arithmetic, with its exact integer parameters: one per algorithm (and refill).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kernel {
@@ -135,18 +212,16 @@ impl Kernel {
     /// parameters for its algorithm; should one not, its token bucket decides (the arithmetic
     /// every limit has).
     pub(crate) fn of(limit: &Limit) -> Kernel {
-        let kernel = match (limit.algorithm_kind(), limit.refill_kind()) {
-            (Algorithm::TokenBucket | Algorithm::LeakyBucket, Refill::Smooth) => None,
-            (Algorithm::TokenBucket, Refill::Interval) => {
+        let kernel = match StateKind::from_parts(limit.algorithm_kind(), limit.refill_kind()) {
+            StateKind::TokenBucket => None,
+            StateKind::IntervalBucket => {
                 interval_bucket::IntervalParams::of(limit).map(Kernel::Interval)
             }
-            (Algorithm::FixedWindow, _) => WindowParams::of(limit).map(Kernel::Fixed),
-            (Algorithm::SlidingWindow, _) => {
+            StateKind::FixedWindow => WindowParams::of(limit).map(Kernel::Fixed),
+            StateKind::SlidingWindow => {
                 sliding_window::SlidingParams::of(limit).map(Kernel::Sliding)
             }
-            (Algorithm::SlidingLog, _) => WindowParams::of(limit).map(Kernel::Log),
-            // Not a valid limit: a leaky bucket refills smoothly.
-            (Algorithm::LeakyBucket, Refill::Interval) => None,
+            StateKind::SlidingLog => WindowParams::of(limit).map(Kernel::Log),
         };
         kernel.unwrap_or_else(|| Kernel::Bucket(limit.params()))
     }
@@ -227,11 +302,41 @@ macro_rules! with_algorithms {
 }
 
 /// Several limits of one call in one script (see `multi.lua`).
-pub const MULTI_SCRIPT: &str = with_algorithms!("../scripts/multi.lua");
+pub(crate) const MULTI_SCRIPT: &str = with_algorithms!("../scripts/multi.lua");
 
 /// Several independent calls bound for one node in one script, each decided as if alone (see
 /// `batch.lua`): how concurrent calls are coalesced.
-pub const BATCH_SCRIPT: &str = with_algorithms!("../scripts/batch.lua");
+pub(crate) const BATCH_SCRIPT: &str = with_algorithms!("../scripts/batch.lua");
+
+/// Whether `v` matches `^%d+$`.
+fn all_digits(v: &str) -> bool {
+    !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Whether `v` matches `^[1-9]%d*$`: a whole number above 0 in canonical decimal.
+pub(crate) fn canonical(v: &str) -> bool {
+    all_digits(v) && !v.starts_with('0')
+}
+
+/// The end of the scripts' time, in microseconds: Lua's doubles are exact below 2^53 (the
+/// year 2255). No script writes a count, a window or an expiry beyond it, and the twins are
+/// not asked to decide beyond it.
+pub(crate) const MAX_TIME_US: u64 = 1 << 53;
+
+/// `^%d+$`: a whole number as the scripts match it; `None` from 2^53 on, which no script
+/// writes.
+pub(crate) fn digits(v: &str) -> Option<u64> {
+    all_digits(v)
+        .then(|| v.parse().ok())
+        .flatten()
+        .filter(|&n| n < MAX_TIME_US)
+}
+
+/// `^[1-9]%d*$`: a whole number above 0 in canonical decimal, as the scripts match it;
+/// `None` from 2^53 on.
+pub(crate) fn positive(v: &str) -> Option<u64> {
+    if v.starts_with('0') { None } else { digits(v) }
+}
 
 /// The first microsecond of the window after the one holding `now_us`.
 fn next_boundary(now_us: u64, period_us: u64) -> u64 {

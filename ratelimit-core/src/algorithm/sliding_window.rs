@@ -78,7 +78,31 @@ pub struct State {
 }
 
 impl State {
+    /// The state a key holding `value` stands for, as `sliding_window.lua` reads it
+    /// (`^(%d+):(%d+):(%d+)$`); `None` for any other value, which the script reads as empty
+    /// windows and overwrites.
+    ///
+    /// ```
+    /// use ratelimit_core::tools::algorithms::sliding_window::State;
+    ///
+    /// let s = State::decode("30000:4:1").expect("a sliding window's state");
+    /// assert_eq!((s.window, s.previous, s.current), (30_000, 4, 1));
+    /// assert_eq!(s.encode(), "30000:4:1");
+    /// assert_eq!(State::decode("1:2"), None);
+    /// ```
+    #[must_use]
+    pub fn decode(value: &str) -> Option<State> {
+        let mut parts = value.split(':').map(super::digits);
+        let (window, previous, current) = (parts.next()??, parts.next()??, parts.next()??);
+        parts.next().is_none().then_some(State {
+            window,
+            previous,
+            current,
+        })
+    }
+
     /// The key's value.
+    #[must_use]
     pub fn encode(&self) -> String {
         format!("{}:{}:{}", self.window, self.previous, self.current)
     }

@@ -2,7 +2,7 @@
 //! [`MemoryStore`] (one process), with the same semantics.
 
 mod memory;
-mod redis;
+pub(crate) mod redis;
 
 use std::future::Future;
 

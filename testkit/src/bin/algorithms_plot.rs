@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use plotters::prelude::*;
-use ratelimit_core::__private::{WindowParams, fixed_window, sliding_log, sliding_window};
+use ratelimit_core::tools::algorithms::{WindowParams, fixed_window, sliding_log, sliding_window};
 use redis::{Connection, Script};
 use testkit::RedisServer;
 
@@ -73,7 +73,7 @@ fn algorithms() -> Result<Vec<Algorithm>, Error> {
         ),
         new(
             "token bucket (GCRA, burst 1000)",
-            ratelimit_core::__private::TOKEN_BUCKET_SCRIPT,
+            ratelimit_core::tools::scripts::TOKEN_BUCKET,
             gcra,
         ),
     ])

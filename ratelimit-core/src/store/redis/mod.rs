@@ -22,7 +22,7 @@ mod cross_slot;
 mod heartbeat;
 mod scripts;
 mod sentinel;
-mod url;
+pub(crate) mod url;
 
 use self::scripts::SCRIPT;
 use self::sentinel::SentinelConn;

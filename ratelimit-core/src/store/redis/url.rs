@@ -1,18 +1,111 @@
-//! What a store URL names: one server, a cluster, or the master of a Sentinel group.
+//! What a store URL names: one server, a cluster, or the master of a Sentinel group. Public
+//! through [`tools`](crate::tools), for tools that connect where the limiter does.
 
-/// What a URL asks for.
-pub(super) enum Target {
+use std::fmt;
+
+use crate::error::redact_url;
+
+/// What a Redis URL names, as [`RedisStore`](crate::RedisStore) reads it. Its `Debug` hides
+/// every password.
+///
+/// ```
+/// use ratelimit_core::tools::{RedisTarget, node_url, parse_redis_url};
+///
+/// let cluster = parse_redis_url("redis+cluster://:s3cret@10.0.0.1:7000,10.0.0.2:7000")
+///     .expect("a cluster URL");
+/// assert_eq!(
+///     cluster,
+///     RedisTarget::Cluster(vec![
+///         "redis://:s3cret@10.0.0.1:7000".to_owned(),
+///         "redis://:s3cret@10.0.0.2:7000".to_owned(),
+///     ])
+/// );
+/// assert!(!format!("{cluster:?}").contains("s3cret"));
+/// // A master found in `CLUSTER SLOTS`, with the cluster URL's credentials.
+/// assert_eq!(
+///     node_url("redis+cluster://:s3cret@10.0.0.1:7000", "10.0.0.3:7001"),
+///     "redis://:s3cret@10.0.0.3:7001"
+/// );
+/// assert!(parse_redis_url("redis+sentinel://10.0.0.1:26379").is_err()); // no master name
+/// ```
+#[non_exhaustive]
+#[derive(Clone, PartialEq, Eq)]
+pub enum Target {
+    /// One server: `redis://`, `rediss://` or `unix://`, the URL as given.
     Single(String),
+    /// A Redis Cluster (`redis+cluster://` or `rediss+cluster://`): one `redis://` (or
+    /// `rediss://`) URL per node given, each with the URL's credentials.
     Cluster(Vec<String>),
+    /// The master of a Sentinel group (`redis+sentinel://`).
+    #[non_exhaustive]
     Sentinel {
+        /// One `redis://` URL per sentinel, without credentials.
         sentinels: Vec<String>,
+        /// The group's name.
         master: String,
+        /// The master's user, if given.
         user: Option<String>,
+        /// The master's password, if given.
         password: Option<String>,
     },
 }
 
-pub(super) fn parse_target(url: &str) -> Result<Target, String> {
+impl fmt::Debug for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let redacted = |urls: &[String]| urls.iter().map(|u| redact_url(u)).collect::<Vec<_>>();
+        match self {
+            Target::Single(url) => f.debug_tuple("Single").field(&redact_url(url)).finish(),
+            Target::Cluster(nodes) => f.debug_tuple("Cluster").field(&redacted(nodes)).finish(),
+            Target::Sentinel {
+                sentinels,
+                master,
+                user,
+                password,
+            } => f
+                .debug_struct("Sentinel")
+                .field("sentinels", &redacted(sentinels))
+                .field("master", master)
+                .field("user", user)
+                .field("password", &password.as_ref().map(|_| "***"))
+                .finish(),
+        }
+    }
+}
+
+/// The userinfo (with its `@`), hosts and path of what follows a URL's `://`: `u:p@a:1,b:2/0`
+/// is `("u:p@", "a:1,b:2", "0")`. Everything up to the last `@` is userinfo, as
+/// [`redact_url`] reads it: a password may hold a `/`.
+fn authority(rest: &str) -> (String, &str, &str) {
+    let (userinfo, after) = match rest.rsplit_once('@') {
+        Some((u, after)) => (format!("{u}@"), after),
+        None => (String::new(), rest),
+    };
+    let (hosts, path) = after.split_once('/').unwrap_or((after, ""));
+    (userinfo, hosts, path)
+}
+
+/// The URL of one node of the cluster `cluster_url` names, at `address` (`host:port`, as
+/// `CLUSTER SLOTS` gives it), with the cluster URL's scheme (`rediss` for TLS) and
+/// credentials: `node_url("redis+cluster://:pw@a:1", "10.0.0.2:7001")` is
+/// `redis://:pw@10.0.0.2:7001`.
+#[must_use]
+pub fn node_url(cluster_url: &str, address: &str) -> String {
+    let scheme = if cluster_url.starts_with("rediss") {
+        "rediss"
+    } else {
+        "redis"
+    };
+    let rest = cluster_url.split_once("://").map_or("", |(_, r)| r);
+    let (userinfo, _, _) = authority(rest);
+    format!("{scheme}://{userinfo}{address}")
+}
+
+/// What `url` names, checked without connecting.
+///
+/// # Errors
+/// Why `url` names nothing: no host, a Sentinel URL without its master's name, `rediss`
+/// without the `tls` feature. The message holds no part of the URL.
+pub fn parse_target(url: &str) -> Result<Target, String> {
     if !cfg!(feature = "tls") && url.starts_with("rediss") {
         return Err(
             "`rediss://` connects with TLS, which needs the `tls` feature of \
@@ -21,11 +114,7 @@ pub(super) fn parse_target(url: &str) -> Result<Target, String> {
         );
     }
     let split_hosts = |scheme: &str, rest: &str| -> Result<(Vec<String>, String), String> {
-        let (authority, path) = rest.split_once('/').unwrap_or((rest, ""));
-        let (userinfo, hosts) = match authority.rsplit_once('@') {
-            Some((u, h)) => (format!("{u}@"), h),
-            None => (String::new(), authority),
-        };
+        let (userinfo, hosts, path) = authority(rest);
         let hosts: Vec<String> = hosts
             .split(',')
             .map(str::trim)
@@ -108,5 +197,37 @@ mod tests {
         }
         assert!(parse_target("redis+sentinel://a:26379").is_err());
         assert!(parse_target("redis+cluster://").is_err());
+    }
+
+    #[test]
+    fn nodes_keep_the_credentials_and_debug_hides_them() {
+        assert_eq!(
+            node_url("redis+cluster://:p@a:1,b:2", "10.0.0.1:7000"),
+            "redis://:p@10.0.0.1:7000"
+        );
+        assert_eq!(node_url("rediss+cluster://a:1", "h:2"), "rediss://h:2");
+        // A password holding `/` stays whole, and is never shown.
+        assert_eq!(
+            node_url("redis+cluster://:pa/ss@a:1", "h:2"),
+            "redis://:pa/ss@h:2"
+        );
+        let cluster = parse_target("redis+cluster://:pa/ss@a:1,b:2").unwrap();
+        assert_eq!(
+            cluster,
+            Target::Cluster(vec![
+                "redis://:pa/ss@a:1".into(),
+                "redis://:pa/ss@b:2".into()
+            ])
+        );
+        assert!(!format!("{cluster:?}").contains("pa"), "{cluster:?}");
+        for url in [
+            "redis+cluster://:s3cret@a:1,b:2",
+            "redis+cluster://:s3/cret@a:1,b:2",
+            "redis+sentinel://u:s3cret@a:26379/m",
+            "redis://:s3cret@h:1",
+        ] {
+            let shown = format!("{:?}", parse_target(url).unwrap());
+            assert!(!shown.contains("cret"), "{shown}");
+        }
     }
 }
