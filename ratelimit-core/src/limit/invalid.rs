@@ -1,0 +1,115 @@
+//! Why a limit cannot be built.
+
+use std::time::Duration;
+
+use super::*;
+
+/// Why a [`Limit`] cannot be built.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InvalidLimit {
+    /// `replenish` was 0.
+    #[error("`replenish` must be at least 1 token per unit")]
+    ZeroReplenish,
+    /// `burst` was 0.
+    #[error("`burst` must be at least 1 token")]
+    ZeroBurst,
+    /// The period is not a whole number of microseconds from 1 µs to about 71 years.
+    #[error(
+        "a period of {period:?} is not a whole number of microseconds from 1 microsecond to \
+         2^51 microseconds"
+    )]
+    BadPeriod {
+        /// The requested period.
+        period: Duration,
+    },
+    /// The limit would take more than the exact arithmetic can represent.
+    #[error(
+        "a limit of {replenish} per {period:?} with burst {burst} is too fine-grained to \
+         compute exactly with the {algorithm} algorithm (a token bucket needs burst x period / \
+         gcd(period in microseconds, replenish) below 2^51; a window needs a period of at \
+         least 1 ms); use a smaller burst or a replenish that divides the period more evenly"
+    )]
+    TooFine {
+        /// The requested replenish.
+        replenish: u32,
+        /// The requested burst.
+        burst: u32,
+        /// The requested period.
+        period: Duration,
+        /// The requested algorithm.
+        algorithm: Algorithm,
+    },
+    /// A window algorithm was given a burst other than its `replenish`.
+    #[error(
+        "a {algorithm} admits `replenish` ({replenish}) tokens per window and has no burst of \
+         its own; leave `burst` unset (it is {burst})"
+    )]
+    BurstOfWindow {
+        /// The requested algorithm.
+        algorithm: Algorithm,
+        /// The requested replenish.
+        replenish: u32,
+        /// The requested burst.
+        burst: u32,
+    },
+    /// A window algorithm or the leaky bucket was given `refill = interval` or an initial
+    /// fill: both are a token bucket's.
+    #[error(
+        "`refill` and `initial` are a token bucket's; a {algorithm} has neither (a window \
+         starts every window at 0, a leaky bucket's queue starts empty)"
+    )]
+    TokenBucketOnly {
+        /// The requested algorithm.
+        algorithm: Algorithm,
+    },
+    /// The initial fill exceeds the burst.
+    #[error("`initial` ({initial}) exceeds the burst ({burst}); a bucket holds at most its burst")]
+    InitialAboveBurst {
+        /// The requested initial fill.
+        initial: u32,
+        /// The requested burst.
+        burst: u32,
+    },
+    /// A wait was asked of a limit whose calls cannot reserve ahead: a window algorithm, or a
+    /// token bucket refilled at once each period.
+    #[error(
+        "a {algorithm} limit{interval} cannot wait: only a token bucket refilled smoothly and \
+         the leaky bucket reserve tokens ahead (a window's next tokens are the next window's); \
+         refuse and retry after `retry_after` instead",
+        interval = if *interval { " refilled at once each period" } else { "" }
+    )]
+    CannotWait {
+        /// The limit's algorithm.
+        algorithm: Algorithm,
+        /// Whether it is a token bucket refilled at once each period.
+        interval: bool,
+    },
+    /// The wait asked for is longer than a reservation may reach.
+    #[error("a wait of {wait:?} is longer than this limit allows ({max:?})")]
+    WaitTooLong {
+        /// The requested wait.
+        wait: Duration,
+        /// The longest this limit can wait: a day, or less for a limit whose exact arithmetic
+        /// has less room.
+        max: Duration,
+    },
+}
+
+impl InvalidLimit {
+    /// The limit's fields that cause the error, as `#[rate_limit]` and overrides name them:
+    /// a limit too fine-grained is so by its `replenish`, `burst` and `unit` together.
+    pub const fn fields(&self) -> &'static [&'static str] {
+        match self {
+            InvalidLimit::ZeroReplenish => &["replenish"],
+            InvalidLimit::ZeroBurst => &["burst"],
+            InvalidLimit::BadPeriod { .. } => &["unit"],
+            InvalidLimit::TooFine { .. } => &["replenish", "burst", "unit"],
+            InvalidLimit::BurstOfWindow { .. } => &["burst", "algorithm"],
+            InvalidLimit::TokenBucketOnly { .. } => &["refill", "initial", "algorithm"],
+            InvalidLimit::InitialAboveBurst { .. } => &["initial", "burst"],
+            InvalidLimit::CannotWait { .. } => &["wait", "algorithm", "refill"],
+            InvalidLimit::WaitTooLong { .. } => &["wait"],
+        }
+    }
+}
