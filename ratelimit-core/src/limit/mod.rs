@@ -99,6 +99,18 @@ pub(crate) const fn invalid(e: &InvalidLimit) -> ! {
 }
 
 impl Limit {
+    /// Whether a call of `cost` tokens can be decided under this limit: at least one token,
+    /// and no more than the bucket holds (one rule for the limiter and the tools).
+    pub(crate) fn check_cost(&self, cost: u32) -> Result<(), crate::Error> {
+        if cost == 0 {
+            return Err(crate::Error::ZeroCost);
+        }
+        if !limits::cost_fits(cost, self.burst_capacity()) {
+            return Err(crate::Error::CostExceedsBurst { cost, limit: *self });
+        }
+        Ok(())
+    }
+
     /// `replenish` tokens per `unit`, with a burst of `replenish`.
     ///
     /// # Panics

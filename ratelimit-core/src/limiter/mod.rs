@@ -578,16 +578,7 @@ fn validate_all<'a, B: AsRef<str>>(
 }
 
 fn validate_cost(limit: &Limit, cost: u32) -> Result<(), Error> {
-    if cost == 0 {
-        return Err(Error::ZeroCost);
-    }
-    if cost > limit.burst_capacity() {
-        return Err(Error::CostExceedsBurst {
-            cost,
-            limit: *limit,
-        });
-    }
-    Ok(())
+    limit.check_cost(cost)
 }
 
 impl fmt::Debug for RateLimiter {

@@ -438,15 +438,7 @@ impl std::error::Error for Undecidable {
 /// [`Undecidable`]: a cost the limiter refuses, a state `limit`'s script never writes, a
 /// sliding log read by count, or a clock beyond the year 2255.
 pub fn peek(limit: &Limit, cost: u32, stored: &Stored) -> Result<Peek, Undecidable> {
-    if cost == 0 {
-        return Err(Undecidable::Cost(Error::ZeroCost));
-    }
-    if cost > limit.burst_capacity() {
-        return Err(Undecidable::Cost(Error::CostExceedsBurst {
-            cost,
-            limit: *limit,
-        }));
-    }
+    limit.check_cost(cost).map_err(Undecidable::Cost)?;
     if stored.now_us >= MAX_TIME_US {
         return Err(Undecidable::Clock);
     }
