@@ -33,6 +33,23 @@ fn stderr(o: &Output) -> String {
     String::from_utf8(o.stderr.clone()).unwrap()
 }
 
+/// `inspect` of `key`'s bucket under `api::orders`, 3 per minute with a burst of 5.
+fn inspect_orders(key: &str) -> [&str; 11] {
+    [
+        "inspect",
+        "--name",
+        "api::orders",
+        "--key",
+        key,
+        "--replenish",
+        "3",
+        "--burst",
+        "5",
+        "--unit",
+        "minute",
+    ]
+}
+
 /// Runs the CLI with `--url` and `--prefix t`, and returns its JSON document (exit 0).
 fn json(server: &RedisServer, args: &[&str]) -> Value {
     let o = run(server, args, true);
@@ -173,20 +190,7 @@ fn inspect_reads_each_bucket_as_the_library_left_it() {
     assert!(doc["decision"].is_null());
 
     // With the limit: what a call would be told, by the library's arithmetic.
-    let user_42 = [
-        "inspect",
-        "--name",
-        "api::orders",
-        "--key",
-        "user:42",
-        "--replenish",
-        "3",
-        "--burst",
-        "5",
-        "--unit",
-        "minute",
-    ];
-    let doc = json(&server, &user_42);
+    let doc = json(&server, &inspect_orders("user:42"));
     let d = &doc["decision"];
     assert_eq!(d["allowed"], true);
     // As `peek` answers: the tokens held now, what the last call left (exactly that many
@@ -196,22 +200,7 @@ fn inspect_reads_each_bucket_as_the_library_left_it() {
 
     // The drained bucket, by a key with `:`, `{`, `}` and `%`: refused, and its retry_after is
     // the library's, less the time that passed since the library answered.
-    let doc = json(
-        &server,
-        &[
-            "inspect",
-            "--name",
-            "api::orders",
-            "--key",
-            WEIRD,
-            "--replenish",
-            "3",
-            "--burst",
-            "5",
-            "--unit",
-            "minute",
-        ],
-    );
+    let doc = json(&server, &inspect_orders(WEIRD));
     assert_eq!(doc["bucket"], "t:{11:api::orders:we:ird%7Bkey%7D%25x}");
     let d = &doc["decision"];
     assert_eq!(d["allowed"], false);
