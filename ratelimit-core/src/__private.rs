@@ -5,12 +5,13 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::LazyLock;
-use std::time::Duration;
 
 pub use inventory;
 
 use crate::context::{missing_piece, record_current, with_current};
 use crate::decision::Source;
+use crate::limiter::Local;
+use crate::naming::with_bucket_key;
 use crate::registry::Effective;
 use crate::registry::Warning;
 pub use crate::registry::{LimitDeclaration, Registration, global};
@@ -86,8 +87,9 @@ enum Step<'a> {
 enum Looked {
     /// Decided at once, described, and recorded in the context when it is a scope's.
     Decided(Checked),
-    /// The key's bucket, for a store that does not answer at once.
-    Ask(Cow<'static, str>),
+    /// The key's bucket, for a store that does not answer at once; or for a call that
+    /// reserved its tokens in memory, with that decision, to wait for them.
+    Ask(Cow<'static, str>, Option<Decision>),
     /// The call has no key.
     NoKey,
 }
@@ -103,16 +105,11 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
     if !effective.enabled {
         // Said, so that what reads the decision (the response, a log line) shows no limit
         // applied rather than a quota that does not hold.
-        let unlimited = Decision::new(
-            true,
-            u64::MAX,
-            effective.limit,
-            effective.cost,
-            Duration::ZERO,
-            Duration::ZERO,
-        )
-        .with_source(Source::Disabled);
-        record_current(name, unlimited, None);
+        record_current(
+            name,
+            Decision::disabled(effective.limit, effective.cost),
+            None,
+        );
         return Step::Done(Ok(()));
     }
     let (limiter, enabled) = limiter_or_unenabled(decl, limiter);
@@ -132,15 +129,23 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             },
         };
         let (limit, cost) = (&effective.limit, effective.cost);
-        let at_once = match &bucket {
-            _ if !enabled => Ok(None),
-            Bucket::Named(bucket) => limiter.decide_at_once(bucket, limit, cost),
-            Bucket::Parts { key, .. } => limiter.decide_named_at_once(name, key, limit, cost),
+        let local = match limit.check_cost(cost) {
+            Err(e) => Local::Decided(cannot_check(decl, limiter, &effective, &e)),
+            Ok(()) => limiter.decide_locally(limit, cost, |store| match &bucket {
+                Bucket::Named(bucket) => store.check_bytes(bucket.as_bytes(), limit, cost),
+                Bucket::Parts { limiter, key, .. } => {
+                    with_bucket_key(limiter.prefix(), Some(name), key, |bucket| {
+                        store.check_bytes(bucket, limit, cost)
+                    })
+                }
+            }),
         };
-        let decision = match at_once {
-            Ok(Some(decision)) => decision,
-            Ok(None) => return (Looked::Ask(bucket.key()), in_scope),
-            Err(e) => cannot_check(decl, limiter, &effective, &e),
+        let decision = match local {
+            Local::Decided(decision) => decision,
+            Local::Reserved(decision) => {
+                return (Looked::Ask(bucket.key(), Some(decision)), in_scope);
+            }
+            Local::Elsewhere => return (Looked::Ask(bucket.key(), None), in_scope),
         };
         let done = conclude(name, decision, Some(bucket), |decision| {
             if in_scope {
@@ -151,8 +156,8 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
     });
     match looked {
         Looked::Decided(done) => Step::Done(done),
-        Looked::Ask(bucket) => Step::Ask(Box::pin(ask(
-            decl, limiter, enabled, bucket, effective, in_scope,
+        Looked::Ask(bucket, reserved) => Step::Ask(Box::pin(ask(
+            decl, limiter, bucket, reserved, effective, in_scope,
         ))),
         Looked::NoKey => {
             report_missing_piece(decl, key);
@@ -172,24 +177,19 @@ fn record_if(in_scope: bool, name: &'static str, decision: Decision) {
 }
 
 /// A call's decision from a store that does not answer at once, or by the failure policy
-/// before enable.
+/// before enable; or the wait of a call that `reserved` its tokens in memory.
 async fn ask(
     decl: &'static LimitDeclaration,
     limiter: &RateLimiter,
-    enabled: bool,
     bucket: Cow<'static, str>,
+    reserved: Option<Decision>,
     effective: Effective,
     in_scope: bool,
 ) -> Checked {
-    let decided = if enabled {
-        match limiter.check_bucket(&bucket, &effective.limit, effective.cost) {
-            Ok(deciding) => deciding.await,
-            Err(e) => Err(e),
-        }
-    } else {
-        limiter
-            .decide_by_policy(&bucket, &effective.limit, effective.cost)
-            .await
+    let (limit, cost) = (&effective.limit, effective.cost);
+    let decided = match reserved {
+        Some(reserved) => limiter.wait_one(&bucket, limit, cost, reserved).await,
+        None => limiter.decide(&bucket, limit, cost).await,
     };
     let decision = decided.unwrap_or_else(|e| cannot_check(decl, limiter, &effective, &e));
     let name = decl.name();
@@ -211,6 +211,11 @@ fn cannot_check(
         Warning::CannotCheck,
         &format_args!("rate limit `{}` cannot be checked: {e}", decl.name()),
     );
+    fail_closed(limiter, effective)
+}
+
+/// The refusal of a call whose limit could not be checked.
+fn fail_closed(limiter: &RateLimiter, effective: &Effective) -> Decision {
     limiter
         .decide_without_key(&effective.limit, effective.cost)
         .with_source(Source::FailClosed)
@@ -302,7 +307,7 @@ pub async fn check_all(
     let Some(&(first, _)) = limits.first() else {
         return Ok(());
     };
-    let (limiter, enabled) = limiter_or_unenabled(first, limiter);
+    let (limiter, _) = limiter_or_unenabled(first, limiter);
     let effective: Vec<_> = limits.iter().map(|(decl, _)| decl.effective()).collect();
     let (buckets, in_scope): (Vec<Option<String>>, bool) = with_current(|ctx, in_scope| {
         ctx.set_handler(first.name());
@@ -321,17 +326,7 @@ pub async fn check_all(
     let mut asked: Vec<usize> = Vec::with_capacity(limits.len());
     for (i, ((decl, key), e)) in limits.iter().zip(&effective).enumerate() {
         if !e.enabled {
-            parts[i] = Some(
-                Decision::new(
-                    true,
-                    u64::MAX,
-                    e.limit,
-                    e.cost,
-                    Duration::ZERO,
-                    Duration::ZERO,
-                )
-                .with_source(Source::Disabled),
-            );
+            parts[i] = Some(Decision::disabled(e.limit, e.cost));
         } else if buckets[i].is_none() {
             report_missing_piece(decl, *key);
             parts[i] = Some(limiter.decide_without_key(&e.limit, e.cost));
@@ -349,11 +344,7 @@ pub async fn check_all(
                 (bucket, &effective[i].limit, effective[i].cost)
             })
             .collect();
-        let decided = if enabled {
-            limiter.check_buckets(&checks).await
-        } else {
-            limiter.decide_all_by_policy(&checks).await
-        };
+        let decided = limiter.check_buckets(&checks).await;
         match decided {
             Ok(d) => {
                 for (&i, part) in asked.iter().zip(d.parts()) {
@@ -366,12 +357,7 @@ pub async fn check_all(
                     &format_args!("rate limits of `{}` cannot be checked: {e}", first.name()),
                 );
                 for &i in &asked {
-                    let e = &effective[i];
-                    parts[i] = Some(
-                        limiter
-                            .decide_without_key(&e.limit, e.cost)
-                            .with_source(Source::FailClosed),
-                    );
+                    parts[i] = Some(fail_closed(limiter, &effective[i]));
                 }
             }
         }
@@ -587,7 +573,9 @@ mod tests {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        let limiter = RateLimiter::unenabled();
+        let limiter = runtime
+            .block_on(RateLimiter::builder().memory().build())
+            .unwrap();
         tracing::subscriber::with_default(capture.clone(), || {
             runtime.block_on(async {
                 for _ in 0..20 {
@@ -619,7 +607,9 @@ mod tests {
             .enable_all()
             .build()
             .unwrap();
-        let limiter = RateLimiter::unenabled();
+        let limiter = runtime
+            .block_on(RateLimiter::builder().memory().build())
+            .unwrap();
         tracing::subscriber::with_default(capture.clone(), || {
             runtime.block_on(async {
                 let ctx = || RequestContext::new().with_path("/traced/secret-user");

@@ -97,6 +97,13 @@ impl Decision {
         }
     }
 
+    /// The decision of a call under a limit disabled by configuration: admitted, no limit
+    /// applied ([`Source::Disabled`]).
+    pub(crate) fn disabled(limit: Limit, cost: u32) -> Decision {
+        Decision::new(true, u64::MAX, limit, cost, Duration::ZERO, Duration::ZERO)
+            .with_source(Source::Disabled)
+    }
+
     /// The decision of a call under several limits, decided together
     /// ([`RateLimiter::check_all`](crate::RateLimiter::check_all)): admitted only if every
     /// limit admits it. Its fields are those of the tightest limit (when refused, the refusing

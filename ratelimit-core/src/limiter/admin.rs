@@ -57,6 +57,7 @@ impl RateLimiter {
                     RemoteStore::Custom(s) => s.peek_dyn(bucket, limit, 1).await?,
                 }
             }
+            Engine::Unenabled => return Err(Error::NotEnabled),
         };
         decision.let_shadow_through();
         Ok(decision)
@@ -90,6 +91,7 @@ impl RateLimiter {
         let remote = match &self.inner.engine {
             Engine::Local(s) => return s.reset(bucket).await,
             Engine::Remote(remote) => remote,
+            Engine::Unenabled => return Err(Error::NotEnabled),
         };
         if let Some(cache) = &remote.deny_cache {
             cache.forget(bucket);
@@ -117,7 +119,7 @@ impl RateLimiter {
     /// The deny cache, on a remote store that keeps one.
     pub(super) fn deny_cache(&self) -> Option<&DenyCache> {
         match &self.inner.engine {
-            Engine::Local(_) => None,
+            Engine::Local(_) | Engine::Unenabled => None,
             Engine::Remote(remote) => remote.deny_cache.as_deref(),
         }
     }

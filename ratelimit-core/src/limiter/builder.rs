@@ -7,7 +7,7 @@ impl RateLimiter {
     /// policies.
     pub(crate) fn unenabled() -> RateLimiter {
         RateLimiter::from_parts(
-            Backend::Memory(MemoryStore::new()),
+            Backend::Unenabled,
             DEFAULT_PREFIX.into(),
             &RateLimiterBuilder::default(),
             None,
@@ -38,7 +38,7 @@ impl RateLimiter {
         // A memory store answers as fast as the cache would: no cache in front of it. A Redis
         // store that cannot hear of resets would keep refusing after one: no cache either.
         let deny_cache = match (&backend, b.deny_cache) {
-            (Backend::Memory(_), _) | (_, 0) => None,
+            (Backend::Memory(_) | Backend::Unenabled, _) | (_, 0) => None,
             (Backend::Redis(s), _) if !s.can_listen() => None,
             (_, capacity) => Some(Arc::new(DenyCache::new(capacity))),
         };
@@ -54,6 +54,7 @@ impl RateLimiter {
         };
         let engine = match backend {
             Backend::Memory(s) => Engine::Local(s),
+            Backend::Unenabled => Engine::Unenabled,
             Backend::Redis(s) => remote(RemoteStore::Redis(s)),
             Backend::Custom(s) => remote(RemoteStore::Custom(s)),
         };
@@ -281,6 +282,7 @@ impl fmt::Debug for RateLimiterBuilder {
             Some(StoreChoice::Ready(Backend::Redis(_))) => "redis",
             Some(StoreChoice::Ready(Backend::Memory(_))) => "memory",
             Some(StoreChoice::Ready(Backend::Custom(_))) => "custom",
+            Some(StoreChoice::Ready(Backend::Unenabled)) => "none",
         };
         f.debug_struct("RateLimiterBuilder")
             .field("store", &store)

@@ -1,4 +1,16 @@
-//! The rate limiter: key naming, cost validation and the store call.
+//! The rate limiter, and the one way a call is decided.
+//!
+//! Every way in (`check*`, `acquire*`, and the code `#[rate_limit]` generates) names its
+//! checks' buckets, validates their costs, and goes through the same stages:
+//! 1. local ([`RateLimiter::decide_locally`]): a memory store decides in the call's first
+//!    poll, with nothing in a future;
+//! 2. remote ([`RateLimiter::decide`], [`RateLimiter::decide_all`], in `remote.rs`): the deny
+//!    cache, the circuit, the deadline, the store, and the failure policy when it fails;
+//!    before `enable_redis_rate_limit!`, the failure policy alone ([`Engine::Unenabled`]);
+//! 3. finish (`waiting.rs`): shadow mode, then the wait of a call that reserved its tokens,
+//!    which gives them back if the caller leaves first.
+//!
+//! The caller then observes each limit's decision (span, metrics) under its name.
 
 mod admin;
 mod builder;
@@ -63,6 +75,9 @@ enum Engine {
     Local(MemoryStore),
     /// In a store other processes share, asked through the circuit and the deadline.
     Remote(Remote),
+    /// No store yet: calls made before `enable_redis_rate_limit!` are decided by their failure
+    /// policy, as if the store were down, on the same path as every other call.
+    Unenabled,
 }
 
 /// A shared store and what stands around it.
@@ -85,6 +100,8 @@ enum Backend {
     Memory(MemoryStore),
     Redis(RedisStore),
     Custom(Box<dyn DynStore>),
+    /// None yet (the limiter of calls made before enable; never a builder's).
+    Unenabled,
 }
 
 impl RateLimiter {
@@ -218,28 +235,22 @@ impl RateLimiter {
             if let Err(e) = validate_cost(limit, cost) {
                 return Poll::Ready(Err(e));
             }
-            let Engine::Local(store) = &self.inner.engine else {
-                return rest
-                    .insert(self.decide_by_name(name, key, limit, cost, Local::Remote))
-                    .as_mut()
-                    .poll(cx);
-            };
-            // The store answers its small outcome; the decision is built once, here, where it
-            // is returned (docs/benchmarks.md 4.6).
             let prefix = &*self.inner.prefix;
-            let outcome = with_bucket_key(prefix, name, key, |bucket| {
-                store.check_bytes(bucket, limit, cost)
-            });
-            let mut decision = Decision::from_outcome(&outcome, *limit, cost);
-            if must_wait(std::slice::from_mut(&mut decision)) {
-                let waits = Local::Wait(bucket_key(prefix, name, key), decision);
-                return rest
-                    .insert(self.decide_by_name(name, key, limit, cost, waits))
-                    .as_mut()
-                    .poll(cx);
-            }
-            observe_locally(&decision, prefix, name, key);
-            Poll::Ready(Ok(decision))
+            let then = match self.decide_locally(limit, cost, |store| {
+                with_bucket_key(prefix, name, key, |bucket| {
+                    store.check_bytes(bucket, limit, cost)
+                })
+            }) {
+                Local::Decided(decision) => {
+                    observe_locally(&decision, prefix, name, key);
+                    return Poll::Ready(Ok(decision));
+                }
+                Local::Reserved(decision) => Rest::Wait(bucket_key(prefix, name, key), decision),
+                Local::Elsewhere => Rest::Remote,
+            };
+            rest.insert(self.decide_by_name(name, key, limit, cost, then))
+                .as_mut()
+                .poll(cx)
         })
     }
 
@@ -254,19 +265,19 @@ impl RateLimiter {
         key: &str,
         limit: &Limit,
         cost: u32,
-        local: Local,
+        then: Rest,
     ) -> BoxedAnswer<'static, Decision> {
         let limiter = self.clone();
         let name = name.map(str::to_owned);
         let key = key.to_owned();
         let limit = *limit;
         Box::pin(async move {
-            let (bucket, decision) = match local {
-                Local::Wait(bucket, reserved) => {
+            let (bucket, decision) = match then {
+                Rest::Wait(bucket, reserved) => {
                     let decision = limiter.wait_one(&bucket, &limit, cost, reserved).await?;
                     (bucket, decision)
                 }
-                Local::Remote => {
+                Rest::Remote => {
                     let bucket = bucket_key(&limiter.inner.prefix, name.as_deref(), &key);
                     let decision = limiter.decide(&bucket, &limit, cost).await?;
                     (bucket, decision)
@@ -310,15 +321,12 @@ impl RateLimiter {
     /// [`Error::NoLimits`] for an empty slice, [`Error::DuplicateBucket`] when two entries
     /// name one bucket, the cost errors of [`check_n`](RateLimiter::check_n), or the store's.
     pub async fn check_all(&self, checks: &[(&str, &Limit, u32)]) -> Result<Decision, Error> {
-        let buckets: Vec<(String, &Limit, u32)> = checks
-            .iter()
-            .map(|&(key, limit, cost)| (bucket_key(&self.inner.prefix, None, key), limit, cost))
-            .collect();
-        let decision = self.check_buckets(&buckets).await?;
-        for (part, (bucket, ..)) in decision.parts().iter().zip(&buckets) {
-            part.observe(crate::observe::Name::None, Some(bucket));
-        }
-        Ok(decision)
+        self.check_all_by_name(
+            checks
+                .iter()
+                .map(|&(key, limit, cost)| (None, key, limit, cost)),
+        )
+        .await
     }
 
     /// [`check_all`](RateLimiter::check_all) with each limit's name: `(name, key, limit,
@@ -330,16 +338,29 @@ impl RateLimiter {
         &self,
         checks: &[(&str, &str, &Limit, u32)],
     ) -> Result<Decision, Error> {
-        let buckets: Vec<(String, &Limit, u32)> = checks
-            .iter()
-            .map(|&(name, key, limit, cost)| {
-                (bucket_key(&self.inner.prefix, Some(name), key), limit, cost)
-            })
-            .collect();
+        self.check_all_by_name(
+            checks
+                .iter()
+                .map(|&(name, key, limit, cost)| (Some(name), key, limit, cost)),
+        )
+        .await
+    }
+
+    /// [`check_all`](Self::check_all) and [`check_all_named`](Self::check_all_named): each
+    /// check's bucket named, decided together, and each limit observed under its name.
+    async fn check_all_by_name<'a>(
+        &self,
+        checks: impl ExactSizeIterator<Item = (Option<&'a str>, &'a str, &'a Limit, u32)>,
+    ) -> Result<Decision, Error> {
+        let mut names = Vec::with_capacity(checks.len());
+        let mut buckets: Vec<(String, &Limit, u32)> = Vec::with_capacity(checks.len());
+        for (name, key, limit, cost) in checks {
+            names.push(name);
+            buckets.push((bucket_key(&self.inner.prefix, name, key), limit, cost));
+        }
         let decision = self.check_buckets(&buckets).await?;
-        for ((part, (name, ..)), (bucket, ..)) in decision.parts().iter().zip(checks).zip(&buckets)
-        {
-            part.observe(crate::observe::Name::Given(name), Some(bucket));
+        for ((part, name), (bucket, ..)) in decision.parts().iter().zip(names).zip(&buckets) {
+            part.observe(observed_name(name), Some(bucket));
         }
         Ok(decision)
     }
@@ -354,101 +375,26 @@ impl RateLimiter {
         Ok(Decision::combined(parts))
     }
 
-    /// Decides several already-named buckets as the failure policy would with the store
-    /// down (calls made before `enable_redis_rate_limit!`).
-    pub(crate) async fn decide_all_by_policy<B: AsRef<str>>(
-        &self,
-        checks: &[(B, &Limit, u32)],
-    ) -> Result<Decision, Error> {
-        let checks = validate_all(checks)?;
-        let mut parts = self.inner.resilience.decide_all(&checks, None);
-        if must_wait(&mut parts) {
-            Box::pin(self.wait_turn(&checks, &mut parts)).await?;
-        }
-        Ok(Decision::combined(parts))
-    }
-
-    /// Decides on an already-named bucket (the macro's path).
-    ///
-    /// The cost is validated at once, and the future returned is `decide`'s own: one layer
-    /// less to move the decision through.
-    pub(crate) fn check_bucket<'a>(
-        &'a self,
-        bucket: &'a str,
-        limit: &'a Limit,
-        cost: u32,
-    ) -> Result<impl Future<Output = Result<Decision, Error>> + 'a, Error> {
-        validate_cost(limit, cost)?;
-        Ok(self.decide(bucket, limit, cost))
-    }
-
-    /// Decides on an already-named bucket without a future when the store answers at once:
-    /// on a memory store, for a limit that never waits. `None` otherwise: ask
-    /// [`check_bucket`](Self::check_bucket). (The macro's path: it records the decision in
-    /// the same look at the request context as it resolved the key.)
-    pub(crate) fn decide_at_once(
-        &self,
-        bucket: &str,
-        limit: &Limit,
-        cost: u32,
-    ) -> Result<Option<Decision>, Error> {
-        self.at_once(limit, cost, |store| {
-            store.check_bytes(bucket.as_bytes(), limit, cost)
-        })
-    }
-
-    /// [`decide_at_once`](Self::decide_at_once) on the bucket of `key` under the limit called
-    /// `name`, its key built on the stack (the macro's path for a key it does not remember).
-    pub(crate) fn decide_named_at_once(
-        &self,
-        name: &str,
-        key: &str,
-        limit: &Limit,
-        cost: u32,
-    ) -> Result<Option<Decision>, Error> {
-        self.at_once(limit, cost, |store| {
-            with_bucket_key(&self.inner.prefix, Some(name), key, |bucket| {
-                store.check_bytes(bucket, limit, cost)
-            })
-        })
-    }
-
-    fn at_once(
+    /// The pipeline's local stage: a memory store decides in the call's first poll, with
+    /// nothing in a future. `check` asks the store for its small outcome on a bucket key the
+    /// caller names (built on the stack, or remembered); the decision is built once, here
+    /// (docs/benchmarks.md 4.6), and finished (shadow mode, a reservation's wait).
+    #[inline]
+    pub(crate) fn decide_locally(
         &self,
         limit: &Limit,
         cost: u32,
         check: impl FnOnce(&MemoryStore) -> Outcome<()>,
-    ) -> Result<Option<Decision>, Error> {
-        validate_cost(limit, cost)?;
-        match &self.inner.engine {
-            // Only a limit that reserves is ever admitted with a wait (`MemoryStore::check_now`).
-            Engine::Local(s) if !limit.reserves() => {
-                let mut decision = Decision::from_outcome(&check(s), *limit, cost);
-                let waits = must_wait(std::slice::from_mut(&mut decision));
-                debug_assert!(!waits, "a limit that does not reserve never waits");
-                Ok(Some(decision))
-            }
-            _ => Ok(None),
-        }
-    }
-
-    /// Decides as the failure policy would with the store down (calls made before
-    /// `enable_redis_rate_limit!`).
-    pub(crate) async fn decide_by_policy(
-        &self,
-        bucket: &str,
-        limit: &Limit,
-        cost: u32,
-    ) -> Result<Decision, Error> {
-        validate_cost(limit, cost)?;
-        let waiting = {
-            let mut decision = self.inner.resilience.decide(bucket, limit, cost, None);
-            if !must_wait(std::slice::from_mut(&mut decision)) {
-                return Ok(decision);
-            }
-            self.wait_one(bucket, limit, cost, decision)
+    ) -> Local {
+        let Engine::Local(store) = &self.inner.engine else {
+            return Local::Elsewhere;
         };
-        waiting.await
+        let mut decision = Decision::from_outcome(&check(store), *limit, cost);
+        if must_wait(std::slice::from_mut(&mut decision)) {
+            Local::Reserved(decision)
+        } else {
+            Local::Decided(decision)
+        }
     }
 
     /// The store key of `key`'s bucket (for operators: `redis-cli PTTL <key>`).
@@ -508,23 +454,23 @@ impl RateLimiter {
     }
 }
 
+/// What the local stage came to ([`RateLimiter::decide_locally`]).
+pub(crate) enum Local {
+    /// Decided and finished: the call goes, or is refused, now.
+    Decided(Decision),
+    /// Admitted with tokens reserved: the call waits for them
+    /// ([`RateLimiter::wait_one`]).
+    Reserved(Decision),
+    /// Not a memory store: the remote stage decides ([`RateLimiter::decide`]).
+    Elsewhere,
+}
+
 /// Why a call on [`RateLimiter::check_n`]'s path was not decided in its first poll.
-enum Local {
+enum Rest {
     /// Reserved: the call waits its turn on this bucket.
     Wait(String, Decision),
     /// Not a memory store: to be asked through [`RateLimiter::decide`].
     Remote,
-}
-
-/// A memory store's decision, through [`must_wait`]; `Err` when the call reserved its tokens
-/// and must wait.
-#[inline]
-fn check_locally(mut decision: Decision) -> Result<Decision, Decision> {
-    if must_wait(std::slice::from_mut(&mut decision)) {
-        Err(decision)
-    } else {
-        Ok(decision)
-    }
 }
 
 /// Observes a decision of the memory store made on the stack-built bucket key, which is
@@ -590,6 +536,7 @@ impl fmt::Debug for RateLimiter {
                 ..
             }) => format!("{s:?}"),
             Engine::Remote(_) => "custom".to_owned(),
+            Engine::Unenabled => "none (not enabled)".to_owned(),
         };
         f.debug_struct("RateLimiter")
             .field("prefix", &self.inner.prefix)

@@ -9,64 +9,73 @@ impl RateLimiter {
     /// Every await here holds one box at most: the memory path is a call of this future, so
     /// what it carries for the others (the store's call, the deadline, a wait, the several
     /// limits' path) must not make it larger.
-    pub(super) async fn decide(
+    pub(crate) async fn decide(
         &self,
         bucket: &str,
         limit: &Limit,
         cost: u32,
     ) -> Result<Decision, Error> {
-        let remote = match &self.inner.engine {
-            Engine::Local(s) => {
-                // The decision's scope ends before the await: the future then does not keep
-                // room for it beside the wait's box.
-                let waiting = match check_locally(s.check_now(bucket, limit, cost)) {
-                    Ok(decision) => return Ok(decision),
-                    Err(reserved) => self.wait_one(bucket, limit, cost, reserved),
-                };
-                return waiting.await;
+        // The decision's scope ends before the wait: the future then does not keep room for
+        // it beside the wait's box.
+        let waiting = {
+            let mut decision = match &self.inner.engine {
+                Engine::Local(s) => s.check_now(bucket, limit, cost),
+                Engine::Unenabled => self.inner.resilience.decide(bucket, limit, cost, None),
+                Engine::Remote(remote) => {
+                    // A call that may wait is not refused from the deny cache (the refusal it
+                    // remembers was for a call that could not wait), and is asked by a task of
+                    // its own.
+                    if limit.reserves() {
+                        return self.decide_reserving(bucket, limit, cost).await;
+                    }
+                    match remote
+                        .deny_cache
+                        .as_ref()
+                        .and_then(|c| c.check(bucket, limit, cost))
+                    {
+                        Some(refused) => {
+                            crate::observe::deny_cache_hit();
+                            refused
+                        }
+                        None => self.ask_store(remote, bucket, limit, cost).await?,
+                    }
+                }
+            };
+            // Finished in one place, whoever decided: shadow mode, then a reservation's wait
+            // (the memory store's, or the failure policy's fallback's).
+            if !must_wait(std::slice::from_mut(&mut decision)) {
+                return Ok(decision);
             }
-            Engine::Remote(remote) => remote,
+            self.wait_one(bucket, limit, cost, decision)
         };
-        // A call that may wait is not refused from the deny cache (the refusal it remembers
-        // was for a call that could not wait), and is asked by a task of its own.
-        if limit.reserves() {
-            return self.decide_reserving(bucket, limit, cost).await;
-        }
-        if let Some(refused) = remote
-            .deny_cache
-            .as_ref()
-            .and_then(|c| c.check(bucket, limit, cost))
-        {
-            crate::observe::deny_cache_hit();
-            let mut refused = refused;
-            refused.let_shadow_through();
-            return Ok(refused);
-        }
-        // Boxed: awaited inline, the store's call and the deadline's timer make every check's
-        // future several times larger, even on a memory limiter, and moving it dominated the
-        // memory path (docs/benchmarks.md 7.3). One small allocation beside a network round
-        // trip is the cheaper side.
-        let asked: BoxedAnswer<'_, _> = Box::pin(self.through_store(
+        waiting.await
+    }
+
+    /// One call's question to the remote store, through the circuit and the deadline.
+    ///
+    /// Boxed: awaited inline, the store's call and the deadline's timer make every check's
+    /// future several times larger, even on a memory limiter, and moving it dominated the
+    /// memory path (docs/benchmarks.md 7.3). One small allocation beside a network round trip
+    /// is the cheaper side.
+    fn ask_store<'a>(
+        &'a self,
+        remote: &'a Remote,
+        bucket: &'a str,
+        limit: &'a Limit,
+        cost: u32,
+    ) -> BoxedAnswer<'a, Decision> {
+        Box::pin(self.through_store(
             remote,
             bucket,
-            |store| async move {
+            move |store| async move {
                 match store {
                     RemoteStore::Redis(s) => s.check(bucket, limit, cost).await,
                     RemoteStore::Custom(s) => s.check_dyn(bucket, limit, cost).await,
                 }
             },
-            |cache, decision, sent, now| cache.remember(bucket, decision, sent, now),
-            |guard| guard.decide(bucket, limit, cost, remote.deny_cache.as_deref()),
-        ));
-        let waiting = {
-            let mut decision = asked.await?;
-            if !must_wait(std::slice::from_mut(&mut decision)) {
-                return Ok(decision);
-            }
-            // The failure policy's fallback may have reserved.
-            self.wait_one(bucket, limit, cost, decision)
-        };
-        waiting.await
+            move |cache, decision, sent, now| cache.remember(bucket, decision, sent, now),
+            move |guard| guard.decide(bucket, limit, cost, remote.deny_cache.as_deref()),
+        ))
     }
 
     /// [`decide`](Self::decide) for several buckets at once, all or nothing; a call that
@@ -78,6 +87,15 @@ impl RateLimiter {
         if let [(bucket, limit, cost)] = checks {
             return Ok(vec![self.decide(bucket, limit, *cost).await?]);
         }
+        self.decide_together(checks).await
+    }
+
+    /// Several limits' decisions in one question, finished in one place: shadow mode, then
+    /// the wait of a call that reserved under any of them.
+    pub(super) async fn decide_together(
+        &self,
+        checks: &[(&str, &Limit, u32)],
+    ) -> Result<Vec<Decision>, Error> {
         let mut parts = self.decide_all_now(checks).await?;
         if must_wait(&mut parts) {
             Box::pin(self.wait_turn(checks, &mut parts)).await?;
@@ -85,13 +103,11 @@ impl RateLimiter {
         Ok(parts)
     }
 
-    pub(super) async fn decide_all_now(
-        &self,
-        checks: &[(&str, &Limit, u32)],
-    ) -> Result<Vec<Decision>, Error> {
+    async fn decide_all_now(&self, checks: &[(&str, &Limit, u32)]) -> Result<Vec<Decision>, Error> {
         let remote = match &self.inner.engine {
             Engine::Local(s) => return Ok(s.check_all_shared(checks, 1, false, None)),
             Engine::Remote(remote) => remote,
+            Engine::Unenabled => return Ok(self.inner.resilience.decide_all(checks, None)),
         };
         // The deny cache is not asked: it knows a refusal of one limit, and a combined answer
         // needs every limit's. It still learns from the refusals below. One circuit for the

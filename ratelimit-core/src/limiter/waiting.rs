@@ -12,12 +12,8 @@ impl RateLimiter {
         cost: u32,
     ) -> BoxedAnswer<'a, Decision> {
         Box::pin(async move {
-            let checks = [(bucket, limit, cost)];
-            let mut parts = self.decide_all_now(&checks).await?;
-            if must_wait(&mut parts) {
-                self.wait_turn(&checks, &mut parts).await?;
-            }
-            parts
+            self.decide_together(&[(bucket, limit, cost)])
+                .await?
                 .pop()
                 .ok_or_else(|| Error::BadReply("no decision".to_owned()))
         })
@@ -25,7 +21,7 @@ impl RateLimiter {
 
     /// [`wait_turn`](Self::wait_turn) for a call under one limit, boxed: only a call that
     /// waits carries the sleep's future, and the decision moves into the box.
-    pub(super) fn wait_one<'a>(
+    pub(crate) fn wait_one<'a>(
         &'a self,
         bucket: &'a str,
         limit: &'a Limit,
