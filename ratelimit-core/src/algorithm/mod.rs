@@ -1,4 +1,4 @@
-//! The algorithms beside the token bucket: each decision as a pure function in exact integer
+//! The algorithms, the token bucket included: each decision as a pure function in exact integer
 //! arithmetic, the Rust twin of one atomic Lua script in `scripts/`. [`Kernel`] picks one for
 //! a [`Limit`]; the memory store runs the twin and the Redis store the script. Each module
 //! also owns its state's stored form (`State::decode`, `State::encode`: what the script
@@ -6,7 +6,7 @@
 //! `testkit/tests/algorithms.rs` can hold every script to its twin on a real
 //! `redis-server`, and [`tools`](crate::tools) reads stored states with them.
 //!
-//! Shared rules, as for the token bucket (`bucket.rs`, `gcra.lua`):
+//! Shared rules:
 //! * the server's clock (`TIME`, in microseconds) decides, never a node's;
 //! * a refusal's `retry_after`, waited exactly with nothing else happening, admits the same
 //!   call; it is never early;
@@ -26,8 +26,8 @@ pub mod fixed_window;
 pub mod interval_bucket;
 pub mod sliding_log;
 pub mod sliding_window;
+pub mod token_bucket;
 
-use crate::limit::Params;
 use crate::{Algorithm, Limit, Refill};
 
 /// What a caller sees of one decision, and the state to store when it changed.
@@ -195,8 +195,8 @@ impl StateKind {
 /// A limit's arithmetic, with its exact integer parameters: one per algorithm (and refill).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kernel {
-    /// The token bucket refilled smoothly (GCRA): `bucket.rs`, `gcra.lua`.
-    Bucket(Params),
+    /// The token bucket refilled smoothly (GCRA).
+    Bucket(token_bucket::Params),
     /// The token bucket refilled at once each period.
     Interval(interval_bucket::IntervalParams),
     /// The fixed window.
@@ -223,7 +223,7 @@ impl Kernel {
             }
             StateKind::SlidingLog => WindowParams::of(limit).map(Kernel::Log),
         };
-        kernel.unwrap_or_else(|| Kernel::Bucket(limit.params()))
+        kernel.unwrap_or_else(|| Kernel::Bucket(token_bucket::Params::of(limit)))
     }
 }
 
@@ -243,7 +243,7 @@ impl Kernel {
             {
                 (1, ScriptArgs::new(&[p.interval, p.per_micro, p.tau, cost]))
             }
-            Kernel::Bucket(p) => (1, ScriptArgs::new(&crate::bucket::args(p, cost))),
+            Kernel::Bucket(p) => (1, ScriptArgs::new(&token_bucket::args(p, cost))),
             Kernel::Interval(p) => (2, ScriptArgs::new(&interval_bucket::args(p, cost))),
             Kernel::Fixed(p) => (3, ScriptArgs::new(&fixed_window::args(p, cost))),
             Kernel::Sliding(p) => (4, ScriptArgs::new(&sliding_window::args(p, cost))),

@@ -6,8 +6,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use hashbrown::DefaultHashBuilder;
 use hashbrown::HashTable;
 
-use crate::algorithm::{Kernel, Outcome};
-use crate::bucket;
+use crate::algorithm::{Kernel, Outcome, token_bucket};
 use crate::clock::{Clock, MonotonicClock};
 use crate::{Decision, Error, Limit, Store};
 
@@ -275,7 +274,7 @@ impl MemoryStore {
         let Kernel::Bucket(p) = (if instances <= 1 {
             Kernel::of(limit)
         } else {
-            Kernel::Bucket(limit.params().shared(instances, cost))
+            Kernel::Bucket(token_bucket::Params::of(limit).shared(instances, cost))
         }) else {
             return;
         };
@@ -287,7 +286,7 @@ impl MemoryStore {
         if let Ok(mut entry) = shard.table.find_entry(hash, |e| &*e.0 == key)
             && let Slot::Bucket(s) = &entry.get().1
         {
-            match bucket::give_back(now, Some(s.unpack()), p, u64::from(cost)) {
+            match token_bucket::give_back(now, Some(s.unpack()), p, u64::from(cost)) {
                 Some(state) => entry.get_mut().1 = Slot::Bucket(PackedBucket::pack(state)),
                 None => drop(entry.remove()),
             }
@@ -638,13 +637,13 @@ mod tests {
             ];
             let clock = ManualClock::new();
             let store = MemoryStore::with_clock(clock.clone());
-            let mut state: Option<bucket::State> = None;
+            let mut state: Option<token_bucket::State> = None;
             for (dt, cost, which) in steps {
                 clock.advance(Duration::from_micros(dt));
                 let limit = limits[which];
                 let cost = cost.min(limit.burst_capacity());
                 let now = clock.now_micros();
-                let o = bucket::decide(now, state, limit.params(), u64::from(cost));
+                let o = token_bucket::decide(now, state, token_bucket::Params::of(&limit), u64::from(cost));
                 if o.new_state.is_some() {
                     state = o.new_state;
                 }
@@ -661,7 +660,7 @@ mod tests {
             remainder in 0u64..(1 << 42),
             interval in 1u64..(1 << 56),
         ) {
-            let s = bucket::State {
+            let s = token_bucket::State {
                 expire_ms,
                 remainder: remainder % (1000 * per_micro),
                 per_micro,

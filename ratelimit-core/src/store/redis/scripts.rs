@@ -12,7 +12,7 @@ use crate::algorithm::{Kernel, fixed_window, interval_bucket, sliding_log, slidi
 use crate::{Decision, Error, Limit};
 
 /// The token bucket's script (GCRA, smooth refill).
-const GCRA_LUA: &str = crate::bucket::SCRIPT;
+const GCRA_LUA: &str = crate::algorithm::token_bucket::SCRIPT;
 
 /// The decision scripts, each hashed once per process.
 pub(super) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(GCRA_LUA));
