@@ -10,10 +10,7 @@ use ratelimit_vocab::limits;
 use crate::{Algorithm, Limit};
 
 /// The script, with the shared prelude, as Redis runs it.
-pub const SCRIPT: &str = concat!(
-    include_str!("../scripts/prelude.lua"),
-    include_str!("../scripts/gcra.lua")
-);
+pub const SCRIPT: &str = super::StateKind::TokenBucket.script();
 
 /// The bucket arithmetic in "fine units" of `1 / per_micro` microseconds, chosen so that the
 /// time one token takes is an exact integer. Shared by the Lua script (as its arguments) and
