@@ -271,11 +271,7 @@ impl MemoryStore {
     /// decided it. Only a token bucket (or leaky bucket) reserves; anything else is left as it
     /// is.
     pub(crate) fn give_back(&self, key: &str, limit: &Limit, cost: u32, instances: u32) {
-        let Kernel::Bucket(p) = (if instances <= 1 {
-            Kernel::of(limit)
-        } else {
-            Kernel::Bucket(token_bucket::Params::of(limit).shared(instances, cost))
-        }) else {
+        let (Kernel::Bucket(p), _) = share_kernel(limit, cost, instances, None) else {
             return;
         };
         let key = key.as_bytes();
@@ -643,7 +639,8 @@ mod tests {
                 let limit = limits[which];
                 let cost = cost.min(limit.burst_capacity());
                 let now = clock.now_micros();
-                let o = token_bucket::decide(now, state, token_bucket::Params::of(&limit), u64::from(cost));
+                let p = token_bucket::Params::of(&limit);
+                let o = token_bucket::decide(now, state, p, u64::from(cost));
                 if o.new_state.is_some() {
                     state = o.new_state;
                 }
