@@ -63,7 +63,7 @@ impl Known {
     /// answered plus what has refilled since, and no more than the time to full allows. Both
     /// are upper bounds (other instances can only have taken more since), so a fallback that
     /// starts here never admits what the store had already spent.
-    pub(crate) fn held(&self, p: &crate::limit::Params, now: Instant) -> u64 {
+    pub(crate) fn held(&self, p: &crate::algorithm::token_bucket::Params, now: Instant) -> u64 {
         let fine = |d: Duration| {
             u64::try_from(d.as_micros())
                 .unwrap_or(u64::MAX)
@@ -374,7 +374,7 @@ mod tests {
     fn what_was_left_is_known_until_the_bucket_is_full_again() {
         let cache = DenyCache::new(100);
         let limit = Limit::per_minute(6).burst(6);
-        let p = limit.params();
+        let p = crate::algorithm::token_bucket::Params::of(&limit);
         let now = Instant::now();
         let admitted = Decision::new(true, 2, limit, 1, Duration::ZERO, Duration::from_secs(40));
         cache.remember("b", &admitted, now, now);

@@ -20,7 +20,6 @@
 #[doc(hidden)]
 pub mod __private;
 mod algorithm;
-mod bucket;
 mod client_ip;
 pub mod clock;
 mod context;

@@ -363,7 +363,7 @@ impl Resilience {
 /// limit's token bucket.
 fn held(known: Option<&DenyCache>, bucket: &str, limit: &Limit, now: Instant) -> Option<u64> {
     let known = known?.known(bucket, limit, now)?;
-    Some(known.held(&limit.params(), now))
+    Some(known.held(&crate::algorithm::token_bucket::Params::of(limit), now))
 }
 
 #[cfg(test)]

@@ -93,7 +93,7 @@ pub fn instances_key(prefix: &str) -> String {
 pub mod scripts {
     /// The token bucket (GCRA, also the leaky bucket): `gcra.lua`; its arguments are
     /// [`token_bucket::args`](super::algorithms::token_bucket::args).
-    pub const TOKEN_BUCKET: &str = crate::bucket::SCRIPT;
+    pub const TOKEN_BUCKET: &str = crate::algorithm::token_bucket::SCRIPT;
     /// The token bucket refilled at once each period.
     pub const INTERVAL_BUCKET: &str = crate::algorithm::interval_bucket::SCRIPT;
     /// The fixed window.
@@ -132,17 +132,6 @@ pub mod scripts {
 pub mod algorithms {
     pub use crate::algorithm::{
         Outcome, WindowParams, fixed_window, interval_bucket, sliding_log, sliding_window,
+        token_bucket,
     };
-
-    /// The token bucket (GCRA, refilled smoothly; also the leaky bucket).
-    pub mod token_bucket {
-        pub use crate::bucket::{SCRIPT, State, args, decide};
-        pub use crate::limit::Params;
-
-        /// The script's parameters for `limit` (a smooth refill), in fine units.
-        #[must_use]
-        pub const fn params(limit: &crate::Limit) -> Params {
-            limit.params()
-        }
-    }
 }

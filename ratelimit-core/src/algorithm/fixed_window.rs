@@ -9,10 +9,7 @@
 use super::{Outcome, WindowParams, next_boundary};
 
 /// The script, with the shared prelude, as Redis runs it.
-pub const SCRIPT: &str = concat!(
-    include_str!("../scripts/prelude.lua"),
-    include_str!("../scripts/fixed_window.lua")
-);
+pub const SCRIPT: &str = super::StateKind::FixedWindow.script();
 
 /// The script's `ARGV` for a call of `cost` tokens.
 pub fn args(p: WindowParams, cost: u64) -> [u64; 3] {

@@ -15,10 +15,7 @@ use super::{Outcome, next_boundary};
 use crate::Limit;
 
 /// The script, with the shared prelude, as Redis runs it.
-pub const SCRIPT: &str = concat!(
-    include_str!("../scripts/prelude.lua"),
-    include_str!("../scripts/interval_bucket.lua")
-);
+pub const SCRIPT: &str = super::StateKind::IntervalBucket.script();
 
 /// A bucket of `burst` tokens, `replenish` of them added every `period_us`, `initial` in a
 /// bucket the store does not hold.

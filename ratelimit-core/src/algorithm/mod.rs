@@ -1,4 +1,4 @@
-//! The algorithms beside the token bucket: each decision as a pure function in exact integer
+//! The algorithms, the token bucket included: each decision as a pure function in exact integer
 //! arithmetic, the Rust twin of one atomic Lua script in `scripts/`. [`Kernel`] picks one for
 //! a [`Limit`]; the memory store runs the twin and the Redis store the script. Each module
 //! also owns its state's stored form (`State::decode`, `State::encode`: what the script
@@ -6,7 +6,7 @@
 //! `testkit/tests/algorithms.rs` can hold every script to its twin on a real
 //! `redis-server`, and [`tools`](crate::tools) reads stored states with them.
 //!
-//! Shared rules, as for the token bucket (`bucket.rs`, `gcra.lua`):
+//! Shared rules:
 //! * the server's clock (`TIME`, in microseconds) decides, never a node's;
 //! * a refusal's `retry_after`, waited exactly with nothing else happening, admits the same
 //!   call; it is never early;
@@ -24,11 +24,15 @@
 
 pub mod fixed_window;
 pub mod interval_bucket;
+mod kind;
 pub mod sliding_log;
 pub mod sliding_window;
+pub mod token_bucket;
 
-use crate::limit::Params;
-use crate::{Algorithm, Limit, Refill};
+pub use kind::StateKind;
+pub(crate) use kind::{BATCH_SCRIPT, MULTI_SCRIPT};
+
+use crate::Limit;
 
 /// What a caller sees of one decision, and the state to store when it changed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -117,86 +121,11 @@ impl Outcome<()> {
     }
 }
 
-/// Which script's state a key holds: the algorithms, with the token bucket's two refills
-/// apart (their states differ) and the leaky bucket with the token bucket (they share one).
-/// Public as [`tools::StateKind`](crate::tools::StateKind).
-///
-/// ```
-/// use ratelimit_core::tools::{StateKind, Stored, StoredValue};
-/// use ratelimit_core::{Algorithm, Limit, Refill};
-///
-/// let leaky = Limit::per_second(3).algorithm(Algorithm::LeakyBucket);
-/// assert_eq!(StateKind::of(&leaky), StateKind::TokenBucket);
-/// assert_eq!(
-///     StateKind::from_parts(Algorithm::TokenBucket, Refill::Interval),
-///     StateKind::IntervalBucket
-/// );
-/// assert_eq!(StateKind::SlidingWindow.name(), "sliding_window");
-///
-/// // `window:previous:current` can only be a sliding window's.
-/// let stored = Stored::new(0, StoredValue::Text("3:1:2".to_owned()), Some(9_000));
-/// assert_eq!(StateKind::guess(&stored), Some((StateKind::SlidingWindow, true)));
-/// ```
-#[non_exhaustive]
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum StateKind {
-    /// GCRA: the token bucket refilled smoothly, and the leaky bucket.
-    TokenBucket,
-    /// The token bucket refilled at once each period.
-    IntervalBucket,
-    /// The fixed window.
-    FixedWindow,
-    /// The sliding window.
-    SlidingWindow,
-    /// The sliding log.
-    SlidingLog,
-}
-
-impl StateKind {
-    /// The state `algorithm` keeps with `refill`.
-    #[must_use]
-    pub const fn from_parts(algorithm: Algorithm, refill: Refill) -> StateKind {
-        match (algorithm, refill) {
-            (Algorithm::TokenBucket, Refill::Interval) => StateKind::IntervalBucket,
-            (Algorithm::FixedWindow, _) => StateKind::FixedWindow,
-            (Algorithm::SlidingWindow, _) => StateKind::SlidingWindow,
-            (Algorithm::SlidingLog, _) => StateKind::SlidingLog,
-            // The leaky bucket refills smoothly: GCRA's state.
-            (Algorithm::TokenBucket | Algorithm::LeakyBucket, _) => StateKind::TokenBucket,
-        }
-    }
-
-    /// The state `limit`'s script reads and writes, as the limiter picks the script.
-    #[must_use]
-    pub fn of(limit: &Limit) -> StateKind {
-        match Kernel::of(limit) {
-            Kernel::Bucket(_) => StateKind::TokenBucket,
-            Kernel::Interval(_) => StateKind::IntervalBucket,
-            Kernel::Fixed(_) => StateKind::FixedWindow,
-            Kernel::Sliding(_) => StateKind::SlidingWindow,
-            Kernel::Log(_) => StateKind::SlidingLog,
-        }
-    }
-
-    /// Its name in `snake_case`: `token_bucket`, `interval_bucket`, `fixed_window`,
-    /// `sliding_window`, `sliding_log`.
-    #[must_use]
-    pub const fn name(self) -> &'static str {
-        match self {
-            StateKind::TokenBucket => "token_bucket",
-            StateKind::IntervalBucket => "interval_bucket",
-            StateKind::FixedWindow => "fixed_window",
-            StateKind::SlidingWindow => "sliding_window",
-            StateKind::SlidingLog => "sliding_log",
-        }
-    }
-}
-
 /// A limit's arithmetic, with its exact integer parameters: one per algorithm (and refill).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Kernel {
-    /// The token bucket refilled smoothly (GCRA): `bucket.rs`, `gcra.lua`.
-    Bucket(Params),
+    /// The token bucket refilled smoothly (GCRA).
+    Bucket(token_bucket::Params),
     /// The token bucket refilled at once each period.
     Interval(interval_bucket::IntervalParams),
     /// The fixed window.
@@ -223,16 +152,27 @@ impl Kernel {
             }
             StateKind::SlidingLog => WindowParams::of(limit).map(Kernel::Log),
         };
-        kernel.unwrap_or_else(|| Kernel::Bucket(limit.params()))
+        kernel.unwrap_or_else(|| Kernel::Bucket(token_bucket::Params::of(limit)))
     }
 }
 
 impl Kernel {
-    /// The number `multi.lua` knows this kernel's script by, and the script's arguments for
-    /// a call of `cost` (the same its own script takes).
-    pub(crate) fn script_args(self, cost: u64) -> (u8, ScriptArgs) {
+    /// The kind of state its script keeps.
+    pub(crate) const fn kind(self) -> StateKind {
         match self {
-            // A call that does not wait on a token bucket's own hold leaves the last three out:
+            Kernel::Bucket(_) => StateKind::TokenBucket,
+            Kernel::Interval(_) => StateKind::IntervalBucket,
+            Kernel::Fixed(_) => StateKind::FixedWindow,
+            Kernel::Sliding(_) => StateKind::SlidingWindow,
+            Kernel::Log(_) => StateKind::SlidingLog,
+        }
+    }
+
+    /// Its script's arguments for a call of `cost` (those its kind's script takes alone, and
+    /// `multi.lua` after the kind's id).
+    pub(crate) fn script_args(self, cost: u64) -> ScriptArgs {
+        match self {
+            // A call that does not wait on a token bucket's own hold leaves the last four out:
             // the script defaults them (`hold` to what it computes, as `hold_for` does).
             Kernel::Bucket(p)
                 if p.absent == 0
@@ -241,13 +181,13 @@ impl Kernel {
                     && p.hold
                         == ratelimit_vocab::limits::hold_for(p.tau.into(), p.per_micro.into()) =>
             {
-                (1, ScriptArgs::new(&[p.interval, p.per_micro, p.tau, cost]))
+                ScriptArgs::new(&[p.interval, p.per_micro, p.tau, cost])
             }
-            Kernel::Bucket(p) => (1, ScriptArgs::new(&crate::bucket::args(p, cost))),
-            Kernel::Interval(p) => (2, ScriptArgs::new(&interval_bucket::args(p, cost))),
-            Kernel::Fixed(p) => (3, ScriptArgs::new(&fixed_window::args(p, cost))),
-            Kernel::Sliding(p) => (4, ScriptArgs::new(&sliding_window::args(p, cost))),
-            Kernel::Log(p) => (5, ScriptArgs::new(&sliding_log::args(p, cost))),
+            Kernel::Bucket(p) => ScriptArgs::new(&token_bucket::args(p, cost)),
+            Kernel::Interval(p) => ScriptArgs::new(&interval_bucket::args(p, cost)),
+            Kernel::Fixed(p) => ScriptArgs::new(&fixed_window::args(p, cost)),
+            Kernel::Sliding(p) => ScriptArgs::new(&sliding_window::args(p, cost)),
+            Kernel::Log(p) => ScriptArgs::new(&sliding_log::args(p, cost)),
         }
     }
 }
@@ -273,40 +213,6 @@ impl ScriptArgs {
         &self.values[..self.len]
     }
 }
-
-/// A script made of every algorithm's script as a function, numbered as
-/// [`Kernel::script_args`] numbers them, the functions that decide one call's limits
-/// together (`call.lua`), and `$main`. The flag lets a Redis Cluster node run it on keys of
-/// several slots that it serves.
-macro_rules! with_algorithms {
-    ($main:literal) => {
-        concat!(
-            "#!lua flags=allow-cross-slot-keys\n",
-            include_str!("../scripts/prelude.lua"),
-            include_str!("../scripts/multi_head.lua"),
-            "ALGORITHMS[1] = function(KEYS, ARGV, redis)\n",
-            include_str!("../scripts/gcra.lua"),
-            "end\nALGORITHMS[2] = function(KEYS, ARGV, redis)\n",
-            include_str!("../scripts/interval_bucket.lua"),
-            "end\nALGORITHMS[3] = function(KEYS, ARGV, redis)\n",
-            include_str!("../scripts/fixed_window.lua"),
-            "end\nALGORITHMS[4] = function(KEYS, ARGV, redis)\n",
-            include_str!("../scripts/sliding_window.lua"),
-            "end\nALGORITHMS[5] = function(KEYS, ARGV, redis)\n",
-            include_str!("../scripts/sliding_log.lua"),
-            "end\n",
-            include_str!("../scripts/call.lua"),
-            include_str!($main),
-        )
-    };
-}
-
-/// Several limits of one call in one script (see `multi.lua`).
-pub(crate) const MULTI_SCRIPT: &str = with_algorithms!("../scripts/multi.lua");
-
-/// Several independent calls bound for one node in one script, each decided as if alone (see
-/// `batch.lua`): how concurrent calls are coalesced.
-pub(crate) const BATCH_SCRIPT: &str = with_algorithms!("../scripts/batch.lua");
 
 /// Whether `v` matches `^%d+$`.
 fn all_digits(v: &str) -> bool {

@@ -11,10 +11,7 @@
 use super::{Outcome, WindowParams};
 
 /// The script, with the shared prelude, as Redis runs it.
-pub const SCRIPT: &str = concat!(
-    include_str!("../scripts/prelude.lua"),
-    include_str!("../scripts/sliding_log.lua")
-);
+pub const SCRIPT: &str = super::StateKind::SlidingLog.script();
 
 /// The script's `ARGV` for a call of `cost` tokens.
 pub fn args(p: WindowParams, cost: u64) -> [u64; 3] {

@@ -12,10 +12,7 @@ use super::{Outcome, WindowParams};
 use crate::Limit;
 
 /// The script, with the shared prelude, as Redis runs it.
-pub const SCRIPT: &str = concat!(
-    include_str!("../scripts/prelude.lua"),
-    include_str!("../scripts/sliding_window.lua")
-);
+pub const SCRIPT: &str = super::StateKind::SlidingWindow.script();
 
 /// A sliding window's limit: a window whose weighted count, `limit x period in ticks`, is
 /// exact in Lua (below 2^49: a daily window of up to about 6.5 million tokens).

@@ -9,11 +9,9 @@ use ratelimit_vocab::limits::{self, Parts, Problem};
 use crate::FailurePolicy;
 
 mod invalid;
-mod params;
 mod words;
 
 pub use invalid::InvalidLimit;
-pub use params::Params;
 pub(crate) use words::deserialize_named;
 pub use words::{Algorithm, Refill, Unit, UnknownAlgorithm, UnknownRefill, UnknownUnit};
 
@@ -597,49 +595,6 @@ impl Limit {
         #[allow(clippy::cast_possible_truncation)]
         Duration::from_nanos(nanos as u64)
     }
-
-    /// The exact integer parameters of the token-bucket arithmetic (smooth refill), with the
-    /// limit's initial fill and its reservations: a leaky bucket is a token bucket of one token
-    /// whose calls reserve up to `burst` intervals ahead.
-    pub(crate) const fn params(&self) -> Params {
-        let (interval, per_micro) = limits::fine(self.replenish.get(), self.period_us);
-        let burst = self.burst.get() as u64;
-        let asked = if self.wait_us == NO_WAIT {
-            u64::MAX
-        } else {
-            // Bounded by `hold` when the limit was built.
-            self.wait_us * per_micro
-        };
-        // From the fine units above: `hold` again would compute them twice on every call.
-        let hold = limits::hold_for(
-            interval as u128 * self.burst.get() as u128,
-            per_micro as u128,
-        );
-        if matches!(self.algorithm, Algorithm::LeakyBucket) {
-            let queue = burst * interval;
-            return Params {
-                interval,
-                per_micro,
-                tau: interval,
-                absent: 0,
-                forgotten: 0,
-                reach: if asked < queue { asked } else { queue },
-                hold: if hold > queue { hold } else { queue },
-                queue: true,
-            };
-        }
-        let absent = (burst - self.initial_tokens() as u64) * interval;
-        Params {
-            interval,
-            per_micro,
-            tau: interval * burst,
-            absent,
-            forgotten: absent,
-            reach: if asked == u64::MAX { 0 } else { asked },
-            hold,
-            queue: false,
-        }
-    }
 }
 
 impl fmt::Display for Limit {
@@ -695,76 +650,14 @@ mod tests {
     }
 
     #[test]
-    fn shares_divide_rate_and_burst() {
-        let p = Limit::per_second(10).burst(9).params();
-        let s = p.shared(3, 1);
-        assert_eq!(s.interval, 3 * p.interval);
-        assert_eq!(s.tau / s.interval, 3);
-        assert_eq!(s.absent, 0, "an absent bucket holds the whole share");
-        assert_eq!(p.shared(1, 9), p);
-        // 100 instances share a burst of 9: 0.09 tokens each, no token from nothing.
-        let s = p.shared(100, 1);
-        assert_eq!(s.tau, s.interval, "room for one call");
+    fn an_initial_fill_above_the_burst_is_an_error() {
         assert_eq!(
-            s.tau - s.absent,
-            p.tau,
-            "but an absent bucket holds 9/100 of a token"
-        );
-    }
-
-    #[test]
-    fn shares_keep_the_initial_fill() {
-        let empty = Limit::per_second(10).initial(0).params();
-        for n in [1, 2, 7] {
-            let s = empty.shared(n, 1);
-            assert_eq!(
-                s.absent, s.tau,
-                "{n} instances: an absent share starts empty too"
-            );
-        }
-        let three = Limit::per_second(10).initial(3).params().shared(2, 1);
-        // 3 of 10 tokens in all, so 1.5 of each instance's 5: 1.5 share intervals.
-        assert_eq!(2 * (three.tau - three.absent), 3 * three.interval);
-    }
-
-    #[test]
-    fn an_initial_fill_starts_an_absent_bucket_below_full() {
-        let limit = Limit::per_second(2).burst(10);
-        let p = limit.initial(3).params();
-        assert_eq!(p.absent, 7 * p.interval);
-        assert_eq!(limit.initial(10).params(), limit.params());
-        assert_eq!(
-            limit.try_initial(Some(11)),
+            Limit::per_second(2).burst(10).try_initial(Some(11)),
             Err(InvalidLimit::InitialAboveBurst {
                 initial: 11,
                 burst: 10
             })
         );
-        // Three calls pass at once, the fourth waits for a token (0.5 s); an empty start waits
-        // for the first.
-        let mut state = None;
-        for remaining in [2, 1, 0] {
-            let o = crate::bucket::decide(0, state, p, 1);
-            assert_eq!((o.allowed, o.remaining), (true, remaining));
-            state = o.new_state;
-        }
-        let refused = crate::bucket::decide(0, state, p, 1);
-        assert_eq!((refused.allowed, refused.retry_after_us), (false, 500_000));
-        let empty = crate::bucket::decide(0, None, limit.initial(0).params(), 1);
-        assert_eq!((empty.allowed, empty.retry_after_us), (false, 500_000));
-        assert!(
-            empty.new_state.is_some(),
-            "stored, so that waiting 0.5 s is admitted"
-        );
-    }
-
-    #[test]
-    fn params_are_exact_integers() {
-        let p = Limit::per_second(3).params();
-        assert_eq!((p.interval, p.per_micro, p.tau), (1_000_000, 3, 3_000_000));
-        let p = Limit::per_minute(3).burst(300).params();
-        assert_eq!((p.interval, p.per_micro), (20_000_000, 1));
-        assert_eq!(p.tau, 300 * 20_000_000);
     }
 
     #[test]

@@ -1,5 +1,6 @@
--- One call's limits: `n` specs from ARGV[at] on (each: its algorithm, plus 8 in shadow mode;
--- the number of its arguments; the arguments). Returns the specs and the position after them.
+-- One call's limits: `n` specs from ARGV[at] on (each: its algorithm's id, plus 8 in shadow
+-- mode; the number of its arguments; the arguments). Returns the specs and the position after
+-- them.
 local function parse(n, at)
   local specs = {}
   for i = 1, n do
@@ -13,7 +14,7 @@ local function parse(n, at)
     -- Where the cost is among the arguments: fourth for the token bucket (an initial fill
     -- may follow it), last for the others.
     local cost_at = count
-    if algorithm == 1 then cost_at = 4 end
+    if algorithm == TOKEN_BUCKET then cost_at = 4 end
     specs[i] = {algorithm, args, cost_at, shadow}
   end
   return specs, at
@@ -39,10 +40,10 @@ local function decide(mode, keys, specs, reserved_at)
     for i = 1, n do
       local algorithm, args, key = specs[i][1], specs[i][2], keys[i]
       local cost = tonumber(args[specs[i][3]])
-      if algorithm == 1 or algorithm == 2 then
+      if algorithm == TOKEN_BUCKET or algorithm == INTERVAL_BUCKET then
         -- A bucket whose key is gone is full (or forgotten): nothing to give back.
         if real.call('EXISTS', key) == 1 then run(i, -cost, real) end
-      elseif algorithm == 3 then
+      elseif algorithm == FIXED_WINDOW then
         local period = tonumber(args[2])
         local window = div_floor(reserved_at, period)
         local got = real.call('GET', key)
@@ -55,7 +56,7 @@ local function decide(mode, keys, specs, reserved_at)
             real.call('DEL', key)
           end
         end
-      elseif algorithm == 4 then
+      elseif algorithm == SLIDING_WINDOW then
         local window = div_floor(reserved_at, tonumber(args[2]))
         local got = real.call('GET', key)
         if type(got) == 'string' then
@@ -67,7 +68,7 @@ local function decide(mode, keys, specs, reserved_at)
             real.call('SET', key, int(w) .. ':' .. int(p) .. ':' .. int(c), 'KEEPTTL')
           end
         end
-      elseif algorithm == 5 then
+      elseif algorithm == SLIDING_LOG then
         -- The tokens reserved are `cost` entries at the instant of the reservation; any
         -- entries of that instant are the same tokens.
         local taken = real.call('ZRANGE', key, int(reserved_at), int(reserved_at), 'BYSCORE',

@@ -95,7 +95,7 @@ local function write_value(r)
 end
 
 -- What a bucket owing `owed` fine units of `unit` at `iv` per token owes under this limit,
--- rounded towards empty (bucket.rs's `convert`, operation for operation): the same tokens at
+-- rounded towards empty (token_bucket.rs's `convert`, operation for operation): the same tokens at
 -- this limit's interval, the fraction of one in doubles plus one fine unit for their
 -- rounding. Tokens beyond the burst (reservations, a lower burst) stay owed up to `hold`;
 -- more than that, or anything beyond what a limit could write (2^52, a clock stepped back),

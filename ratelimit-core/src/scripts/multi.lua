@@ -11,10 +11,9 @@
 --           node refuses declared keys of several slots, while the allow-cross-slot-keys flag
 --           lets the script reach keys of any slot the node serves (and a key it does not
 --           serve fails the script before anything is written).
--- then, per limit: its algorithm (1 token bucket, 2 interval bucket, 3 fixed window,
---           4 sliding window, 5 sliding log; plus 8 for a limit in shadow mode, whose refusal
---           does not refuse the call), the number of its arguments, and those arguments as
---           its own script takes them
+-- then, per limit: its algorithm's id (`StateKind` in algorithm/kind.rs; plus 8 for a limit
+--           in shadow mode, whose refusal does not refuse the call), the number of its
+--           arguments, and those arguments as its own script takes them
 -- then, in mode 3 only: the server time (us) at which mode 1 reserved
 -- Returns each limit's {allowed, remaining, retry_after us, reset_after us}, one after the
 -- other, then the server time (us). A limit that admits a call another limit refused says so

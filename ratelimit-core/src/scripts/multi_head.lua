@@ -19,4 +19,7 @@ local function deferring(pending)
     end,
   }, {__index = real})
 end
+-- Every algorithm's script as a function of its own KEYS, ARGV and `redis`, under its id:
+-- the locals TOKEN_BUCKET, INTERVAL_BUCKET, FIXED_WINDOW, SLIDING_WINDOW and SLIDING_LOG, set
+-- before this file from the one list of them (algorithm/kind.rs).
 local ALGORITHMS = {}

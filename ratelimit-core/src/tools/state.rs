@@ -9,8 +9,9 @@ use redis::Value;
 
 use crate::algorithm::{
     Kernel, MAX_TIME_US, Outcome, StateKind, fixed_window, interval_bucket, sliding_window,
+    token_bucket,
 };
-use crate::{Error, Limit, bucket};
+use crate::{Error, Limit};
 
 /// The script that reads one bucket key as the decision scripts left it, writing nothing
 /// (`#!lua flags=no-writes`: a replica may run it). `KEYS[1]` is the bucket; `ARGV[1]` is
@@ -161,7 +162,7 @@ impl StateKind {
     #[must_use]
     pub fn guess(stored: &Stored) -> Option<(StateKind, bool)> {
         let expire_ms = stored.expire_ms.unwrap_or(0);
-        let gcra = |v: &str| bucket::State::decode(v, expire_ms).is_some();
+        let gcra = |v: &str| token_bucket::State::decode(v, expire_ms).is_some();
         match &stored.value {
             StoredValue::Absent | StoredValue::Other(_) => None,
             StoredValue::Scores(_) | StoredValue::Count(_) => Some((StateKind::SlidingLog, true)),
@@ -255,7 +256,7 @@ pub enum Decoded {
 /// What one algorithm's script reads from a key: its twin's state.
 #[derive(Debug, Clone, PartialEq)]
 enum Held {
-    TokenBucket(bucket::State),
+    TokenBucket(token_bucket::State),
     IntervalBucket(interval_bucket::State),
     FixedWindow(fixed_window::State),
     SlidingWindow(sliding_window::State),
@@ -276,7 +277,7 @@ fn held(stored: &Stored, kind: StateKind) -> Result<Option<Held>, ()> {
     let held = match (&stored.value, kind) {
         (StoredValue::Absent, _) => return Ok(None),
         (StoredValue::Text(v), StateKind::TokenBucket) => {
-            bucket::State::decode(v, expiry?).map(Held::TokenBucket)
+            token_bucket::State::decode(v, expiry?).map(Held::TokenBucket)
         }
         (StoredValue::Text(v), StateKind::IntervalBucket) => {
             interval_bucket::State::decode(v, expiry?).map(Held::IntervalBucket)
@@ -445,9 +446,9 @@ pub fn peek(limit: &Limit, cost: u32, stored: &Stored) -> Result<Peek, Undecidab
     let held = held(stored, StateKind::of(limit)).map_err(|()| Undecidable::Foreign)?;
     let (now, c) = (stored.now_us, u64::from(cost));
     let outcome = match (Kernel::of(limit), held) {
-        (Kernel::Bucket(p), None) => Outcome::peek(|c| bucket::decide(now, None, p, c), c),
+        (Kernel::Bucket(p), None) => Outcome::peek(|c| token_bucket::decide(now, None, p, c), c),
         (Kernel::Bucket(p), Some(Held::TokenBucket(s))) => {
-            Outcome::peek(|c| bucket::decide(now, Some(s), p, c), c)
+            Outcome::peek(|c| token_bucket::decide(now, Some(s), p, c), c)
         }
         (Kernel::Interval(p), s) => {
             let s = match s {
@@ -504,8 +505,9 @@ mod tests {
 
     #[test]
     fn gcra_values_read_as_the_script_reads_them() {
-        let read =
-            |v: &str| bucket::State::decode(v, 5).map(|s| (s.remainder, s.per_micro, s.interval));
+        let read = |v: &str| {
+            token_bucket::State::decode(v, 5).map(|s| (s.remainder, s.per_micro, s.interval))
+        };
         // interval 20_000_000 us (3 per minute), remainder 417.
         assert_eq!(read("20000000417"), Some((417, 1, 20_000_000)));
         // 3 per second: interval 1_000_000 fine units of 1/3 us, d = 3 (k = 1): the interval,
@@ -526,7 +528,7 @@ mod tests {
         assert_eq!(read("-1000000300030"), None);
         // What is decoded encodes back to the same text.
         for v in ["20000000417", "-1000000123430"] {
-            assert_eq!(bucket::State::decode(v, 5).unwrap().encode(), v);
+            assert_eq!(token_bucket::State::decode(v, 5).unwrap().encode(), v);
         }
     }
 
@@ -652,8 +654,8 @@ mod tests {
         );
 
         let limit = Limit::per_second(7);
-        let p = limit.params();
-        let s = bucket::decide(now, None, p, 3).new_state.unwrap();
+        let p = token_bucket::Params::of(&limit);
+        let s = token_bucket::decide(now, None, p, 3).new_state.unwrap();
         let read = Stored::new(now, StoredValue::Text(s.encode()), Some(s.expire_ms));
         assert_eq!(
             held(&read, StateKind::of(&limit)),

@@ -6,8 +6,7 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use hashbrown::DefaultHashBuilder;
 use hashbrown::HashTable;
 
-use crate::algorithm::{Kernel, Outcome};
-use crate::bucket;
+use crate::algorithm::{Kernel, Outcome, token_bucket};
 use crate::clock::{Clock, MonotonicClock};
 use crate::{Decision, Error, Limit, Store};
 
@@ -272,11 +271,7 @@ impl MemoryStore {
     /// decided it. Only a token bucket (or leaky bucket) reserves; anything else is left as it
     /// is.
     pub(crate) fn give_back(&self, key: &str, limit: &Limit, cost: u32, instances: u32) {
-        let Kernel::Bucket(p) = (if instances <= 1 {
-            Kernel::of(limit)
-        } else {
-            Kernel::Bucket(limit.params().shared(instances, cost))
-        }) else {
+        let (Kernel::Bucket(p), _) = share_kernel(limit, cost, instances, None) else {
             return;
         };
         let key = key.as_bytes();
@@ -287,7 +282,7 @@ impl MemoryStore {
         if let Ok(mut entry) = shard.table.find_entry(hash, |e| &*e.0 == key)
             && let Slot::Bucket(s) = &entry.get().1
         {
-            match bucket::give_back(now, Some(s.unpack()), p, u64::from(cost)) {
+            match token_bucket::give_back(now, Some(s.unpack()), p, u64::from(cost)) {
                 Some(state) => entry.get_mut().1 = Slot::Bucket(PackedBucket::pack(state)),
                 None => drop(entry.remove()),
             }
@@ -638,13 +633,14 @@ mod tests {
             ];
             let clock = ManualClock::new();
             let store = MemoryStore::with_clock(clock.clone());
-            let mut state: Option<bucket::State> = None;
+            let mut state: Option<token_bucket::State> = None;
             for (dt, cost, which) in steps {
                 clock.advance(Duration::from_micros(dt));
                 let limit = limits[which];
                 let cost = cost.min(limit.burst_capacity());
                 let now = clock.now_micros();
-                let o = bucket::decide(now, state, limit.params(), u64::from(cost));
+                let p = token_bucket::Params::of(&limit);
+                let o = token_bucket::decide(now, state, p, u64::from(cost));
                 if o.new_state.is_some() {
                     state = o.new_state;
                 }
@@ -661,7 +657,7 @@ mod tests {
             remainder in 0u64..(1 << 42),
             interval in 1u64..(1 << 56),
         ) {
-            let s = bucket::State {
+            let s = token_bucket::State {
                 expire_ms,
                 remainder: remainder % (1000 * per_micro),
                 per_micro,

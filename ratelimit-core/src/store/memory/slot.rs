@@ -5,10 +5,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::Limit;
+use crate::algorithm::token_bucket::{self, Params};
 use crate::algorithm::{Kernel, Outcome};
 use crate::algorithm::{fixed_window, interval_bucket, sliding_log, sliding_window};
-use crate::bucket;
-use crate::limit::Params;
 
 /// One bucket: its key and its state, in one cache line when the key is short (most are): a
 /// lookup then reads one line, where a key on the heap costs a second, dependent miss.
@@ -74,7 +73,7 @@ pub(super) enum Slot {
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 24);
 
-/// A [`bucket::State`] laid out for [`Slot`], in 24 bytes with the tag byte last: the instant
+/// A [`token_bucket::State`] laid out for [`Slot`], in 24 bytes with the tag byte last: the instant
 /// the bucket is full again as whole microseconds rounded up (`tat_us`) less `frac` fine units
 /// (below `per_micro`); the fine unit in 32 bits (it is `replenish / gcd(period, replenish)`,
 /// so it always fits); and the interval in 56 bits (a limit's is below 2^51, a fallback
@@ -106,7 +105,7 @@ pub(super) enum BucketTag {
 impl PackedBucket {
     #[inline]
     #[allow(clippy::cast_possible_truncation)]
-    pub(super) fn pack(s: bucket::State) -> PackedBucket {
+    pub(super) fn pack(s: token_bucket::State) -> PackedBucket {
         let d = s.per_micro.max(1);
         // The expiry is the full instant rounded up to the millisecond, and the remainder is
         // below 1000 * d: so the full instant in microseconds, rounded up, and its fraction.
@@ -130,16 +129,16 @@ impl PackedBucket {
     }
 
     #[inline]
-    pub(super) fn unpack(&self) -> bucket::State {
+    pub(super) fn unpack(&self) -> token_bucket::State {
         self.unpack_at(self.tat_us.load(Ordering::Acquire))
     }
 
     /// The state, with `tat_us` as given (read once by the caller).
     #[inline]
-    pub(super) fn unpack_at(&self, tat_us: u64) -> bucket::State {
+    pub(super) fn unpack_at(&self, tat_us: u64) -> token_bucket::State {
         let d = u64::from(self.per_micro);
         let expire_ms = tat_us.div_ceil(1000);
-        bucket::State {
+        token_bucket::State {
             expire_ms,
             remainder: expire_ms.saturating_mul(1000).saturating_sub(tat_us) * d
                 + u64::from(self.frac),
@@ -158,7 +157,7 @@ impl PackedBucket {
     /// Decides a call under the shard's shared lock, the common case: the state is in whole
     /// microseconds and was written under `p`, so a decision changes `tat_us` alone, which a
     /// compare-and-swap commits (retried on the state another call left). The same decision
-    /// as under the exclusive lock: [`bucket::decide`] on the same state. `None` when the
+    /// as under the exclusive lock: [`token_bucket::decide`] on the same state. `None` when the
     /// state is in other terms (the caller takes the exclusive lock).
     #[inline]
     pub(super) fn decide_shared(&self, now: u64, p: Params, cost: u64) -> Option<Outcome<()>> {
@@ -167,7 +166,7 @@ impl PackedBucket {
         }
         let mut tat_us = self.tat_us.load(Ordering::Acquire);
         loop {
-            let mut outcome = bucket::decide(now, Some(self.unpack_at(tat_us)), p, cost);
+            let mut outcome = token_bucket::decide(now, Some(self.unpack_at(tat_us)), p, cost);
             let Some(new) = outcome.new_state.take() else {
                 return Some(outcome.map_state(drop));
             };
@@ -210,7 +209,8 @@ pub(super) fn decide(kernel: Kernel, now: u64, slot: Option<&Slot>, cost: u64) -
                 Some(Slot::Bucket(s)) => Some(s.unpack()),
                 _ => None,
             };
-            bucket::decide(now, state, p, cost).map_state(|s| Slot::Bucket(PackedBucket::pack(s)))
+            token_bucket::decide(now, state, p, cost)
+                .map_state(|s| Slot::Bucket(PackedBucket::pack(s)))
         }
         Kernel::Interval(p) => {
             let state = match slot {
@@ -259,7 +259,7 @@ pub(super) fn share_kernel(
     let kernel = if instances <= 1 {
         Kernel::of(limit)
     } else {
-        Kernel::Bucket(limit.params().shared(instances, cost))
+        Kernel::Bucket(Params::of(limit).shared(instances, cost))
     };
     match (kernel, held) {
         (Kernel::Bucket(mut p), Some(held)) => {

@@ -220,16 +220,14 @@ impl RedisStore {
     /// One call's own script: the algorithm's for one limit, `multi.lua` (mode 0) for
     /// several.
     pub(super) async fn send_alone(&self, call: Call<'_>) -> Result<Value, RedisError> {
-        match call.keys {
-            [key] => {
-                let (id, args) = (call.specs[0] & 7, &call.specs[2..]);
-                let (script, text) = super::scripts::script_of(id);
+        match (call.keys, super::scripts::alone(call.specs)) {
+            ([key], Some((script, text, args))) => {
                 self.eval(script, text, &[key], |cmd| {
                     cmd.arg(args);
                 })
                 .await
             }
-            keys => {
+            (keys, _) => {
                 self.eval(
                     &super::scripts::MULTI,
                     crate::algorithm::MULTI_SCRIPT,

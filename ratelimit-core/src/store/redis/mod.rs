@@ -24,7 +24,6 @@ mod scripts;
 mod sentinel;
 pub(crate) mod url;
 
-use self::scripts::SCRIPT;
 use self::sentinel::SentinelConn;
 use self::url::{Target, parse_target};
 
@@ -230,7 +229,12 @@ impl RedisStore {
             return Err(Error::UnsupportedRedis { version });
         }
         store
-            .run(|mut c| async move { SCRIPT.prepare_invoke().load_async(&mut c).await })
+            .run(|mut c| async move {
+                scripts::token_bucket()
+                    .prepare_invoke()
+                    .load_async(&mut c)
+                    .await
+            })
             .await?;
         Ok(store)
     }

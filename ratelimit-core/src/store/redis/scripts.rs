@@ -8,18 +8,23 @@ use redis::{RedisError, Script, Value};
 
 use super::RedisStore;
 use super::coalesce::Call;
-use crate::algorithm::{Kernel, fixed_window, interval_bucket, sliding_log, sliding_window};
+use crate::algorithm::{Kernel, StateKind};
 use crate::{Decision, Error, Limit};
 
-/// The token bucket's script (GCRA, smooth refill).
-const GCRA_LUA: &str = crate::bucket::SCRIPT;
+/// Each algorithm's own script, for calls of one limit, hashed once per process; in the
+/// order of [`StateKind::ALL`].
+static ALONE: LazyLock<[Script; StateKind::ALL.len()]> =
+    LazyLock::new(|| StateKind::ALL.map(|kind| Script::new(kind.script())));
 
-/// The decision scripts, each hashed once per process.
-pub(super) static SCRIPT: LazyLock<Script> = LazyLock::new(|| Script::new(GCRA_LUA));
-static INTERVAL: LazyLock<Script> = LazyLock::new(|| Script::new(interval_bucket::SCRIPT));
-static FIXED: LazyLock<Script> = LazyLock::new(|| Script::new(fixed_window::SCRIPT));
-static SLIDING: LazyLock<Script> = LazyLock::new(|| Script::new(sliding_window::SCRIPT));
-static LOG: LazyLock<Script> = LazyLock::new(|| Script::new(sliding_log::SCRIPT));
+/// The token bucket's script (GCRA, smooth refill), loaded when the store connects.
+pub(super) fn token_bucket() -> &'static Script {
+    script_of(StateKind::TokenBucket)
+}
+
+/// `kind`'s own script.
+fn script_of(kind: StateKind) -> &'static Script {
+    &ALONE[kind.index()]
+}
 
 /// Several limits of one call (`multi.lua` with every algorithm).
 pub(super) static MULTI: LazyLock<Script> =
@@ -28,16 +33,10 @@ pub(super) static MULTI: LazyLock<Script> =
 pub(super) static BATCH: LazyLock<Script> =
     LazyLock::new(|| Script::new(crate::algorithm::BATCH_SCRIPT));
 
-/// The script numbered `id` by [`Kernel::script_args`], and its text.
-pub(super) fn script_of(id: u64) -> (&'static Script, &'static str) {
-    match id {
-        1 => (&SCRIPT, GCRA_LUA),
-        2 => (&INTERVAL, interval_bucket::SCRIPT),
-        3 => (&FIXED, fixed_window::SCRIPT),
-        4 => (&SLIDING, sliding_window::SCRIPT),
-        _ => (&LOG, sliding_log::SCRIPT),
-    }
-}
+/// Added to a limit's kind in its spec when it is in shadow mode (its refusal does not
+/// refuse the call), as `multi.lua` and `batch.lua` read it.
+const SHADOW: u64 = 8;
+const _: () = assert!((StateKind::ALL.len() as u64) < SHADOW);
 
 impl RedisStore {
     /// [`Store::check`]: the limit's own script, one `EVALSHA`.
@@ -214,13 +213,21 @@ fn specs_of(checks: &[(&str, &Limit, u32)]) -> Vec<u64> {
 /// One limit as `multi.lua` takes it (see [`specs_of`]), and how many of the ten numbers it
 /// uses; on the stack, for the one-limit call.
 fn spec_of(limit: &Limit, cost: u32) -> ([u64; 10], usize) {
-    let (id, args) = Kernel::of(limit).script_args(u64::from(cost));
+    let kernel = Kernel::of(limit);
+    let args = kernel.script_args(u64::from(cost));
     let args = args.as_slice();
     let mut spec = [0u64; 10];
-    spec[0] = u64::from(id) + if limit.is_shadow() { 8 } else { 0 };
+    spec[0] = u64::from(kernel.kind().id()) + if limit.is_shadow() { SHADOW } else { 0 };
     spec[1] = args.len() as u64;
     spec[2..2 + args.len()].copy_from_slice(args);
     (spec, 2 + args.len())
+}
+
+/// The script that decides the one limit `spec` (as [`spec_of`] wrote it) alone, its text,
+/// and its arguments; `None` for a spec of no known kind.
+pub(super) fn alone(spec: &[u64]) -> Option<(&'static Script, &'static str, &[u64])> {
+    let kind = StateKind::from_id(spec.first()? % SHADOW)?;
+    Some((script_of(kind), kind.script(), spec.get(2..)?))
 }
 
 /// What one `multi.lua` call does (see the script).

@@ -1,0 +1,485 @@
+//! The token bucket (GCRA, refilled smoothly; also the leaky bucket): its decision in exact
+//! integer arithmetic, with its parameters and stored state.
+//!
+//! This is the Rust twin of `scripts/gcra.lua`: the memory store runs it in process, the
+//! Redis store runs the script on the server, and the conformance tests hold both to the same
+//! results. See the script's header for the representation.
+
+use ratelimit_vocab::limits;
+
+use crate::{Algorithm, Limit};
+
+/// The script, with the shared prelude, as Redis runs it.
+pub const SCRIPT: &str = super::StateKind::TokenBucket.script();
+
+/// The bucket arithmetic in "fine units" of `1 / per_micro` microseconds, chosen so that the
+/// time one token takes is an exact integer. Shared by the Lua script (as its arguments) and
+/// the memory store, so both compute the same decisions.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Params {
+    /// Fine units one token takes to come back.
+    pub interval: u64,
+    /// Fine units per microsecond.
+    pub per_micro: u64,
+    /// Fine units an empty bucket takes to fill: `burst * interval`.
+    pub tau: u64,
+    /// Fine units an absent bucket is from full: 0 (an absent bucket is full) except for a
+    /// fallback share whose capacity exceeds its share of the burst.
+    pub absent: u64,
+    /// Fine units from full a bucket reads as once it is full again: a bucket that is full
+    /// carries no information, is dropped (its key expires), and starts again as an absent
+    /// one, so this is `absent` for a limit (the scripts know no other). A fallback share
+    /// remembers the room it saved for a costly call (its `absent` leaves that room out) and
+    /// forgets only the limit's initial fill.
+    pub forgotten: u64,
+    /// Fine units beyond `tau` this call may reserve and wait for (0: refuse at once).
+    pub reach: u64,
+    /// Fine units beyond `tau` any call on the bucket may have reserved: a state owing more is
+    /// no reservation but a clock stepped far back (or a burst lowered by more than a day's
+    /// worth), and reads as empty.
+    pub hold: u64,
+    /// A leaky bucket: `remaining` counts the free places in its queue (`tau + reach`), not
+    /// the tokens left of `tau`.
+    pub queue: bool,
+}
+
+impl Params {
+    /// The exact integer parameters of `limit`'s token bucket (smooth refill), with its
+    /// initial fill and its reservations: a leaky bucket is a token bucket of one token whose
+    /// calls reserve up to `burst` intervals ahead.
+    #[must_use]
+    pub const fn of(limit: &Limit) -> Params {
+        let (interval, per_micro) = limits::fine(limit.replenish(), limit.period_micros());
+        let burst = limit.burst_capacity() as u64;
+        let asked = match limit.max_wait() {
+            // Bounded by `hold` when the limit was built, so it fits.
+            #[allow(clippy::cast_possible_truncation)]
+            Some(wait) => wait.as_micros() as u64 * per_micro,
+            None => u64::MAX,
+        };
+        // From the fine units above: `hold` again would compute them twice on every call.
+        let hold = limits::hold_for(interval as u128 * burst as u128, per_micro as u128);
+        if matches!(limit.algorithm_kind(), Algorithm::LeakyBucket) {
+            let queue = burst * interval;
+            return Params {
+                interval,
+                per_micro,
+                tau: interval,
+                absent: 0,
+                forgotten: 0,
+                reach: if asked < queue { asked } else { queue },
+                hold: if hold > queue { hold } else { queue },
+                queue: true,
+            };
+        }
+        let absent = (burst - limit.initial_tokens() as u64) * interval;
+        Params {
+            interval,
+            per_micro,
+            tau: interval * burst,
+            absent,
+            forgotten: absent,
+            reach: if asked == u64::MAX { 0 } else { asked },
+            hold,
+            queue: false,
+        }
+    }
+
+    /// One instance's share when `n` instances split the limit, for calls of `cost` tokens:
+    /// the rate divided by `n`, and the burst too, exactly (a share may hold a fraction of a
+    /// token: the shares add up to the limit, never more).
+    ///
+    /// A call that costs more than the share of the burst could never pass it; its bucket may
+    /// then save up to `cost` tokens at the share's rate, but an absent bucket holds only the
+    /// share of the burst, so no instance admits such a call before it has earned it, and
+    /// every refusal's `retry_after` comes true.
+    pub(crate) fn shared(self, n: u32, cost: u32) -> Params {
+        if n <= 1 {
+            return self;
+        }
+        // At most 10,000 instances, and few enough that `interval * n` fits the memory
+        // store's 56 bits (its arithmetic falls back to u128 beyond 64, never wraps).
+        let fit = (1u64 << 56) / self.tau.max(1);
+        let n = u64::from(n).min(10_000).min(fit).max(1);
+        let interval = self.interval * n;
+        let tau = self.tau.max(u64::from(cost) * interval);
+        Params {
+            interval,
+            per_micro: self.per_micro,
+            tau,
+            // The room saved for a costly call, plus what the limit's initial fill leaves out:
+            // a share holds `burst` tokens of `n` times the interval, the same fine units, so
+            // an initial fill carries over as it is.
+            absent: tau - self.tau + self.absent,
+            // At most what leaves room for the call, or it would never pass.
+            forgotten: self.absent.min(tau - u64::from(cost) * interval),
+            // Waits are time, the same in a share.
+            reach: self.reach,
+            hold: self.hold,
+            queue: self.queue,
+        }
+    }
+}
+
+/// The script's parameters for `limit` (a smooth refill), in fine units: [`Params::of`].
+#[must_use]
+pub const fn params(limit: &Limit) -> Params {
+    Params::of(limit)
+}
+
+/// A bucket that is not full: it is full again at `expire_ms` minus `remainder` fine units of
+/// `1 / per_micro` microsecond, and one token takes `interval` of those fine units. Exactly
+/// what Redis keeps: the key's expiry (ms) and its value, which carries the limit's interval
+/// and fine unit it was written under (see `gcra.lua`), so that a bucket read under another
+/// limit still owes the tokens it owed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct State {
+    /// The key's expiry: the instant the bucket is full again, rounded up to the millisecond.
+    pub expire_ms: u64,
+    /// Fine units from the full instant to the expiry, below `1000 * per_micro`.
+    pub remainder: u64,
+    /// The fine unit it was written in: fine units per microsecond.
+    pub per_micro: u64,
+    /// The interval it was written under: fine units one token takes.
+    pub interval: u64,
+}
+
+impl State {
+    /// The state a key holding `value` until `expire_ms` (its `PEXPIRETIME`) stands for, as
+    /// `gcra.lua`'s `read_value` reads it (its header gives the form): `interval * 1000 + r`
+    /// in whole microseconds, else the interval, `r` in k + 3 digits, the fine unit in its k
+    /// digits and k - 1, negated. `None` for any other value, which the script reads as an
+    /// empty bucket and overwrites.
+    ///
+    /// ```
+    /// use ratelimit_core::tools::algorithms::token_bucket::State;
+    ///
+    /// // One token every 20 s (3 per minute), full again 417 µs before the expiry.
+    /// let s = State::decode("20000000417", 1_800_000_001_000).expect("a GCRA value");
+    /// assert_eq!((s.interval, s.per_micro, s.remainder), (20_000_000, 1, 417));
+    /// assert_eq!(s.encode(), "20000000417");
+    /// // 3 per second: 1/3 µs fine units (k = 1), written negated.
+    /// let s = State::decode("-1000000123430", 1_800_000_001_000).expect("a GCRA value");
+    /// assert_eq!((s.interval, s.per_micro, s.remainder), (1_000_000, 3, 1234));
+    /// assert_eq!(State::decode("0123", 1), None);
+    /// ```
+    #[must_use]
+    pub fn decode(value: &str, expire_ms: u64) -> Option<State> {
+        let state = |remainder, per_micro, interval| State {
+            expire_ms,
+            remainder,
+            per_micro,
+            interval,
+        };
+        let Some(digits) = value.strip_prefix('-') else {
+            if !crate::algorithm::canonical(value) || !(4..=19).contains(&value.len()) {
+                return None;
+            }
+            let (interval, r) = value.split_at(value.len() - 3);
+            return Some(state(r.parse().ok()?, 1, interval.parse().ok()?));
+        };
+        if !crate::algorithm::canonical(digits) {
+            return None;
+        }
+        let n = digits.len();
+        let k = usize::from(digits.as_bytes()[n - 1] - b'0') + 1;
+        if n < 2 * k + 5 || n > 2 * k + 20 {
+            return None;
+        }
+        let unit_digits = &digits[n - 1 - k..n - 1];
+        if unit_digits.starts_with('0') {
+            return None;
+        }
+        let unit: u64 = unit_digits.parse().ok()?;
+        let r: u64 = digits[n - 4 - 2 * k..n - 1 - k].parse().ok()?;
+        let interval: u64 = digits[..n - 4 - 2 * k].parse().ok()?;
+        if unit < 2 || r >= 1000 * unit {
+            return None;
+        }
+        Some(state(r, unit, interval))
+    }
+
+    /// The key's value, as `gcra.lua`'s `write_value` writes it (see [`State::decode`]).
+    #[must_use]
+    pub fn encode(&self) -> String {
+        if self.per_micro == 1 {
+            return format!("{}{:03}", self.interval, self.remainder);
+        }
+        let unit = self.per_micro.to_string();
+        let k = unit.len();
+        format!(
+            "-{}{:0w$}{unit}{}",
+            self.interval,
+            self.remainder,
+            k - 1,
+            w = k + 3
+        )
+    }
+
+    /// What the bucket owes at `now` (microseconds), in the fine units it was written in
+    /// (`gcra.lua`'s `x` before any conversion); 0 once full.
+    pub(crate) fn owed_at(&self, now: u128) -> u128 {
+        let until = i128::try_from(u128::from(self.expire_ms) * 1000).unwrap_or(i128::MAX)
+            - i128::try_from(now).unwrap_or(i128::MAX);
+        let owed = until.saturating_mul(i128::from(self.per_micro)) - i128::from(self.remainder);
+        u128::try_from(owed.max(0)).unwrap_or(0)
+    }
+}
+
+/// The outcome of one decision: what the caller sees, and the state to store if it changed
+/// (`Some` always when admitted; when refused, only if the stored state had to be read
+/// differently from what it says, see [`decide`]).
+pub(crate) type Outcome = crate::algorithm::Outcome<State>;
+
+/// The script's eight arguments for a call of `cost` under `p` (`gcra.lua`'s header names
+/// them); the script takes the first four alone when the rest are their defaults.
+#[must_use]
+pub fn args(p: Params, cost: u64) -> [u64; 8] {
+    [
+        p.interval,
+        p.per_micro,
+        p.tau,
+        cost,
+        p.absent,
+        p.reach,
+        p.hold,
+        u64::from(p.queue),
+    ]
+}
+
+/// Decides one call of `cost` tokens at `now_us` on a bucket in `state` (`None`: full).
+/// The caller guarantees `1 <= cost <= burst`.
+///
+/// A call over the limit may reserve: when its tokens are due within `p.reach` (a wait, or a
+/// leaky bucket's queue), it is admitted at once, its tokens taken ahead (the bucket's state
+/// goes beyond `tau`), and `retry_after_us` says how long it must wait before it goes. Calls
+/// reserve in the order they arrive, so waiters are served in that order, at the rate.
+///
+/// A state written under another limit (another rate) still owes the tokens it owed: its
+/// debt is converted to this limit's interval, rounded towards empty, and stored again in
+/// this limit's terms even when the call is refused. A state may owe more than the limit
+/// holds: reservations, a lower burst, or a clock stepped back. It is honest as it stands (a
+/// refusal's `retry_after` counts every token owed), up to `p.hold` beyond `tau`; beyond
+/// that it cannot be reservations, only a clock stepped far back, and reads as empty, which
+/// is stored even when the call is refused, so that the refusal's `retry_after` comes true.
+#[inline]
+pub fn decide(
+    now_us: u64,
+    state: Option<State>,
+    p: Params,
+    cost: u64,
+) -> crate::algorithm::Outcome<State> {
+    match decide_narrow(now_us, state, p, cost) {
+        Some(outcome) => outcome,
+        None => decide_wide(now_us, state, p, cost),
+    }
+}
+
+/// [`decide_wide`] in `u64`, `None` when any step would overflow (never for valid limits at
+/// realistic times, but a far-future state or clock must not wrap). The hot path: a third of
+/// the time of the `u128` code, whose divisions are calls into compiler-rt.
+#[inline]
+fn decide_narrow(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Option<Outcome> {
+    let Params {
+        interval,
+        per_micro: d,
+        tau,
+        absent,
+        forgotten,
+        reach,
+        hold,
+        queue,
+    } = p;
+    // Fine units to microseconds, rounded up; most limits have a whole number of
+    // microseconds per token (`d == 1`), which needs no division.
+    let to_micros = |fine: u64| if d == 1 { fine } else { fine.div_ceil(d) };
+    // An absent bucket that is not full must be stored even when refused: read again, it
+    // would not have drained.
+    let (x, stale) = match state {
+        None => (absent, absent > 0),
+        Some(s) => {
+            let expire_us = s.expire_ms.checked_mul(1000)?;
+            let owed = match expire_us.checked_sub(now_us) {
+                None => 0,
+                Some(until) if s.per_micro == d && s.interval == interval => {
+                    until.checked_mul(d)?.saturating_sub(s.remainder)
+                }
+                // Written under another limit: the rare case, exact in `decide_wide`.
+                Some(_) => return None,
+            };
+            if owed == 0 {
+                // Full: an ended state reads as an absent one, whether or not Redis has
+                // dropped it yet (see `Params::forgotten`).
+                (forgotten, forgotten > 0)
+            } else if owed > tau.checked_add(hold)? {
+                (tau, true)
+            } else {
+                (owed, false)
+            }
+        }
+    };
+    let new_x = x.checked_add(cost.checked_mul(interval)?)?;
+    let room = tau.checked_add(reach)?;
+    // What `remaining` counts whole tokens of: the bucket, or a leaky bucket's queue.
+    let full = if queue { room } else { tau };
+    if new_x > room {
+        return Some(Outcome {
+            allowed: false,
+            remaining: full.saturating_sub(x) / interval,
+            retry_after_us: to_micros(new_x - room),
+            reset_after_us: to_micros(x),
+            new_state: if stale {
+                Some(stored_narrow(now_us, x, p, to_micros(x))?)
+            } else {
+                None
+            },
+        });
+    }
+    let reset = to_micros(new_x);
+    Some(Outcome {
+        allowed: true,
+        remaining: full.saturating_sub(new_x) / interval,
+        retry_after_us: if new_x > tau {
+            to_micros(new_x - tau)
+        } else {
+            0
+        },
+        reset_after_us: reset,
+        new_state: Some(stored_narrow(now_us, new_x, p, reset)?),
+    })
+}
+
+/// The state of a bucket `x` fine units (`reset` microseconds, rounded up) from full.
+#[inline]
+fn stored_narrow(now_us: u64, x: u64, p: Params, reset: u64) -> Option<State> {
+    let Params {
+        interval,
+        per_micro: d,
+        ..
+    } = p;
+    let expire_ms = now_us.checked_add(reset)?.div_ceil(1000);
+    let remainder = (expire_ms.checked_mul(1000)? - now_us).checked_mul(d)? - x;
+    Some(State {
+        expire_ms,
+        remainder,
+        per_micro: d,
+        interval,
+    })
+}
+
+/// What a bucket in `state` owes at `now` under `p`, in `p`'s fine units, and whether the
+/// stored state must be written again to say so (exact for every state and time).
+fn owed_wide(now: u128, state: Option<State>, p: Params) -> (u128, bool) {
+    let tau = u128::from(p.tau);
+    match state {
+        None => (u128::from(p.absent), p.absent > 0),
+        Some(s) => {
+            let owed = s.owed_at(now);
+            let (owed, stale) = if owed == 0 {
+                // Full: ended, read as absent (see `Params::forgotten`).
+                (u128::from(p.forgotten), p.forgotten > 0)
+            } else if s.per_micro == p.per_micro && s.interval == p.interval {
+                (owed, false)
+            } else {
+                (convert(owed, s.interval, p), true)
+            };
+            if owed > tau + u128::from(p.hold) {
+                (tau, true)
+            } else {
+                (owed, stale)
+            }
+        }
+    }
+}
+
+/// The reference decision, in `u128`: exact for every state and time.
+fn decide_wide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outcome {
+    let d = u128::from(p.per_micro);
+    let interval = u128::from(p.interval);
+    let tau = u128::from(p.tau);
+    let room = tau + u128::from(p.reach);
+    let full = if p.queue { room } else { tau };
+    let now = u128::from(now_us);
+    let (x, stale) = owed_wide(now, state, p);
+
+    let new_x = x + u128::from(cost) * interval;
+    if new_x > room {
+        return Outcome {
+            allowed: false,
+            remaining: narrow(full.saturating_sub(x) / interval),
+            retry_after_us: narrow((new_x - room).div_ceil(d)),
+            reset_after_us: narrow(x.div_ceil(d)),
+            new_state: stale.then(|| stored_wide(now, x, p)),
+        };
+    }
+    Outcome {
+        allowed: true,
+        remaining: narrow(full.saturating_sub(new_x) / interval),
+        retry_after_us: narrow(new_x.saturating_sub(tau).div_ceil(d)),
+        reset_after_us: narrow(new_x.div_ceil(d)),
+        new_state: Some(stored_wide(now, new_x, p)),
+    }
+}
+
+/// Gives `cost` tokens back to a bucket in `state` at `now_us` (a reservation its caller
+/// gave up): the bucket as it is now, less those tokens, floored at full. `None`: full.
+pub(crate) fn give_back(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Option<State> {
+    let now = u128::from(now_us);
+    let (x, _) = owed_wide(now, state, p);
+    let x = x.saturating_sub(u128::from(cost) * u128::from(p.interval));
+    (x > 0).then(|| stored_wide(now, x, p))
+}
+
+fn stored_wide(now: u128, x: u128, p: Params) -> State {
+    let d = u128::from(p.per_micro);
+    let expire_ms = (now + x.div_ceil(d)).div_ceil(1000);
+    State {
+        expire_ms: narrow(expire_ms),
+        remainder: narrow((expire_ms * 1000 - now) * d - x),
+        per_micro: p.per_micro,
+        interval: p.interval,
+    }
+}
+
+/// Above this, what a bucket owes is no state a limit could have written (a valid limit fills
+/// in under 2^51 fine units), only a clock stepped far back: it reads as empty. `gcra.lua` uses the same bound, below which its doubles are exact.
+const MAX_OWED: u128 = 1 << 52;
+
+/// What a bucket that owes `owed` fine units at `old_interval` per token owes under `p`, in
+/// `p`'s fine units, rounded up (never fuller): the same tokens, each at the new interval.
+/// Tokens beyond the burst (reservations, a lower burst) stay owed, up to `p.hold` beyond
+/// `p.tau`; more reads as empty (`p.tau`).
+///
+/// The fraction of a token is computed in `f64` exactly as `gcra.lua` computes it with Lua's
+/// doubles, plus one fine unit for the rounding, so both stores decide alike.
+fn convert(owed: u128, old_interval: u64, p: Params) -> u128 {
+    let (tau, interval) = (u128::from(p.tau), u128::from(p.interval));
+    if owed > MAX_OWED || old_interval == 0 {
+        return tau;
+    }
+    let old = u128::from(old_interval);
+    let (tokens, rest) = (owed / old, owed % old);
+    if tokens >= (tau + u128::from(p.hold)) / interval {
+        return tau;
+    }
+    #[allow(
+        clippy::cast_precision_loss,
+        clippy::cast_possible_truncation,
+        clippy::cast_sign_loss
+    )]
+    let fraction = if rest == 0 {
+        0
+    } else {
+        // Every operand is below 2^53, so each converts exactly; the result is below interval.
+        ((rest as f64 / old as f64 * interval as f64).ceil() as u128 + 1).min(interval)
+    };
+    tokens * interval + fraction
+}
+
+/// Every quantity here is bounded by `Limit`'s validation (below 2^51), so this never clamps.
+fn narrow(v: u128) -> u64 {
+    u64::try_from(v).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests;
