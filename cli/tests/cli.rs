@@ -431,7 +431,7 @@ fn inspect_reads_each_bucket_as_the_library_left_it() {
         text.contains("3 per minute (burst 5): a call would be refused (0 remaining), retry after"),
         "{text}"
     );
-    let text = stdout(&run(&server, &user_42, false));
+    let text = stdout(&run(&server, &inspect_orders("user:42"), false));
     let held = rt
         .block_on(limiter.peek_named("api::orders", "user:42", &ORDERS))
         .unwrap()
