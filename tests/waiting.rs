@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use redis_ratelimit::{
-    Algorithm, Error, FailurePolicy, InvalidLimit, Limit, MemoryStore, RateLimiter, Refill, Source,
+    Algorithm, Error, FailurePolicy, Limit, RateLimiter, Refill, Source, error::InvalidLimit,
+    store::MemoryStore,
 };
 use testkit::RedisServer;
 // Tokio's: virtual under paused time, the real clock otherwise.

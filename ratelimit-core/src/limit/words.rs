@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use ratelimit_vocab::{OneOf, Unknown, Word};
 
-/// The period over which [`Limit::replenish`] tokens are added back to a bucket.
+/// The period over which [`Limit::replenish`](crate::Limit::replenish) tokens are added back to a bucket.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Unit {
     /// One second.
@@ -111,7 +111,7 @@ where
 }
 
 /// How a limit counts the calls it admits. Every algorithm runs on Redis as one atomic script
-/// on the server's clock and in [`MemoryStore`](crate::MemoryStore) with the same arithmetic;
+/// on the server's clock and in [`MemoryStore`](crate::store::MemoryStore) with the same arithmetic;
 /// `docs/algorithms.md` compares them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]
@@ -158,7 +158,7 @@ impl Algorithm {
     }
 
     /// Whether a call under this algorithm can reserve its tokens ahead and wait for them
-    /// ([`Limit::wait`]): the token bucket and the leaky bucket. A window's tokens are the
+    /// ([`Limit::wait`](crate::Limit::wait)): the token bucket and the leaky bucket. A window's tokens are the
     /// next window's; reserving them would need a count per future window.
     pub const fn can_wait(self) -> bool {
         self.word().can_wait()

@@ -25,7 +25,8 @@ use crate::policy::{
     SLOTS_PER_CIRCUIT,
 };
 use crate::store::DynStore;
-use crate::{Decision, Error, Limit, MemoryStore, RedisStore, Store};
+use crate::store::{MemoryStore, RedisStore, Store};
+use crate::{Decision, Error, Limit};
 
 /// Decides whether calls may proceed, against buckets kept in Redis or in memory.
 ///
@@ -156,8 +157,8 @@ impl RateLimiter {
     /// or a wait longer than it allows ([`InvalidLimit::WaitTooLong`]); otherwise as
     /// [`check_n`](RateLimiter::check_n).
     ///
-    /// [`InvalidLimit::CannotWait`]: crate::InvalidLimit::CannotWait
-    /// [`InvalidLimit::WaitTooLong`]: crate::InvalidLimit::WaitTooLong
+    /// [`InvalidLimit::CannotWait`]: crate::error::InvalidLimit::CannotWait
+    /// [`InvalidLimit::WaitTooLong`]: crate::error::InvalidLimit::WaitTooLong
     pub async fn acquire(
         &self,
         key: &str,
@@ -499,7 +500,7 @@ impl RateLimiter {
     }
 
     /// The decision for a call that has no key, per the empty-key policy.
-    pub fn decide_without_key(&self, limit: &Limit, cost: u32) -> Decision {
+    pub(crate) fn decide_without_key(&self, limit: &Limit, cost: u32) -> Decision {
         let allowed = self.inner.empty_key == EmptyKeyPolicy::Allow;
         let mut decision = Decision::new(allowed, 0, *limit, cost, Duration::ZERO, Duration::ZERO)
             .with_source(Source::NoKey);
@@ -604,7 +605,7 @@ impl fmt::Debug for RateLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ManualClock;
+    use crate::clock::ManualClock;
 
     /// A store of the user's own that is down: every call fails as a timeout would.
     struct DownStore;
