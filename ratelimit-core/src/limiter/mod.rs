@@ -180,8 +180,44 @@ impl RateLimiter {
         cost: u32,
         max_wait: Duration,
     ) -> Result<Decision, Error> {
-        let limit = limit.try_wait(max_wait)?;
-        self.check_n(key, &limit, cost).await
+        self.check_by_name(None, key, &limit.try_wait(max_wait)?, cost)
+            .await
+    }
+
+    /// [`acquire_n`](RateLimiter::acquire_n) under the limit called `name`: waits up to
+    /// `max_wait` for `cost` tokens of `key`'s bucket under that name, as
+    /// [`check_named`](RateLimiter::check_named) takes them without waiting (a
+    /// `#[rate_limit(wait = ..)]` function's buckets are its limit's name's).
+    ///
+    /// ```
+    /// use ratelimit_core::{Limit, RateLimiter};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ratelimit_core::Error> {
+    /// let limiter = RateLimiter::builder().memory().build().await?;
+    /// const FETCH: Limit = Limit::per_second(10).burst(1);
+    /// let wait = Duration::from_secs(2);
+    /// let d = limiter.acquire_named("crawler::fetch", "example.org", &FETCH, 1, wait).await?;
+    /// assert!(d.allowed);
+    /// // The named bucket is empty now; the unnamed one of `acquire` and `check` is another.
+    /// assert!(!limiter.peek_named("crawler::fetch", "example.org", &FETCH).await?.allowed);
+    /// assert!(limiter.peek("example.org", &FETCH).await?.allowed);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`acquire_n`](RateLimiter::acquire_n).
+    pub async fn acquire_named(
+        &self,
+        name: &str,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+        max_wait: Duration,
+    ) -> Result<Decision, Error> {
+        self.check_by_name(Some(name), key, &limit.try_wait(max_wait)?, cost)
+            .await
     }
 
     /// Takes `cost` tokens from the bucket of `key` under the limit called `name` (what
