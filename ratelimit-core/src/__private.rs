@@ -17,6 +17,18 @@ pub use crate::registry::{Registration, global};
 use crate::request::{missing_piece, record_current, with_current};
 use crate::{Algorithm, Decision, KeyResolver, Limit, RateLimited, RateLimiter, Refill, Unit};
 
+/// The declaration of one `#[rate_limit]` function, in its `static`.
+pub const fn declaration(
+    name: &'static str,
+    limit: Limit,
+    cost: u32,
+    key: &'static str,
+    file: &'static str,
+    line: u32,
+) -> LimitDeclaration {
+    LimitDeclaration::new(name, limit, cost, key, file, line)
+}
+
 /// The limit of one `#[rate_limit]`, from every argument at once (a window's burst is its
 /// `replenish`), evaluated in the declaration's `static`: an invalid one is a compile error.
 pub const fn limit(

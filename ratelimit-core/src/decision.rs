@@ -209,7 +209,7 @@ impl Decision {
 
     /// The same decision, attributed to `source`.
     #[must_use]
-    pub fn with_source(mut self, source: Source) -> Decision {
+    pub(crate) fn with_source(mut self, source: Source) -> Decision {
         self.source = source;
         self
     }

@@ -24,9 +24,9 @@
 //! answer ([`Decision`], [`Source`], [`RateLimited`], [`Error`]), the keys ([`KeyResolver`],
 //! [`RequestContext`] and the built-in resolvers), the policies ([`FailurePolicy`],
 //! [`EmptyKeyPolicy`]), the proxies to trust ([`TrustedProxies`], [`ClientIpHeader`]), the
-//! HTTP integrations ([`RateLimitLayer`], [`RateLimitMiddleware`]) and the declared limits
-//! ([`LimitDeclaration`], [`declared_limits`], [`reload_overrides`]). Everything else has one
-//! path, in its module:
+//! HTTP integrations (`RateLimitLayer` with the `axum` feature, `RateLimitMiddleware` with
+//! `actix-web`) and the declared limits ([`LimitDeclaration`], [`declared_limits`],
+//! [`reload_overrides`]). Everything else has one path, in its module:
 //!
 //! | module | what it holds |
 //! |---|---|
@@ -36,7 +36,7 @@
 //! | [`enable`] | what `enable_redis_rate_limit!` expands to, for programs that build their options themselves |
 //! | [`error`] | the errors of building a limit and of reading its words, which [`Error`] wraps |
 //! | [`headers`] | the response headers: which families to send, their names, a refusal's response |
-//! | [`http`] | the services the HTTP integrations wrap handlers in |
+//! | `http` (features `axum`, `actix-web`) | the services the HTTP integrations wrap handlers in |
 //! | [`key`] | what the built-in resolvers read and how they normalise it |
 //! | [`observe`] | the tracing span and metrics every decision produces |
 //! | [`overrides`] | quotas changed without a rebuild: the override file and environment |

@@ -337,7 +337,7 @@ fn declaration(
         });
     let shadow = args.shadow.as_ref().map(|b| quote!(.with_shadow(#b)));
     let declaration = quote! {
-        ::redis_ratelimit::LimitDeclaration::new(
+        ::redis_ratelimit::__private::declaration(
             #name,
             ::redis_ratelimit::__private::limit(
                 #replenish_value,
