@@ -48,7 +48,7 @@ mod stats;
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis_ratelimit::{FailurePolicy, Limit, RateLimiter, RedisStore};
+use redis_ratelimit::{FailurePolicy, Limit, RateLimiter, store::RedisStore};
 
 use crate::args::{Args, RuntimeFlavor};
 use crate::flexible::Flexible;

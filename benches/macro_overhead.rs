@@ -20,7 +20,8 @@ use std::sync::{LazyLock, OnceLock};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use redis_ratelimit::{
-    Global, KeyResolver, Limit, RateLimited, RateLimiter, RequestContext, rate_limit, scope,
+    Global, KeyResolver, Limit, RateLimited, RateLimiter, RequestContext, context::scope,
+    rate_limit,
 };
 
 /// Both functions share this name, so both use the same bucket key.

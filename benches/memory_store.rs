@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use governor::{DefaultKeyedRateLimiter, Quota};
-use redis_ratelimit::{Limit, MemoryStore, RateLimiter};
+use redis_ratelimit::{Limit, RateLimiter, store::MemoryStore};
 
 const KEY_COUNTS: [usize; 3] = [1, 10_000, 1_000_000];
 const RATE: u32 = 1;

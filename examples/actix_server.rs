@@ -16,8 +16,8 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::StatusCode;
 use actix_web::{App, HttpMessage, HttpResponse, HttpServer, ResponseError, web};
 use redis_ratelimit::{
-    Global, Ip, Principal, RateLimitMiddleware, RateLimited, Route, TrustedProxies, Uri, User,
-    enable_redis_rate_limit, rate_limit,
+    Global, Ip, RateLimitMiddleware, RateLimited, Route, TrustedProxies, Uri, User,
+    enable_redis_rate_limit, key::Principal, rate_limit,
 };
 use serde_json::json;
 

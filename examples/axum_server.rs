@@ -36,8 +36,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use redis_ratelimit::{
-    Global, Ip, Principal, RateLimitLayer, RateLimited, Route, TrustedProxies, Uri, User,
-    enable_redis_rate_limit, rate_limit,
+    Global, Ip, RateLimitLayer, RateLimited, Route, TrustedProxies, Uri, User,
+    enable_redis_rate_limit, key::Principal, rate_limit,
 };
 use serde_json::{Value, json};
 

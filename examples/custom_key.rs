@@ -15,7 +15,7 @@ use std::borrow::Cow;
 use std::process::ExitCode;
 
 use redis_ratelimit::{
-    KeyResolver, RateLimited, RequestContext, enable_redis_rate_limit, rate_limit, scope,
+    KeyResolver, RateLimited, RequestContext, context::scope, enable_redis_rate_limit, rate_limit,
 };
 
 /// The API key from `x-api-key`, if it looks like one of ours (`ak_` and 8 to 64 characters

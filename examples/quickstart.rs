@@ -13,8 +13,8 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use redis_ratelimit::{
-    Global, RateLimited, RequestContext, Source, enable_redis_rate_limit, rate_limit,
-    scope_returning,
+    Global, RateLimited, RequestContext, Source, context::scope_returning, enable_redis_rate_limit,
+    rate_limit,
 };
 
 /// 2 calls per second on average, up to 5 at once, one bucket for every caller.

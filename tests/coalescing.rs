@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
-use redis_ratelimit::{Error, FailurePolicy, Limit, RateLimiter, RedisStore, Source};
+use redis_ratelimit::{Error, FailurePolicy, Limit, RateLimiter, Source, store::RedisStore};
 use testkit::RedisServer;
 
 async fn limiter(server: &RedisServer, batch_limit: usize) -> RateLimiter {
@@ -189,7 +189,7 @@ async fn one_calls_error_does_not_fail_its_batch_mates() {
     }
     // What failed it: the server's refusal, as the error of that call alone.
     let store = RedisStore::connect(&url).await.unwrap();
-    let e = redis_ratelimit::Store::check(&store, &limiter.bucket_key("bad"), &limit, 1)
+    let e = redis_ratelimit::store::Store::check(&store, &limiter.bucket_key("bad"), &limit, 1)
         .await
         .unwrap_err();
     assert!(matches!(e, Error::Redis(_)), "{e}");

@@ -742,6 +742,46 @@ async fn peek_remaining_is_exactly_the_calls_admitted(h: Harness) {
     assert_eq!(h.limiter.peek("leaky", &leaky).await.unwrap().remaining, 3);
 }
 
+async fn peek_n_answers_for_a_call_of_that_cost_and_takes_nothing(h: Harness) {
+    // Per hour: no token comes back while the test runs on Redis, except the one awaited.
+    let limits = [
+        Limit::per_hour(1).burst(5),
+        Limit::per_hour(5).algorithm(Algorithm::FixedWindow),
+        Limit::per_hour(5).algorithm(Algorithm::SlidingLog),
+    ];
+    for (i, limit) in limits.iter().enumerate() {
+        let key = format!("peek_n{i}");
+        assert!(h.check(&key, limit, 3).await.d.allowed, "{limit}");
+        // Two tokens held: a call of 2 would pass, one of 3 would not.
+        let two = h.limiter.peek_n(&key, limit, 2).await.unwrap();
+        assert_eq!((two.allowed, two.remaining), (true, 2), "{limit}: {two:?}");
+        let three = h.limiter.peek_n(&key, limit, 3).await.unwrap();
+        assert_eq!(
+            (three.allowed, three.remaining),
+            (false, 2),
+            "{limit}: {three:?}"
+        );
+        assert!(three.retry_after > Duration::ZERO, "{limit}: {three:?}");
+        // As the check of 3 answers, which takes nothing either (refused).
+        let refused = h.check(&key, limit, 3).await.d;
+        assert!(!refused.allowed, "{limit}");
+        h.assert_duration(refused.retry_after, three.retry_after, SLACK, "retry");
+        // The peeks took nothing: the call of 2 passes, and then the bucket is empty.
+        assert!(h.check(&key, limit, 2).await.d.allowed, "{limit}");
+        let empty = h.limiter.peek_n(&key, limit, 1).await.unwrap();
+        assert_eq!((empty.allowed, empty.remaining), (false, 0), "{limit}");
+    }
+    // A cost the bucket can never hold is an error, as for `check_n`.
+    let limit = Limit::per_second(5);
+    let err = h.limiter.peek_n("k", &limit, 6).await.unwrap_err();
+    assert!(
+        matches!(err, Error::CostExceedsBurst { cost: 6, .. }),
+        "{err}"
+    );
+    let err = h.limiter.peek_n("k", &limit, 0).await.unwrap_err();
+    assert!(matches!(err, Error::ZeroCost), "{err}");
+}
+
 macro_rules! conformance {
     ($($case:ident),* $(,)?) => {
         mod memory {
@@ -786,4 +826,5 @@ conformance!(
     several_limits_with_a_shadow_one_refuse_only_by_the_enforced,
     peek_answers_as_check_would_and_takes_nothing,
     peek_remaining_is_exactly_the_calls_admitted,
+    peek_n_answers_for_a_call_of_that_cost_and_takes_nothing,
 );

@@ -6,8 +6,8 @@
 
 use redis::AsyncCommands;
 use redis_ratelimit::{
-    Error, Global, RateLimited, RequestContext, Source, enable_redis_rate_limit, rate_limit, scope,
-    scope_returning,
+    Error, Global, RateLimited, RequestContext, Source, context::scope, context::scope_returning,
+    enable_redis_rate_limit, rate_limit,
 };
 use testkit::RedisServer;
 

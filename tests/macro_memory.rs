@@ -10,8 +10,9 @@ use std::sync::{LazyLock, OnceLock};
 use std::time::Duration;
 
 use redis_ratelimit::{
-    FailurePolicy, Global, Header, ManualClock, MemoryStore, RateLimited, RateLimiter,
-    RequestContext, Source, Uri, declared_limits, rate_limit, scope, scope_returning,
+    FailurePolicy, Global, Header, RateLimited, RateLimiter, RequestContext, Source, Uri,
+    clock::ManualClock, context::scope, context::scope_returning, declared_limits, rate_limit,
+    store::MemoryStore,
 };
 
 static LIMITER: OnceLock<RateLimiter> = OnceLock::new();

@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use redis::AsyncCommands;
 use redis_ratelimit::{
-    FailurePolicy, Header, RateLimited, RateLimiter, RequestContext, Source, Uri, rate_limit,
-    scope, scope_returning,
+    FailurePolicy, Header, RateLimited, RateLimiter, RequestContext, Source, Uri, context::scope,
+    context::scope_returning, rate_limit,
 };
 use testkit::RedisServer;
 

@@ -11,8 +11,8 @@ use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use redis_ratelimit::{
-    Algorithm, Global, Header, Limit, RateLimited, RateLimiter, Source, Uri, declared_limits,
-    enable_redis_rate_limit, rate_limit, scope, scope_returning,
+    Algorithm, Global, Header, Limit, RateLimited, RateLimiter, Source, Uri, context::scope,
+    context::scope_returning, declared_limits, enable_redis_rate_limit, rate_limit,
 };
 
 static LIMITER: OnceLock<RateLimiter> = OnceLock::new();

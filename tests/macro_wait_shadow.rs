@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use redis_ratelimit::{
-    Algorithm, Header, MemoryStore, RateLimited, RateLimiter, Uri, declared_limits, rate_limit,
-    scope_returning,
+    Algorithm, Header, RateLimited, RateLimiter, Uri, context::scope_returning, declared_limits,
+    rate_limit, store::MemoryStore,
 };
 // Tokio's: virtual under paused time.
 use tokio::time::Instant;

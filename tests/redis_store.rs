@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use redis::AsyncCommands;
-use redis_ratelimit::{Error, FailurePolicy, Limit, MAX_PART_LEN, RateLimiter, Source};
+use redis_ratelimit::{Error, FailurePolicy, Limit, RateLimiter, Source, tools::MAX_PART_LEN};
 use support::{key_slot, redis_limiter};
 use testkit::RedisServer;
 

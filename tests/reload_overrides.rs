@@ -10,8 +10,8 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis_ratelimit::{
-    Error, Global, RateLimited, RequestContext, declared_limits, enable_redis_rate_limit,
-    rate_limit, reload_overrides, scope,
+    Error, Global, RateLimited, RequestContext, context::scope, declared_limits,
+    enable_redis_rate_limit, rate_limit, reload_overrides,
 };
 use testkit::RedisServer;
 

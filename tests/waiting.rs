@@ -16,7 +16,8 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use redis_ratelimit::{
-    Algorithm, Error, FailurePolicy, InvalidLimit, Limit, MemoryStore, RateLimiter, Refill, Source,
+    Algorithm, Error, FailurePolicy, Limit, RateLimiter, Refill, Source, error::InvalidLimit,
+    store::MemoryStore,
 };
 use testkit::RedisServer;
 // Tokio's: virtual under paused time, the real clock otherwise.
@@ -244,6 +245,46 @@ async fn limits_that_cannot_wait_say_so(s: Store) {
     );
 }
 
+async fn acquire_named_waits_in_the_named_bucket(s: Store) {
+    // 10 a second, one at a time, under the name `crawler::fetch`.
+    let limit = Limit::per_second(10).burst(1);
+    let wait = Duration::from_secs(2);
+    let t0 = Instant::now();
+    let first = s
+        .limiter
+        .acquire_named("crawler::fetch", "host", &limit, 1, wait);
+    assert!(first.await.unwrap().allowed);
+    // The unnamed bucket of `acquire` is another: untouched.
+    assert_eq!(s.limiter.peek("host", &limit).await.unwrap().remaining, 1);
+    // The second call waits its turn in the named bucket, never early.
+    let second = s
+        .limiter
+        .acquire_named("crawler::fetch", "host", &limit, 1, wait);
+    let d = second.await.unwrap();
+    assert!(d.allowed, "{d:?}");
+    assert_never_early(
+        &[Duration::ZERO, t0.elapsed()],
+        Duration::from_millis(100),
+        "named",
+    );
+    // Its reservation is the named bucket's: a call that does not wait finds it owed.
+    let now = s.limiter.check_named("crawler::fetch", "host", &limit, 1);
+    assert!(!now.await.unwrap().allowed);
+    // A wait too long for the limit is refused as `acquire`'s is.
+    let windowed = Limit::per_second(10).algorithm(Algorithm::FixedWindow);
+    let err = s
+        .limiter
+        .acquire_named("n", "host", &windowed, 1, wait)
+        .await;
+    assert!(
+        matches!(
+            err,
+            Err(Error::InvalidLimit(InvalidLimit::CannotWait { .. }))
+        ),
+        "{err:?}"
+    );
+}
+
 macro_rules! on_both_stores {
     ($($case:ident),* $(,)?) => {
         mod memory {
@@ -267,6 +308,7 @@ macro_rules! on_both_stores {
 
 on_both_stores!(
     twenty_calls_from_two_instances_go_at_the_rate,
+    acquire_named_waits_in_the_named_bucket,
     a_call_that_would_wait_too_long_is_refused_at_once_and_takes_nothing,
     a_leaky_bucket_queues_its_burst_and_refuses_the_rest,
     a_dropped_waiter_gives_its_tokens_back,

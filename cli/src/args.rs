@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{ArgGroup, Args, Parser, Subcommand};
-use ratelimit_core::{Algorithm, DEFAULT_PREFIX, DEFAULT_REDIS_URL, Limit, Refill, Unit};
+use ratelimit_core::{
+    Algorithm, Limit, Refill, Unit, defaults::DEFAULT_PREFIX, defaults::DEFAULT_REDIS_URL,
+};
 
 use crate::failure::Failure;
 

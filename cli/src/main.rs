@@ -10,8 +10,8 @@
 //!
 //! Every subcommand takes `--url` (default: env `REDIS_URL`, else `redis://127.0.0.1:6379`;
 //! `redis+cluster://h1:p1,h2:p2` for a Redis Cluster, whose every master `top` and `watch`
-//! scan), `--prefix` (default `ratelimit`, the library's `DEFAULT_PREFIX`; a service enabled
-//! with `enable_redis_rate_limit!` uses its crate's name) and `--json`. A bucket is named by
+//! scan), `--prefix` (default `ratelimit`, the library's `defaults::DEFAULT_PREFIX`; a service
+//! enabled with `enable_redis_rate_limit!` uses its crate's name) and `--json`. A bucket is named by
 //! `--name` (the limit's name) and `--key` (the caller's key), `--key` alone for the bucket of
 //! `RateLimiter::check`, or `--bucket` with its Redis key.
 //!

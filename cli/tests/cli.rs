@@ -1109,7 +1109,7 @@ fn the_cli_names_buckets_as_the_library_does() {
     assert_eq!(shown.len(), buckets.len(), "{doc}");
     for (name, value) in buckets {
         // A key too long to keep is listed by its bucket, its key kept only as a digest.
-        let key = if value.len() > ratelimit_core::MAX_PART_LEN {
+        let key = if value.len() > ratelimit_core::tools::MAX_PART_LEN {
             Value::Null
         } else {
             Value::from(value)

@@ -4,7 +4,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use ratelimit_core::MAX_PART_LEN;
+use ratelimit_core::tools::MAX_PART_LEN;
 use ratelimit_core::tools::{bucket_key, parse_bucket_key};
 
 fuzz_target!(|input: (Option<&str>, &str, Option<&str>, &str)| {

@@ -8,14 +8,27 @@ use std::sync::LazyLock;
 
 pub use inventory;
 
-use crate::context::{missing_piece, record_current, with_current};
 use crate::decision::Source;
 use crate::limiter::Local;
 use crate::naming::with_bucket_key;
 use crate::registry::Effective;
+use crate::registry::LimitDeclaration;
 use crate::registry::Warning;
-pub use crate::registry::{LimitDeclaration, Registration, global};
+pub use crate::registry::{Registration, global};
+use crate::request::{missing_piece, record_current, with_current};
 use crate::{Algorithm, Decision, KeyResolver, Limit, RateLimited, RateLimiter, Refill, Unit};
+
+/// The declaration of one `#[rate_limit]` function, in its `static`.
+pub const fn declaration(
+    name: &'static str,
+    limit: Limit,
+    cost: u32,
+    key: &'static str,
+    file: &'static str,
+    line: u32,
+) -> LimitDeclaration {
+    LimitDeclaration::new(name, limit, cost, key, file, line)
+}
 
 /// The limit of one `#[rate_limit]`, from every argument at once (a window's burst is its
 /// `replenish`), evaluated in the declaration's `static`: an invalid one is a compile error.
@@ -558,8 +571,8 @@ mod tests {
 
     use super::test_support::{Capture, declaration};
     use super::*;
-    use crate::context::{Origin, scope};
     use crate::headers::HeaderFamilies;
+    use crate::request::{Origin, scope};
     use crate::{Header, Ip, RequestContext, Uri};
 
     /// Runs `calls` keyed calls of `decl` in contexts made by `ctx` (none when `None`) and
@@ -668,7 +681,7 @@ mod tests {
             assert!(check(decl, &crate::Global, Some(&limiter)).await.is_ok());
             let outside = with_current(|ctx, in_scope| (ctx.recorded(), in_scope));
             assert_eq!(outside, (None, false));
-            let (refused, ctx) = crate::context::scope_returning(
+            let (refused, ctx) = crate::request::scope_returning(
                 RequestContext::new(),
                 check(decl, &crate::Global, Some(&limiter)),
             )

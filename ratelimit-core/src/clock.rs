@@ -54,7 +54,7 @@ impl Clock for MonotonicClock {
 /// without waiting. Clones share the same time.
 ///
 /// ```
-/// use ratelimit_core::{Clock, ManualClock};
+/// use ratelimit_core::clock::{Clock, ManualClock};
 /// use std::time::Duration;
 ///
 /// let clock = ManualClock::new();

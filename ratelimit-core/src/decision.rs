@@ -22,7 +22,7 @@ pub struct Decision {
     pub cost: u32,
     /// When denied (or [`shadowed`](Decision::shadowed)): how long until the same call would
     /// be admitted, rounded up to the microsecond, so waiting exactly this long is enough.
-    /// Zero when allowed. (A [`Store`](crate::Store) admitting a call that reserved its tokens
+    /// Zero when allowed. (A [`Store`](crate::store::Store) admitting a call that reserved its tokens
     /// ahead, see [`Limit::wait`], says here how long it must wait; the limiter waits it.)
     pub retry_after: Duration,
     /// How long until the bucket is full again (zero when it is full).
@@ -74,7 +74,7 @@ pub enum Source {
 }
 
 impl Decision {
-    /// Builds a decision, for [`Store`](crate::Store) implementations.
+    /// Builds a decision, for [`Store`](crate::store::Store) implementations.
     pub fn new(
         allowed: bool,
         remaining: u64,
@@ -216,7 +216,7 @@ impl Decision {
 
     /// The same decision, attributed to `source`.
     #[must_use]
-    pub fn with_source(mut self, source: Source) -> Decision {
+    pub(crate) fn with_source(mut self, source: Source) -> Decision {
         self.source = source;
         self
     }

@@ -19,8 +19,9 @@ use std::time::Duration;
 
 use futures_core::Stream;
 
+use crate::Error;
 use crate::deny_cache::DenyCache;
-use crate::{Error, RedisStore};
+use crate::store::RedisStore;
 
 /// How often each instance says it is alive.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);

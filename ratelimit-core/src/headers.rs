@@ -111,7 +111,7 @@ pub static X_BURST_CAPACITY: HeaderName = HeaderName::from_static("x-ratelimit-b
 pub static X_REQUESTED_TOKENS: HeaderName = HeaderName::from_static("x-ratelimit-requested-tokens");
 
 /// Whole seconds, rounded up: a client that waits this long is never early.
-pub fn ceil_secs(d: Duration) -> u64 {
+pub(crate) fn ceil_secs(d: Duration) -> u64 {
     d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 

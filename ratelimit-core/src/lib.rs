@@ -16,22 +16,45 @@
 //! assert_eq!(third.retry_after.as_secs_f64().ceil(), 20.0); // one token every 20 s
 //! # Ok(()) }
 //! ```
+//!
+//! # What is where
+//!
+//! The root holds what a service writes every day: the limiter ([`RateLimiter`],
+//! [`RateLimiterBuilder`]), the limit ([`Limit`], [`Unit`], [`Algorithm`], [`Refill`]), the
+//! answer ([`Decision`], [`Source`], [`RateLimited`], [`Error`]), the keys ([`KeyResolver`],
+//! [`RequestContext`] and the built-in resolvers), the policies ([`FailurePolicy`],
+//! [`EmptyKeyPolicy`]), the proxies to trust ([`TrustedProxies`], [`ClientIpHeader`]), the
+//! HTTP integrations (`RateLimitLayer` with the `axum` feature, `RateLimitMiddleware` with
+//! `actix-web`) and the declared limits ([`LimitDeclaration`], [`declared_limits`],
+//! [`reload_overrides`]). Everything else has one path, in its module:
+//!
+//! | module | what it holds |
+//! |---|---|
+//! | [`clock`] | time sources of the memory store: [`clock::ManualClock`] for tests |
+//! | [`context`] | running code under a request's context without the HTTP integrations ([`context::scope`]), and what was decided in it |
+//! | [`defaults`] | the values used when nothing else is said (prefix, Redis URL, deadline, ...) |
+//! | [`enable`] | what `enable_redis_rate_limit!` expands to, for programs that build their options themselves |
+//! | [`error`] | the errors of building a limit and of reading its words, which [`Error`] wraps |
+//! | [`headers`] | the response headers: which families to send, their names, a refusal's response |
+//! | `http` (features `axum`, `actix-web`) | the services the HTTP integrations wrap handlers in |
+//! | [`key`] | what the built-in resolvers read and how they normalise it |
+//! | [`observe`] | the tracing span and metrics every decision produces |
+//! | [`overrides`] | quotas changed without a rebuild: the override file and environment |
+//! | [`store`] | where buckets live: [`store::RedisStore`], [`store::MemoryStore`], the [`store::Store`] trait |
+//! | [`tools`] | for tools that read what limiters keep in Redis (unstable) |
 
 #[doc(hidden)]
 pub mod __private;
 mod algorithm;
 mod client_ip;
 pub mod clock;
-mod context;
 mod decision;
 mod deny_cache;
-mod enable;
-mod error;
+mod errors;
 mod fleet;
 pub mod headers;
 #[cfg(any(feature = "axum", feature = "actix-web"))]
 pub mod http;
-mod key;
 mod limit;
 mod limiter;
 mod naming;
@@ -39,28 +62,62 @@ pub mod observe;
 pub mod overrides;
 mod policy;
 mod registry;
+mod request;
+mod resolvers;
+mod startup;
 pub mod store;
 pub mod tools;
 
 pub use client_ip::{ClientIpHeader, TrustedProxies};
-pub use clock::{Clock, ManualClock, MonotonicClock};
-pub use context::{Recorded, RequestContext, scope, scope_returning};
 pub use decision::{Decision, RateLimited, Source};
-pub use deny_cache::DEFAULT_DENY_CACHE_CAPACITY;
-pub use enable::{DEFAULT_REDIS_URL, EnableOptions, enable, reload_overrides};
-pub use error::Error;
+pub use errors::Error;
 #[cfg(feature = "actix-web")]
 pub use http::actix::RateLimitMiddleware;
 #[cfg(feature = "axum")]
 pub use http::axum::RateLimitLayer;
-pub use key::{
-    Global, Header, Ip, IpUri, KeyResolver, Principal, Route, Uri, User, normalize_path,
-};
-pub use limit::{
-    Algorithm, InvalidLimit, Limit, Refill, Unit, UnknownAlgorithm, UnknownRefill, UnknownUnit,
-};
-pub use limiter::{DEFAULT_PREFIX, RateLimiter, RateLimiterBuilder};
-pub use naming::MAX_PART_LEN;
-pub use policy::{DEFAULT_COOLDOWN, DEFAULT_DEADLINE, EmptyKeyPolicy, FailurePolicy};
-pub use registry::{Effective, LimitDeclaration, declared_limits};
-pub use store::{MemoryStore, RedisStore, Store};
+pub use limit::{Algorithm, Limit, Refill, Unit};
+pub use limiter::{RateLimiter, RateLimiterBuilder};
+pub use policy::{EmptyKeyPolicy, FailurePolicy};
+pub use registry::{LimitDeclaration, declared_limits};
+pub use request::RequestContext;
+pub use resolvers::{Global, Header, Ip, IpUri, KeyResolver, Route, Uri, User};
+pub use startup::reload_overrides;
+
+pub mod context {
+    //! Running code under a request's context without the HTTP integrations (tests, other
+    //! frameworks, jobs): [`scope`] makes a [`RequestContext`](crate::RequestContext) the one
+    //! the limited functions called within see, and [`scope_returning`] gives it back with what
+    //! was decided in it ([`Recorded`]).
+    pub use crate::request::{Recorded, scope, scope_returning};
+}
+
+pub mod defaults {
+    //! The values used when nothing else is said.
+    pub use crate::deny_cache::DEFAULT_DENY_CACHE_CAPACITY;
+    pub use crate::limiter::DEFAULT_PREFIX;
+    pub use crate::policy::{DEFAULT_COOLDOWN, DEFAULT_DEADLINE};
+    pub use crate::startup::DEFAULT_REDIS_URL;
+    pub use crate::store::memory::DEFAULT_MAX_KEYS;
+}
+
+pub mod enable {
+    //! The global limiter the `#[rate_limit]` functions use, built as
+    //! `enable_redis_rate_limit!(..)` builds it: [`enable`] with [`EnableOptions`], for a program
+    //! that computes its options (a builder of its own, a config file's path) rather than writing
+    //! them in the macro.
+    pub use crate::startup::{EnableOptions, enable};
+}
+
+pub mod error {
+    //! The errors of building a [`Limit`](crate::Limit) ([`InvalidLimit`]) and of reading its
+    //! words (`"minute".parse::<Unit>()`), each wrapped by [`Error`](crate::Error) where an
+    //! operation fails with one.
+    pub use crate::limit::{InvalidLimit, UnknownAlgorithm, UnknownRefill, UnknownUnit};
+}
+
+pub mod key {
+    //! What the built-in [`KeyResolver`](crate::KeyResolver)s read: the [`Principal`] that
+    //! [`User`](crate::User) finds in a request's extensions, and the path as
+    //! [`Uri`](crate::Uri) keys it ([`normalize_path`]).
+    pub use crate::resolvers::{Principal, normalize_path};
+}

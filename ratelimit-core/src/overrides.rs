@@ -44,7 +44,8 @@ use std::path::Path;
 
 use serde::Deserialize;
 
-use crate::registry::{Effective, LimitDeclaration, describe_names};
+pub use crate::registry::Effective;
+use crate::registry::{LimitDeclaration, describe_names};
 use crate::{Algorithm, Error, FailurePolicy, Limit, Refill, Unit};
 
 /// The prefix of the per-limit environment variables.
@@ -299,7 +300,7 @@ fn field_error(field: &str, why: &dyn std::fmt::Display) -> Error {
 }
 
 /// The environment variable that overrides the limit called `name`.
-pub fn env_var_name(name: &str) -> String {
+pub(crate) fn env_var_name(name: &str) -> String {
     let mut out = String::from(ENV_PREFIX);
     out.extend(name.chars().map(|c| {
         if c.is_ascii_alphanumeric() {

@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use crate::decision::Source;
 use crate::deny_cache::DenyCache;
-use crate::{Decision, Error, Limit, MemoryStore};
+use crate::store::MemoryStore;
+use crate::{Decision, Error, Limit};
 
 /// What a limiter does with a call when its store fails (unreachable, slower than the
 /// deadline, erroring).
@@ -369,7 +370,7 @@ fn held(known: Option<&DenyCache>, bucket: &str, limit: &Limit, now: Instant) ->
 #[cfg(test)]
 mod fallback_tests {
     use super::*;
-    use crate::ManualClock;
+    use crate::clock::ManualClock;
 
     /// `n` instances in fallback, each with its own memory on one shared clock.
     fn fleet(n: u32, clock: &ManualClock) -> Vec<Resilience> {

@@ -72,8 +72,9 @@ impl fmt::Display for Effective {
 }
 
 impl LimitDeclaration {
-    #[doc(hidden)]
-    pub const fn new(
+    /// A `#[rate_limit]` function's declaration (the macros reach it as
+    /// `__private::declaration`).
+    pub(crate) const fn new(
         name: &'static str,
         limit: Limit,
         cost: u32,

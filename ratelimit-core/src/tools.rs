@@ -27,7 +27,7 @@
 //! A bucket's Redis key is `<prefix>:{<n>:<name>:<key>}` for a named limit (`n` the written
 //! name's length in bytes) and `<prefix>:{:<key>}` for an unnamed one (`RateLimiter::check`).
 //! The name and the key are written as given (any Unicode) but for `{`, `}` and `%`, which are
-//! percent-escaped; a part longer than [`MAX_PART_LEN`](crate::MAX_PART_LEN) bytes once escaped
+//! percent-escaped; a part longer than [`MAX_PART_LEN`] bytes once escaped
 //! is written as `%H` and a digest. The braces are a Redis Cluster hash tag: [`key_slot`] is
 //! the slot the bucket lives in.
 //!
@@ -60,8 +60,8 @@ pub use self::state::{
     BucketState, Decoded, Peek, READ_SCRIPT, Stored, StoredValue, Undecidable, decode_state, peek,
 };
 pub use crate::algorithm::StateKind;
-pub use crate::error::redact_url;
-pub use crate::naming::{Bucket, Part, bucket_key, key_slot, parse_bucket_key};
+pub use crate::errors::redact_url;
+pub use crate::naming::{Bucket, MAX_PART_LEN, Part, bucket_key, key_slot, parse_bucket_key};
 pub use crate::store::redis::url::{
     Target as RedisTarget, node_url, parse_target as parse_redis_url,
 };

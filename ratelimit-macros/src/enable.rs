@@ -1,6 +1,6 @@
 //! `enable_redis_rate_limit!(...)`: options checked at compile time, expanded onto
-//! `redis_ratelimit::enable(EnableOptions::with_builder(<crate name>, <builder>...)...)`: each
-//! option but `config` is a call on the limiter's builder, so the macro and
+//! `redis_ratelimit::enable::enable(EnableOptions::with_builder(<crate name>, <builder>...)...)`:
+//! each option but `config` is a call on the limiter's builder, so the macro and
 //! `RateLimiter::builder()` have one set of settings.
 
 use proc_macro2::{Span, TokenStream};
@@ -61,12 +61,12 @@ pub(crate) fn enable_redis_rate_limit(tokens: TokenStream) -> TokenStream {
             EnableArgs::default()
         }
     };
-    let defaults = quote!(::redis_ratelimit::EnableOptions::new(::core::env!(
+    let defaults = quote!(::redis_ratelimit::enable::EnableOptions::new(::core::env!(
         "CARGO_PKG_NAME"
     )));
     if let Err(e) = errors.finish() {
         let errors = e.into_compile_error();
-        return quote!({ #errors ::redis_ratelimit::enable(#defaults) });
+        return quote!({ #errors ::redis_ratelimit::enable::enable(#defaults) });
     }
     let EnableArgs {
         url,
@@ -94,8 +94,8 @@ pub(crate) fn enable_redis_rate_limit(tokens: TokenStream) -> TokenStream {
         deadline_ms.map(|ms| quote!(.deadline(::core::time::Duration::from_millis(#ms))));
     let config = config.map(|e| quote!(.config_file(#e)));
     quote! {
-        ::redis_ratelimit::enable(
-            ::redis_ratelimit::EnableOptions::with_builder(
+        ::redis_ratelimit::enable::enable(
+            ::redis_ratelimit::enable::EnableOptions::with_builder(
                 ::core::env!("CARGO_PKG_NAME"),
                 #builder #url #prefix #policy #empty_key #deadline,
             )

@@ -127,7 +127,7 @@ fn expand(
         let key_var = Ident::new(&format!("__rl_key{suffix}"), Span::mixed_site());
         let declaration = declaration(&limit.args, sig, i + 1, limit.line_span());
         statics.extend(quote! {
-            static #decl: ::redis_ratelimit::__private::LimitDeclaration = #declaration;
+            static #decl: ::redis_ratelimit::LimitDeclaration = #declaration;
             ::redis_ratelimit::__private::inventory::submit! {
                 ::redis_ratelimit::__private::Registration(&#decl)
             }
@@ -337,7 +337,7 @@ fn declaration(
         });
     let shadow = args.shadow.as_ref().map(|b| quote!(.with_shadow(#b)));
     let declaration = quote! {
-        ::redis_ratelimit::__private::LimitDeclaration::new(
+        ::redis_ratelimit::__private::declaration(
             #name,
             ::redis_ratelimit::__private::limit(
                 #replenish_value,

@@ -69,8 +69,8 @@ use proc_macro::TokenStream;
 /// built-in resolvers you name (`use redis_ratelimit::{Ip, Route};`), write tuples
 /// (`key = (Ip, Route)`) to key on several dimensions, or give a value of your own type that
 /// implements `KeyResolver`. The resolver reads the call's `RequestContext`: the one the HTTP
-/// layer records for each request, or the one given to `redis_ratelimit::scope`. A call
-/// whose resolver finds no key (no request, no such header) is decided by the limiter's
+/// layer records for each request, or the one given to `redis_ratelimit::context::scope`. A
+/// call whose resolver finds no key (no request, no such header) is decided by the limiter's
 /// empty-key policy: denied by default.
 ///
 /// # What it generates
@@ -116,7 +116,8 @@ use proc_macro::TokenStream;
 /// ```
 /// use std::sync::OnceLock;
 /// use redis_ratelimit::{
-///     declared_limits, rate_limit, scope, Global, Ip, RateLimited, RateLimiter, RequestContext,
+///     Global, Ip, RateLimited, RateLimiter, RequestContext, context::scope, declared_limits,
+///     rate_limit,
 /// };
 ///
 /// static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
@@ -168,7 +169,8 @@ use proc_macro::TokenStream;
 ///
 /// ```
 /// use std::sync::OnceLock;
-/// use redis_ratelimit::{rate_limit, scope, Ip, RateLimited, RateLimiter, RequestContext, Route};
+/// use redis_ratelimit::{Ip, RateLimited, RateLimiter, RequestContext, Route, rate_limit};
+/// use redis_ratelimit::context::scope;
 ///
 /// static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
 ///
@@ -256,7 +258,7 @@ pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
 /// ```
 ///
 /// ```no_run
-/// # use redis_ratelimit::{enable_redis_rate_limit, MemoryStore, RateLimiter};
+/// # use redis_ratelimit::{RateLimiter, enable_redis_rate_limit, store::MemoryStore};
 /// # async fn run() -> Result<(), redis_ratelimit::Error> {
 /// enable_redis_rate_limit!(
 ///     prefix = "orders",

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 use common::{
     Call, Load, OtherInstance, TOLERANT_DEADLINE, assert_no_errors, logs, ms, policy_source,
 };
-use ratelimit_core::{DEFAULT_DEADLINE, FailurePolicy, Limit, RateLimiter, Source};
+use ratelimit_core::{FailurePolicy, Limit, RateLimiter, Source, defaults::DEFAULT_DEADLINE};
 use testkit::RedisServer;
 
 /// The decision script, to ask a server whether it holds it.

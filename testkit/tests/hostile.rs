@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 
 use common::strict_limiter;
 use ratelimit_core::{
-    Header, Ip, KeyResolver, Limit, MAX_PART_LEN, MemoryStore, RateLimiter, RequestContext, Source,
+    Header, Ip, KeyResolver, Limit, RateLimiter, RequestContext, Source, store::MemoryStore,
+    tools::MAX_PART_LEN,
 };
 use testkit::RedisServer;
 use testkit::cluster::RedisCluster;

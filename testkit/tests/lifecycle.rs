@@ -11,7 +11,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
-use ratelimit_core::{EnableOptions, Error, Limit, RateLimiter, RedisStore, Source};
+use ratelimit_core::{Error, Limit, RateLimiter, Source, enable::EnableOptions, store::RedisStore};
 use testkit::{RedisServer, free_port};
 
 use common::{EVENTUALLY, OtherInstance};
@@ -311,7 +311,7 @@ async fn enable_takes_every_setting_of_the_builder() {
         .deny_cache(0)
         .circuit_cooldown(None)
         .deadline(Duration::from_secs(5));
-    let limiter = ratelimit_core::enable(EnableOptions::with_builder("app", builder))
+    let limiter = ratelimit_core::enable::enable(EnableOptions::with_builder("app", builder))
         .await
         .unwrap();
     assert_eq!(

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use redis_ratelimit::{
-    Decision, FailurePolicy, Limit, ManualClock, MemoryStore, RateLimiter, Source,
+    Decision, FailurePolicy, Limit, RateLimiter, Source, clock::ManualClock, store::MemoryStore,
 };
 use testkit::RedisServer;
 
@@ -129,7 +129,7 @@ impl TokioClock {
     }
 }
 
-impl redis_ratelimit::Clock for TokioClock {
+impl redis_ratelimit::clock::Clock for TokioClock {
     fn now_micros(&self) -> u64 {
         let since = tokio::time::Instant::now().saturating_duration_since(self.origin);
         // Away from zero, as the store's own clocks are.
@@ -190,7 +190,7 @@ where
 {
     let mut ok = 0;
     for _ in 0..n {
-        if redis_ratelimit::scope(ctx(), call()).await.is_ok() {
+        if redis_ratelimit::context::scope(ctx(), call()).await.is_ok() {
             ok += 1;
         }
     }

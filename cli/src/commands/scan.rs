@@ -90,7 +90,7 @@ pub(crate) async fn known(redis: &Redis, prefix: &str, seen: Seen) -> Result<(),
          enable_redis_rate_limit! to the crate's name)",
         redis.shown,
         instances_key(prefix),
-        ratelimit_core::DEFAULT_PREFIX
+        ratelimit_core::defaults::DEFAULT_PREFIX
     )))
 }
 

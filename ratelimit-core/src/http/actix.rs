@@ -2,7 +2,7 @@
 //!
 //! ```no_run
 //! use actix_web::{App, HttpServer};
-//! use ratelimit_core::http::actix::RateLimitMiddleware;
+//! use ratelimit_core::RateLimitMiddleware;
 //!
 //! # async fn run() -> std::io::Result<()> {
 //! HttpServer::new(|| App::new().wrap(RateLimitMiddleware::new()))
@@ -27,10 +27,11 @@ use actix_web::{HttpResponse, ResponseError};
 use futures_util::future::LocalBoxFuture;
 
 use super::{Config, SharedConfig, config_methods};
-use crate::context::{CONTEXT, Origin, families_in_force};
 use crate::headers::set_call_headers;
 use crate::http::Described;
-use crate::{Principal, RateLimited, RequestContext};
+use crate::key::Principal;
+use crate::request::{CONTEXT, Origin, families_in_force};
+use crate::{RateLimited, RequestContext};
 
 type CopyExtension = fn(&actix_web::dev::Extensions, &mut http::Extensions);
 

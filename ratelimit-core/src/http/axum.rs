@@ -3,7 +3,7 @@
 //! ```no_run
 //! use std::net::SocketAddr;
 //! use axum::{Router, routing::get};
-//! use ratelimit_core::http::axum::RateLimitLayer;
+//! use ratelimit_core::RateLimitLayer;
 //!
 //! # async fn run(app: Router) -> std::io::Result<()> {
 //! let app = app.layer(RateLimitLayer::new());
@@ -25,9 +25,9 @@ use http::Request;
 use tokio::task::futures::TaskLocalFuture;
 
 use super::{Config, SharedConfig, config_methods};
-use crate::context::{CONTEXT, Origin, families_in_force};
 use crate::headers::{HeaderFamilies, set_call_headers};
 use crate::http::Described;
+use crate::request::{CONTEXT, Origin, families_in_force};
 use crate::{RateLimited, RequestContext};
 
 /// A tower layer that gives `#[rate_limit]` handlers below it their request context (method,
@@ -289,13 +289,14 @@ mod tests {
     #[tokio::test]
     async fn outside_a_layer_a_rejection_sends_every_family() {
         let mut app = Router::new().route("/outside", get(login));
-        let (_, refused) = crate::scope(RequestContext::new().with_path("/outside"), async {
-            (
-                get_path(&mut app, "/outside").await,
-                get_path(&mut app, "/outside").await,
-            )
-        })
-        .await;
+        let (_, refused) =
+            crate::context::scope(RequestContext::new().with_path("/outside"), async {
+                (
+                    get_path(&mut app, "/outside").await,
+                    get_path(&mut app, "/outside").await,
+                )
+            })
+            .await;
         assert_eq!(refused.status(), 429);
         for name in ["ratelimit", "retry-after", "x-ratelimit-remaining"] {
             assert!(refused.headers().get(name).is_some(), "{name}");
@@ -331,7 +332,7 @@ mod tests {
         let errors = errors_while(by_ip.name(), async move {
             let peer = RequestContext::new().with_peer(([127, 0, 0, 1], 1).into());
             let early = crate::__private::check(by_ip, &crate::Ip, None);
-            let _ = crate::scope(peer, early).await;
+            let _ = crate::context::scope(peer, early).await;
             let mut app = Router::new()
                 .route("/ip", get(|| limited_by_ip(by_ip)))
                 .layer(RateLimitLayer::new());

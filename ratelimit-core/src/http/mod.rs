@@ -1,10 +1,18 @@
 //! HTTP integrations: record each request's [`RequestContext`](crate::RequestContext) for the
-//! limited handlers below, and add the rate-limit headers to their responses.
+//! limited handlers below, and add the rate-limit headers to their responses. The layer and
+//! the middleware are at the root ([`RateLimitLayer`](crate::RateLimitLayer),
+//! [`RateLimitMiddleware`](crate::RateLimitMiddleware)); this module names the services they
+//! wrap handlers in.
 
 #[cfg(feature = "actix-web")]
-pub mod actix;
+pub(crate) mod actix;
 #[cfg(feature = "axum")]
-pub mod axum;
+pub(crate) mod axum;
+
+#[cfg(feature = "actix-web")]
+pub use self::actix::RateLimitActixService;
+#[cfg(feature = "axum")]
+pub use self::axum::{RateLimitService, ResponseFuture};
 
 use std::sync::Arc;
 
@@ -53,7 +61,7 @@ impl Config {
     pub(crate) fn finish(
         &self,
         mut ctx: crate::RequestContext,
-        origin: crate::context::Origin,
+        origin: crate::request::Origin,
     ) -> crate::RequestContext {
         ctx = ctx.served_by(origin, self.families);
         if let Some(peer) = ctx.peer() {

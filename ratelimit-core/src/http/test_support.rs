@@ -2,7 +2,8 @@
 
 use std::sync::LazyLock;
 
-use crate::__private::{LimitDeclaration, check, check_all};
+use crate::__private::{check, check_all};
+use crate::LimitDeclaration;
 use crate::{Global, Ip, Limit, RateLimited, RateLimiter, Uri};
 
 static LIMITER: LazyLock<RateLimiter> = LazyLock::new(RateLimiter::unenabled);

@@ -23,6 +23,21 @@ pub use words::{Algorithm, Refill, Unit, UnknownAlgorithm, UnknownRefill, Unknow
 /// (at compile time when used in a `const`), and the `try_` forms return an error for values
 /// known only at run time.
 ///
+/// The builder methods are named as the `#[rate_limit]` arguments they mirror and take the
+/// limit by value (so that `const` limits chain); the getters name what they return, so that
+/// `limit.burst(5)` and `limit.burst_capacity()` never read as one another:
+///
+/// | argument | builder (a `try_` form for values known at run time) | getter |
+/// |---|---|---|
+/// | `replenish`, `unit` | [`per_second`](Limit::per_second) .. [`per_day`](Limit::per_day), [`per`](Limit::per), [`new`](Limit::new) | [`replenish`](Limit::replenish), [`unit`](Limit::unit), [`period`](Limit::period) |
+/// | `burst` | [`burst`](Limit::burst) | [`burst_capacity`](Limit::burst_capacity) |
+/// | `algorithm` | [`algorithm`](Limit::algorithm) | [`algorithm_kind`](Limit::algorithm_kind) |
+/// | `refill` | [`refill`](Limit::refill) | [`refill_kind`](Limit::refill_kind) |
+/// | `initial` | [`initial`](Limit::initial) | [`initial_tokens`](Limit::initial_tokens) |
+/// | `wait` | [`wait`](Limit::wait) | [`max_wait`](Limit::max_wait) |
+/// | `shadow` | [`shadow`](Limit::shadow), [`with_shadow`](Limit::with_shadow) | [`is_shadow`](Limit::is_shadow) |
+/// | `policy` | [`on_failure`](Limit::on_failure), [`with_failure_policy`](Limit::with_failure_policy) | [`failure_policy`](Limit::failure_policy) |
+///
 /// ```
 /// use ratelimit_core::{Algorithm, Limit, Refill, Unit};
 /// use std::time::Duration;

@@ -27,7 +27,35 @@ impl RateLimiter {
     /// # Errors
     /// The store's error; [`Error::PeekUnsupported`] for a custom store that cannot peek.
     pub async fn peek(&self, key: &str, limit: &Limit) -> Result<Decision, Error> {
-        self.peek_bucket(&bucket_key(&self.inner.prefix, None, key), limit)
+        self.peek_n(key, limit, 1).await
+    }
+
+    /// [`peek`](RateLimiter::peek) for a call of `cost` tokens: `allowed` says whether such a
+    /// call would be admitted now, and `retry_after` when it would pass; `remaining` is still
+    /// the tokens the bucket holds now. Takes nothing.
+    ///
+    /// ```
+    /// use ratelimit_core::{Limit, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ratelimit_core::Error> {
+    /// let limiter = RateLimiter::builder().memory().build().await?;
+    /// let upload = Limit::per_minute(3).burst(5);
+    /// assert!(limiter.check_n("user:42", &upload, 3).await?.allowed);
+    /// let big = limiter.peek_n("user:42", &upload, 3).await?;
+    /// assert!(!big.allowed);
+    /// assert_eq!(big.remaining, 2);
+    /// assert_eq!(big.retry_after.as_secs_f64().ceil(), 20.0); // one token every 20 s
+    /// assert!(limiter.peek_n("user:42", &upload, 2).await?.allowed);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`peek`](RateLimiter::peek), and the cost errors of
+    /// [`check_n`](RateLimiter::check_n).
+    pub async fn peek_n(&self, key: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
+        validate_cost(limit, cost)?;
+        self.peek_bucket(&bucket_key(&self.inner.prefix, None, key), limit, cost)
             .await
     }
 
@@ -43,18 +71,23 @@ impl RateLimiter {
         key: &str,
         limit: &Limit,
     ) -> Result<Decision, Error> {
-        self.peek_bucket(&bucket_key(&self.inner.prefix, Some(name), key), limit)
+        self.peek_bucket(&bucket_key(&self.inner.prefix, Some(name), key), limit, 1)
             .await
     }
 
-    pub(super) async fn peek_bucket(&self, bucket: &str, limit: &Limit) -> Result<Decision, Error> {
+    pub(super) async fn peek_bucket(
+        &self,
+        bucket: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> Result<Decision, Error> {
         let mut decision = match &self.inner.engine {
-            Engine::Local(s) => s.peek_now(bucket, limit, 1),
+            Engine::Local(s) => s.peek_now(bucket, limit, cost),
             Engine::Remote(remote) => {
                 on_tokio()?;
                 match &remote.store {
-                    RemoteStore::Redis(s) => s.peek(bucket, limit, 1).await?,
-                    RemoteStore::Custom(s) => s.peek_dyn(bucket, limit, 1).await?,
+                    RemoteStore::Redis(s) => s.peek(bucket, limit, cost).await?,
+                    RemoteStore::Custom(s) => s.peek_dyn(bucket, limit, cost).await?,
                 }
             }
             Engine::Unenabled => return Err(Error::NotEnabled),

@@ -37,7 +37,8 @@ use crate::policy::{
     SLOTS_PER_CIRCUIT,
 };
 use crate::store::DynStore;
-use crate::{Decision, Error, Limit, MemoryStore, RedisStore, Store};
+use crate::store::{MemoryStore, RedisStore, Store};
+use crate::{Decision, Error, Limit};
 
 /// Decides whether calls may proceed, against buckets kept in Redis or in memory.
 ///
@@ -173,8 +174,8 @@ impl RateLimiter {
     /// or a wait longer than it allows ([`InvalidLimit::WaitTooLong`]); otherwise as
     /// [`check_n`](RateLimiter::check_n).
     ///
-    /// [`InvalidLimit::CannotWait`]: crate::InvalidLimit::CannotWait
-    /// [`InvalidLimit::WaitTooLong`]: crate::InvalidLimit::WaitTooLong
+    /// [`InvalidLimit::CannotWait`]: crate::error::InvalidLimit::CannotWait
+    /// [`InvalidLimit::WaitTooLong`]: crate::error::InvalidLimit::WaitTooLong
     pub async fn acquire(
         &self,
         key: &str,
@@ -196,8 +197,44 @@ impl RateLimiter {
         cost: u32,
         max_wait: Duration,
     ) -> Result<Decision, Error> {
-        let limit = limit.try_wait(max_wait)?;
-        self.check_n(key, &limit, cost).await
+        self.check_by_name(None, key, &limit.try_wait(max_wait)?, cost)
+            .await
+    }
+
+    /// [`acquire_n`](RateLimiter::acquire_n) under the limit called `name`: waits up to
+    /// `max_wait` for `cost` tokens of `key`'s bucket under that name, as
+    /// [`check_named`](RateLimiter::check_named) takes them without waiting (a
+    /// `#[rate_limit(wait = ..)]` function's buckets are its limit's name's).
+    ///
+    /// ```
+    /// use ratelimit_core::{Limit, RateLimiter};
+    /// use std::time::Duration;
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ratelimit_core::Error> {
+    /// let limiter = RateLimiter::builder().memory().build().await?;
+    /// const FETCH: Limit = Limit::per_second(10).burst(1);
+    /// let wait = Duration::from_secs(2);
+    /// let d = limiter.acquire_named("crawler::fetch", "example.org", &FETCH, 1, wait).await?;
+    /// assert!(d.allowed);
+    /// // The named bucket is empty now; the unnamed one of `acquire` and `check` is another.
+    /// assert!(!limiter.peek_named("crawler::fetch", "example.org", &FETCH).await?.allowed);
+    /// assert!(limiter.peek("example.org", &FETCH).await?.allowed);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`acquire_n`](RateLimiter::acquire_n).
+    pub async fn acquire_named(
+        &self,
+        name: &str,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+        max_wait: Duration,
+    ) -> Result<Decision, Error> {
+        self.check_by_name(Some(name), key, &limit.try_wait(max_wait)?, cost)
+            .await
     }
 
     /// Takes `cost` tokens from the bucket of `key` under the limit called `name` (what
@@ -445,7 +482,7 @@ impl RateLimiter {
     }
 
     /// The decision for a call that has no key, per the empty-key policy.
-    pub fn decide_without_key(&self, limit: &Limit, cost: u32) -> Decision {
+    pub(crate) fn decide_without_key(&self, limit: &Limit, cost: u32) -> Decision {
         let allowed = self.inner.empty_key == EmptyKeyPolicy::Allow;
         let mut decision = Decision::new(allowed, 0, *limit, cost, Duration::ZERO, Duration::ZERO)
             .with_source(Source::NoKey);
@@ -551,7 +588,7 @@ impl fmt::Debug for RateLimiter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ManualClock;
+    use crate::clock::ManualClock;
 
     /// A store of the user's own that is down: every call fails as a timeout would.
     struct DownStore;

@@ -1,12 +1,12 @@
 //! Where buckets live: [`RedisStore`] (shared by every instance of a service) and
 //! [`MemoryStore`] (one process), with the same semantics.
 
-mod memory;
+pub(crate) mod memory;
 pub(crate) mod redis;
 
 use std::future::Future;
 
-pub use self::memory::{DEFAULT_MAX_KEYS, MemoryStore};
+pub use self::memory::MemoryStore;
 pub use self::redis::RedisStore;
 use crate::{Decision, Error, Limit};
 

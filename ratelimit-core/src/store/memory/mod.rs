@@ -6,9 +6,10 @@ use std::sync::{Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use hashbrown::DefaultHashBuilder;
 use hashbrown::HashTable;
 
+use super::Store;
 use crate::algorithm::{Kernel, Outcome, token_bucket};
 use crate::clock::{Clock, MonotonicClock};
-use crate::{Decision, Error, Limit, Store};
+use crate::{Decision, Error, Limit};
 
 mod slot;
 
@@ -28,7 +29,9 @@ const SWEEP_EVERY_US: u64 = 1_000_000;
 /// buckets is bounded (see [`MemoryStore::with_max_keys`]).
 ///
 /// ```
-/// use ratelimit_core::{Limit, ManualClock, MemoryStore, Store};
+/// use ratelimit_core::Limit;
+/// use ratelimit_core::clock::ManualClock;
+/// use ratelimit_core::store::{MemoryStore, Store};
 /// use std::time::Duration;
 ///
 /// # tokio_test_block_on(async {
@@ -106,7 +109,7 @@ impl MemoryStore {
         )
     }
 
-    /// A store on `clock` (a [`ManualClock`](crate::ManualClock) in tests).
+    /// A store on `clock` (a [`ManualClock`](crate::clock::ManualClock) in tests).
     pub fn with_clock(clock: impl Clock) -> MemoryStore {
         MemoryStore::build(TimeSource::Other(Arc::new(clock)), DEFAULT_MAX_KEYS)
     }
@@ -536,7 +539,7 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ManualClock;
+    use crate::clock::ManualClock;
     use std::time::Duration;
 
     #[test]

@@ -14,8 +14,9 @@ use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelServerType};
 use redis::{Client, RedisError, Value};
 
-use crate::error::redact_url;
-use crate::{Decision, Error, Limit, Store};
+use super::Store;
+use crate::errors::redact_url;
+use crate::{Decision, Error, Limit};
 
 mod coalesce;
 mod cross_slot;
@@ -281,7 +282,7 @@ impl RedisStore {
     ///
     /// ```
     /// # async fn f() -> Result<(), ratelimit_core::Error> {
-    /// use ratelimit_core::{RateLimiter, RedisStore};
+    /// use ratelimit_core::{RateLimiter, store::RedisStore};
     ///
     /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?.batch_limit(16);
     /// let limiter = RateLimiter::builder().redis_store(store).build().await?;

@@ -3,9 +3,9 @@
 
 use std::fmt;
 
-use crate::error::redact_url;
+use crate::errors::redact_url;
 
-/// What a Redis URL names, as [`RedisStore`](crate::RedisStore) reads it. Its `Debug` hides
+/// What a Redis URL names, as [`RedisStore`](crate::store::RedisStore) reads it. Its `Debug` hides
 /// every password.
 ///
 /// ```

@@ -46,16 +46,16 @@ pub enum Error {
     )]
     DuplicateBucket(String),
 
-    /// A custom [`Store`](crate::Store) that does not implement
-    /// [`check_all`](crate::Store::check_all) was asked to decide several limits at once.
+    /// A custom [`Store`](crate::store::Store) that does not implement
+    /// [`check_all`](crate::store::Store::check_all) was asked to decide several limits at once.
     #[error(
         "this store decides one limit per call: implement Store::check_all to decide several \
          limits of one call together"
     )]
     SeveralLimitsUnsupported,
 
-    /// A custom [`Store`](crate::Store) that does not implement
-    /// [`peek`](crate::Store::peek) was asked to peek.
+    /// A custom [`Store`](crate::store::Store) that does not implement
+    /// [`peek`](crate::store::Store::peek) was asked to peek.
     #[error("this store cannot answer without taking: implement Store::peek")]
     PeekUnsupported,
 

@@ -94,7 +94,7 @@ const SEGMENT_KEEPS: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHAN
 /// caller can drain a path's bucket by requesting the path itself anyway.
 ///
 /// ```
-/// use ratelimit_core::normalize_path;
+/// use ratelimit_core::key::normalize_path;
 ///
 /// assert_eq!(normalize_path("/uri/%76ictim"), "/uri/victim");
 /// assert_eq!(normalize_path("/uri/v%69ctim"), "/uri/victim");
@@ -173,7 +173,7 @@ pub struct Ip;
 
 impl Ip {
     /// The client address as keyed: IPv4 as is, IPv6 truncated to `ipv6_prefix` bits.
-    pub fn key_of(addr: IpAddr, ipv6_prefix: u8) -> String {
+    pub(crate) fn key_of(addr: IpAddr, ipv6_prefix: u8) -> String {
         match addr {
             IpAddr::V4(v4) => v4.to_string(),
             IpAddr::V6(v6) => match v6.to_ipv4_mapped() {

@@ -20,7 +20,7 @@ tokio::task_local! {
 /// extensions (where authentication middleware puts the user).
 ///
 /// ```
-/// use ratelimit_core::{RequestContext, scope};
+/// use ratelimit_core::{RequestContext, context::scope};
 ///
 /// # #[tokio::main(flavor = "current_thread")]
 /// # async fn main() {
@@ -179,7 +179,7 @@ impl RequestContext {
         self
     }
 
-    /// With one more extension (a [`Principal`](crate::Principal), a tenant type of yours).
+    /// With one more extension (a [`Principal`](crate::key::Principal), a tenant type of yours).
     #[must_use]
     pub fn with_extension<T: Clone + Send + Sync + 'static>(mut self, value: T) -> Self {
         self.extensions.insert(value);
@@ -357,7 +357,7 @@ impl fmt::Display for MissingPiece {
             MissingPiece::Context => {
                 "it runs outside any request context: add `RateLimitLayer` (axum) or \
                  `RateLimitMiddleware` (actix-web) around the handler, or call it inside \
-                 `redis_ratelimit::scope(..)`"
+                 `redis_ratelimit::context::scope(..)`"
             }
             MissingPiece::Peer(Origin::Axum) => {
                 "`RateLimitLayer` found no peer address (no `ConnectInfo<SocketAddr>`): serve \
