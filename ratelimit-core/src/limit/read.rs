@@ -1,0 +1,126 @@
+//! What a [`Limit`] says: its getters, and how it reads.
+
+use std::fmt;
+use std::time::Duration;
+
+use super::{Algorithm, Limit, NO_WAIT, Refill, Unit};
+use crate::FailurePolicy;
+
+impl Limit {
+    /// Whether a call under this limit may reserve its tokens and wait for them: a wait was
+    /// set, or it is a leaky bucket.
+    pub(crate) const fn reserves(&self) -> bool {
+        self.wait_us != NO_WAIT || matches!(self.algorithm, Algorithm::LeakyBucket)
+    }
+
+    /// Whether the limit is in shadow mode ([`shadow`](Limit::shadow)).
+    pub const fn is_shadow(&self) -> bool {
+        self.shadow
+    }
+
+    /// This limit's own failure policy, if it has one; `None` defers to the limiter's.
+    pub const fn failure_policy(&self) -> Option<FailurePolicy> {
+        self.on_failure
+    }
+
+    /// Tokens added per period (for a window algorithm: admitted per window).
+    pub const fn replenish(&self) -> u32 {
+        self.replenish.get()
+    }
+
+    /// The bucket's capacity: the most tokens that can be taken at once (for a window
+    /// algorithm, `replenish`).
+    pub const fn burst_capacity(&self) -> u32 {
+        self.burst.get()
+    }
+
+    /// The period of [`replenish`](Limit::replenish) when it is one of the four units; `None`
+    /// for another period ([`Limit::per`]).
+    pub const fn unit(&self) -> Option<Unit> {
+        self.unit
+    }
+
+    /// The period of [`replenish`](Limit::replenish).
+    pub const fn period(&self) -> Duration {
+        Duration::from_micros(self.period_us)
+    }
+
+    /// The period in microseconds.
+    pub(crate) const fn period_micros(&self) -> u64 {
+        self.period_us
+    }
+
+    /// How the limit counts.
+    pub const fn algorithm_kind(&self) -> Algorithm {
+        self.algorithm
+    }
+
+    /// How a token bucket gets its tokens back.
+    pub const fn refill_kind(&self) -> Refill {
+        self.refill
+    }
+
+    /// Tokens in a bucket the store does not hold: the burst unless
+    /// [`initial`](Limit::initial) set fewer.
+    pub const fn initial_tokens(&self) -> u32 {
+        match self.initial {
+            Some(n) => n,
+            None => self.burst.get(),
+        }
+    }
+
+    /// The initial fill as set, `None` for a full bucket.
+    pub(crate) const fn initial_tokens_set(&self) -> Option<u32> {
+        self.initial
+    }
+
+    /// How long one token takes to come back (may have a fractional microsecond part,
+    /// truncated here).
+    pub const fn interval(&self) -> Duration {
+        Duration::from_nanos(self.period_us * 1000 / self.replenish.get() as u64)
+    }
+
+    /// How long an empty bucket takes to fill up again (truncated to whole nanoseconds); for
+    /// a window algorithm, the period.
+    pub const fn refill_time(&self) -> Duration {
+        if self.algorithm.is_window() {
+            return self.period();
+        }
+        let nanos =
+            self.period_us as u128 * 1000 * self.burst.get() as u128 / self.replenish.get() as u128;
+        // Valid limits refill in under 2^51 fine units, far below u64::MAX nanoseconds.
+        #[allow(clippy::cast_possible_truncation)]
+        Duration::from_nanos(nanos as u64)
+    }
+}
+
+impl fmt::Display for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} per ", self.replenish)?;
+        match self.unit {
+            Some(unit) => write!(f, "{unit}")?,
+            None => write!(f, "{:?}", self.period())?,
+        }
+        match self.algorithm {
+            Algorithm::TokenBucket => write!(f, " (burst {})", self.burst)?,
+            Algorithm::LeakyBucket => write!(f, " (leaky bucket, queue of {})", self.burst)?,
+            other => write!(f, " ({})", other.as_str().replace('_', " "))?,
+        }
+        if self.refill == Refill::Interval {
+            f.write_str(", refilled at once each period")?;
+        }
+        if let Some(initial) = self.initial {
+            write!(f, ", starting with {initial}")?;
+        }
+        if let Some(wait) = self.max_wait() {
+            write!(f, ", waiting up to {wait:?}")?;
+        }
+        if self.shadow {
+            f.write_str(", shadow")?;
+        }
+        match self.on_failure {
+            Some(policy) => write!(f, ", on failure {policy}"),
+            None => Ok(()),
+        }
+    }
+}
