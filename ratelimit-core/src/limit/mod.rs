@@ -580,7 +580,7 @@ mod tests {
 
     /// That the runtime's type `T` has the words of `W`: the same variants (the macros generate
     /// `::redis_ratelimit::Unit::#variant` from the vocabulary), the same names, in order.
-    fn same_words<T: fmt::Debug, W: Word>(all: &[T], name: impl Fn(&T) -> &'static str) {
+    fn same_words<T: std::fmt::Debug, W: Word>(all: &[T], name: impl Fn(&T) -> &'static str) {
         let ours: Vec<(String, &str)> = all.iter().map(|t| (format!("{t:?}"), name(t))).collect();
         let words: Vec<(String, &str)> = W::ALL
             .iter()
