@@ -142,17 +142,17 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             },
         };
         let (limit, cost) = (&effective.limit, effective.cost);
-        let local = match limit.check_cost(cost) {
-            Err(e) => Local::Decided(cannot_check(decl, limiter, &effective, &e)),
-            Ok(()) => limiter.decide_locally(limit, cost, |store| match &bucket {
-                Bucket::Named(bucket) => store.check_bytes(bucket.as_bytes(), limit, cost),
-                Bucket::Parts { limiter, key, .. } => {
-                    with_bucket_key(limiter.prefix(), Some(name), key, |bucket| {
-                        store.check_bytes(bucket, limit, cost)
-                    })
-                }
-            }),
-        };
+        // Validated once, not per call: a declaration's limit and cost when the macro
+        // expanded, an override's when it was read (`overrides.rs`, at enable and reload).
+        debug_assert!(limit.check_cost(cost).is_ok(), "{name}: an invalid cost");
+        let local = limiter.decide_locally(limit, cost, |store| match &bucket {
+            Bucket::Named(bucket) => store.check_bytes(bucket.as_bytes(), limit, cost),
+            Bucket::Parts { limiter, key, .. } => {
+                with_bucket_key(limiter.prefix(), Some(name), key, |bucket| {
+                    store.check_bytes(bucket, limit, cost)
+                })
+            }
+        });
         let decision = match local {
             Local::Decided(decision) => decision,
             Local::Reserved(decision) => {
