@@ -54,9 +54,9 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
     }
 
     for call in 1..=12 {
-        // The context records the decision, to print what is left.
-        let (result, ctx) = scope_returning(RequestContext::new(), fetch_report(call)).await;
-        let decision = ctx.recorded().map(|r| r.decision);
+        // The scope gives back the verdict of the call, to print what is left.
+        let (result, recorded) = scope_returning(RequestContext::new(), fetch_report(call)).await;
+        let decision = recorded.map(|r| r.decision);
         match result {
             Ok(report) => match decision {
                 Some(d) if d.source == Source::Disabled => {

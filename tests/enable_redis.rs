@@ -72,9 +72,9 @@ async fn a_config_file_overrides_declared_limits_on_redis() {
     );
     assert_eq!(decl.effective().to_string(), "100 per minute (burst 2)");
     for _ in 0..5 {
-        let (result, ctx) = scope_returning(RequestContext::new(), search()).await;
+        let (result, recorded) = scope_returning(RequestContext::new(), search()).await;
         assert!(result.is_ok());
-        let d = ctx.recorded().expect("the decision is recorded").decision;
+        let d = recorded.expect("the decision is recorded").decision;
         assert_eq!((d.source, d.remaining), (Source::Disabled, u64::MAX));
     }
     let exists: bool = con

@@ -292,9 +292,10 @@ async fn enable_through_the_macro_then_call() -> Result<(), Error> {
     let ctx = RequestContext::new()
         .with_peer("192.0.2.1:4000".parse().expect("an address"))
         .with_route("/orders/{id}");
-    let (result, ctx) = redis_ratelimit::context::scope_returning(ctx, every_argument(5)).await;
+    let (result, recorded) =
+        redis_ratelimit::context::scope_returning(ctx, every_argument(5)).await;
     assert_eq!(result.ok(), Some(5));
-    let recorded = ctx.recorded().expect("decision recorded");
+    let recorded = recorded.expect("decision recorded");
     assert_eq!(recorded.name, "lints.every_argument");
     assert_eq!(recorded.decision.source, Source::Fallback);
     assert_eq!(recorded.decision.remaining, 298);

@@ -94,11 +94,11 @@ async fn cheap() -> Result<(), RateLimited> {
 async fn cost_takes_that_many_tokens() {
     init().await;
     assert_eq!(admitted(|| request("/report"), 5, expensive).await, 2);
-    let (result, ctx) = scope_returning(request("/report"), expensive()).await;
+    let (result, recorded) = scope_returning(request("/report"), expensive()).await;
     let rejection = result.expect_err("2 tokens left, 4 needed");
     assert_eq!(rejection.decision().cost, 4);
     assert_eq!(rejection.decision().remaining, 2);
-    let recorded = ctx.recorded().expect("the check records its decision");
+    let recorded = recorded.expect("the check records its decision");
     assert_eq!(recorded.name, "macro_memory::expensive");
     assert!(!recorded.decision.allowed);
 

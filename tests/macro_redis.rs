@@ -74,9 +74,9 @@ async fn annotated_functions_on_redis() {
     assert!(scope(path("/b"), page()).await.is_ok());
 
     // cost = 4 of a burst of 10: two calls, 2 tokens left, the third refused.
-    let (r, ctx) = scope_returning(path("/r"), report()).await;
+    let (r, recorded) = scope_returning(path("/r"), report()).await;
     assert!(r.is_ok());
-    assert_eq!(ctx.recorded().unwrap().decision.remaining, 6);
+    assert_eq!(recorded.unwrap().decision.remaining, 6);
     assert!(scope(path("/r"), report()).await.is_ok());
     let refused = scope(path("/r"), report()).await.unwrap_err();
     assert_eq!(refused.decision().remaining, 2);

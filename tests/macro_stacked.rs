@@ -58,7 +58,7 @@ async fn a_call_passes_only_while_every_limit_allows_and_a_refusal_takes_nothing
     );
 
     // The total refuses a path that still has tokens ...
-    let (result, ctx) = scope_returning(request("/d"), search()).await;
+    let (result, recorded) = scope_returning(request("/d"), search()).await;
     let refused = result.expect_err("five a day in all");
     assert_eq!(refused.name(), Some("macro_stacked::search#2"));
     assert_eq!(refused.decision().limit.burst_capacity(), 5);
@@ -77,7 +77,7 @@ async fn a_call_passes_only_while_every_limit_allows_and_a_refusal_takes_nothing
         ]
     );
     // The context describes every limit, for the response headers.
-    let recorded = ctx.recorded().expect("the check records its decision");
+    let recorded = recorded.expect("the check records its decision");
     assert_eq!(recorded.name, "macro_stacked::search#2");
     let described: Vec<&str> = recorded.parts().map(|(name, _)| name).collect();
     assert_eq!(

@@ -70,7 +70,7 @@ async fn a_waiting_limit_serves_calls_in_turn_within_its_bound() {
     assert_eq!(refused.len(), 2);
     assert!(refused.iter().all(|r| r.retry_after() > Duration::ZERO));
     // The response of an admitted call describes a call that goes now, with no wait left.
-    let recorded = done.iter().find(|(r, _)| r.is_ok()).unwrap().1.recorded();
+    let recorded = done.iter().find(|(r, _)| r.is_ok()).unwrap().1.clone();
     assert_eq!(recorded.unwrap().decision.retry_after, Duration::ZERO);
     let declared = declared_limits()
         .into_iter()
@@ -128,13 +128,13 @@ async fn report() -> Result<(), RateLimited> {
 #[tokio::test]
 async fn a_shadow_limit_never_refuses_and_says_so() {
     init().await;
-    let (first, ctx) = scope_returning(request("/report"), report()).await;
+    let (first, recorded) = scope_returning(request("/report"), report()).await;
     assert!(first.is_ok());
-    assert!(!ctx.recorded().unwrap().decision.shadowed);
+    assert!(!recorded.unwrap().decision.shadowed);
     for _ in 0..3 {
-        let (again, ctx) = scope_returning(request("/report"), report()).await;
+        let (again, recorded) = scope_returning(request("/report"), report()).await;
         assert!(again.is_ok(), "a shadow limit never refuses");
-        let d = ctx.recorded().unwrap().decision;
+        let d = recorded.unwrap().decision;
         assert!(d.allowed && d.shadowed, "{d:?}");
         assert_eq!(d.remaining, 0, "the headers say the limit is spent");
     }

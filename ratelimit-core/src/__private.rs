@@ -15,7 +15,7 @@ use crate::registry::Effective;
 use crate::registry::LimitDeclaration;
 use crate::registry::Warning;
 pub use crate::registry::{Registration, global};
-use crate::request::{missing_piece, record_current, with_current};
+use crate::request::{missing_piece, record_current, resolving, with_current};
 use crate::{Algorithm, Decision, KeyResolver, Limit, RateLimited, RateLimiter, Refill, Unit};
 
 /// The declaration of one `#[rate_limit]` function, in its `static`.
@@ -126,11 +126,11 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
         return Step::Done(Ok(()));
     }
     let (limiter, enabled) = limiter_or_unenabled(decl, limiter);
-    let (looked, in_scope) = with_current(|ctx, in_scope| {
-        ctx.set_handler(name);
+    let (looked, in_scope) = with_current(|ctx, scope| {
+        let in_scope = scope.is_some();
         // An empty key names nobody: it is no key (the empty-key policy), never one bucket
         // that every caller whose header is blank would share.
-        let Some(resolved) = key.resolve(ctx).filter(|k| !k.is_empty()) else {
+        let Some(resolved) = resolving(name, || key.resolve(ctx)).filter(|k| !k.is_empty()) else {
             return (Looked::NoKey, in_scope);
         };
         let bucket = match decl.remembered_bucket(limiter, &resolved, enabled) {
@@ -161,8 +161,8 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             Local::Elsewhere => return (Looked::Ask(bucket.key(), None), in_scope),
         };
         let done = conclude(name, decision, Some(bucket), |decision| {
-            if in_scope {
-                ctx.record(name, decision, None);
+            if let Some(scope) = scope {
+                scope.record(name, decision, None);
             }
         });
         (Looked::Decided(done), in_scope)
@@ -322,17 +322,16 @@ pub async fn check_all(
     };
     let (limiter, _) = limiter_or_unenabled(first, limiter);
     let effective: Vec<_> = limits.iter().map(|(decl, _)| decl.effective()).collect();
-    let (buckets, in_scope): (Vec<Option<String>>, bool) = with_current(|ctx, in_scope| {
-        ctx.set_handler(first.name());
+    let (buckets, in_scope): (Vec<Option<String>>, bool) = with_current(|ctx, scope| {
         let buckets = limits
             .iter()
             .map(|(decl, key)| {
-                key.resolve(ctx)
+                resolving(decl.name(), || key.resolve(ctx))
                     .filter(|k| !k.is_empty())
                     .map(|k| limiter.named_bucket_key(decl.name(), &k))
             })
             .collect();
-        (buckets, in_scope)
+        (buckets, scope.is_some())
     });
     // Each limit's decision, by position; the store decides those with a bucket together.
     let mut parts: Vec<Option<Decision>> = vec![None; limits.len()];
@@ -572,15 +571,15 @@ mod tests {
     use super::test_support::{Capture, declaration};
     use super::*;
     use crate::headers::HeaderFamilies;
-    use crate::request::{Origin, scope};
+    use crate::request::{CONTEXT, Origin, Scope, scope};
     use crate::{Header, Ip, RequestContext, Uri};
 
-    /// Runs `calls` keyed calls of `decl` in contexts made by `ctx` (none when `None`) and
+    /// Runs `calls` keyed calls of `decl` in scopes made by `ctx` (none when `None`) and
     /// returns the errors logged about it.
     fn errors_after_calls(
         decl: &'static LimitDeclaration,
         key: &dyn KeyResolver,
-        ctx: Option<fn() -> RequestContext>,
+        ctx: Option<fn() -> Scope>,
     ) -> Vec<String> {
         let capture = Capture::default();
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -594,7 +593,7 @@ mod tests {
                 for _ in 0..20 {
                     let call = check(decl, key, Some(&limiter));
                     let _ = match ctx {
-                        Some(ctx) => scope(ctx(), call).await,
+                        Some(ctx) => CONTEXT.scope(ctx(), call).await,
                         None => call.await,
                     };
                 }
@@ -679,17 +678,64 @@ mod tests {
         runtime.block_on(async {
             let limiter = RateLimiter::builder().memory().build().await.unwrap();
             assert!(check(decl, &crate::Global, Some(&limiter)).await.is_ok());
-            let outside = with_current(|ctx, in_scope| (ctx.recorded(), in_scope));
-            assert_eq!(outside, (None, false));
-            let (refused, ctx) = crate::request::scope_returning(
+            assert!(with_current(|_, scope| scope.is_none()));
+            let (refused, recorded) = crate::request::scope_returning(
                 RequestContext::new(),
                 check(decl, &crate::Global, Some(&limiter)),
             )
             .await;
             assert!(refused.is_err());
-            let recorded = ctx.recorded().unwrap();
+            let recorded = recorded.unwrap();
             assert_eq!(recorded.name, "t::recorded");
             assert!(!recorded.decision.allowed);
+        });
+    }
+
+    /// A resolver sees the name of the limit whose key it resolves (each its own, stacked),
+    /// and only while it resolves: nothing is written into the request's context.
+    #[test]
+    fn a_resolver_sees_the_limit_it_resolves_for() {
+        struct ByHandler;
+        impl KeyResolver for ByHandler {
+            fn resolve<'a>(&'a self, ctx: &'a RequestContext) -> Option<Cow<'a, str>> {
+                ctx.handler().map(Cow::Borrowed)
+            }
+        }
+        let one = declaration("t::handler_one", "ByHandler");
+        let two = declaration("t::handler_two", "ByHandler");
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        runtime.block_on(async {
+            let limiter = RateLimiter::builder().memory().build().await.unwrap();
+            let ctx = RequestContext::new();
+            assert!(
+                scope(ctx.clone(), check(one, &ByHandler, Some(&limiter)))
+                    .await
+                    .is_ok()
+            );
+            let refused = scope(ctx.clone(), check(one, &ByHandler, Some(&limiter)))
+                .await
+                .unwrap_err();
+            assert_eq!(
+                refused.key(),
+                limiter.named_bucket_key("t::handler_one", "t::handler_one")
+            );
+            let stacked = [
+                (two, &ByHandler as &dyn KeyResolver),
+                (declaration("t::handler_three", "ByHandler"), &ByHandler),
+            ];
+            assert!(
+                scope(ctx.clone(), check_all(&stacked, Some(&limiter)))
+                    .await
+                    .is_ok()
+            );
+            let minute = Limit::per_minute(1);
+            for name in ["t::handler_two", "t::handler_three"] {
+                let d = limiter.peek_named(name, name, &minute).await.unwrap();
+                assert_eq!(d.remaining, 0, "{name} took from its own key");
+            }
+            assert_eq!(ctx.handler(), None);
         });
     }
 
@@ -709,9 +755,11 @@ mod tests {
             decl,
             &Ip,
             Some(|| {
-                RequestContext::new()
-                    .with_path("/login")
-                    .served_by(Origin::Axum, HeaderFamilies::ALL)
+                Scope::served_by(
+                    RequestContext::new().with_path("/login"),
+                    Origin::Axum,
+                    HeaderFamilies::ALL,
+                )
             }),
         );
         assert_eq!(errors.len(), 1, "{errors:?}");
@@ -725,16 +773,18 @@ mod tests {
     fn a_request_without_the_header_is_not_a_misconfiguration() {
         let decl = declaration("t::no_header", "Header(\"x-api-key\")");
         let ctx = || {
-            RequestContext::new()
-                .with_path("/x")
-                .served_by(Origin::Axum, HeaderFamilies::ALL)
+            Scope::served_by(
+                RequestContext::new().with_path("/x"),
+                Origin::Axum,
+                HeaderFamilies::ALL,
+            )
         };
         assert_eq!(
             errors_after_calls(decl, &Header("x-api-key"), Some(ctx)),
             Vec::<String>::new()
         );
         let decl = declaration("t::with_peer", "Ip");
-        let ctx = || RequestContext::new().with_peer("192.0.2.7:1000".parse().unwrap());
+        let ctx = || Scope::new(RequestContext::new().with_peer("192.0.2.7:1000".parse().unwrap()));
         assert_eq!(
             errors_after_calls(decl, &Ip, Some(ctx)),
             Vec::<String>::new()

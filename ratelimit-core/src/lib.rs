@@ -86,8 +86,9 @@ pub use startup::reload_overrides;
 pub mod context {
     //! Running code under a request's context without the HTTP integrations (tests, other
     //! frameworks, jobs): [`scope`] makes a [`RequestContext`](crate::RequestContext) the one
-    //! the limited functions called within see, and [`scope_returning`] gives it back with what
-    //! was decided in it ([`Recorded`]).
+    //! the limited functions called within see, and [`scope_returning`] gives back with the
+    //! output the verdict of the calls made in it ([`Recorded`]). The context is request data
+    //! only: nothing a call decides is written into it.
     pub use crate::request::{Recorded, scope, scope_returning};
 }
 

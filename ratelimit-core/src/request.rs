@@ -12,7 +12,62 @@ use crate::headers::HeaderFamilies;
 use crate::{Decision, KeyResolver};
 
 tokio::task_local! {
-    pub(crate) static CONTEXT: RequestContext;
+    pub(crate) static CONTEXT: Scope;
+}
+
+/// What a request scope holds: the request as key resolvers see it, read-only; who serves it
+/// and the header families its responses carry; and, apart, the verdict of the calls made in
+/// it, which the HTTP layer renders as headers once the handler returns.
+pub(crate) struct Scope {
+    pub(crate) ctx: RequestContext,
+    origin: Origin,
+    families: Option<HeaderFamilies>,
+    verdict: Cell<Option<Recorded>>,
+}
+
+impl Scope {
+    /// A scope for `ctx`, built by a caller of [`scope`].
+    pub(crate) fn new(ctx: RequestContext) -> Scope {
+        Scope {
+            ctx,
+            origin: Origin::Scope,
+            families: None,
+            verdict: Cell::new(None),
+        }
+    }
+
+    /// A scope for `ctx`, built by an HTTP integration configured to send `families`.
+    #[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
+    pub(crate) fn served_by(
+        ctx: RequestContext,
+        origin: Origin,
+        families: HeaderFamilies,
+    ) -> Scope {
+        Scope {
+            origin,
+            families: Some(families),
+            ..Scope::new(ctx)
+        }
+    }
+
+    /// Records the verdict of a call made in this scope (the last call's stands).
+    pub(crate) fn record(
+        &self,
+        name: &'static str,
+        decision: Decision,
+        names: Option<std::sync::Arc<[&'static str]>>,
+    ) {
+        self.verdict.set(Some(Recorded {
+            name,
+            decision,
+            names,
+        }));
+    }
+
+    /// The verdict recorded, taken out.
+    pub(crate) fn take_verdict(&self) -> Option<Recorded> {
+        self.verdict.take()
+    }
 }
 
 /// What a [`KeyResolver`](crate::KeyResolver) may look at: the limited function's name and,
@@ -34,7 +89,7 @@ tokio::task_local! {
 /// .await;
 /// # }
 /// ```
-#[derive(Default)]
+#[derive(Default, Clone)]
 pub struct RequestContext {
     method: Option<Method>,
     path: Option<String>,
@@ -44,10 +99,6 @@ pub struct RequestContext {
     client: Client,
     ipv6_prefix: Option<u8>,
     extensions: Extensions,
-    handler: Cell<Option<&'static str>>,
-    recorded: Cell<Option<Recorded>>,
-    origin: Origin,
-    families: Option<HeaderFamilies>,
 }
 
 /// Who built a context: decides what a diagnostic tells the user to fix.
@@ -75,7 +126,7 @@ enum Client {
     Unknown,
 }
 
-/// The last decision taken while serving this context, for response headers.
+/// The verdict of the last limited call made in a scope: what the response headers describe.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Recorded {
@@ -186,9 +237,10 @@ impl RequestContext {
         self
     }
 
-    /// The name of the limit being checked (`module::function` unless renamed).
+    /// The name of the limit being checked (`module::function` unless renamed), while its key
+    /// is resolved.
     pub fn handler(&self) -> Option<&'static str> {
-        self.handler.get()
+        HANDLER.get()
     }
 
     /// The request's method.
@@ -234,44 +286,11 @@ impl RequestContext {
     pub fn extensions(&self) -> &Extensions {
         &self.extensions
     }
-
-    /// The last decision recorded while serving this context.
-    pub fn recorded(&self) -> Option<Recorded> {
-        let recorded = self.recorded.take();
-        self.recorded.set(recorded.clone());
-        recorded
-    }
-
-    /// Marks the context as built by an HTTP integration configured to send `families`.
-    #[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
-    pub(crate) fn served_by(mut self, origin: Origin, families: HeaderFamilies) -> Self {
-        self.origin = origin;
-        self.families = Some(families);
-        self
-    }
-
-    pub(crate) fn set_handler(&self, name: &'static str) {
-        self.handler.set(Some(name));
-    }
-
-    pub(crate) fn record(
-        &self,
-        name: &'static str,
-        decision: Decision,
-        names: Option<std::sync::Arc<[&'static str]>>,
-    ) {
-        self.recorded.set(Some(Recorded {
-            name,
-            decision,
-            names,
-        }));
-    }
 }
 
 impl fmt::Debug for RequestContext {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RequestContext")
-            .field("handler", &self.handler.get())
             .field("method", &self.method)
             .field("path", &self.path)
             .field("route", &self.route)
@@ -283,50 +302,64 @@ impl fmt::Debug for RequestContext {
 }
 
 /// Runs `future` with `ctx` as the current request context: the `#[rate_limit]` functions it
-/// calls resolve their keys from `ctx` and record their decisions in it. Returns the future's
-/// output alone; [`scope_returning`] also gives the context back.
+/// calls resolve their keys from `ctx`. Returns the future's output alone;
+/// [`scope_returning`] also gives the verdict of the calls made in it.
 pub async fn scope<F: Future>(ctx: RequestContext, future: F) -> F::Output {
-    CONTEXT.scope(ctx, future).await
+    CONTEXT.scope(Scope::new(ctx), future).await
 }
 
-/// Like [`scope`], and returns the context with the future's output, the last decision
-/// [`recorded`](RequestContext::recorded) in it (the HTTP layer reads it to write the
-/// response's headers).
+/// Like [`scope`], and returns with the future's output the verdict of the last limited
+/// call made in it (what the HTTP layer renders as the response's headers), if any.
 pub async fn scope_returning<F: Future>(
     ctx: RequestContext,
     future: F,
-) -> (F::Output, RequestContext) {
-    let mut fut = std::pin::pin!(CONTEXT.scope(ctx, future));
+) -> (F::Output, Option<Recorded>) {
+    let mut fut = std::pin::pin!(CONTEXT.scope(Scope::new(ctx), future));
     let output = (&mut fut).await;
-    let ctx = fut.as_mut().take_value().unwrap_or_default();
-    (output, ctx)
+    let verdict = fut.as_mut().take_value().and_then(|s| s.take_verdict());
+    (output, verdict)
 }
 
-/// Calls `f` with the current context and `true`, or outside any scope with an empty one and
-/// `false`: only a scope's context is read after the call, so only there may `f` record in it.
-pub(crate) fn with_current<R>(mut f: impl FnMut(&RequestContext, bool) -> R) -> R {
+/// Calls `f` with the current request context and its scope, or outside any scope with an
+/// empty context and `None`: only a scope's verdict is read after the call, so only there is
+/// a decision recorded.
+pub(crate) fn with_current<R>(mut f: impl FnMut(&RequestContext, Option<&Scope>) -> R) -> R {
     // One task-local lookup in a scope; outside one, this thread's empty context rather than
     // a new one built and dropped on every call. `try_with` runs its closure only when it
     // succeeds, so `f` runs exactly once.
-    if let Ok(r) = CONTEXT.try_with(|ctx| f(ctx, true)) {
+    if let Ok(r) = CONTEXT.try_with(|scope| f(&scope.ctx, Some(scope))) {
         return r;
     }
-    if let Ok(r) = EMPTY.try_with(|ctx| f(ctx, false)) {
+    if let Ok(r) = EMPTY.try_with(|ctx| f(ctx, None)) {
         return r;
     }
     // This thread is being torn down: a context of its own for the last calls.
-    f(&RequestContext::default(), false)
+    f(&RequestContext::default(), None)
 }
 
-/// Records `decision` in the current context for the response headers; outside a scope no
-/// one reads it, so nothing is recorded (callers that know they are outside one, from
-/// [`with_current`], need not call this at all).
+/// Runs `resolve` with `name` as the limit whose key is being resolved
+/// ([`RequestContext::handler`]): what the call is, beside the request it serves, without
+/// writing into the request's context.
+pub(crate) fn resolving<R>(name: &'static str, resolve: impl FnOnce() -> R) -> R {
+    struct Restore(Option<&'static str>);
+    impl Drop for Restore {
+        fn drop(&mut self) {
+            HANDLER.set(self.0);
+        }
+    }
+    let _restore = Restore(HANDLER.replace(Some(name)));
+    resolve()
+}
+
+/// Records `decision` in the current scope's verdict for the response headers; outside a
+/// scope no one reads it, so nothing is recorded (callers that know they are outside one,
+/// from [`with_current`], need not call this at all).
 pub(crate) fn record_current(
     name: &'static str,
     decision: Decision,
     names: Option<std::sync::Arc<[&'static str]>>,
 ) {
-    let _ = CONTEXT.try_with(|ctx| ctx.record(name, decision, names));
+    let _ = CONTEXT.try_with(|scope| scope.record(name, decision, names));
 }
 
 /// The header families of the integration serving the current request; every family outside
@@ -334,7 +367,7 @@ pub(crate) fn record_current(
 #[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
 pub(crate) fn families_in_force() -> HeaderFamilies {
     CONTEXT
-        .try_with(|ctx| ctx.families)
+        .try_with(|scope| scope.families)
         .ok()
         .flatten()
         .unwrap_or(HeaderFamilies::ALL)
@@ -378,34 +411,25 @@ impl fmt::Display for MissingPiece {
 /// The misconfiguration that made `key` find no key in the current context, if that is why.
 pub(crate) fn missing_piece<K: KeyResolver + ?Sized>(key: &K) -> Option<MissingPiece> {
     CONTEXT
-        .try_with(|ctx| {
-            if ctx.peer.is_some() {
+        .try_with(|scope| {
+            if scope.ctx.peer.is_some() {
                 return None;
             }
             // Would the key resolve with a peer? Then the missing peer is why it did not.
-            let probe = RequestContext {
-                method: ctx.method.clone(),
-                path: ctx.path.clone(),
-                route: ctx.route.clone(),
-                headers: ctx.headers.clone(),
-                peer: Some(SocketAddr::from(([192, 0, 2, 1], 0))),
-                client: ctx.client,
-                ipv6_prefix: ctx.ipv6_prefix,
-                extensions: ctx.extensions.clone(),
-                handler: Cell::new(ctx.handler.get()),
-                recorded: Cell::new(None),
-                origin: ctx.origin,
-                families: ctx.families,
-            };
+            let probe = scope
+                .ctx
+                .clone()
+                .with_peer(SocketAddr::from(([192, 0, 2, 1], 0)));
             key.resolve(&probe)
                 .is_some()
-                .then_some(MissingPiece::Peer(ctx.origin))
+                .then_some(MissingPiece::Peer(scope.origin))
         })
         .unwrap_or(Some(MissingPiece::Context))
 }
 
 thread_local! {
-    /// The context of calls made outside any scope. Only the handler's name is ever set on
-    /// it (just before the key is resolved); nothing is recorded.
+    /// The context of calls made outside any scope: empty, and never written.
     static EMPTY: RequestContext = RequestContext::default();
+    /// The limit whose key this thread is resolving ([`resolving`]).
+    static HANDLER: Cell<Option<&'static str>> = const { Cell::new(None) };
 }

@@ -30,7 +30,7 @@ use super::{Config, SharedConfig, config_methods};
 use crate::headers::set_call_headers;
 use crate::http::Described;
 use crate::key::Principal;
-use crate::request::{CONTEXT, Origin, families_in_force};
+use crate::request::{CONTEXT, Origin, Scope, families_in_force};
 use crate::{RateLimited, RequestContext};
 
 type CopyExtension = fn(&actix_web::dev::Extensions, &mut http::Extensions);
@@ -116,9 +116,9 @@ where
     forward_ready!(service);
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
-        let ctx = self.context_of(&req);
+        let scope = self.scope_of(&req);
         let families = self.config.families;
-        let fut = CONTEXT.scope(ctx, self.service.call(req));
+        let fut = CONTEXT.scope(scope, self.service.call(req));
         Box::pin(async move {
             let mut fut = std::pin::pin!(fut);
             let mut response = (&mut fut).await?;
@@ -131,7 +131,7 @@ where
                 .as_mut()
                 .take_value()
                 .filter(|_| !described)
-                .and_then(|c| c.recorded())
+                .and_then(|scope| scope.take_verdict())
             {
                 let mut headers = http::HeaderMap::new();
                 set_call_headers(&mut headers, recorded.parts(), &recorded.decision, families);
@@ -143,7 +143,8 @@ where
 }
 
 impl<S> RateLimitActixService<S> {
-    fn context_of(&self, req: &ServiceRequest) -> RequestContext {
+    /// The scope of `req`: its context as key resolvers see it, served by this middleware.
+    fn scope_of(&self, req: &ServiceRequest) -> Scope {
         let mut headers = http::HeaderMap::with_capacity(req.headers().len());
         for (name, value) in req.headers() {
             if let (Ok(n), Ok(v)) = (

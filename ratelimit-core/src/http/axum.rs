@@ -27,7 +27,7 @@ use tokio::task::futures::TaskLocalFuture;
 use super::{Config, SharedConfig, config_methods};
 use crate::headers::{HeaderFamilies, set_call_headers};
 use crate::http::Described;
-use crate::request::{CONTEXT, Origin, families_in_force};
+use crate::request::{CONTEXT, Origin, Scope, families_in_force};
 use crate::{RateLimited, RequestContext};
 
 /// A tower layer that gives `#[rate_limit]` handlers below it their request context (method,
@@ -107,7 +107,7 @@ pin_project_lite::pin_project! {
     /// The response future of [`RateLimitService`].
     pub struct ResponseFuture<F: Future> {
         #[pin]
-        inner: TaskLocalFuture<RequestContext, F>,
+        inner: TaskLocalFuture<Scope, F>,
         families: HeaderFamilies,
     }
 }
@@ -128,7 +128,7 @@ where
                 .inner
                 .take_value()
                 .filter(|_| !described)
-                .and_then(|c| c.recorded())
+                .and_then(|scope| scope.take_verdict())
             {
                 set_call_headers(
                     response.headers_mut(),

@@ -56,14 +56,13 @@ macro_rules! config_methods {
 pub(crate) use config_methods;
 
 impl Config {
-    /// Fills the client address and IPv6 grouping of `ctx`, and the header families its
-    /// rejections send.
+    /// Fills the client address and IPv6 grouping of `ctx`, and makes the request's scope,
+    /// whose responses send this configuration's header families.
     pub(crate) fn finish(
         &self,
         mut ctx: crate::RequestContext,
         origin: crate::request::Origin,
-    ) -> crate::RequestContext {
-        ctx = ctx.served_by(origin, self.families);
+    ) -> crate::request::Scope {
         if let Some(peer) = ctx.peer() {
             let client = self.proxies.client_ip(peer.ip(), ctx.headers());
             ctx = ctx.with_client_ip(Some(client));
@@ -71,7 +70,7 @@ impl Config {
         if let Some(bits) = self.ipv6_prefix {
             ctx = ctx.with_ipv6_prefix(bits);
         }
-        ctx
+        crate::request::Scope::served_by(ctx, origin, self.families)
     }
 }
 
