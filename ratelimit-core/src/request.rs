@@ -362,12 +362,18 @@ pub(crate) fn record_current(
     let _ = CONTEXT.try_with(|scope| scope.record(name, decision, names));
 }
 
-/// The header families of the integration serving the current request; every family outside
-/// one, since nothing chose otherwise.
+/// The header families a rejection's response carries: those of the integration serving the
+/// current request, or every family outside one, since nothing chose otherwise. Served by an
+/// integration, the rejection takes the scope's verdict with it: its response describes the
+/// call already, so the integration renders no headers a second time.
 #[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
-pub(crate) fn families_in_force() -> HeaderFamilies {
+pub(crate) fn rendering_rejection() -> HeaderFamilies {
     CONTEXT
-        .try_with(|scope| scope.families)
+        .try_with(|scope| {
+            scope.families.inspect(|_| {
+                scope.verdict.take();
+            })
+        })
         .ok()
         .flatten()
         .unwrap_or(HeaderFamilies::ALL)
@@ -432,4 +438,46 @@ thread_local! {
     static EMPTY: RequestContext = RequestContext::default();
     /// The limit whose key this thread is resolving ([`resolving`]).
     static HANDLER: Cell<Option<&'static str>> = const { Cell::new(None) };
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// A rejection rendered for an HTTP integration takes the verdict with it, so that the
+    /// integration renders the call's headers once; in a caller's own scope the verdict stays
+    /// for `scope_returning`.
+    #[test]
+    fn a_rejection_rendered_for_an_integration_takes_the_verdict() {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let decision = || {
+            Decision::new(
+                false,
+                0,
+                crate::Limit::per_second(1),
+                1,
+                std::time::Duration::from_secs(1),
+                std::time::Duration::from_secs(1),
+            )
+        };
+        let families = HeaderFamilies::ALL.without_spring();
+        let served = Scope::served_by(RequestContext::new(), Origin::Axum, families);
+        let (rendered, left) = runtime.block_on(CONTEXT.scope(served, async {
+            record_current("t::served", decision(), None);
+            let rendered = rendering_rejection();
+            (rendered, CONTEXT.with(Scope::take_verdict))
+        }));
+        assert_eq!((rendered, left), (families, None));
+
+        let (rendered, left) = runtime.block_on(scope_returning(RequestContext::new(), async {
+            record_current("t::own", decision(), None);
+            rendering_rejection()
+        }));
+        assert_eq!(rendered, HeaderFamilies::ALL);
+        assert_eq!(left.unwrap().name, "t::own");
+    }
 }

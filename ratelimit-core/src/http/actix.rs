@@ -28,9 +28,8 @@ use futures_util::future::LocalBoxFuture;
 
 use super::{Config, SharedConfig, config_methods};
 use crate::headers::set_call_headers;
-use crate::http::Described;
 use crate::key::Principal;
-use crate::request::{CONTEXT, Origin, Scope, families_in_force};
+use crate::request::{CONTEXT, Origin, Scope, rendering_rejection};
 use crate::{RateLimited, RequestContext};
 
 type CopyExtension = fn(&actix_web::dev::Extensions, &mut http::Extensions);
@@ -122,15 +121,10 @@ where
         Box::pin(async move {
             let mut fut = std::pin::pin!(fut);
             let mut response = (&mut fut).await?;
-            let described = response
-                .response()
-                .extensions()
-                .get::<Described>()
-                .is_some();
+            // A rejection's response took the verdict with it (`rendering_rejection`).
             if let Some(recorded) = fut
                 .as_mut()
                 .take_value()
-                .filter(|_| !described)
                 .and_then(|scope| scope.take_verdict())
             {
                 let mut headers = http::HeaderMap::new();
@@ -199,8 +193,7 @@ impl ResponseError for RateLimited {
     /// [`RateLimitMiddleware`] was configured with, or every family outside one.
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code()).body(self.problem_json());
-        copy_headers(&self.headers(families_in_force()), response.headers_mut());
-        response.extensions_mut().insert(Described);
+        copy_headers(&self.headers(rendering_rejection()), response.headers_mut());
         response
     }
 }

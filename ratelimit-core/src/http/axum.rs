@@ -26,8 +26,7 @@ use tokio::task::futures::TaskLocalFuture;
 
 use super::{Config, SharedConfig, config_methods};
 use crate::headers::{HeaderFamilies, set_call_headers};
-use crate::http::Described;
-use crate::request::{CONTEXT, Origin, Scope, families_in_force};
+use crate::request::{CONTEXT, Origin, Scope, rendering_rejection};
 use crate::{RateLimited, RequestContext};
 
 /// A tower layer that gives `#[rate_limit]` handlers below it their request context (method,
@@ -123,11 +122,10 @@ where
         let result = std::task::ready!(this.inner.as_mut().poll(cx));
         let families = *this.families;
         Poll::Ready(result.map(|mut response| {
-            let described = response.extensions().get::<Described>().is_some();
+            // A rejection's response took the verdict with it (`rendering_rejection`).
             if let Some(recorded) = this
                 .inner
                 .take_value()
-                .filter(|_| !described)
                 .and_then(|scope| scope.take_verdict())
             {
                 set_call_headers(
@@ -154,14 +152,12 @@ impl IntoResponse for RateLimited {
     /// [`RateLimitLayer`] (or actix middleware) was configured with, or every family when the
     /// rejection is turned into a response outside one.
     fn into_response(self) -> Response {
-        let mut response = (
+        (
             self.status(),
-            self.headers(families_in_force()),
+            self.headers(rendering_rejection()),
             self.problem_json(),
         )
-            .into_response();
-        response.extensions_mut().insert(Described);
-        response
+            .into_response()
     }
 }
 

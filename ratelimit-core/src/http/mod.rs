@@ -76,10 +76,5 @@ impl Config {
 
 pub(crate) type SharedConfig = Arc<Config>;
 
-/// Marks a response whose rate-limit headers are already rendered (a rejection's own), so
-/// that the layer or middleware does not render them a second time.
-#[derive(Debug, Clone, Copy)]
-pub(crate) struct Described;
-
 #[cfg(all(test, any(feature = "axum", feature = "actix-web")))]
 pub(crate) mod test_support;
