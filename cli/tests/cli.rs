@@ -403,23 +403,7 @@ fn inspect_reads_each_bucket_as_the_library_left_it() {
     }
 
     // For people.
-    let o = run(
-        &server,
-        &[
-            "inspect",
-            "--name",
-            "api::orders",
-            "--key",
-            WEIRD,
-            "--replenish",
-            "3",
-            "--burst",
-            "5",
-            "--unit",
-            "minute",
-        ],
-        false,
-    );
+    let o = run(&server, &inspect_orders(WEIRD), false);
     assert_eq!(code(&o), 0);
     let text = stdout(&o);
     println!("{text}");
