@@ -358,12 +358,8 @@ impl RateLimiter {
     /// [`Error::NoLimits`] for an empty slice, [`Error::DuplicateBucket`] when two entries
     /// name one bucket, the cost errors of [`check_n`](RateLimiter::check_n), or the store's.
     pub async fn check_all(&self, checks: &[(&str, &Limit, u32)]) -> Result<Decision, Error> {
-        self.check_all_by_name(
-            checks
-                .iter()
-                .map(|&(key, limit, cost)| (None, key, limit, cost)),
-        )
-        .await
+        self.check_all_by_name(checks, |&(key, limit, cost)| (None, key, limit, cost))
+            .await
     }
 
     /// [`check_all`](RateLimiter::check_all) with each limit's name: `(name, key, limit,
@@ -375,29 +371,31 @@ impl RateLimiter {
         &self,
         checks: &[(&str, &str, &Limit, u32)],
     ) -> Result<Decision, Error> {
-        self.check_all_by_name(
-            checks
-                .iter()
-                .map(|&(name, key, limit, cost)| (Some(name), key, limit, cost)),
-        )
+        self.check_all_by_name(checks, |&(name, key, limit, cost)| {
+            (Some(name), key, limit, cost)
+        })
         .await
     }
 
     /// [`check_all`](Self::check_all) and [`check_all_named`](Self::check_all_named): each
     /// check's bucket named, decided together, and each limit observed under its name.
-    async fn check_all_by_name<'a>(
+    async fn check_all_by_name<'a, T>(
         &self,
-        checks: impl ExactSizeIterator<Item = (Option<&'a str>, &'a str, &'a Limit, u32)>,
+        checks: &'a [T],
+        parts: impl Fn(&'a T) -> (Option<&'a str>, &'a str, &'a Limit, u32),
     ) -> Result<Decision, Error> {
-        let mut names = Vec::with_capacity(checks.len());
-        let mut buckets: Vec<(String, &Limit, u32)> = Vec::with_capacity(checks.len());
-        for (name, key, limit, cost) in checks {
-            names.push(name);
-            buckets.push((bucket_key(&self.inner.prefix, name, key), limit, cost));
-        }
+        // The checks are read twice (to name the buckets, then to observe under the names)
+        // rather than their names collected into a vector of their own.
+        let buckets: Vec<(String, &Limit, u32)> = checks
+            .iter()
+            .map(|c| {
+                let (name, key, limit, cost) = parts(c);
+                (bucket_key(&self.inner.prefix, name, key), limit, cost)
+            })
+            .collect();
         let decision = self.check_buckets(&buckets).await?;
-        for ((part, name), (bucket, ..)) in decision.parts().iter().zip(names).zip(&buckets) {
-            part.observe(observed_name(name), Some(bucket));
+        for ((part, check), (bucket, ..)) in decision.parts().iter().zip(checks).zip(&buckets) {
+            part.observe(observed_name(parts(check).0), Some(bucket));
         }
         Ok(decision)
     }
