@@ -42,7 +42,7 @@ pub enum Error {
     /// (and name) under two limits. Each (name, key) has one bucket; give each limit of a
     /// call its own name (`check_all_named`) or key.
     #[error(
-        "the bucket `{0}` appears twice in one call: each limit of a call needs its own name or          key (use check_all_named, or distinct keys)"
+        "the bucket `{0}` appears twice in one call: each limit of a call needs its own name or key (use check_all_named, or distinct keys)"
     )]
     DuplicateBucket(String),
 
@@ -253,6 +253,25 @@ pub fn redact_url(url: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::{Error, redact_url};
+
+    /// A message split over source lines must not carry the indentation into the text.
+    #[test]
+    fn messages_have_no_runs_of_spaces() {
+        let messages = [
+            Error::DuplicateBucket("p:{:k}".into()).to_string(),
+            Error::NoLimits.to_string(),
+            Error::ZeroCost.to_string(),
+            Error::SeveralLimitsUnsupported.to_string(),
+            Error::PeekUnsupported.to_string(),
+            Error::NoStore.to_string(),
+            Error::NoRuntime.to_string(),
+            Error::AlreadyEnabled.to_string(),
+            Error::NotEnabled.to_string(),
+        ];
+        for m in messages {
+            assert!(!m.contains("  "), "{m}");
+        }
+    }
 
     #[test]
     fn debug_is_the_readable_message() {
