@@ -374,37 +374,34 @@ pub async fn check_all(
             }
         }
     }
-    // The limits decided, in order (all of them unless a keyless refusal vetoed the call).
-    let mut names: Vec<&'static str> = Vec::with_capacity(limits.len());
-    let mut decided: Vec<Decision> = Vec::with_capacity(limits.len());
+    // The limits decided, in order (all of them unless a keyless refusal vetoed the call),
+    // each with its name: paired once, here, and read back in pairs.
+    let mut named: Vec<(&'static str, Decision)> = Vec::with_capacity(limits.len());
     let mut keys: Vec<Option<String>> = Vec::with_capacity(limits.len());
     for (((decl, _), part), bucket) in limits.iter().zip(parts).zip(buckets) {
         if let Some(d) = part {
-            names.push(decl.name());
-            decided.push(d);
+            named.push((decl.name(), d));
             keys.push(bucket);
         }
     }
-    let decision = Decision::combined(decided);
+    let (decision, names) = Decision::combined_named(named);
     // Each limit as the call left it (a limit that admitted a refused call is vetoed).
-    for ((name, part), bucket) in names.iter().zip(decision.parts()).zip(&keys) {
+    for ((name, part), bucket) in names.pair(&decision).zip(&keys) {
         part.observe(crate::observe::Name::Declared(name), bucket.as_deref());
     }
-    let tightest = decision.tightest();
-    let names: std::sync::Arc<[&'static str]> = names.into();
-    let name = names[tightest];
     if in_scope {
-        record_current(name, decision.clone(), Some(names.clone()));
+        record_current(
+            names.tightest(&decision),
+            decision.clone(),
+            Some(names.clone()),
+        );
     }
     if decision.allowed {
         Ok(())
     } else {
+        let tightest = decision.tightest();
         let key = keys.into_iter().nth(tightest).flatten().unwrap_or_default();
-        Err(Box::new(
-            RateLimited::new(decision, key)
-                .with_name(name)
-                .with_names(names),
-        ))
+        Err(Box::new(RateLimited::of_named(decision, names, key)))
     }
 }
 

@@ -51,6 +51,41 @@ struct Parts {
     tightest: usize,
 }
 
+/// The names of a call's limits, each in the place of its own part of the call's decision:
+/// made only with that decision ([`Decision::combined_named`]), read only beside it
+/// ([`named_parts`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Names(Arc<[&'static str]>);
+
+impl Names {
+    /// The name of `decision`'s tightest part.
+    pub(crate) fn tightest(&self, decision: &Decision) -> &'static str {
+        self.0[decision.tightest()]
+    }
+
+    /// Each part of `decision`, the decision these names were made with, and its name.
+    pub(crate) fn pair<'a>(
+        &'a self,
+        decision: &'a Decision,
+    ) -> impl Iterator<Item = (&'static str, &'a Decision)> {
+        named_parts(decision, Some(self)).map(|(n, d)| (n.unwrap_or_default(), d))
+    }
+}
+
+/// Each part of `decision` with its limit's name from `names`, the names of a call decided under
+/// several limits; `None` for a call under one, which its caller names.
+pub(crate) fn named_parts<'a>(
+    decision: &'a Decision,
+    names: Option<&'a Names>,
+) -> impl Iterator<Item = (Option<&'static str>, &'a Decision)> {
+    let names = names.map(|n| &*n.0);
+    decision
+        .parts()
+        .iter()
+        .enumerate()
+        .map(move |(i, d)| (names.and_then(|n| n.get(i).copied()), d))
+}
+
 /// Who took a [`Decision`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[non_exhaustive]
@@ -169,6 +204,13 @@ impl Decision {
         combined
     }
 
+    /// Several limits' decisions, each given with its limit's name, combined: the names come
+    /// back in the place of their own parts, paired here and nowhere else.
+    pub(crate) fn combined_named(named: Vec<(&'static str, Decision)>) -> (Decision, Names) {
+        let (names, parts): (Vec<_>, Vec<_>) = named.into_iter().unzip();
+        (Decision::combined(parts), Names(names.into()))
+    }
+
     /// Each limit's own decision, in the order the limits were given: one, this decision,
     /// unless the call was decided under several limits at once.
     pub fn parts(&self) -> &[Decision] {
@@ -244,8 +286,8 @@ pub struct RateLimited {
     decision: Decision,
     key: String,
     name: Option<Cow<'static, str>>,
-    /// Every limit's name, in the order of [`Decision::parts`], when there are several.
-    names: Option<Arc<[&'static str]>>,
+    /// Every limit's name, when there are several.
+    names: Option<Names>,
 }
 
 impl RateLimited {
@@ -266,25 +308,22 @@ impl RateLimited {
         self
     }
 
-    /// The same rejection, naming every limit of the call, in the order of its decision's
-    /// [`parts`](Decision::parts).
-    #[must_use]
-    pub(crate) fn with_names(mut self, names: Arc<[&'static str]>) -> RateLimited {
-        self.names = Some(names);
-        self
+    /// A rejection of a call decided under several limits, named as
+    /// [`Decision::combined_named`] named them, and by the tightest's name.
+    pub(crate) fn of_named(decision: Decision, names: Names, key: String) -> RateLimited {
+        RateLimited {
+            name: Some(Cow::Borrowed(names.tightest(&decision))),
+            names: Some(names),
+            decision,
+            key,
+        }
     }
 
     /// Each limit of the call with its own decision, by name where the call had names (the
     /// macro's); one, unless the call was decided under several limits.
     pub fn parts(&self) -> impl Iterator<Item = (Option<&str>, &Decision)> {
-        let name = self.name.as_deref();
-        self.decision.parts().iter().enumerate().map(move |(i, d)| {
-            let part_name = match &self.names {
-                Some(names) => names.get(i).copied(),
-                None => name,
-            };
-            (part_name, d)
-        })
+        let one = self.name.as_deref();
+        named_parts(&self.decision, self.names.as_ref()).map(move |(name, d)| (name.or(one), d))
     }
 
     /// The decision that refused the call.

@@ -507,7 +507,8 @@ mod tests {
             Duration::from_millis(500),
             Duration::from_secs(1),
         );
-        let combined = Decision::combined(vec![per_client, daily, also_refusing]);
+        let parts = vec![per_client, daily, also_refusing];
+        let combined = Decision::combined(parts.clone());
         // Without names (`RateLimiter::check_all`), items are told apart by position.
         let r = RateLimited::new(combined.clone(), "k");
         assert!(
@@ -523,9 +524,10 @@ mod tests {
             "\"rate-limit\";r=0;t=34, \"rate-limit#2\";r=297;t=864, \"rate-limit#3\";r=0;t=1"
         );
         assert_eq!(h["retry-after"], "20");
-        let named = RateLimited::new(combined, "k")
-            .with_name("a")
-            .with_names(["a", "b", "c"].into());
+        let (combined, names) =
+            Decision::combined_named(["a", "b", "c"].into_iter().zip(parts).collect());
+        let named = RateLimited::of_named(combined, names, "k".into());
+        assert_eq!(named.name(), Some("a"), "the tightest names the rejection");
         assert!(named.problem_json().contains("[\"a\",\"c\"]"));
     }
 

@@ -8,6 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::{Extensions, HeaderMap, Method};
 
+use crate::decision::{Names, named_parts};
 use crate::headers::HeaderFamilies;
 use crate::{Decision, KeyResolver};
 
@@ -51,12 +52,7 @@ impl Scope {
     }
 
     /// Records the verdict of a call made in this scope (the last call's stands).
-    pub(crate) fn record(
-        &self,
-        name: &'static str,
-        decision: Decision,
-        names: Option<std::sync::Arc<[&'static str]>>,
-    ) {
+    pub(crate) fn record(&self, name: &'static str, decision: Decision, names: Option<Names>) {
         self.verdict.set(Some(Recorded {
             name,
             decision,
@@ -134,24 +130,17 @@ pub struct Recorded {
     pub name: &'static str,
     /// What it decided.
     pub decision: Decision,
-    /// Every limit's name, in the order of [`Decision::parts`], when there are several.
-    names: Option<std::sync::Arc<[&'static str]>>,
+    /// Every limit's name, when there are several.
+    names: Option<Names>,
 }
 
 impl Recorded {
     /// Each limit of the call, by name, with its own decision: one, unless the call was
     /// decided under several limits.
     pub fn parts(&self) -> impl Iterator<Item = (&'static str, &Decision)> {
-        let parts = self.decision.parts();
-        let names = self.names.clone();
-        let single = self.name;
-        parts.iter().enumerate().map(move |(i, d)| {
-            let name = names
-                .as_ref()
-                .and_then(|n| n.get(i).copied())
-                .unwrap_or(single);
-            (name, d)
-        })
+        let one = self.name;
+        named_parts(&self.decision, self.names.as_ref())
+            .map(move |(name, d)| (name.unwrap_or(one), d))
     }
 }
 
@@ -354,11 +343,7 @@ pub(crate) fn resolving<R>(name: &'static str, resolve: impl FnOnce() -> R) -> R
 /// Records `decision` in the current scope's verdict for the response headers; outside a
 /// scope no one reads it, so nothing is recorded (callers that know they are outside one,
 /// from [`with_current`], need not call this at all).
-pub(crate) fn record_current(
-    name: &'static str,
-    decision: Decision,
-    names: Option<std::sync::Arc<[&'static str]>>,
-) {
+pub(crate) fn record_current(name: &'static str, decision: Decision, names: Option<Names>) {
     let _ = CONTEXT.try_with(|scope| scope.record(name, decision, names));
 }
 
