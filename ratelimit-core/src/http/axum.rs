@@ -35,6 +35,12 @@ use crate::{RateLimited, RequestContext};
 ///
 /// Add it with `Router::layer` after authentication middleware, so `User` sees the principal;
 /// serve with `into_make_service_with_connect_info::<SocketAddr>()` so `Ip` sees the peer.
+///
+/// A key resolver runs inside the handler, after the handler has taken the request, and may
+/// read any header or extension: so the layer copies the request's headers and extensions
+/// into its context, on every request it serves. Where only some routes have limits, add it
+/// to those alone (`Router::route_layer` on a router of them, or on a nested one) and the
+/// others do not pay for the copy.
 #[derive(Debug, Clone, Default)]
 #[must_use]
 pub struct RateLimitLayer {
