@@ -106,6 +106,13 @@ pub enum Source {
     /// The limit is disabled by configuration (`enabled = false`): no limit applied and the
     /// call passed unchecked; `remaining` is `u64::MAX` and no rate-limit header is sent.
     Disabled,
+    /// The call is exempt from the limit (`#[rate_limit(exempt = ..)]` said so): it passed
+    /// unchecked and took nothing; no rate-limit header is sent.
+    Exempt,
+    /// The call asked for more tokens than the limit's burst holds (or more than a `u32`
+    /// counts), so that no wait could ever admit it: refused at once, nothing taken, no
+    /// `Retry-After`.
+    CostExceedsBurst,
 }
 
 impl Decision {
@@ -137,6 +144,19 @@ impl Decision {
     pub(crate) fn disabled(limit: Limit, cost: u32) -> Decision {
         Decision::new(true, u64::MAX, limit, cost, Duration::ZERO, Duration::ZERO)
             .with_source(Source::Disabled)
+    }
+
+    /// The decision of a call exempt from its limit ([`Source::Exempt`]): admitted unchecked.
+    pub(crate) fn exempt(limit: Limit) -> Decision {
+        Decision::new(true, u64::MAX, limit, 0, Duration::ZERO, Duration::ZERO)
+            .with_source(Source::Exempt)
+    }
+
+    /// The refusal of a call asking `cost` tokens, more than `limit`'s burst holds
+    /// ([`Source::CostExceedsBurst`]); `cost` saturates at `u32::MAX`.
+    pub(crate) fn cost_exceeds_burst(limit: Limit, cost: u32) -> Decision {
+        Decision::new(false, 0, limit, cost, Duration::ZERO, Duration::ZERO)
+            .with_source(Source::CostExceedsBurst)
     }
 
     /// The decision of a call under several limits, decided together
@@ -238,7 +258,8 @@ impl Decision {
     /// What happened to the call, in one word, as the `rate_limit` span and the metrics name
     /// it: `allowed` or `limited` by the store (or `limited` by the deny cache),
     /// `shadow_limited` (a limit in shadow mode would have refused), `no_key`, `fallback`,
-    /// `fail_open` or `fail_closed` (the store was failing), or `disabled`. Of one limit of a
+    /// `fail_open` or `fail_closed` (the store was failing), `disabled`, `exempt`, or
+    /// `cost_exceeds_burst` (a call no wait could admit). Of one limit of a
     /// call decided under several ([`parts`](Decision::parts)): `vetoed` when this limit would
     /// have admitted the call but another refused it, so that it took nothing; `allowed`
     /// counts only calls admitted, and `limited` only the limits that refused.
@@ -250,6 +271,8 @@ impl Decision {
             Source::FailOpen => "fail_open",
             Source::FailClosed => "fail_closed",
             Source::Disabled => "disabled",
+            Source::Exempt => "exempt",
+            Source::CostExceedsBurst => "cost_exceeds_burst",
             _ if self.vetoed => "vetoed",
             _ if self.allowed => "allowed",
             _ => "limited",
@@ -288,6 +311,9 @@ pub struct RateLimited {
     name: Option<Cow<'static, str>>,
     /// Every limit's name, when there are several.
     names: Option<Names>,
+    /// The HTTP status of a refusal for want of a key, when its limit chose one
+    /// (`#[rate_limit(empty_key_status = ..)]`).
+    empty_key_status: Option<u16>,
 }
 
 impl RateLimited {
@@ -298,7 +324,20 @@ impl RateLimited {
             key: key.into(),
             name: None,
             names: None,
+            empty_key_status: None,
         }
+    }
+
+    /// The same rejection, answered with `status` when it is for want of a key.
+    #[must_use]
+    pub(crate) fn with_empty_key_status(mut self, status: Option<u16>) -> RateLimited {
+        self.empty_key_status = status;
+        self
+    }
+
+    /// The status a refusal for want of a key is answered with, when its limit chose one.
+    pub(crate) fn empty_key_status(&self) -> Option<u16> {
+        self.empty_key_status
     }
 
     /// The same rejection, naming the limit that refused it.
@@ -316,6 +355,7 @@ impl RateLimited {
             names: Some(names),
             decision,
             key,
+            empty_key_status: None,
         }
     }
 
@@ -358,6 +398,21 @@ impl fmt::Display for RateLimited {
                     write!(f, " under `{name}`")?;
                 }
                 return write!(f, " (empty-key policy: deny)");
+            }
+            Source::CostExceedsBurst => {
+                write!(f, "the call costs {} tokens", d.cost)?;
+                if d.cost == u32::MAX {
+                    write!(f, " or more")?;
+                }
+                write!(
+                    f,
+                    ", more than the burst of {} holds: no wait could admit it",
+                    d.limit.burst_capacity()
+                )?;
+                if let Some(name) = &self.name {
+                    write!(f, " under `{name}`")?;
+                }
+                return Ok(());
             }
             Source::FailClosed => {
                 write!(

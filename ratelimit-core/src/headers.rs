@@ -143,7 +143,12 @@ pub fn set_call_headers<'n, 'd>(
     combined: &Decision,
     families: HeaderFamilies,
 ) {
-    let described = |d: &Decision| !matches!(d.source, Source::NoKey | Source::Disabled);
+    let described = |d: &Decision| {
+        !matches!(
+            d.source,
+            Source::NoKey | Source::Disabled | Source::Exempt | Source::CostExceedsBurst
+        )
+    };
     let parts = distinct_names(parts);
     let spring = parts.get(combined.tightest()).map(|&(_, d)| d);
     let mut policy = String::new();
@@ -256,11 +261,16 @@ pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-type
 
 impl RateLimited {
     /// The HTTP status of this rejection: 429 when the quota is exhausted, 403 when the call
-    /// had no key (waiting will not help), 503 when the limiter could not decide and its
-    /// policy refuses.
+    /// had no key (waiting will not help; or the status its limit chose with
+    /// `empty_key_status`), 413 when it costs more than the burst holds (it never will
+    /// pass), 503 when the limiter could not decide and its policy refuses.
     pub fn status(&self) -> StatusCode {
         match self.decision().source {
-            Source::NoKey => StatusCode::FORBIDDEN,
+            Source::NoKey => self
+                .empty_key_status()
+                .and_then(|s| StatusCode::from_u16(s).ok())
+                .unwrap_or(StatusCode::FORBIDDEN),
+            Source::CostExceedsBurst => StatusCode::PAYLOAD_TOO_LARGE,
             Source::FailClosed => StatusCode::SERVICE_UNAVAILABLE,
             _ => StatusCode::TOO_MANY_REQUESTS,
         }
@@ -278,6 +288,7 @@ impl RateLimited {
         let mut out = String::with_capacity(256);
         let (kind, title) = match d.source {
             Source::NoKey => ("about:blank", "Request has no rate-limit key"),
+            Source::CostExceedsBurst => ("about:blank", "Request costs more than the limit holds"),
             Source::FailClosed => ("about:blank", "Rate limiter unavailable"),
             _ => (
                 QUOTA_EXCEEDED,
@@ -510,7 +521,7 @@ mod tests {
         let parts = vec![per_client, daily, also_refusing];
         let combined = Decision::combined(parts.clone());
         // Without names (`RateLimiter::check_all`), items are told apart by position.
-        let r = RateLimited::new(combined.clone(), "k");
+        let r = RateLimited::new(combined, "k");
         assert!(
             r.problem_json().contains(
                 "\"violated-policies\":[\"rate-limit\",\"rate-limit#3\"],\"retry-after\":20"

@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock};
 use arc_swap::ArcSwapOption;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
+use crate::EmptyKeyPolicy;
 use crate::Limit;
 use crate::RateLimiter;
 
@@ -35,6 +36,10 @@ pub struct LimitDeclaration {
     varies: AtomicBool,
     /// The [`Warning`]s already logged, one bit each.
     warned: AtomicU8,
+    /// What this limit does with a call that has no key, when not the limiter's policy.
+    empty_key: Option<EmptyKeyPolicy>,
+    /// The HTTP status of a refusal for want of a key, when not 403.
+    empty_key_status: Option<u16>,
 }
 
 /// A bucket key, with what it was named from: the limiter's prefix and the resolved key (the
@@ -94,7 +99,31 @@ impl LimitDeclaration {
             bucket: OnceLock::new(),
             varies: AtomicBool::new(false),
             warned: AtomicU8::new(0),
+            empty_key: None,
+            empty_key_status: None,
         }
+    }
+
+    /// The same declaration, with its own empty-key policy and the status of its refusals
+    /// for want of a key (`#[rate_limit(empty_key = "..", empty_key_status = ..)]`).
+    pub(crate) const fn with_empty_key(
+        mut self,
+        policy: Option<EmptyKeyPolicy>,
+        status: Option<u16>,
+    ) -> LimitDeclaration {
+        self.empty_key = policy;
+        self.empty_key_status = status;
+        self
+    }
+
+    /// This limit's own empty-key policy, if it has one (else the limiter's applies).
+    pub fn empty_key_policy(&self) -> Option<EmptyKeyPolicy> {
+        self.empty_key
+    }
+
+    /// The HTTP status this limit answers a call without a key with, if not 403.
+    pub fn empty_key_status(&self) -> Option<u16> {
+        self.empty_key_status
     }
 
     /// The limit's name: `module_path::function` unless given with `name = ".."`.

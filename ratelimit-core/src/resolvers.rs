@@ -33,8 +33,8 @@ use crate::RequestContext;
 /// ```
 #[diagnostic::on_unimplemented(
     message = "`{Self}` is not a key resolver",
-    label = "`key = ..` must implement `KeyResolver`",
-    note = "use a built-in resolver (`Uri`, `Route`, `Ip`, `IpUri`, `Header(\"name\")`, `User`, `Global`), a tuple of them, or implement `KeyResolver` for your type"
+    label = "`key = ..` must implement `KeyResolver`, or `Display` to be the key itself",
+    note = "use a built-in resolver (`Uri`, `Route`, `Ip`, `IpUri`, `Header(\"name\")`, `User`, `Global`), a tuple of them, a value that displays (an argument: `key = tenant_id`), or implement `KeyResolver` for your type"
 )]
 pub trait KeyResolver: Send + Sync + 'static {
     /// The key of this call, or `None` when it has none (then the empty-key policy applies:

@@ -5,7 +5,9 @@ use proc_macro2::{Span, TokenStream};
 use syn::spanned::Spanned as _;
 use syn::{Expr, ExprLit, ExprUnary, Ident, Lit, LitInt, LitStr, UnOp};
 
-use ratelimit_vocab::{Algorithm, FailurePolicy, Quoted, Refill, Unit, WAIT_SYNTAX, Word};
+use ratelimit_vocab::{
+    Algorithm, EmptyKeyPolicy, FailurePolicy, Quoted, Refill, Unit, WAIT_SYNTAX, Word,
+};
 
 use crate::args::{self, Errors, RawArg, set_once};
 
@@ -24,6 +26,9 @@ pub(crate) const ARGUMENTS: &[&str] = &[
     "initial",
     "wait",
     "shadow",
+    "exempt",
+    "empty_key",
+    "empty_key_status",
 ];
 
 /// Names from Spring's `RedisRateLimiter` and other limiters, mapped to ours.
@@ -67,12 +72,19 @@ pub(crate) struct RateLimitArgs {
     pub(crate) wait: Option<(Option<u64>, Span)>,
     /// `shadow = true`.
     pub(crate) shadow: Option<syn::LitBool>,
+    /// `exempt = expr`: a `bool` per call; `true` lets the call through unchecked.
+    pub(crate) exempt: Option<Expr>,
+    /// `empty_key = ".."`: this limit's own empty-key policy.
+    pub(crate) empty_key: Option<(EmptyKeyPolicy, Span)>,
+    /// `empty_key_status = 401`: the HTTP status of a refusal for want of a key.
+    pub(crate) empty_key_status: Option<(u16, LitInt)>,
     /// Every known argument written, valid or not: a bad `replenish` is not also a missing one.
     written: Vec<String>,
 }
 
 /// A number of tokens: a literal the macro checked, or a constant expression the compiler
-/// checks (`replenish = ORDERS_PER_MINUTE`).
+/// checks (`replenish = ORDERS_PER_MINUTE`). A `cost` written over the function's parameters
+/// (`cost = files.len()`) is computed on each call instead (`expand::per_call_cost`).
 pub(crate) enum Count {
     Literal(u32, LitInt),
     Const(Expr),
@@ -113,6 +125,9 @@ impl RateLimitArgs {
             initial: None,
             wait: None,
             shadow: None,
+            exempt: None,
+            empty_key: None,
+            empty_key_status: None,
             written: Vec::new(),
         };
         // A bare number is most likely the rate, a bare string the unit.
@@ -214,6 +229,17 @@ impl RateLimitArgs {
                     }
                 }
                 "key" => set_once(&mut args.key, value, &name, errors),
+                "exempt" => set_once(&mut args.exempt, value, &name, errors),
+                "empty_key" => {
+                    if let Some(v) = args::word(&name, &value, errors) {
+                        set_once(&mut args.empty_key, v, &name, errors);
+                    }
+                }
+                "empty_key_status" => {
+                    if let Some(status) = status(&value, errors) {
+                        set_once(&mut args.empty_key_status, status, &name, errors);
+                    }
+                }
                 _ => set_once(&mut args.limiter, value, &name, errors),
             }
         }
@@ -240,8 +266,29 @@ fn example(argument: &str) -> &'static str {
         "initial" => "0",
         "wait" => "\"2s\"",
         "shadow" => "true",
+        "exempt" => "is_internal(&caller)",
+        "empty_key" => "\"allow\"",
+        "empty_key_status" => "401",
         _ => "10",
     }
+}
+
+/// `empty_key_status`: an HTTP status code an error can be answered with (400 to 599).
+fn status(value: &Expr, errors: &mut Errors) -> Option<(u16, LitInt)> {
+    if let Expr::Lit(ExprLit {
+        lit: Lit::Int(lit), ..
+    }) = value
+        && let Ok(status) = lit.base10_parse::<u16>()
+        && (400..=599).contains(&status)
+    {
+        return Some((status, lit.clone()));
+    }
+    errors.at(
+        value.span(),
+        "`empty_key_status` is an HTTP error status, an integer from 400 to 599: \
+         `empty_key_status = 401`",
+    );
+    None
 }
 
 /// What each count means, to say why 0 is refused.

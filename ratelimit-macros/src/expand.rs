@@ -114,6 +114,7 @@ fn expand(
     } = func;
     // Locals are hygienic; the statics are items, so their names are only prefixed.
     let rejection = Ident::new("__rl_rejection", Span::mixed_site());
+    let params = crate::params::bindings(sig);
     let mut statics = TokenStream::new();
     let mut keys = TokenStream::new();
     let mut checked = Vec::with_capacity(limits.len());
@@ -132,17 +133,9 @@ fn expand(
                 ::redis_ratelimit::__private::Registration(&#decl)
             }
         });
-        // `&(expr)` spanned at the expression, and coerced to `&dyn KeyResolver` (one `check`
-        // for every function): a value that is not a `KeyResolver` is reported once, on the
-        // user's expression.
-        let key = match &limit.args.key {
-            Some(expr) => quote_spanned!(at(expr.span())=> &(#expr)),
-            None => quote!(&::redis_ratelimit::Uri),
-        };
-        keys.extend(quote! {
-            let #key_var: &dyn ::redis_ratelimit::KeyResolver = #key;
-        });
-        checked.push((decl, key_var));
+        keys.extend(key(limit.args.key.as_ref(), &key_var, &suffix));
+        let call = call(&limit.args, &params);
+        checked.push((decl, key_var, call));
     }
     for &(earlier, later) in same_name {
         statics.extend(same_name_check(limits, earlier, later, sig));
@@ -155,15 +148,16 @@ fn expand(
         None => quote!(::redis_ratelimit::__private::global()),
     };
     let check = match checked.as_slice() {
-        [(decl, key_var)] => {
-            quote!(::redis_ratelimit::__private::check(&#decl, #key_var, #limiter))
+        [(decl, key_var, call)] => {
+            quote!(::redis_ratelimit::__private::check(&#decl, #key_var, #call, #limiter))
         }
         _ => {
-            let decls = checked.iter().map(|(decl, _)| decl);
-            let key_vars = checked.iter().map(|(_, key_var)| key_var);
+            let decls = checked.iter().map(|(decl, ..)| decl);
+            let key_vars = checked.iter().map(|(_, key_var, _)| key_var);
+            let calls = checked.iter().map(|(.., call)| call);
             quote! {
                 ::redis_ratelimit::__private::check_all(
-                    &[#((&#decls, #key_vars)),*],
+                    &[#((&#decls, #key_vars, #calls)),*],
                     #limiter,
                 )
             }
@@ -192,6 +186,60 @@ fn expand(
     quote! {
         #(#outer_attrs)*
         #vis #sig #new_body
+    }
+}
+
+/// The statements that bind `key_var`, a `&dyn KeyResolver`, to the limit's key: `Uri` when
+/// none is written; a [`KeyResolver`] value as it is; any other value that displays (an
+/// argument, `key = tenant_id`) as its text, computed here, before the body runs. Which of
+/// the two is chosen by method resolution (a resolver first), spanned at the user's
+/// expression so that a value that is neither is reported there.
+fn key(expr: Option<&Expr>, key_var: &Ident, suffix: &str) -> TokenStream {
+    let Some(expr) = expr else {
+        return quote! {
+            let #key_var: &dyn ::redis_ratelimit::KeyResolver = &::redis_ratelimit::Uri;
+        };
+    };
+    let span = at(expr.span());
+    let value = Ident::new(&format!("__rl_key_value{suffix}"), Span::mixed_site());
+    let arg = Ident::new(&format!("__rl_key_arg{suffix}"), Span::mixed_site());
+    let pick = quote_spanned! {span=>
+        (&&&::redis_ratelimit::__private::KeyOf(#value)).rate_limit_key()
+    };
+    quote! {
+        let #value = &(#expr);
+        let #arg = {
+            #[allow(unused_imports)]
+            use ::redis_ratelimit::__private::{ViaDisplay as _, ViaNeither as _, ViaResolver as _};
+            #pick
+        };
+        let #key_var: &dyn ::redis_ratelimit::KeyResolver = #arg.resolver();
+    }
+}
+
+/// What the limit's check takes from this call: `Call::NONE` unless the cost is computed from
+/// the arguments or the call may be exempt.
+fn call(args: &RateLimitArgs, params: &[String]) -> TokenStream {
+    let mut call = quote!(::redis_ratelimit::__private::Call::NONE);
+    if let Some(cost) = per_call_cost(args, params) {
+        let span = at(cost.span());
+        call.extend(quote_spanned! {span=>
+            .with_cost(::redis_ratelimit::__private::IntoCost::into_cost(#cost))
+        });
+    }
+    if let Some(exempt) = &args.exempt {
+        let span = at(exempt.span());
+        let exempt = quote_spanned!(span=> { let exempt: bool = #exempt; exempt });
+        call.extend(quote!(.with_exempt(#exempt)));
+    }
+    call
+}
+
+/// The cost, when it is computed on each call: written over the function's parameters.
+fn per_call_cost<'a>(args: &'a RateLimitArgs, params: &[String]) -> Option<&'a Expr> {
+    match &args.cost {
+        Some(Count::Const(expr)) if crate::params::mentions(expr, params) => Some(expr),
+        _ => None,
     }
 }
 
@@ -258,6 +306,7 @@ fn declaration(
     ordinal: usize,
     line: Option<Span>,
 ) -> TokenStream {
+    let params = &crate::params::bindings(sig);
     let name = limit_name(args, sig, ordinal);
     let line = match line {
         Some(span) => quote_spanned!(span=> ::core::line!()),
@@ -278,7 +327,12 @@ fn declaration(
     let replenish_value = bind(replenish, "replenish", &mut checks);
     let burst = args.burst.as_ref();
     let burst_value = burst.map(|b| bind(b, "burst", &mut checks));
-    let cost = args.cost.as_ref().unwrap_or(&one);
+    // A cost computed per call is checked on each call; the declaration says 1.
+    let cost = match &args.cost {
+        Some(Count::Const(expr)) if crate::params::mentions(expr, params) => &one,
+        Some(cost) => cost,
+        None => &one,
+    };
     let cost_value = bind(cost, "cost", &mut checks);
     let capacity = burst_value.as_ref().unwrap_or(&replenish_value);
     let constant = [Some(cost), burst, Some(replenish)]
@@ -353,11 +407,35 @@ fn declaration(
             #line,
         )
     };
+    let declaration = with_empty_key(args, declaration);
     if checks.is_empty() {
         declaration
     } else {
         quote!({ #checks #declaration })
     }
+}
+
+/// `declaration` with the limit's own empty-key policy and status, when it has either.
+fn with_empty_key(args: &RateLimitArgs, declaration: TokenStream) -> TokenStream {
+    if args.empty_key.is_none() && args.empty_key_status.is_none() {
+        return declaration;
+    }
+    let policy = match &args.empty_key {
+        Some(policy) => {
+            let v = crate::args::variant(*policy);
+            quote!(::core::option::Option::Some(::redis_ratelimit::EmptyKeyPolicy::#v))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let status = match &args.empty_key_status {
+        Some((status, lit)) => {
+            let mut n = Literal::u16_unsuffixed(*status);
+            n.set_span(lit.span());
+            quote!(::core::option::Option::Some(#n))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    quote!(::redis_ratelimit::__private::with_empty_key(#declaration, #policy, #status))
 }
 
 /// A count's value in the initialiser: a literal as is; a constant bound to a local, typed
@@ -491,9 +569,10 @@ mod tests {
         // One check, of every limit in order, with the limiter written on the second.
         assert!(!out.contains("__private :: check ("), "{out}");
         assert!(out.contains(
-            "__private :: check_all (& [(& __RL_DECL , __rl_key) , (& __RL_DECL_2 , __rl_key_2) , \
-             (& __RL_DECL_3 , __rl_key_3)] , :: redis_ratelimit :: __private :: AsLimiter :: \
-             as_limiter (& (L)) ,)"
+            "__private :: check_all (& [(& __RL_DECL , __rl_key , :: redis_ratelimit :: __private \
+             :: Call :: NONE) , (& __RL_DECL_2 , __rl_key_2 , :: redis_ratelimit :: __private :: \
+             Call :: NONE) , (& __RL_DECL_3 , __rl_key_3 , :: redis_ratelimit :: __private :: \
+             Call :: NONE)] , :: redis_ratelimit :: __private :: AsLimiter :: as_limiter (& (L)) ,)"
         ), "{out}");
         // No written name could equal a default one: nothing for the compiler to compare.
         assert!(!out.contains("const _"), "{out}");

@@ -11,6 +11,7 @@ mod attr;
 mod enable;
 mod expand;
 mod item;
+mod params;
 mod stack;
 mod valid;
 

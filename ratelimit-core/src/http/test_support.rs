@@ -2,7 +2,7 @@
 
 use std::sync::LazyLock;
 
-use crate::__private::{check, check_all};
+use crate::__private::{Call, check, check_all};
 use crate::LimitDeclaration;
 use crate::{Global, Ip, Limit, RateLimited, RateLimiter, Uri};
 
@@ -57,7 +57,7 @@ impl actix_web::ResponseError for Limited {
 /// What a `#[rate_limit(replenish = 1, unit = "minute", key = Uri, shadow = true)]`
 /// handler does.
 pub(crate) async fn shadowed_call() -> Result<&'static str, Limited> {
-    check(&TRIAL, &Uri, Some(&LIMITER))
+    check(&TRIAL, &Uri, Call::NONE, Some(&LIMITER))
         .await
         .map_err(|r| Limited(*r))?;
     Ok("ok")
@@ -75,7 +75,7 @@ pub(crate) fn assert_shadowed(status: u16, headers: &http::HeaderMap) {
 
 /// What a `#[rate_limit(replenish = 1, unit = "minute", key = Uri)]` handler does.
 pub(crate) async fn limited_call() -> Result<&'static str, Limited> {
-    check(&LOGIN, &Uri, Some(&LIMITER))
+    check(&LOGIN, &Uri, Call::NONE, Some(&LIMITER))
         .await
         .map_err(|r| Limited(*r))?;
     Ok("ok")
@@ -87,9 +87,12 @@ pub(crate) async fn limited_twice(
     decl: &'static LimitDeclaration,
     decl_daily: &'static LimitDeclaration,
 ) -> Result<&'static str, Limited> {
-    check_all(&[(decl, &Uri), (decl_daily, &Global)], Some(&LIMITER))
-        .await
-        .map_err(|r| Limited(*r))?;
+    check_all(
+        &[(decl, &Uri, Call::NONE), (decl_daily, &Global, Call::NONE)],
+        Some(&LIMITER),
+    )
+    .await
+    .map_err(|r| Limited(*r))?;
     Ok("ok")
 }
 
@@ -149,7 +152,7 @@ pub(crate) fn assert_two_limits_described(
 pub(crate) async fn limited_by_ip(
     decl: &'static LimitDeclaration,
 ) -> Result<&'static str, Limited> {
-    check(decl, &Ip, Some(&LIMITER))
+    check(decl, &Ip, Call::NONE, Some(&LIMITER))
         .await
         .map_err(|r| Limited(*r))?;
     Ok("ok")

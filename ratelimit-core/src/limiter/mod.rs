@@ -480,13 +480,30 @@ impl RateLimiter {
     }
 
     /// The decision for a call that has no key, per the empty-key policy.
-    pub(crate) fn decide_without_key(&self, limit: &Limit, cost: u32) -> Decision {
-        let allowed = self.inner.empty_key == EmptyKeyPolicy::Allow;
-        let mut decision = Decision::new(allowed, 0, *limit, cost, Duration::ZERO, Duration::ZERO)
-            .with_source(Source::NoKey);
-        decision.let_shadow_through();
-        decision
+    pub(crate) fn decide_without_key(
+        &self,
+        policy: Option<EmptyKeyPolicy>,
+        limit: &Limit,
+        cost: u32,
+    ) -> Decision {
+        let policy = policy.unwrap_or(self.inner.empty_key);
+        decide_by(policy == EmptyKeyPolicy::Allow, limit, cost, Source::NoKey)
     }
+
+    /// The refusal of a call whose limit could not be checked: by nobody's policy but
+    /// its own, never admitted (a limit in shadow mode lets it through).
+    pub(crate) fn fail_closed(limit: &Limit, cost: u32) -> Decision {
+        decide_by(false, limit, cost, Source::FailClosed)
+    }
+}
+
+/// A decision taken without a store: `allowed` or not, by `source`, a limit in shadow mode
+/// letting a refusal through.
+fn decide_by(allowed: bool, limit: &Limit, cost: u32, source: Source) -> Decision {
+    let mut decision =
+        Decision::new(allowed, 0, *limit, cost, Duration::ZERO, Duration::ZERO).with_source(source);
+    decision.let_shadow_through();
+    decision
 }
 
 /// What the local stage came to ([`RateLimiter::decide_locally`]).
@@ -683,6 +700,7 @@ mod future_sizes {
             std::mem::size_of_val(&crate::__private::check(
                 &DECL,
                 &crate::Global as &dyn crate::KeyResolver,
+                crate::__private::Call::NONE,
                 Some(&limiter),
             )),
         ];

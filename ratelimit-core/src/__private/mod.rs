@@ -8,6 +8,9 @@ use std::sync::LazyLock;
 
 pub use inventory;
 
+mod call;
+pub use call::{Call, Cost, Fixed, IntoCost, KeyArg, KeyOf, ViaDisplay, ViaNeither, ViaResolver};
+
 use crate::decision::Source;
 use crate::limiter::Local;
 use crate::naming::with_bucket_key;
@@ -28,6 +31,15 @@ pub const fn declaration(
     line: u32,
 ) -> LimitDeclaration {
     LimitDeclaration::new(name, limit, cost, key, file, line)
+}
+
+/// `decl` with its own empty-key policy and the status of its refusals for want of a key.
+pub const fn with_empty_key(
+    decl: LimitDeclaration,
+    policy: Option<crate::EmptyKeyPolicy>,
+    status: Option<u16>,
+) -> LimitDeclaration {
+    decl.with_empty_key(policy, status)
 }
 
 /// The limit of one `#[rate_limit]`, from every argument at once (a window's burst is its
@@ -65,18 +77,21 @@ pub const fn limit(
 /// once (memory), the decision taken and recorded in it. A call that must wait for its answer
 /// (a remote store, a limit that may wait, before enable) is boxed: this future then carries
 /// nothing of it, and that call's round trip or wait dwarfs one allocation.
-pub async fn check<K: KeyResolver + ?Sized>(
+pub fn check<'a, K: KeyResolver + ?Sized>(
     decl: &'static LimitDeclaration,
     key: &K,
-    limiter: Option<&RateLimiter>,
-) -> Result<(), Box<RateLimited>> {
-    // The step is a temporary of this statement, so that this future does not keep room for
-    // a rejection across the await.
-    let asking = match at_once(decl, key, limiter) {
-        Step::Done(done) => return done,
-        Step::Ask(asking) => asking,
-    };
-    asking.await
+    call: Call,
+    limiter: Option<&'a RateLimiter>,
+) -> impl Future<Output = Result<(), Box<RateLimited>>> + Send + use<'a, K> {
+    // Looked at when the check is made, in the function's own poll: the future then carries
+    // the step alone, not the key, the call and the declaration.
+    let step = at_once(decl, key, call, limiter);
+    async move {
+        match step {
+            Step::Done(done) => done,
+            Step::Ask(asking) => asking.await,
+        }
+    }
 }
 
 /// A check's outcome on its way out, the rejection boxed: it passes through several frames
@@ -107,23 +122,62 @@ enum Looked {
     NoKey,
 }
 
+/// What a limit's check comes to before its key is looked at.
+enum Before {
+    /// To be decided on the call's key, under `effective` (this call's cost in it).
+    Check,
+    /// Decided already: the limit is disabled, the call exempt, or its cost more than the
+    /// burst holds.
+    Decided(Decision),
+    /// The call costs nothing: it takes nothing and passes, with nothing to decide.
+    Free,
+}
+
+/// Applies what `call` brings to its limit's `effective` state, before the key: one rule for
+/// one limit and for several.
+fn before_key(call: Call, effective: &mut Effective) -> Before {
+    if !effective.enabled {
+        return Before::Decided(Decision::disabled(effective.limit, effective.cost));
+    }
+    if call.exempt {
+        return Before::Decided(Decision::exempt(effective.limit));
+    }
+    if let Some(Cost(cost)) = call.cost {
+        match cost {
+            Some(0) => return Before::Free,
+            Some(cost) if effective.limit.check_cost(cost).is_ok() => effective.cost = cost,
+            cost => {
+                let cost = cost.unwrap_or(u32::MAX);
+                return Before::Decided(Decision::cost_exceeds_burst(effective.limit, cost));
+            }
+        }
+    }
+    Before::Check
+}
+
 /// [`check`]'s synchronous part: everything but a wait for the store.
 fn at_once<'a, K: KeyResolver + ?Sized>(
     decl: &'static LimitDeclaration,
     key: &K,
+    call: Call,
     limiter: Option<&'a RateLimiter>,
 ) -> Step<'a> {
-    let effective = decl.effective();
+    let mut effective = decl.effective();
     let name = decl.name();
-    if !effective.enabled {
-        // Said, so that what reads the decision (the response, a log line) shows no limit
-        // applied rather than a quota that does not hold.
-        record_current(
-            name,
-            Decision::disabled(effective.limit, effective.cost),
-            None,
-        );
-        return Step::Done(Ok(()));
+    match before_key(call, &mut effective) {
+        Before::Check => {}
+        Before::Free => return Step::Done(Ok(())),
+        Before::Decided(decision) if decision.source == Source::Disabled => {
+            // Said, so that what reads the decision (the response, a log line) shows no limit
+            // applied rather than a quota that does not hold.
+            record_current(name, decision, None);
+            return Step::Done(Ok(()));
+        }
+        Before::Decided(decision) => {
+            return Step::Done(conclude(decl, decision, None, |d| {
+                record_current(name, d, None);
+            }));
+        }
     }
     let (limiter, enabled) = limiter_or_unenabled(decl, limiter);
     let (looked, in_scope) = with_current(|ctx, scope| {
@@ -160,7 +214,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             }
             Local::Elsewhere => return (Looked::Ask(bucket.key(), None), in_scope),
         };
-        let done = conclude(name, decision, Some(bucket), |decision| {
+        let done = conclude(decl, decision, Some(bucket), |decision| {
             if let Some(scope) = scope {
                 scope.record(name, decision, None);
             }
@@ -174,8 +228,12 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
         ))),
         Looked::NoKey => {
             report_missing_piece(decl, key);
-            let decision = limiter.decide_without_key(&effective.limit, effective.cost);
-            Step::Done(conclude(name, decision, None, |d| {
+            let decision = limiter.decide_without_key(
+                decl.empty_key_policy(),
+                &effective.limit,
+                effective.cost,
+            );
+            Step::Done(conclude(decl, decision, None, |d| {
                 record_if(in_scope, name, d);
             }))
         }
@@ -204,9 +262,9 @@ async fn ask(
         Some(reserved) => limiter.wait_one(&bucket, limit, cost, reserved).await,
         None => limiter.decide(&bucket, limit, cost).await,
     };
-    let decision = decided.unwrap_or_else(|e| cannot_check(decl, limiter, &effective, &e));
+    let decision = decided.unwrap_or_else(|e| cannot_check(decl, &effective, &e));
     let name = decl.name();
-    conclude(name, decision, Some(Bucket::Named(bucket)), |d| {
+    conclude(decl, decision, Some(Bucket::Named(bucket)), |d| {
         record_if(in_scope, name, d);
     })
 }
@@ -216,7 +274,6 @@ async fn ask(
 #[cold]
 fn cannot_check(
     decl: &'static LimitDeclaration,
-    limiter: &RateLimiter,
     effective: &Effective,
     e: &crate::Error,
 ) -> Decision {
@@ -224,14 +281,7 @@ fn cannot_check(
         Warning::CannotCheck,
         &format_args!("rate limit `{}` cannot be checked: {e}", decl.name()),
     );
-    fail_closed(limiter, effective)
-}
-
-/// The refusal of a call whose limit could not be checked.
-fn fail_closed(limiter: &RateLimiter, effective: &Effective) -> Decision {
-    limiter
-        .decide_without_key(&effective.limit, effective.cost)
-        .with_source(Source::FailClosed)
+    RateLimiter::fail_closed(&effective.limit, effective.cost)
 }
 
 /// A decided call's bucket key: named already, or the parts it is named from, when it is
@@ -258,7 +308,7 @@ impl Bucket<'_> {
 /// What every decided one-limit call ends with: the decision described (span, metrics),
 /// handed to `record` for the response headers, and the rejection when it refused.
 fn conclude(
-    name: &'static str,
+    decl: &'static LimitDeclaration,
     decision: Decision,
     bucket: Option<Bucket<'_>>,
     record: impl FnOnce(Decision),
@@ -273,6 +323,7 @@ fn conclude(
         }
         _ => None,
     };
+    let name = decl.name();
     decision.observe(crate::observe::Name::Declared(name), bucket.as_deref());
     if decision.allowed {
         record(decision);
@@ -280,7 +331,11 @@ fn conclude(
     } else {
         record(decision.clone());
         let key = bucket.map(Cow::into_owned).unwrap_or_default();
-        Err(Box::new(RateLimited::new(decision, key).with_name(name)))
+        Err(Box::new(
+            RateLimited::new(decision, key)
+                .with_name(name)
+                .with_empty_key_status(decl.empty_key_status()),
+        ))
     }
 }
 
@@ -314,19 +369,28 @@ fn limiter_or_unenabled<'a>(
 /// unchecked; a limit that finds no key is decided by the empty-key policy, and when that
 /// refuses, the call is refused without asking the store (nothing is taken).
 pub async fn check_all(
-    limits: &[(&'static LimitDeclaration, &dyn KeyResolver)],
+    limits: &[(&'static LimitDeclaration, &dyn KeyResolver, Call)],
     limiter: Option<&RateLimiter>,
 ) -> Result<(), Box<RateLimited>> {
-    let Some(&(first, _)) = limits.first() else {
+    let Some(&(first, ..)) = limits.first() else {
         return Ok(());
     };
     let (limiter, _) = limiter_or_unenabled(first, limiter);
-    let effective: Vec<_> = limits.iter().map(|(decl, _)| decl.effective()).collect();
+    let mut effective: Vec<_> = limits.iter().map(|(decl, ..)| decl.effective()).collect();
+    let before: Vec<Before> = limits
+        .iter()
+        .zip(&mut effective)
+        .map(|(&(.., call), e)| before_key(call, e))
+        .collect();
+    // Only the limits still to decide look at their keys.
     let (buckets, in_scope): (Vec<Option<String>>, bool) = with_current(|ctx, scope| {
         let buckets = limits
             .iter()
-            .map(|(decl, key)| {
-                resolving(decl.name(), || key.resolve(ctx))
+            .zip(&before)
+            .map(|((decl, key, _), before)| {
+                matches!(before, Before::Check)
+                    .then(|| resolving(decl.name(), || key.resolve(ctx)))
+                    .flatten()
                     .filter(|k| !k.is_empty())
                     .map(|k| limiter.named_bucket_key(decl.name(), &k))
             })
@@ -334,16 +398,23 @@ pub async fn check_all(
         (buckets, scope.is_some())
     });
     // Each limit's decision, by position; the store decides those with a bucket together.
+    // A limit whose call costs nothing has none: it takes nothing and is not asked.
     let mut parts: Vec<Option<Decision>> = vec![None; limits.len()];
     let mut asked: Vec<usize> = Vec::with_capacity(limits.len());
-    for (i, ((decl, key), e)) in limits.iter().zip(&effective).enumerate() {
-        if !e.enabled {
-            parts[i] = Some(Decision::disabled(e.limit, e.cost));
-        } else if buckets[i].is_none() {
-            report_missing_piece(decl, *key);
-            parts[i] = Some(limiter.decide_without_key(&e.limit, e.cost));
-        } else {
-            asked.push(i);
+    for (i, ((decl, key, _), (before, e))) in limits
+        .iter()
+        .zip(before.into_iter().zip(&effective))
+        .enumerate()
+    {
+        match before {
+            Before::Decided(d) => parts[i] = Some(d),
+            Before::Free => {}
+            Before::Check if buckets[i].is_none() => {
+                report_missing_piece(decl, *key);
+                let policy = decl.empty_key_policy();
+                parts[i] = Some(limiter.decide_without_key(policy, &e.limit, e.cost));
+            }
+            Before::Check => asked.push(i),
         }
     }
     // A limit without a key that refuses vetoes the call: nothing is asked or taken.
@@ -369,7 +440,8 @@ pub async fn check_all(
                     &format_args!("rate limits of `{}` cannot be checked: {e}", first.name()),
                 );
                 for &i in &asked {
-                    parts[i] = Some(fail_closed(limiter, &effective[i]));
+                    let e = &effective[i];
+                    parts[i] = Some(RateLimiter::fail_closed(&e.limit, e.cost));
                 }
             }
         }
@@ -377,16 +449,21 @@ pub async fn check_all(
     // The limits decided, in order (all of them unless a keyless refusal vetoed the call),
     // each with its name: paired once, here, and read back in pairs.
     let mut named: Vec<(&'static str, Decision)> = Vec::with_capacity(limits.len());
-    let mut keys: Vec<Option<String>> = Vec::with_capacity(limits.len());
-    for (((decl, _), part), bucket) in limits.iter().zip(parts).zip(buckets) {
+    let mut keys: Vec<(&'static LimitDeclaration, Option<String>)> =
+        Vec::with_capacity(limits.len());
+    for (((decl, ..), part), bucket) in limits.iter().zip(parts).zip(buckets) {
         if let Some(d) = part {
             named.push((decl.name(), d));
-            keys.push(bucket);
+            keys.push((decl, bucket));
         }
+    }
+    if named.is_empty() {
+        // Every call cost nothing: nothing taken, nothing to describe.
+        return Ok(());
     }
     let (decision, names) = Decision::combined_named(named);
     // Each limit as the call left it (a limit that admitted a refused call is vetoed).
-    for ((name, part), bucket) in names.pair(&decision).zip(&keys) {
+    for ((name, part), (_, bucket)) in names.pair(&decision).zip(&keys) {
         part.observe(crate::observe::Name::Declared(name), bucket.as_deref());
     }
     if in_scope {
@@ -399,9 +476,12 @@ pub async fn check_all(
     if decision.allowed {
         Ok(())
     } else {
-        let tightest = decision.tightest();
-        let key = keys.into_iter().nth(tightest).flatten().unwrap_or_default();
-        Err(Box::new(RateLimited::of_named(decision, names, key)))
+        let (decl, key) = keys.swap_remove(decision.tightest());
+        let status = decl.empty_key_status();
+        Err(Box::new(
+            RateLimited::of_named(decision, names, key.unwrap_or_default())
+                .with_empty_key_status(status),
+        ))
     }
 }
 
@@ -588,7 +668,7 @@ mod tests {
         tracing::subscriber::with_default(capture.clone(), || {
             runtime.block_on(async {
                 for _ in 0..20 {
-                    let call = check(decl, key, Some(&limiter));
+                    let call = check(decl, key, Call::NONE, Some(&limiter));
                     let _ = match ctx {
                         Some(ctx) => CONTEXT.scope(ctx(), call).await,
                         None => call.await,
@@ -623,7 +703,7 @@ mod tests {
             runtime.block_on(async {
                 let ctx = || RequestContext::new().with_path("/traced/secret-user");
                 for _ in 0..2 {
-                    let _ = scope(ctx(), check(&TRACED, &Uri, Some(&limiter))).await;
+                    let _ = scope(ctx(), check(&TRACED, &Uri, Call::NONE, Some(&limiter))).await;
                 }
                 let _ = limiter.check("direct", &crate::Limit::per_second(1)).await;
             });
@@ -674,11 +754,15 @@ mod tests {
         let decl = declaration("t::recorded", "Global");
         runtime.block_on(async {
             let limiter = RateLimiter::builder().memory().build().await.unwrap();
-            assert!(check(decl, &crate::Global, Some(&limiter)).await.is_ok());
+            assert!(
+                check(decl, &crate::Global, Call::NONE, Some(&limiter))
+                    .await
+                    .is_ok()
+            );
             assert!(with_current(|_, scope| scope.is_none()));
             let (refused, recorded) = crate::request::scope_returning(
                 RequestContext::new(),
-                check(decl, &crate::Global, Some(&limiter)),
+                check(decl, &crate::Global, Call::NONE, Some(&limiter)),
             )
             .await;
             assert!(refused.is_err());
@@ -707,20 +791,30 @@ mod tests {
             let limiter = RateLimiter::builder().memory().build().await.unwrap();
             let ctx = RequestContext::new();
             assert!(
-                scope(ctx.clone(), check(one, &ByHandler, Some(&limiter)))
-                    .await
-                    .is_ok()
-            );
-            let refused = scope(ctx.clone(), check(one, &ByHandler, Some(&limiter)))
+                scope(
+                    ctx.clone(),
+                    check(one, &ByHandler, Call::NONE, Some(&limiter))
+                )
                 .await
-                .unwrap_err();
+                .is_ok()
+            );
+            let refused = scope(
+                ctx.clone(),
+                check(one, &ByHandler, Call::NONE, Some(&limiter)),
+            )
+            .await
+            .unwrap_err();
             assert_eq!(
                 refused.key(),
                 limiter.named_bucket_key("t::handler_one", "t::handler_one")
             );
             let stacked = [
-                (two, &ByHandler as &dyn KeyResolver),
-                (declaration("t::handler_three", "ByHandler"), &ByHandler),
+                (two, &ByHandler as &dyn KeyResolver, Call::NONE),
+                (
+                    declaration("t::handler_three", "ByHandler"),
+                    &ByHandler,
+                    Call::NONE,
+                ),
             ];
             assert!(
                 scope(ctx.clone(), check_all(&stacked, Some(&limiter)))

@@ -1,0 +1,197 @@
+//! What `#[rate_limit]` computes on each call beside its declaration: a key or a cost written
+//! as an expression over the function's arguments, and whether the call is exempt.
+
+use std::borrow::Cow;
+use std::fmt::Display;
+
+use crate::{KeyResolver, RequestContext};
+
+/// What one call brings to its limit's check, beside the declaration: a cost computed from
+/// the arguments (`cost = files.len()`), and whether the call is exempt (`exempt = ..`).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Call {
+    pub(crate) cost: Option<Cost>,
+    pub(crate) exempt: bool,
+}
+
+impl Call {
+    /// A call with nothing of its own: the declaration decides.
+    pub const NONE: Call = Call {
+        cost: None,
+        exempt: false,
+    };
+
+    /// This call's cost, computed from its arguments.
+    #[must_use]
+    pub fn with_cost(mut self, cost: Cost) -> Call {
+        self.cost = Some(cost);
+        self
+    }
+
+    /// Whether this call is exempt from the limit.
+    #[must_use]
+    pub fn with_exempt(mut self, exempt: bool) -> Call {
+        self.exempt = exempt;
+        self
+    }
+}
+
+/// A cost computed per call: the tokens asked for, or `None` when the value does not fit a
+/// `u32` (or is negative), which no burst can hold.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cost(pub(crate) Option<u32>);
+
+/// An integer a cost is computed as: any of Rust's integers, converted without wrapping.
+#[diagnostic::on_unimplemented(
+    message = "`cost` must be an integer, not `{Self}`",
+    label = "the number of tokens this call takes",
+    note = "a cost counts tokens: write an integer expression, such as `files.len()`"
+)]
+pub trait IntoCost {
+    /// The cost, or a cost no limit can hold when the value does not fit a `u32`.
+    fn into_cost(self) -> Cost;
+}
+
+macro_rules! into_cost {
+    ($($t:ty),*) => {$(
+        impl IntoCost for $t {
+            fn into_cost(self) -> Cost {
+                Cost(u32::try_from(self).ok())
+            }
+        }
+        impl IntoCost for &$t {
+            fn into_cost(self) -> Cost {
+                (*self).into_cost()
+            }
+        }
+    )*};
+}
+
+into_cost!(
+    u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize
+);
+
+/// A key written as an expression (`key = tenant_id`): a [`KeyResolver`] is used as one; any
+/// other value that displays is the key itself. Chosen by method resolution, resolver first:
+/// `(&&&KeyOf(&value)).rate_limit_key()` finds [`ViaResolver`] on `&&KeyOf` when the value
+/// is a resolver, else [`ViaDisplay`] on `&KeyOf` when it displays, else [`ViaNeither`] on
+/// `KeyOf`, whose bound reports the value as not a key resolver, on the user's expression.
+#[derive(Debug)]
+pub struct KeyOf<'a, T>(pub &'a T);
+
+/// A key as the check takes it: a resolver to run against the request context, or the value
+/// an argument displayed as.
+#[allow(missing_debug_implementations)]
+pub enum KeyArg<'a> {
+    /// A [`KeyResolver`], resolved against the request context.
+    Resolver(&'a dyn KeyResolver),
+    /// A key computed from the call's arguments.
+    Value(Fixed),
+}
+
+impl KeyArg<'_> {
+    /// The key as the check takes it.
+    pub fn resolver(&self) -> &dyn KeyResolver {
+        match self {
+            KeyArg::Resolver(resolver) => *resolver,
+            KeyArg::Value(fixed) => fixed,
+        }
+    }
+}
+
+/// A key computed before the check: the same for every context.
+#[derive(Debug)]
+pub struct Fixed(String);
+
+impl KeyResolver for Fixed {
+    fn resolve<'a>(&'a self, _: &'a RequestContext) -> Option<Cow<'a, str>> {
+        Some(Cow::Borrowed(&self.0))
+    }
+}
+
+/// The key of a [`KeyResolver`] value: the resolver itself.
+pub trait ViaResolver<'a> {
+    /// The key of this call.
+    fn rate_limit_key(&self) -> KeyArg<'a>;
+}
+
+impl<'a, T: KeyResolver> ViaResolver<'a> for &&KeyOf<'a, T> {
+    fn rate_limit_key(&self) -> KeyArg<'a> {
+        KeyArg::Resolver(self.0)
+    }
+}
+
+/// The key of any other value that displays: the text it displays as.
+pub trait ViaDisplay<'a> {
+    /// The key of this call.
+    fn rate_limit_key(&self) -> KeyArg<'a>;
+}
+
+impl<'a, T: Display> ViaDisplay<'a> for &KeyOf<'a, T> {
+    fn rate_limit_key(&self) -> KeyArg<'a> {
+        KeyArg::Value(Fixed(self.0.to_string()))
+    }
+}
+
+/// A value that is neither: chosen last, so that its bound reports what `key` must be.
+pub trait ViaNeither<'a, T> {
+    /// Never called: the bound fails to compile first.
+    fn rate_limit_key(&self) -> KeyArg<'a>
+    where
+        T: KeyResolver;
+}
+
+impl<'a, T> ViaNeither<'a, T> for KeyOf<'a, T> {
+    fn rate_limit_key(&self) -> KeyArg<'a>
+    where
+        T: KeyResolver,
+    {
+        KeyArg::Resolver(self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Global, Header};
+
+    fn key_of(arg: &KeyArg<'_>, ctx: &RequestContext) -> Option<String> {
+        arg.resolver().resolve(ctx).map(Cow::into_owned)
+    }
+
+    // The borrows are the choice of the key's kind, as the macro writes it.
+    #[allow(clippy::needless_borrow)]
+    #[test]
+    fn a_resolver_resolves_and_a_value_is_its_text() {
+        let ctx = RequestContext::new().with_header("x-api-key", "k-1");
+        let header = Header("x-api-key");
+        assert_eq!(
+            key_of(&(&&&KeyOf(&header)).rate_limit_key(), &ctx).as_deref(),
+            Some("k-1")
+        );
+        assert_eq!(
+            key_of(&(&&&KeyOf(&Global)).rate_limit_key(), &ctx).as_deref(),
+            Some("global")
+        );
+        let tenant: u64 = 42;
+        assert_eq!(
+            key_of(&(&&&KeyOf(&tenant)).rate_limit_key(), &ctx).as_deref(),
+            Some("42")
+        );
+        let name = "a:b";
+        assert_eq!(
+            key_of(&(&&&KeyOf(&name)).rate_limit_key(), &ctx).as_deref(),
+            Some("a:b")
+        );
+    }
+
+    #[test]
+    fn costs_convert_without_wrapping() {
+        assert_eq!(7_usize.into_cost(), Cost(Some(7)));
+        assert_eq!(0_u8.into_cost(), Cost(Some(0)));
+        assert_eq!((&3_i64).into_cost(), Cost(Some(3)));
+        assert_eq!((-1_i32).into_cost(), Cost(None));
+        assert_eq!((u64::from(u32::MAX) + 1).into_cost(), Cost(None));
+        assert_eq!(u32::MAX.into_cost(), Cost(Some(u32::MAX)));
+    }
+}

@@ -1,0 +1,227 @@
+//! `#[rate_limit]` arguments computed on each call, on the in-memory store: a key and a cost
+//! from the function's own arguments, calls exempt by a predicate, and a limit's own
+//! empty-key policy and status.
+
+use std::collections::HashSet;
+use std::sync::OnceLock;
+
+use redis_ratelimit::{
+    EmptyKeyPolicy, Header, RateLimited, RateLimiter, Source, context::scope,
+    context::scope_returning, declared_limits, rate_limit,
+};
+
+static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
+
+mod support;
+
+use support::request;
+
+async fn init() -> &'static RateLimiter {
+    support::memory_limiter(&LIMITER, "macro-per-call").await
+}
+
+/// A tenant's uploads: keyed by the tenant id the handler receives, costing one token per
+/// file.
+#[rate_limit(replenish = 1, burst = 10, unit = "hour", key = tenant, cost = files.len(), limiter = LIMITER)]
+async fn upload(tenant: u64, files: Vec<&'static str>) -> Result<usize, RateLimited> {
+    Ok(files.len())
+}
+
+#[tokio::test]
+async fn the_key_and_the_cost_come_from_the_arguments() {
+    let limiter = init().await;
+    assert_eq!(upload(1, vec!["a"; 4]).await.unwrap(), 4);
+    assert_eq!(upload(1, vec!["a"; 6]).await.unwrap(), 6);
+    // Tenant 1 has spent its ten tokens; tenant 2 has its own bucket.
+    let refused = upload(1, vec!["a"]).await.unwrap_err();
+    assert_eq!(refused.decision().source, Source::Store);
+    assert_eq!(refused.decision().cost, 1);
+    assert_eq!(
+        refused.key(),
+        limiter.named_bucket_key("macro_per_call::upload", "1")
+    );
+    assert_eq!(upload(2, vec!["a"; 10]).await.unwrap(), 10);
+}
+
+#[tokio::test]
+async fn a_cost_of_zero_takes_nothing_and_passes() {
+    init().await;
+    assert_eq!(upload(10, vec!["a"; 10]).await.unwrap(), 10);
+    // The bucket is empty: a call that takes nothing still passes, and takes nothing.
+    assert_eq!(upload(10, vec![]).await.unwrap(), 0);
+    assert_eq!(
+        upload(10, vec!["a"]).await.unwrap_err().decision().source,
+        Source::Store
+    );
+}
+
+#[tokio::test]
+async fn a_cost_above_the_burst_is_refused_at_once_and_says_why() {
+    let limiter = init().await;
+    let (result, recorded) = scope_returning(request("/upload"), upload(20, vec!["a"; 11])).await;
+    let refused = result.unwrap_err();
+    assert_eq!(refused.decision().source, Source::CostExceedsBurst);
+    assert_eq!(refused.decision().cost, 11);
+    assert!(
+        refused.decision().retry_after.is_zero(),
+        "no wait admits it"
+    );
+    assert_eq!(refused.status(), 413);
+    assert!(
+        refused.to_string().contains("costs 11 tokens")
+            && refused.to_string().contains("burst of 10"),
+        "{refused}"
+    );
+    assert_eq!(recorded.unwrap().decision.source, Source::CostExceedsBurst);
+    // Nothing was taken: the whole burst is there.
+    let bucket = "20";
+    let left = limiter
+        .peek_named(
+            "macro_per_call::upload",
+            bucket,
+            &redis_ratelimit::Limit::per_hour(1).burst(10),
+        )
+        .await
+        .unwrap();
+    assert_eq!(left.remaining, 10);
+}
+
+#[rate_limit(replenish = 1, burst = 10, unit = "hour", key = "one", cost = units, limiter = LIMITER)]
+async fn wide(units: u64) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(replenish = 1, burst = 10, unit = "hour", key = "one", cost = delta, limiter = LIMITER)]
+async fn signed(delta: i32) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cost_that_does_not_fit_is_refused_not_wrapped() {
+    init().await;
+    // 2^32 + 1 would wrap to 1 token.
+    let refused = wide(u64::from(u32::MAX) + 2).await.unwrap_err();
+    assert_eq!(refused.decision().source, Source::CostExceedsBurst);
+    assert_eq!(refused.decision().cost, u32::MAX);
+    assert!(refused.to_string().contains("or more"), "{refused}");
+    let refused = signed(-1).await.unwrap_err();
+    assert_eq!(refused.decision().source, Source::CostExceedsBurst);
+    // Neither took anything.
+    assert!(wide(10).await.is_ok());
+}
+
+/// Keys that look alike as text still name distinct buckets when distinct: the key is the
+/// argument's text, named like any other key.
+#[rate_limit(replenish = 1, unit = "hour", key = user, limiter = LIMITER)]
+async fn by_user(user: &str) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn distinct_argument_keys_never_share_a_bucket() {
+    let limiter = init().await;
+    let hostile = [
+        "a", "a:b", "a%3Ab", "a:b:", ":a", "a\u{0}", "A", "a ", "", "a/b", "a\\b", "é",
+    ];
+    let mut buckets = HashSet::new();
+    for key in hostile {
+        if key.is_empty() {
+            // No key: the empty-key policy, never a bucket every blank caller shares.
+            let refused = by_user(key).await.unwrap_err();
+            assert_eq!(refused.decision().source, Source::NoKey);
+            continue;
+        }
+        assert!(
+            by_user(key).await.is_ok(),
+            "{key:?} has a bucket of its own"
+        );
+        assert!(buckets.insert(limiter.named_bucket_key("macro_per_call::by_user", key)));
+    }
+    for key in hostile.iter().filter(|k| !k.is_empty()) {
+        assert!(by_user(key).await.is_err(), "{key:?} spent its own token");
+    }
+}
+
+/// Internal callers are exempt; everyone else counts.
+#[rate_limit(replenish = 1, unit = "hour", key = caller, exempt = caller.starts_with("internal-"), limiter = LIMITER)]
+async fn exempt_internal(caller: &str) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn exempt_calls_pass_unchecked_and_take_nothing() {
+    init().await;
+    for _ in 0..5 {
+        let (result, recorded) =
+            scope_returning(request("/x"), exempt_internal("internal-batch")).await;
+        assert!(result.is_ok());
+        let recorded = recorded.expect("an exempt call is recorded");
+        assert_eq!(recorded.decision.source, Source::Exempt);
+        assert_eq!(recorded.decision.outcome(), "exempt");
+    }
+    assert!(exempt_internal("customer").await.is_ok());
+    assert!(exempt_internal("customer").await.is_err());
+    // Still exempt once the others ran out.
+    assert!(exempt_internal("internal-batch").await.is_ok());
+}
+
+/// Without the API key, this limit admits the call (the limiter-wide policy denies).
+#[rate_limit(replenish = 1, unit = "hour", key = Header("x-api-key"), empty_key = "allow", limiter = LIMITER)]
+async fn anonymous_allowed() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+/// Without the API key, this one refuses with 401.
+#[rate_limit(replenish = 1, unit = "hour", key = Header("x-api-key"), empty_key_status = 401, limiter = LIMITER)]
+async fn anonymous_unauthorized() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_limit_has_its_own_empty_key_policy_and_status() {
+    init().await;
+    for _ in 0..3 {
+        assert!(scope(request("/a"), anonymous_allowed()).await.is_ok());
+    }
+    let refused = scope(request("/u"), anonymous_unauthorized())
+        .await
+        .unwrap_err();
+    assert_eq!(refused.decision().source, Source::NoKey);
+    assert_eq!(refused.status(), 401);
+    // With a key, the limits count as any other.
+    let keyed = || request("/a").with_header("x-api-key", "k");
+    assert!(scope(keyed(), anonymous_allowed()).await.is_ok());
+    assert!(scope(keyed(), anonymous_allowed()).await.is_err());
+
+    let declared = declared_limits();
+    let find = |name: &str| declared.iter().find(|d| d.name() == name).copied().unwrap();
+    let allowed = find("macro_per_call::anonymous_allowed");
+    assert_eq!(allowed.empty_key_policy(), Some(EmptyKeyPolicy::Allow));
+    assert_eq!(allowed.empty_key_status(), None);
+    let unauthorized = find("macro_per_call::anonymous_unauthorized");
+    assert_eq!(unauthorized.empty_key_policy(), None);
+    assert_eq!(unauthorized.empty_key_status(), Some(401));
+}
+
+/// Stacked limits each take their own per-call values, decided together.
+#[rate_limit(replenish = 1, burst = 5, unit = "hour", key = tenant, cost = n, limiter = LIMITER)]
+#[rate_limit(replenish = 1, burst = 100, unit = "hour", key = "all", cost = n * 2, exempt = n == 0)]
+async fn stacked(tenant: u32, n: u32) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn stacked_limits_take_their_own_per_call_values() {
+    init().await;
+    assert!(stacked(1, 5).await.is_ok());
+    let refused = stacked(1, 1).await.unwrap_err();
+    // The tenant's bucket refused; the shared one admitted, and took nothing (vetoed).
+    let parts: Vec<_> = refused.parts().map(|(_, d)| (d.allowed, d.cost)).collect();
+    assert_eq!(parts, [(false, 1), (true, 2)]);
+    assert_eq!(refused.parts().nth(1).unwrap().1.outcome(), "vetoed");
+    // Above the tenant's burst: refused at once, nothing asked.
+    let refused = stacked(2, 6).await.unwrap_err();
+    assert_eq!(refused.decision().source, Source::CostExceedsBurst);
+    // Zero: the first limit takes nothing, the second is exempt.
+    assert!(stacked(1, 0).await.is_ok());
+}

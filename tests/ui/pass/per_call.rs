@@ -1,0 +1,53 @@
+#![deny(warnings, unused, unused_results, clippy::all, clippy::pedantic)]
+//! Keys, costs and exemptions computed from the handler's own arguments, on axum extractors
+//! (patterns included), with a limit's own empty-key policy and status.
+
+use axum::Json;
+use axum::extract::Path;
+use redis_ratelimit::{Header, RateLimited, rate_limit};
+
+struct File;
+
+/// A tenant's uploads, one token per file.
+#[rate_limit(replenish = 100, unit = "minute", key = tenant_id, cost = files.len())]
+async fn upload(
+    Path(tenant_id): Path<u64>,
+    Json(files): Json<Vec<String>>,
+) -> Result<String, RateLimited> {
+    Ok(format!("{tenant_id}: {}", files.len()))
+}
+
+/// A resolver still works, a constant cost too; internal callers are exempt.
+#[rate_limit(
+    replenish = 10,
+    key = Header("x-api-key"),
+    cost = 2,
+    exempt = caller == "internal",
+    empty_key = "allow",
+    empty_key_status = 401
+)]
+async fn report(caller: &str) -> Result<usize, RateLimited> {
+    Ok(caller.len())
+}
+
+/// A method: the key from `self`, the cost from a slice.
+struct Service {
+    tenant: String,
+}
+
+impl Service {
+    #[rate_limit(replenish = 10, key = self.tenant, cost = files.len())]
+    async fn store(&self, files: &[File]) -> Result<usize, RateLimited> {
+        Ok(files.len())
+    }
+}
+
+fn main() {
+    let _ = upload;
+    let _ = report;
+    let _ = Service::store;
+    let _ = Service {
+        tenant: String::new(),
+    }
+    .tenant;
+}
