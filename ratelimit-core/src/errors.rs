@@ -59,6 +59,23 @@ pub enum Error {
     #[error("this store cannot answer without taking: implement Store::peek")]
     PeekUnsupported,
 
+    /// [`refund`](crate::RateLimiter::refund) was asked of a limiter on a custom
+    /// [`Store`](crate::store::Store): the trait has no way to give tokens back.
+    #[error(
+        "this store cannot give tokens back: a custom Store has no give-back, so a refund needs \
+         the Redis or the memory store"
+    )]
+    RefundUnsupported,
+
+    /// [`refund`](crate::RateLimiter::refund) was asked under a window algorithm (the fixed
+    /// or sliding window, the sliding log), whose count can be given back only with the time
+    /// of the call that took it.
+    #[error(
+        "cannot refund under the limit {0}: a refund needs a bucket algorithm (the token bucket \
+         or the leaky bucket); a window gives tokens back only with the time they were taken"
+    )]
+    RefundNeedsBucket(Limit),
+
     /// The key prefix would break the bucket keys' hash tags.
     #[error(
         "invalid prefix `{0}`: a prefix must not contain `{{` or `}}` (they would move keys between Redis Cluster slots)"
@@ -175,6 +192,8 @@ impl Error {
             Error::DuplicateBucket(_) => "DuplicateBucket",
             Error::SeveralLimitsUnsupported => "SeveralLimitsUnsupported",
             Error::PeekUnsupported => "PeekUnsupported",
+            Error::RefundUnsupported => "RefundUnsupported",
+            Error::RefundNeedsBucket(_) => "RefundNeedsBucket",
             Error::InvalidPrefix(_) => "InvalidPrefix",
             Error::NoStore => "NoStore",
             Error::InvalidUrl { .. } => "InvalidUrl",
@@ -263,6 +282,8 @@ mod tests {
             Error::ZeroCost.to_string(),
             Error::SeveralLimitsUnsupported.to_string(),
             Error::PeekUnsupported.to_string(),
+            Error::RefundUnsupported.to_string(),
+            Error::RefundNeedsBucket(crate::Limit::per_second(1)).to_string(),
             Error::NoStore.to_string(),
             Error::NoRuntime.to_string(),
             Error::AlreadyEnabled.to_string(),

@@ -195,6 +195,22 @@ impl Resilience {
         Gate::Probe
     }
 
+    /// Where a call on `circuit` under `limit` would take its tokens now, read without claiming
+    /// the circuit's probe ([`gate`](Self::gate) does): the store while the circuit is closed,
+    /// or due a probe that nobody makes yet; the limit's failure policy while it is open.
+    pub(crate) fn source_now(&self, circuit: usize, limit: &Limit) -> Source {
+        let c = &self.circuits[circuit];
+        let until = c.open_until.load(Ordering::Acquire);
+        if until == 0 || (self.now_ms() >= until && !c.probing.load(Ordering::Acquire)) {
+            return Source::Store;
+        }
+        match limit.failure_policy().unwrap_or(self.policy) {
+            FailurePolicy::Fallback => Source::Fallback,
+            FailurePolicy::Allow => Source::FailOpen,
+            FailurePolicy::Deny => Source::FailClosed,
+        }
+    }
+
     /// Runs a store call within the deadline.
     pub(crate) async fn call<T>(
         &self,
@@ -293,7 +309,7 @@ impl Resilience {
             .collect()
     }
 
-    /// Gives back to the fallback what a call that gave up waiting reserved there.
+    /// Gives back to the fallback what a call took there and gave up (a wait, a refund).
     pub(crate) fn give_back(&self, bucket: &str, limit: &Limit, cost: u32) {
         self.fallback_store()
             .give_back(bucket, limit, cost, self.share());

@@ -106,10 +106,62 @@ pub fn decide(now_us: u64, state: Option<State>, p: IntervalParams, cost: u64) -
         replenish,
         burst,
         period_us: period,
+        ..
+    } = p;
+    let (debt, stale) = debt_of(now_us, state, p);
+    let next = next_boundary(now_us, period);
+    let reset_after = |d: u64| {
+        if d == 0 {
+            0
+        } else {
+            full_again(now_us, p, d) - now_us
+        }
+    };
+    if debt + cost > burst {
+        let refills = (debt + cost - burst).div_ceil(replenish);
+        return Outcome {
+            allowed: false,
+            remaining: burst - debt,
+            retry_after_us: next + (refills - 1) * period - now_us,
+            reset_after_us: reset_after(debt),
+            new_state: stale.then(|| stored(now_us, p, debt)),
+        };
+    }
+    let debt = debt + cost;
+    Outcome {
+        allowed: true,
+        remaining: burst - debt,
+        retry_after_us: 0,
+        reset_after_us: reset_after(debt),
+        new_state: Some(stored(now_us, p, debt)),
+    }
+}
+
+/// Gives `cost` tokens back to a bucket in `state` at `now_us` (a refund): the bucket as it is
+/// now, less that debt, floored at full, as `interval_bucket.lua` does for a negative cost.
+/// `None`: full (forgotten, as Redis drops the key).
+pub(crate) fn give_back(
+    now_us: u64,
+    state: Option<State>,
+    p: IntervalParams,
+    cost: u64,
+) -> Option<State> {
+    let (debt, _) = debt_of(now_us, state, p);
+    let debt = debt.saturating_sub(cost);
+    (debt > 0).then(|| stored(now_us, p, debt))
+}
+
+/// The tokens a bucket in `state` lacks at `now_us`, and whether what is stored must be
+/// written again (it reads otherwise than it says: absent and not full, foreign, stale).
+fn debt_of(now_us: u64, state: Option<State>, p: IntervalParams) -> (u64, bool) {
+    let IntervalParams {
+        replenish,
+        burst,
+        period_us: period,
         initial,
     } = p;
     let absent = (burst - initial, initial < burst);
-    let (debt, stale) = match state {
+    match state {
         None => absent,
         Some(s) => {
             let full_at = s.expire_ms.saturating_mul(1000) / period * period;
@@ -130,32 +182,20 @@ pub fn decide(now_us: u64, state: Option<State>, p: IntervalParams, cost: u64) -
                 }
             }
         }
-    };
-    let next = next_boundary(now_us, period);
-    // `next >= period`: no underflow for `d == 0` (a peek's cost of 0 on a full bucket).
-    let full_again = |d: u64| next + d.div_ceil(replenish) * period - period;
-    let reset_after = |d: u64| if d == 0 { 0 } else { full_again(d) - now_us };
-    let store = |d: u64| State {
-        slack: d.div_ceil(replenish) * replenish - d,
-        expire_ms: full_again(d).div_ceil(1000),
-    };
-    if debt + cost > burst {
-        let refills = (debt + cost - burst).div_ceil(replenish);
-        return Outcome {
-            allowed: false,
-            remaining: burst - debt,
-            retry_after_us: next + (refills - 1) * period - now_us,
-            reset_after_us: reset_after(debt),
-            new_state: stale.then(|| store(debt)),
-        };
     }
-    let debt = debt + cost;
-    Outcome {
-        allowed: true,
-        remaining: burst - debt,
-        retry_after_us: 0,
-        reset_after_us: reset_after(debt),
-        new_state: Some(store(debt)),
+}
+
+/// When a bucket lacking `debt` tokens at `now_us` is full again.
+fn full_again(now_us: u64, p: IntervalParams, debt: u64) -> u64 {
+    // `next >= period`: no underflow for `debt == 0` (a peek's cost of 0 on a full bucket).
+    next_boundary(now_us, p.period_us) + debt.div_ceil(p.replenish) * p.period_us - p.period_us
+}
+
+/// What is stored for a bucket lacking `debt` tokens at `now_us`.
+fn stored(now_us: u64, p: IntervalParams, debt: u64) -> State {
+    State {
+        slack: debt.div_ceil(p.replenish) * p.replenish - debt,
+        expire_ms: full_again(now_us, p, debt).div_ceil(1000),
     }
 }
 
@@ -197,6 +237,21 @@ mod tests {
         assert_eq!(decide(T0 + 400_000, s, p, 9).retry_after_us, 1_600_000);
         let at_boundary = step(&mut s, T0 + 1_000_000, p, 7);
         assert_eq!((at_boundary.allowed, at_boundary.remaining), (true, 0));
+    }
+
+    #[test]
+    fn a_give_back_returns_the_tokens_floored_at_full() {
+        // 4 per second, up to 10.
+        let p = IntervalParams::try_new(4, 10, 1_000_000, 10).unwrap();
+        let mut s = None;
+        assert_eq!(step(&mut s, T0 + 300_000, p, 7).remaining, 3);
+        s = give_back(T0 + 300_000, s, p, 3);
+        assert_eq!(decide(T0 + 300_000, s, p, 0).remaining, 6);
+        // More than it lacks: full, and forgotten, never fuller than full.
+        assert_eq!(give_back(T0 + 300_000, s, p, 9), None);
+        assert_eq!(give_back(T0 + 300_000, s, p, 4), None);
+        // A bucket the store does not hold has nothing to give back to.
+        assert_eq!(give_back(T0, None, p, 3), None);
     }
 
     #[test]

@@ -14,6 +14,7 @@
 
 mod admin;
 mod builder;
+mod refund;
 mod remote;
 mod waiting;
 

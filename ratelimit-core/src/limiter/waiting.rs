@@ -65,8 +65,9 @@ impl RateLimiter {
     }
 
     /// Returns the tokens of calls that gave up waiting: at once in memory, by a task on
-    /// Redis (a dropped future cannot await; best effort, logged when it fails). A custom
-    /// store cannot be asked to give back: its tokens stay taken.
+    /// Redis (a dropped future cannot await; best effort, logged when it fails) through
+    /// [`give_back_remote`](Self::give_back_remote), as a refund. A custom store cannot be
+    /// asked to give back: its tokens stay taken.
     pub(super) fn give_back(&self, parts: Vec<(Box<str>, Limit, u32, Source)>) {
         let mut remote = Vec::new();
         for (bucket, limit, cost, source) in parts {
@@ -93,28 +94,9 @@ impl RateLimiter {
         };
         let limiter = self.clone();
         runtime.spawn(async move {
-            let Engine::Remote(Remote {
-                store: RemoteStore::Redis(store),
-                deny_cache,
-                fleet,
-            }) = &limiter.inner.engine
-            else {
-                return;
-            };
             for (bucket, limit, cost) in remote {
-                if let Err(e) = store.give_back_reserved(&bucket, &limit, cost).await {
+                if let Err(e) = limiter.give_back_remote(&bucket, &limit, cost).await {
                     tracing::warn!(target: "redis_ratelimit", error = %e, "redis-ratelimit could not give back the tokens of a call that gave up waiting");
-                    continue;
-                }
-                // The bucket is fuller than a refusal remembered before the give-back says:
-                // every instance forgets it, as after a reset.
-                if let Some(cache) = deny_cache {
-                    cache.forget(&bucket);
-                }
-                if let Some(member) = fleet
-                    && let Err(e) = store.publish(member.channel(), &bucket).await
-                {
-                    tracing::debug!(target: "redis_ratelimit", error = %e, "could not tell the other instances of a give-back");
                 }
             }
         });

@@ -7,7 +7,7 @@ use hashbrown::DefaultHashBuilder;
 use hashbrown::HashTable;
 
 use super::Store;
-use crate::algorithm::{Kernel, Outcome, token_bucket};
+use crate::algorithm::{Kernel, Outcome, interval_bucket, token_bucket};
 use crate::clock::{Clock, MonotonicClock};
 use crate::{Decision, Error, Limit};
 
@@ -270,25 +270,39 @@ impl MemoryStore {
     }
 
     /// Gives `cost` tokens back to the bucket `key` (a reservation whose caller gave up
-    /// waiting), with this instance's share of `limit` as [`check_share`](Self::check_share)
-    /// decided it. Only a token bucket (or leaky bucket) reserves; anything else is left as it
-    /// is.
+    /// waiting, a refund), with this instance's share of `limit` as
+    /// [`check_share`](Self::check_share) decided it: the bucket as it is now, less those
+    /// tokens, floored at full. Only the buckets (the token bucket, either refill, and the
+    /// leaky bucket) can give back without the time of the take; a window, or a bucket the
+    /// store does not hold (full, or forgotten), is left as it is.
     pub(crate) fn give_back(&self, key: &str, limit: &Limit, cost: u32, instances: u32) {
-        let (Kernel::Bucket(p), _) = share_kernel(limit, cost, instances, None) else {
+        let kernel = share_kernel(limit, cost, instances, None).0;
+        if !matches!(kernel, Kernel::Bucket(_) | Kernel::Interval(_)) {
             return;
-        };
+        }
         let key = key.as_bytes();
         let inner = &*self.inner;
         let now = inner.clock.now_micros();
         let hash = inner.hash(key);
         let mut shard = lock(&inner.shards[inner.shard_of(hash)]);
-        if let Ok(mut entry) = shard.table.find_entry(hash, |e| &*e.0 == key)
-            && let Slot::Bucket(s) = &entry.get().1
-        {
-            match token_bucket::give_back(now, Some(s.unpack()), p, u64::from(cost)) {
-                Some(state) => entry.get_mut().1 = Slot::Bucket(PackedBucket::pack(state)),
-                None => drop(entry.remove()),
+        let Ok(mut entry) = shard.table.find_entry(hash, |e| &*e.0 == key) else {
+            return;
+        };
+        let cost = u64::from(cost);
+        let given = match (kernel, &entry.get().1) {
+            (Kernel::Bucket(p), Slot::Bucket(s)) => {
+                token_bucket::give_back(now, Some(s.unpack()), p, cost)
+                    .map(|state| Slot::Bucket(PackedBucket::pack(state)))
             }
+            (Kernel::Interval(p), Slot::Interval(s)) => {
+                interval_bucket::give_back(now, Some(*s), p, cost).map(Slot::Interval)
+            }
+            // Another algorithm's state: not this limit's tokens.
+            _ => return,
+        };
+        match given {
+            Some(slot) => entry.get_mut().1 = slot,
+            None => drop(entry.remove()),
         }
     }
 
