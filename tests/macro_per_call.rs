@@ -225,3 +225,48 @@ async fn stacked_limits_take_their_own_per_call_values() {
     // Zero: the first limit takes nothing, the second is exempt.
     assert!(stacked(1, 0).await.is_ok());
 }
+
+/// Failed attempts count, successful ones are given back: in memory as on Redis
+/// (`tests/macro_count.rs`).
+#[rate_limit(replenish = 2, unit = "hour", key = user, count = Result::is_err, limiter = LIMITER)]
+async fn login(user: &str, ok: bool) -> Result<(), RateLimited> {
+    if ok {
+        Ok(())
+    } else {
+        Err(RateLimited::new(
+            redis_ratelimit::Decision::new(
+                false,
+                0,
+                redis_ratelimit::Limit::per_hour(2),
+                1,
+                std::time::Duration::ZERO,
+                std::time::Duration::ZERO,
+            ),
+            "wrong password",
+        ))
+    }
+}
+
+#[tokio::test]
+async fn in_memory_only_counted_outcomes_keep_their_tokens() {
+    let limiter = init().await;
+    let limit = redis_ratelimit::Limit::per_hour(2);
+    for _ in 0..5 {
+        assert!(login("ann", true).await.is_ok());
+    }
+    let left = |user: &'static str| async move {
+        limiter
+            .peek_named("macro_per_call::login", user, &limit)
+            .await
+            .unwrap()
+            .remaining
+    };
+    assert_eq!(left("ann").await, 2);
+    assert!(login("ann", false).await.is_err());
+    assert_eq!(left("ann").await, 1);
+    assert!(login("ann", false).await.is_err());
+    // Out of tokens: refused by the limit, the body does not run, nothing to give back.
+    let refused = login("ann", true).await.unwrap_err();
+    assert_eq!(refused.decision().source, Source::Store);
+    assert_eq!(left("ann").await, 0);
+}

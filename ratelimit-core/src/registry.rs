@@ -233,6 +233,8 @@ pub(crate) enum Warning {
     CannotCheck = 1,
     /// No key for any call: a forgotten layer or peer address.
     MissingPiece = 2,
+    /// The tokens of a call that did not count could not be given back.
+    CannotRefund = 3,
 }
 
 impl fmt::Debug for LimitDeclaration {

@@ -29,6 +29,7 @@ pub(crate) const ARGUMENTS: &[&str] = &[
     "exempt",
     "empty_key",
     "empty_key_status",
+    "count",
 ];
 
 /// Names from Spring's `RedisRateLimiter` and other limiters, mapped to ours.
@@ -74,6 +75,9 @@ pub(crate) struct RateLimitArgs {
     pub(crate) shadow: Option<syn::LitBool>,
     /// `exempt = expr`: a `bool` per call; `true` lets the call through unchecked.
     pub(crate) exempt: Option<Expr>,
+    /// `count = predicate`: which outcomes count (`Result::is_err`, a closure over
+    /// `&Output`); the tokens of the others are given back.
+    pub(crate) count: Option<Expr>,
     /// `empty_key = ".."`: this limit's own empty-key policy.
     pub(crate) empty_key: Option<(EmptyKeyPolicy, Span)>,
     /// `empty_key_status = 401`: the HTTP status of a refusal for want of a key.
@@ -126,6 +130,7 @@ impl RateLimitArgs {
             wait: None,
             shadow: None,
             exempt: None,
+            count: None,
             empty_key: None,
             empty_key_status: None,
             written: Vec::new(),
@@ -230,6 +235,7 @@ impl RateLimitArgs {
                 }
                 "key" => set_once(&mut args.key, value, &name, errors),
                 "exempt" => set_once(&mut args.exempt, value, &name, errors),
+                "count" => set_once(&mut args.count, value, &name, errors),
                 "empty_key" => {
                     if let Some(v) = args::word(&name, &value, errors) {
                         set_once(&mut args.empty_key, v, &name, errors);
@@ -267,6 +273,7 @@ fn example(argument: &str) -> &'static str {
         "wait" => "\"2s\"",
         "shadow" => "true",
         "exempt" => "is_internal(&caller)",
+        "count" => "Result::is_err",
         "empty_key" => "\"allow\"",
         "empty_key_status" => "401",
         _ => "10",

@@ -118,6 +118,9 @@ fn expand(
     let mut statics = TokenStream::new();
     let mut keys = TokenStream::new();
     let mut checked = Vec::with_capacity(limits.len());
+    // The limits that count only some outcomes: their declaration, what the call took, and
+    // the predicate.
+    let mut counted: Vec<(Ident, Ident, &Expr)> = Vec::new();
     for (i, limit) in limits.iter().enumerate() {
         let suffix = if i == 0 {
             String::new()
@@ -134,7 +137,15 @@ fn expand(
             }
         });
         keys.extend(key(limit.args.key.as_ref(), &key_var, &suffix));
-        let call = call(&limit.args, &params);
+        let mut call = call(&limit.args, &params);
+        if let Some(predicate) = &limit.args.count {
+            let taken = Ident::new(&format!("__rl_taken{suffix}"), Span::mixed_site());
+            keys.extend(quote! {
+                let #taken = ::redis_ratelimit::__private::Taken::default();
+            });
+            call.extend(quote!(.keeping(&#taken)));
+            counted.push((decl.clone(), taken, predicate));
+        }
         checked.push((decl, key_var, call));
     }
     for &(earlier, later) in same_name {
@@ -170,6 +181,11 @@ fn expand(
     // `{ Ok(x) }` in tail position, and rustc's `unused_braces` fires on the user's code.
     let mut user_body = Group::new(Delimiter::Brace, body.clone());
     user_body.set_span(at(brace.span.join()));
+    let user_body = if counted.is_empty() {
+        quote!(#user_body)
+    } else {
+        counting(&counted, &user_body, sig, &limiter)
+    };
     let mut new_body = Group::new(
         Delimiter::Brace,
         quote! {
@@ -241,6 +257,55 @@ fn per_call_cost<'a>(args: &'a RateLimitArgs, params: &[String]) -> Option<&'a E
         Some(Count::Const(expr)) if crate::params::mentions(expr, params) => Some(expr),
         _ => None,
     }
+}
+
+/// The body of a function with limits that count only some outcomes: the user's body runs in
+/// an `async move` block (so that its `return`s and `?`s end the block, not the function),
+/// then each such limit's predicate reads the output, and the tokens of a limit whose
+/// predicate says the call does not count are given back before the output is returned. A
+/// body that panics or is dropped counts.
+fn counting(
+    counted: &[(Ident, Ident, &Expr)],
+    user_body: &Group,
+    sig: &Signature,
+    limiter: &TokenStream,
+) -> TokenStream {
+    let output = Ident::new("__rl_output", Span::mixed_site());
+    // The output's type, where it can be named, so that `?` in the body knows its error type.
+    let annotation = match &sig.output {
+        ReturnType::Default => quote!(: ()),
+        ReturnType::Type(_, ty) if !has_impl_trait(ty) => quote!(: #ty),
+        ReturnType::Type(..) => quote!(),
+    };
+    let refunds = counted.iter().map(|(decl, taken, predicate)| {
+        let span = at(predicate.span());
+        let counts = quote_spanned! {span=>
+            ::redis_ratelimit::__private::counts(&#output, #predicate)
+        };
+        quote! {
+            if !#counts {
+                ::redis_ratelimit::__private::refund(&#decl, &#taken, #limiter).await;
+            }
+        }
+    });
+    quote! {
+        let #output #annotation = async move #user_body.await;
+        #(#refunds)*
+        #output
+    }
+}
+
+/// Whether `ty` holds an `impl Trait`, which cannot be named in a `let`.
+fn has_impl_trait(ty: &Type) -> bool {
+    struct Find(bool);
+    impl<'ast> syn::visit::Visit<'ast> for Find {
+        fn visit_type_impl_trait(&mut self, _: &'ast syn::TypeImplTrait) {
+            self.0 = true;
+        }
+    }
+    let mut find = Find(false);
+    syn::visit::Visit::visit_type(&mut find, ty);
+    find.0
 }
 
 /// The limit's name: the one written, else `module::function` for the first (outermost)

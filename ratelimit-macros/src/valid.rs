@@ -3,6 +3,7 @@
 use proc_macro2::Span;
 use ratelimit_vocab::limits::{self, bucket_is_exact};
 use ratelimit_vocab::{Algorithm, Refill, Unit};
+use syn::spanned::Spanned as _;
 use syn::{Attribute, Signature};
 
 use crate::args::Errors;
@@ -176,6 +177,16 @@ fn check_window(args: &RateLimitArgs, window: Algorithm, errors: &mut Errors) {
             initial.span(),
             format_args!(
                 "`initial` is a token bucket's; a `{name}` counts each window from 0: remove it"
+            ),
+        );
+    }
+    if let Some(count) = &args.count {
+        errors.at(
+            count.span(),
+            format_args!(
+                "`count` gives back the tokens of calls that do not count, which only a bucket \
+                 can do exactly (a `{name}` would need the time each call was counted): use \
+                 `algorithm = \"token_bucket\"` or `\"leaky_bucket\"`"
             ),
         );
     }

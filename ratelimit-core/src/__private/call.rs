@@ -3,15 +3,19 @@
 
 use std::borrow::Cow;
 use std::fmt::Display;
+use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::{KeyResolver, RequestContext};
+use crate::decision::Source;
+use crate::{Decision, KeyResolver, Limit, RequestContext};
 
 /// What one call brings to its limit's check, beside the declaration: a cost computed from
-/// the arguments (`cost = files.len()`), and whether the call is exempt (`exempt = ..`).
-#[derive(Debug, Clone, Copy, Default)]
+/// the arguments (`cost = files.len()`), whether the call is exempt (`exempt = ..`), and where
+/// to keep what it took, for a refund when its outcome does not count (`count = ..`).
+#[derive(Debug, Clone, Default)]
 pub struct Call {
     pub(crate) cost: Option<Cost>,
     pub(crate) exempt: bool,
+    pub(crate) taken: Option<Taken>,
 }
 
 impl Call {
@@ -19,7 +23,15 @@ impl Call {
     pub const NONE: Call = Call {
         cost: None,
         exempt: false,
+        taken: None,
     };
+
+    /// Keeps what this call takes in `taken`, to give it back if its outcome does not count.
+    #[must_use]
+    pub fn keeping(mut self, taken: &Taken) -> Call {
+        self.taken = Some(taken.clone());
+        self
+    }
 
     /// This call's cost, computed from its arguments.
     #[must_use]
@@ -34,6 +46,52 @@ impl Call {
         self.exempt = exempt;
         self
     }
+}
+
+/// The tokens a call took under one limit, kept until its outcome says whether it counts.
+#[derive(Debug, Clone, Default)]
+pub struct Taken(Arc<Mutex<Vec<TakenPart>>>);
+
+/// One bucket's tokens a call took, and who decided it (a refund goes back to the same).
+#[derive(Debug)]
+pub(crate) struct TakenPart {
+    pub(crate) bucket: String,
+    pub(crate) limit: Limit,
+    pub(crate) cost: u32,
+    pub(crate) source: Source,
+}
+
+impl Taken {
+    /// Keeps the tokens `decision` took from `bucket`, if it took any: an admitted call,
+    /// decided by the store or the fallback, not let through by a limit in shadow mode (a
+    /// shadowed refusal took nothing; a refund is never more than was taken).
+    pub(crate) fn keep(&self, bucket: impl FnOnce() -> String, decision: &Decision) {
+        let took = decision.allowed
+            && !decision.shadowed
+            && matches!(decision.source, Source::Store | Source::Fallback);
+        if took {
+            self.0
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push(TakenPart {
+                    bucket: bucket(),
+                    limit: decision.limit,
+                    cost: decision.cost,
+                    source: decision.source,
+                });
+        }
+    }
+
+    /// What was kept, taken out.
+    pub(crate) fn take(&self) -> Vec<TakenPart> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+}
+
+/// Whether a call's `output` counts, by the limit's `count = ..` predicate: written so that a
+/// closure's argument type is known from the function's return type.
+pub fn counts<T>(output: &T, predicate: impl FnOnce(&T) -> bool) -> bool {
+    predicate(output)
 }
 
 /// A cost computed per call: the tokens asked for, or `None` when the value does not fit a

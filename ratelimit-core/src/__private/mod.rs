@@ -9,7 +9,9 @@ use std::sync::LazyLock;
 pub use inventory;
 
 mod call;
-pub use call::{Call, Cost, Fixed, IntoCost, KeyArg, KeyOf, ViaDisplay, ViaNeither, ViaResolver};
+pub use call::{
+    Call, Cost, Fixed, IntoCost, KeyArg, KeyOf, Taken, ViaDisplay, ViaNeither, ViaResolver, counts,
+};
 
 use crate::decision::Source;
 use crate::limiter::Local;
@@ -73,8 +75,10 @@ pub const fn limit(
 /// request context, decides, records the decision for the response headers, and returns the
 /// rejection when the call must not run.
 ///
-/// The request context is looked at once: the key resolved and, when the store answers at
-/// once (memory), the decision taken and recorded in it. A call that must wait for its answer
+/// The request context is looked at once, when `check` is called (not when its future is
+/// first polled: generated code awaits it at once, in the function's own poll): the key
+/// resolved and, when the store answers at once (memory), the decision taken and recorded
+/// in it. A call that must wait for its answer
 /// (a remote store, a limit that may wait, before enable) is boxed: this future then carries
 /// nothing of it, and that call's round trip or wait dwarfs one allocation.
 pub fn check<'a, K: KeyResolver + ?Sized>(
@@ -135,7 +139,7 @@ enum Before {
 
 /// Applies what `call` brings to its limit's `effective` state, before the key: one rule for
 /// one limit and for several.
-fn before_key(call: Call, effective: &mut Effective) -> Before {
+fn before_key(call: &Call, effective: &mut Effective) -> Before {
     if !effective.enabled {
         return Before::Decided(Decision::disabled(effective.limit, effective.cost));
     }
@@ -164,7 +168,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
 ) -> Step<'a> {
     let mut effective = decl.effective();
     let name = decl.name();
-    match before_key(call, &mut effective) {
+    match before_key(&call, &mut effective) {
         Before::Check => {}
         Before::Free => return Step::Done(Ok(())),
         Before::Decided(decision) if decision.source == Source::Disabled => {
@@ -174,7 +178,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             return Step::Done(Ok(()));
         }
         Before::Decided(decision) => {
-            return Step::Done(conclude(decl, decision, None, |d| {
+            return Step::Done(conclude(decl, decision, None, None, |d| {
                 record_current(name, d, None);
             }));
         }
@@ -214,17 +218,23 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             }
             Local::Elsewhere => return (Looked::Ask(bucket.key(), None), in_scope),
         };
-        let done = conclude(decl, decision, Some(bucket), |decision| {
-            if let Some(scope) = scope {
-                scope.record(name, decision, None);
-            }
-        });
+        let done = conclude(
+            decl,
+            decision,
+            Some(bucket),
+            call.taken.as_ref(),
+            |decision| {
+                if let Some(scope) = scope {
+                    scope.record(name, decision, None);
+                }
+            },
+        );
         (Looked::Decided(done), in_scope)
     });
     match looked {
         Looked::Decided(done) => Step::Done(done),
         Looked::Ask(bucket, reserved) => Step::Ask(Box::pin(ask(
-            decl, limiter, bucket, reserved, effective, in_scope,
+            decl, limiter, bucket, reserved, effective, in_scope, call.taken,
         ))),
         Looked::NoKey => {
             report_missing_piece(decl, key);
@@ -233,7 +243,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
                 &effective.limit,
                 effective.cost,
             );
-            Step::Done(conclude(decl, decision, None, |d| {
+            Step::Done(conclude(decl, decision, None, None, |d| {
                 record_if(in_scope, name, d);
             }))
         }
@@ -256,6 +266,7 @@ async fn ask(
     reserved: Option<Decision>,
     effective: Effective,
     in_scope: bool,
+    taken: Option<Taken>,
 ) -> Checked {
     let (limit, cost) = (&effective.limit, effective.cost);
     let decided = match reserved {
@@ -264,9 +275,13 @@ async fn ask(
     };
     let decision = decided.unwrap_or_else(|e| cannot_check(decl, &effective, &e));
     let name = decl.name();
-    conclude(decl, decision, Some(Bucket::Named(bucket)), |d| {
-        record_if(in_scope, name, d);
-    })
+    conclude(
+        decl,
+        decision,
+        Some(Bucket::Named(bucket)),
+        taken.as_ref(),
+        |d| record_if(in_scope, name, d),
+    )
 }
 
 /// Only misuse reaches here (cost validated at enable): refuses rather than run unchecked,
@@ -311,18 +326,24 @@ fn conclude(
     decl: &'static LimitDeclaration,
     decision: Decision,
     bucket: Option<Bucket<'_>>,
+    taken: Option<&Taken>,
     record: impl FnOnce(Decision),
 ) -> Checked {
-    // The key is shown only at TRACE, and a rejection carries it: named only then.
+    // The key is shown only at TRACE, a rejection carries it, and a refund gives back to it:
+    // named only then.
     let bucket = match bucket {
         Some(bucket)
             if !decision.allowed
+                || taken.is_some()
                 || tracing::enabled!(target: "redis_ratelimit", tracing::Level::TRACE) =>
         {
             Some(bucket.key())
         }
         _ => None,
     };
+    if let (Some(taken), Some(bucket)) = (taken, &bucket) {
+        taken.keep(|| bucket.clone().into_owned(), &decision);
+    }
     let name = decl.name();
     decision.observe(crate::observe::Name::Declared(name), bucket.as_deref());
     if decision.allowed {
@@ -380,7 +401,7 @@ pub async fn check_all(
     let before: Vec<Before> = limits
         .iter()
         .zip(&mut effective)
-        .map(|(&(.., call), e)| before_key(call, e))
+        .map(|((.., call), e)| before_key(call, e))
         .collect();
     // Only the limits still to decide look at their keys.
     let (buckets, in_scope): (Vec<Option<String>>, bool) = with_current(|ctx, scope| {
@@ -463,8 +484,18 @@ pub async fn check_all(
     }
     let (decision, names) = Decision::combined_named(named);
     // Each limit as the call left it (a limit that admitted a refused call is vetoed).
-    for ((name, part), (_, bucket)) in names.pair(&decision).zip(&keys) {
+    for ((name, part), (decl, bucket)) in names.pair(&decision).zip(&keys) {
         part.observe(crate::observe::Name::Declared(name), bucket.as_deref());
+        // What each limit that counts only some outcomes took, for its refund.
+        let taken = limits
+            .iter()
+            .find(|(d, ..)| std::ptr::eq(*d, *decl))
+            .and_then(|(.., call)| call.taken.as_ref());
+        if let (Some(taken), Some(bucket)) = (taken, bucket)
+            && decision.allowed
+        {
+            taken.keep(|| bucket.clone(), part);
+        }
     }
     if in_scope {
         record_current(
@@ -482,6 +513,32 @@ pub async fn check_all(
             RateLimited::of_named(decision, names, key.unwrap_or_default())
                 .with_empty_key_status(status),
         ))
+    }
+}
+
+/// Gives back what a call took under `decl` (kept in `taken` by its check), when the call's
+/// outcome does not count (`#[rate_limit(count = ..)]`). A refund that fails leaves the
+/// tokens taken, as if the call had counted, and is said once per limit.
+pub async fn refund(decl: &'static LimitDeclaration, taken: &Taken, limiter: Option<&RateLimiter>) {
+    let parts = taken.take();
+    if parts.is_empty() {
+        return;
+    }
+    let (limiter, _) = limiter_or_unenabled(decl, limiter);
+    for part in parts {
+        let refunded = limiter
+            .refund_bucket(&part.bucket, &part.limit, part.cost, part.source)
+            .await;
+        if let Err(e) = refunded {
+            decl.warn_once(
+                Warning::CannotRefund,
+                &format_args!(
+                    "the tokens of a call of `{}` that did not count could not be given back \
+                     (they stay taken): {e}",
+                    decl.name()
+                ),
+            );
+        }
     }
 }
 
@@ -668,7 +725,7 @@ mod tests {
         tracing::subscriber::with_default(capture.clone(), || {
             runtime.block_on(async {
                 for _ in 0..20 {
-                    let call = check(decl, key, Call::NONE, Some(&limiter));
+                    let call = async { check(decl, key, Call::NONE, Some(&limiter)).await };
                     let _ = match ctx {
                         Some(ctx) => CONTEXT.scope(ctx(), call).await,
                         None => call.await,
@@ -703,7 +760,8 @@ mod tests {
             runtime.block_on(async {
                 let ctx = || RequestContext::new().with_path("/traced/secret-user");
                 for _ in 0..2 {
-                    let _ = scope(ctx(), check(&TRACED, &Uri, Call::NONE, Some(&limiter))).await;
+                    let call = async { check(&TRACED, &Uri, Call::NONE, Some(&limiter)).await };
+                    let _ = scope(ctx(), call).await;
                 }
                 let _ = limiter.check("direct", &crate::Limit::per_second(1)).await;
             });
@@ -760,11 +818,11 @@ mod tests {
                     .is_ok()
             );
             assert!(with_current(|_, scope| scope.is_none()));
-            let (refused, recorded) = crate::request::scope_returning(
-                RequestContext::new(),
-                check(decl, &crate::Global, Call::NONE, Some(&limiter)),
-            )
-            .await;
+            let (refused, recorded) =
+                crate::request::scope_returning(RequestContext::new(), async {
+                    check(decl, &crate::Global, Call::NONE, Some(&limiter)).await
+                })
+                .await;
             assert!(refused.is_err());
             let recorded = recorded.unwrap();
             assert_eq!(recorded.name, "t::recorded");
@@ -791,17 +849,15 @@ mod tests {
             let limiter = RateLimiter::builder().memory().build().await.unwrap();
             let ctx = RequestContext::new();
             assert!(
-                scope(
-                    ctx.clone(),
-                    check(one, &ByHandler, Call::NONE, Some(&limiter))
-                )
+                scope(ctx.clone(), async {
+                    check(one, &ByHandler, Call::NONE, Some(&limiter)).await
+                })
                 .await
                 .is_ok()
             );
-            let refused = scope(
-                ctx.clone(),
-                check(one, &ByHandler, Call::NONE, Some(&limiter)),
-            )
+            let refused = scope(ctx.clone(), async {
+                check(one, &ByHandler, Call::NONE, Some(&limiter)).await
+            })
             .await
             .unwrap_err();
             assert_eq!(

@@ -333,8 +333,9 @@ mod tests {
         let by_ip = declaration("axum::early_then_no_connect_info", "Ip");
         let errors = errors_while(by_ip.name(), async move {
             let peer = RequestContext::new().with_peer(([127, 0, 0, 1], 1).into());
-            let early =
-                crate::__private::check(by_ip, &crate::Ip, crate::__private::Call::NONE, None);
+            let early = async {
+                crate::__private::check(by_ip, &crate::Ip, crate::__private::Call::NONE, None).await
+            };
             let _ = crate::context::scope(peer, early).await;
             let mut app = Router::new()
                 .route("/ip", get(|| limited_by_ip(by_ip)))

@@ -30,6 +30,22 @@ async fn report(caller: &str) -> Result<usize, RateLimited> {
     Ok(caller.len())
 }
 
+/// Only failures count; the body returns early and uses `?`.
+#[rate_limit(replenish = 5, key = user, count = Result::is_err)]
+async fn login(user: &str, password: &str) -> Result<String, RateLimited> {
+    if password.is_empty() {
+        return Ok(String::new());
+    }
+    let checked: Result<&str, RateLimited> = Ok(user);
+    Ok(checked?.to_owned())
+}
+
+/// A predicate over an output whose type cannot be named.
+#[rate_limit(replenish = 5, count = |out| out.is_ok())]
+async fn listing() -> Result<impl std::fmt::Display, RateLimited> {
+    Ok(String::from("rows"))
+}
+
 /// A method: the key from `self`, the cost from a slice.
 struct Service {
     tenant: String,
@@ -45,6 +61,8 @@ impl Service {
 fn main() {
     let _ = upload;
     let _ = report;
+    let _ = login;
+    let _ = listing;
     let _ = Service::store;
     let _ = Service {
         tenant: String::new(),
