@@ -1,6 +1,7 @@
 //! `#[rate_limit(count = ..)]`: only the outcomes the predicate counts keep their tokens; the
-//! others give theirs back through the store, never more than they took. On a real
-//! redis-server, with a second limiter on the same server and prefix as another instance.
+//! others give theirs back through the store, never more than they took; and `tier = ..`, a
+//! plan changed mid-bucket. On a real redis-server, with a second limiter on the same server
+//! and prefix as another instance.
 //!
 //! One test (one server) for the whole file: the limiter is a process-wide static.
 #![allow(clippy::unwrap_used)]
@@ -8,7 +9,7 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use redis_ratelimit::{FailurePolicy, Limit, RateLimited, RateLimiter, rate_limit};
+use redis_ratelimit::{FailurePolicy, Limit, RateLimited, RateLimiter, Tier, rate_limit};
 use testkit::RedisServer;
 
 static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
@@ -82,6 +83,15 @@ async fn stacked_login(user: &str, ok: bool) -> Result<(), LoginError> {
     }
 }
 
+const FREE: Tier = Tier::new("free", Limit::per_hour(2));
+const PRO: Tier = Tier::new("pro", Limit::per_hour(5));
+
+/// A search limited by the caller's plan.
+#[rate_limit(replenish = 1, unit = "hour", key = user, tier = if pro { PRO } else { FREE }, limiter = LIMITER)]
+async fn search(user: &str, pro: bool) -> Result<(), RateLimited> {
+    Ok(())
+}
+
 async fn remaining(limiter: &RateLimiter, name: &str, key: &str, limit: &Limit) -> u64 {
     limiter
         .peek_named(name, key, limit)
@@ -151,6 +161,20 @@ async fn only_counted_outcomes_keep_their_tokens() {
         remaining(&other, "macro_count::api", "api", &api_limit).await,
         3
     );
+
+    // Tiers on Redis: a free caller upgraded mid-bucket goes on from what it took, and the
+    // other instance sees the same bucket.
+    assert!(search("eve", false).await.is_ok());
+    assert!(search("eve", false).await.is_ok());
+    assert_eq!(search("eve", false).await.unwrap_err().tier(), Some("free"));
+    assert_eq!(
+        remaining(&other, "macro_count::search", "eve", &PRO.limit()).await,
+        3
+    );
+    for _ in 0..3 {
+        assert!(search("eve", true).await.is_ok());
+    }
+    assert_eq!(search("eve", true).await.unwrap_err().tier(), Some("pro"));
 
     // Stacked: successes give back the per-user token and keep the global one.
     let per_user = Limit::per_hour(2);

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::sync::OnceLock;
 
 use redis_ratelimit::{
-    EmptyKeyPolicy, Header, RateLimited, RateLimiter, Source, context::scope,
+    EmptyKeyPolicy, Header, Limit, RateLimited, RateLimiter, Source, Tier, context::scope,
     context::scope_returning, declared_limits, rate_limit,
 };
 
@@ -269,4 +269,117 @@ async fn in_memory_only_counted_outcomes_keep_their_tokens() {
     let refused = login("ann", true).await.unwrap_err();
     assert_eq!(refused.decision().source, Source::Store);
     assert_eq!(left("ann").await, 0);
+}
+
+const FREE: Tier = Tier::new("free", Limit::per_hour(2));
+const PRO: Tier = Tier::new("pro", Limit::per_hour(5));
+
+/// The caller's plan as the handler sees it.
+#[derive(Clone, Copy)]
+enum Plan {
+    Free,
+    Pro,
+    Unknown,
+}
+
+impl Plan {
+    fn tier(self) -> Option<Tier> {
+        match self {
+            Plan::Free => Some(FREE),
+            Plan::Pro => Some(PRO),
+            Plan::Unknown => None,
+        }
+    }
+}
+
+/// One request per hour unless the plan says otherwise.
+#[rate_limit(replenish = 1, unit = "hour", key = user, tier = plan.tier(), tiers = [FREE, PRO], limiter = LIMITER)]
+async fn search(user: &str, plan: Plan) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn each_call_is_decided_under_its_callers_tier() {
+    init().await;
+    let admitted = |user: &'static str, plan: Plan| async move {
+        let mut n = 0;
+        while search(user, plan).await.is_ok() {
+            n += 1;
+            assert!(n <= 10, "{user} is never refused");
+        }
+        n
+    };
+    assert_eq!(admitted("f", Plan::Free).await, 2);
+    assert_eq!(admitted("p", Plan::Pro).await, 5);
+    // An unknown plan gets the declared rate.
+    assert_eq!(admitted("u", Plan::Unknown).await, 1);
+
+    // The verdict, the rejection and their headers name the tier in force.
+    let (result, recorded) = scope_returning(request("/search"), search("p", Plan::Pro)).await;
+    let refused = result.unwrap_err();
+    assert_eq!(refused.tier(), Some("pro"));
+    assert_eq!(
+        refused.name(),
+        Some("macro_per_call::search"),
+        "the limit's own name"
+    );
+    assert_eq!(recorded.unwrap().tier(), Some("pro"));
+    let headers = refused.headers(redis_ratelimit::headers::HeaderFamilies::ALL);
+    assert_eq!(
+        headers["ratelimit-policy"],
+        "\"macro_per_call::search[pro]\";q=5;w=3600"
+    );
+    let (_, untiered) = scope_returning(request("/search"), search("u", Plan::Unknown)).await;
+    assert_eq!(untiered.unwrap().tier(), None);
+
+    // The declaration lists its tiers.
+    let declared = declared_limits();
+    let search = declared
+        .iter()
+        .find(|d| d.name() == "macro_per_call::search")
+        .unwrap();
+    assert_eq!(search.tiers(), [FREE, PRO]);
+}
+
+#[rate_limit(replenish = 1, unit = "hour", key = user, tier = plan.tier(), limiter = LIMITER)]
+async fn upgrade(user: &str, plan: Plan) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_plan_change_keeps_what_the_bucket_took() {
+    let limiter = init().await;
+    // Free: both tokens spent.
+    assert!(upgrade("x", Plan::Free).await.is_ok());
+    assert!(upgrade("x", Plan::Free).await.is_ok());
+    assert!(upgrade("x", Plan::Free).await.is_err());
+    // Upgraded mid-bucket: the same bucket, under the pro limit, less what it took.
+    let left = limiter
+        .peek_named("macro_per_call::upgrade", "x", &PRO.limit())
+        .await
+        .unwrap()
+        .remaining;
+    assert_eq!(left, 3);
+    for _ in 0..3 {
+        assert!(upgrade("x", Plan::Pro).await.is_ok());
+    }
+    assert!(upgrade("x", Plan::Pro).await.is_err());
+    // Downgraded again: an empty bucket, refused, with an honest wait.
+    let refused = upgrade("x", Plan::Free).await.unwrap_err();
+    assert_eq!(refused.tier(), Some("free"));
+    assert!(refused.retry_after() > std::time::Duration::ZERO);
+}
+
+/// A tier whose burst is below the call's cost refuses it at once, as the declared limit would.
+#[rate_limit(replenish = 10, unit = "hour", key = "t", cost = 3, tier = FREE, limiter = LIMITER)]
+async fn costly_for_free() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_cost_above_the_tiers_burst_is_refused_at_once() {
+    init().await;
+    let refused = costly_for_free().await.unwrap_err();
+    assert_eq!(refused.decision().source, Source::CostExceedsBurst);
+    assert_eq!(refused.tier(), Some("free"));
 }

@@ -22,6 +22,14 @@ async fn stacked() -> Result<(), RateLimited> {
     Ok(())
 }
 
+const GOLD: redis_ratelimit::Tier = redis_ratelimit::Tier::new("gold", Limit::per_day(3));
+
+/// Tiered by its argument (a bucket per tier); exempt internal calls; a cost per call.
+#[rate_limit(replenish = 1, unit = "day", key = gold, tier = gold.then_some(GOLD), exempt = internal, cost = n, name = "tiered", limiter = LIMITER)]
+async fn tiered(gold: bool, internal: bool, n: u32) -> Result<(), RateLimited> {
+    Ok(())
+}
+
 /// Every metric's name, labels and value, as `name{label=value,..}`.
 fn read(snapshotter: &Snapshotter) -> Vec<(String, DebugValue)> {
     snapshotter
@@ -135,6 +143,7 @@ async fn decisions_store_calls_and_degraded_mode_are_measured() {
         admitted += usize::from(stacked().await.is_ok());
     }
     assert_eq!(admitted, 2);
+
     let all = read(&snapshotter);
     for (tight, loose) in [("tight", "loose"), ("stacked::tight", "stacked::loose")] {
         let count = |limit: &str, outcome: &str| {
@@ -153,6 +162,28 @@ async fn decisions_store_calls_and_degraded_mode_are_measured() {
             (2, 2, 0),
             "{loose}: {all:?}"
         );
+    }
+
+    // A tiered call is counted with its tier; an untiered one, an exempt one and one above
+    // the burst by their outcomes alone.
+    assert!(tiered(true, false, 1).await.is_ok());
+    assert!(tiered(false, false, 1).await.is_ok());
+    assert!(tiered(false, true, 1).await.is_ok());
+    assert!(tiered(true, false, 4).await.is_err());
+    let all = read(&snapshotter);
+    for (series, n) in [
+        (
+            "ratelimit_decisions_total{limit=tiered,outcome=allowed,tier=gold}",
+            1,
+        ),
+        ("ratelimit_decisions_total{limit=tiered,outcome=allowed}", 1),
+        ("ratelimit_decisions_total{limit=tiered,outcome=exempt}", 1),
+        (
+            "ratelimit_decisions_total{limit=tiered,outcome=cost_exceeds_burst,tier=gold}",
+            1,
+        ),
+    ] {
+        assert_eq!(counter(&all, series), n, "{series}: {all:?}");
     }
 
     // Redis goes away: the fallback decides, and the limiter says it is degraded.

@@ -51,39 +51,91 @@ struct Parts {
     tightest: usize,
 }
 
+/// A limit as a call's decision is told under: its name, and the [tier](crate::Tier) the call
+/// was given, if any.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Label {
+    pub(crate) name: &'static str,
+    pub(crate) tier: Option<&'static str>,
+}
+
+impl Label {
+    /// The limit `name`, untiered.
+    #[cfg(test)]
+    pub(crate) const fn of(name: &'static str) -> Label {
+        Label { name, tier: None }
+    }
+
+    /// The name under which the limit is described to clients: `name`, or `name[tier]` for a
+    /// call given a tier, so that the policy named is the one in force for this caller.
+    pub(crate) fn shown<'n>(name: &'n str, tier: Option<&str>) -> Cow<'n, str> {
+        match tier {
+            None => Cow::Borrowed(name),
+            Some(tier) => Cow::Owned(format!("{name}[{tier}]")),
+        }
+    }
+
+    /// The name the decision is observed under (the tier is a label of its own).
+    pub(crate) fn observed(self) -> crate::observe::Name<'static> {
+        match self.tier {
+            None => crate::observe::Name::Declared(self.name),
+            Some(tier) => crate::observe::Name::Tiered(self.name, tier),
+        }
+    }
+}
+
 /// The names of a call's limits, each in the place of its own part of the call's decision:
 /// made only with that decision ([`Decision::combined_named`]), read only beside it
 /// ([`named_parts`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct Names(Arc<[&'static str]>);
+pub(crate) struct Names(Arc<[Label]>);
 
 impl Names {
-    /// The name of `decision`'s tightest part.
-    pub(crate) fn tightest(&self, decision: &Decision) -> &'static str {
+    /// The label of `decision`'s tightest part.
+    pub(crate) fn tightest(&self, decision: &Decision) -> Label {
         self.0[decision.tightest()]
     }
 
-    /// Each part of `decision`, the decision these names were made with, and its name.
+    /// Each part of `decision`, the decision these names were made with, and its label.
     pub(crate) fn pair<'a>(
         &'a self,
         decision: &'a Decision,
-    ) -> impl Iterator<Item = (&'static str, &'a Decision)> {
-        named_parts(decision, Some(self)).map(|(n, d)| (n.unwrap_or_default(), d))
+    ) -> impl Iterator<Item = (Label, &'a Decision)> {
+        self.0.iter().copied().zip(decision.parts())
     }
 }
 
-/// Each part of `decision` with its limit's name from `names`, the names of a call decided under
-/// several limits; `None` for a call under one, which its caller names.
+/// Each part of `decision` with its limit's label from `names`, the names of a call decided
+/// under several limits; `None` for a call under one, which its caller names.
 pub(crate) fn named_parts<'a>(
     decision: &'a Decision,
     names: Option<&'a Names>,
-) -> impl Iterator<Item = (Option<&'static str>, &'a Decision)> {
+) -> impl Iterator<Item = (Option<Label>, &'a Decision)> {
     let names = names.map(|n| &*n.0);
     decision
         .parts()
         .iter()
         .enumerate()
         .map(move |(i, d)| (names.and_then(|n| n.get(i).copied()), d))
+}
+
+/// Each part of `decision` under the name it is described to clients with
+/// ([`Label::shown`]): from `names` when the call had several limits, else `one` (with the
+/// call's `tier`), else `unnamed`.
+pub(crate) fn shown_parts<'a>(
+    decision: &'a Decision,
+    names: Option<&'a Names>,
+    one: Option<&'a str>,
+    tier: Option<&'static str>,
+    unnamed: &'static str,
+) -> impl Iterator<Item = (Cow<'a, str>, &'a Decision)> {
+    named_parts(decision, names).map(move |(label, d)| {
+        let shown = match label {
+            Some(label) => Label::shown(label.name, label.tier),
+            None => Label::shown(one.unwrap_or(unnamed), tier),
+        };
+        (shown, d)
+    })
 }
 
 /// Who took a [`Decision`].
@@ -226,7 +278,7 @@ impl Decision {
 
     /// Several limits' decisions, each given with its limit's name, combined: the names come
     /// back in the place of their own parts, paired here and nowhere else.
-    pub(crate) fn combined_named(named: Vec<(&'static str, Decision)>) -> (Decision, Names) {
+    pub(crate) fn combined_named(named: Vec<(Label, Decision)>) -> (Decision, Names) {
         let (names, parts): (Vec<_>, Vec<_>) = named.into_iter().unzip();
         (Decision::combined(parts), Names(names.into()))
     }
@@ -311,6 +363,8 @@ pub struct RateLimited {
     name: Option<Cow<'static, str>>,
     /// Every limit's name, when there are several.
     names: Option<Names>,
+    /// The tier the call was given, under one limit.
+    tier: Option<&'static str>,
     /// The HTTP status of a refusal for want of a key, when its limit chose one
     /// (`#[rate_limit(empty_key_status = ..)]`).
     empty_key_status: Option<u16>,
@@ -324,8 +378,37 @@ impl RateLimited {
             key: key.into(),
             name: None,
             names: None,
+            tier: None,
             empty_key_status: None,
         }
+    }
+
+    /// The same rejection, of a call given `tier`.
+    #[must_use]
+    pub(crate) fn with_tier(mut self, tier: Option<&'static str>) -> RateLimited {
+        self.tier = tier;
+        self
+    }
+
+    /// The [tier](crate::Tier) the refused call was given (of several limits, the tightest's):
+    /// the policy the response headers name, `name[tier]`.
+    pub fn tier(&self) -> Option<&'static str> {
+        match &self.names {
+            Some(names) => names.tightest(&self.decision).tier,
+            None => self.tier,
+        }
+    }
+
+    /// Each limit of the call under the name it is described to clients with: its name, with
+    /// its tier (`name[tier]`), or `rate-limit` without a name.
+    pub(crate) fn shown_parts(&self) -> impl Iterator<Item = (Cow<'_, str>, &Decision)> {
+        shown_parts(
+            &self.decision,
+            self.names.as_ref(),
+            self.name.as_deref(),
+            self.tier,
+            "rate-limit",
+        )
     }
 
     /// The same rejection, answered with `status` when it is for want of a key.
@@ -351,8 +434,9 @@ impl RateLimited {
     /// [`Decision::combined_named`] named them, and by the tightest's name.
     pub(crate) fn of_named(decision: Decision, names: Names, key: String) -> RateLimited {
         RateLimited {
-            name: Some(Cow::Borrowed(names.tightest(&decision))),
+            name: Some(Cow::Borrowed(names.tightest(&decision).name)),
             names: Some(names),
+            tier: None,
             decision,
             key,
             empty_key_status: None,
@@ -363,7 +447,8 @@ impl RateLimited {
     /// macro's); one, unless the call was decided under several limits.
     pub fn parts(&self) -> impl Iterator<Item = (Option<&str>, &Decision)> {
         let one = self.name.as_deref();
-        named_parts(&self.decision, self.names.as_ref()).map(move |(name, d)| (name.or(one), d))
+        named_parts(&self.decision, self.names.as_ref())
+            .map(move |(label, d)| (label.map(|l| l.name).or(one), d))
     }
 
     /// The decision that refused the call.

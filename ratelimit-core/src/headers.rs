@@ -276,12 +276,6 @@ impl RateLimited {
         }
     }
 
-    /// Each limit of the call by name (`rate-limit` for a limit checked without one).
-    fn named_parts(&self) -> impl Iterator<Item = (&str, &Decision)> {
-        self.parts()
-            .map(|(name, d)| (name.unwrap_or("rate-limit"), d))
-    }
-
     /// An RFC 9457 `application/problem+json` body describing this rejection.
     pub fn problem_json(&self) -> String {
         let d = self.decision();
@@ -301,7 +295,8 @@ impl RateLimited {
         json_string(&mut out, title);
         let _ = write!(out, ",\"status\":{}", self.status().as_u16());
         out.push_str(",\"violated-policies\":[");
-        let refusing = distinct_names(self.named_parts())
+        let shown: Vec<_> = self.shown_parts().collect();
+        let refusing = distinct_names(shown.iter().map(|(n, d)| (n.as_ref(), *d)))
             .into_iter()
             .filter(|(_, d)| !d.allowed);
         for (i, (name, _)) in refusing.enumerate() {
@@ -321,7 +316,9 @@ impl RateLimited {
     /// The headers of this rejection (`Retry-After` and the configured families).
     pub fn headers(&self, families: HeaderFamilies) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        set_call_headers(&mut headers, self.named_parts(), self.decision(), families);
+        let shown: Vec<_> = self.shown_parts().collect();
+        let parts = shown.iter().map(|(n, d)| (n.as_ref(), *d));
+        set_call_headers(&mut headers, parts, self.decision(), families);
         headers.insert(
             http::header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
@@ -349,6 +346,7 @@ fn json_string(out: &mut String, s: &str) {
 mod tests {
     use super::*;
     use crate::Limit;
+    use crate::decision::Label;
 
     fn decision(allowed: bool) -> Decision {
         Decision::new(
@@ -535,8 +533,13 @@ mod tests {
             "\"rate-limit\";r=0;t=34, \"rate-limit#2\";r=297;t=864, \"rate-limit#3\";r=0;t=1"
         );
         assert_eq!(h["retry-after"], "20");
-        let (combined, names) =
-            Decision::combined_named(["a", "b", "c"].into_iter().zip(parts).collect());
+        let (combined, names) = Decision::combined_named(
+            ["a", "b", "c"]
+                .map(Label::of)
+                .into_iter()
+                .zip(parts)
+                .collect(),
+        );
         let named = RateLimited::of_named(combined, names, "k".into());
         assert_eq!(named.name(), Some("a"), "the tightest names the rejection");
         assert!(named.problem_json().contains("[\"a\",\"c\"]"));

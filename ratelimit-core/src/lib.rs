@@ -75,7 +75,7 @@ pub use errors::Error;
 pub use http::actix::RateLimitMiddleware;
 #[cfg(feature = "axum")]
 pub use http::axum::RateLimitLayer;
-pub use limit::{Algorithm, Limit, Refill, Unit};
+pub use limit::{Algorithm, Limit, Refill, Tier, Unit};
 pub use limiter::{RateLimiter, RateLimiterBuilder};
 pub use policy::{EmptyKeyPolicy, FailurePolicy};
 pub use registry::{LimitDeclaration, declared_limits};

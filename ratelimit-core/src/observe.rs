@@ -6,7 +6,7 @@
 //!
 //! | metric | kind | labels |
 //! |---|---|---|
-//! | `ratelimit_decisions_total` | counter | `limit`, `outcome` ([`Decision::outcome`]) |
+//! | `ratelimit_decisions_total` | counter | `limit`, `outcome` ([`Decision::outcome`]); and `tier` for a call given a [`Tier`](crate::Tier) |
 //! | `ratelimit_store_seconds` | histogram | (none): each call to a remote store, success or not |
 //! | `ratelimit_degraded` | gauge | `limiter`: 1 while the store is failing, else 0 (from `build` on, for a remote store) |
 //! | `ratelimit_deny_cache_hits_total` | counter | (none): refusals the deny cache answered |
@@ -24,6 +24,9 @@ pub(crate) enum Name<'a> {
     None,
     /// A `#[rate_limit]` function's.
     Declared(&'static str),
+    /// A `#[rate_limit]` function's, for a call given a [tier](crate::Tier): counted with a
+    /// `tier` label.
+    Tiered(&'static str, &'static str),
     /// Given to `check_named` and the like.
     Given(&'a str),
 }
@@ -32,7 +35,7 @@ impl Name<'_> {
     fn as_str(&self) -> &str {
         match self {
             Name::None => UNNAMED,
-            Name::Declared(name) => name,
+            Name::Declared(name) | Name::Tiered(name, _) => name,
             Name::Given(name) => name,
         }
     }
@@ -41,7 +44,7 @@ impl Name<'_> {
     fn label(&self) -> metrics::SharedString {
         match self {
             Name::None => metrics::SharedString::const_str(UNNAMED),
-            Name::Declared(name) => metrics::SharedString::const_str(name),
+            Name::Declared(name) | Name::Tiered(name, _) => metrics::SharedString::const_str(name),
             Name::Given(name) => metrics::SharedString::from((*name).to_owned()),
         }
     }
@@ -49,17 +52,26 @@ impl Name<'_> {
 
 impl Decision {
     /// Describes the decision: in a `rate_limit` span (DEBUG, target `redis_ratelimit`) with
-    /// the limit's name, the outcome, the tokens left and who decided, and one event (the
-    /// bucket's key, which may be personal data, only at TRACE); and with the `metrics`
-    /// feature, one count of `ratelimit_decisions_total`.
+    /// the limit's name (and the tier of a call given one), the outcome, the tokens left and
+    /// who decided, and one event (the bucket's key, which may be personal data, only at
+    /// TRACE); and with the `metrics` feature, one count of `ratelimit_decisions_total`.
     pub(crate) fn observe(&self, name: Name<'_>, bucket: Option<&str>) {
         #[cfg(feature = "metrics")]
-        metrics::counter!(
-            "ratelimit_decisions_total",
-            "limit" => name.label(),
-            "outcome" => self.outcome(),
-        )
-        .increment(1);
+        match name {
+            Name::Tiered(_, tier) => metrics::counter!(
+                "ratelimit_decisions_total",
+                "limit" => name.label(),
+                "tier" => tier,
+                "outcome" => self.outcome(),
+            )
+            .increment(1),
+            _ => metrics::counter!(
+                "ratelimit_decisions_total",
+                "limit" => name.label(),
+                "outcome" => self.outcome(),
+            )
+            .increment(1),
+        }
         if !tracing::enabled!(target: "redis_ratelimit", tracing::Level::DEBUG) {
             return;
         }
@@ -70,7 +82,11 @@ impl Decision {
             outcome = self.outcome(),
             remaining = self.remaining,
             source = ?self.source,
+            tier = tracing::field::Empty,
         );
+        if let Name::Tiered(_, tier) = name {
+            span.record("tier", tier);
+        }
         let _in = span.enter();
         if self.allowed && !self.shadowed {
             tracing::debug!(target: "redis_ratelimit", "decided");

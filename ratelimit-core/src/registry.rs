@@ -40,6 +40,8 @@ pub struct LimitDeclaration {
     empty_key: Option<EmptyKeyPolicy>,
     /// The HTTP status of a refusal for want of a key, when not 403.
     empty_key_status: Option<u16>,
+    /// The tiers a call may be given (`tiers = [..]`), as far as they are known.
+    tiers: &'static [crate::Tier],
 }
 
 /// A bucket key, with what it was named from: the limiter's prefix and the resolved key (the
@@ -101,7 +103,21 @@ impl LimitDeclaration {
             warned: AtomicU8::new(0),
             empty_key: None,
             empty_key_status: None,
+            tiers: &[],
         }
+    }
+
+    /// The same declaration, listing the tiers its calls may be given.
+    pub(crate) const fn with_tiers(mut self, tiers: &'static [crate::Tier]) -> LimitDeclaration {
+        self.tiers = tiers;
+        self
+    }
+
+    /// The tiers this limit's calls may be given in place of its declared limit
+    /// (`#[rate_limit(tiers = [..], tier = ..)]`), as far as the declaration lists them: a
+    /// call may be given another (a contract's own), under a name of its own.
+    pub fn tiers(&self) -> &'static [crate::Tier] {
+        self.tiers
     }
 
     /// The same declaration, with its own empty-key policy and the status of its refusals
@@ -244,6 +260,7 @@ impl fmt::Debug for LimitDeclaration {
             .field("limit", &self.limit)
             .field("cost", &self.cost)
             .field("key", &self.key)
+            .field("tiers", &self.tiers)
             .field("at", &format_args!("{}:{}", self.file, self.line))
             .field("effective", &self.effective())
             .finish()

@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 
 use http::{Extensions, HeaderMap, Method};
 
-use crate::decision::{Names, named_parts};
+use crate::decision::{Label, Names, named_parts, shown_parts};
 use crate::headers::HeaderFamilies;
 use crate::{Decision, KeyResolver};
 
@@ -52,11 +52,12 @@ impl Scope {
     }
 
     /// Records the verdict of a call made in this scope (the last call's stands).
-    pub(crate) fn record(&self, name: &'static str, decision: Decision, names: Option<Names>) {
+    pub(crate) fn record(&self, label: Label, decision: Decision, names: Option<Names>) {
         self.verdict.set(Some(Recorded {
-            name,
+            name: label.name,
             decision,
             names,
+            tier: label.tier,
         }));
     }
 
@@ -132,6 +133,8 @@ pub struct Recorded {
     pub decision: Decision,
     /// Every limit's name, when there are several.
     names: Option<Names>,
+    /// The tier the call was given (of several limits, the tightest's).
+    tier: Option<&'static str>,
 }
 
 impl Recorded {
@@ -140,7 +143,31 @@ impl Recorded {
     pub fn parts(&self) -> impl Iterator<Item = (&'static str, &Decision)> {
         let one = self.name;
         named_parts(&self.decision, self.names.as_ref())
-            .map(move |(name, d)| (name.unwrap_or(one), d))
+            .map(move |(label, d)| (label.map_or(one, |l| l.name), d))
+    }
+
+    /// The [tier](crate::Tier) the call was given, if any (of several limits, the
+    /// tightest's): the policy the response headers name, `name[tier]`.
+    pub fn tier(&self) -> Option<&'static str> {
+        match &self.names {
+            Some(names) => names.tightest(&self.decision).tier,
+            None => self.tier,
+        }
+    }
+
+    /// Each limit of the call under the name it is described to clients with
+    /// (`name[tier]` for a call given a tier).
+    #[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
+    pub(crate) fn shown_parts(
+        &self,
+    ) -> impl Iterator<Item = (std::borrow::Cow<'_, str>, &Decision)> {
+        shown_parts(
+            &self.decision,
+            self.names.as_ref(),
+            Some(self.name),
+            self.tier,
+            "rate-limit",
+        )
     }
 }
 
@@ -343,8 +370,8 @@ pub(crate) fn resolving<R>(name: &'static str, resolve: impl FnOnce() -> R) -> R
 /// Records `decision` in the current scope's verdict for the response headers; outside a
 /// scope no one reads it, so nothing is recorded (callers that know they are outside one,
 /// from [`with_current`], need not call this at all).
-pub(crate) fn record_current(name: &'static str, decision: Decision, names: Option<Names>) {
-    let _ = CONTEXT.try_with(|scope| scope.record(name, decision, names));
+pub(crate) fn record_current(label: Label, decision: Decision, names: Option<Names>) {
+    let _ = CONTEXT.try_with(|scope| scope.record(label, decision, names));
 }
 
 /// The header families a rejection's response carries: those of the integration serving the
@@ -452,14 +479,14 @@ mod tests {
         let families = HeaderFamilies::ALL.without_spring();
         let served = Scope::served_by(RequestContext::new(), Origin::Axum, families);
         let (rendered, left) = runtime.block_on(CONTEXT.scope(served, async {
-            record_current("t::served", decision(), None);
+            record_current(Label::of("t::served"), decision(), None);
             let rendered = rendering_rejection();
             (rendered, CONTEXT.with(Scope::take_verdict))
         }));
         assert_eq!((rendered, left), (families, None));
 
         let (rendered, left) = runtime.block_on(scope_returning(RequestContext::new(), async {
-            record_current("t::own", decision(), None);
+            record_current(Label::of("t::own"), decision(), None);
             rendering_rejection()
         }));
         assert_eq!(rendered, HeaderFamilies::ALL);

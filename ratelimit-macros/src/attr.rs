@@ -30,6 +30,8 @@ pub(crate) const ARGUMENTS: &[&str] = &[
     "empty_key",
     "empty_key_status",
     "count",
+    "tier",
+    "tiers",
 ];
 
 /// Names from Spring's `RedisRateLimiter` and other limiters, mapped to ours.
@@ -78,6 +80,10 @@ pub(crate) struct RateLimitArgs {
     /// `count = predicate`: which outcomes count (`Result::is_err`, a closure over
     /// `&Output`); the tokens of the others are given back.
     pub(crate) count: Option<Expr>,
+    /// `tier = expr`: the tier of each call (a `Tier`, or `None` for the declared rate).
+    pub(crate) tier: Option<Expr>,
+    /// `tiers = [FREE, PRO]`: the tiers a call may be given, listed by `declared_limits()`.
+    pub(crate) tiers: Option<Expr>,
     /// `empty_key = ".."`: this limit's own empty-key policy.
     pub(crate) empty_key: Option<(EmptyKeyPolicy, Span)>,
     /// `empty_key_status = 401`: the HTTP status of a refusal for want of a key.
@@ -131,6 +137,8 @@ impl RateLimitArgs {
             shadow: None,
             exempt: None,
             count: None,
+            tier: None,
+            tiers: None,
             empty_key: None,
             empty_key_status: None,
             written: Vec::new(),
@@ -236,6 +244,8 @@ impl RateLimitArgs {
                 "key" => set_once(&mut args.key, value, &name, errors),
                 "exempt" => set_once(&mut args.exempt, value, &name, errors),
                 "count" => set_once(&mut args.count, value, &name, errors),
+                "tier" => set_once(&mut args.tier, value, &name, errors),
+                "tiers" => set_once(&mut args.tiers, value, &name, errors),
                 "empty_key" => {
                     if let Some(v) = args::word(&name, &value, errors) {
                         set_once(&mut args.empty_key, v, &name, errors);
@@ -274,6 +284,8 @@ fn example(argument: &str) -> &'static str {
         "shadow" => "true",
         "exempt" => "is_internal(&caller)",
         "count" => "Result::is_err",
+        "tier" => "user.plan()",
+        "tiers" => "[FREE, PRO]",
         "empty_key" => "\"allow\"",
         "empty_key_status" => "401",
         _ => "10",

@@ -243,6 +243,12 @@ fn call(args: &RateLimitArgs, params: &[String]) -> TokenStream {
             .with_cost(::redis_ratelimit::__private::IntoCost::into_cost(#cost))
         });
     }
+    if let Some(tier) = &args.tier {
+        let span = at(tier.span());
+        call.extend(quote_spanned! {span=>
+            .with_tier(#tier)
+        });
+    }
     if let Some(exempt) = &args.exempt {
         let span = at(exempt.span());
         let exempt = quote_spanned!(span=> { let exempt: bool = #exempt; exempt });
@@ -473,6 +479,14 @@ fn declaration(
         )
     };
     let declaration = with_empty_key(args, declaration);
+    let declaration = match &args.tiers {
+        // `[FREE, PRO]` is borrowed (a promoted constant); anything else is a slice already.
+        Some(tiers @ Expr::Array(_)) => {
+            quote!(::redis_ratelimit::__private::with_tiers(#declaration, &#tiers))
+        }
+        Some(tiers) => quote!(::redis_ratelimit::__private::with_tiers(#declaration, #tiers)),
+        None => declaration,
+    };
     if checks.is_empty() {
         declaration
     } else {

@@ -5,8 +5,8 @@ use std::borrow::Cow;
 use std::fmt::Display;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::decision::Source;
-use crate::{Decision, KeyResolver, Limit, RequestContext};
+use crate::decision::{Label, Source};
+use crate::{Decision, KeyResolver, Limit, RequestContext, Tier};
 
 /// What one call brings to its limit's check, beside the declaration: a cost computed from
 /// the arguments (`cost = files.len()`), whether the call is exempt (`exempt = ..`), and where
@@ -16,6 +16,9 @@ pub struct Call {
     pub(crate) cost: Option<Cost>,
     pub(crate) exempt: bool,
     pub(crate) taken: Option<Taken>,
+    /// The tier chosen for this call (`tier = ..`): `Some(None)` when it was given none, and
+    /// the declared limit applies.
+    pub(crate) tier: Option<Option<Tier>>,
 }
 
 impl Call {
@@ -24,7 +27,23 @@ impl Call {
         cost: None,
         exempt: false,
         taken: None,
+        tier: None,
     };
+
+    /// The tier this call is decided under, from its `tier = ..` expression.
+    #[must_use]
+    pub fn with_tier(mut self, tier: impl IntoTier) -> Call {
+        self.tier = Some(tier.into_tier());
+        self
+    }
+
+    /// The limit `name` as this call is told under: with its tier, if it was given one.
+    pub(crate) fn label(&self, name: &'static str) -> Label {
+        Label {
+            name,
+            tier: self.tier.flatten().map(|t| t.name()),
+        }
+    }
 
     /// Keeps what this call takes in `taken`, to give it back if its outcome does not count.
     #[must_use]
@@ -45,6 +64,35 @@ impl Call {
     pub fn with_exempt(mut self, exempt: bool) -> Call {
         self.exempt = exempt;
         self
+    }
+}
+
+/// What a `tier = ..` expression may be: a [`Tier`], or `None` for the declared limit.
+#[diagnostic::on_unimplemented(
+    message = "`tier` must be a `Tier` (or an `Option` of one), not `{Self}`",
+    label = "the tier of this call",
+    note = "declare tiers as `const PRO: Tier = Tier::new(\"pro\", Limit::per_hour(10_000));` and pick one per call; `None` keeps the attribute's own rate"
+)]
+pub trait IntoTier {
+    /// The tier, or `None` for the declared limit.
+    fn into_tier(self) -> Option<Tier>;
+}
+
+impl IntoTier for Tier {
+    fn into_tier(self) -> Option<Tier> {
+        Some(self)
+    }
+}
+
+impl IntoTier for &Tier {
+    fn into_tier(self) -> Option<Tier> {
+        Some(*self)
+    }
+}
+
+impl<T: IntoTier> IntoTier for Option<T> {
+    fn into_tier(self) -> Option<Tier> {
+        self.and_then(IntoTier::into_tier)
     }
 }
 

@@ -10,10 +10,11 @@ pub use inventory;
 
 mod call;
 pub use call::{
-    Call, Cost, Fixed, IntoCost, KeyArg, KeyOf, Taken, ViaDisplay, ViaNeither, ViaResolver, counts,
+    Call, Cost, Fixed, IntoCost, IntoTier, KeyArg, KeyOf, Taken, ViaDisplay, ViaNeither,
+    ViaResolver, counts,
 };
 
-use crate::decision::Source;
+use crate::decision::{Label, Source};
 use crate::limiter::Local;
 use crate::naming::with_bucket_key;
 use crate::registry::Effective;
@@ -42,6 +43,11 @@ pub const fn with_empty_key(
     status: Option<u16>,
 ) -> LimitDeclaration {
     decl.with_empty_key(policy, status)
+}
+
+/// `decl` listing the tiers its calls may be given.
+pub const fn with_tiers(decl: LimitDeclaration, tiers: &'static [crate::Tier]) -> LimitDeclaration {
+    decl.with_tiers(tiers)
 }
 
 /// The limit of one `#[rate_limit]`, from every argument at once (a window's burst is its
@@ -143,20 +149,30 @@ fn before_key(call: &Call, effective: &mut Effective) -> Before {
     if !effective.enabled {
         return Before::Decided(Decision::disabled(effective.limit, effective.cost));
     }
+    if let Some(Some(tier)) = call.tier {
+        effective.limit = tier.limit();
+    }
     if call.exempt {
         return Before::Decided(Decision::exempt(effective.limit));
     }
-    if let Some(Cost(cost)) = call.cost {
-        match cost {
-            Some(0) => return Before::Free,
-            Some(cost) if effective.limit.check_cost(cost).is_ok() => effective.cost = cost,
-            cost => {
-                let cost = cost.unwrap_or(u32::MAX);
-                return Before::Decided(Decision::cost_exceeds_burst(effective.limit, cost));
-            }
+    let cost = match call.cost {
+        Some(Cost(Some(0))) => return Before::Free,
+        Some(Cost(cost)) => cost,
+        // A declared cost fits the declared limit (checked when the macro expanded, or the
+        // override was read); a tier's limit may hold less.
+        None if call.tier.is_some() => Some(effective.cost),
+        None => return Before::Check,
+    };
+    match cost {
+        Some(cost) if effective.limit.check_cost(cost).is_ok() => {
+            effective.cost = cost;
+            Before::Check
+        }
+        cost => {
+            let cost = cost.unwrap_or(u32::MAX);
+            Before::Decided(Decision::cost_exceeds_burst(effective.limit, cost))
         }
     }
-    Before::Check
 }
 
 /// [`check`]'s synchronous part: everything but a wait for the store.
@@ -168,18 +184,19 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
 ) -> Step<'a> {
     let mut effective = decl.effective();
     let name = decl.name();
+    let label = call.label(name);
     match before_key(&call, &mut effective) {
         Before::Check => {}
         Before::Free => return Step::Done(Ok(())),
         Before::Decided(decision) if decision.source == Source::Disabled => {
             // Said, so that what reads the decision (the response, a log line) shows no limit
             // applied rather than a quota that does not hold.
-            record_current(name, decision, None);
+            record_current(label, decision, None);
             return Step::Done(Ok(()));
         }
         Before::Decided(decision) => {
-            return Step::Done(conclude(decl, decision, None, None, |d| {
-                record_current(name, d, None);
+            return Step::Done(conclude(decl, label, decision, None, None, |d| {
+                record_current(label, d, None);
             }));
         }
     }
@@ -220,12 +237,13 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
         };
         let done = conclude(
             decl,
+            label,
             decision,
             Some(bucket),
             call.taken.as_ref(),
             |decision| {
                 if let Some(scope) = scope {
-                    scope.record(name, decision, None);
+                    scope.record(label, decision, None);
                 }
             },
         );
@@ -234,7 +252,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
     match looked {
         Looked::Decided(done) => Step::Done(done),
         Looked::Ask(bucket, reserved) => Step::Ask(Box::pin(ask(
-            decl, limiter, bucket, reserved, effective, in_scope, call.taken,
+            decl, label, limiter, bucket, reserved, effective, in_scope, call.taken,
         ))),
         Looked::NoKey => {
             report_missing_piece(decl, key);
@@ -243,24 +261,26 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
                 &effective.limit,
                 effective.cost,
             );
-            Step::Done(conclude(decl, decision, None, None, |d| {
-                record_if(in_scope, name, d);
+            Step::Done(conclude(decl, label, decision, None, None, |d| {
+                record_if(in_scope, label, d);
             }))
         }
     }
 }
 
 /// Records `decision` for the response headers when the call runs in a scope.
-fn record_if(in_scope: bool, name: &'static str, decision: Decision) {
+fn record_if(in_scope: bool, label: Label, decision: Decision) {
     if in_scope {
-        record_current(name, decision, None);
+        record_current(label, decision, None);
     }
 }
 
 /// A call's decision from a store that does not answer at once, or by the failure policy
 /// before enable; or the wait of a call that `reserved` its tokens in memory.
+#[allow(clippy::too_many_arguments)]
 async fn ask(
     decl: &'static LimitDeclaration,
+    label: Label,
     limiter: &RateLimiter,
     bucket: Cow<'static, str>,
     reserved: Option<Decision>,
@@ -274,13 +294,13 @@ async fn ask(
         None => limiter.decide(&bucket, limit, cost).await,
     };
     let decision = decided.unwrap_or_else(|e| cannot_check(decl, &effective, &e));
-    let name = decl.name();
     conclude(
         decl,
+        label,
         decision,
         Some(Bucket::Named(bucket)),
         taken.as_ref(),
-        |d| record_if(in_scope, name, d),
+        |d| record_if(in_scope, label, d),
     )
 }
 
@@ -324,6 +344,7 @@ impl Bucket<'_> {
 /// handed to `record` for the response headers, and the rejection when it refused.
 fn conclude(
     decl: &'static LimitDeclaration,
+    label: Label,
     decision: Decision,
     bucket: Option<Bucket<'_>>,
     taken: Option<&Taken>,
@@ -344,8 +365,7 @@ fn conclude(
     if let (Some(taken), Some(bucket)) = (taken, &bucket) {
         taken.keep(|| bucket.clone().into_owned(), &decision);
     }
-    let name = decl.name();
-    decision.observe(crate::observe::Name::Declared(name), bucket.as_deref());
+    decision.observe(label.observed(), bucket.as_deref());
     if decision.allowed {
         record(decision);
         Ok(())
@@ -354,7 +374,8 @@ fn conclude(
         let key = bucket.map(Cow::into_owned).unwrap_or_default();
         Err(Box::new(
             RateLimited::new(decision, key)
-                .with_name(name)
+                .with_name(label.name)
+                .with_tier(label.tier)
                 .with_empty_key_status(decl.empty_key_status()),
         ))
     }
@@ -469,12 +490,12 @@ pub async fn check_all(
     }
     // The limits decided, in order (all of them unless a keyless refusal vetoed the call),
     // each with its name: paired once, here, and read back in pairs.
-    let mut named: Vec<(&'static str, Decision)> = Vec::with_capacity(limits.len());
+    let mut named: Vec<(Label, Decision)> = Vec::with_capacity(limits.len());
     let mut keys: Vec<(&'static LimitDeclaration, Option<String>)> =
         Vec::with_capacity(limits.len());
-    for (((decl, ..), part), bucket) in limits.iter().zip(parts).zip(buckets) {
+    for (((decl, _, call), part), bucket) in limits.iter().zip(parts).zip(buckets) {
         if let Some(d) = part {
-            named.push((decl.name(), d));
+            named.push((call.label(decl.name()), d));
             keys.push((decl, bucket));
         }
     }
@@ -484,8 +505,8 @@ pub async fn check_all(
     }
     let (decision, names) = Decision::combined_named(named);
     // Each limit as the call left it (a limit that admitted a refused call is vetoed).
-    for ((name, part), (decl, bucket)) in names.pair(&decision).zip(&keys) {
-        part.observe(crate::observe::Name::Declared(name), bucket.as_deref());
+    for ((label, part), (decl, bucket)) in names.pair(&decision).zip(&keys) {
+        part.observe(label.observed(), bucket.as_deref());
         // What each limit that counts only some outcomes took, for its refund.
         let taken = limits
             .iter()

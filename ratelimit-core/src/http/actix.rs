@@ -128,7 +128,16 @@ where
                 .and_then(|scope| scope.take_verdict())
             {
                 let mut headers = http::HeaderMap::new();
-                set_call_headers(&mut headers, recorded.parts(), &recorded.decision, families);
+                set_call_headers(
+                    &mut headers,
+                    recorded
+                        .shown_parts()
+                        .collect::<Vec<_>>()
+                        .iter()
+                        .map(|(n, d)| (n.as_ref(), *d)),
+                    &recorded.decision,
+                    families,
+                );
                 copy_headers(&headers, response.headers_mut());
             }
             Ok(response)

@@ -136,7 +136,11 @@ where
             {
                 set_call_headers(
                     response.headers_mut(),
-                    recorded.parts(),
+                    recorded
+                        .shown_parts()
+                        .collect::<Vec<_>>()
+                        .iter()
+                        .map(|(n, d)| (n.as_ref(), *d)),
                     &recorded.decision,
                     families,
                 );

@@ -9,9 +9,11 @@ use crate::FailurePolicy;
 
 mod invalid;
 mod read;
+mod tier;
 mod words;
 
 pub use invalid::InvalidLimit;
+pub use tier::Tier;
 pub(crate) use words::deserialize_named;
 pub use words::{Algorithm, Refill, Unit, UnknownAlgorithm, UnknownRefill, UnknownUnit};
 

@@ -4,7 +4,7 @@
 
 use axum::Json;
 use axum::extract::Path;
-use redis_ratelimit::{Header, RateLimited, rate_limit};
+use redis_ratelimit::{Header, Limit, RateLimited, Tier, rate_limit};
 
 struct File;
 
@@ -46,6 +46,23 @@ async fn listing() -> Result<impl std::fmt::Display, RateLimited> {
     Ok(String::from("rows"))
 }
 
+const FREE: Tier = Tier::new("free", Limit::per_hour(100));
+const PRO: Tier = Tier::new("pro", Limit::per_hour(10_000));
+const PLANS: &[Tier] = &[FREE, PRO];
+
+/// A tier per call: a constant, one built from a contract row, or none (the declared rate).
+#[rate_limit(replenish = 10, unit = "hour", key = user, tier = plan, tiers = [FREE, PRO])]
+async fn tiered(user: &str, plan: Option<Tier>) -> Result<(), RateLimited> {
+    let _ = user;
+    Ok(())
+}
+
+#[rate_limit(replenish = 10, unit = "hour", key = user, tier = &PLANS[usize::from(pro)], tiers = PLANS)]
+async fn tiered_by_flag(user: &str, pro: bool) -> Result<(), RateLimited> {
+    let _ = user;
+    Ok(())
+}
+
 /// A method: the key from `self`, the cost from a slice.
 struct Service {
     tenant: String,
@@ -62,6 +79,8 @@ fn main() {
     let _ = upload;
     let _ = report;
     let _ = login;
+    let _ = tiered;
+    let _ = tiered_by_flag;
     let _ = listing;
     let _ = Service::store;
     let _ = Service {
