@@ -9,7 +9,11 @@
 use std::sync::OnceLock;
 use std::time::Duration;
 
-use redis_ratelimit::{FailurePolicy, Limit, RateLimited, RateLimiter, Tier, rate_limit};
+use redis_ratelimit::key::{AsyncKeyResolver, ResolveError};
+use redis_ratelimit::{
+    FailurePolicy, Limit, RateLimited, RateLimiter, RequestContext, Source, Tier, context::scope,
+    rate_limit,
+};
 use testkit::RedisServer;
 
 static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
@@ -89,6 +93,26 @@ const PRO: Tier = Tier::new("pro", Limit::per_hour(5));
 /// A search limited by the caller's plan.
 #[rate_limit(replenish = 1, unit = "hour", key = user, tier = if pro { PRO } else { FREE }, limiter = LIMITER)]
 async fn search(user: &str, pro: bool) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+/// An API key checked by an introspection that awaits: `"bad"` fails.
+struct Introspected;
+
+impl AsyncKeyResolver for Introspected {
+    async fn resolve(&self, ctx: &RequestContext) -> Result<Option<String>, ResolveError> {
+        let token = ctx.headers().get("authorization").cloned();
+        tokio::task::yield_now().await;
+        match token.as_ref().map(|t| t.to_str().unwrap_or_default()) {
+            None => Ok(None),
+            Some("bad") => Err("introspection refused".into()),
+            Some(token) => Ok(Some(format!("client:{token}"))),
+        }
+    }
+}
+
+#[rate_limit(replenish = 2, unit = "hour", key = Introspected, limiter = LIMITER)]
+async fn introspected() -> Result<(), RateLimited> {
     Ok(())
 }
 
@@ -175,6 +199,33 @@ async fn only_counted_outcomes_keep_their_tokens() {
         assert!(search("eve", true).await.is_ok());
     }
     assert_eq!(search("eve", true).await.unwrap_err().tier(), Some("pro"));
+
+    // An async resolver on Redis: its key's bucket is the one every instance sees; a failing
+    // introspection is the failure policy's (deny here).
+    let token = |t: &str| RequestContext::new().with_header("authorization", t);
+    for _ in 0..2 {
+        assert!(scope(token("t1"), introspected()).await.is_ok());
+    }
+    assert_eq!(
+        scope(token("t1"), introspected())
+            .await
+            .unwrap_err()
+            .decision()
+            .source,
+        Source::Store
+    );
+    assert_eq!(
+        remaining(
+            &other,
+            "macro_count::introspected",
+            "client:t1",
+            &Limit::per_hour(2)
+        )
+        .await,
+        0
+    );
+    let refused = scope(token("bad"), introspected()).await.unwrap_err();
+    assert_eq!(refused.decision().source, Source::FailClosed);
 
     // Stacked: successes give back the per-user token and keep the global one.
     let per_user = Limit::per_hour(2);

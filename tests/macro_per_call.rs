@@ -6,8 +6,12 @@ use std::collections::HashSet;
 use std::sync::OnceLock;
 
 use redis_ratelimit::{
-    EmptyKeyPolicy, Header, Limit, RateLimited, RateLimiter, Source, Tier, context::scope,
-    context::scope_returning, declared_limits, rate_limit,
+    EmptyKeyPolicy, Header, Limit, RateLimited, RateLimiter, RequestContext, Source, Tier,
+    context::scope,
+    context::scope_returning,
+    declared_limits,
+    key::{AsyncKeyResolver, ResolveError},
+    rate_limit,
 };
 
 static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
@@ -382,4 +386,71 @@ async fn a_cost_above_the_tiers_burst_is_refused_at_once() {
     let refused = costly_for_free().await.unwrap_err();
     assert_eq!(refused.decision().source, Source::CostExceedsBurst);
     assert_eq!(refused.tier(), Some("free"));
+}
+
+/// An account looked up in a session store that awaits: `"slow"` never answers, `"down"`
+/// fails, `"anon"` has no account.
+struct Account;
+
+impl AsyncKeyResolver for Account {
+    async fn resolve(&self, ctx: &RequestContext) -> Result<Option<String>, ResolveError> {
+        let session = ctx
+            .headers()
+            .get("x-session")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("anon")
+            .to_owned();
+        tokio::task::yield_now().await;
+        match session.as_str() {
+            "slow" => {
+                tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+                Ok(Some("never".to_owned()))
+            }
+            "down" => Err("the session store is down".into()),
+            "anon" => Ok(None),
+            other => Ok(Some(format!("account:{other}"))),
+        }
+    }
+}
+
+#[rate_limit(replenish = 1, unit = "hour", key = Account, limiter = LIMITER)]
+async fn by_account() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(replenish = 1, unit = "hour", key = Account, policy = "allow", limiter = LIMITER)]
+async fn by_account_open() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+fn session(s: &str) -> RequestContext {
+    request("/account").with_header("x-session", s)
+}
+
+#[tokio::test(start_paused = true)]
+async fn an_async_resolver_keys_calls_and_its_failures_go_to_the_failure_policy() {
+    let limiter = init().await;
+    // Each account its bucket.
+    assert!(scope(session("a"), by_account()).await.is_ok());
+    let refused = scope(session("a"), by_account()).await.unwrap_err();
+    assert_eq!(refused.decision().source, Source::Store);
+    assert_eq!(
+        refused.key(),
+        limiter.named_bucket_key("macro_per_call::by_account", "account:a")
+    );
+    assert!(scope(session("b"), by_account()).await.is_ok());
+    // No account: the empty-key policy (deny).
+    let refused = scope(session("anon"), by_account()).await.unwrap_err();
+    assert_eq!(refused.decision().source, Source::NoKey);
+    // A failing store, and one that does not answer within the deadline (paused time runs
+    // the timer out at once): the failure policy decides; the fallback has no key, so refuses.
+    for s in ["down", "slow"] {
+        let refused = scope(session(s), by_account()).await.unwrap_err();
+        assert_eq!(refused.decision().source, Source::FailClosed, "{s}");
+        assert_eq!(refused.status(), 503);
+        let admitted = scope(session(s), by_account_open()).await;
+        let (_, recorded) = scope_returning(session(s), by_account_open()).await;
+        assert!(admitted.is_ok(), "{s}: `allow` admits");
+        assert_eq!(recorded.unwrap().decision.source, Source::FailOpen);
+    }
 }

@@ -46,6 +46,7 @@
 #[doc(hidden)]
 pub mod __private;
 mod algorithm;
+mod async_key;
 mod client_ip;
 pub mod clock;
 mod decision;
@@ -119,6 +120,8 @@ pub mod error {
 pub mod key {
     //! What the built-in [`KeyResolver`](crate::KeyResolver)s read: the [`Principal`] that
     //! [`User`](crate::User) finds in a request's extensions, and the path as
-    //! [`Uri`](crate::Uri) keys it ([`normalize_path`]).
+    //! [`Uri`](crate::Uri) keys it ([`normalize_path`]); and resolvers that await
+    //! ([`AsyncKeyResolver`]).
+    pub use crate::async_key::{AsyncKeyResolver, ResolveError};
     pub use crate::resolvers::{Principal, normalize_path};
 }

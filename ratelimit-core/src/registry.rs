@@ -251,6 +251,8 @@ pub(crate) enum Warning {
     MissingPiece = 2,
     /// The tokens of a call that did not count could not be given back.
     CannotRefund = 3,
+    /// An async key resolver failed, or did not answer in time.
+    CannotResolve = 4,
 }
 
 impl fmt::Debug for LimitDeclaration {

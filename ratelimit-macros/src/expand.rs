@@ -115,6 +115,13 @@ fn expand(
     // Locals are hygienic; the statics are items, so their names are only prefixed.
     let rejection = Ident::new("__rl_rejection", Span::mixed_site());
     let params = crate::params::bindings(sig);
+    let limiter = match limiter {
+        Some(expr) => {
+            let span = at(expr.span());
+            quote_spanned!(span=> ::redis_ratelimit::__private::AsLimiter::as_limiter(&(#expr)))
+        }
+        None => quote!(::redis_ratelimit::__private::global()),
+    };
     let mut statics = TokenStream::new();
     let mut keys = TokenStream::new();
     let mut checked = Vec::with_capacity(limits.len());
@@ -136,8 +143,9 @@ fn expand(
                 ::redis_ratelimit::__private::Registration(&#decl)
             }
         });
-        keys.extend(key(limit.args.key.as_ref(), &key_var, &suffix));
-        let mut call = call(&limit.args, &params);
+        let (key, key_arg) = key(limit.args.key.as_ref(), &key_var, &suffix, &decl, &limiter);
+        keys.extend(key);
+        let mut call = call(&limit.args, &params, key_arg.as_ref());
         if let Some(predicate) = &limit.args.count {
             let taken = Ident::new(&format!("__rl_taken{suffix}"), Span::mixed_site());
             keys.extend(quote! {
@@ -151,13 +159,6 @@ fn expand(
     for &(earlier, later) in same_name {
         statics.extend(same_name_check(limits, earlier, later, sig));
     }
-    let limiter = match limiter {
-        Some(expr) => {
-            let span = at(expr.span());
-            quote_spanned!(span=> ::redis_ratelimit::__private::AsLimiter::as_limiter(&(#expr)))
-        }
-        None => quote!(::redis_ratelimit::__private::global()),
-    };
     let check = match checked.as_slice() {
         [(decl, key_var, call)] => {
             quote!(::redis_ratelimit::__private::check(&#decl, #key_var, #call, #limiter))
@@ -206,37 +207,53 @@ fn expand(
 }
 
 /// The statements that bind `key_var`, a `&dyn KeyResolver`, to the limit's key: `Uri` when
-/// none is written; a [`KeyResolver`] value as it is; any other value that displays (an
-/// argument, `key = tenant_id`) as its text, computed here, before the body runs. Which of
-/// the two is chosen by method resolution (a resolver first), spanned at the user's
-/// expression so that a value that is neither is reported there.
-fn key(expr: Option<&Expr>, key_var: &Ident, suffix: &str) -> TokenStream {
+/// none is written; a `KeyResolver` value as it is; an `AsyncKeyResolver`'s answer, awaited
+/// here under the limiter's deadline; any other value that displays (an argument,
+/// `key = tenant_id`) as its text, computed here, before the body runs. Which is chosen by
+/// method resolution (a resolver first), spanned at the user's expression so that a value
+/// that is none of them is reported there. Returns the statements and the key's local, for
+/// the call to say whether it was found out.
+fn key(
+    expr: Option<&Expr>,
+    key_var: &Ident,
+    suffix: &str,
+    decl: &Ident,
+    limiter: &TokenStream,
+) -> (TokenStream, Option<Ident>) {
     let Some(expr) = expr else {
-        return quote! {
+        let key = quote! {
             let #key_var: &dyn ::redis_ratelimit::KeyResolver = &::redis_ratelimit::Uri;
         };
+        return (key, None);
     };
     let span = at(expr.span());
     let value = Ident::new(&format!("__rl_key_value{suffix}"), Span::mixed_site());
     let arg = Ident::new(&format!("__rl_key_arg{suffix}"), Span::mixed_site());
     let pick = quote_spanned! {span=>
-        (&&&::redis_ratelimit::__private::KeyOf(#value)).rate_limit_key()
+        (&&&&::redis_ratelimit::__private::KeyOf(#value)).rate_limit_key()
     };
-    quote! {
+    let key = quote! {
         let #value = &(#expr);
         let #arg = {
             #[allow(unused_imports)]
-            use ::redis_ratelimit::__private::{ViaDisplay as _, ViaNeither as _, ViaResolver as _};
+            use ::redis_ratelimit::__private::{
+                ViaAsync as _, ViaDisplay as _, ViaNeither as _, ViaResolver as _,
+            };
             #pick
         };
+        let #arg = #arg.settle(&#decl, #limiter).await;
         let #key_var: &dyn ::redis_ratelimit::KeyResolver = #arg.resolver();
-    }
+    };
+    (key, Some(arg))
 }
 
 /// What the limit's check takes from this call: `Call::NONE` unless the cost is computed from
 /// the arguments or the call may be exempt.
-fn call(args: &RateLimitArgs, params: &[String]) -> TokenStream {
+fn call(args: &RateLimitArgs, params: &[String], key_arg: Option<&Ident>) -> TokenStream {
     let mut call = quote!(::redis_ratelimit::__private::Call::NONE);
+    if let Some(arg) = key_arg {
+        call.extend(quote!(.with_key(&#arg)));
+    }
     if let Some(cost) = per_call_cost(args, params) {
         let span = at(cost.span());
         call.extend(quote_spanned! {span=>
@@ -649,9 +666,10 @@ mod tests {
         assert!(!out.contains("__private :: check ("), "{out}");
         assert!(out.contains(
             "__private :: check_all (& [(& __RL_DECL , __rl_key , :: redis_ratelimit :: __private \
-             :: Call :: NONE) , (& __RL_DECL_2 , __rl_key_2 , :: redis_ratelimit :: __private :: \
-             Call :: NONE) , (& __RL_DECL_3 , __rl_key_3 , :: redis_ratelimit :: __private :: \
-             Call :: NONE)] , :: redis_ratelimit :: __private :: AsLimiter :: as_limiter (& (L)) ,)"
+             :: Call :: NONE . with_key (& __rl_key_arg)) , (& __RL_DECL_2 , __rl_key_2 , :: \
+             redis_ratelimit :: __private :: Call :: NONE . with_key (& __rl_key_arg_2)) , (& \
+             __RL_DECL_3 , __rl_key_3 , :: redis_ratelimit :: __private :: Call :: NONE)] , :: \
+             redis_ratelimit :: __private :: AsLimiter :: as_limiter (& (L)) ,)"
         ), "{out}");
         // No written name could equal a default one: nothing for the compiler to compare.
         assert!(!out.contains("const _"), "{out}");

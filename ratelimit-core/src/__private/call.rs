@@ -5,8 +5,15 @@ use std::borrow::Cow;
 use std::fmt::Display;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+
+use crate::async_key::{AsyncKeyResolver, ErasedAsync};
 use crate::decision::{Label, Source};
-use crate::{Decision, KeyResolver, Limit, RequestContext, Tier};
+use crate::registry::{LimitDeclaration, Warning};
+use crate::request::{resolving, with_current};
+use crate::{Decision, KeyResolver, Limit, RateLimiter, RequestContext, Tier};
 
 /// What one call brings to its limit's check, beside the declaration: a cost computed from
 /// the arguments (`cost = files.len()`), whether the call is exempt (`exempt = ..`), and where
@@ -19,6 +26,9 @@ pub struct Call {
     /// The tier chosen for this call (`tier = ..`): `Some(None)` when it was given none, and
     /// the declared limit applies.
     pub(crate) tier: Option<Option<Tier>>,
+    /// The key's resolver failed, or did not answer within the deadline: the failure policy
+    /// decides.
+    pub(crate) key_failed: bool,
 }
 
 impl Call {
@@ -28,7 +38,16 @@ impl Call {
         exempt: false,
         taken: None,
         tier: None,
+        key_failed: false,
     };
+
+    /// This call's key, as settled: a resolver that failed leaves the call to the failure
+    /// policy.
+    #[must_use]
+    pub fn with_key(mut self, key: &KeyArg<'_>) -> Call {
+        self.key_failed = matches!(key, KeyArg::Failed);
+        self
+    }
 
     /// The tier this call is decided under, from its `tier = ..` expression.
     #[must_use]
@@ -177,31 +196,111 @@ into_cost!(
     u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize
 );
 
-/// A key written as an expression (`key = tenant_id`): a [`KeyResolver`] is used as one; any
-/// other value that displays is the key itself. Chosen by method resolution, resolver first:
-/// `(&&&KeyOf(&value)).rate_limit_key()` finds [`ViaResolver`] on `&&KeyOf` when the value
-/// is a resolver, else [`ViaDisplay`] on `&KeyOf` when it displays, else [`ViaNeither`] on
-/// `KeyOf`, whose bound reports the value as not a key resolver, on the user's expression.
+/// A key written as an expression (`key = tenant_id`): a [`KeyResolver`] or an
+/// [`AsyncKeyResolver`] is used as one; any other value that displays is the key itself.
+/// Chosen by method resolution, resolver first: `(&&&&KeyOf(&value)).rate_limit_key()` finds
+/// [`ViaResolver`] on `&&&KeyOf` when the value is a resolver, else [`ViaAsync`] on `&&KeyOf`
+/// when it is an async one, else [`ViaDisplay`] on `&KeyOf` when it displays, else
+/// [`ViaNeither`] on `KeyOf`, whose bound reports the value as not a key resolver, on the
+/// user's expression.
 #[derive(Debug)]
 pub struct KeyOf<'a, T>(pub &'a T);
 
-/// A key as the check takes it: a resolver to run against the request context, or the value
-/// an argument displayed as.
+/// A key as the check takes it: a resolver to run against the request context, the value an
+/// argument displayed as, a resolver that awaits (settled before the check), or a key that
+/// could not be found out.
 #[allow(missing_debug_implementations)]
 pub enum KeyArg<'a> {
     /// A [`KeyResolver`], resolved against the request context.
     Resolver(&'a dyn KeyResolver),
-    /// A key computed from the call's arguments.
+    /// A key computed from the call's arguments, or by an async resolver.
     Value(Fixed),
+    /// An [`AsyncKeyResolver`], to be settled.
+    Async(&'a dyn ErasedAsync),
+    /// An async resolver failed, or did not answer in time.
+    Failed,
 }
 
-impl KeyArg<'_> {
+impl<'a> KeyArg<'a> {
     /// The key as the check takes it.
     pub fn resolver(&self) -> &dyn KeyResolver {
         match self {
             KeyArg::Resolver(resolver) => *resolver,
             KeyArg::Value(fixed) => fixed,
+            KeyArg::Async(_) | KeyArg::Failed => &NoKey,
         }
+    }
+
+    /// The key with an async resolver's answer in it: at once for any other key; for an
+    /// [`AsyncKeyResolver`], its answer within the limiter's deadline, or [`KeyArg::Failed`].
+    pub fn settle(
+        self,
+        decl: &'static LimitDeclaration,
+        limiter: Option<&'a RateLimiter>,
+    ) -> Settle<'a> {
+        let KeyArg::Async(resolver) = self else {
+            return Settle::Ready(Some(self));
+        };
+        let ctx = with_current(|ctx, _| ctx.clone());
+        let (limiter, _) = super::limiter_or_unenabled(decl, limiter);
+        let deadline = limiter.deadline();
+        Settle::Resolving(Box::pin(async move {
+            let resolving = resolving(decl.name(), || resolver.resolve_boxed(&ctx));
+            let answer = match deadline {
+                Some(deadline) if tokio::runtime::Handle::try_current().is_ok() => {
+                    tokio::time::timeout(deadline, resolving)
+                        .await
+                        .map_err(|_| {
+                            format!("no answer within the deadline of {deadline:?}").into()
+                        })
+                        .and_then(|answer| answer)
+                }
+                _ => resolving.await,
+            };
+            match answer {
+                Ok(key) => KeyArg::Value(Fixed(key.unwrap_or_default())),
+                Err(e) => {
+                    decl.warn_once(
+                        Warning::CannotResolve,
+                        &format_args!(
+                            "the key of `{}` could not be resolved, so its failure policy \
+                             decides its calls (said once): {e}",
+                            decl.name()
+                        ),
+                    );
+                    KeyArg::Failed
+                }
+            }
+        }))
+    }
+}
+
+/// [`KeyArg::settle`]'s future: ready at once unless an async resolver runs.
+#[allow(missing_debug_implementations)]
+pub enum Settle<'a> {
+    /// The key, as it was.
+    Ready(Option<KeyArg<'a>>),
+    /// An async resolver's answer, to come.
+    Resolving(Pin<Box<dyn Future<Output = KeyArg<'a>> + Send + 'a>>),
+}
+
+impl<'a> Future for Settle<'a> {
+    type Output = KeyArg<'a>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<KeyArg<'a>> {
+        match self.get_mut() {
+            Settle::Ready(key) => Poll::Ready(key.take().unwrap_or(KeyArg::Failed)),
+            Settle::Resolving(resolving) => resolving.as_mut().poll(cx),
+        }
+    }
+}
+
+/// The resolver of a key not found: no key.
+struct NoKey;
+
+impl KeyResolver for NoKey {
+    fn resolve<'a>(&'a self, _: &'a RequestContext) -> Option<Cow<'a, str>> {
+        None
     }
 }
 
@@ -221,9 +320,21 @@ pub trait ViaResolver<'a> {
     fn rate_limit_key(&self) -> KeyArg<'a>;
 }
 
-impl<'a, T: KeyResolver> ViaResolver<'a> for &&KeyOf<'a, T> {
+impl<'a, T: KeyResolver> ViaResolver<'a> for &&&KeyOf<'a, T> {
     fn rate_limit_key(&self) -> KeyArg<'a> {
         KeyArg::Resolver(self.0)
+    }
+}
+
+/// The key of an [`AsyncKeyResolver`]: settled before the check.
+pub trait ViaAsync<'a> {
+    /// The key of this call.
+    fn rate_limit_key(&self) -> KeyArg<'a>;
+}
+
+impl<'a, T: AsyncKeyResolver> ViaAsync<'a> for &&KeyOf<'a, T> {
+    fn rate_limit_key(&self) -> KeyArg<'a> {
+        KeyArg::Async(self.0)
     }
 }
 
@@ -272,21 +383,21 @@ mod tests {
         let ctx = RequestContext::new().with_header("x-api-key", "k-1");
         let header = Header("x-api-key");
         assert_eq!(
-            key_of(&(&&&KeyOf(&header)).rate_limit_key(), &ctx).as_deref(),
+            key_of(&(&&&&KeyOf(&header)).rate_limit_key(), &ctx).as_deref(),
             Some("k-1")
         );
         assert_eq!(
-            key_of(&(&&&KeyOf(&Global)).rate_limit_key(), &ctx).as_deref(),
+            key_of(&(&&&&KeyOf(&Global)).rate_limit_key(), &ctx).as_deref(),
             Some("global")
         );
         let tenant: u64 = 42;
         assert_eq!(
-            key_of(&(&&&KeyOf(&tenant)).rate_limit_key(), &ctx).as_deref(),
+            key_of(&(&&&&KeyOf(&tenant)).rate_limit_key(), &ctx).as_deref(),
             Some("42")
         );
         let name = "a:b";
         assert_eq!(
-            key_of(&(&&&KeyOf(&name)).rate_limit_key(), &ctx).as_deref(),
+            key_of(&(&&&&KeyOf(&name)).rate_limit_key(), &ctx).as_deref(),
             Some("a:b")
         );
     }

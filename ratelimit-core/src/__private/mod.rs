@@ -9,9 +9,10 @@ use std::sync::LazyLock;
 pub use inventory;
 
 mod call;
+pub use crate::async_key::ErasedAsync;
 pub use call::{
-    Call, Cost, Fixed, IntoCost, IntoTier, KeyArg, KeyOf, Taken, ViaDisplay, ViaNeither,
-    ViaResolver, counts,
+    Call, Cost, Fixed, IntoCost, IntoTier, KeyArg, KeyOf, Settle, Taken, ViaAsync, ViaDisplay,
+    ViaNeither, ViaResolver, counts,
 };
 
 use crate::decision::{Label, Source};
@@ -201,6 +202,12 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
         }
     }
     let (limiter, enabled) = limiter_or_unenabled(decl, limiter);
+    if call.key_failed {
+        let decision = limiter.decide_unresolved(&effective.limit, effective.cost);
+        return Step::Done(conclude(decl, label, decision, None, None, |d| {
+            record_current(label, d, None);
+        }));
+    }
     let (looked, in_scope) = with_current(|ctx, scope| {
         let in_scope = scope.is_some();
         // An empty key names nobody: it is no key (the empty-key policy), never one bucket
@@ -384,7 +391,7 @@ fn conclude(
 /// The limiter that decides `decl`'s calls, and whether it is enabled; before
 /// `enable_redis_rate_limit!` (or with its `limiter = ..` not initialised), one that decides
 /// by the failure policy as if Redis were down, said once per limit.
-fn limiter_or_unenabled<'a>(
+pub(crate) fn limiter_or_unenabled<'a>(
     decl: &'static LimitDeclaration,
     limiter: Option<&'a RateLimiter>,
 ) -> (&'a RateLimiter, bool) {
@@ -451,6 +458,9 @@ pub async fn check_all(
         match before {
             Before::Decided(d) => parts[i] = Some(d),
             Before::Free => {}
+            Before::Check if limits[i].2.key_failed => {
+                parts[i] = Some(limiter.decide_unresolved(&e.limit, e.cost));
+            }
             Before::Check if buckets[i].is_none() => {
                 report_missing_piece(decl, *key);
                 let policy = decl.empty_key_policy();

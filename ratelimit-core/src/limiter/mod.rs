@@ -491,6 +491,24 @@ impl RateLimiter {
         decide_by(policy == EmptyKeyPolicy::Allow, limit, cost, Source::NoKey)
     }
 
+    /// The decision for a call whose key could not be found out (an async resolver failed or
+    /// ran past the deadline): the limit's failure policy, as when the store fails, except that
+    /// the fallback, with no key to keep a bucket of, refuses.
+    pub(crate) fn decide_unresolved(&self, limit: &Limit, cost: u32) -> Decision {
+        match limit
+            .failure_policy()
+            .unwrap_or(self.inner.resilience.policy)
+        {
+            FailurePolicy::Allow => decide_by(true, limit, cost, Source::FailOpen),
+            _ => decide_by(false, limit, cost, Source::FailClosed),
+        }
+    }
+
+    /// How long a call waits for the store before its failure policy decides.
+    pub(crate) fn deadline(&self) -> Option<Duration> {
+        self.inner.resilience.deadline
+    }
+
     /// The refusal of a call whose limit could not be checked: by nobody's policy but
     /// its own, never admitted (a limit in shadow mode lets it through).
     pub(crate) fn fail_closed(limit: &Limit, cost: u32) -> Decision {
