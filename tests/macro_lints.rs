@@ -103,6 +103,41 @@ where
     Ok(n * scale.into())
 }
 
+/// The paid plan.
+pub const PRO: redis_ratelimit::Tier =
+    redis_ratelimit::Tier::new("pro", redis_ratelimit::Limit::per_hour(100));
+
+/// Everything computed per call: a key and a cost from the arguments, a tier, an exemption,
+/// outcomes that do not count (a closure), generics, an early return and `?` in the body.
+///
+/// # Errors
+/// When rate limited, or when `input` is not a number.
+#[rate_limit(
+    replenish = 10,
+    unit = "hour",
+    key = tenant,
+    cost = items.len(),
+    tier = pro.then_some(PRO),
+    exempt = tenant == 0,
+    count = |r| !matches!(r, Ok(0)),
+    empty_key_status = 401
+)]
+pub async fn per_call<T>(
+    tenant: u64,
+    items: &[T],
+    pro: bool,
+    input: &str,
+) -> Result<u64, Box<dyn std::error::Error + Send + Sync>>
+where
+    T: Sync,
+{
+    if input.is_empty() {
+        return Ok(0);
+    }
+    let n: u64 = input.parse()?;
+    Ok(n + items.len() as u64)
+}
+
 /// A limited service.
 #[derive(Debug, Default)]
 pub struct Orders {
@@ -261,6 +296,8 @@ async fn enable_through_the_macro_then_call() -> Result<(), Error> {
     assert_eq!(orders.add(7).await.ok(), Some(1));
     assert_eq!(orders.list().await.ok(), Some(&[7][..]));
     assert_eq!(generic("3", 2_u8).await.ok(), Some(6));
+    assert_eq!(per_call(7, &[1_u8, 2], true, "3").await.ok(), Some(5));
+    assert_eq!(per_call(0, &[1_u8; 50], false, "").await.ok(), Some(0));
     assert_eq!(
         constants().await.map(|d| d.to_string()).ok().as_deref(),
         Some("ok")
