@@ -202,6 +202,19 @@ pub fn set_call_headers<'n, 'd>(
     }
 }
 
+/// [`set_call_headers`] for parts named as they are shown to clients (`name[tier]`): what a
+/// rejection and a recorded verdict render.
+pub(crate) fn set_shown_headers<'a>(
+    headers: &mut HeaderMap,
+    shown: impl Iterator<Item = (Cow<'a, str>, &'a Decision)>,
+    combined: &Decision,
+    families: HeaderFamilies,
+) {
+    let shown: Vec<_> = shown.collect();
+    let parts = shown.iter().map(|(n, d)| (n.as_ref(), *d));
+    set_call_headers(headers, parts, combined, families);
+}
+
 /// The limits' names, each distinct: one that repeats an earlier one gets `#n`, its position
 /// from 1 (limits checked without names are all `rate-limit`).
 fn distinct_names<'n, 'd>(
@@ -316,9 +329,7 @@ impl RateLimited {
     /// The headers of this rejection (`Retry-After` and the configured families).
     pub fn headers(&self, families: HeaderFamilies) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        let shown: Vec<_> = self.shown_parts().collect();
-        let parts = shown.iter().map(|(n, d)| (n.as_ref(), *d));
-        set_call_headers(&mut headers, parts, self.decision(), families);
+        set_shown_headers(&mut headers, self.shown_parts(), self.decision(), families);
         headers.insert(
             http::header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),

@@ -25,7 +25,7 @@ use http::Request;
 use tokio::task::futures::TaskLocalFuture;
 
 use super::{Config, SharedConfig, config_methods};
-use crate::headers::{HeaderFamilies, set_call_headers};
+use crate::headers::{HeaderFamilies, set_shown_headers};
 use crate::request::{CONTEXT, Origin, Scope, rendering_rejection};
 use crate::{RateLimited, RequestContext};
 
@@ -134,13 +134,9 @@ where
                 .take_value()
                 .and_then(|scope| scope.take_verdict())
             {
-                set_call_headers(
+                set_shown_headers(
                     response.headers_mut(),
-                    recorded
-                        .shown_parts()
-                        .collect::<Vec<_>>()
-                        .iter()
-                        .map(|(n, d)| (n.as_ref(), *d)),
+                    recorded.shown_parts(),
                     &recorded.decision,
                     families,
                 );
