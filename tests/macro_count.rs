@@ -116,6 +116,12 @@ async fn introspected() -> Result<(), RateLimited> {
     Ok(())
 }
 
+/// One token per file, ten per tenant per hour.
+#[rate_limit(replenish = 10, unit = "hour", key = tenant, cost = files.len(), limiter = LIMITER)]
+async fn upload(tenant: u32, files: &[&str]) -> Result<usize, RateLimited> {
+    Ok(files.len())
+}
+
 async fn remaining(limiter: &RateLimiter, name: &str, key: &str, limit: &Limit) -> u64 {
     limiter
         .peek_named(name, key, limit)
@@ -184,6 +190,21 @@ async fn only_counted_outcomes_keep_their_tokens() {
     assert_eq!(
         remaining(&other, "macro_count::api", "api", &api_limit).await,
         3
+    );
+
+    // Costs from the arguments on Redis: taken as computed, zero takes nothing, above the
+    // burst is refused at once and takes nothing.
+    assert_eq!(upload(1, &["a"; 7]).await.unwrap(), 7);
+    assert_eq!(upload(1, &[]).await.unwrap(), 0);
+    let refused = upload(1, &["a"; 11]).await.unwrap_err();
+    assert_eq!(refused.decision().source, Source::CostExceedsBurst);
+    assert_eq!(
+        remaining(&other, "macro_count::upload", "1", &Limit::per_hour(10)).await,
+        3
+    );
+    assert_eq!(
+        upload(1, &["a"; 4]).await.unwrap_err().decision().source,
+        Source::Store
     );
 
     // Tiers on Redis: a free caller upgraded mid-bucket goes on from what it took, and the
