@@ -17,7 +17,8 @@
 //!
 //! A successful login gives its token back, through the store: every instance on the same
 //! Redis sees it. Once three have failed, the limit refuses the user's next attempts, right
-//! password or not, until a token comes back (one every 20 minutes).
+//! password or not, until a token comes back (one every 20 minutes). An empty user name is
+//! refused with 401.
 //!
 //! Without `REDIS_URL` the limits live in memory (one instance only).
 //!
@@ -155,8 +156,16 @@ impl IntoResponse for LoginError {
     }
 }
 
-/// Three failed logins per user per hour: a successful one gives its token back.
-#[rate_limit(replenish = 3, unit = "hour", key = user, count = Result::is_err)]
+/// Three failed logins per user per hour: a successful one gives its token back. An empty user
+/// name is no key: refused (the limiter's policy for a missing key) with 401, as a caller who
+/// did not say who they are, where the default status would be 403.
+#[rate_limit(
+    replenish = 3,
+    unit = "hour",
+    key = user,
+    count = Result::is_err,
+    empty_key_status = 401
+)]
 async fn login(
     Json(Credentials { user, password }): Json<Credentials>,
 ) -> Result<Json<Value>, LoginError> {
