@@ -3,120 +3,15 @@
 //! assertion runs against the axum service and the actix-web service alike.
 #![allow(clippy::unwrap_used, clippy::print_stdout)]
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
-use std::sync::mpsc::{self, TryRecvError};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 
-use reqwest::{Client, Response, StatusCode};
+use e2e::{Service, client, header, limit_name};
+use reqwest::StatusCode;
 use testkit::RedisServer;
 
 const AXUM: &str = env!("CARGO_BIN_EXE_axum_server");
 const ACTIX: &str = env!("CARGO_BIN_EXE_actix_server");
-
-/// One running instance of an example service, killed when dropped; its stdout lines arrive
-/// on a channel.
-struct Service {
-    child: Child,
-    base: String,
-    stdout: Mutex<mpsc::Receiver<String>>,
-}
-
-impl Service {
-    async fn start(bin: &str, redis: &RedisServer, env: &[(&str, &str)]) -> Service {
-        let port = testkit::free_port();
-        let mut child = Command::new(bin)
-            .env("PORT", port.to_string())
-            .env("REDIS_URL", redis.url())
-            .env_remove("TRUSTED_PROXIES")
-            .env_remove("TRUSTED_PROXY_HEADER")
-            .envs(env.iter().copied())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {bin}: {e}"));
-        let out = BufReader::new(child.stdout.take().unwrap());
-        let (tx, stdout) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in out.lines().map_while(Result::ok) {
-                let _ = tx.send(line);
-            }
-        });
-        let mut service = Service {
-            child,
-            base: format!("http://127.0.0.1:{port}"),
-            stdout: Mutex::new(stdout),
-        };
-        let client = client();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = client.get(service.url("/health")).send().await
-                && r.status() == StatusCode::OK
-            {
-                return service;
-            }
-            if let Some(status) = service.child.try_wait().unwrap() {
-                panic!("{bin} exited during startup: {status}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{bin} did not answer /health within 30 s"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-
-    fn url(&self, path: &str) -> String {
-        format!("{}{path}", self.base)
-    }
-
-    /// Waits (10 s at most) for the next line the service prints that contains `needle`.
-    async fn printed(&self, needle: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            let next = self.stdout.lock().unwrap().try_recv();
-            match next {
-                Ok(line) if line.contains(needle) => return line,
-                Ok(_) => {}
-                Err(TryRecvError::Empty) => {
-                    assert!(Instant::now() < deadline, "never printed `{needle}`");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                Err(TryRecvError::Disconnected) => panic!("exited before printing `{needle}`"),
-            }
-        }
-    }
-}
-
-impl Drop for Service {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn client() -> Client {
-    Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(10))
-        .build()
-        .unwrap()
-}
-
-fn header<'a>(r: &'a Response, name: &str) -> Option<&'a str> {
-    r.headers().get(name).map(|v| v.to_str().unwrap())
-}
-
-fn limit_name(bin: &str, function: &str) -> String {
-    let crate_name = std::path::Path::new(bin)
-        .file_name()
-        .unwrap()
-        .to_str()
-        .unwrap();
-    format!("{crate_name}::{function}")
-}
 
 /// Requests alternating between two instances share one budget: exactly `burst` pass.
 async fn two_instances_share_one_budget(bin: &str) {
@@ -514,7 +409,7 @@ async fn sighup_reloads_the_overrides(bin: &str) {
 
     let hangup = || {
         let status = Command::new("kill")
-            .args(["-HUP", &service.child.id().to_string()])
+            .args(["-HUP", &service.pid().to_string()])
             .status()
             .unwrap();
         assert!(status.success());
