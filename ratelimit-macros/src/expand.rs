@@ -135,7 +135,7 @@ fn expand(
             format!("_{}", i + 1)
         };
         let decl = Ident::new(&format!("__RL_DECL{suffix}"), Span::mixed_site());
-        let key_var = Ident::new(&format!("__rl_key{suffix}"), Span::mixed_site());
+        let key_arg = Ident::new(&format!("__rl_key{suffix}"), Span::mixed_site());
         let declaration = declaration(&limit.args, sig, i + 1, limit.line_span());
         statics.extend(quote! {
             static #decl: ::redis_ratelimit::LimitDeclaration = #declaration;
@@ -143,9 +143,17 @@ fn expand(
                 ::redis_ratelimit::__private::Registration(&#decl)
             }
         });
-        let (key, key_arg) = key(limit.args.key.as_ref(), &key_var, &suffix, &decl, &limiter);
-        keys.extend(key);
-        let mut call = call(&limit.args, &params, key_arg.as_ref());
+        keys.extend(key(limit.args.key.as_ref(), &key_arg, &suffix));
+        let mut call = call(&limit.args, &params);
+        if let Some(tier) = &limit.args.tier {
+            let tier_var = Ident::new(&format!("__rl_tier{suffix}"), Span::mixed_site());
+            let span = at(tier.span());
+            keys.extend(quote_spanned! {span=>
+                let #tier_var: ::core::option::Option<::redis_ratelimit::Tier> =
+                    ::redis_ratelimit::__private::IntoTier::into_tier(#tier);
+            });
+            call.extend(quote!(.with_tier(&#tier_var)));
+        }
         if let Some(predicate) = &limit.args.count {
             let taken = Ident::new(&format!("__rl_taken{suffix}"), Span::mixed_site());
             keys.extend(quote! {
@@ -154,22 +162,22 @@ fn expand(
             call.extend(quote!(.keeping(&#taken)));
             counted.push((decl.clone(), taken, predicate));
         }
-        checked.push((decl, key_var, call));
+        checked.push((decl, key_arg, call));
     }
     for &(earlier, later) in same_name {
         statics.extend(same_name_check(limits, earlier, later, sig));
     }
     let check = match checked.as_slice() {
-        [(decl, key_var, call)] => {
-            quote!(::redis_ratelimit::__private::check(&#decl, #key_var, #call, #limiter))
+        [(decl, key_arg, call)] => {
+            quote!(::redis_ratelimit::__private::check_key(&#decl, &#key_arg, #call, #limiter))
         }
         _ => {
             let decls = checked.iter().map(|(decl, ..)| decl);
-            let key_vars = checked.iter().map(|(_, key_var, _)| key_var);
+            let key_args = checked.iter().map(|(_, key_arg, _)| key_arg);
             let calls = checked.iter().map(|(.., call)| call);
             quote! {
                 ::redis_ratelimit::__private::check_all(
-                    &[#((&#decls, #key_vars, #calls)),*],
+                    &[#((&#decls, &#key_args, #calls)),*],
                     #limiter,
                 )
             }
@@ -206,33 +214,24 @@ fn expand(
     }
 }
 
-/// The statements that bind `key_var`, a `&dyn KeyResolver`, to the limit's key: `Uri` when
-/// none is written; a `KeyResolver` value as it is; an `AsyncKeyResolver`'s answer, awaited
-/// here under the limiter's deadline; any other value that displays (an argument,
+/// The statements that bind `arg`, a `KeyArg`, to the limit's key: `Uri` when none is
+/// written; a `KeyResolver` value as it is; an `AsyncKeyResolver`, for the check to await
+/// under the limiter's deadline; any other value that displays (an argument,
 /// `key = tenant_id`) as its text, computed here, before the body runs. Which is chosen by
 /// method resolution (a resolver first), spanned at the user's expression so that a value
-/// that is none of them is reported there. Returns the statements and the key's local, for
-/// the call to say whether it was found out.
-fn key(
-    expr: Option<&Expr>,
-    key_var: &Ident,
-    suffix: &str,
-    decl: &Ident,
-    limiter: &TokenStream,
-) -> (TokenStream, Option<Ident>) {
+/// that is none of them is reported there.
+fn key(expr: Option<&Expr>, arg: &Ident, suffix: &str) -> TokenStream {
     let Some(expr) = expr else {
-        let key = quote! {
-            let #key_var: &dyn ::redis_ratelimit::KeyResolver = &::redis_ratelimit::Uri;
+        return quote! {
+            let #arg = ::redis_ratelimit::__private::KeyArg::Resolver(&::redis_ratelimit::Uri);
         };
-        return (key, None);
     };
     let span = at(expr.span());
     let value = Ident::new(&format!("__rl_key_value{suffix}"), Span::mixed_site());
-    let arg = Ident::new(&format!("__rl_key_arg{suffix}"), Span::mixed_site());
     let pick = quote_spanned! {span=>
         (&&&&::redis_ratelimit::__private::KeyOf(#value)).rate_limit_key()
     };
-    let key = quote! {
+    quote! {
         let #value = &(#expr);
         let #arg = {
             #[allow(unused_imports)]
@@ -241,29 +240,17 @@ fn key(
             };
             #pick
         };
-        let #arg = #arg.settle(&#decl, #limiter).await;
-        let #key_var: &dyn ::redis_ratelimit::KeyResolver = #arg.resolver();
-    };
-    (key, Some(arg))
+    }
 }
 
 /// What the limit's check takes from this call: `Call::NONE` unless the cost is computed from
 /// the arguments or the call may be exempt.
-fn call(args: &RateLimitArgs, params: &[String], key_arg: Option<&Ident>) -> TokenStream {
+fn call(args: &RateLimitArgs, params: &[String]) -> TokenStream {
     let mut call = quote!(::redis_ratelimit::__private::Call::NONE);
-    if let Some(arg) = key_arg {
-        call.extend(quote!(.with_key(&#arg)));
-    }
     if let Some(cost) = per_call_cost(args, params) {
         let span = at(cost.span());
         call.extend(quote_spanned! {span=>
             .with_cost(::redis_ratelimit::__private::IntoCost::into_cost(#cost))
-        });
-    }
-    if let Some(tier) = &args.tier {
-        let span = at(tier.span());
-        call.extend(quote_spanned! {span=>
-            .with_tier(#tier)
         });
     }
     if let Some(exempt) = &args.exempt {
@@ -617,7 +604,7 @@ mod tests {
             },
         )
         .to_string();
-        let check = out.find("__private :: check").expect("the check");
+        let check = out.find("__private :: check_key").expect("the check");
         let body = out.find("self . page (page)").expect("the body");
         assert!(check < body, "{out}");
         assert!(out.starts_with("# [doc = r\" Lists orders.\"] pub async fn list_orders (& self , page : u32) -> ApiResult < Vec < Order > >"), "{out}");
@@ -664,13 +651,16 @@ mod tests {
         assert!(out.contains("(\"f.third\" ,"), "{out}");
         // One check, of every limit in order, with the limiter written on the second.
         assert!(!out.contains("__private :: check ("), "{out}");
-        assert!(out.contains(
-            "__private :: check_all (& [(& __RL_DECL , __rl_key , :: redis_ratelimit :: __private \
-             :: Call :: NONE . with_key (& __rl_key_arg)) , (& __RL_DECL_2 , __rl_key_2 , :: \
-             redis_ratelimit :: __private :: Call :: NONE . with_key (& __rl_key_arg_2)) , (& \
-             __RL_DECL_3 , __rl_key_3 , :: redis_ratelimit :: __private :: Call :: NONE)] , :: \
-             redis_ratelimit :: __private :: AsLimiter :: as_limiter (& (L)) ,)"
-        ), "{out}");
+        assert!(
+            out.contains(
+                "__private :: check_all (& [(& __RL_DECL , & __rl_key , :: redis_ratelimit :: \
+             __private :: Call :: NONE) , (& __RL_DECL_2 , & __rl_key_2 , :: redis_ratelimit :: \
+             __private :: Call :: NONE) , (& __RL_DECL_3 , & __rl_key_3 , :: redis_ratelimit :: \
+             __private :: Call :: NONE)] , :: redis_ratelimit :: __private :: AsLimiter :: \
+             as_limiter (& (L)) ,)"
+            ),
+            "{out}"
+        );
         // No written name could equal a default one: nothing for the compiler to compare.
         assert!(!out.contains("const _"), "{out}");
     }

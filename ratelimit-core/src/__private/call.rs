@@ -5,10 +5,6 @@ use std::borrow::Cow;
 use std::fmt::Display;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use std::future::Future;
-use std::pin::Pin;
-use std::task::{Context, Poll};
-
 use crate::async_key::{AsyncKeyResolver, ErasedAsync};
 use crate::decision::{Label, Source};
 use crate::registry::{LimitDeclaration, Warning};
@@ -16,43 +12,71 @@ use crate::request::{resolving, with_current};
 use crate::{Decision, KeyResolver, Limit, RateLimiter, RequestContext, Tier};
 
 /// What one call brings to its limit's check, beside the declaration: a cost computed from
-/// the arguments (`cost = files.len()`), whether the call is exempt (`exempt = ..`), and where
-/// to keep what it took, for a refund when its outcome does not count (`count = ..`).
-#[derive(Debug, Clone, Default)]
-pub struct Call {
+/// the arguments (`cost = files.len()`), whether the call is exempt (`exempt = ..`), its tier
+/// (`tier = ..`), and where to keep what it took, for a refund when its outcome does not
+/// count (`count = ..`). Small and `Copy`: the check of a call with none of them passes
+/// `Call::NONE`.
+#[derive(Debug, Clone, Copy)]
+pub struct Call<'t> {
     pub(crate) cost: Option<Cost>,
     pub(crate) exempt: bool,
-    pub(crate) taken: Option<Taken>,
-    /// The tier chosen for this call (`tier = ..`): `Some(None)` when it was given none, and
-    /// the declared limit applies.
-    pub(crate) tier: Option<Option<Tier>>,
+    /// Whether the call chose a tier (`tier = ..`), and which: none means the declared limit.
+    pub(crate) tiered: bool,
+    pub(crate) tier: Option<&'t Tier>,
+    pub(crate) taken: Option<&'t Taken>,
     /// The key's resolver failed, or did not answer within the deadline: the failure policy
-    /// decides.
+    /// decides (set by the check, once an async key is settled).
     pub(crate) key_failed: bool,
 }
 
-impl Call {
+impl<'t> Call<'t> {
     /// A call with nothing of its own: the declaration decides.
-    pub const NONE: Call = Call {
+    pub const NONE: Call<'static> = Call {
         cost: None,
         exempt: false,
-        taken: None,
+        tiered: false,
         tier: None,
+        taken: None,
         key_failed: false,
     };
 
-    /// This call's key, as settled: a resolver that failed leaves the call to the failure
-    /// policy.
+    /// Keeps what this call takes in `taken`, to give it back if its outcome does not count.
     #[must_use]
-    pub fn with_key(mut self, key: &KeyArg<'_>) -> Call {
-        self.key_failed = matches!(key, KeyArg::Failed);
+    pub fn keeping<'u>(self, taken: &'u Taken) -> Call<'u>
+    where
+        't: 'u,
+    {
+        Call {
+            taken: Some(taken),
+            ..self
+        }
+    }
+
+    /// The tier this call is decided under (its `tier = ..`, converted by [`IntoTier`]):
+    /// `None` for the declared limit.
+    #[must_use]
+    pub fn with_tier<'u>(self, tier: &'u Option<Tier>) -> Call<'u>
+    where
+        't: 'u,
+    {
+        Call {
+            tiered: true,
+            tier: tier.as_ref(),
+            ..self
+        }
+    }
+
+    /// This call's cost, computed from its arguments.
+    #[must_use]
+    pub fn with_cost(mut self, cost: Cost) -> Call<'t> {
+        self.cost = Some(cost);
         self
     }
 
-    /// The tier this call is decided under, from its `tier = ..` expression.
+    /// Whether this call is exempt from the limit.
     #[must_use]
-    pub fn with_tier(mut self, tier: impl IntoTier) -> Call {
-        self.tier = Some(tier.into_tier());
+    pub fn with_exempt(mut self, exempt: bool) -> Call<'t> {
+        self.exempt = exempt;
         self
     }
 
@@ -60,29 +84,8 @@ impl Call {
     pub(crate) fn label(&self, name: &'static str) -> Label {
         Label {
             name,
-            tier: self.tier.flatten().map(|t| t.name()),
+            tier: self.tier.map(Tier::name),
         }
-    }
-
-    /// Keeps what this call takes in `taken`, to give it back if its outcome does not count.
-    #[must_use]
-    pub fn keeping(mut self, taken: &Taken) -> Call {
-        self.taken = Some(taken.clone());
-        self
-    }
-
-    /// This call's cost, computed from its arguments.
-    #[must_use]
-    pub fn with_cost(mut self, cost: Cost) -> Call {
-        self.cost = Some(cost);
-        self
-    }
-
-    /// Whether this call is exempt from the limit.
-    #[must_use]
-    pub fn with_exempt(mut self, exempt: bool) -> Call {
-        self.exempt = exempt;
-        self
     }
 }
 
@@ -207,8 +210,8 @@ into_cost!(
 pub struct KeyOf<'a, T>(pub &'a T);
 
 /// A key as the check takes it: a resolver to run against the request context, the value an
-/// argument displayed as, a resolver that awaits (settled before the check), or a key that
-/// could not be found out.
+/// argument displayed as, a resolver that awaits (settled by the check, on its path for a
+/// store that does not answer at once), or a key that could not be found out.
 #[allow(missing_debug_implementations)]
 pub enum KeyArg<'a> {
     /// A [`KeyResolver`], resolved against the request context.
@@ -221,7 +224,7 @@ pub enum KeyArg<'a> {
     Failed,
 }
 
-impl<'a> KeyArg<'a> {
+impl KeyArg<'_> {
     /// The key as the check takes it.
     pub fn resolver(&self) -> &dyn KeyResolver {
         match self {
@@ -230,67 +233,38 @@ impl<'a> KeyArg<'a> {
             KeyArg::Async(_) | KeyArg::Failed => &NoKey,
         }
     }
-
-    /// The key with an async resolver's answer in it: at once for any other key; for an
-    /// [`AsyncKeyResolver`], its answer within the limiter's deadline, or [`KeyArg::Failed`].
-    pub fn settle(
-        self,
-        decl: &'static LimitDeclaration,
-        limiter: Option<&'a RateLimiter>,
-    ) -> Settle<'a> {
-        let KeyArg::Async(resolver) = self else {
-            return Settle::Ready(Some(self));
-        };
-        let ctx = with_current(|ctx, _| ctx.clone());
-        let (limiter, _) = super::limiter_or_unenabled(decl, limiter);
-        let deadline = limiter.deadline();
-        Settle::Resolving(Box::pin(async move {
-            let resolving = resolving(decl.name(), || resolver.resolve_boxed(&ctx));
-            let answer = match deadline {
-                Some(deadline) if tokio::runtime::Handle::try_current().is_ok() => {
-                    tokio::time::timeout(deadline, resolving)
-                        .await
-                        .map_err(|_| {
-                            format!("no answer within the deadline of {deadline:?}").into()
-                        })
-                        .and_then(|answer| answer)
-                }
-                _ => resolving.await,
-            };
-            match answer {
-                Ok(key) => KeyArg::Value(Fixed(key.unwrap_or_default())),
-                Err(e) => {
-                    decl.warn_once(
-                        Warning::CannotResolve,
-                        &format_args!(
-                            "the key of `{}` could not be resolved, so its failure policy \
-                             decides its calls (said once): {e}",
-                            decl.name()
-                        ),
-                    );
-                    KeyArg::Failed
-                }
-            }
-        }))
-    }
 }
 
-/// [`KeyArg::settle`]'s future: ready at once unless an async resolver runs.
-#[allow(missing_debug_implementations)]
-pub enum Settle<'a> {
-    /// The key, as it was.
-    Ready(Option<KeyArg<'a>>),
-    /// An async resolver's answer, to come.
-    Resolving(Pin<Box<dyn Future<Output = KeyArg<'a>> + Send + 'a>>),
-}
-
-impl<'a> Future for Settle<'a> {
-    type Output = KeyArg<'a>;
-
-    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<KeyArg<'a>> {
-        match self.get_mut() {
-            Settle::Ready(key) => Poll::Ready(key.take().unwrap_or(KeyArg::Failed)),
-            Settle::Resolving(resolving) => resolving.as_mut().poll(cx),
+/// An [`AsyncKeyResolver`]'s answer within `limiter`'s deadline: the key (none is an empty
+/// one), or [`KeyArg::Failed`] when it failed or did not answer in time (said once per limit).
+pub(crate) async fn settle(
+    resolver: &dyn ErasedAsync,
+    decl: &'static LimitDeclaration,
+    limiter: &RateLimiter,
+) -> KeyArg<'static> {
+    let ctx = with_current(|ctx, _| ctx.clone());
+    let resolving = resolving(decl.name(), || resolver.resolve_boxed(&ctx));
+    let answer = match limiter.deadline() {
+        Some(deadline) if tokio::runtime::Handle::try_current().is_ok() => {
+            tokio::time::timeout(deadline, resolving)
+                .await
+                .map_err(|_| format!("no answer within the deadline of {deadline:?}").into())
+                .and_then(|answer| answer)
+        }
+        _ => resolving.await,
+    };
+    match answer {
+        Ok(key) => KeyArg::Value(Fixed(key.unwrap_or_default())),
+        Err(e) => {
+            decl.warn_once(
+                Warning::CannotResolve,
+                &format_args!(
+                    "the key of `{}` could not be resolved, so its failure policy decides its \
+                     calls (said once): {e}",
+                    decl.name()
+                ),
+            );
+            KeyArg::Failed
         }
     }
 }

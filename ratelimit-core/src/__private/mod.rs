@@ -11,8 +11,8 @@ pub use inventory;
 mod call;
 pub use crate::async_key::ErasedAsync;
 pub use call::{
-    Call, Cost, Fixed, IntoCost, IntoTier, KeyArg, KeyOf, Settle, Taken, ViaAsync, ViaDisplay,
-    ViaNeither, ViaResolver, counts,
+    Call, Cost, Fixed, IntoCost, IntoTier, KeyArg, KeyOf, Taken, ViaAsync, ViaDisplay, ViaNeither,
+    ViaResolver, counts,
 };
 
 use crate::decision::{Label, Source};
@@ -91,12 +91,48 @@ pub const fn limit(
 pub fn check<'a, K: KeyResolver + ?Sized>(
     decl: &'static LimitDeclaration,
     key: &K,
-    call: Call,
+    call: Call<'_>,
     limiter: Option<&'a RateLimiter>,
 ) -> impl Future<Output = Result<(), Box<RateLimited>>> + Send + use<'a, K> {
     // Looked at when the check is made, in the function's own poll: the future then carries
     // the step alone, not the key, the call and the declaration.
-    let step = at_once(decl, key, call, limiter);
+    finish(at_once(decl, key, call, limiter))
+}
+
+/// [`check`] of a key as the macro writes it ([`KeyArg`]): an async resolver's key is
+/// settled on the path of a store that does not answer at once (boxed, with its wait for the
+/// store); every other key is checked at once.
+pub fn check_key<'a>(
+    decl: &'static LimitDeclaration,
+    key: &'a KeyArg<'a>,
+    call: Call<'_>,
+    limiter: Option<&'a RateLimiter>,
+) -> impl Future<Output = Result<(), Box<RateLimited>>> + Send + use<'a> {
+    let step = match key {
+        KeyArg::Async(resolver) => {
+            let (tier, taken) = (call.tier.copied(), call.taken.cloned());
+            let (cost, exempt, tiered) = (call.cost, call.exempt, call.tiered);
+            Step::Ask(Box::pin(async move {
+                let (limiter_now, _) = limiter_or_unenabled(decl, limiter);
+                let key = call::settle(*resolver, decl, limiter_now).await;
+                let call = Call {
+                    cost,
+                    exempt,
+                    tiered,
+                    tier: tier.as_ref(),
+                    taken: taken.as_ref(),
+                    key_failed: matches!(key, KeyArg::Failed),
+                };
+                finish(at_once(decl, key.resolver(), call, limiter)).await
+            }))
+        }
+        key => at_once(decl, key.resolver(), call, limiter),
+    };
+    finish(step)
+}
+
+/// A step's future: its outcome at once, or the wait for it.
+fn finish(step: Step<'_>) -> impl Future<Output = Checked> + Send + use<'_> {
     async move {
         match step {
             Step::Done(done) => done,
@@ -146,11 +182,11 @@ enum Before {
 
 /// Applies what `call` brings to its limit's `effective` state, before the key: one rule for
 /// one limit and for several.
-fn before_key(call: &Call, effective: &mut Effective) -> Before {
+fn before_key(call: &Call<'_>, effective: &mut Effective) -> Before {
     if !effective.enabled {
         return Before::Decided(Decision::disabled(effective.limit, effective.cost));
     }
-    if let Some(Some(tier)) = call.tier {
+    if let Some(tier) = call.tier {
         effective.limit = tier.limit();
     }
     if call.exempt {
@@ -161,7 +197,7 @@ fn before_key(call: &Call, effective: &mut Effective) -> Before {
         Some(Cost(cost)) => cost,
         // A declared cost fits the declared limit (checked when the macro expanded, or the
         // override was read); a tier's limit may hold less.
-        None if call.tier.is_some() => Some(effective.cost),
+        None if call.tiered => Some(effective.cost),
         None => return Before::Check,
     };
     match cost {
@@ -180,7 +216,7 @@ fn before_key(call: &Call, effective: &mut Effective) -> Before {
 fn at_once<'a, K: KeyResolver + ?Sized>(
     decl: &'static LimitDeclaration,
     key: &K,
-    call: Call,
+    call: Call<'_>,
     limiter: Option<&'a RateLimiter>,
 ) -> Step<'a> {
     let mut effective = decl.effective();
@@ -247,7 +283,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             label,
             decision,
             Some(bucket),
-            call.taken.as_ref(),
+            call.taken,
             |decision| {
                 if let Some(scope) = scope {
                     scope.record(label, decision, None);
@@ -259,7 +295,14 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
     match looked {
         Looked::Decided(done) => Step::Done(done),
         Looked::Ask(bucket, reserved) => Step::Ask(Box::pin(ask(
-            decl, label, limiter, bucket, reserved, effective, in_scope, call.taken,
+            decl,
+            label,
+            limiter,
+            bucket,
+            reserved,
+            effective,
+            in_scope,
+            call.taken.cloned(),
         ))),
         Looked::NoKey => {
             report_missing_piece(decl, key);
@@ -418,13 +461,32 @@ pub(crate) fn limiter_or_unenabled<'a>(
 /// unchecked; a limit that finds no key is decided by the empty-key policy, and when that
 /// refuses, the call is refused without asking the store (nothing is taken).
 pub async fn check_all(
-    limits: &[(&'static LimitDeclaration, &dyn KeyResolver, Call)],
+    limits: &[(&'static LimitDeclaration, &KeyArg<'_>, Call<'_>)],
     limiter: Option<&RateLimiter>,
 ) -> Result<(), Box<RateLimited>> {
     let Some(&(first, ..)) = limits.first() else {
         return Ok(());
     };
     let (limiter, _) = limiter_or_unenabled(first, limiter);
+    // The keys of async resolvers, settled first (none, for most calls).
+    let mut settled: Vec<Option<KeyArg<'static>>> = Vec::new();
+    if limits
+        .iter()
+        .any(|(_, key, _)| matches!(key, KeyArg::Async(_)))
+    {
+        for (decl, key, _) in limits {
+            settled.push(match key {
+                KeyArg::Async(resolver) => Some(call::settle(*resolver, decl, limiter).await),
+                _ => None,
+            });
+        }
+    }
+    let key_of = |i: usize| -> &KeyArg<'_> {
+        match settled.get(i) {
+            Some(Some(key)) => key,
+            _ => limits[i].1,
+        }
+    };
     let mut effective: Vec<_> = limits.iter().map(|(decl, ..)| decl.effective()).collect();
     let before: Vec<Before> = limits
         .iter()
@@ -436,7 +498,9 @@ pub async fn check_all(
         let buckets = limits
             .iter()
             .zip(&before)
-            .map(|((decl, key, _), before)| {
+            .enumerate()
+            .map(|(i, ((decl, ..), before))| {
+                let key = key_of(i).resolver();
                 matches!(before, Before::Check)
                     .then(|| resolving(decl.name(), || key.resolve(ctx)))
                     .flatten()
@@ -450,7 +514,7 @@ pub async fn check_all(
     // A limit whose call costs nothing has none: it takes nothing and is not asked.
     let mut parts: Vec<Option<Decision>> = vec![None; limits.len()];
     let mut asked: Vec<usize> = Vec::with_capacity(limits.len());
-    for (i, ((decl, key, _), (before, e))) in limits
+    for (i, ((decl, ..), (before, e))) in limits
         .iter()
         .zip(before.into_iter().zip(&effective))
         .enumerate()
@@ -458,11 +522,11 @@ pub async fn check_all(
         match before {
             Before::Decided(d) => parts[i] = Some(d),
             Before::Free => {}
-            Before::Check if limits[i].2.key_failed => {
+            Before::Check if matches!(key_of(i), KeyArg::Failed) => {
                 parts[i] = Some(limiter.decide_unresolved(&e.limit, e.cost));
             }
             Before::Check if buckets[i].is_none() => {
-                report_missing_piece(decl, *key);
+                report_missing_piece(decl, key_of(i).resolver());
                 let policy = decl.empty_key_policy();
                 parts[i] = Some(limiter.decide_without_key(policy, &e.limit, e.cost));
             }
@@ -521,7 +585,7 @@ pub async fn check_all(
         let taken = limits
             .iter()
             .find(|(d, ..)| std::ptr::eq(*d, *decl))
-            .and_then(|(.., call)| call.taken.as_ref());
+            .and_then(|(.., call)| call.taken);
         if let (Some(taken), Some(bucket)) = (taken, bucket)
             && decision.allowed
         {
@@ -896,10 +960,10 @@ mod tests {
                 limiter.named_bucket_key("t::handler_one", "t::handler_one")
             );
             let stacked = [
-                (two, &ByHandler as &dyn KeyResolver, Call::NONE),
+                (two, &KeyArg::Resolver(&ByHandler), Call::NONE),
                 (
                     declaration("t::handler_three", "ByHandler"),
-                    &ByHandler,
+                    &KeyArg::Resolver(&ByHandler),
                     Call::NONE,
                 ),
             ];

@@ -2,7 +2,7 @@
 
 use std::sync::LazyLock;
 
-use crate::__private::{Call, check, check_all};
+use crate::__private::{Call, KeyArg, check, check_all};
 use crate::LimitDeclaration;
 use crate::{Global, Ip, Limit, RateLimited, RateLimiter, Uri};
 
@@ -88,7 +88,10 @@ pub(crate) async fn limited_twice(
     decl_daily: &'static LimitDeclaration,
 ) -> Result<&'static str, Limited> {
     check_all(
-        &[(decl, &Uri, Call::NONE), (decl_daily, &Global, Call::NONE)],
+        &[
+            (decl, &KeyArg::Resolver(&Uri), Call::NONE),
+            (decl_daily, &KeyArg::Resolver(&Global), Call::NONE),
+        ],
         Some(&LIMITER),
     )
     .await
