@@ -132,12 +132,10 @@ pub fn check_key<'a>(
 }
 
 /// A step's future: its outcome at once, or the wait for it.
-fn finish(step: Step<'_>) -> impl Future<Output = Checked> + Send + use<'_> {
-    async move {
-        match step {
-            Step::Done(done) => done,
-            Step::Ask(asking) => asking.await,
-        }
+async fn finish(step: Step<'_>) -> Checked {
+    match step {
+        Step::Done(done) => done,
+        Step::Ask(asking) => asking.await,
     }
 }
 
