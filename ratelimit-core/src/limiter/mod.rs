@@ -715,10 +715,10 @@ mod future_sizes {
         let sizes = [
             std::mem::size_of_val(&limiter.check("k", &limit)),
             std::mem::size_of_val(&limiter.check_named("n", "k", &limit, 1)),
-            // As the macro calls it: the resolver behind `&dyn`.
-            std::mem::size_of_val(&crate::__private::check(
+            // As the macro calls it: the key as a `KeyArg`.
+            std::mem::size_of_val(&crate::__private::check_key(
                 &DECL,
-                &crate::Global as &dyn crate::KeyResolver,
+                &crate::__private::KeyArg::Resolver(&crate::Global),
                 crate::__private::Call::NONE,
                 Some(&limiter),
             )),
