@@ -18,8 +18,8 @@ pub type ResolveError = Box<dyn std::error::Error + Send + Sync>;
 /// keep a bucket of, refuse it).
 ///
 /// ```
-/// use redis_ratelimit::{RateLimited, RequestContext, key::{AsyncKeyResolver, ResolveError}};
-/// use redis_ratelimit::rate_limit;
+/// use ratelimit_core::RequestContext;
+/// use ratelimit_core::key::{AsyncKeyResolver, ResolveError};
 ///
 /// /// The account behind the request's session cookie, from the session store.
 /// struct Account;
@@ -35,10 +35,13 @@ pub type ResolveError = Box<dyn std::error::Error + Send + Sync>;
 ///     }
 /// }
 ///
-/// #[rate_limit(replenish = 10, unit = "minute", key = Account)]
-/// async fn export() -> Result<&'static str, RateLimited> {
-///     Ok("exported")
-/// }
+/// // On a function: #[rate_limit(replenish = 10, unit = "minute", key = Account)]
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() {
+/// let ctx = RequestContext::new().with_header("cookie", "s=1");
+/// assert_eq!(Account.resolve(&ctx).await.unwrap().as_deref(), Some("account-of-3"));
+/// assert_eq!(Account.resolve(&RequestContext::new()).await.unwrap(), None);
+/// # }
 /// ```
 pub trait AsyncKeyResolver: Send + Sync + 'static {
     /// The key of this call: `Ok(None)` when it has none, an error when it could not be

@@ -9,7 +9,7 @@ use super::Limit;
 /// limit. The response headers and metrics name the tier.
 ///
 /// ```
-/// use redis_ratelimit::{Limit, Tier};
+/// use ratelimit_core::{Limit, Tier};
 ///
 /// const FREE: Tier = Tier::new("free", Limit::per_hour(100));
 /// const PRO: Tier = Tier::new("pro", Limit::per_hour(10_000));
