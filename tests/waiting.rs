@@ -318,6 +318,46 @@ on_both_stores!(
     a_new_rate_keeps_the_reservations,
 );
 
+/// A jitter lengthens each wait by up to its bound, at random: no waiter goes before its turn
+/// or later than its turn plus the jitter, and waiters are no longer released in lockstep.
+#[tokio::test(start_paused = true)]
+async fn jitter_spreads_waiters_and_never_makes_one_early() {
+    let s = Store::memory().await;
+    let jitter = Duration::from_millis(50);
+    let limit = Limit::per_second(10).burst(1).jitter(jitter);
+    let t0 = Instant::now();
+    let calls: Vec<_> = (0..20)
+        .map(|_| s.limiter.acquire("host", &limit, Duration::from_secs(5)))
+        .collect();
+    let (at, admitted) = completions(t0, calls).await;
+    assert_eq!(admitted, 20);
+    assert_never_early(
+        &at,
+        Duration::from_millis(100),
+        "20 calls at 10/s, jittered",
+    );
+    // The first call does not wait, so it is not jittered; each later one is at most its turn
+    // plus the jitter (its turn, not the one before: tokens are reserved in order).
+    for (k, t) in at.iter().enumerate().skip(1) {
+        let latest = Duration::from_millis(100) * u32::try_from(k).unwrap() + jitter;
+        assert!(*t <= latest, "call {k} went at {t:?}, after {latest:?}");
+    }
+    let lockstep = at
+        .windows(2)
+        .skip(1)
+        .all(|w| w[1] - w[0] == Duration::from_millis(100));
+    assert!(!lockstep, "waiters spread: {at:?}");
+    // Without jitter, the same calls go exactly at their turns.
+    let exact = Limit::per_second(10).burst(1);
+    let t0 = Instant::now();
+    let calls: Vec<_> = (0..5)
+        .map(|_| s.limiter.acquire("host2", &exact, Duration::from_secs(5)))
+        .collect();
+    let (at, _) = completions(t0, calls).await;
+    let expected: Vec<Duration> = (0..5).map(|k| Duration::from_millis(100 * k)).collect();
+    assert_eq!(at, expected);
+}
+
 /// Redis down, the fallback paces the waiters in memory, at this instance's share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fallback_paces_waiters_while_redis_is_down() {

@@ -32,6 +32,7 @@ pub(crate) const ARGUMENTS: &[&str] = &[
     "count",
     "tier",
     "tiers",
+    "jitter",
 ];
 
 /// Names from Spring's `RedisRateLimiter` and other limiters, mapped to ours.
@@ -75,6 +76,8 @@ pub(crate) struct RateLimitArgs {
     pub(crate) wait: Option<(Option<u64>, Span)>,
     /// `shadow = true`.
     pub(crate) shadow: Option<syn::LitBool>,
+    /// `jitter = "50ms"`: the most a wait is lengthened by, in microseconds.
+    pub(crate) jitter: Option<(u64, Span)>,
     /// `exempt = expr`: a `bool` per call; `true` lets the call through unchecked.
     pub(crate) exempt: Option<Expr>,
     /// `count = predicate`: which outcomes count (`Result::is_err`, a closure over
@@ -135,6 +138,7 @@ impl RateLimitArgs {
             initial: None,
             wait: None,
             shadow: None,
+            jitter: None,
             exempt: None,
             count: None,
             tier: None,
@@ -241,6 +245,11 @@ impl RateLimitArgs {
                         set_once(&mut args.shadow, shadow, &name, errors);
                     }
                 }
+                "jitter" => {
+                    if let Some(jitter) = jitter(&value, errors) {
+                        set_once(&mut args.jitter, jitter, &name, errors);
+                    }
+                }
                 "key" => set_once(&mut args.key, value, &name, errors),
                 "exempt" => set_once(&mut args.exempt, value, &name, errors),
                 "count" => set_once(&mut args.count, value, &name, errors),
@@ -286,6 +295,7 @@ fn example(argument: &str) -> &'static str {
         "count" => "Result::is_err",
         "tier" => "user.plan()",
         "tiers" => "[FREE, PRO]",
+        "jitter" => "\"50ms\"",
         "empty_key" => "\"allow\"",
         "empty_key_status" => "401",
         _ => "10",
@@ -479,6 +489,43 @@ fn wait(value: &Expr, errors: &mut Errors) -> Option<(Option<u64>, Span)> {
         Ok(us) => Some((us, s.span())),
         Err(e) => {
             errors.at(s.span(), e);
+            None
+        }
+    }
+}
+
+/// `jitter = "50ms"`: a duration in the wait syntax, at most an hour (`"none"` means no
+/// jitter and is better left out).
+fn jitter(value: &Expr, errors: &mut Errors) -> Option<(u64, Span)> {
+    let Expr::Lit(ExprLit {
+        lit: Lit::Str(s), ..
+    }) = value
+    else {
+        errors.at(
+            value.span(),
+            "`jitter` takes a duration as `wait` does: `jitter = \"50ms\"`",
+        );
+        return None;
+    };
+    let span = s.span();
+    let us = match ratelimit_vocab::parse_wait(&s.value()) {
+        Ok(us) => us,
+        Err(e) => {
+            errors.at(
+                span,
+                format_args!("`jitter` takes a duration as `wait` does: {e}"),
+            );
+            return None;
+        }
+    };
+    match us {
+        Some(us) if us <= ratelimit_vocab::limits::MAX_JITTER_US => Some((us, span)),
+        Some(_) => {
+            errors.at(span, "`jitter` spreads waits by at most an hour");
+            None
+        }
+        None => {
+            errors.at(span, "`jitter = \"none\"` is no jitter: remove it");
             None
         }
     }

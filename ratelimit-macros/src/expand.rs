@@ -465,6 +465,11 @@ fn declaration(
             quote!(.wait(::core::time::Duration::from_micros(#us)))
         });
     let shadow = args.shadow.as_ref().map(|b| quote!(.with_shadow(#b)));
+    let jitter = args.jitter.map(|(us, span)| {
+        let mut us = Literal::u64_unsuffixed(us);
+        us.set_span(span);
+        quote!(.jitter(::core::time::Duration::from_micros(#us)))
+    });
     let declaration = quote! {
         ::redis_ratelimit::__private::declaration(
             #name,
@@ -475,7 +480,7 @@ fn declaration(
                 ::redis_ratelimit::Algorithm::#algorithm,
                 ::redis_ratelimit::Refill::#refill,
                 #initial,
-            )#policy #wait #shadow,
+            )#policy #wait #shadow #jitter,
             #cost_value,
             #key,
             ::core::file!(),

@@ -74,6 +74,16 @@ pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut
              `wait`, or use `algorithm = \"token_bucket\"` or `\"leaky_bucket\"`",
         );
     }
+    if let Some((_, span)) = args.jitter
+        && !matches!(args.wait, Some((Some(_), _)))
+        && algorithm != Some(Algorithm::LeakyBucket)
+    {
+        errors.at(
+            span,
+            "`jitter` spreads the waits of calls that wait: add `wait = \"..\"` (or use \
+             `algorithm = \"leaky_bucket\"`, whose calls always wait)",
+        );
+    }
     if let Some(window) = window {
         check_window(args, window, errors);
         return;

@@ -17,6 +17,9 @@ pub const MAX_EXACT: u64 = 1 << 51;
 /// state reads as a clock stepped back, not as reservations (see `gcra.lua`).
 pub const MAX_WAIT_US: u64 = 86_400_000_000;
 
+/// The most a wait may be spread by (`jitter`), in microseconds: an hour.
+pub const MAX_JITTER_US: u64 = 3_600_000_000;
+
 /// The greatest common divisor.
 #[inline]
 pub const fn gcd(mut a: u64, mut b: u64) -> u64 {

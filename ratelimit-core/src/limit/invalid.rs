@@ -94,6 +94,14 @@ pub enum InvalidLimit {
         /// has less room.
         max: Duration,
     },
+    /// The jitter asked for is longer than a wait may be spread by.
+    #[error("a jitter of {jitter:?} is longer than a wait may be spread by ({max:?})")]
+    JitterTooLong {
+        /// The requested jitter.
+        jitter: Duration,
+        /// The longest jitter: an hour.
+        max: Duration,
+    },
 }
 
 impl InvalidLimit {
@@ -110,6 +118,7 @@ impl InvalidLimit {
             InvalidLimit::InitialAboveBurst { .. } => &["initial", "burst"],
             InvalidLimit::CannotWait { .. } => &["wait", "algorithm", "refill"],
             InvalidLimit::WaitTooLong { .. } => &["wait"],
+            InvalidLimit::JitterTooLong { .. } => &["jitter"],
         }
     }
 }

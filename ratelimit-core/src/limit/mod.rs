@@ -80,7 +80,13 @@ pub struct Limit {
     wait_us: u64,
     /// Shadow mode: decided and counted, never refused.
     shadow: bool,
+    /// The most a wait is lengthened by, at random, in microseconds (0: none).
+    jitter_us: u32,
 }
+
+/// The longest jitter a wait may be spread by: an hour (the vocabulary's, which the attribute
+/// checks too).
+pub(crate) const MAX_JITTER: Duration = Duration::from_micros(limits::MAX_JITTER_US);
 
 /// `Limit::wait_us` when no wait was set.
 const NO_WAIT: u64 = u64::MAX;
@@ -110,6 +116,7 @@ pub(crate) const fn invalid(e: &InvalidLimit) -> ! {
             panic!("only a smoothly refilled token bucket and the leaky bucket can wait")
         }
         InvalidLimit::WaitTooLong { .. } => panic!("the wait is longer than this limit allows"),
+        InvalidLimit::JitterTooLong { .. } => panic!("a jitter is at most an hour"),
     }
 }
 
@@ -242,6 +249,7 @@ impl Limit {
             on_failure: None,
             wait_us: NO_WAIT,
             shadow: false,
+            jitter_us: 0,
         })
     }
 
@@ -490,6 +498,59 @@ impl Limit {
         let us = us as u64;
         self.wait_us = us;
         Limit::assemble(self)
+    }
+
+    /// The same limit, with each wait lengthened by a random spread of up to `max` (governor's
+    /// `Jitter`): waiters released together do not all arrive together, on the service below
+    /// or on the limiter. A call that waits has its tokens already; it only waits longer, so no
+    /// call goes early. Calls that do not wait are not affected.
+    ///
+    /// ```
+    /// use ratelimit_core::Limit;
+    /// use std::time::Duration;
+    ///
+    /// const FETCH: Limit = Limit::per_second(10)
+    ///     .burst(1)
+    ///     .wait(Duration::from_secs(2))
+    ///     .jitter(Duration::from_millis(50));
+    /// assert_eq!(FETCH.max_jitter(), Some(Duration::from_millis(50)));
+    /// ```
+    ///
+    /// # Panics
+    /// If [`try_jitter`](Limit::try_jitter) fails.
+    #[must_use]
+    pub const fn jitter(self, max: Duration) -> Limit {
+        match self.try_jitter(max) {
+            Ok(limit) => limit,
+            Err(e) => invalid(&e),
+        }
+    }
+
+    /// [`jitter`](Limit::jitter) for values known at run time, counted in whole microseconds.
+    ///
+    /// # Errors
+    /// [`InvalidLimit::JitterTooLong`] beyond an hour.
+    pub const fn try_jitter(mut self, max: Duration) -> Result<Limit, InvalidLimit> {
+        if max.as_micros() > MAX_JITTER.as_micros() {
+            return Err(InvalidLimit::JitterTooLong {
+                jitter: max,
+                max: MAX_JITTER,
+            });
+        }
+        // At most an hour in microseconds, checked just above.
+        #[allow(clippy::cast_possible_truncation)]
+        let us = max.as_micros() as u32;
+        self.jitter_us = us;
+        Ok(self)
+    }
+
+    /// The most a wait under this limit is lengthened by ([`jitter`](Limit::jitter)), if set.
+    pub const fn max_jitter(&self) -> Option<Duration> {
+        if self.jitter_us == 0 {
+            None
+        } else {
+            Some(Duration::from_micros(self.jitter_us as u64))
+        }
     }
 
     /// How long a call under this limit may wait for its tokens, if a wait was set

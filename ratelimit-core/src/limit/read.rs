@@ -115,6 +115,9 @@ impl fmt::Display for Limit {
         if let Some(wait) = self.max_wait() {
             write!(f, ", waiting up to {wait:?}")?;
         }
+        if let Some(jitter) = self.max_jitter() {
+            write!(f, " (plus up to {jitter:?} of jitter)")?;
+        }
         if self.shadow {
             f.write_str(", shadow")?;
         }

@@ -46,7 +46,13 @@ impl RateLimiter {
         checks: &[(&str, &Limit, u32)],
         decisions: &mut [Decision],
     ) -> Result<(), Error> {
-        let wait = reserved(decisions).unwrap_or_default();
+        // Lengthened by the limits' jitter (the most any of them asks): later, never earlier.
+        let jitter = checks
+            .iter()
+            .filter_map(|(_, limit, _)| limit.max_jitter())
+            .max()
+            .map_or(Duration::ZERO, spread);
+        let wait = reserved(decisions).unwrap_or_default() + jitter;
         let mut guard = GiveBack {
             limiter: self,
             parts: checks
@@ -101,6 +107,25 @@ impl RateLimiter {
             }
         });
     }
+}
+
+/// A random duration from zero to `max`, in whole microseconds.
+fn spread(max: Duration) -> Duration {
+    use std::hash::BuildHasher as _;
+    thread_local! {
+        static DRAWS: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    }
+    // A hasher seeded at random for the process, over a per-thread count: a different draw
+    // each time, without a generator to keep or a dependency to carry.
+    static SEED: std::sync::LazyLock<std::collections::hash_map::RandomState> =
+        std::sync::LazyLock::new(std::collections::hash_map::RandomState::new);
+    let draw = DRAWS.with(|n| {
+        n.set(n.get().wrapping_add(1));
+        n.get()
+    });
+    let random = SEED.hash_one((draw, std::thread::current().id()));
+    let max_us = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
+    Duration::from_micros(random % max_us.saturating_add(1))
 }
 
 /// What every decision goes through once made: a refusal by a limit in shadow mode is let

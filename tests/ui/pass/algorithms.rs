@@ -41,12 +41,22 @@ async fn waits() -> Result<(), RateLimited> {
     Ok(())
 }
 
+#[rate_limit(replenish = 10, burst = 1, wait = "2s", jitter = "50ms")]
+async fn waits_jittered() -> Result<(), RateLimited> {
+    Ok(())
+}
+
 #[rate_limit(replenish = 1, unit = "minute", algorithm = "leaky_bucket", wait = "1m")]
 async fn leaky_within_a_minute() -> Result<(), RateLimited> {
     Ok(())
 }
 
 fn main() {
+    let jittered = declared_limits()
+        .into_iter()
+        .find(|d| d.name().ends_with("::waits_jittered"))
+        .map(|d| d.declared_limit().max_jitter());
+    assert_eq!(jittered, Some(Some(std::time::Duration::from_millis(50))));
     let algorithm_of = |suffix: &str| {
         declared_limits()
             .into_iter()
@@ -70,5 +80,5 @@ fn main() {
         Some((Some(std::time::Duration::from_secs(2)), true))
     );
     let _ = (bucket(), interval(), fixed(), sliding(), log());
-    let _ = (leaky(), waits(), leaky_within_a_minute());
+    let _ = (leaky(), waits(), waits_jittered(), leaky_within_a_minute());
 }
