@@ -190,22 +190,30 @@ fn edit_distance(a: &str, b: &str) -> usize {
     prev[b.len()]
 }
 
-/// A word of `W` written as a string literal (`policy = "deny"`), with its span.
-pub(crate) fn word<W: Word>(name: &Ident, value: &Expr, errors: &mut Errors) -> Option<(W, Span)> {
-    let Expr::Lit(ExprLit {
+/// `value` as a string literal, or `help` reported on it.
+pub(crate) fn string<'v>(
+    value: &'v Expr,
+    errors: &mut Errors,
+    help: impl std::fmt::Display,
+) -> Option<&'v syn::LitStr> {
+    if let Expr::Lit(ExprLit {
         lit: Lit::Str(s), ..
     }) = value
-    else {
-        errors.at(
-            value.span(),
-            format_args!(
-                "`{name}` takes a string, one of {}: `{name} = \"{}\"`",
-                Quoted(W::NAMES),
-                W::NAMES.first().copied().unwrap_or_default()
-            ),
-        );
-        return None;
-    };
+    {
+        return Some(s);
+    }
+    errors.at(value.span(), help);
+    None
+}
+
+/// A word of `W` written as a string literal (`policy = "deny"`), with its span.
+pub(crate) fn word<W: Word>(name: &Ident, value: &Expr, errors: &mut Errors) -> Option<(W, Span)> {
+    let help = format!(
+        "`{name}` takes a string, one of {}: `{name} = \"{}\"`",
+        Quoted(W::NAMES),
+        W::NAMES.first().copied().unwrap_or_default()
+    );
+    let s = string(value, errors, help)?;
     match W::from_name(&s.value()) {
         Ok(word) => Some((word, s.span())),
         Err(unknown) => {

@@ -478,13 +478,7 @@ fn limit_name(value: &Expr, errors: &mut Errors) -> Option<LitStr> {
 
 /// `wait = "2s"`, in the one wait syntax of macros and overrides; `wait = "none"` is no wait.
 fn wait(value: &Expr, errors: &mut Errors) -> Option<(Option<u64>, Span)> {
-    let Expr::Lit(ExprLit {
-        lit: Lit::Str(s), ..
-    }) = value
-    else {
-        errors.at(value.span(), WAIT_SYNTAX);
-        return None;
-    };
+    let s = args::string(value, errors, WAIT_SYNTAX)?;
     match ratelimit_vocab::parse_wait(&s.value()) {
         Ok(us) => Some((us, s.span())),
         Err(e) => {
@@ -497,16 +491,8 @@ fn wait(value: &Expr, errors: &mut Errors) -> Option<(Option<u64>, Span)> {
 /// `jitter = "50ms"`: a duration in the wait syntax, at most an hour (`"none"` means no
 /// jitter and is better left out).
 fn jitter(value: &Expr, errors: &mut Errors) -> Option<(u64, Span)> {
-    let Expr::Lit(ExprLit {
-        lit: Lit::Str(s), ..
-    }) = value
-    else {
-        errors.at(
-            value.span(),
-            "`jitter` takes a duration as `wait` does: `jitter = \"50ms\"`",
-        );
-        return None;
-    };
+    let help = "`jitter` takes a duration as `wait` does: `jitter = \"50ms\"`";
+    let s = args::string(value, errors, help)?;
     let span = s.span();
     let us = match ratelimit_vocab::parse_wait(&s.value()) {
         Ok(us) => us,
