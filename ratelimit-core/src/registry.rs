@@ -42,6 +42,11 @@ pub struct LimitDeclaration {
     empty_key_status: Option<u16>,
     /// The tiers a call may be given (`tiers = [..]`), as far as they are known.
     tiers: &'static [crate::Tier],
+    /// A limit declared elsewhere that this function draws from (`shared = ".."`): its name is
+    /// `name`, its limit and its overrides are the declaring function's.
+    shares: bool,
+    /// The declaration this one shares, found by name on first use.
+    target: OnceLock<Option<&'static LimitDeclaration>>,
 }
 
 /// A bucket key, with what it was named from: the limiter's prefix and the resolved key (the
@@ -104,7 +109,40 @@ impl LimitDeclaration {
             empty_key: None,
             empty_key_status: None,
             tiers: &[],
+            shares: false,
+            target: OnceLock::new(),
         }
+    }
+
+    /// A function's use of the limit `name` declared by another (`#[rate_limit(shared =
+    /// "name")]`): the same buckets, limit and overrides; `cost` is this function's own.
+    pub(crate) const fn sharing(
+        name: &'static str,
+        cost: u32,
+        key: &'static str,
+        file: &'static str,
+        line: u32,
+    ) -> LimitDeclaration {
+        let mut decl = LimitDeclaration::new(name, Limit::per_second(1), cost, key, file, line);
+        decl.shares = true;
+        decl
+    }
+
+    /// Whether this function draws from a limit another declares (`shared = ".."`, by this
+    /// declaration's [`name`](LimitDeclaration::name)).
+    pub fn is_shared_use(&self) -> bool {
+        self.shares
+    }
+
+    /// The declaration of the limit this one shares: the one of its name that is not itself a
+    /// use of it. `None` when no function declares it (an error at enable).
+    pub(crate) fn declaring(&self) -> Option<&'static LimitDeclaration> {
+        *self.target.get_or_init(|| {
+            inventory::iter::<Registration>
+                .into_iter()
+                .map(|r| r.0)
+                .find(|d| !d.shares && d.name == self.name)
+        })
     }
 
     /// The same declaration, listing the tiers its calls may be given.
@@ -147,9 +185,13 @@ impl LimitDeclaration {
         self.name
     }
 
-    /// The limit as written in the source.
+    /// The limit as written in the source (of a shared use, as the declaring function wrote
+    /// it).
     pub fn declared_limit(&self) -> Limit {
-        self.limit
+        match self.shares.then(|| self.declaring()).flatten() {
+            Some(declaring) => declaring.limit,
+            None => self.limit,
+        }
     }
 
     /// Tokens one call takes, as written in the source.
@@ -160,6 +202,9 @@ impl LimitDeclaration {
     /// The limit in force: the declared one, or the configuration override applied by
     /// `enable_redis_rate_limit!`.
     pub fn effective(&self) -> Effective {
+        if self.shares {
+            return self.shared_effective();
+        }
         let declared = Effective {
             limit: self.limit,
             cost: self.cost,
@@ -172,6 +217,33 @@ impl LimitDeclaration {
         match &*self.effective.load() {
             Some(effective) => **effective,
             None => declared,
+        }
+    }
+
+    /// A shared use's limit in force: the declaring function's, overrides included, at this
+    /// function's own cost.
+    #[cold]
+    fn shared_effective(&self) -> Effective {
+        match self.declaring() {
+            Some(declaring) => Effective {
+                cost: self.cost,
+                ..declaring.effective()
+            },
+            // Refused at enable; before it, said once, and decided as declared here (1/s).
+            None => {
+                self.warn_once(
+                    Warning::CannotCheck,
+                    &format_args!(
+                        "`shared = \"{}\"` ({}:{}) names no declared limit",
+                        self.name, self.file, self.line
+                    ),
+                );
+                Effective {
+                    limit: self.limit,
+                    cost: self.cost,
+                    enabled: true,
+                }
+            }
         }
     }
 
@@ -263,6 +335,7 @@ impl fmt::Debug for LimitDeclaration {
             .field("cost", &self.cost)
             .field("key", &self.key)
             .field("tiers", &self.tiers)
+            .field("shared_use", &self.shares)
             .field("at", &format_args!("{}:{}", self.file, self.line))
             .field("effective", &self.effective())
             .finish()

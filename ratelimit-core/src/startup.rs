@@ -150,15 +150,37 @@ fn resolve_limits(
     decls: &[&'static LimitDeclaration],
     config: Option<&std::path::Path>,
 ) -> Result<Vec<Effective>, Error> {
-    for pair in decls.windows(2) {
+    // One declaration per name; the functions that share it (`shared = ".."`) use that name
+    // and declare nothing.
+    let declaring: Vec<&'static LimitDeclaration> = decls
+        .iter()
+        .copied()
+        .filter(|d| !d.is_shared_use())
+        .collect();
+    for pair in declaring.windows(2) {
         if pair[0].name() == pair[1].name() {
             return Err(Error::Config(format!(
-                "two limits are named `{}` ({}:{} and {}:{}); give one of them another `name = \"..\"`",
+                "two limits are named `{}` ({}:{} and {}:{}); give one of them another `name = \"..\"`, \
+                 or make the others `shared = \"{}\"` to draw from the same buckets",
                 pair[0].name(),
                 pair[0].file(),
                 pair[0].line(),
                 pair[1].file(),
-                pair[1].line()
+                pair[1].line(),
+                pair[0].name(),
+            )));
+        }
+    }
+    for decl in decls.iter().filter(|d| d.is_shared_use()) {
+        if decl.declaring().is_none() {
+            return Err(Error::Config(format!(
+                "`shared = \"{}\"` ({}:{}) names no declared limit; declare it once with \
+                 `name = \"{}\"` and its rate; declared limits: {}",
+                decl.name(),
+                decl.file(),
+                decl.line(),
+                decl.name(),
+                registry::describe_names(&declaring)
             )));
         }
     }
@@ -166,7 +188,15 @@ fn resolve_limits(
     decls
         .iter()
         .map(|decl| {
-            let effective = overrides.apply(decl)?;
+            // A shared use: the declaring function's limit in force, at its own cost.
+            let shared = decl.is_shared_use().then(|| decl.declaring()).flatten();
+            let effective = match shared {
+                Some(declaring) => Effective {
+                    cost: decl.declared_cost(),
+                    ..overrides.apply(declaring)?
+                },
+                None => overrides.apply(decl)?,
+            };
             if effective.cost > effective.limit.burst_capacity() {
                 return Err(Error::Config(format!(
                     "limit `{}` ({}:{}): cost {} exceeds burst {}, so no call could ever pass",

@@ -33,6 +33,7 @@ pub(crate) const ARGUMENTS: &[&str] = &[
     "tier",
     "tiers",
     "jitter",
+    "shared",
 ];
 
 /// Names from Spring's `RedisRateLimiter` and other limiters, mapped to ours.
@@ -76,6 +77,9 @@ pub(crate) struct RateLimitArgs {
     pub(crate) wait: Option<(Option<u64>, Span)>,
     /// `shadow = true`.
     pub(crate) shadow: Option<syn::LitBool>,
+    /// `shared = "search"`: the limit is declared by another function, named so; this one
+    /// draws from its buckets.
+    pub(crate) shared: Option<LitStr>,
     /// `jitter = "50ms"`: the most a wait is lengthened by, in microseconds.
     pub(crate) jitter: Option<(u64, Span)>,
     /// `exempt = expr`: a `bool` per call; `true` lets the call through unchecked.
@@ -139,6 +143,7 @@ impl RateLimitArgs {
             wait: None,
             shadow: None,
             jitter: None,
+            shared: None,
             exempt: None,
             count: None,
             tier: None,
@@ -245,6 +250,11 @@ impl RateLimitArgs {
                         set_once(&mut args.shadow, shadow, &name, errors);
                     }
                 }
+                "shared" => {
+                    if let Some(lit) = limit_name(&value, errors) {
+                        set_once(&mut args.shared, lit, &name, errors);
+                    }
+                }
                 "jitter" => {
                     if let Some(jitter) = jitter(&value, errors) {
                         set_once(&mut args.jitter, jitter, &name, errors);
@@ -269,6 +279,11 @@ impl RateLimitArgs {
             }
         }
         Ok(args)
+    }
+
+    /// The limit's name as written: `name = ".."`, or the shared limit's, `shared = ".."`.
+    pub(crate) fn written_name(&self) -> Option<&LitStr> {
+        self.name.as_ref().or(self.shared.as_ref())
     }
 
     /// Whether `argument` was written, even with a value that was refused.
@@ -296,6 +311,7 @@ fn example(argument: &str) -> &'static str {
         "tier" => "user.plan()",
         "tiers" => "[FREE, PRO]",
         "jitter" => "\"50ms\"",
+        "shared" => "\"search\"",
         "empty_key" => "\"allow\"",
         "empty_key_status" => "401",
         _ => "10",

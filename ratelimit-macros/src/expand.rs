@@ -321,7 +321,7 @@ fn has_impl_trait(ty: &Type) -> bool {
 /// The limit's name: the one written, else `module::function` for the first (outermost)
 /// limit and `module::function#n` for the n-th.
 fn limit_name(args: &RateLimitArgs, sig: &Signature, ordinal: usize) -> TokenStream {
-    match &args.name {
+    match args.written_name() {
         Some(lit) => quote!(#lit),
         None => {
             let mut function = sig.ident.unraw().to_string();
@@ -345,7 +345,7 @@ fn same_name_check(
     let first = limit_name(&limits[earlier].args, sig, earlier + 1);
     let second = limit_name(&limits[later].args, sig, later + 1);
     let limit = &limits[later];
-    let span = match (&limit.args.name, &limit.attr) {
+    let span = match (limit.args.written_name(), &limit.attr) {
         (Some(lit), _) => lit.span(),
         (None, Some(attr)) => attr.path().span(),
         (None, None) => Span::call_site(),
@@ -383,6 +383,9 @@ fn declaration(
 ) -> TokenStream {
     let params = &crate::params::bindings(sig);
     let name = limit_name(args, sig, ordinal);
+    if args.shared.is_some() {
+        return shared_declaration(args, params, &name, line);
+    }
     let line = match line {
         Some(span) => quote_spanned!(span=> ::core::line!()),
         None => quote!(::core::line!()),
@@ -496,6 +499,41 @@ fn declaration(
         Some(tiers) => quote!(::redis_ratelimit::__private::with_tiers(#declaration, #tiers)),
         None => declaration,
     };
+    if checks.is_empty() {
+        declaration
+    } else {
+        quote!({ #checks #declaration })
+    }
+}
+
+/// The `static` initialiser of a shared use: the name, this function's cost and key, and its
+/// place; the limit is the declaring function's, found at enable.
+fn shared_declaration(
+    args: &RateLimitArgs,
+    params: &[String],
+    name: &TokenStream,
+    line: Option<Span>,
+) -> TokenStream {
+    let line = match line {
+        Some(span) => quote_spanned!(span=> ::core::line!()),
+        None => quote!(::core::line!()),
+    };
+    let key = match &args.key {
+        Some(expr) => quote!(::core::stringify!(#expr)),
+        None => quote!("Uri"),
+    };
+    let mut checks = TokenStream::new();
+    let one = Count::Literal(1, syn::LitInt::new("1", Span::call_site()));
+    let cost = match &args.cost {
+        Some(Count::Const(expr)) if crate::params::mentions(expr, params) => &one,
+        Some(cost) => cost,
+        None => &one,
+    };
+    let cost_value = bind(cost, "cost", &mut checks);
+    let declaration = quote! {
+        ::redis_ratelimit::__private::shared(#name, #cost_value, #key, ::core::file!(), #line)
+    };
+    let declaration = with_empty_key(args, declaration);
     if checks.is_empty() {
         declaration
     } else {

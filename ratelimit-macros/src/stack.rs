@@ -71,7 +71,7 @@ enum Name {
 pub(crate) fn check_names(limits: &[Stacked], errors: &mut Errors) -> Vec<(usize, usize)> {
     let names: Vec<Name> = limits
         .iter()
-        .map(|l| match &l.args.name {
+        .map(|l| match l.args.written_name() {
             Some(lit) => Name::Written(lit.value()),
             None => Name::Default,
         })

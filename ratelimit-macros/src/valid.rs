@@ -26,6 +26,10 @@ pub(crate) fn check_function(sig: &Signature, errors: &mut Errors) {
 /// `attr` is the attribute the arguments were written in, when it is not the one being
 /// expanded (a stacked attribute): errors about the whole attribute go there.
 pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut Errors) {
+    if let Some(shared) = &args.shared {
+        check_shared(args, shared, errors);
+        return;
+    }
     let Some(replenish) = &args.replenish else {
         if args.written("replenish") {
             return; // already reported on its value
@@ -155,6 +159,37 @@ pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut
                 "a limit of {r} per {} with burst {b} is too fine-grained to compute exactly; \
                  use a smaller `burst` or a `replenish` that divides the unit more evenly",
                 unit.name()
+            ),
+        );
+    }
+}
+
+/// A shared use (`shared = "search"`): the limit is declared once, by the function that names
+/// it with its rate; this one may only say how it draws from it.
+fn check_shared(args: &RateLimitArgs, shared: &syn::LitStr, errors: &mut Errors) {
+    const DECLARED_ONCE: &[&str] = &[
+        "replenish",
+        "burst",
+        "unit",
+        "name",
+        "policy",
+        "algorithm",
+        "refill",
+        "initial",
+        "wait",
+        "shadow",
+        "jitter",
+        "tier",
+        "tiers",
+    ];
+    for argument in DECLARED_ONCE.iter().filter(|a| args.written(a)) {
+        errors.at(
+            shared.span(),
+            format_args!(
+                "`shared = \"{}\"` draws from a limit declared once, where it is named with its \
+                 rate: remove `{argument}` here (set it where `name = \"{}\"` is declared)",
+                shared.value(),
+                shared.value()
             ),
         );
     }

@@ -37,6 +37,18 @@ pub const fn declaration(
     LimitDeclaration::new(name, limit, cost, key, file, line)
 }
 
+/// The declaration of a function that draws from the limit `name` another declares
+/// (`#[rate_limit(shared = "name")]`).
+pub const fn shared(
+    name: &'static str,
+    cost: u32,
+    key: &'static str,
+    file: &'static str,
+    line: u32,
+) -> LimitDeclaration {
+    LimitDeclaration::sharing(name, cost, key, file, line)
+}
+
 /// `decl` with its own empty-key policy and the status of its refusals for want of a key.
 pub const fn with_empty_key(
     decl: LimitDeclaration,
