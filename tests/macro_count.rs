@@ -1,6 +1,6 @@
 //! `#[rate_limit(count = ..)]`: only the outcomes the predicate counts keep their tokens; the
 //! others give theirs back through the store, never more than they took; and `tier = ..`, a
-//! plan changed mid-bucket. On a real redis-server, with a second limiter on the same server
+//! plan changed mid-bucket; a limit shared by two functions. On a real redis-server, with a second limiter on the same server
 //! and prefix as another instance.
 //!
 //! One test (one server) for the whole file: the limiter is a process-wide static.
@@ -120,6 +120,17 @@ async fn introspected() -> Result<(), RateLimited> {
 #[rate_limit(replenish = 10, unit = "hour", key = tenant, cost = files.len(), limiter = LIMITER)]
 async fn upload(tenant: u32, files: &[&str]) -> Result<usize, RateLimited> {
     Ok(files.len())
+}
+
+/// A limit declared once and shared by a second function.
+#[rate_limit(replenish = 3, unit = "hour", key = user, name = "mc.search", limiter = LIMITER)]
+async fn full_search(user: &str) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[rate_limit(shared = "mc.search", key = user, limiter = LIMITER)]
+async fn quick_search(user: &str) -> Result<(), RateLimited> {
+    Ok(())
 }
 
 async fn remaining(limiter: &RateLimiter, name: &str, key: &str, limit: &Limit) -> u64 {
@@ -247,6 +258,20 @@ async fn only_counted_outcomes_keep_their_tokens() {
     );
     let refused = scope(token("bad"), introspected()).await.unwrap_err();
     assert_eq!(refused.decision().source, Source::FailClosed);
+
+    // A shared limit on Redis: both functions take from the one bucket the other instance
+    // sees.
+    assert!(full_search("fay").await.is_ok());
+    assert!(quick_search("fay").await.is_ok());
+    assert_eq!(
+        remaining(&other, "mc.search", "fay", &Limit::per_hour(3)).await,
+        1
+    );
+    assert!(quick_search("fay").await.is_ok());
+    assert_eq!(
+        full_search("fay").await.unwrap_err().decision().source,
+        Source::Store
+    );
 
     // Stacked: successes give back the per-user token and keep the global one.
     let per_user = Limit::per_hour(2);
