@@ -8,6 +8,7 @@
 
 mod reload;
 mod report;
+mod service;
 
 use std::process::ExitCode;
 
@@ -114,26 +115,15 @@ async fn main() -> ExitCode {
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("REDIS_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "memory://".to_owned());
+    let url = service::store_url();
     let limiter = enable_redis_rate_limit!(url = url.clone()).await?;
+    service::say_store(&url, limiter);
     // `kill -HUP <pid>` re-reads the overrides (RATE_LIMIT_CONFIG) without a restart.
     reload::on_sighup()?;
-    let store = if url.starts_with("memory:") {
-        "in memory"
-    } else {
-        url.as_str()
-    };
-    println!("rate limits: {store} (prefix `{}`)", limiter.prefix());
 
     // TRUSTED_PROXIES and TRUSTED_PROXY_HEADER.
     let proxies = TrustedProxies::from_env()?;
-    let port: u16 = std::env::var("PORT")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(3000);
+    let port = service::port();
     let server = HttpServer::new(move || {
         App::new()
             // The last `wrap` runs first: auth puts the principal in the extensions, then the

@@ -24,6 +24,7 @@
 
 mod reload;
 mod report;
+mod service;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -140,26 +141,15 @@ async fn main() -> ExitCode {
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     // Before the first decision, so that every one is counted.
     let metrics = PrometheusBuilder::new().install_recorder()?;
-    let url = std::env::var("REDIS_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "memory://".to_owned());
+    let url = service::store_url();
     let limiter = enable_redis_rate_limit!(url = url.clone()).await?;
+    service::say_store(&url, limiter);
     // `kill -HUP <pid>` re-reads the overrides (RATE_LIMIT_CONFIG) without a restart.
     reload::on_sighup()?;
-    let store = if url.starts_with("memory:") {
-        "in memory"
-    } else {
-        url.as_str()
-    };
-    println!("rate limits: {store} (prefix `{}`)", limiter.prefix());
 
     // TRUSTED_PROXIES and TRUSTED_PROXY_HEADER.
     let proxies = TrustedProxies::from_env()?;
-    let port: u16 = std::env::var("PORT")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(3000);
+    let port = service::port();
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     println!("listening on http://{}", listener.local_addr()?);
     axum::serve(

@@ -32,6 +32,7 @@
 #![allow(clippy::print_stdout)]
 
 mod report;
+mod service;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
@@ -196,22 +197,11 @@ async fn main() -> ExitCode {
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let url = std::env::var("REDIS_URL")
-        .ok()
-        .filter(|u| !u.is_empty())
-        .unwrap_or_else(|| "memory://".to_owned());
+    let url = service::store_url();
     let limiter = enable_redis_rate_limit!(url = url.clone()).await?;
-    let store = if url.starts_with("memory:") {
-        "in memory"
-    } else {
-        url.as_str()
-    };
-    println!("rate limits: {store} (prefix `{}`)", limiter.prefix());
+    service::say_store(&url, limiter);
 
-    let port: u16 = std::env::var("PORT")
-        .ok()
-        .and_then(|p| p.parse().ok())
-        .unwrap_or(3000);
+    let port = service::port();
     let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
     println!("listening on http://{}", listener.local_addr()?);
     axum::serve(

@@ -5,9 +5,10 @@
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::Mutex;
-use std::sync::mpsc::{self, TryRecvError};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use tokio::sync::{Mutex, mpsc};
+use tokio::time::Instant;
 
 use reqwest::{Client, Response, StatusCode};
 use testkit::RedisServer;
@@ -18,13 +19,13 @@ use testkit::RedisServer;
 pub struct Service {
     child: Child,
     base: String,
-    stdout: Mutex<mpsc::Receiver<String>>,
+    stdout: Mutex<mpsc::UnboundedReceiver<String>>,
 }
 
 impl Service {
     /// Starts `bin` on a free port, its limits on `redis`, with `env` on top of `PORT` and
     /// `REDIS_URL` (and without the forwarding settings of the test's own environment), and
-    /// waits (30 s at most) until it answers `/health`.
+    /// waits (30 s at most) until it says it listens, then checks that it answers `/health`.
     pub async fn start(bin: &str, redis: &RedisServer, env: &[(&str, &str)]) -> Service {
         let port = testkit::free_port();
         let mut child = Command::new(bin)
@@ -39,34 +40,28 @@ impl Service {
             .spawn()
             .unwrap_or_else(|e| panic!("start {bin}: {e}"));
         let out = BufReader::new(child.stdout.take().unwrap());
-        let (tx, stdout) = mpsc::channel();
+        let (tx, stdout) = mpsc::unbounded_channel();
         std::thread::spawn(move || {
             for line in out.lines().map_while(Result::ok) {
                 let _ = tx.send(line);
             }
         });
-        let mut service = Service {
+        let service = Service {
             child,
             base: format!("http://127.0.0.1:{port}"),
             stdout: Mutex::new(stdout),
         };
-        let client = client();
-        let deadline = Instant::now() + Duration::from_secs(30);
-        loop {
-            if let Ok(r) = client.get(service.url("/health")).send().await
-                && r.status() == StatusCode::OK
-            {
-                return service;
-            }
-            if let Some(status) = service.child.try_wait().unwrap() {
-                panic!("{bin} exited during startup: {status}");
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{bin} did not answer /health within 30 s"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        // The service prints its address once its socket is bound: connections from then on
+        // wait in the backlog until it accepts them.
+        let listening = service
+            .printed_within(Duration::from_secs(30), "listening on")
+            .await;
+        let health = client().get(service.url("/health")).send().await;
+        assert!(
+            health.as_ref().is_ok_and(|r| r.status() == StatusCode::OK),
+            "{bin} printed `{listening}` but /health answered {health:?}"
+        );
+        service
     }
 
     /// The URL of `path` on this instance.
@@ -81,17 +76,20 @@ impl Service {
 
     /// Waits (10 s at most) for the next line the service prints that contains `needle`.
     pub async fn printed(&self, needle: &str) -> String {
-        let deadline = Instant::now() + Duration::from_secs(10);
+        self.printed_within(Duration::from_secs(10), needle).await
+    }
+
+    /// Waits (`within` at most) for the next line the service prints that contains `needle`:
+    /// each line as it arrives, and the end of its output if it exits first.
+    async fn printed_within(&self, within: Duration, needle: &str) -> String {
+        let deadline = Instant::now() + within;
+        let mut lines = self.stdout.lock().await;
         loop {
-            let next = self.stdout.lock().unwrap().try_recv();
-            match next {
-                Ok(line) if line.contains(needle) => return line,
-                Ok(_) => {}
-                Err(TryRecvError::Empty) => {
-                    assert!(Instant::now() < deadline, "never printed `{needle}`");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                }
-                Err(TryRecvError::Disconnected) => panic!("exited before printing `{needle}`"),
+            match tokio::time::timeout_at(deadline, lines.recv()).await {
+                Ok(Some(line)) if line.contains(needle) => return line,
+                Ok(Some(_)) => {}
+                Ok(None) => panic!("exited before printing `{needle}`"),
+                Err(_) => panic!("never printed `{needle}` within {within:?}"),
             }
         }
     }
