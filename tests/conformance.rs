@@ -782,28 +782,7 @@ async fn peek_n_answers_for_a_call_of_that_cost_and_takes_nothing(h: Harness) {
     assert!(matches!(err, Error::ZeroCost), "{err}");
 }
 
-macro_rules! conformance {
-    ($($case:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test]
-                async fn $case() {
-                    super::$case(super::Harness::memory().await).await;
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(super::Harness::redis().await).await;
-                }
-            )*
-        }
-    };
-}
-
-conformance!(
+support::on_both_stores!(
     full_bucket_admits_exactly_burst,
     exact_values_with_a_fractional_interval,
     cost_takes_that_many_tokens,

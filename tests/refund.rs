@@ -143,28 +143,7 @@ async fn refund_named_gives_back_to_the_named_bucket(h: Harness) {
     assert_eq!(peek("login").await.unwrap().remaining, 5);
 }
 
-macro_rules! on_both_stores {
-    ($($case:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test]
-                async fn $case() {
-                    super::$case(super::Harness::memory().await).await;
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(super::Harness::redis().await).await;
-                }
-            )*
-        }
-    };
-}
-
-on_both_stores!(
+support::on_both_stores!(
     a_refund_gives_back_exactly_what_was_taken,
     a_refund_never_fills_a_bucket_beyond_full,
     every_bucket_algorithm_refunds,

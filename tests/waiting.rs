@@ -285,28 +285,9 @@ async fn acquire_named_waits_in_the_named_bucket(s: Store) {
     );
 }
 
-macro_rules! on_both_stores {
-    ($($case:ident),* $(,)?) => {
-        mod memory {
-            $(
-                #[tokio::test(start_paused = true)]
-                async fn $case() {
-                    super::$case(super::Store::memory().await).await;
-                }
-            )*
-        }
-        mod redis {
-            $(
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn $case() {
-                    super::$case(super::Store::redis().await).await;
-                }
-            )*
-        }
-    };
-}
-
-on_both_stores!(
+support::on_both_stores!(
+    crate::Store,
+    #[tokio::test(start_paused = true)]:
     twenty_calls_from_two_instances_go_at_the_rate,
     acquire_named_waits_in_the_named_bucket,
     a_call_that_would_wait_too_long_is_refused_at_once_and_takes_nothing,

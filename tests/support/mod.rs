@@ -196,3 +196,34 @@ where
     }
     ok
 }
+
+/// Each `case(harness)` as two tests, `memory::case` and `redis::case`: on
+/// `<$harness>::memory()` under the attribute given (`#[tokio::test]`, or paused time for a
+/// harness on Tokio's clock), and on `<$harness>::redis()` on a multi-thread runtime. Without a
+/// harness, [`Harness`] under `#[tokio::test]`. (Not every test file runs cases on both.)
+#[allow(unused_macros)]
+macro_rules! on_both_stores {
+    ($harness:ty, #[$memory:meta]: $($case:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[$memory]
+                async fn $case() {
+                    super::$case(<$harness>::memory().await).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case(<$harness>::redis().await).await;
+                }
+            )*
+        }
+    };
+    ($($case:ident),* $(,)?) => {
+        $crate::support::on_both_stores!($crate::support::Harness, #[tokio::test]: $($case),*);
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_both_stores;
