@@ -167,22 +167,21 @@ pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut
 /// A shared use (`shared = "search"`): the limit is declared once, by the function that names
 /// it with its rate; this one may only say how it draws from it.
 fn check_shared(args: &RateLimitArgs, shared: &syn::LitStr, errors: &mut Errors) {
-    const DECLARED_ONCE: &[&str] = &[
-        "replenish",
-        "burst",
-        "unit",
-        "name",
-        "policy",
-        "algorithm",
-        "refill",
-        "initial",
-        "wait",
-        "shadow",
-        "jitter",
-        "tier",
-        "tiers",
+    // What a use may say of itself; every other argument is the declaration's.
+    const OF_THE_USE: &[&str] = &[
+        "shared",
+        "key",
+        "cost",
+        "limiter",
+        "exempt",
+        "count",
+        "empty_key",
+        "empty_key_status",
     ];
-    for argument in DECLARED_ONCE.iter().filter(|a| args.written(a)) {
+    let declared_once = crate::attr::ARGUMENTS
+        .iter()
+        .filter(|a| !OF_THE_USE.contains(a) && args.written(a));
+    for argument in declared_once {
         errors.at(
             shared.span(),
             format_args!(
