@@ -137,9 +137,9 @@ pub fn set_headers(headers: &mut HeaderMap, name: &str, d: &Decision, families: 
 ///
 /// Limits that had no bucket (no key) or no limit (disabled) describe no quota and are left
 /// out. Headers already there are replaced, so a response never carries two values.
-pub fn set_call_headers<'n, 'd>(
+pub fn set_call_headers<'n, 'd, N: Into<Cow<'n, str>>>(
     headers: &mut HeaderMap,
-    parts: impl IntoIterator<Item = (&'n str, &'d Decision)>,
+    parts: impl IntoIterator<Item = (N, &'d Decision)>,
     combined: &Decision,
     families: HeaderFamilies,
 ) {
@@ -202,30 +202,18 @@ pub fn set_call_headers<'n, 'd>(
     }
 }
 
-/// [`set_call_headers`] for parts named as they are shown to clients (`name[tier]`): what a
-/// rejection and a recorded verdict render.
-pub(crate) fn set_shown_headers<'a>(
-    headers: &mut HeaderMap,
-    shown: impl Iterator<Item = (Cow<'a, str>, &'a Decision)>,
-    combined: &Decision,
-    families: HeaderFamilies,
-) {
-    let shown: Vec<_> = shown.collect();
-    let parts = shown.iter().map(|(n, d)| (n.as_ref(), *d));
-    set_call_headers(headers, parts, combined, families);
-}
-
 /// The limits' names, each distinct: one that repeats an earlier one gets `#n`, its position
 /// from 1 (limits checked without names are all `rate-limit`).
-fn distinct_names<'n, 'd>(
-    parts: impl IntoIterator<Item = (&'n str, &'d Decision)>,
+fn distinct_names<'n, 'd, N: Into<Cow<'n, str>>>(
+    parts: impl IntoIterator<Item = (N, &'d Decision)>,
 ) -> Vec<(Cow<'n, str>, &'d Decision)> {
     let mut out: Vec<(Cow<'n, str>, &'d Decision)> = Vec::new();
     for (i, (name, d)) in parts.into_iter().enumerate() {
-        let name = if out.iter().any(|(n, _)| n == name) {
+        let name = name.into();
+        let name = if out.iter().any(|(n, _)| *n == name) {
             Cow::Owned(format!("{name}#{}", i + 1))
         } else {
-            Cow::Borrowed(name)
+            name
         };
         out.push((name, d));
     }
@@ -308,8 +296,7 @@ impl RateLimited {
         json_string(&mut out, title);
         let _ = write!(out, ",\"status\":{}", self.status().as_u16());
         out.push_str(",\"violated-policies\":[");
-        let shown: Vec<_> = self.shown_parts().collect();
-        let refusing = distinct_names(shown.iter().map(|(n, d)| (n.as_ref(), *d)))
+        let refusing = distinct_names(self.shown_parts())
             .into_iter()
             .filter(|(_, d)| !d.allowed);
         for (i, (name, _)) in refusing.enumerate() {
@@ -329,7 +316,7 @@ impl RateLimited {
     /// The headers of this rejection (`Retry-After` and the configured families).
     pub fn headers(&self, families: HeaderFamilies) -> HeaderMap {
         let mut headers = HeaderMap::new();
-        set_shown_headers(&mut headers, self.shown_parts(), self.decision(), families);
+        set_call_headers(&mut headers, self.shown_parts(), self.decision(), families);
         headers.insert(
             http::header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),

@@ -27,7 +27,7 @@ use actix_web::{HttpResponse, ResponseError};
 use futures_util::future::LocalBoxFuture;
 
 use super::{Config, SharedConfig, config_methods};
-use crate::headers::set_shown_headers;
+use crate::headers::set_call_headers;
 use crate::key::Principal;
 use crate::request::{CONTEXT, Origin, Scope, rendering_rejection};
 use crate::{RateLimited, RequestContext};
@@ -128,7 +128,7 @@ where
                 .and_then(|scope| scope.take_verdict())
             {
                 let mut headers = http::HeaderMap::new();
-                set_shown_headers(
+                set_call_headers(
                     &mut headers,
                     recorded.shown_parts(),
                     &recorded.decision,

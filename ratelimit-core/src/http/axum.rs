@@ -25,7 +25,7 @@ use http::Request;
 use tokio::task::futures::TaskLocalFuture;
 
 use super::{Config, SharedConfig, config_methods};
-use crate::headers::{HeaderFamilies, set_shown_headers};
+use crate::headers::{HeaderFamilies, set_call_headers};
 use crate::request::{CONTEXT, Origin, Scope, rendering_rejection};
 use crate::{RateLimited, RequestContext};
 
@@ -134,7 +134,7 @@ where
                 .take_value()
                 .and_then(|scope| scope.take_verdict())
             {
-                set_shown_headers(
+                set_call_headers(
                     response.headers_mut(),
                     recorded.shown_parts(),
                     &recorded.decision,
