@@ -46,7 +46,7 @@
 //! | [`tools`] | for tools that read what limiters keep in Redis (unstable) |
 
 pub use ratelimit_core::*;
-pub use ratelimit_macros::{enable_redis_rate_limit, rate_limit};
+pub use ratelimit_macros::{enable_redis_rate_limit, layer_limit, rate_limit};
 
 /// Every fenced code block of the README and the docs is compiled (and run, unless marked
 /// `no_run`) by `cargo test --doc`, so the documentation cannot drift from the API.

@@ -125,6 +125,25 @@ pub fn set_headers(headers: &mut HeaderMap, name: &str, d: &Decision, families: 
     set_call_headers(headers, [(name, part)], d, families);
 }
 
+/// The headers of a request's `verdict` (the last limited call made in its scope), when it
+/// has one, added to its response's: what the HTTP integrations render once the handler
+/// returns.
+#[cfg(any(feature = "axum", feature = "actix-web"))]
+pub(crate) fn render_verdict(
+    verdict: Option<crate::context::Recorded>,
+    headers: &mut HeaderMap,
+    families: HeaderFamilies,
+) {
+    if let Some(recorded) = verdict {
+        set_call_headers(
+            headers,
+            recorded.shown_parts(),
+            &recorded.decision,
+            families,
+        );
+    }
+}
+
 /// Sets the headers of a call decided under one or several limits: `parts` names each limit's
 /// own decision (in the order of [`Decision::parts`]), `combined` is the call's decision.
 ///

@@ -24,6 +24,9 @@ pub(crate) struct Scope {
     origin: Origin,
     families: Option<HeaderFamilies>,
     verdict: Cell<Option<Recorded>>,
+    /// The limits of the layers serving the request, when they have any.
+    #[cfg(any(feature = "axum", feature = "actix-web"))]
+    pub(crate) layer: Option<crate::http::layered::LayerScope>,
 }
 
 impl Scope {
@@ -34,6 +37,8 @@ impl Scope {
             origin: Origin::Scope,
             families: None,
             verdict: Cell::new(None),
+            #[cfg(any(feature = "axum", feature = "actix-web"))]
+            layer: None,
         }
     }
 

@@ -375,7 +375,7 @@ fn same_name_check(
 ///
 /// `ordinal` is the limit's position among the function's attributes, from 1 (outermost);
 /// `line` spans `line!()` at a stacked attribute, so each limit records its own line.
-fn declaration(
+pub(crate) fn declaration(
     args: &RateLimitArgs,
     sig: &Signature,
     ordinal: usize,
@@ -619,7 +619,7 @@ impl VisitMut for ImplTraitToInfer {
 
 /// A span that reports at the user's token but counts as macro output, so lints on the
 /// user's code (clippy's pedantic ones included) do not fire on generated code.
-fn at(user: Span) -> Span {
+pub(crate) fn at(user: Span) -> Span {
     Span::call_site().located_at(user)
 }
 

@@ -11,6 +11,7 @@ mod attr;
 mod enable;
 mod expand;
 mod item;
+mod layer;
 mod params;
 mod stack;
 mod valid;
@@ -276,4 +277,12 @@ pub fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
 #[proc_macro]
 pub fn enable_redis_rate_limit(options: TokenStream) -> TokenStream {
     enable::enable_redis_rate_limit(options.into()).into()
+}
+
+/// A limit an HTTP layer decides for every request it serves; see the guide, "A limit on a
+/// whole router". Takes `#[rate_limit]`'s arguments, less those about one call of a function,
+/// with `name` and `key` (a `KeyResolver`) required.
+#[proc_macro]
+pub fn layer_limit(args: TokenStream) -> TokenStream {
+    layer::layer_limit(args.into()).into()
 }

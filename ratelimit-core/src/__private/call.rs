@@ -89,6 +89,43 @@ impl<'t> Call<'t> {
     }
 }
 
+/// A [`Call`]'s parts, owned: what a check that waits (for an async key, or to decide a
+/// layer's limits with its own) keeps of the call across its await.
+#[derive(Debug)]
+pub(crate) struct OwnedCall {
+    cost: Option<Cost>,
+    exempt: bool,
+    tiered: bool,
+    tier: Option<Tier>,
+    taken: Option<Taken>,
+    key_failed: bool,
+}
+
+impl OwnedCall {
+    pub(crate) fn of(call: &Call<'_>) -> OwnedCall {
+        OwnedCall {
+            cost: call.cost,
+            exempt: call.exempt,
+            tiered: call.tiered,
+            tier: call.tier.copied(),
+            taken: call.taken.cloned(),
+            key_failed: call.key_failed,
+        }
+    }
+
+    /// The call again, borrowing from this; `key_failed` as its key was settled.
+    pub(crate) fn call(&self, key_failed: bool) -> Call<'_> {
+        Call {
+            cost: self.cost,
+            exempt: self.exempt,
+            tiered: self.tiered,
+            tier: self.tier.as_ref(),
+            taken: self.taken.as_ref(),
+            key_failed: self.key_failed || key_failed,
+        }
+    }
+}
+
 /// What a `tier = ..` expression may be: a [`Tier`], or `None` for the declared limit.
 #[diagnostic::on_unimplemented(
     message = "`tier` must be a `Tier` (or an `Option` of one), not `{Self}`",

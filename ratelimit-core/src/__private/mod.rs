@@ -10,6 +10,7 @@ pub use inventory;
 
 mod call;
 pub use crate::async_key::ErasedAsync;
+use call::OwnedCall;
 pub use call::{
     Call, Cost, Fixed, IntoCost, IntoTier, KeyArg, KeyOf, Taken, ViaAsync, ViaDisplay, ViaNeither,
     ViaResolver, counts,
@@ -35,6 +36,26 @@ pub const fn declaration(
     line: u32,
 ) -> LimitDeclaration {
     LimitDeclaration::new(name, limit, cost, key, file, line)
+}
+
+/// What a layer's `key = ..` may be: a [`KeyResolver`] (a layer has no arguments whose value
+/// could be the key).
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` is not a key resolver",
+    label = "a layer's `key = ..` must implement `KeyResolver`",
+    note = "a layer's limit keys each request by what it reads of it: `Ip`, `Route`, `Header(\"x-api-key\")`, `User`, or your own `KeyResolver`"
+)]
+pub trait LayerKey: KeyResolver {}
+
+impl<K: KeyResolver> LayerKey for K {}
+
+/// A layer's own limit (`layer_limit!`): its declaration, and the key resolver of its calls.
+#[cfg(any(feature = "axum", feature = "actix-web"))]
+pub fn layer_limit<K: LayerKey>(
+    decl: &'static LimitDeclaration,
+    key: K,
+) -> crate::http::LayerLimit {
+    crate::http::LayerLimit::new(decl, key)
 }
 
 /// The declaration of a function that draws from the limit `name` another declares
@@ -120,21 +141,24 @@ pub fn check_key<'a>(
     call: Call<'_>,
     limiter: Option<&'a RateLimiter>,
 ) -> impl Future<Output = Result<(), Box<RateLimited>>> + Send + use<'a> {
+    #[cfg(any(feature = "axum", feature = "actix-web"))]
+    if let Some(layer) = crate::http::layered::take_pending(limiter) {
+        // The layers' limits, left pending for this check: decided with this one, together.
+        let owned = OwnedCall::of(&call);
+        return finish(Step::Ask(Box::pin(async move {
+            let layer_keys = crate::http::layered::keys(&layer);
+            let mut checks: Vec<_> = crate::http::layered::checks(&layer, &layer_keys).collect();
+            checks.push((decl, key, owned.call(false)));
+            decide_all(&checks, limiter).await
+        })));
+    }
     let step = match key {
         KeyArg::Async(resolver) => {
-            let (tier, taken) = (call.tier.copied(), call.taken.cloned());
-            let (cost, exempt, tiered) = (call.cost, call.exempt, call.tiered);
+            let owned = OwnedCall::of(&call);
             Step::Ask(Box::pin(async move {
                 let (limiter_now, _) = limiter_or_unenabled(decl, limiter);
                 let key = call::settle(*resolver, decl, limiter_now).await;
-                let call = Call {
-                    cost,
-                    exempt,
-                    tiered,
-                    tier: tier.as_ref(),
-                    taken: taken.as_ref(),
-                    key_failed: matches!(key, KeyArg::Failed),
-                };
+                let call = owned.call(matches!(key, KeyArg::Failed));
                 finish(at_once(decl, key.resolver(), call, limiter)).await
             }))
         }
@@ -471,6 +495,23 @@ pub(crate) fn limiter_or_unenabled<'a>(
 /// unchecked; a limit that finds no key is decided by the empty-key policy, and when that
 /// refuses, the call is refused without asking the store (nothing is taken).
 pub async fn check_all(
+    limits: &[(&'static LimitDeclaration, &KeyArg<'_>, Call<'_>)],
+    limiter: Option<&RateLimiter>,
+) -> Result<(), Box<RateLimited>> {
+    #[cfg(any(feature = "axum", feature = "actix-web"))]
+    if let Some(layer) = crate::http::layered::take_pending(limiter) {
+        // The layers' limits, left pending for this check: decided with these, together.
+        let layer_keys = crate::http::layered::keys(&layer);
+        let mut checks: Vec<_> = crate::http::layered::checks(&layer, &layer_keys).collect();
+        checks.extend_from_slice(limits);
+        return decide_all(&checks, limiter).await;
+    }
+    decide_all(limits, limiter).await
+}
+
+/// [`check_all`] of the limits given, and no others (the layers' limits are among them when
+/// they were pending): async keys settled, then every limit decided together.
+pub(crate) async fn decide_all(
     limits: &[(&'static LimitDeclaration, &KeyArg<'_>, Call<'_>)],
     limiter: Option<&RateLimiter>,
 ) -> Result<(), Box<RateLimited>> {

@@ -17,7 +17,7 @@ use std::rc::Rc;
 use std::sync::Arc;
 
 use actix_web::HttpMessage as _;
-use actix_web::body::MessageBody;
+use actix_web::body::{EitherBody, MessageBody};
 use actix_web::dev::{Service, ServiceRequest, ServiceResponse, Transform, forward_ready};
 use actix_web::http::StatusCode as ActixStatus;
 use actix_web::http::header::{
@@ -27,9 +27,10 @@ use actix_web::{HttpResponse, ResponseError};
 use futures_util::future::LocalBoxFuture;
 
 use super::{Config, SharedConfig, config_methods};
-use crate::headers::set_call_headers;
+use crate::headers::{HeaderFamilies, render_verdict};
+use crate::http::layered::{self, Handoff, Plan, Refusing, route_key};
 use crate::key::Principal;
-use crate::request::{CONTEXT, Origin, Scope, rendering_rejection};
+use crate::request::{CONTEXT, Origin, Recorded, Scope, rendering_rejection};
 use crate::{RateLimited, RequestContext};
 
 type CopyExtension = fn(&actix_web::dev::Extensions, &mut http::Extensions);
@@ -79,7 +80,7 @@ where
     S::Future: 'static,
     B: MessageBody + 'static,
 {
-    type Response = ServiceResponse<B>;
+    type Response = ServiceResponse<EitherBody<B>>;
     type Error = actix_web::Error;
     type Transform = RateLimitActixService<S>;
     type InitError = ();
@@ -108,36 +109,71 @@ where
     S::Future: 'static,
     B: MessageBody + 'static,
 {
-    type Response = ServiceResponse<B>;
+    type Response = ServiceResponse<EitherBody<B>>;
     type Error = actix_web::Error;
     type Future = LocalBoxFuture<'static, Result<Self::Response, Self::Error>>;
 
     forward_ready!(service);
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
+        let handed = req.extensions_mut().remove::<Handoff>();
+        let route = req
+            .match_pattern()
+            .map(|pattern| route_key(req.method().as_str(), &pattern));
+        let plan = Plan::new(&self.config.limits, &self.config.learned, handed, route);
         let scope = self.scope_of(&req);
         let families = self.config.families;
-        let fut = CONTEXT.scope(scope, self.service.call(req));
+        let Some(plan) = plan else {
+            let fut = CONTEXT.scope(scope, self.service.call(req));
+            return Box::pin(async move {
+                let mut fut = std::pin::pin!(fut);
+                let mut response = (&mut fut).await?;
+                // A rejection's response took the verdict with it (`rendering_rejection`).
+                let verdict = fut.as_mut().take_value().and_then(|s| s.take_verdict());
+                render(verdict, response.headers_mut(), families);
+                Ok(response.map_into_left_body())
+            });
+        };
+        // The limits of this middleware (and of those above): decided before the service
+        // below is called.
+        req.extensions_mut().insert(plan.handoff());
+        let service = Rc::clone(&self.service);
         Box::pin(async move {
-            let mut fut = std::pin::pin!(fut);
-            let mut response = (&mut fut).await?;
-            // A rejection's response took the verdict with it (`rendering_rejection`).
-            if let Some(recorded) = fut
-                .as_mut()
-                .take_value()
-                .and_then(|scope| scope.take_verdict())
-            {
-                let mut headers = http::HeaderMap::new();
-                set_call_headers(
-                    &mut headers,
-                    recorded.shown_parts(),
-                    &recorded.decision,
-                    families,
-                );
-                copy_headers(&headers, response.headers_mut());
-            }
+            let (out, verdict) = layered::serve(
+                scope,
+                plan,
+                req,
+                move |req| async move {
+                    service
+                        .call(req)
+                        .await
+                        .map(ServiceResponse::map_into_left_body)
+                },
+                |rejection, refusing| {
+                    let response = rejection.error_response();
+                    match refusing {
+                        Refusing::Request(req) => req.into_response(response),
+                        Refusing::Response(served) => {
+                            ServiceResponse::new(served.into_parts().0, response)
+                        }
+                    }
+                    .map_into_right_body()
+                },
+            )
+            .await;
+            let mut response = out?;
+            render(verdict, response.headers_mut(), families);
             Ok(response)
         })
+    }
+}
+
+/// The rate-limit headers of `verdict`, when there is one, added to a response's.
+fn render(verdict: Option<Recorded>, to: &mut ActixHeaders, families: HeaderFamilies) {
+    if verdict.is_some() {
+        let mut headers = http::HeaderMap::new();
+        render_verdict(verdict, &mut headers, families);
+        copy_headers(&headers, to);
     }
 }
 

@@ -25,7 +25,8 @@ use http::Request;
 use tokio::task::futures::TaskLocalFuture;
 
 use super::{Config, SharedConfig, config_methods};
-use crate::headers::{HeaderFamilies, set_call_headers};
+use crate::headers::{HeaderFamilies, render_verdict};
+use crate::http::layered::{self, Handoff, Plan, route_key};
 use crate::request::{CONTEXT, Origin, Scope, rendering_rejection};
 use crate::{RateLimited, RequestContext};
 
@@ -78,7 +79,10 @@ pub struct RateLimitService<S> {
 
 impl<S, B> tower_service::Service<Request<B>> for RateLimitService<S>
 where
-    S: tower_service::Service<Request<B>, Response = Response>,
+    S: tower_service::Service<Request<B>, Response = Response> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    B: Send + 'static,
 {
     type Response = Response;
     type Error = S::Error;
@@ -88,32 +92,81 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+        let handed = req.extensions_mut().remove::<Handoff>();
+        let matched = req.extensions().get::<MatchedPath>();
+        let route = matched.map(|route| route_key(req.method().as_str(), route.as_str()));
+        let plan = Plan::new(&self.config.limits, &self.config.learned, handed, route);
         let mut ctx = RequestContext::new()
             .with_method(req.method().clone())
             .with_path(req.uri().path())
             .with_headers(req.headers().clone())
             .with_extensions(req.extensions().clone());
-        if let Some(route) = req.extensions().get::<MatchedPath>() {
+        if let Some(route) = matched {
             ctx = ctx.with_route(route.as_str());
         }
         if let Some(ConnectInfo(peer)) = req.extensions().get::<ConnectInfo<SocketAddr>>() {
             ctx = ctx.with_peer(*peer);
         }
-        let ctx = self.config.finish(ctx, Origin::Axum);
+        let scope = self.config.finish(ctx, Origin::Axum);
+        let families = self.config.families;
+        let Some(plan) = plan else {
+            return ResponseFuture {
+                state: State::Plain {
+                    inner: CONTEXT.scope(scope, self.inner.call(req)),
+                    families,
+                },
+            };
+        };
+        // The limits of this layer (and of those above): decided before the inner service
+        // is called, which then runs in the returned future (the tower way: a ready clone
+        // stays behind).
+        req.extensions_mut().insert(plan.handoff());
+        let clone = self.inner.clone();
+        let mut inner = std::mem::replace(&mut self.inner, clone);
         ResponseFuture {
-            inner: CONTEXT.scope(ctx, self.inner.call(req)),
-            families: self.config.families,
+            state: State::Layered {
+                fut: Box::pin(async move {
+                    let (out, verdict) = layered::serve(
+                        scope,
+                        plan,
+                        req,
+                        move |req| inner.call(req),
+                        |rejection, _| (*rejection).into_response(),
+                    )
+                    .await;
+                    out.map(|mut response| {
+                        render_verdict(verdict, response.headers_mut(), families);
+                        response
+                    })
+                }),
+            },
         }
     }
 }
+
+/// A boxed response future, for a request whose layers have limits of their own.
+type Boxed<O> = Pin<Box<dyn Future<Output = O> + Send>>;
 
 pin_project_lite::pin_project! {
     /// The response future of [`RateLimitService`].
     pub struct ResponseFuture<F: Future> {
         #[pin]
-        inner: TaskLocalFuture<Scope, F>,
-        families: HeaderFamilies,
+        state: State<F>,
+    }
+}
+
+pin_project_lite::pin_project! {
+    #[project = StateProj]
+    enum State<F: Future> {
+        /// A layer without limits of its own: the inner future in the request's scope.
+        Plain {
+            #[pin]
+            inner: TaskLocalFuture<Scope, F>,
+            families: HeaderFamilies,
+        },
+        /// A layer with limits: decided, then the inner service called, in one future.
+        Layered { fut: Boxed<F::Output> },
     }
 }
 
@@ -124,23 +177,15 @@ where
     type Output = Result<Response, E>;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
-        let mut this = self.project();
-        let result = std::task::ready!(this.inner.as_mut().poll(cx));
-        let families = *this.families;
+        let (mut inner, families) = match self.project().state.project() {
+            StateProj::Plain { inner, families } => (inner, *families),
+            StateProj::Layered { fut } => return fut.as_mut().poll(cx),
+        };
+        let result = std::task::ready!(inner.as_mut().poll(cx));
         Poll::Ready(result.map(|mut response| {
             // A rejection's response took the verdict with it (`rendering_rejection`).
-            if let Some(recorded) = this
-                .inner
-                .take_value()
-                .and_then(|scope| scope.take_verdict())
-            {
-                set_call_headers(
-                    response.headers_mut(),
-                    recorded.shown_parts(),
-                    &recorded.decision,
-                    families,
-                );
-            }
+            let verdict = inner.take_value().and_then(|scope| scope.take_verdict());
+            render_verdict(verdict, response.headers_mut(), families);
             response
         }))
     }

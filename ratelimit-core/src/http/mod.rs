@@ -8,23 +8,30 @@
 pub(crate) mod actix;
 #[cfg(feature = "axum")]
 pub(crate) mod axum;
+pub(crate) mod layered;
 
 #[cfg(feature = "actix-web")]
 pub use self::actix::RateLimitActixService;
 #[cfg(feature = "axum")]
 pub use self::axum::{RateLimitService, ResponseFuture};
+pub use self::layered::LayerLimit;
 
 use std::sync::Arc;
 
+use self::layered::Learned;
 use crate::TrustedProxies;
 use crate::headers::HeaderFamilies;
 
 /// What both integrations are configured with.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct Config {
     pub(crate) proxies: TrustedProxies,
     pub(crate) ipv6_prefix: Option<u8>,
     pub(crate) families: HeaderFamilies,
+    /// The limits this layer decides for every request it serves (`limit`).
+    pub(crate) limits: Arc<[LayerLimit]>,
+    /// The routes whose handlers were seen checking limits of their own.
+    pub(crate) learned: Arc<Learned>,
 }
 
 /// Builder methods shared by `RateLimitLayer` and `RateLimitMiddleware`.
@@ -51,6 +58,18 @@ macro_rules! config_methods {
             std::sync::Arc::make_mut(&mut self.config).families = families;
             self
         }
+
+        /// Decides `limit` for every request this serves, before the handler runs: refused
+        /// with the same 429 and headers as a handler's limit, and decided with the handler's
+        /// own `#[rate_limit]` limits in one round trip, all or nothing (see the guide,
+        /// "A limit on a whole router"). `limit` is declared with
+        /// [`layer_limit!`](https://docs.rs/redis-ratelimit/latest/redis_ratelimit/macro.layer_limit.html):
+        /// named, listed by `declared_limits()`, and overridable by its name.
+        pub fn limit(mut self, limit: $crate::http::LayerLimit) -> Self {
+            let config = std::sync::Arc::make_mut(&mut self.config);
+            config.limits = config.limits.iter().cloned().chain([limit]).collect();
+            self
+        }
     };
 }
 pub(crate) use config_methods;
@@ -71,6 +90,18 @@ impl Config {
             ctx = ctx.with_ipv6_prefix(bits);
         }
         crate::request::Scope::served_by(ctx, origin, self.families)
+    }
+}
+
+impl Default for Config {
+    fn default() -> Config {
+        Config {
+            proxies: TrustedProxies::default(),
+            ipv6_prefix: None,
+            families: HeaderFamilies::default(),
+            limits: Arc::from([]),
+            learned: Arc::default(),
+        }
     }
 }
 

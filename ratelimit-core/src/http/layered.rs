@@ -1,0 +1,358 @@
+//! Limits of an HTTP layer's own ([`LayerLimit`]): decided for every request the layer (or
+//! actix middleware) serves, before the handler runs, and all-or-nothing with the handler's
+//! own `#[rate_limit]` limits in one round trip.
+//!
+//! How one round trip is reached without knowing the handler: a layer cannot see whether the
+//! handler below it checks limits of its own. So for each route (method and matched pattern)
+//! it does not know yet, it decides its limits itself, before calling the handler; when the
+//! handler's own check then runs in that request, the route is learned. On a learned route the
+//! layer leaves its limits pending in the request's scope, and the handler's check decides
+//! them with its own, in one script: all or nothing. A learned route's request whose handler
+//! never checked (an extractor refused the request first) has the layer's limits decided when
+//! the response comes back, and refused then if they refuse: the request counts, whatever the
+//! handler made of it. A request with no matched route (a fallback, a layer around the whole
+//! router as a service) is never learned: the layer decides first, every time.
+//!
+//! Layers nest (a router-wide layer, and a route group's with `route_layer`, `nest` or an
+//! actix `scope`): an outer layer hands its pending limits to the next layer down in the
+//! request's extensions ([`Handoff`]), which decides them with its own, so that one layer, the
+//! innermost, decides every layer's limits, with the handler's when it has any.
+
+use std::cell::Cell;
+use std::collections::HashSet;
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, PoisonError, RwLock};
+
+use crate::__private::{Call, KeyArg};
+use crate::registry::{self, LimitDeclaration};
+use crate::request::{CONTEXT, Recorded, Scope};
+use crate::{KeyResolver, RateLimited, RateLimiter};
+
+/// A limit an HTTP layer decides for every request it serves: made by `layer_limit!` (a
+/// declared limit, listed by [`declared_limits`](crate::declared_limits) and overridable by
+/// its name like any other) and given to [`RateLimitLayer::limit`](crate::RateLimitLayer) or
+/// `RateLimitMiddleware::limit`.
+#[derive(Clone)]
+pub struct LayerLimit {
+    decl: &'static LimitDeclaration,
+    key: Arc<dyn KeyResolver>,
+}
+
+impl LayerLimit {
+    /// What `layer_limit!` expands to.
+    pub(crate) fn new(decl: &'static LimitDeclaration, key: impl KeyResolver) -> LayerLimit {
+        LayerLimit {
+            decl,
+            key: Arc::new(key),
+        }
+    }
+
+    /// The limit's declaration: its name, limit, key and place in the source.
+    pub fn declaration(&self) -> &'static LimitDeclaration {
+        self.decl
+    }
+}
+
+impl fmt::Debug for LayerLimit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LayerLimit")
+            .field("name", &self.decl.name())
+            .field("key", &self.decl.key())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The most routes a layer remembers as checked by their handlers. Routes are the service's
+/// own patterns, not what clients send, so this bound is never reached by a real router; past
+/// it, a route is simply decided by the layer first.
+const MAX_LEARNED: usize = 4096;
+
+/// The routes (method and matched pattern) whose handlers were seen checking limits of their
+/// own: there the layer leaves its limits to the handler's check.
+#[derive(Debug, Default)]
+pub(crate) struct Learned(RwLock<HashSet<Box<str>>>);
+
+impl Learned {
+    pub(crate) fn knows(&self, route: &str) -> bool {
+        self.0
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(route)
+    }
+
+    /// Forgets `route`: its handler did not check (an extractor refused the request first,
+    /// or another router's handler of the same pattern has no limits), so the layer decides
+    /// first again until a check is seen.
+    fn forget(&self, route: &str) {
+        if self.knows(route) {
+            self.0
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .remove(route);
+        }
+    }
+
+    fn learn(&self, route: &str) {
+        if self.knows(route) {
+            return;
+        }
+        let mut routes = self.0.write().unwrap_or_else(PoisonError::into_inner);
+        if routes.len() < MAX_LEARNED {
+            routes.insert(route.into());
+        }
+    }
+}
+
+/// A route as a layer learns it: `GET /orders/{id}`.
+pub(crate) fn route_key(method: &str, pattern: &str) -> Box<str> {
+    format!("{method} {pattern}").into_boxed_str()
+}
+
+/// What an outer layer passes to the next layer down, in the request's extensions: the limits
+/// it left pending (none when it decided them itself), the tables that learn the route, and
+/// whether a layer below took the limits over.
+#[derive(Clone, Debug)]
+pub(crate) struct Handoff {
+    limits: Arc<[LayerLimit]>,
+    learners: Learners,
+    taken: Arc<AtomicBool>,
+}
+
+/// The layers that learn a route once a check below them is seen, each with the route as it
+/// saw it (an outer router sees a nested route by the nest's own pattern).
+type Learners = Arc<[(Arc<Learned>, Box<str>)]>;
+
+/// What one layer does with one request.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    /// Every limit to decide for this request: those handed down, then this layer's own.
+    pub(crate) limits: Arc<[LayerLimit]>,
+    /// Whether the handler's check decides them (a learned route), or the layer first.
+    pub(crate) deferred: bool,
+    learners: Learners,
+    /// Set when a layer below took the limits over.
+    taken: Arc<AtomicBool>,
+}
+
+impl Plan {
+    /// The plan of a layer with `own` limits and its `learned` routes, for a request on
+    /// `route` (none: no matched pattern) that brought `handed` from a layer above. `None`
+    /// when there is nothing to decide: no limit here or above.
+    pub(crate) fn new(
+        own: &Arc<[LayerLimit]>,
+        learned: &Arc<Learned>,
+        handed: Option<Handoff>,
+        route: Option<Box<str>>,
+    ) -> Option<Plan> {
+        let mine = route.map(|route| (Arc::clone(learned), route));
+        let deferred = mine.as_ref().is_some_and(|(_, route)| learned.knows(route));
+        let (limits, learners): (Arc<[LayerLimit]>, Learners) = match handed {
+            None if own.is_empty() => return None,
+            None => (Arc::clone(own), mine.into_iter().collect()),
+            Some(handed) => {
+                // This layer decides every limit handed down (now, or its handler's check):
+                // the layers above may leave theirs pending on this route from now on.
+                handed.taken.store(true, Ordering::Release);
+                for (above, route) in handed.learners.iter() {
+                    above.learn(route);
+                }
+                let limits: Arc<[LayerLimit]> = if own.is_empty() {
+                    handed.limits
+                } else {
+                    handed.limits.iter().chain(own.iter()).cloned().collect()
+                };
+                let learners = handed.learners.iter().cloned().chain(mine).collect();
+                (limits, learners)
+            }
+        };
+        Some(Plan {
+            limits,
+            deferred,
+            learners,
+            taken: Arc::new(AtomicBool::new(false)),
+        })
+    }
+
+    /// What to hand to the next layer down: the pending limits when deferred (none when this
+    /// layer decides them first), and the tables that learn the route.
+    pub(crate) fn handoff(&self) -> Handoff {
+        Handoff {
+            limits: if self.deferred {
+                Arc::clone(&self.limits)
+            } else {
+                Arc::from([])
+            },
+            learners: Arc::clone(&self.learners),
+            taken: Arc::clone(&self.taken),
+        }
+    }
+
+    /// What the request's scope holds of this plan, for the handler's check.
+    pub(crate) fn scope(&self) -> LayerScope {
+        LayerScope {
+            limits: Arc::clone(&self.limits),
+            learners: Arc::clone(&self.learners),
+            pending: Cell::new(self.deferred),
+            decided: Cell::new(false),
+        }
+    }
+
+    /// Whether the limits are still to decide once the response is back: deferred, not taken
+    /// over by a layer below, and not decided by the handler's check. Then the route is
+    /// forgotten: its next request is decided by the layer first.
+    pub(crate) fn still_pending(&self, scope: Option<&crate::request::Scope>) -> bool {
+        let pending = self.deferred
+            && !self.taken.load(Ordering::Acquire)
+            && scope
+                .and_then(|s| s.layer.as_ref())
+                .is_some_and(|l| l.pending.get());
+        if pending {
+            for (learned, route) in self.learners.iter() {
+                learned.forget(route);
+            }
+        }
+        pending
+    }
+}
+
+/// A layer's limits as the request's scope holds them.
+#[derive(Debug)]
+pub(crate) struct LayerScope {
+    limits: Arc<[LayerLimit]>,
+    learners: Learners,
+    /// The limits wait for the handler's check.
+    pending: Cell<bool>,
+    /// The layer decided them before calling the handler.
+    decided: Cell<bool>,
+}
+
+impl LayerScope {
+    /// Marks the limits decided by the layer itself, before the handler.
+    pub(crate) fn decided(&self) {
+        self.decided.set(true);
+    }
+
+    /// For a handler's check on `limiter`: the pending limits, taken (the check decides them
+    /// with its own); or, when the layer decided them already, the route learned, so that
+    /// its next requests leave them to the check. A check on another limiter than the global
+    /// one (the limiter that decides layer limits) neither takes nor learns.
+    fn take(&self, limiter: Option<&RateLimiter>) -> Option<Arc<[LayerLimit]>> {
+        let global = registry::global();
+        let same = match (limiter, global) {
+            (Some(a), Some(b)) => std::ptr::eq(a, b),
+            (None, None) => true,
+            _ => false,
+        };
+        if !same {
+            return None;
+        }
+        if self.pending.replace(false) {
+            return Some(Arc::clone(&self.limits));
+        }
+        if self.decided.get() {
+            for (learned, route) in self.learners.iter() {
+                learned.learn(route);
+            }
+        }
+        None
+    }
+}
+
+/// The layer limits a handler's check on `limiter` decides with its own: those its layer left
+/// pending, taken. `None` outside a layer with limits, and on every later check of the
+/// request.
+pub(crate) fn take_pending(limiter: Option<&RateLimiter>) -> Option<Arc<[LayerLimit]>> {
+    crate::request::CONTEXT
+        .try_with(|scope| scope.layer.as_ref().and_then(|layer| layer.take(limiter)))
+        .ok()
+        .flatten()
+}
+
+/// Decides `limits` alone, in the current scope (their resolvers read its request, their
+/// verdict is recorded in it), on the global limiter: all or nothing, one round trip.
+pub(crate) async fn decide(limits: &[LayerLimit]) -> Result<(), Box<RateLimited>> {
+    let keys = keys(limits);
+    let checks: Vec<_> = checks(limits, &keys).collect();
+    crate::__private::decide_all(&checks, registry::global()).await
+}
+
+/// The keys of `limits`, as a check takes them.
+pub(crate) fn keys(limits: &[LayerLimit]) -> Vec<KeyArg<'_>> {
+    limits.iter().map(|l| KeyArg::Resolver(&*l.key)).collect()
+}
+
+/// `limits` as checks, with their `keys`.
+pub(crate) fn checks<'a>(
+    limits: &'a [LayerLimit],
+    keys: &'a [KeyArg<'a>],
+) -> impl Iterator<Item = (&'static LimitDeclaration, &'a KeyArg<'a>, Call<'static>)> {
+    limits
+        .iter()
+        .zip(keys)
+        .map(|(l, key)| (l.decl, key, Call::NONE))
+}
+
+/// What a refusal replaces: the request, refused before the service below saw it; or the
+/// response it gave, for a request whose handler did not decide the limits left to it.
+#[derive(Debug)]
+pub(crate) enum Refusing<R, T> {
+    Request(R),
+    Response(T),
+}
+
+/// Serves `req` under `plan`, in `scope`: the layers' limits decided first, or left to the
+/// handler's check (and decided when the response is back if it did not check); `inner`
+/// calls the service below; `refused` renders a refusal as the response (in the scope, so it
+/// takes the verdict with it). Returns the response and the verdict its headers describe.
+pub(crate) async fn serve<R, F, T, E>(
+    mut scope: Scope,
+    plan: Plan,
+    req: R,
+    inner: impl FnOnce(R) -> F,
+    refused: impl FnOnce(Box<RateLimited>, Refusing<R, T>) -> T,
+) -> (Result<T, E>, Option<Recorded>)
+where
+    F: Future<Output = Result<T, E>>,
+{
+    scope.layer = Some(plan.scope());
+    if !plan.deferred {
+        let fut = CONTEXT.scope(scope, async {
+            match decide(&plan.limits).await {
+                Err(rejection) => Ok(refused(rejection, Refusing::Request(req))),
+                Ok(()) => {
+                    let _ = CONTEXT.try_with(|s| s.layer.as_ref().map(LayerScope::decided));
+                    inner(req).await
+                }
+            }
+        });
+        let mut fut = std::pin::pin!(fut);
+        let out = (&mut fut).await;
+        let verdict = fut.as_mut().take_value().and_then(|s| s.take_verdict());
+        // A layer below took over: its response describes the request already.
+        let verdict = verdict.filter(|_| !plan.taken.load(Ordering::Acquire));
+        return (out, verdict);
+    }
+    let fut = CONTEXT.scope(scope, inner(req));
+    let mut fut = std::pin::pin!(fut);
+    let out = (&mut fut).await;
+    let Some(scope) = fut.as_mut().take_value() else {
+        return (out, None);
+    };
+    let response = match out {
+        Ok(response) if plan.still_pending(Some(&scope)) => response,
+        out => return (out, scope.take_verdict()),
+    };
+    // A learned route whose handler did not check: the request counts all the same.
+    let after = CONTEXT.scope(scope, async {
+        match decide(&plan.limits).await {
+            Ok(()) => response,
+            Err(rejection) => refused(rejection, Refusing::Response(response)),
+        }
+    });
+    let mut after = std::pin::pin!(after);
+    let response = (&mut after).await;
+    let verdict = after.as_mut().take_value().and_then(|s| s.take_verdict());
+    (Ok(response), verdict)
+}
