@@ -119,8 +119,8 @@ where
         let handed = req.extensions_mut().remove::<Handoff>();
         let route = req
             .match_pattern()
-            .map(|pattern| route_key(req.method().as_str(), &pattern));
-        let plan = Plan::new(&self.config.limits, &self.config.learned, handed, route);
+            .and_then(|pattern| route_key(req.method().as_str(), &pattern));
+        let plan = Plan::new(&self.config, handed, route);
         let scope = self.scope_of(&req);
         let families = self.config.families;
         let Some(plan) = plan else {

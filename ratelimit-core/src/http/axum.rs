@@ -95,8 +95,8 @@ where
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let handed = req.extensions_mut().remove::<Handoff>();
         let matched = req.extensions().get::<MatchedPath>();
-        let route = matched.map(|route| route_key(req.method().as_str(), route.as_str()));
-        let plan = Plan::new(&self.config.limits, &self.config.learned, handed, route);
+        let route = matched.and_then(|route| route_key(req.method().as_str(), route.as_str()));
+        let plan = Plan::new(&self.config, handed, route);
         let mut ctx = RequestContext::new()
             .with_method(req.method().clone())
             .with_path(req.uri().path())
@@ -414,5 +414,34 @@ mod tests {
             errors[0].contains("into_make_service_with_connect_info"),
             "{errors:?}"
         );
+    }
+
+    /// A layer's `Ip` limit is keyed as a handler's: a client that sends its own
+    /// `X-Forwarded-For` to a layer trusting no proxy stays in its peer's bucket.
+    #[tokio::test]
+    async fn a_client_cannot_pick_its_layer_bucket() {
+        async fn open() -> &'static str {
+            "open"
+        }
+        let by_ip = declaration("axum::layer_by_ip", "Ip");
+        let mut app = Router::new()
+            .route("/open", get(open))
+            .layer(RateLimitLayer::new().limit(crate::http::LayerLimit::new(by_ip, crate::Ip)));
+        let mut send = async |forwarded: &str| {
+            let mut req = Request::get("/open")
+                .header("x-forwarded-for", forwarded)
+                .body(Body::empty())
+                .unwrap();
+            let peer: SocketAddr = "192.0.2.7:4000".parse().unwrap();
+            req.extensions_mut().insert(ConnectInfo(peer));
+            poll_fn(|cx| tower_service::Service::<Request<Body>>::poll_ready(&mut app, cx))
+                .await
+                .unwrap();
+            app.call(req).await.unwrap().status()
+        };
+        assert_eq!(send("198.51.100.1").await, 200);
+        for spoofed in ["198.51.100.2", "203.0.113.9, 198.51.100.3", "unknown"] {
+            assert_eq!(send(spoofed).await, 429, "{spoofed}");
+        }
     }
 }

@@ -25,10 +25,11 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
+use super::Config;
 use crate::__private::{Call, KeyArg};
 use crate::registry::{self, LimitDeclaration};
 use crate::request::{CONTEXT, Recorded, Scope};
-use crate::{KeyResolver, RateLimited, RateLimiter};
+use crate::{KeyResolver, RateLimited, RateLimiter, TrustedProxies};
 
 /// A limit an HTTP layer decides for every request it serves: made by `layer_limit!` (a
 /// declared limit, listed by [`declared_limits`](crate::declared_limits) and overridable by
@@ -105,9 +106,16 @@ impl Learned {
     }
 }
 
-/// A route as a layer learns it: `GET /orders/{id}`.
-pub(crate) fn route_key(method: &str, pattern: &str) -> Box<str> {
-    format!("{method} {pattern}").into_boxed_str()
+/// A route as a layer learns it: `GET /orders/{id}`. `None` for a method that is not one of
+/// HTTP's own: a client may send any token as a method, and on a route that takes every
+/// method each would be a route to remember.
+pub(crate) fn route_key(method: &str, pattern: &str) -> Option<Box<str>> {
+    const METHODS: [&str; 9] = [
+        "GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS", "TRACE", "CONNECT",
+    ];
+    METHODS
+        .contains(&method)
+        .then(|| format!("{method} {pattern}").into_boxed_str())
 }
 
 /// What an outer layer passes to the next layer down, in the request's extensions: the limits
@@ -116,6 +124,9 @@ pub(crate) fn route_key(method: &str, pattern: &str) -> Box<str> {
 #[derive(Clone, Debug)]
 pub(crate) struct Handoff {
     limits: Arc<[LayerLimit]>,
+    /// How the layer above tells the client: only a layer that tells it the same way may
+    /// decide its limits (an `Ip` key read behind other proxies would be another key).
+    client: (TrustedProxies, Option<u8>),
     learners: Learners,
     taken: Arc<AtomicBool>,
 }
@@ -132,20 +143,26 @@ pub(crate) struct Plan {
     /// Whether the handler's check decides them (a learned route), or the layer first.
     pub(crate) deferred: bool,
     learners: Learners,
+    client: (TrustedProxies, Option<u8>),
     /// Set when a layer below took the limits over.
     taken: Arc<AtomicBool>,
 }
 
 impl Plan {
-    /// The plan of a layer with `own` limits and its `learned` routes, for a request on
-    /// `route` (none: no matched pattern) that brought `handed` from a layer above. `None`
-    /// when there is nothing to decide: no limit here or above.
+    /// The plan of a layer configured with `config` (its own limits, its learned routes),
+    /// for a request on `route` (none: no matched pattern) that brought `handed` from a layer
+    /// above. `None` when there is nothing to decide: no limit here or above.
+    ///
+    /// A layer above that tells the client another way (other trusted proxies, another IPv6
+    /// prefix) is not taken over: it decides its own limits first, every time.
     pub(crate) fn new(
-        own: &Arc<[LayerLimit]>,
-        learned: &Arc<Learned>,
+        config: &Config,
         handed: Option<Handoff>,
         route: Option<Box<str>>,
     ) -> Option<Plan> {
+        let (own, learned) = (&config.limits, &config.learned);
+        let client = (config.proxies.clone(), config.ipv6_prefix);
+        let handed = handed.filter(|h| h.client == client);
         let mine = route.map(|route| (Arc::clone(learned), route));
         let deferred = mine.as_ref().is_some_and(|(_, route)| learned.knows(route));
         let (limits, learners): (Arc<[LayerLimit]>, Learners) = match handed {
@@ -171,6 +188,7 @@ impl Plan {
             limits,
             deferred,
             learners,
+            client,
             taken: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -185,6 +203,7 @@ impl Plan {
                 Arc::from([])
             },
             learners: Arc::clone(&self.learners),
+            client: self.client.clone(),
             taken: Arc::clone(&self.taken),
         }
     }
@@ -355,4 +374,81 @@ where
     let response = (&mut after).await;
     let verdict = after.as_mut().take_value().and_then(|s| s.take_verdict());
     (Ok(response), verdict)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::__private::test_support::declaration;
+    use crate::{Ip, TrustedProxies};
+
+    fn config(limits: &[LayerLimit], proxies: TrustedProxies) -> Config {
+        Config {
+            proxies,
+            limits: limits.into(),
+            ..Config::default()
+        }
+    }
+
+    /// A client chooses its method; only HTTP's own are routes to remember.
+    #[test]
+    fn only_http_methods_are_learned() {
+        assert_eq!(route_key("GET", "/a/{id}").as_deref(), Some("GET /a/{id}"));
+        assert_eq!(route_key("PATCH", "/a").as_deref(), Some("PATCH /a"));
+        assert_eq!(route_key("XGET", "/a"), None);
+        assert_eq!(route_key("get", "/a"), None);
+    }
+
+    /// However many routes a handler is seen checking on, the table stays bounded.
+    #[test]
+    fn the_learned_routes_are_bounded() {
+        let learned = Learned::default();
+        for i in 0..MAX_LEARNED + 100 {
+            learned.learn(&format!("GET /r{i}"));
+        }
+        assert_eq!(learned.0.read().unwrap().len(), MAX_LEARNED);
+        assert!(learned.knows("GET /r0"));
+        learned.forget("GET /r0");
+        assert!(!learned.knows("GET /r0"));
+    }
+
+    /// A layer takes over the limits handed down by one that tells the client as it does, and
+    /// teaches it the route; one behind other proxies keys `Ip` by another address, so the
+    /// layer above keeps deciding its own.
+    #[test]
+    fn a_layer_takes_over_only_what_it_keys_alike() {
+        let outer = LayerLimit::new(declaration("layered::outer", "Ip"), Ip);
+        let inner = LayerLimit::new(declaration("layered::inner", "Ip"), Ip);
+        let proxies = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
+        let above = config(&[outer], proxies.clone());
+        let route = || route_key("GET", "/x");
+
+        // First request: the outer layer decides first and hands down no limits.
+        let first = Plan::new(&above, None, route()).unwrap();
+        assert!(!first.deferred);
+        let below = config(std::slice::from_ref(&inner), proxies);
+        let taken = Plan::new(&below, Some(first.handoff()), route()).unwrap();
+        assert_eq!(taken.limits.len(), 1);
+        assert!(first.taken.load(Ordering::Acquire));
+        // The outer layer learned that the route is decided below: now it defers.
+        let second = Plan::new(&above, None, route()).unwrap();
+        assert!(second.deferred);
+        let both = Plan::new(&below, Some(second.handoff()), route()).unwrap();
+        let names: Vec<_> = both.limits.iter().map(|l| l.decl.name()).collect();
+        assert_eq!(names, ["layered::outer", "layered::inner"]);
+
+        // Below, behind no trusted proxy: the handoff is left alone, and nothing is learned.
+        let above = config(&[LayerLimit::new(declaration("layered::o2", "Ip"), Ip)], {
+            TrustedProxies::new(["10.0.0.0/8"]).unwrap()
+        });
+        let plan = Plan::new(&above, None, route()).unwrap();
+        let below = config(&[inner], TrustedProxies::default());
+        let own = Plan::new(&below, Some(plan.handoff()), route()).unwrap();
+        assert_eq!(own.limits.len(), 1);
+        assert_eq!(own.limits[0].decl.name(), "layered::inner");
+        assert!(!plan.taken.load(Ordering::Acquire));
+        assert!(!Plan::new(&above, None, route()).unwrap().deferred);
+    }
 }
