@@ -14,11 +14,13 @@
 
 mod admin;
 mod builder;
+mod concurrency;
 mod refund;
 mod remote;
 mod waiting;
 
 pub use builder::{DEFAULT_PREFIX, RateLimiterBuilder};
+pub use concurrency::{Entered, Slot};
 use waiting::must_wait;
 
 use std::fmt;
@@ -595,6 +597,11 @@ fn validate_all<'a, B: AsRef<str>>(
 }
 
 fn validate_cost(limit: &Limit, cost: u32) -> Result<(), Error> {
+    // A concurrency limit is decided only with a slot to give back (`enter`), which gives it
+    // its holder.
+    if limit.is_concurrent() && limit.holder() == 0 {
+        return Err(crate::error::InvalidLimit::NeedsSlot.into());
+    }
     limit.check_cost(cost)
 }
 

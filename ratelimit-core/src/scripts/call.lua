@@ -74,6 +74,18 @@ local function decide(mode, keys, specs, reserved_at)
         local taken = real.call('ZRANGE', key, int(reserved_at), int(reserved_at), 'BYSCORE',
           'LIMIT', 0, cost)
         if #taken > 0 then real.call('ZREM', key, unpack(taken)) end
+      elseif algorithm == CONCURRENCY then
+        -- The slots are the holder's own members.
+        local holder = args[3]
+        local mine = {}
+        if real.call('TYPE', key).ok == 'zset' then
+          for _, member in ipairs(real.call('ZRANGE', key, 0, -1)) do
+            if string.sub(member, 1, 2 + #holder + 1) == 'h:' .. holder .. ':' then
+              mine[#mine + 1] = member
+            end
+          end
+        end
+        if #mine > 0 then real.call('ZREM', key, unpack(mine)) end
       end
     end
     return n

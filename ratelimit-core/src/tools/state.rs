@@ -8,8 +8,8 @@ use std::fmt;
 use redis::Value;
 
 use crate::algorithm::{
-    Kernel, MAX_TIME_US, Outcome, StateKind, fixed_window, interval_bucket, sliding_window,
-    token_bucket,
+    Kernel, MAX_TIME_US, Outcome, StateKind, concurrency, fixed_window, interval_bucket,
+    sliding_window, token_bucket,
 };
 use crate::{Error, Limit};
 
@@ -165,6 +165,11 @@ impl StateKind {
         let gcra = |v: &str| token_bucket::State::decode(v, expire_ms).is_some();
         match &stored.value {
             StoredValue::Absent | StoredValue::Other(_) => None,
+            // A concurrency limit's scores are when leases end, in the future; a sliding log's
+            // are admission times, in the past.
+            StoredValue::Scores(s) if s.iter().any(|&t| t > stored.now_us) => {
+                Some((StateKind::Concurrency, false))
+            }
             StoredValue::Scores(_) | StoredValue::Count(_) => Some((StateKind::SlidingLog, true)),
             StoredValue::Text(v) if sliding_window::State::decode(v).is_some() => {
                 Some((StateKind::SlidingWindow, true))
@@ -297,7 +302,14 @@ fn held(stored: &Stored, kind: StateKind) -> Result<Option<Held>, ()> {
                 .is_none_or(|&t| t < MAX_TIME_US)
                 .then_some(Held::Log(times))
         }
-        (StoredValue::Count(n), StateKind::SlidingLog) => Some(Held::LogCount(*n)),
+        (StoredValue::Count(n), StateKind::SlidingLog | StateKind::Concurrency) => {
+            Some(Held::LogCount(*n))
+        }
+        // The lease ends of a concurrency limit's members, read as the sliding log's times.
+        (StoredValue::Scores(s), StateKind::Concurrency) => s
+            .iter()
+            .all(|&t| t < MAX_TIME_US)
+            .then(|| Held::Log(s.clone())),
         _ => None,
     };
     held.map(Some).ok_or(())
@@ -485,6 +497,21 @@ pub fn peek(limit: &Limit, cost: u32, stored: &Stored) -> Result<Peek, Undecidab
                 |c| crate::algorithm::sliding_log::decide(now, &log, p, c),
                 c,
             )
+        }
+        (Kernel::Concurrency(p), s) => {
+            // The scores alone (the members' text is not read): every live member counts as
+            // a slot held, a waiter's ticket too.
+            let entries: Vec<concurrency::Entry> = match s {
+                None => Vec::new(),
+                Some(Held::Log(ends)) => ends
+                    .iter()
+                    .zip(1..)
+                    .map(|(&end, n)| (concurrency::Member::Held { holder: 0, n }, end))
+                    .collect(),
+                Some(Held::LogCount(_)) => return Err(Undecidable::NoTimes),
+                Some(_) => return Err(Undecidable::Foreign),
+            };
+            Outcome::peek(|c| concurrency::decide(now, &entries, p, c), c)
         }
         (Kernel::Bucket(_), Some(_)) => return Err(Undecidable::Foreign),
     };
