@@ -674,6 +674,50 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_concurrency_limit_falls_back_to_memory_and_gives_its_slots_back_there() {
+        let limiter = RateLimiter::builder()
+            .store(DownStore)
+            .fallback_store(MemoryStore::with_clock(ManualClock::new()))
+            .build()
+            .await
+            .unwrap();
+        let limit = Limit::concurrent(2);
+        let a = limiter.enter("k", &limit).await.unwrap();
+        let b = limiter.enter("k", &limit).await.unwrap();
+        let c = limiter.enter("k", &limit).await.unwrap();
+        assert_eq!(a.decision.source, Source::Fallback);
+        assert!(a.decision.allowed && b.decision.allowed && !c.decision.allowed);
+        drop(a);
+        let d = limiter.enter("k", &limit).await.unwrap();
+        assert!(d.decision.allowed, "the slot came back to the fallback");
+    }
+
+    #[test]
+    fn the_fallback_divides_a_concurrency_limit_among_live_instances() {
+        let store = MemoryStore::with_clock(ManualClock::new());
+        let limit = Limit::concurrent(7);
+        // Three live instances: each holds 7 / 3 = 2 slots (whole slots, at least one).
+        let admitted = (1..=5)
+            .filter(|&h| {
+                store
+                    .check_share("k", &limit.with_holder(h), 1, 3, None)
+                    .allowed
+            })
+            .count();
+        assert_eq!(admitted, 2);
+        // More instances than slots: each still holds one, never none.
+        let one = Limit::concurrent(2);
+        let admitted = (1..=3)
+            .filter(|&h| {
+                store
+                    .check_share("j", &one.with_holder(h), 1, 5, None)
+                    .allowed
+            })
+            .count();
+        assert_eq!(admitted, 1);
+    }
+
+    #[tokio::test]
     async fn a_limit_with_its_own_policy_overrides_the_limiters() {
         let limiter = RateLimiter::builder()
             .store(DownStore)

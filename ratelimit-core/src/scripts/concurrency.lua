@@ -35,15 +35,27 @@ end
 local padded = string.rep('0', 20 - #holder) .. holder
 local live = redis.call('ZRANGE', key, '(' .. int(now), '+inf', 'BYSCORE', 'WITHSCORES')
 local held, first, last, mine, latest, earliest = 0, nil, nil, nil, nil, nil
+-- The latest lease end but the call's own members', and but its own ticket's: what stays
+-- once it is admitted (its members replaced), or queued (its ticket replaced).
+local others, but_ticket = nil, nil
 local own = {}
+local function later(a, b)
+  if a == nil or b > a then return b end
+  return a
+end
 for i = 1, #live, 2 do
   local member, score = live[i], tonumber(live[i + 1])
-  if latest == nil or score > latest then latest = score end
+  latest = later(latest, score)
   if earliest == nil or score < earliest then earliest = score end
   local c = string.sub(member, 1, 1)
+  local mine_too = false
   if c == 'h' then
     held = held + 1
-    if string.sub(member, 3, 2 + #holder + 1) == holder .. ':' then own[#own + 1] = member end
+    if string.sub(member, 3, 2 + #holder + 1) == holder .. ':' then
+      own[#own + 1] = member
+      mine_too = true
+    end
+    but_ticket = later(but_ticket, score)
   elseif c == 'w' then
     local ticket = string.sub(member, 3, 40)
     if first == nil or ticket < first then first = ticket end
@@ -51,8 +63,12 @@ for i = 1, #live, 2 do
     if string.sub(member, 21, 40) == padded then
       mine = ticket
       own[#own + 1] = member
+      mine_too = true
+    else
+      but_ticket = later(but_ticket, score)
     end
   end
+  if not mine_too then others = later(others, score) end
 end
 
 local function reset(last)
@@ -80,7 +96,7 @@ if held + cost <= max and not ahead then
     redis.call('ZADD', key, unpack(batch))
     j = j + 1000
   end
-  if latest == nil or until_ > latest then latest = until_ end
+  latest = later(others, until_)
   redis.call('PEXPIREAT', key, int(div_ceil(latest, 1000)))
   return {1, max - held - cost, 0, reset(latest), now}
 end
@@ -99,7 +115,7 @@ if queue then
     if string.sub(m, 1, 1) == 'w' then redis.call('ZREM', key, m) end
   end
   redis.call('ZADD', key, int(until_), 'w:' .. arrival .. ':' .. padded .. ':' .. int(cost))
-  if latest == nil or until_ > latest then latest = until_ end
+  latest = later(but_ticket, until_)
   redis.call('PEXPIREAT', key, int(div_ceil(latest, 1000)))
 end
 return {0, math.max(max - held, 0), retry, reset(latest), now}

@@ -243,6 +243,15 @@ pub enum BucketState {
         /// admits).
         tokens: u64,
     },
+    /// A concurrency limit's set.
+    #[non_exhaustive]
+    Concurrency {
+        /// Members whose lease has not ended: slots held, and tickets of calls waiting for
+        /// one (read by count: every member stored).
+        members: u64,
+        /// Microseconds until the last lease ends (0 when read by count).
+        last_lease_ends_in_us: u64,
+    },
 }
 
 /// A key read as one algorithm's script reads it.
@@ -269,6 +278,11 @@ enum Held {
     Log(Vec<u64>),
     /// How many admission times (read by count).
     LogCount(u64),
+    /// A concurrency limit's lease ends, one per member (slot or ticket).
+    Leases(Vec<u64>),
+    /// How many members a concurrency limit's set holds (read by count; ended leases
+    /// included).
+    LeaseCount(u64),
 }
 
 /// `stored` as `kind`'s script reads it: `Ok(None)` absent, `Err(())` foreign (including
@@ -302,14 +316,12 @@ fn held(stored: &Stored, kind: StateKind) -> Result<Option<Held>, ()> {
                 .is_none_or(|&t| t < MAX_TIME_US)
                 .then_some(Held::Log(times))
         }
-        (StoredValue::Count(n), StateKind::SlidingLog | StateKind::Concurrency) => {
-            Some(Held::LogCount(*n))
-        }
-        // The lease ends of a concurrency limit's members, read as the sliding log's times.
+        (StoredValue::Count(n), StateKind::SlidingLog) => Some(Held::LogCount(*n)),
+        (StoredValue::Count(n), StateKind::Concurrency) => Some(Held::LeaseCount(*n)),
         (StoredValue::Scores(s), StateKind::Concurrency) => s
             .iter()
             .all(|&t| t < MAX_TIME_US)
-            .then(|| Held::Log(s.clone())),
+            .then(|| Held::Leases(s.clone())),
         _ => None,
     };
     held.map(Some).ok_or(())
@@ -371,6 +383,17 @@ pub fn decode_state(stored: &Stored, kind: StateKind) -> Decoded {
             tokens: times.len() as u64,
         },
         Held::LogCount(tokens) => BucketState::SlidingLog { tokens },
+        Held::Leases(ends) => BucketState::Concurrency {
+            members: ends.iter().filter(|&&end| end > stored.now_us).count() as u64,
+            last_lease_ends_in_us: ends
+                .iter()
+                .max()
+                .map_or(0, |&end| end.saturating_sub(stored.now_us)),
+        },
+        Held::LeaseCount(members) => BucketState::Concurrency {
+            members,
+            last_lease_ends_in_us: 0,
+        },
     })
 }
 
@@ -503,12 +526,12 @@ pub fn peek(limit: &Limit, cost: u32, stored: &Stored) -> Result<Peek, Undecidab
             // a slot held, a waiter's ticket too.
             let entries: Vec<concurrency::Entry> = match s {
                 None => Vec::new(),
-                Some(Held::Log(ends)) => ends
+                Some(Held::Leases(ends)) => ends
                     .iter()
                     .zip(1..)
                     .map(|(&end, n)| (concurrency::Member::Held { holder: 0, n }, end))
                     .collect(),
-                Some(Held::LogCount(_)) => return Err(Undecidable::NoTimes),
+                Some(Held::LeaseCount(_)) => return Err(Undecidable::NoTimes),
                 Some(_) => return Err(Undecidable::Foreign),
             };
             Outcome::peek(|c| concurrency::decide(now, &entries, p, c), c)
