@@ -16,7 +16,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use redis_ratelimit::{Error, Limit, RateLimiter, error::InvalidLimit, store::MemoryStore};
+use redis_ratelimit::{
+    Error, FailurePolicy, Limit, RateLimiter, Source, error::InvalidLimit, store::MemoryStore,
+};
 use testkit::RedisServer;
 
 /// Two instances on one store, and the server behind them.
@@ -144,6 +146,7 @@ async fn a_full_key_refuses_until_a_slot_comes_back(store: Store) {
     let a = store.limiter.enter("k", &limit).await.unwrap();
     let b = store.other().await.enter("k", &limit).await.unwrap();
     assert_eq!(a.decision.remaining, 1);
+    assert_eq!(a.decision.limit, limit, "the limit as given");
     assert!(b.decision.allowed && b.decision.remaining == 0);
     let c = store.limiter.enter("k", &limit).await.unwrap();
     assert!(!c.decision.allowed && c.slot.is_none());
@@ -361,3 +364,37 @@ support::on_both_stores!(
     beside_a_rate_limit_it_is_all_or_nothing,
     check_needs_a_slot,
 );
+
+/// Redis down: the fallback holds the slots in memory (this instance's share: the whole limit
+/// for a lone instance), gives them back there, and queues waiters there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_fallback_holds_slots_while_redis_is_down() {
+    let mut server = RedisServer::start();
+    let limiter = RateLimiter::builder()
+        .redis(server.url())
+        .prefix("down")
+        .failure_policy(FailurePolicy::Fallback)
+        .deadline(Some(Duration::from_millis(200)))
+        .build()
+        .await
+        .unwrap();
+    server.kill();
+    let limit = Limit::concurrent(2);
+    let a = limiter.enter("k", &limit).await.unwrap();
+    let b = limiter.enter("k", &limit).await.unwrap();
+    let c = limiter.enter("k", &limit).await.unwrap();
+    assert_eq!(a.decision.source, Source::Fallback);
+    assert!(a.decision.allowed && b.decision.allowed && !c.decision.allowed);
+    drop(a);
+    let waiting = limit.wait(Duration::from_secs(5));
+    let waiter = {
+        let limiter = limiter.clone();
+        tokio::spawn(async move { limiter.enter("k", &waiting).await.unwrap() })
+    };
+    let d = limiter.enter("k", &limit).await.unwrap();
+    drop(b);
+    drop(d);
+    let served = waiter.await.unwrap();
+    assert!(served.decision.allowed, "{:?}", served.decision);
+    assert_eq!(served.decision.source, Source::Fallback);
+}

@@ -6,7 +6,7 @@
 //! (`decide_all`): all or nothing, in one script on Redis. The call's id (its holder) rides in
 //! its concurrency limits ([`Limit::holder`]) so that every stage sees it.
 
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize};
 
 use tokio::sync::Notify;
 
@@ -153,6 +153,16 @@ impl RateLimiter {
         &self,
         checks: &[(Option<&str>, &str, &Limit, u32)],
     ) -> Result<Entered, Error> {
+        if matches!(
+            self.inner.engine,
+            Engine::Remote(Remote {
+                store: RemoteStore::Custom(_),
+                ..
+            })
+        ) && checks.iter().any(|c| c.2.is_concurrent())
+        {
+            return Err(Error::ConcurrencyUnsupported);
+        }
         let holder = next_holder();
         let owned: Vec<(String, Limit, u32)> = checks
             .iter()
@@ -215,8 +225,12 @@ impl RateLimiter {
             if let Some(w) = &mut woken {
                 w.as_mut().enable();
             }
-            let parts = self.decide_all(&checks_v).await?;
+            let mut parts = self.decide_all(&checks_v).await?;
             slot.note_sources(&parts, &checks_v);
+            // The call's id was the pipeline's: the caller sees its limits as it gave them.
+            for part in &mut parts {
+                part.limit = part.limit.with_holder(0);
+            }
             let decision = Decision::combined(parts);
             if decision.allowed {
                 observe_parts(&decision, checks, &owned);
@@ -393,7 +407,8 @@ impl Slot {
         let parts = Arc::clone(&held.parts);
         let holder = held.holder;
         let task: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
-            let mut lost = false;
+            // Each trouble is logged once, not every third of a lease while it lasts.
+            let (mut lost, mut failing) = (false, false);
             loop {
                 tokio::time::sleep(every).await;
                 for part in parts.iter() {
@@ -402,10 +417,12 @@ impl Slot {
                             lost = true;
                             tracing::warn!(target: "redis_ratelimit", "a call running under a concurrency limit lost its slot: its lease ended before it was renewed (the store was unreachable for longer than the lease)");
                         }
-                        Ok(_) => {}
-                        Err(e) => {
+                        Ok(_) => failing = false,
+                        Err(e) if !failing => {
+                            failing = true;
                             tracing::warn!(target: "redis_ratelimit", error = %e, "redis-ratelimit could not renew a concurrency slot's lease");
                         }
+                        Err(_) => {}
                     }
                 }
             }
@@ -519,8 +536,15 @@ fn waiters()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
+/// How many calls of this process wait for a slot: a release takes the lock of [`WAITERS`]
+/// only when some do.
+static WAITING: AtomicUsize = AtomicUsize::new(0);
+
 /// Wakes this process's waiters on `bucket`.
 fn wake(bucket: &str) {
+    if WAITING.load(Ordering::Acquire) == 0 {
+        return;
+    }
     let notify = waiters().get(bucket).and_then(std::sync::Weak::upgrade);
     if let Some(notify) = notify {
         notify.notify_waiters();
@@ -535,6 +559,7 @@ struct Listener {
 
 impl Listener {
     fn new(bucket: &str) -> Listener {
+        WAITING.fetch_add(1, Ordering::AcqRel);
         let mut map = waiters();
         let notify = match map.get(bucket).and_then(std::sync::Weak::upgrade) {
             Some(notify) => notify,
@@ -558,5 +583,6 @@ impl Drop for Listener {
         if Arc::strong_count(&self.notify) == 1 {
             map.remove(&self.bucket);
         }
+        WAITING.fetch_sub(1, Ordering::AcqRel);
     }
 }

@@ -674,22 +674,20 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_concurrency_limit_falls_back_to_memory_and_gives_its_slots_back_there() {
+    async fn a_custom_store_cannot_hold_concurrency_slots() {
         let limiter = RateLimiter::builder()
             .store(DownStore)
-            .fallback_store(MemoryStore::with_clock(ManualClock::new()))
             .build()
             .await
             .unwrap();
-        let limit = Limit::concurrent(2);
-        let a = limiter.enter("k", &limit).await.unwrap();
-        let b = limiter.enter("k", &limit).await.unwrap();
-        let c = limiter.enter("k", &limit).await.unwrap();
-        assert_eq!(a.decision.source, Source::Fallback);
-        assert!(a.decision.allowed && b.decision.allowed && !c.decision.allowed);
-        drop(a);
-        let d = limiter.enter("k", &limit).await.unwrap();
-        assert!(d.decision.allowed, "the slot came back to the fallback");
+        let e = limiter.enter("k", &Limit::concurrent(2)).await.unwrap_err();
+        assert!(matches!(e, Error::ConcurrencyUnsupported), "{e}");
+        // Rate limits alone still go through `enter_all` (holding nothing).
+        let d = limiter
+            .enter_all(&[("k", &Limit::per_second(1), 1)])
+            .await
+            .unwrap();
+        assert!(d.slot.is_some_and(|s| format!("{s:?}").contains("[]")));
     }
 
     #[test]
