@@ -398,3 +398,33 @@ async fn the_fallback_holds_slots_while_redis_is_down() {
     assert!(served.decision.allowed, "{:?}", served.decision);
     assert_eq!(served.decision.source, Source::Fallback);
 }
+
+/// A slot given back while calls wait for one is published on the fleet's channel, so that
+/// waiters on every instance ask again at once (a release with nobody waiting publishes
+/// nothing: the script looks for a live ticket first).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_with_waiters_is_published_to_the_fleet() {
+    use futures_util::StreamExt as _;
+    let store = Store::redis().await;
+    let server = store.server.as_ref().unwrap();
+    let mut messages = server.client().get_async_pubsub().await.unwrap();
+    messages.subscribe("conc:resets").await.unwrap();
+    let mut messages = messages.into_on_message();
+    let bucket = store.limiter.bucket_key("k");
+
+    let limit = Limit::concurrent(1);
+    let holder = store.limiter.enter("k", &limit).await.unwrap();
+    let other = store.other().await;
+    let waiter = tokio::spawn(async move {
+        let waiting = Limit::concurrent(1).wait(Duration::from_secs(30));
+        other.enter("k", &waiting).await.unwrap().decision.allowed
+    });
+    store.members("k", 2).await;
+    holder.slot.unwrap().release().await.unwrap();
+    let message = tokio::time::timeout(Duration::from_secs(10), messages.next())
+        .await
+        .expect("a message within 10 s")
+        .unwrap();
+    assert_eq!(message.get_payload::<String>().unwrap(), bucket);
+    assert!(waiter.await.unwrap());
+}

@@ -215,8 +215,9 @@ impl RateLimiter {
             }
             None => None,
         };
-        // Woken by this process's releases of the call's first concurrency bucket; other
-        // processes' releases are seen by asking again, at most every `MAX_BACKOFF`.
+        // Woken by releases of the call's first concurrency bucket: this process's, and other
+        // instances' through the fleet's channel (Redis); asking again at most every
+        // `MAX_BACKOFF` covers a message lost and leases that end.
         let listener =
             deadline.and_then(|_| slot.parts().first().map(|p| Listener::new(&p.bucket)));
         let mut backoff = MIN_BACKOFF;
@@ -302,16 +303,21 @@ impl RateLimiter {
     async fn release_remote(&self, holder: u64, bucket: &str) -> Result<(), Error> {
         let Engine::Remote(Remote {
             store: RemoteStore::Redis(store),
+            fleet,
             ..
         }) = &self.inner.engine
         else {
             return Ok(());
         };
         on_tokio()?;
+        let channel = match fleet {
+            Some(member) => member.channel().to_owned(),
+            None => crate::fleet::resets_channel(&self.inner.prefix),
+        };
         let released = self
             .inner
             .resilience
-            .call(store.release_slot(bucket, holder))
+            .call(store.release_slot(bucket, holder, &channel))
             .await;
         wake(bucket);
         released.map(drop)
@@ -540,8 +546,9 @@ fn waiters()
 /// only when some do.
 static WAITING: AtomicUsize = AtomicUsize::new(0);
 
-/// Wakes this process's waiters on `bucket`.
-fn wake(bucket: &str) {
+/// Wakes this process's waiters on `bucket` (a release here, or one another instance
+/// published on the fleet's channel).
+pub(crate) fn wake(bucket: &str) {
     if WAITING.load(Ordering::Acquire) == 0 {
         return;
     }

@@ -20,6 +20,7 @@ mod remote;
 mod waiting;
 
 pub use builder::{DEFAULT_PREFIX, RateLimiterBuilder};
+pub(crate) use concurrency::wake as wake_waiters;
 pub use concurrency::{Entered, Slot};
 use waiting::must_wait;
 

@@ -42,11 +42,19 @@ static RENEW: LazyLock<Script> =
 impl RedisStore {
     /// Gives back the concurrency slots (and the ticket) of the call `holder` on `key`: one
     /// script. Returns the members removed.
-    pub(crate) async fn release_slot(&self, key: &str, holder: u64) -> Result<u64, Error> {
+    ///
+    /// When calls still wait for a slot, the script publishes `key` on `channel` (the
+    /// fleet's), so that their instances ask again at once.
+    pub(crate) async fn release_slot(
+        &self,
+        key: &str,
+        holder: u64,
+        channel: &str,
+    ) -> Result<u64, Error> {
         let script = crate::algorithm::concurrency::RELEASE_SCRIPT;
         Ok(self
             .eval(&RELEASE, script, &[key], |cmd| {
-                cmd.arg(holder);
+                cmd.arg(holder).arg(channel);
             })
             .await?)
     }
