@@ -47,7 +47,11 @@ struct Held {
 struct Part {
     bucket: Box<str>,
     lease_us: u64,
+    /// Whether the call may hold members in the store: while it is being asked (a call
+    /// cancelled then may have left a ticket), and once it answered.
     in_store: bool,
+    /// Whether the store has answered this call (its members are there).
+    answered: bool,
     in_fallback: bool,
 }
 
@@ -200,8 +204,8 @@ impl RateLimiter {
                         lease_us: limit
                             .lease_time()
                             .map_or(0, |l| u64::try_from(l.as_micros()).unwrap_or(u64::MAX)),
-                        // Until the store answers, a call cancelled may hold a ticket there.
-                        in_store: !local,
+                        in_store: false,
+                        answered: false,
                         in_fallback: false,
                     })
                     .collect(),
@@ -226,6 +230,7 @@ impl RateLimiter {
             if let Some(w) = &mut woken {
                 w.as_mut().enable();
             }
+            slot.asking(!local);
             let mut parts = self.decide_all(&checks_v).await?;
             slot.note_sources(&parts, &checks_v);
             // The call's id was the pipeline's: the caller sees its limits as it gave them.
@@ -376,19 +381,32 @@ impl Slot {
         Duration::from_micros(us).max(Duration::from_millis(3))
     }
 
-    /// Records where each concurrency limit of the call was decided.
+    fn parts_mut(&mut self) -> &mut [Part] {
+        self.held
+            .as_mut()
+            .and_then(|h| Arc::get_mut(&mut h.parts))
+            .map_or(&mut [], |parts| parts)
+    }
+
+    /// The store is being asked (`remote`): a call cancelled now may leave a ticket there.
+    fn asking(&mut self, remote: bool) {
+        for part in self.parts_mut() {
+            part.in_store = remote;
+        }
+    }
+
+    /// Records where each concurrency limit of the call was decided: the store, or the
+    /// fallback (the other policies hold nothing anywhere).
     fn note_sources(&mut self, decisions: &[Decision], checks: &[(&str, &Limit, u32)]) {
-        let Some(held) = &mut self.held else { return };
-        let Some(parts) = Arc::get_mut(&mut held.parts) else {
-            return;
-        };
+        let parts = self.parts_mut();
         for (d, (bucket, ..)) in decisions.iter().zip(checks) {
             if let Some(part) = parts.iter_mut().find(|p| *p.bucket == **bucket) {
                 match d.source {
-                    Source::Store => part.in_store = true,
+                    Source::Store => part.answered = true,
                     Source::Fallback => part.in_fallback = true,
                     _ => {}
                 }
+                part.in_store = part.answered;
             }
         }
     }
@@ -402,7 +420,13 @@ impl Slot {
     fn renew_in_background(&mut self) {
         let every = self.shortest_lease() / 3;
         let Some(held) = &mut self.held else { return };
-        if held.parts.is_empty() {
+        let local = matches!(held.limiter.inner.engine, Engine::Local(_));
+        // A call let through by a failure policy other than the fallback holds nothing.
+        if !held
+            .parts
+            .iter()
+            .any(|p| local || p.in_store || p.in_fallback)
+        {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
