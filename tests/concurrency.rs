@@ -137,6 +137,9 @@ async fn two_instances_never_exceed_max(store: Store) {
     println!("at most {most} of {MAX} in flight");
     assert!(most <= MAX, "{most} calls in flight, max {MAX}");
     until_free(&store.limiter, "report", &limit, 3).await;
+    if let Some(memory) = &store.memory {
+        assert!(memory.is_empty(), "a key with no slot held is dropped");
+    }
 }
 
 /// A full key refuses at once (no wait set), says how many are free, and admits again once a

@@ -359,6 +359,47 @@ mod tests {
         assert!(decide(T0 + 5, &s, p(5, true), 1).allowed);
     }
 
+    proptest::proptest! {
+        /// Whatever the calls (holders, costs, waits, releases, renewals, time passing), the
+        /// live slots never exceed the max, and a call is admitted only when no live ticket
+        /// arrived before its own.
+        #[test]
+        fn never_more_than_max_and_never_out_of_turn(
+            ops in proptest::collection::vec((0u64..6, 0u64..4, 0u64..3, 0u64..2, 0u64..400_000), 1..120),
+        ) {
+            let max = 3;
+            let mut s: Vec<Entry> = Vec::new();
+            let mut now = T0;
+            for (holder, op, cost, queue, dt) in ops {
+                now += dt;
+                let p = Params { max, lease_us: 1_000_000, holder: holder + 1, queue: queue == 1 };
+                match op {
+                    0 | 1 => {
+                        let earlier = s.iter().filter(|e| e.1 > now).filter_map(|e| match e.0 {
+                            Member::Waiting { arrival, holder, .. } => Some((arrival, holder)),
+                            Member::Held { .. } => None,
+                        }).min();
+                        let mine = s.iter().filter(|e| e.1 > now).find_map(|e| match e.0 {
+                            Member::Waiting { arrival, holder, .. } if holder == p.holder => Some((arrival, holder)),
+                            _ => None,
+                        });
+                        let o = decide(now, &s, p, cost.min(max));
+                        if o.allowed && cost > 0 {
+                            proptest::prop_assert!(earlier.is_none() || earlier == mine, "out of turn");
+                        }
+                        keep(&mut s, &o);
+                    }
+                    2 => s = release(now, &s, p.holder),
+                    _ => {
+                        renew(now, &mut s, p.holder, p.lease_us);
+                    }
+                }
+                let held = s.iter().filter(|e| e.1 > now && matches!(e.0, Member::Held { .. })).count();
+                proptest::prop_assert!(held as u64 <= max, "{held} held");
+            }
+        }
+    }
+
     #[test]
     fn members_round_trip_their_text_and_order_by_arrival() {
         let a = Member::Waiting {
