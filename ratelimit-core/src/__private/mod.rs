@@ -9,11 +9,13 @@ use std::sync::LazyLock;
 pub use inventory;
 
 mod call;
+mod enter;
 pub use crate::async_key::ErasedAsync;
 pub use call::{
     Call, Cost, Fixed, IntoCost, IntoTier, KeyArg, KeyOf, Taken, ViaAsync, ViaDisplay, ViaNeither,
     ViaResolver, counts,
 };
+pub use enter::enter_key;
 
 use crate::decision::{Label, Source};
 use crate::limiter::Local;

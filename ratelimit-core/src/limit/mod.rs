@@ -93,7 +93,7 @@ pub struct Limit {
 
 /// The most calls one concurrency limit may hold in flight ([`Limit::concurrent`]): each is
 /// a member of a sorted set in Redis, and a call of cost `n` is `n` members.
-pub const MAX_CONCURRENT: u32 = 1_000_000;
+pub const MAX_CONCURRENT: u32 = limits::MAX_CONCURRENT;
 
 /// How long a concurrency slot is held without renewal ([`Limit::lease`]'s default): the
 /// slots of a process that dies come back after it.
