@@ -382,6 +382,12 @@ impl Limit {
         Limit::assemble(self)
     }
 
+    /// The same limit with no wait (an override's `wait = "none"`).
+    pub(crate) const fn without_wait(mut self) -> Limit {
+        self.wait_us = NO_WAIT;
+        self
+    }
+
     /// The same limit with the slot id `holder` (see [`Limit::holder`]).
     pub(crate) const fn with_holder(mut self, holder: u64) -> Limit {
         self.holder = holder;
