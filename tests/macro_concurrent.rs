@@ -123,3 +123,52 @@ fn the_limit_is_declared() {
             .wait(Duration::from_secs(5))
     );
 }
+
+#[rate_limit(concurrent = 1, key = Global, limiter = LIMITER, name = "described")]
+async fn described(go: oneshot::Receiver<()>) -> Result<(), RateLimited> {
+    let _ = go.await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_headers_describe_a_quota_of_concurrent_requests() {
+    use redis_ratelimit::context::scope_returning;
+    use redis_ratelimit::headers::{HeaderFamilies, set_call_headers};
+    init().await;
+    let (release, go) = oneshot::channel();
+    let holder = tokio::spawn(scope_returning(support::request("/export"), described(go)));
+    while LIMITER
+        .get()
+        .unwrap()
+        .peek_named("described", "global", &Limit::concurrent(1))
+        .await
+        .is_ok_and(|d| d.remaining == 1)
+    {
+        tokio::task::yield_now().await;
+    }
+    let (_, idle) = oneshot::channel();
+    let (refused, _) = scope_returning(support::request("/export"), described(idle)).await;
+    let headers = refused.unwrap_err().headers(HeaderFamilies::ALL);
+    assert_eq!(
+        headers["ratelimit-policy"],
+        "\"described\";q=1;qu=\"concurrent-requests\""
+    );
+    assert_eq!(headers["ratelimit"], "\"described\";r=0");
+    assert_eq!(headers["retry-after"], "1", "a hint: at most a second");
+    release.send(()).unwrap();
+    let (admitted, recorded) = holder.await.unwrap();
+    admitted.unwrap();
+    let recorded = recorded.unwrap();
+    let (name, decision) = recorded.parts().next().unwrap();
+    let mut headers = axum::http::HeaderMap::new();
+    set_call_headers(
+        &mut headers,
+        [(name, decision)],
+        decision,
+        HeaderFamilies::ALL,
+    );
+    assert_eq!(
+        headers["ratelimit"], "\"described\";r=0",
+        "the admitted call held the one slot"
+    );
+}
