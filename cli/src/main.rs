@@ -39,7 +39,7 @@
 //! - `state`: tagged by `kind`, the algorithm: `token_bucket` `{tokens_owed,
 //!   token_interval_us, full_in_us, interval, per_micro, remainder}`, `interval_bucket`
 //!   `{slack}`, `fixed_window` `{count}`, `sliding_window` `{window, previous, current}`,
-//!   `sliding_log` `{tokens}`, `concurrency` `{members, last_lease_ends_in_us}`, `unknown`
+//!   `sliding_log` `{tokens}`, `concurrency` `{held, waiting, last_lease_ends_in_us}`, `unknown`
 //!   `{type, value}`; `null` when absent;
 //! - `full_at_ms` (the key's `PEXPIRETIME`, ms since the epoch) and `full_in_ms` (its `PTTL`):
 //!   when the bucket is full again; `server_time_us`: the Redis clock when read;

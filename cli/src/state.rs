@@ -79,10 +79,11 @@ pub(crate) enum View {
     },
     /// Tokens in the log (some may have left the window: a log is trimmed when it admits).
     SlidingLog { tokens: u64 },
-    /// A concurrency limit: `members` slots held or waited for (tickets), the last lease
-    /// ending in `last_lease_ends_in_us`.
+    /// A concurrency limit: `held` slots held, `waiting` calls waiting for one, the last
+    /// lease ending in `last_lease_ends_in_us`.
     Concurrency {
-        members: u64,
+        held: u64,
+        waiting: u64,
         last_lease_ends_in_us: u64,
     },
     /// A value no script of this algorithm writes.
@@ -133,11 +134,13 @@ impl View {
                 View::SlidingLog { tokens: *tokens }
             }
             Decoded::State(BucketState::Concurrency {
-                members,
+                held,
+                waiting,
                 last_lease_ends_in_us,
                 ..
             }) => View::Concurrency {
-                members: *members,
+                held: *held,
+                waiting: *waiting,
                 last_lease_ends_in_us: *last_lease_ends_in_us,
             },
             Decoded::Absent => return None,
@@ -182,11 +185,13 @@ impl View {
             } => format!("{current} taken in window {window}, {previous} in the one before"),
             View::SlidingLog { tokens } => format!("{tokens} token{} in the log", plural(*tokens)),
             View::Concurrency {
-                members,
+                held,
+                waiting,
                 last_lease_ends_in_us,
             } => format!(
-                "{members} slot{} held or waited for, the last lease ending in {}",
-                plural(*members),
+                "{held} slot{} held, {waiting} call{} waiting, the last lease ending in {}",
+                plural(*held),
+                plural(*waiting),
                 crate::output::duration_us(*last_lease_ends_in_us)
             ),
             View::Unknown { redis_type, value } => match value {

@@ -1127,7 +1127,8 @@ fn inspect_reads_a_concurrency_limits_slots() {
     assert_eq!(doc["exists"], true, "{doc}");
     assert_eq!(doc["algorithm"], "concurrency", "{doc}");
     assert_eq!(doc["state"]["kind"], "concurrency", "{doc}");
-    assert_eq!(doc["state"]["members"], 1, "{doc}");
+    assert_eq!(doc["state"]["held"], 1, "{doc}");
+    assert_eq!(doc["state"]["waiting"], 0, "{doc}");
     assert!(
         u(&doc["state"]["last_lease_ends_in_us"]) > 20_000_000,
         "{doc}"
@@ -1138,7 +1139,7 @@ fn inspect_reads_a_concurrency_limits_slots() {
         false,
     );
     assert!(
-        stdout(&people).contains("1 slot held or waited for"),
+        stdout(&people).contains("1 slot held, 0 calls waiting"),
         "{}",
         stdout(&people)
     );

@@ -316,17 +316,17 @@ impl Resilience {
     }
 
     /// Gives back the concurrency slots the call `holder` took in the fallback.
-    pub(crate) fn release(&self, bucket: &str, holder: u64) {
+    pub(crate) fn release(&self, bucket: &str, holder: u64, cost: u64) {
         if let Some(store) = self.fallback.get() {
-            store.release(bucket, holder);
+            store.release(bucket, holder, cost);
         }
     }
 
     /// Renews the leases of the concurrency slots the call `holder` holds in the fallback.
-    pub(crate) fn renew(&self, bucket: &str, holder: u64, lease_us: u64) -> u64 {
+    pub(crate) fn renew(&self, bucket: &str, holder: u64, cost: u64, lease_us: u64) -> u64 {
         self.fallback
             .get()
-            .map_or(0, |store| store.renew(bucket, holder, lease_us))
+            .map_or(0, |store| store.renew(bucket, holder, cost, lease_us))
     }
 
     /// Forgets what the fallback holds of `bucket` (it was reset).

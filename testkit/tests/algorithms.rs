@@ -353,7 +353,21 @@ fn stored_members(con: &mut Connection, key: &str) -> Vec<concurrency::Entry> {
         .unwrap();
     scores
         .iter()
-        .map(|(m, end)| (concurrency::Member::parse(m).unwrap(), *end))
+        .map(|(m, score)| {
+            let member = concurrency::Member::parse(m).unwrap();
+            // A ticket is scored above `TICKET`; a slot by its lease end.
+            let end = match member {
+                concurrency::Member::Waiting { .. } => {
+                    assert!(*score > concurrency::TICKET, "{m} {score}");
+                    score - concurrency::TICKET
+                }
+                concurrency::Member::Held { .. } => {
+                    assert!(*score < concurrency::TICKET, "{m} {score}");
+                    *score
+                }
+            };
+            (member, end)
+        })
         .collect()
 }
 
@@ -410,15 +424,22 @@ fn concurrency_scripts_equal_their_twin() {
                 );
             }
             6 | 7 => {
-                let _: u64 = release.key(key).arg(holder).invoke(&mut con).unwrap();
+                // Every slot a holder may hold (cost at most 3).
+                let _: u64 = release
+                    .key(key)
+                    .arg(holder)
+                    .arg(3)
+                    .invoke(&mut con)
+                    .unwrap();
                 // What the twin drops besides the holder's is ended already.
-                twins[k] = concurrency::release(0, &twins[k], holder);
+                twins[k] = concurrency::release(0, &twins[k], holder, 3);
             }
             _ => {
                 let renewed: u64 = renew
                     .key(key)
                     .arg(holder)
                     .arg(lease_us)
+                    .arg(3)
                     .invoke(&mut con)
                     .unwrap();
                 if renewed > 0 {
@@ -432,7 +453,7 @@ fn concurrency_scripts_equal_their_twin() {
                         .max()
                         .unwrap()
                         - lease_us;
-                    let twin = concurrency::renew(at, &mut twins[k], holder, lease_us);
+                    let twin = concurrency::renew(at, &mut twins[k], holder, 3, lease_us);
                     assert_eq!(renewed, twin, "step {step}");
                     assert_eq!(
                         live_members(&stored_members(&mut con, key), at),

@@ -10,7 +10,9 @@
 //!   (17 digits) and the holder (20 digits) zero-padded, so that the members' text orders the
 //!   tickets by arrival (a ticket's arrival is after every other ticket's, even within one
 //!   microsecond, so tickets never tie); its lease is renewed each time the waiter asks
-//!   again.
+//!   again. In Redis a ticket is scored by its lease end plus [`TICKET`] (2^52): the slots
+//!   held are then counted by one `ZCOUNT` and the tickets read apart, so that a decision
+//!   costs O(log n + tickets + cost) whatever the max.
 //!
 //! A member whose lease has ended counts for nothing, whether or not it is still stored (its
 //! holder died, or stopped renewing). A call is admitted when the slots held plus its cost
@@ -19,7 +21,8 @@
 //! never overtakes them. Refused, a call that may wait leaves (or renews) its ticket.
 //!
 //! `remaining` is the slots free after the call; `reset_after` is when the last lease ends
-//! (the key carries no information after it). A refusal's `retry_after` is a hint, not a
+//! (the key carries no information after it): the latest of every live member's before the
+//! call, and of the call's own if it writes one. A refusal's `retry_after` is a hint, not a
 //! promise: a slot comes back when a call ends, which no store can foresee. It is the time
 //! until the earliest live lease ends (when a slot is certain to be free if its holder has
 //! died), at most [`RETRY_HINT_US`].
@@ -46,6 +49,10 @@ pub const RENEW_SCRIPT: &str = concat!(
 
 /// The longest `retry_after` a refusal answers, in microseconds: a second.
 pub const RETRY_HINT_US: u64 = 1_000_000;
+
+/// What a ticket's score adds to its lease end in Redis (2^52: above every lease end, and
+/// the sum below 2^53, exact in Lua's doubles).
+pub const TICKET: u64 = 1 << 52;
 
 /// A concurrency limit's parameters for one call.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -180,27 +187,31 @@ pub fn decide(now: u64, entries: &[Entry], p: Params, cost: u64) -> Outcome<Vec<
         } if holder == p.holder => Some((arrival, holder)),
         _ => None,
     });
-    let latest = |set: &mut dyn Iterator<Item = &Entry>| set.map(|e| e.1).max();
+    let latest = live().map(|e| e.1).max();
     if cost == 0 {
         return Outcome {
             allowed: true,
             remaining: p.max.saturating_sub(held),
             retry_after_us: 0,
-            reset_after_us: latest(&mut live()).map_or(0, |l| l - now),
+            reset_after_us: latest.map_or(0, |l| l - now),
             new_state: None,
         };
     }
+    let until = now + p.lease_us;
     let ahead = match (first_ticket, mine) {
         (Some(first), Some(mine)) => first < mine,
         (Some(_), None) => true,
         (None, _) => false,
     };
     if held + cost <= p.max && !ahead {
+        // The call's ticket goes, and its slots 1 ..= cost are written anew.
         let mut next: Vec<Entry> = live()
-            .filter(|e| e.0.holder() != p.holder)
+            .filter(|e| match e.0 {
+                Member::Held { holder, n } => holder != p.holder || n > cost,
+                Member::Waiting { holder, .. } => holder != p.holder,
+            })
             .copied()
             .collect();
-        let until = now + p.lease_us;
         next.extend((1..=cost).map(|n| {
             (
                 Member::Held {
@@ -210,12 +221,11 @@ pub fn decide(now: u64, entries: &[Entry], p: Params, cost: u64) -> Outcome<Vec<
                 until,
             )
         }));
-        let reset = latest(&mut next.iter()).map_or(0, |l| l - now);
         return Outcome {
             allowed: true,
             remaining: p.max - held - cost,
             retry_after_us: 0,
-            reset_after_us: reset,
+            reset_after_us: latest.map_or(until, |l| l.max(until)) - now,
             new_state: Some(next),
         };
     }
@@ -237,13 +247,13 @@ pub fn decide(now: u64, entries: &[Entry], p: Params, cost: u64) -> Outcome<Vec<
                 holder: p.holder,
                 cost,
             },
-            now + p.lease_us,
+            until,
         ));
         next
     });
     let reset = match &new_state {
-        Some(next) => latest(&mut next.iter()),
-        None => latest(&mut live()),
+        Some(_) => Some(latest.map_or(until, |l| l.max(until))),
+        None => latest,
     };
     Outcome {
         allowed: false,
@@ -254,23 +264,33 @@ pub fn decide(now: u64, entries: &[Entry], p: Params, cost: u64) -> Outcome<Vec<
     }
 }
 
-/// The set once `holder`'s slots and ticket are given back (and expired members dropped).
-pub fn release(now: u64, entries: &[Entry], holder: u64) -> Vec<Entry> {
+/// Whether `e` is one of the slots 1 ..= `cost` of `holder`.
+fn slot_of(e: &Entry, holder: u64, cost: u64) -> bool {
+    matches!(e.0, Member::Held { holder: h, n } if h == holder && n <= cost)
+}
+
+/// The set once `holder`'s slots (1 ..= `cost`) and ticket are given back (and expired
+/// members dropped).
+pub fn release(now: u64, entries: &[Entry], holder: u64, cost: u64) -> Vec<Entry> {
     entries
         .iter()
-        .filter(|e| e.1 > now && e.0.holder() != holder)
+        .filter(|e| {
+            e.1 > now
+                && !slot_of(e, holder, cost)
+                && !matches!(e.0, Member::Waiting { holder: h, .. } if h == holder)
+        })
         .copied()
         .collect()
 }
 
-/// Renews the leases of `holder`'s live slots to end at `now + lease_us` (a ticket is renewed
-/// by asking again); returns how many it renewed (0: the holder has lost its slots, or never
-/// had them).
-pub fn renew(now: u64, entries: &mut [Entry], holder: u64, lease_us: u64) -> u64 {
+/// Renews the leases of `holder`'s live slots (1 ..= `cost`) to end at `now + lease_us` (a
+/// ticket is renewed by asking again); returns how many it renewed (0: the holder has lost
+/// its slots, or never had them).
+pub fn renew(now: u64, entries: &mut [Entry], holder: u64, cost: u64, lease_us: u64) -> u64 {
     let mut renewed = 0;
     for e in entries
         .iter_mut()
-        .filter(|e| e.1 > now && matches!(e.0, Member::Held { holder: h, .. } if h == holder))
+        .filter(|e| e.1 > now && slot_of(e, holder, cost))
     {
         e.1 = now + lease_us;
         renewed += 1;
@@ -325,7 +345,7 @@ mod tests {
         let o = decide(T0, &s, p(3, false), 1);
         assert!(!o.allowed);
         assert_eq!((o.remaining, o.retry_after_us), (0, 1_000_000));
-        s = release(T0, &s, 1);
+        s = release(T0, &s, 1, 1);
         assert!(decide(T0, &s, p(3, false), 1).allowed);
     }
 
@@ -336,7 +356,7 @@ mod tests {
         keep(&mut s, &o);
         assert!(!decide(T0 + 999_999, &s, p(2, false), 1).allowed);
         assert!(decide(T0 + 1_000_000, &s, p(2, false), 1).allowed);
-        assert_eq!(renew(T0 + 500_000, &mut s, 1, 1_000_000), 2);
+        assert_eq!(renew(T0 + 500_000, &mut s, 1, 2, 1_000_000), 2);
         assert!(!decide(T0 + 1_000_000, &s, p(2, false), 1).allowed);
     }
 
@@ -350,7 +370,7 @@ mod tests {
         keep(&mut s, &o);
         let o = decide(T0 + 2, &s, p(5, true), 1);
         keep(&mut s, &o);
-        s = release(T0 + 3, &s, 1);
+        s = release(T0 + 3, &s, 1, 2);
         assert!(!decide(T0 + 4, &s, p(5, true), 1).allowed, "9 is first");
         assert!(!decide(T0 + 4, &s, p(7, false), 1).allowed, "no overtaking");
         let o = decide(T0 + 4, &s, p(9, true), 1);
@@ -389,9 +409,9 @@ mod tests {
                         }
                         keep(&mut s, &o);
                     }
-                    2 => s = release(now, &s, p.holder),
+                    2 => s = release(now, &s, p.holder, max),
                     _ => {
-                        renew(now, &mut s, p.holder, p.lease_us);
+                        renew(now, &mut s, p.holder, max, p.lease_us);
                     }
                 }
                 let held = s.iter().filter(|e| e.1 > now && matches!(e.0, Member::Held { .. })).count();

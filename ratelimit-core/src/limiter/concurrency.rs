@@ -47,6 +47,8 @@ struct Held {
 struct Part {
     bucket: Box<str>,
     lease_us: u64,
+    /// The slots the call takes (its members 1 ..= cost).
+    cost: u64,
     /// Whether the call may hold members in the store: while it is being asked (a call
     /// cancelled then may have left a ticket), and once it answered.
     in_store: bool,
@@ -199,8 +201,9 @@ impl RateLimiter {
                 parts: owned
                     .iter()
                     .filter(|(_, limit, _)| limit.is_concurrent())
-                    .map(|(bucket, limit, _)| Part {
+                    .map(|(bucket, limit, cost)| Part {
                         bucket: bucket.as_str().into(),
+                        cost: u64::from(*cost),
                         lease_us: limit
                             .lease_time()
                             .map_or(0, |l| u64::try_from(l.as_micros()).unwrap_or(u64::MAX)),
@@ -285,11 +288,13 @@ impl RateLimiter {
     /// memory store, the fallback); `true` when the store is remote and still to be asked.
     fn release_here(&self, holder: u64, part: &Part) -> bool {
         if part.in_fallback {
-            self.inner.resilience.release(&part.bucket, holder);
+            self.inner
+                .resilience
+                .release(&part.bucket, holder, part.cost);
         }
         let remote = match &self.inner.engine {
             Engine::Local(store) => {
-                store.release(&part.bucket, holder);
+                store.release(&part.bucket, holder, part.cost);
                 false
             }
             Engine::Remote(Remote {
@@ -305,7 +310,8 @@ impl RateLimiter {
     }
 
     /// Gives back the call `holder`'s members of `bucket` in Redis: one script.
-    async fn release_remote(&self, holder: u64, bucket: &str) -> Result<(), Error> {
+    async fn release_remote(&self, holder: u64, part: &Part) -> Result<(), Error> {
+        let bucket = &*part.bucket;
         let Engine::Remote(Remote {
             store: RemoteStore::Redis(store),
             fleet,
@@ -322,7 +328,7 @@ impl RateLimiter {
         let released = self
             .inner
             .resilience
-            .call(store.release_slot(bucket, holder, &channel))
+            .call(store.release_slot(bucket, holder, part.cost, &channel))
             .await;
         wake(bucket);
         released.map(drop)
@@ -335,10 +341,12 @@ impl RateLimiter {
             renewed += self
                 .inner
                 .resilience
-                .renew(&part.bucket, holder, part.lease_us);
+                .renew(&part.bucket, holder, part.cost, part.lease_us);
         }
         match &self.inner.engine {
-            Engine::Local(store) => renewed += store.renew(&part.bucket, holder, part.lease_us),
+            Engine::Local(store) => {
+                renewed += store.renew(&part.bucket, holder, part.cost, part.lease_us);
+            }
             Engine::Remote(Remote {
                 store: RemoteStore::Redis(store),
                 ..
@@ -346,7 +354,7 @@ impl RateLimiter {
                 renewed += self
                     .inner
                     .resilience
-                    .call(store.renew_slot(&part.bucket, holder, part.lease_us))
+                    .call(store.renew_slot(&part.bucket, holder, part.cost, part.lease_us))
                     .await?;
             }
             _ => {}
@@ -486,7 +494,7 @@ impl Slot {
         let mut result = Ok(());
         for part in held.parts.iter() {
             if held.limiter.release_here(held.holder, part)
-                && let Err(e) = held.limiter.release_remote(held.holder, &part.bucket).await
+                && let Err(e) = held.limiter.release_remote(held.holder, part).await
                 && result.is_ok()
             {
                 result = Err(e);
@@ -502,11 +510,11 @@ impl Drop for Slot {
         if let Some(renewal) = &held.renewal {
             renewal.abort();
         }
-        let remote: Vec<Box<str>> = held
+        let remote: Vec<Part> = held
             .parts
             .iter()
             .filter(|part| held.limiter.release_here(held.holder, part))
-            .map(|part| part.bucket.clone())
+            .cloned()
             .collect();
         if remote.is_empty() {
             return;
@@ -518,8 +526,8 @@ impl Drop for Slot {
         let limiter = held.limiter;
         let holder = held.holder;
         let task: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
-            for bucket in remote {
-                if let Err(e) = limiter.release_remote(holder, &bucket).await {
+            for part in remote {
+                if let Err(e) = limiter.release_remote(holder, &part).await {
                     tracing::warn!(target: "redis_ratelimit", error = %e, "redis-ratelimit could not give back a concurrency slot; its lease frees it");
                 }
             }

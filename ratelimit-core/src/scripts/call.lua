@@ -75,17 +75,16 @@ local function decide(mode, keys, specs, reserved_at)
           'LIMIT', 0, cost)
         if #taken > 0 then real.call('ZREM', key, unpack(taken)) end
       elseif algorithm == CONCURRENCY then
-        -- The slots are the holder's own members.
-        local holder = args[3]
-        local mine = {}
+        -- The slots are the holder's own members, h:<holder>:1 .. h:<holder>:cost.
         if real.call('TYPE', key).ok == 'zset' then
-          for _, member in ipairs(real.call('ZRANGE', key, 0, -1)) do
-            if string.sub(member, 1, 2 + #holder + 1) == 'h:' .. holder .. ':' then
-              mine[#mine + 1] = member
-            end
+          local mine = {}
+          for j = 1, cost do mine[#mine + 1] = 'h:' .. args[3] .. ':' .. int(j) end
+          local i = 0
+          while i < #mine do
+            real.call('ZREM', key, unpack(mine, i + 1, math.min(#mine, i + 1000)))
+            i = i + 1000
           end
         end
-        if #mine > 0 then real.call('ZREM', key, unpack(mine)) end
       end
     end
     return n

@@ -246,9 +246,10 @@ pub enum BucketState {
     /// A concurrency limit's set.
     #[non_exhaustive]
     Concurrency {
-        /// Members whose lease has not ended: slots held, and tickets of calls waiting for
-        /// one (read by count: every member stored).
-        members: u64,
+        /// Slots held whose lease has not ended (read by count: every member stored).
+        held: u64,
+        /// Calls waiting for a slot (live tickets; 0 when read by count).
+        waiting: u64,
         /// Microseconds until the last lease ends (0 when read by count).
         last_lease_ends_in_us: u64,
     },
@@ -327,6 +328,17 @@ fn held(stored: &Stored, kind: StateKind) -> Result<Option<Held>, ()> {
     held.map(Some).ok_or(())
 }
 
+/// A concurrency set's scores as lease ends, each with whether it is a ticket's.
+fn lease_ends(scores: &[u64]) -> impl Iterator<Item = (u64, bool)> + '_ {
+    scores.iter().map(|&s| {
+        if s >= concurrency::TICKET {
+            (s - concurrency::TICKET, true)
+        } else {
+            (s, false)
+        }
+    })
+}
+
 /// `stored` decoded as `kind`'s script reads it.
 ///
 /// ```
@@ -383,15 +395,20 @@ pub fn decode_state(stored: &Stored, kind: StateKind) -> Decoded {
             tokens: times.len() as u64,
         },
         Held::LogCount(tokens) => BucketState::SlidingLog { tokens },
-        Held::Leases(ends) => BucketState::Concurrency {
-            members: ends.iter().filter(|&&end| end > stored.now_us).count() as u64,
-            last_lease_ends_in_us: ends
-                .iter()
-                .max()
-                .map_or(0, |&end| end.saturating_sub(stored.now_us)),
-        },
+        Held::Leases(scores) => {
+            let live = || lease_ends(&scores).filter(|&(end, _)| end > stored.now_us);
+            BucketState::Concurrency {
+                held: live().filter(|&(_, ticket)| !ticket).count() as u64,
+                waiting: live().filter(|&(_, ticket)| ticket).count() as u64,
+                last_lease_ends_in_us: live()
+                    .map(|(end, _)| end - stored.now_us)
+                    .max()
+                    .unwrap_or(0),
+            }
+        }
         Held::LeaseCount(members) => BucketState::Concurrency {
-            members,
+            held: members,
+            waiting: 0,
             last_lease_ends_in_us: 0,
         },
     })
@@ -522,14 +539,24 @@ pub fn peek(limit: &Limit, cost: u32, stored: &Stored) -> Result<Peek, Undecidab
             )
         }
         (Kernel::Concurrency(p), s) => {
-            // The scores alone (the members' text is not read): every live member counts as
-            // a slot held, a waiter's ticket too.
+            // The scores alone (the members' text is not read): a slot held, or a ticket of
+            // a call waiting (scored above `TICKET`), in an order of their own.
             let entries: Vec<concurrency::Entry> = match s {
                 None => Vec::new(),
-                Some(Held::Leases(ends)) => ends
-                    .iter()
+                Some(Held::Leases(scores)) => lease_ends(&scores)
                     .zip(1..)
-                    .map(|(&end, n)| (concurrency::Member::Held { holder: 0, n }, end))
+                    .map(|((end, ticket), n)| {
+                        let member = if ticket {
+                            concurrency::Member::Waiting {
+                                arrival: n,
+                                holder: n,
+                                cost: 1,
+                            }
+                        } else {
+                            concurrency::Member::Held { holder: 0, n }
+                        };
+                        (member, end)
+                    })
                     .collect(),
                 Some(Held::LeaseCount(_)) => return Err(Undecidable::NoTimes),
                 Some(_) => return Err(Undecidable::Foreign),

@@ -306,20 +306,20 @@ impl MemoryStore {
         }
     }
 
-    /// Gives back the concurrency slots (and the ticket) of the call `holder` on the key
-    /// `key`: the key is dropped once it holds nothing live.
-    pub(crate) fn release(&self, key: &str, holder: u64) {
+    /// Gives back the concurrency slots (1 ..= `cost`, and the ticket) of the call `holder`
+    /// on the key `key`: the key is dropped once it holds nothing live.
+    pub(crate) fn release(&self, key: &str, holder: u64, cost: u64) {
         self.with_held(key, |now, entries| {
-            *entries = crate::algorithm::concurrency::release(now, entries, holder);
+            *entries = crate::algorithm::concurrency::release(now, entries, holder, cost);
         });
     }
 
     /// Renews the leases of the concurrency slots of the call `holder` on `key`; returns how
     /// many it renewed (0: the call has lost them).
-    pub(crate) fn renew(&self, key: &str, holder: u64, lease_us: u64) -> u64 {
+    pub(crate) fn renew(&self, key: &str, holder: u64, cost: u64, lease_us: u64) -> u64 {
         let mut renewed = 0;
         self.with_held(key, |now, entries| {
-            renewed = crate::algorithm::concurrency::renew(now, entries, holder, lease_us);
+            renewed = crate::algorithm::concurrency::renew(now, entries, holder, cost, lease_us);
         });
         renewed
     }

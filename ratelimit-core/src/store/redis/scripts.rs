@@ -49,12 +49,13 @@ impl RedisStore {
         &self,
         key: &str,
         holder: u64,
+        cost: u64,
         channel: &str,
     ) -> Result<u64, Error> {
         let script = crate::algorithm::concurrency::RELEASE_SCRIPT;
         Ok(self
             .eval(&RELEASE, script, &[key], |cmd| {
-                cmd.arg(holder).arg(channel);
+                cmd.arg(holder).arg(cost).arg(channel);
             })
             .await?)
     }
@@ -65,12 +66,13 @@ impl RedisStore {
         &self,
         key: &str,
         holder: u64,
+        cost: u64,
         lease_us: u64,
     ) -> Result<u64, Error> {
         let script = crate::algorithm::concurrency::RENEW_SCRIPT;
         Ok(self
             .eval(&RENEW, script, &[key], |cmd| {
-                cmd.arg(holder).arg(lease_us);
+                cmd.arg(holder).arg(lease_us).arg(cost);
             })
             .await?)
     }
