@@ -353,6 +353,24 @@ async fn check_needs_a_slot(store: Store) {
     assert!(store.limiter.peek("k", &limit).await.unwrap().allowed);
 }
 
+/// In shadow mode a full key lets the call through and says it would have refused it.
+async fn a_shadow_limit_lets_a_call_through_and_says_so(store: Store) {
+    let limit = Limit::concurrent(1).shadow();
+    let first = store.limiter.enter("k", &limit).await.unwrap();
+    assert!(first.decision.allowed && !first.decision.shadowed);
+    let second = store.limiter.enter("k", &limit).await.unwrap();
+    assert!(second.decision.allowed && second.decision.shadowed);
+    assert!(second.slot.is_some(), "a guard, holding nothing");
+    drop(second);
+    assert_eq!(
+        store.limiter.peek("k", &limit).await.unwrap().remaining,
+        0,
+        "the first still holds the one slot; the second took none"
+    );
+    drop(first);
+    until_free(&store.limiter, "k", &limit, 1).await;
+}
+
 support::on_both_stores!(
     crate::Store,
     #[tokio::test(start_paused = true)]:
@@ -366,6 +384,7 @@ support::on_both_stores!(
     a_waiter_that_gives_up_leaves_no_ticket,
     beside_a_rate_limit_it_is_all_or_nothing,
     check_needs_a_slot,
+    a_shadow_limit_lets_a_call_through_and_says_so,
 );
 
 /// Redis down: the fallback holds the slots in memory (this instance's share: the whole limit
