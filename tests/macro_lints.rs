@@ -46,6 +46,15 @@ impl KeyResolver for Tenant {
     }
 }
 
+/// At most two in flight per tenant, waiting up to a second for a slot.
+///
+/// # Errors
+/// When rate limited.
+#[rate_limit(concurrent = 2, key = Tenant, wait = "1s", lease = "5s")]
+pub async fn export() -> ApiResult<u32> {
+    Ok(1)
+}
+
 /// Defaults only.
 ///
 /// # Errors

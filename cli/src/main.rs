@@ -31,13 +31,16 @@
 //!   (`null`: kept only as a digest);
 //! - `exists`: `false` when the key is absent, that is the bucket is full;
 //! - `algorithm`: `token_bucket` (also the leaky bucket's state), `interval_bucket` (a token
-//!   bucket with interval refill), `fixed_window`, `sliding_window`, `sliding_log`, or `null`;
+//!   bucket with interval refill), `fixed_window`, `sliding_window`, `sliding_log`,
+//!   `concurrency` (a concurrency limit's slots; guessed from leases that end in the future),
+//!   or `null`;
 //!   `algorithm_inferred`: whether it was guessed from the state's shape (a positive integer
 //!   may be a token bucket's or a counter's: `--algorithm` says which);
 //! - `state`: tagged by `kind`, the algorithm: `token_bucket` `{tokens_owed,
 //!   token_interval_us, full_in_us, interval, per_micro, remainder}`, `interval_bucket`
 //!   `{slack}`, `fixed_window` `{count}`, `sliding_window` `{window, previous, current}`,
-//!   `sliding_log` `{tokens}`, `unknown` `{type, value}`; `null` when absent;
+//!   `sliding_log` `{tokens}`, `concurrency` `{held, waiting, last_lease_ends_in_us}`, `unknown`
+//!   `{type, value}`; `null` when absent;
 //! - `full_at_ms` (the key's `PEXPIRETIME`, ms since the epoch) and `full_in_ms` (its `PTTL`):
 //!   when the bucket is full again; `server_time_us`: the Redis clock when read;
 //! - `decision`, with a limit (`--replenish` ..., or `--config` with `--name`): `{limit,

@@ -35,6 +35,7 @@ pub(crate) fn describe(kind: StateKind) -> &'static str {
         StateKind::FixedWindow => "fixed window",
         StateKind::SlidingWindow => "sliding window",
         StateKind::SlidingLog => "sliding log",
+        StateKind::Concurrency => "concurrency limit (calls in flight)",
         other => other.name(),
     }
 }
@@ -78,6 +79,13 @@ pub(crate) enum View {
     },
     /// Tokens in the log (some may have left the window: a log is trimmed when it admits).
     SlidingLog { tokens: u64 },
+    /// A concurrency limit: `held` slots held, `waiting` calls waiting for one, the last
+    /// lease ending in `last_lease_ends_in_us`.
+    Concurrency {
+        held: u64,
+        waiting: u64,
+        last_lease_ends_in_us: u64,
+    },
     /// A value no script of this algorithm writes.
     Unknown {
         #[serde(rename = "type")]
@@ -125,6 +133,16 @@ impl View {
             Decoded::State(BucketState::SlidingLog { tokens, .. }) => {
                 View::SlidingLog { tokens: *tokens }
             }
+            Decoded::State(BucketState::Concurrency {
+                held,
+                waiting,
+                last_lease_ends_in_us,
+                ..
+            }) => View::Concurrency {
+                held: *held,
+                waiting: *waiting,
+                last_lease_ends_in_us: *last_lease_ends_in_us,
+            },
             Decoded::Absent => return None,
             // A foreign value, or a state of a kind this CLI does not know yet.
             _ => View::Unknown {
@@ -166,6 +184,16 @@ impl View {
                 current,
             } => format!("{current} taken in window {window}, {previous} in the one before"),
             View::SlidingLog { tokens } => format!("{tokens} token{} in the log", plural(*tokens)),
+            View::Concurrency {
+                held,
+                waiting,
+                last_lease_ends_in_us,
+            } => format!(
+                "{held} slot{} held, {waiting} call{} waiting, the last lease ending in {}",
+                plural(*held),
+                plural(*waiting),
+                crate::output::duration_us(*last_lease_ends_in_us)
+            ),
             View::Unknown { redis_type, value } => match value {
                 Some(v) => {
                     format!("a {redis_type} `{v}` that this algorithm's script never writes")

@@ -1109,3 +1109,39 @@ fn the_cli_names_buckets_as_the_library_does() {
     assert!(stdout(&o).contains("k:{ключ}%🔑"), "{}", stdout(&o));
     drop(limiter);
 }
+
+#[test]
+fn inspect_reads_a_concurrency_limits_slots() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let limiter = rt.block_on(limiter(&server));
+    let limit = Limit::concurrent(3);
+    let entered = rt
+        .block_on(limiter.enter_named("api::exports", "tenant", &limit))
+        .unwrap();
+    assert!(entered.decision.allowed);
+    let doc = json(
+        &server,
+        &["inspect", "--name", "api::exports", "--key", "tenant"],
+    );
+    assert_eq!(doc["exists"], true, "{doc}");
+    assert_eq!(doc["algorithm"], "concurrency", "{doc}");
+    assert_eq!(doc["state"]["kind"], "concurrency", "{doc}");
+    assert_eq!(doc["state"]["held"], 1, "{doc}");
+    assert_eq!(doc["state"]["waiting"], 0, "{doc}");
+    assert!(
+        u(&doc["state"]["last_lease_ends_in_us"]) > 20_000_000,
+        "{doc}"
+    );
+    let people = run(
+        &server,
+        &["inspect", "--name", "api::exports", "--key", "tenant"],
+        false,
+    );
+    assert!(
+        stdout(&people).contains("1 slot held, 0 calls waiting"),
+        "{}",
+        stdout(&people)
+    );
+    rt.block_on(entered.slot.unwrap().release()).unwrap();
+}

@@ -172,7 +172,8 @@ impl DenyCache {
     /// Remembers an answer of the store to a request sent at `sent`, answered at `received`:
     /// what the bucket has left, and the refusal if it refused.
     pub(crate) fn remember(&self, bucket: &str, d: &Decision, sent: Instant, received: Instant) {
-        if d.source != Source::Store {
+        // A concurrency limit's slot may come back at any moment: no refusal of it lasts.
+        if d.source != Source::Store || d.limit.is_concurrent() {
             return;
         }
         // A limit that may wait is never refused from here (the refusal was for a call that

@@ -67,6 +67,14 @@ pub enum Error {
     )]
     RefundUnsupported,
 
+    /// [`enter`](crate::RateLimiter::enter) was asked of a limiter on a custom
+    /// [`Store`](crate::store::Store): the trait has no way to give a slot back or renew it.
+    #[error(
+        "this store cannot hold concurrency slots: a custom Store has no release or renewal, so \
+         a concurrency limit needs the Redis or the memory store"
+    )]
+    ConcurrencyUnsupported,
+
     /// [`refund`](crate::RateLimiter::refund) was asked under a window algorithm (the fixed
     /// or sliding window, the sliding log), whose count can be given back only with the time
     /// of the call that took it.
@@ -193,6 +201,7 @@ impl Error {
             Error::SeveralLimitsUnsupported => "SeveralLimitsUnsupported",
             Error::PeekUnsupported => "PeekUnsupported",
             Error::RefundUnsupported => "RefundUnsupported",
+            Error::ConcurrencyUnsupported => "ConcurrencyUnsupported",
             Error::RefundNeedsBucket(_) => "RefundNeedsBucket",
             Error::InvalidPrefix(_) => "InvalidPrefix",
             Error::NoStore => "NoStore",
@@ -283,6 +292,7 @@ mod tests {
             Error::SeveralLimitsUnsupported.to_string(),
             Error::PeekUnsupported.to_string(),
             Error::RefundUnsupported.to_string(),
+            Error::ConcurrencyUnsupported.to_string(),
             Error::RefundNeedsBucket(crate::Limit::per_second(1)).to_string(),
             Error::NoStore.to_string(),
             Error::NoRuntime.to_string(),

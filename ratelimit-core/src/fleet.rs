@@ -226,7 +226,11 @@ impl Task {
                     member.started.send_replace(true);
                 }
                 Event::Reset(Some(message)) => match message.get_payload::<String>() {
-                    Ok(bucket) => member.each_cache(|cache| cache.forget(&bucket)),
+                    Ok(bucket) => {
+                        member.each_cache(|cache| cache.forget(&bucket));
+                        // A concurrency slot given back elsewhere, with calls waiting for one.
+                        crate::limiter::wake_waiters(&bucket);
+                    }
                     Err(e) => tracing::debug!(%e, "ignoring a malformed reset message"),
                 },
                 Event::Reset(None) => {

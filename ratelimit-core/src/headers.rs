@@ -181,6 +181,13 @@ pub fn set_call_headers<'n, 'd, N: Into<Cow<'n, str>>>(
             policy.push_str(", ");
             state.push_str(", ");
         }
+        if let Some(max) = d.limit.max_in_flight() {
+            // A concurrency limit: a quota of calls in flight, with no window (the IETF
+            // draft's quota unit), and no reset time (a slot comes back when a call ends).
+            let _ = write!(policy, "{sf_name};q={max};qu=\"concurrent-requests\"");
+            let _ = write!(state, "{sf_name};r={}", d.remaining);
+            continue;
+        }
         let window = ceil_secs(d.limit.refill_time()).max(1);
         let _ = write!(
             policy,
@@ -243,6 +250,10 @@ fn distinct_names<'n, 'd, N: Into<Cow<'n, str>>>(
 /// that is not one (3 per minute is 0.05 per second) has no honest value in that header, so it
 /// is left out; `RateLimit-Policy` describes every rate exactly.
 fn whole_tokens_per_second(limit: &crate::Limit) -> Option<u64> {
+    // A concurrency limit has no rate.
+    if limit.is_concurrent() {
+        return None;
+    }
     let per_unit = u128::from(limit.replenish()) * 1_000_000;
     let unit = u128::from(limit.period_micros());
     if per_unit % unit == 0 {
@@ -465,6 +476,46 @@ mod tests {
             Duration::from_secs(864),
         );
         (per_client, daily)
+    }
+
+    #[test]
+    fn a_concurrency_limit_is_a_quota_of_concurrent_requests() {
+        let in_flight = Decision::new(
+            true,
+            2,
+            Limit::concurrent(3),
+            1,
+            Duration::ZERO,
+            Duration::from_secs(30),
+        );
+        let (per_client, _) = login_parts();
+        let per_client = Decision::new(
+            true,
+            4,
+            per_client.limit,
+            1,
+            Duration::ZERO,
+            Duration::from_secs(20),
+        );
+        let combined = Decision::combined(vec![in_flight.clone(), per_client.clone()]);
+        let mut h = HeaderMap::new();
+        set_call_headers(
+            &mut h,
+            [("exports", &in_flight), ("login", &per_client)],
+            &combined,
+            HeaderFamilies::ALL,
+        );
+        assert_eq!(
+            h["ratelimit-policy"],
+            "\"exports\";q=3;qu=\"concurrent-requests\", \"login\";q=5;w=100"
+        );
+        assert_eq!(h["ratelimit"], "\"exports\";r=2, \"login\";r=4;t=20");
+        // Spring's headers describe the tightest: here the one with the fewest left, with no
+        // replenish rate for a concurrency limit.
+        let mut h = HeaderMap::new();
+        set_headers(&mut h, "exports", &in_flight, HeaderFamilies::ALL);
+        assert_eq!(h["x-ratelimit-burst-capacity"], "3");
+        assert!(h.get("x-ratelimit-replenish-rate").is_none());
     }
 
     #[test]

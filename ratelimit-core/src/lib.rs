@@ -77,7 +77,7 @@ pub use http::actix::RateLimitMiddleware;
 #[cfg(feature = "axum")]
 pub use http::axum::RateLimitLayer;
 pub use limit::{Algorithm, Limit, Refill, Tier, Unit};
-pub use limiter::{RateLimiter, RateLimiterBuilder};
+pub use limiter::{Entered, RateLimiter, RateLimiterBuilder, Slot};
 pub use policy::{EmptyKeyPolicy, FailurePolicy};
 pub use registry::{LimitDeclaration, declared_limits};
 pub use request::RequestContext;
@@ -96,6 +96,7 @@ pub mod context {
 pub mod defaults {
     //! The values used when nothing else is said.
     pub use crate::deny_cache::DEFAULT_DENY_CACHE_CAPACITY;
+    pub use crate::limit::{DEFAULT_LEASE, MAX_CONCURRENT};
     pub use crate::limiter::DEFAULT_PREFIX;
     pub use crate::policy::{DEFAULT_COOLDOWN, DEFAULT_DEADLINE};
     pub use crate::startup::DEFAULT_REDIS_URL;

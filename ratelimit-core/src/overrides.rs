@@ -448,6 +448,38 @@ impl Overrides {
                     decl.name()
                 ))
             };
+            if limit.is_concurrent() {
+                // A concurrency limit keeps its kind: an override switches it, changes its
+                // policy, shadow mode or wait; a rate's fields would make it a rate limit.
+                let rate_fields = [
+                    ("replenish", o.replenish.is_some()),
+                    ("burst", o.burst.is_some()),
+                    ("unit", o.unit.is_some()),
+                    ("cost", o.cost.is_some()),
+                    ("algorithm", o.algorithm.is_some()),
+                    ("refill", o.refill.is_some()),
+                    ("initial", o.initial.is_some()),
+                ];
+                if let Some(&(field, _)) = rate_fields.iter().find(|(_, set)| *set) {
+                    return Err(fail(
+                        &[field],
+                        &"a concurrency limit has no rate: an override of it may set `enabled`, \
+                          `policy`, `shadow` and `wait`",
+                    ));
+                }
+                limit = limit
+                    .with_failure_policy(o.policy.or(limit.failure_policy()))
+                    .with_shadow(o.shadow.unwrap_or(limit.is_shadow()));
+                match o.wait {
+                    Some(Some(wait)) => {
+                        limit = limit.try_wait(wait).map_err(|e| fail(e.fields(), &e))?;
+                    }
+                    Some(None) => limit = limit.without_wait(),
+                    None => {}
+                }
+                enabled = o.enabled.unwrap_or(enabled);
+                continue;
+            }
             let algorithm = o.algorithm.unwrap_or(limit.algorithm_kind());
             let replenish = o.replenish.unwrap_or(limit.replenish());
             // A window's burst is its replenish; a token bucket keeps the burst it had.
@@ -885,6 +917,35 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_concurrency_limit_keeps_its_kind_and_refuses_a_rate() {
+        static EXPORTS: LimitDeclaration =
+            LimitDeclaration::new("exports", Limit::concurrent(2), 1, "Global", "f", 1);
+        let apply = |env: &str| {
+            let mut overrides = Overrides::default();
+            overrides
+                .by_name
+                .entry("exports".to_owned())
+                .or_default()
+                .push(("test".to_owned(), parse_env(env).unwrap()));
+            overrides.apply(&EXPORTS)
+        };
+        let e = apply("shadow=true,wait=2s,policy=deny").unwrap();
+        assert_eq!(
+            e.limit,
+            Limit::concurrent(2)
+                .shadow()
+                .wait(std::time::Duration::from_secs(2))
+                .on_failure(FailurePolicy::Deny)
+        );
+        assert!(!apply("enabled=false").unwrap().enabled);
+        let e = apply("replenish=5").unwrap_err().to_string();
+        assert!(
+            e.contains("field `replenish`") && e.contains("no rate"),
+            "{e}"
+        );
     }
 
     /// `o` applied to `shop::orders`, as the only override.

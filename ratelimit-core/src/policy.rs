@@ -315,6 +315,20 @@ impl Resilience {
             .give_back(bucket, limit, cost, self.share());
     }
 
+    /// Gives back the concurrency slots the call `holder` took in the fallback.
+    pub(crate) fn release(&self, bucket: &str, holder: u64, cost: u64) {
+        if let Some(store) = self.fallback.get() {
+            store.release(bucket, holder, cost);
+        }
+    }
+
+    /// Renews the leases of the concurrency slots the call `holder` holds in the fallback.
+    pub(crate) fn renew(&self, bucket: &str, holder: u64, cost: u64, lease_us: u64) -> u64 {
+        self.fallback
+            .get()
+            .map_or(0, |store| store.renew(bucket, holder, cost, lease_us))
+    }
+
     /// Forgets what the fallback holds of `bucket` (it was reset).
     pub(crate) fn forget(&self, bucket: &str) {
         if let Some(store) = self.fallback.get() {

@@ -102,6 +102,13 @@ pub mod scripts {
     pub const SLIDING_WINDOW: &str = crate::algorithm::sliding_window::SCRIPT;
     /// The sliding log.
     pub const SLIDING_LOG: &str = crate::algorithm::sliding_log::SCRIPT;
+    /// A concurrency limit's acquire; its arguments are
+    /// [`concurrency::args`](super::algorithms::concurrency::args).
+    pub const CONCURRENCY: &str = crate::algorithm::concurrency::SCRIPT;
+    /// A concurrency limit's release (one call's slots and ticket).
+    pub const CONCURRENCY_RELEASE: &str = crate::algorithm::concurrency::RELEASE_SCRIPT;
+    /// A concurrency limit's renewal (one call's leases).
+    pub const CONCURRENCY_RENEW: &str = crate::algorithm::concurrency::RENEW_SCRIPT;
     /// Several limits of one call in one script (`multi.lua`, every algorithm included).
     pub const MULTI: &str = crate::algorithm::MULTI_SCRIPT;
     /// Several independent calls bound for one node in one script, each decided as if alone
@@ -131,7 +138,7 @@ pub mod scripts {
 /// ```
 pub mod algorithms {
     pub use crate::algorithm::{
-        Outcome, WindowParams, fixed_window, interval_bucket, sliding_log, sliding_window,
-        token_bucket,
+        Outcome, WindowParams, concurrency, fixed_window, interval_bucket, sliding_log,
+        sliding_window, token_bucket,
     };
 }

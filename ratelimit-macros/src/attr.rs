@@ -34,6 +34,8 @@ pub(crate) const ARGUMENTS: &[&str] = &[
     "tiers",
     "jitter",
     "shared",
+    "concurrent",
+    "lease",
 ];
 
 /// Names from Spring's `RedisRateLimiter` and other limiters, mapped to ours.
@@ -95,6 +97,10 @@ pub(crate) struct RateLimitArgs {
     pub(crate) empty_key: Option<(EmptyKeyPolicy, Span)>,
     /// `empty_key_status = 401`: the HTTP status of a refusal for want of a key.
     pub(crate) empty_key_status: Option<(u16, LitInt)>,
+    /// `concurrent = 2`: a concurrency limit, at most this many calls of a key in flight.
+    pub(crate) concurrent: Option<Count>,
+    /// `lease = "10s"`: a concurrency slot's lease, in microseconds.
+    pub(crate) lease: Option<(u64, Span)>,
     /// Every known argument written, valid or not: a bad `replenish` is not also a missing one.
     written: Vec<String>,
 }
@@ -150,6 +156,8 @@ impl RateLimitArgs {
             tiers: None,
             empty_key: None,
             empty_key_status: None,
+            concurrent: None,
+            lease: None,
             written: Vec::new(),
         };
         // A bare number is most likely the rate, a bare string the unit.
@@ -260,6 +268,16 @@ impl RateLimitArgs {
                         set_once(&mut args.jitter, jitter, &name, errors);
                     }
                 }
+                "concurrent" => {
+                    if let Some(count) = count(&name, value, errors) {
+                        set_once(&mut args.concurrent, count, &name, errors);
+                    }
+                }
+                "lease" => {
+                    if let Some(lease) = lease(&value, errors) {
+                        set_once(&mut args.lease, lease, &name, errors);
+                    }
+                }
                 "key" => set_once(&mut args.key, value, &name, errors),
                 "exempt" => set_once(&mut args.exempt, value, &name, errors),
                 "count" => set_once(&mut args.count, value, &name, errors),
@@ -314,6 +332,7 @@ fn example(argument: &str) -> &'static str {
         "shared" => "\"search\"",
         "empty_key" => "\"allow\"",
         "empty_key_status" => "401",
+        "lease" => "\"10s\"",
         _ => "10",
     }
 }
@@ -340,6 +359,7 @@ fn status(value: &Expr, errors: &mut Errors) -> Option<(u16, LitInt)> {
 fn zero_hint(argument: &str) -> &'static str {
     match argument {
         "replenish" => "it is the number of tokens added back per `unit`",
+        "concurrent" => "it is the most calls of one key in flight at once",
         "burst" => {
             "it is the bucket's capacity, the most calls allowed at once; leave it out to use `replenish`"
         }
@@ -528,6 +548,25 @@ fn jitter(value: &Expr, errors: &mut Errors) -> Option<(u64, Span)> {
         }
         None => {
             errors.at(span, "`jitter = \"none\"` is no jitter: remove it");
+            None
+        }
+    }
+}
+
+/// `lease = "10s"`: a duration in the wait syntax, from a millisecond to a day.
+fn lease(value: &Expr, errors: &mut Errors) -> Option<(u64, Span)> {
+    let help = "`lease` takes a duration as `wait` does: `lease = \"10s\"`";
+    let s = args::string(value, errors, help)?;
+    let span = s.span();
+    match ratelimit_vocab::parse_wait(&s.value()) {
+        Ok(Some(us)) if (1_000..=86_400_000_000).contains(&us) => Some((us, span)),
+        // The wait's own message speaks of a wait: say it of a lease.
+        _ => {
+            errors.at(
+                span,
+                "`lease` takes a duration from 1 ms to a day, written as `wait` is (a whole \
+                 number and `ms`, `s` or `m`): `lease = \"10s\"`",
+            );
             None
         }
     }

@@ -57,6 +57,18 @@ pub(crate) fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
             Err(e) => errors.push(e),
         }
     }
+    // Not yet: a slot held beside the stacked rate limits (`RateLimiter::enter_all` does it
+    // without the attribute).
+    for limit in &limits {
+        if let Some(concurrent) = &limit.args.concurrent {
+            errors.at(
+                concurrent.span(),
+                "a `concurrent` limit cannot be stacked with other `#[rate_limit]` attributes \
+                 yet: keep it alone on the function, or decide every limit in the body with \
+                 `RateLimiter::enter_all`",
+            );
+        }
+    }
     let same_name = stack::check_names(&limits, &mut errors);
     let limiter = stack::limiter(&limits, &mut errors);
     if errors.is_empty() {
@@ -166,6 +178,36 @@ fn expand(
     }
     for &(earlier, later) in same_name {
         statics.extend(same_name_check(limits, earlier, later, sig));
+    }
+    // A concurrency limit (alone: stacking is refused above) holds its slot in a local of
+    // the function's future, so that it is given back when that future ends or is dropped.
+    if let ([limit], [(decl, key_arg, _)]) = (limits, checked.as_slice())
+        && limit.args.concurrent.is_some()
+    {
+        let slot = Ident::new("_rl_slot", Span::mixed_site());
+        let returned = return_type(sig);
+        let mut user_body = Group::new(Delimiter::Brace, body.clone());
+        user_body.set_span(at(brace.span.join()));
+        let mut new_body = Group::new(
+            Delimiter::Brace,
+            quote! {
+                #(#inner_attrs)*
+                #statics
+                #keys
+                let #slot = match ::redis_ratelimit::__private::enter_key(&#decl, &#key_arg, #limiter).await {
+                    ::core::result::Result::Ok(slot) => slot,
+                    ::core::result::Result::Err(#rejection) => {
+                        return #returned::rate_limited(#rejection);
+                    }
+                };
+                #user_body
+            },
+        );
+        new_body.set_span(brace.span.join());
+        return quote! {
+            #(#outer_attrs)*
+            #vis #sig #new_body
+        };
     }
     let check = match checked.as_slice() {
         [(decl, key_arg, call)] => {
@@ -390,6 +432,9 @@ pub(crate) fn declaration(
         Some(span) => quote_spanned!(span=> ::core::line!()),
         None => quote!(::core::line!()),
     };
+    if let Some(concurrent) = &args.concurrent {
+        return concurrent_declaration(args, concurrent, &name, &line);
+    }
     let unit = crate::args::variant(args.unit.unwrap_or((Unit::Second, Span::call_site())));
     let key = match &args.key {
         Some(expr) => quote!(::core::stringify!(#expr)),
@@ -499,6 +544,56 @@ pub(crate) fn declaration(
         Some(tiers) => quote!(::redis_ratelimit::__private::with_tiers(#declaration, #tiers)),
         None => declaration,
     };
+    if checks.is_empty() {
+        declaration
+    } else {
+        quote!({ #checks #declaration })
+    }
+}
+
+/// The `static` initialiser of a concurrency limit's declaration: `Limit::concurrent(n)`
+/// with its lease, wait, policy and shadow mode, a cost of 1.
+fn concurrent_declaration(
+    args: &RateLimitArgs,
+    concurrent: &Count,
+    name: &TokenStream,
+    line: &TokenStream,
+) -> TokenStream {
+    let mut checks = TokenStream::new();
+    let max = bind(concurrent, "concurrent", &mut checks);
+    let key = match &args.key {
+        Some(expr) => quote!(::core::stringify!(#expr)),
+        None => quote!("Uri"),
+    };
+    let lease = args.lease.map(|(us, span)| {
+        let mut us = Literal::u64_unsuffixed(us);
+        us.set_span(span);
+        quote!(.lease(::core::time::Duration::from_micros(#us)))
+    });
+    let policy = args.policy.map(|policy| {
+        let v = crate::args::variant(policy);
+        quote!(.on_failure(::redis_ratelimit::FailurePolicy::#v))
+    });
+    let wait = args
+        .wait
+        .and_then(|(us, span)| Some((us?, span)))
+        .map(|(us, span)| {
+            let mut us = Literal::u64_unsuffixed(us);
+            us.set_span(span);
+            quote!(.wait(::core::time::Duration::from_micros(#us)))
+        });
+    let shadow = args.shadow.as_ref().map(|b| quote!(.with_shadow(#b)));
+    let declaration = quote! {
+        ::redis_ratelimit::__private::declaration(
+            #name,
+            ::redis_ratelimit::Limit::concurrent(#max)#lease #policy #wait #shadow,
+            1,
+            #key,
+            ::core::file!(),
+            #line,
+        )
+    };
+    let declaration = with_empty_key(args, declaration);
     if checks.is_empty() {
         declaration
     } else {

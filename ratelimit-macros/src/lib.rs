@@ -153,6 +153,31 @@ use proc_macro::TokenStream;
 /// in `rate_limit`), so they must be written as such, not renamed on import or behind
 /// `cfg_attr`.
 ///
+/// # Concurrency limits
+///
+/// `concurrent = n` (an integer from 1 to 1,000,000, or a `u32` constant) limits the calls
+/// **in flight** instead of a rate: at most `n` calls of one key run at once across every
+/// instance. The call takes a slot before the body runs and holds it in a local of the
+/// function's future, so the slot is given back whenever that future ends: the function
+/// returned, failed or panicked, or its caller dropped it (a client gone, a timeout). A
+/// process that dies holding slots loses them after `lease` (a duration written as `wait`
+/// is, from 1 ms to a day; default 30 s), renewed while the call runs. With `wait`, a call
+/// finding every slot taken queues for one up to `wait`, served in arrival order. It takes
+/// `key`, `name`, `limiter`, `policy`, `wait`, `shadow`, `lease` and the empty-key settings;
+/// a rate's arguments are refused, and it cannot be stacked with other `#[rate_limit]`
+/// attributes yet (`RateLimiter::enter_all` decides both kinds together). See
+/// `Limit::concurrent`.
+///
+/// ```
+/// use redis_ratelimit::{RateLimited, User, rate_limit};
+///
+/// /// At most 2 exports per user at once; a third waits up to 5 s for a slot.
+/// #[rate_limit(concurrent = 2, key = User, wait = "5s", lease = "1m")]
+/// async fn export() -> Result<Vec<u8>, RateLimited> {
+///     Ok(Vec::new())
+/// }
+/// ```
+///
 /// # Errors at compile time
 ///
 /// Each misuse is reported on the token that causes it: a function that is not `async`, an

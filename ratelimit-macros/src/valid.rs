@@ -30,6 +30,20 @@ pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut
         check_shared(args, shared, errors);
         return;
     }
+    if let Some(concurrent) = &args.concurrent {
+        check_concurrent(args, concurrent, errors);
+        return;
+    }
+    if args.written("concurrent") {
+        return; // its error is reported already
+    }
+    if let Some((_, span)) = args.lease {
+        errors.at(
+            span,
+            "`lease` is a concurrency limit's: add `concurrent = ..` (the most calls in flight), \
+             or remove it",
+        );
+    }
     let Some(replenish) = &args.replenish else {
         if args.written("replenish") {
             return; // already reported on its value
@@ -189,6 +203,46 @@ fn check_shared(args: &RateLimitArgs, shared: &syn::LitStr, errors: &mut Errors)
                  rate: remove `{argument}` here (set it where `name = \"{}\"` is declared)",
                 shared.value(),
                 shared.value()
+            ),
+        );
+    }
+}
+
+/// A concurrency limit (`concurrent = 2`): at most that many calls of a key in flight; it
+/// takes a key, a name, a lease, a wait, a policy, `shadow`, a limiter and the empty-key
+/// settings, none of a rate limit's arguments.
+fn check_concurrent(args: &RateLimitArgs, concurrent: &Count, errors: &mut Errors) {
+    const OF_A_RATE: &[&str] = &[
+        "replenish",
+        "burst",
+        "unit",
+        "algorithm",
+        "refill",
+        "initial",
+        "jitter",
+        "cost",
+        "count",
+        "tier",
+        "tiers",
+        "exempt",
+    ];
+    for argument in OF_A_RATE.iter().filter(|a| args.written(a)) {
+        errors.at(
+            concurrent.span(),
+            format_args!(
+                "`concurrent` limits the calls in flight, not a rate: remove `{argument}` (stack \
+                 another `#[rate_limit]` for a rate, or use `RateLimiter::enter_all`)"
+            ),
+        );
+    }
+    if let Some(n) = concurrent.literal()
+        && n > ratelimit_vocab::limits::MAX_CONCURRENT
+    {
+        errors.at(
+            concurrent.span(),
+            format_args!(
+                "`concurrent` is at most {}: each call in flight is a member of a sorted set",
+                ratelimit_vocab::limits::MAX_CONCURRENT
             ),
         );
     }

@@ -20,6 +20,10 @@ pub const MAX_WAIT_US: u64 = 86_400_000_000;
 /// The most a wait may be spread by (`jitter`), in microseconds: an hour.
 pub const MAX_JITTER_US: u64 = 3_600_000_000;
 
+/// The most calls one concurrency limit may hold in flight: each is a member of a sorted set
+/// in Redis, and a call of cost `n` is `n` members.
+pub const MAX_CONCURRENT: u32 = 1_000_000;
+
 /// The greatest common divisor.
 #[inline]
 pub const fn gcd(mut a: u64, mut b: u64) -> u64 {

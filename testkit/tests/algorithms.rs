@@ -21,7 +21,8 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use ratelimit_core::tools::algorithms::{
-    Outcome, WindowParams, fixed_window, interval_bucket, sliding_log, sliding_window, token_bucket,
+    Outcome, WindowParams, concurrency, fixed_window, interval_bucket, sliding_log, sliding_window,
+    token_bucket,
 };
 use ratelimit_core::tools::{self, BucketState, Decoded, StateKind, Stored, scripts};
 use ratelimit_core::{Algorithm, Limit, Refill};
@@ -328,6 +329,146 @@ fn sliding_log_script_equals_its_twin() {
             pipe.query::<()>(con).unwrap();
         },
     });
+}
+
+/// A concurrency set's live members (lease not ended at `now`), sorted by their text.
+fn live_members(entries: &[concurrency::Entry], now: u64) -> Vec<(String, u64)> {
+    let mut live: Vec<(String, u64)> = entries
+        .iter()
+        .filter(|e| e.1 > now)
+        .map(|e| (e.0.to_text(), e.1))
+        .collect();
+    live.sort();
+    live
+}
+
+/// What Redis holds of a concurrency set: every member, parsed, with its lease end.
+fn stored_members(con: &mut Connection, key: &str) -> Vec<concurrency::Entry> {
+    let scores: Vec<(String, u64)> = redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(con)
+        .unwrap();
+    scores
+        .iter()
+        .map(|(m, score)| {
+            let member = concurrency::Member::parse(m).unwrap();
+            // A ticket is scored above `TICKET`; a slot by its lease end.
+            let end = match member {
+                concurrency::Member::Waiting { .. } => {
+                    assert!(*score > concurrency::TICKET, "{m} {score}");
+                    score - concurrency::TICKET
+                }
+                concurrency::Member::Held { .. } => {
+                    assert!(*score < concurrency::TICKET, "{m} {score}");
+                    *score
+                }
+            };
+            (member, end)
+        })
+        .collect()
+}
+
+/// The concurrency scripts (acquire, release, renew) against their twin: random calls of a
+/// few holders over two keys, with leases of a few milliseconds so that real time ends many
+/// of them; every reply equal to the twin's at the server time the script decided at, and the
+/// live members Redis holds equal to the twin's after every call.
+#[test]
+fn concurrency_scripts_equal_their_twin() {
+    let server = RedisServer::start();
+    let mut con = server.blocking_connection();
+    let acquire = Script::new(concurrency::SCRIPT);
+    let release = Script::new(concurrency::RELEASE_SCRIPT);
+    let renew = Script::new(concurrency::RENEW_SCRIPT);
+    let mut rng = Rng(0x5eed_c0c0);
+    let keys = ["c0", "c1"];
+    let mut twins: [Vec<concurrency::Entry>; 2] = [Vec::new(), Vec::new()];
+    let (mut admitted, mut refused, mut queued) = (0, 0, 0);
+    for step in 0..3000 {
+        let k = usize::try_from(rng.below(2)).unwrap();
+        let key = keys[k];
+        // Holders from a small pool, some above 2^53 (ids are text to the scripts).
+        let holder = [1, 2, 3, 4, 5, u64::MAX - 7][usize::try_from(rng.below(6)).unwrap()];
+        let lease_us = 2_000 + rng.below(8_000);
+        match rng.below(10) {
+            0..=5 => {
+                let p = concurrency::Params {
+                    max: 1 + rng.below(3),
+                    lease_us,
+                    holder,
+                    queue: rng.below(2) == 0,
+                };
+                let cost = rng.below(3).min(p.max);
+                let (reply, now) = invoke(&mut con, &acquire, key, &concurrency::args(p, cost));
+                let o = concurrency::decide(now, &twins[k], p, cost);
+                assert_eq!(
+                    reply,
+                    fields(&o),
+                    "step {step}: {p:?} cost {cost} on {:?}",
+                    twins[k]
+                );
+                match (o.allowed, p.queue) {
+                    (true, _) => admitted += 1,
+                    (false, true) => queued += 1,
+                    (false, false) => refused += 1,
+                }
+                if let Some(next) = o.new_state {
+                    twins[k] = next;
+                }
+                assert_eq!(
+                    live_members(&stored_members(&mut con, key), now),
+                    live_members(&twins[k], now),
+                    "step {step}"
+                );
+            }
+            6 | 7 => {
+                // Every slot a holder may hold (cost at most 3).
+                let _: u64 = release
+                    .key(key)
+                    .arg(holder)
+                    .arg(3)
+                    .invoke(&mut con)
+                    .unwrap();
+                // What the twin drops besides the holder's is ended already.
+                twins[k] = concurrency::release(0, &twins[k], holder, 3);
+            }
+            _ => {
+                let renewed: u64 = renew
+                    .key(key)
+                    .arg(holder)
+                    .arg(lease_us)
+                    .arg(3)
+                    .invoke(&mut con)
+                    .unwrap();
+                if renewed > 0 {
+                    // The server time the script renewed at, from the leases it wrote.
+                    let at = stored_members(&mut con, key)
+                        .iter()
+                        .filter(|e| {
+                            matches!(e.0, concurrency::Member::Held { holder: h, .. } if h == holder)
+                        })
+                        .map(|e| e.1)
+                        .max()
+                        .unwrap()
+                        - lease_us;
+                    let twin = concurrency::renew(at, &mut twins[k], holder, 3, lease_us);
+                    assert_eq!(renewed, twin, "step {step}");
+                    assert_eq!(
+                        live_members(&stored_members(&mut con, key), at),
+                        live_members(&twins[k], at),
+                        "step {step}"
+                    );
+                }
+            }
+        }
+        if rng.below(50) == 0 {
+            std::thread::sleep(Duration::from_millis(rng.below(6)));
+        }
+    }
+    println!("concurrency: {admitted} admitted, {queued} queued, {refused} refused");
+    assert!(admitted > 100 && queued > 100 && refused > 100);
 }
 
 #[test]

@@ -9,12 +9,14 @@ use std::sync::LazyLock;
 pub use inventory;
 
 mod call;
+mod enter;
 pub use crate::async_key::ErasedAsync;
 use call::OwnedCall;
 pub use call::{
     Call, Cost, Fixed, IntoCost, IntoTier, KeyArg, KeyOf, Taken, ViaAsync, ViaDisplay, ViaNeither,
     ViaResolver, counts,
 };
+pub use enter::enter_key;
 
 use crate::decision::{Label, Source};
 use crate::limiter::Local;

@@ -29,7 +29,7 @@ macro_rules! state_kinds {
             pub(crate) const ALL: [StateKind; [$($id),*].len()] = [$(StateKind::$kind),*];
 
             /// Its name in `snake_case`: `token_bucket`, `interval_bucket`, `fixed_window`,
-            /// `sliding_window`, `sliding_log`.
+            /// `sliding_window`, `sliding_log`, `concurrency`.
             #[must_use]
             pub const fn name(self) -> &'static str {
                 match self {
@@ -115,6 +115,8 @@ state_kinds! {
         SlidingWindow = 4, "sliding_window", "sliding_window.lua", SLIDING_WINDOW;
         /// The sliding log.
         SlidingLog = 5, "sliding_log", "sliding_log.lua", SLIDING_LOG;
+        /// A concurrency limit's slots ([`Limit::concurrent`]).
+        Concurrency = 6, "concurrency", "concurrency.lua", CONCURRENCY;
     }
 }
 
@@ -128,7 +130,8 @@ const _: () = {
 };
 
 impl StateKind {
-    /// The state `algorithm` keeps with `refill`.
+    /// The state `algorithm` keeps with `refill` (a rate limit's: a concurrency limit's is
+    /// [`StateKind::Concurrency`]).
     #[must_use]
     pub const fn from_parts(algorithm: Algorithm, refill: Refill) -> StateKind {
         match (algorithm, refill) {

@@ -22,6 +22,7 @@
 //! * every script replies `{allowed, remaining, retry_after_us, reset_after_us, now_us}`: the
 //!   last is the server time it decided at, which lets a test replay the twin at that instant.
 
+pub mod concurrency;
 pub mod fixed_window;
 pub mod interval_bucket;
 mod kind;
@@ -134,6 +135,8 @@ pub(crate) enum Kernel {
     Sliding(sliding_window::SlidingParams),
     /// The sliding log.
     Log(WindowParams),
+    /// A concurrency limit.
+    Concurrency(concurrency::Params),
 }
 
 impl Kernel {
@@ -141,6 +144,9 @@ impl Kernel {
     /// parameters for its algorithm; should one not, its token bucket decides (the arithmetic
     /// every limit has).
     pub(crate) fn of(limit: &Limit) -> Kernel {
+        if let Some(p) = concurrency::Params::of(limit) {
+            return Kernel::Concurrency(p);
+        }
         let kernel = match StateKind::from_parts(limit.algorithm_kind(), limit.refill_kind()) {
             StateKind::TokenBucket => None,
             StateKind::IntervalBucket => {
@@ -151,6 +157,8 @@ impl Kernel {
                 sliding_window::SlidingParams::of(limit).map(Kernel::Sliding)
             }
             StateKind::SlidingLog => WindowParams::of(limit).map(Kernel::Log),
+            // Not a rate limit's: decided above.
+            StateKind::Concurrency => None,
         };
         kernel.unwrap_or_else(|| Kernel::Bucket(token_bucket::Params::of(limit)))
     }
@@ -165,6 +173,7 @@ impl Kernel {
             Kernel::Fixed(_) => StateKind::FixedWindow,
             Kernel::Sliding(_) => StateKind::SlidingWindow,
             Kernel::Log(_) => StateKind::SlidingLog,
+            Kernel::Concurrency(_) => StateKind::Concurrency,
         }
     }
 
@@ -188,6 +197,7 @@ impl Kernel {
             Kernel::Fixed(p) => ScriptArgs::new(&fixed_window::args(p, cost)),
             Kernel::Sliding(p) => ScriptArgs::new(&sliding_window::args(p, cost)),
             Kernel::Log(p) => ScriptArgs::new(&sliding_log::args(p, cost)),
+            Kernel::Concurrency(p) => concurrency::script_args(p, cost),
         }
     }
 }

@@ -102,6 +102,34 @@ pub enum InvalidLimit {
         /// The longest jitter: an hour.
         max: Duration,
     },
+    /// A concurrency limit's bounds: at most [`MAX_CONCURRENT`](crate::defaults::MAX_CONCURRENT)
+    /// calls, and a lease from a millisecond to a day.
+    #[error(
+        "a concurrency limit of {max} with a lease of {lease:?} is out of bounds: it needs \
+         1 to 1000000 calls in flight and a lease from 1 ms to a day"
+    )]
+    BadConcurrency {
+        /// The requested number of calls in flight.
+        max: u32,
+        /// The requested lease.
+        lease: Duration,
+    },
+    /// A rate limit's setting (`burst`, `algorithm`, `refill`, `initial`, `jitter`) was asked
+    /// of a concurrency limit, which takes only `max`, `lease` and `wait`.
+    #[error(
+        "`burst`, `algorithm`, `refill`, `initial` and `jitter` are a rate limit's; a \
+         concurrency limit takes only its max, `lease` and `wait` (and `lease` is a \
+         concurrency limit's alone)"
+    )]
+    NotForConcurrency,
+    /// A concurrency limit was given to a method that takes no slot (`check`, `check_n`,
+    /// `check_all`, `acquire`, `peek` is fine): the slot would never be given back. Use
+    /// [`RateLimiter::enter`](crate::RateLimiter::enter).
+    #[error(
+        "a concurrency limit needs a slot that is given back when the call ends: use \
+         RateLimiter::enter (or enter_all) instead of check, check_n, check_all or acquire"
+    )]
+    NeedsSlot,
 }
 
 impl InvalidLimit {
@@ -119,6 +147,9 @@ impl InvalidLimit {
             InvalidLimit::CannotWait { .. } => &["wait", "algorithm", "refill"],
             InvalidLimit::WaitTooLong { .. } => &["wait"],
             InvalidLimit::JitterTooLong { .. } => &["jitter"],
+            InvalidLimit::BadConcurrency { .. } => &["concurrent", "lease"],
+            InvalidLimit::NotForConcurrency => &["concurrent"],
+            InvalidLimit::NeedsSlot => &["concurrent"],
         }
     }
 }

@@ -82,7 +82,25 @@ pub struct Limit {
     shadow: bool,
     /// The most a wait is lengthened by, at random, in microseconds (0: none).
     jitter_us: u32,
+    /// A concurrency limit ([`Limit::concurrent`]): `replenish` and `burst` are its max, and
+    /// `period_us` its lease.
+    concurrent: bool,
+    /// For a concurrency limit on its way through the pipeline: the id of the call's slot,
+    /// which every stage (memory, one script, `multi.lua`, the fallback) needs, carried here
+    /// rather than as another parameter of every stage. 0 outside `RateLimiter::enter`.
+    holder: u64,
 }
+
+/// The most calls one concurrency limit may hold in flight ([`Limit::concurrent`]): each is
+/// a member of a sorted set in Redis, and a call of cost `n` is `n` members.
+pub const MAX_CONCURRENT: u32 = limits::MAX_CONCURRENT;
+
+/// How long a concurrency slot is held without renewal ([`Limit::lease`]'s default): the
+/// slots of a process that dies come back after it.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+/// The longest lease: a day.
+const MAX_LEASE_US: u64 = 86_400_000_000;
 
 /// The longest jitter a wait may be spread by: an hour (the vocabulary's, which the attribute
 /// checks too).
@@ -117,6 +135,13 @@ pub(crate) const fn invalid(e: &InvalidLimit) -> ! {
         }
         InvalidLimit::WaitTooLong { .. } => panic!("the wait is longer than this limit allows"),
         InvalidLimit::JitterTooLong { .. } => panic!("a jitter is at most an hour"),
+        InvalidLimit::BadConcurrency { .. } => {
+            panic!("a concurrency limit needs 1 to 1000000 calls and a lease from 1 ms to a day")
+        }
+        InvalidLimit::NotForConcurrency => {
+            panic!("a concurrency limit takes only its max, `lease` and `wait`")
+        }
+        InvalidLimit::NeedsSlot => panic!("a concurrency limit needs RateLimiter::enter"),
     }
 }
 
@@ -250,7 +275,148 @@ impl Limit {
             wait_us: NO_WAIT,
             shadow: false,
             jitter_us: 0,
+            concurrent: false,
+            holder: 0,
         })
+    }
+
+    /// At most `max` calls of one key in flight at once, across every instance sharing the
+    /// store: a call takes a slot when it starts ([`RateLimiter::enter`]) and gives it back
+    /// when it ends, however it ends (return, error, panic, cancellation: the slot's guard
+    /// gives it back when dropped). A process that dies holding slots loses them after the
+    /// [`lease`](Limit::lease) (30 s by default), which is renewed while the call runs, so a
+    /// long call keeps its slot. A full key refuses at once, or with
+    /// [`wait`](Limit::wait) queues for a slot, served in arrival order.
+    ///
+    /// A cost of `n` takes `n` slots. `burst`, `algorithm`, `refill`, `initial` and `jitter`
+    /// are a rate limit's and refused here; stack a rate limit beside it with
+    /// [`RateLimiter::enter_all`].
+    ///
+    /// ```
+    /// use ratelimit_core::Limit;
+    /// use std::time::Duration;
+    ///
+    /// // At most 4 exports of one tenant at once; a fifth waits up to 2 s for a slot.
+    /// const EXPORTS: Limit = Limit::concurrent(4).wait(Duration::from_secs(2));
+    /// assert_eq!(EXPORTS.max_in_flight(), Some(4));
+    /// assert_eq!(EXPORTS.lease_time(), Some(Duration::from_secs(30)));
+    /// assert!(Limit::concurrent(4).try_burst(8).is_err());
+    /// assert!(Limit::per_second(4).max_in_flight().is_none());
+    /// ```
+    ///
+    /// [`RateLimiter::enter`]: crate::RateLimiter::enter
+    /// [`RateLimiter::enter_all`]: crate::RateLimiter::enter_all
+    ///
+    /// # Panics
+    /// If [`try_concurrent`](Limit::try_concurrent) fails (a compile error in `const`
+    /// context).
+    pub const fn concurrent(max: u32) -> Limit {
+        match Limit::try_concurrent(max) {
+            Ok(limit) => limit,
+            Err(e) => invalid(&e),
+        }
+    }
+
+    /// [`concurrent`](Limit::concurrent) for values known at run time.
+    ///
+    /// # Errors
+    /// [`InvalidLimit::BadConcurrency`] for 0 or more than [`MAX_CONCURRENT`](crate::defaults::MAX_CONCURRENT).
+    pub const fn try_concurrent(max: u32) -> Result<Limit, InvalidLimit> {
+        let Some(n) = NonZeroU32::new(max) else {
+            return Err(InvalidLimit::BadConcurrency {
+                max,
+                lease: DEFAULT_LEASE,
+            });
+        };
+        Limit::assemble(Limit {
+            replenish: n,
+            burst: n,
+            period_us: DEFAULT_LEASE.as_secs() * 1_000_000,
+            unit: None,
+            algorithm: Algorithm::TokenBucket,
+            refill: Refill::Smooth,
+            initial: None,
+            on_failure: None,
+            wait_us: NO_WAIT,
+            shadow: false,
+            jitter_us: 0,
+            concurrent: true,
+            holder: 0,
+        })
+    }
+
+    /// The same concurrency limit with slots held for `lease` without renewal (a whole number
+    /// of microseconds, from 1 ms to a day). A slot's guard renews it every third of the lease
+    /// while the call runs; a process that dies loses its slots once their leases end.
+    ///
+    /// # Panics
+    /// If [`try_lease`](Limit::try_lease) fails.
+    #[must_use]
+    pub const fn lease(self, lease: Duration) -> Limit {
+        match self.try_lease(lease) {
+            Ok(limit) => limit,
+            Err(e) => invalid(&e),
+        }
+    }
+
+    /// [`lease`](Limit::lease) for values known at run time.
+    ///
+    /// # Errors
+    /// [`InvalidLimit::BadConcurrency`] for a lease out of bounds,
+    /// [`InvalidLimit::NotForConcurrency`] for a rate limit.
+    pub const fn try_lease(mut self, lease: Duration) -> Result<Limit, InvalidLimit> {
+        if !self.concurrent {
+            return Err(InvalidLimit::NotForConcurrency);
+        }
+        let us = lease.as_micros();
+        if us > MAX_LEASE_US as u128 || !lease.subsec_nanos().is_multiple_of(1000) {
+            return Err(InvalidLimit::BadConcurrency {
+                max: self.replenish.get(),
+                lease,
+            });
+        }
+        // At most a day, checked just above.
+        #[allow(clippy::cast_possible_truncation)]
+        let us = us as u64;
+        self.period_us = us;
+        Limit::assemble(self)
+    }
+
+    /// The same limit with no wait (an override's `wait = "none"`).
+    pub(crate) const fn without_wait(mut self) -> Limit {
+        self.wait_us = NO_WAIT;
+        self
+    }
+
+    /// The same limit with the slot id `holder` (see [`Limit::holder`]).
+    pub(crate) const fn with_holder(mut self, holder: u64) -> Limit {
+        self.holder = holder;
+        self
+    }
+
+    /// The slot id a concurrency limit carries through the pipeline (0: none).
+    pub(crate) const fn holder(&self) -> u64 {
+        self.holder
+    }
+
+    /// The rules of a concurrency limit, which the vocabulary's rate limits do not know.
+    const fn check_concurrency(limit: &Limit) -> Result<Limit, InvalidLimit> {
+        let max = limit.replenish.get();
+        if limit.burst.get() != max
+            || !matches!(limit.algorithm, Algorithm::TokenBucket)
+            || !matches!(limit.refill, Refill::Smooth)
+            || limit.initial.is_some()
+            || limit.jitter_us != 0
+        {
+            return Err(InvalidLimit::NotForConcurrency);
+        }
+        if max > MAX_CONCURRENT || limit.period_us < 1000 || limit.period_us > MAX_LEASE_US {
+            return Err(InvalidLimit::BadConcurrency {
+                max,
+                lease: Duration::from_micros(limit.period_us),
+            });
+        }
+        Ok(*limit)
     }
 
     /// Builds a limit from values known at run time.
@@ -272,6 +438,9 @@ impl Limit {
     /// one place that says which limits exist, which `#[rate_limit]` also calls at compile
     /// time.
     const fn assemble(limit: Limit) -> Result<Limit, InvalidLimit> {
+        if limit.concurrent {
+            return Limit::check_concurrency(&limit);
+        }
         let replenish = limit.replenish.get();
         let burst = limit.burst.get();
         let parts = Parts {
@@ -540,6 +709,9 @@ impl Limit {
         // At most an hour in microseconds, checked just above.
         #[allow(clippy::cast_possible_truncation)]
         let us = max.as_micros() as u32;
+        if self.concurrent && us != 0 {
+            return Err(InvalidLimit::NotForConcurrency);
+        }
         self.jitter_us = us;
         Ok(self)
     }

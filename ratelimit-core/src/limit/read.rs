@@ -10,7 +10,33 @@ impl Limit {
     /// Whether a call under this limit may reserve its tokens and wait for them: a wait was
     /// set, or it is a leaky bucket.
     pub(crate) const fn reserves(&self) -> bool {
-        self.wait_us != NO_WAIT || matches!(self.algorithm, Algorithm::LeakyBucket)
+        // A concurrency limit's wait is a queue for a slot, asked again until served, not
+        // tokens reserved ahead.
+        !self.concurrent
+            && (self.wait_us != NO_WAIT || matches!(self.algorithm, Algorithm::LeakyBucket))
+    }
+
+    /// Whether this is a concurrency limit ([`Limit::concurrent`]).
+    pub const fn is_concurrent(&self) -> bool {
+        self.concurrent
+    }
+
+    /// A concurrency limit's most calls in flight; `None` for a rate limit.
+    pub const fn max_in_flight(&self) -> Option<u32> {
+        if self.concurrent {
+            Some(self.replenish.get())
+        } else {
+            None
+        }
+    }
+
+    /// A concurrency limit's lease ([`Limit::lease`]); `None` for a rate limit.
+    pub const fn lease_time(&self) -> Option<Duration> {
+        if self.concurrent {
+            Some(Duration::from_micros(self.period_us))
+        } else {
+            None
+        }
     }
 
     /// Whether the limit is in shadow mode ([`shadow`](Limit::shadow)).
@@ -96,6 +122,24 @@ impl Limit {
 
 impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.concurrent {
+            write!(
+                f,
+                "{} in flight (lease {:?})",
+                self.replenish,
+                self.period()
+            )?;
+            if let Some(wait) = self.max_wait() {
+                write!(f, ", waiting up to {wait:?}")?;
+            }
+            if self.shadow {
+                f.write_str(", shadow")?;
+            }
+            return match self.on_failure {
+                Some(policy) => write!(f, ", on failure {policy}"),
+                None => Ok(()),
+            };
+        }
         write!(f, "{} per ", self.replenish)?;
         match self.unit {
             Some(unit) => write!(f, "{unit}")?,

@@ -54,7 +54,8 @@ impl RateLimiter {
     /// As [`peek`](RateLimiter::peek), and the cost errors of
     /// [`check_n`](RateLimiter::check_n).
     pub async fn peek_n(&self, key: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
-        validate_cost(limit, cost)?;
+        // A peek takes nothing: a concurrency limit needs no slot for it.
+        limit.check_cost(cost)?;
         self.peek_bucket(&bucket_key(&self.inner.prefix, None, key), limit, cost)
             .await
     }

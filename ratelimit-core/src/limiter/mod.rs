@@ -14,11 +14,14 @@
 
 mod admin;
 mod builder;
+mod concurrency;
 mod refund;
 mod remote;
 mod waiting;
 
 pub use builder::{DEFAULT_PREFIX, RateLimiterBuilder};
+pub(crate) use concurrency::wake as wake_waiters;
+pub use concurrency::{Entered, Slot};
 use waiting::must_wait;
 
 use std::fmt;
@@ -595,6 +598,11 @@ fn validate_all<'a, B: AsRef<str>>(
 }
 
 fn validate_cost(limit: &Limit, cost: u32) -> Result<(), Error> {
+    // A concurrency limit is decided only with a slot to give back (`enter`), which gives it
+    // its holder.
+    if limit.is_concurrent() && limit.holder() == 0 {
+        return Err(crate::error::InvalidLimit::NeedsSlot.into());
+    }
     limit.check_cost(cost)
 }
 
@@ -664,6 +672,48 @@ mod tests {
         );
         // The bucket just taken from stays, exhausted, in the fallback.
         assert!(!limiter.check("999", &limit).await.unwrap().allowed);
+    }
+
+    #[tokio::test]
+    async fn a_custom_store_cannot_hold_concurrency_slots() {
+        let limiter = RateLimiter::builder()
+            .store(DownStore)
+            .build()
+            .await
+            .unwrap();
+        let e = limiter.enter("k", &Limit::concurrent(2)).await.unwrap_err();
+        assert!(matches!(e, Error::ConcurrencyUnsupported), "{e}");
+        // Rate limits alone still go through `enter_all` (holding nothing).
+        let d = limiter
+            .enter_all(&[("k", &Limit::per_second(1), 1)])
+            .await
+            .unwrap();
+        assert!(d.slot.is_some_and(|s| format!("{s:?}").contains("[]")));
+    }
+
+    #[test]
+    fn the_fallback_divides_a_concurrency_limit_among_live_instances() {
+        let store = MemoryStore::with_clock(ManualClock::new());
+        let limit = Limit::concurrent(7);
+        // Three live instances: each holds 7 / 3 = 2 slots (whole slots, at least one).
+        let admitted = (1..=5)
+            .filter(|&h| {
+                store
+                    .check_share("k", &limit.with_holder(h), 1, 3, None)
+                    .allowed
+            })
+            .count();
+        assert_eq!(admitted, 2);
+        // More instances than slots: each still holds one, never none.
+        let one = Limit::concurrent(2);
+        let admitted = (1..=3)
+            .filter(|&h| {
+                store
+                    .check_share("j", &one.with_holder(h), 1, 5, None)
+                    .allowed
+            })
+            .count();
+        assert_eq!(admitted, 1);
     }
 
     #[tokio::test]

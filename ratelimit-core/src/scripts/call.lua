@@ -74,6 +74,17 @@ local function decide(mode, keys, specs, reserved_at)
         local taken = real.call('ZRANGE', key, int(reserved_at), int(reserved_at), 'BYSCORE',
           'LIMIT', 0, cost)
         if #taken > 0 then real.call('ZREM', key, unpack(taken)) end
+      elseif algorithm == CONCURRENCY then
+        -- The slots are the holder's own members, h:<holder>:1 .. h:<holder>:cost.
+        if real.call('TYPE', key).ok == 'zset' then
+          local mine = {}
+          for j = 1, cost do mine[#mine + 1] = 'h:' .. args[3] .. ':' .. int(j) end
+          local i = 0
+          while i < #mine do
+            real.call('ZREM', key, unpack(mine, i + 1, math.min(#mine, i + 1000)))
+            i = i + 1000
+          end
+        end
       end
     end
     return n

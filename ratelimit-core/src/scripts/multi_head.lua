@@ -7,7 +7,8 @@
 local real = redis
 -- The commands the algorithms write with; everything else (reads, and DEL of a value no
 -- script writes, which every reading overwrites anyway) runs at once.
-local WRITES = {SET = true, INCRBY = true, ZADD = true, ZREMRANGEBYSCORE = true, PEXPIREAT = true}
+local WRITES = {SET = true, INCRBY = true, ZADD = true, ZREM = true, ZREMRANGEBYSCORE = true,
+  PEXPIREAT = true}
 local function deferring(pending)
   return setmetatable({
     call = function(cmd, ...)
@@ -20,6 +21,7 @@ local function deferring(pending)
   }, {__index = real})
 end
 -- Every algorithm's script as a function of its own KEYS, ARGV and `redis`, under its id:
--- the locals TOKEN_BUCKET, INTERVAL_BUCKET, FIXED_WINDOW, SLIDING_WINDOW and SLIDING_LOG, set
+-- the locals TOKEN_BUCKET, INTERVAL_BUCKET, FIXED_WINDOW, SLIDING_WINDOW, SLIDING_LOG and
+-- CONCURRENCY, set
 -- before this file from the one list of them (algorithm/kind.rs).
 local ALGORITHMS = {}

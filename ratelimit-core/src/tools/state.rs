@@ -8,8 +8,8 @@ use std::fmt;
 use redis::Value;
 
 use crate::algorithm::{
-    Kernel, MAX_TIME_US, Outcome, StateKind, fixed_window, interval_bucket, sliding_window,
-    token_bucket,
+    Kernel, MAX_TIME_US, Outcome, StateKind, concurrency, fixed_window, interval_bucket,
+    sliding_window, token_bucket,
 };
 use crate::{Error, Limit};
 
@@ -165,6 +165,11 @@ impl StateKind {
         let gcra = |v: &str| token_bucket::State::decode(v, expire_ms).is_some();
         match &stored.value {
             StoredValue::Absent | StoredValue::Other(_) => None,
+            // A concurrency limit's scores are when leases end, in the future; a sliding log's
+            // are admission times, in the past.
+            StoredValue::Scores(s) if s.iter().any(|&t| t > stored.now_us) => {
+                Some((StateKind::Concurrency, false))
+            }
             StoredValue::Scores(_) | StoredValue::Count(_) => Some((StateKind::SlidingLog, true)),
             StoredValue::Text(v) if sliding_window::State::decode(v).is_some() => {
                 Some((StateKind::SlidingWindow, true))
@@ -238,6 +243,16 @@ pub enum BucketState {
         /// admits).
         tokens: u64,
     },
+    /// A concurrency limit's set.
+    #[non_exhaustive]
+    Concurrency {
+        /// Slots held whose lease has not ended (read by count: every member stored).
+        held: u64,
+        /// Calls waiting for a slot (live tickets; 0 when read by count).
+        waiting: u64,
+        /// Microseconds until the last lease ends (0 when read by count).
+        last_lease_ends_in_us: u64,
+    },
 }
 
 /// A key read as one algorithm's script reads it.
@@ -264,6 +279,11 @@ enum Held {
     Log(Vec<u64>),
     /// How many admission times (read by count).
     LogCount(u64),
+    /// A concurrency limit's lease ends, one per member (slot or ticket).
+    Leases(Vec<u64>),
+    /// How many members a concurrency limit's set holds (read by count; ended leases
+    /// included).
+    LeaseCount(u64),
 }
 
 /// `stored` as `kind`'s script reads it: `Ok(None)` absent, `Err(())` foreign (including
@@ -298,9 +318,25 @@ fn held(stored: &Stored, kind: StateKind) -> Result<Option<Held>, ()> {
                 .then_some(Held::Log(times))
         }
         (StoredValue::Count(n), StateKind::SlidingLog) => Some(Held::LogCount(*n)),
+        (StoredValue::Count(n), StateKind::Concurrency) => Some(Held::LeaseCount(*n)),
+        (StoredValue::Scores(s), StateKind::Concurrency) => s
+            .iter()
+            .all(|&t| t < MAX_TIME_US)
+            .then(|| Held::Leases(s.clone())),
         _ => None,
     };
     held.map(Some).ok_or(())
+}
+
+/// A concurrency set's scores as lease ends, each with whether it is a ticket's.
+fn lease_ends(scores: &[u64]) -> impl Iterator<Item = (u64, bool)> + '_ {
+    scores.iter().map(|&s| {
+        if s >= concurrency::TICKET {
+            (s - concurrency::TICKET, true)
+        } else {
+            (s, false)
+        }
+    })
 }
 
 /// `stored` decoded as `kind`'s script reads it.
@@ -359,6 +395,22 @@ pub fn decode_state(stored: &Stored, kind: StateKind) -> Decoded {
             tokens: times.len() as u64,
         },
         Held::LogCount(tokens) => BucketState::SlidingLog { tokens },
+        Held::Leases(scores) => {
+            let live = || lease_ends(&scores).filter(|&(end, _)| end > stored.now_us);
+            BucketState::Concurrency {
+                held: live().filter(|&(_, ticket)| !ticket).count() as u64,
+                waiting: live().filter(|&(_, ticket)| ticket).count() as u64,
+                last_lease_ends_in_us: live()
+                    .map(|(end, _)| end - stored.now_us)
+                    .max()
+                    .unwrap_or(0),
+            }
+        }
+        Held::LeaseCount(members) => BucketState::Concurrency {
+            held: members,
+            waiting: 0,
+            last_lease_ends_in_us: 0,
+        },
     })
 }
 
@@ -485,6 +537,31 @@ pub fn peek(limit: &Limit, cost: u32, stored: &Stored) -> Result<Peek, Undecidab
                 |c| crate::algorithm::sliding_log::decide(now, &log, p, c),
                 c,
             )
+        }
+        (Kernel::Concurrency(p), s) => {
+            // The scores alone (the members' text is not read): a slot held, or a ticket of
+            // a call waiting (scored above `TICKET`), in an order of their own.
+            let entries: Vec<concurrency::Entry> = match s {
+                None => Vec::new(),
+                Some(Held::Leases(scores)) => lease_ends(&scores)
+                    .zip(1..)
+                    .map(|((end, ticket), n)| {
+                        let member = if ticket {
+                            concurrency::Member::Waiting {
+                                arrival: n,
+                                holder: n,
+                                cost: 1,
+                            }
+                        } else {
+                            concurrency::Member::Held { holder: 0, n }
+                        };
+                        (member, end)
+                    })
+                    .collect(),
+                Some(Held::LeaseCount(_)) => return Err(Undecidable::NoTimes),
+                Some(_) => return Err(Undecidable::Foreign),
+            };
+            Outcome::peek(|c| concurrency::decide(now, &entries, p, c), c)
         }
         (Kernel::Bucket(_), Some(_)) => return Err(Undecidable::Foreign),
     };

@@ -110,6 +110,10 @@ async fn route_inside() -> Result<String, ApiError> { Ok(String::from("inside"))
 #[rate_limit(replenish = 10, name = "stacked")]
 async fn stacked() -> Result<u8, RateLimited> { Ok(2) }
 
+/// A concurrency limit: its slot is held in a local until the body's future ends.
+#[rate_limit(concurrent = 2, key = Global, lease = "10s", wait = "1s")]
+async fn in_flight() -> Result<u8, RateLimited> { Ok(3) }
+
 trait Catalog {
     /// A trait's default body.
     #[rate_limit(replenish = 10, name = "catalog.first")]
@@ -138,6 +142,7 @@ impl Counter {
 fn main() {
     fn is_send<T: Send>(_: &T) {}
     is_send(&value());
+    is_send(&in_flight());
     is_send(&unit());
     is_send(&early(1));
     is_send(&question_mark("1"));

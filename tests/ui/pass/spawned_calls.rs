@@ -12,6 +12,11 @@ async fn stacked_and_waiting() -> Result<(), RateLimited> {
     Ok(())
 }
 
+#[rate_limit(concurrent = 2, key = Global, wait = "1s")]
+async fn in_flight() -> Result<(), RateLimited> {
+    Ok(())
+}
+
 const LIMIT: Limit = Limit::per_second(10);
 
 fn spawn_all(limiter: RateLimiter) {
@@ -27,6 +32,7 @@ fn spawn_all(limiter: RateLimiter) {
     }));
     drop(tokio::spawn(async move { limiter.peek("k", &LIMIT).await }));
     drop(tokio::spawn(stacked_and_waiting()));
+    drop(tokio::spawn(in_flight()));
 }
 
 fn main() {

@@ -13,7 +13,7 @@ use crate::{Decision, Error, Limit};
 
 mod slot;
 
-use slot::{Entry, Key, PackedBucket, Slot, decide, share_kernel, stricter};
+use slot::{Entry, Key, PackedBucket, Slot, decide, held_slot, share_kernel, stricter};
 
 /// Default bound on the number of buckets a [`MemoryStore`] keeps.
 pub const DEFAULT_MAX_KEYS: usize = 1_000_000;
@@ -303,6 +303,51 @@ impl MemoryStore {
         match given {
             Some(slot) => entry.get_mut().1 = slot,
             None => drop(entry.remove()),
+        }
+    }
+
+    /// Gives back the concurrency slots (1 ..= `cost`, and the ticket) of the call `holder`
+    /// on the key `key`: the key is dropped once it holds nothing live.
+    pub(crate) fn release(&self, key: &str, holder: u64, cost: u64) {
+        self.with_held(key, |now, entries| {
+            *entries = crate::algorithm::concurrency::release(now, entries, holder, cost);
+        });
+    }
+
+    /// Renews the leases of the concurrency slots of the call `holder` on `key`; returns how
+    /// many it renewed (0: the call has lost them).
+    pub(crate) fn renew(&self, key: &str, holder: u64, cost: u64, lease_us: u64) -> u64 {
+        let mut renewed = 0;
+        self.with_held(key, |now, entries| {
+            renewed = crate::algorithm::concurrency::renew(now, entries, holder, cost, lease_us);
+        });
+        renewed
+    }
+
+    /// Runs `f` on the concurrency set `key` under its shard's lock, and stores what it
+    /// leaves (dropping the key when nothing is left).
+    fn with_held(
+        &self,
+        key: &str,
+        f: impl FnOnce(u64, &mut Vec<crate::algorithm::concurrency::Entry>),
+    ) {
+        let key = key.as_bytes();
+        let inner = &*self.inner;
+        let now = inner.clock.now_micros();
+        let hash = inner.hash(key);
+        let mut shard = lock(&inner.shards[inner.shard_of(hash)]);
+        let Ok(mut entry) = shard.table.find_entry(hash, |e| &*e.0 == key) else {
+            return;
+        };
+        let Slot::Held(held) = &mut entry.get_mut().1 else {
+            return;
+        };
+        let mut entries = std::mem::take(&mut held.0);
+        f(now, &mut entries);
+        if entries.iter().any(|e| e.1 > now) {
+            entry.get_mut().1 = held_slot(entries);
+        } else {
+            entry.remove();
         }
     }
 

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::Limit;
 use crate::algorithm::token_bucket::{self, Params};
 use crate::algorithm::{Kernel, Outcome};
-use crate::algorithm::{fixed_window, interval_bucket, sliding_log, sliding_window};
+use crate::algorithm::{concurrency, fixed_window, interval_bucket, sliding_log, sliding_window};
 
 /// One bucket: its key and its state, in one cache line when the key is short (most are): a
 /// lookup then reads one line, where a key on the heap costs a second, dependent miss.
@@ -69,6 +69,8 @@ pub(super) enum Slot {
     Sliding(Box<(sliding_window::State, u64)>),
     /// Admission times, oldest first, and the expiry.
     Log(Box<(Box<[u64]>, u64)>),
+    /// A concurrency limit's slots and tickets, and the expiry.
+    Held(Box<(Vec<concurrency::Entry>, u64)>),
 }
 
 const _: () = assert!(std::mem::size_of::<Slot>() == 24);
@@ -195,6 +197,7 @@ impl Slot {
             Slot::Fixed(s) => s.expire_ms,
             Slot::Sliding(s) => s.1,
             Slot::Log(log) => log.1,
+            Slot::Held(held) => held.1,
         }
     }
 }
@@ -244,7 +247,20 @@ pub(super) fn decide(kernel: Kernel, now: u64, slot: Option<&Slot>, cost: u64) -
                 Slot::Log(Box::new((log.into_boxed_slice(), expire_ms)))
             })
         }
+        Kernel::Concurrency(p) => {
+            let entries: &[concurrency::Entry] = match slot {
+                Some(Slot::Held(held)) => &held.0,
+                _ => &[],
+            };
+            concurrency::decide(now, entries, p, cost).map_state(held_slot)
+        }
     }
+}
+
+/// The slot of a concurrency limit's set.
+pub(super) fn held_slot(entries: Vec<concurrency::Entry>) -> Slot {
+    let expire_ms = concurrency::expire_ms(&entries);
+    Slot::Held(Box::new((entries, expire_ms)))
 }
 
 /// The kernel of `instances` instances' share of `limit` for a call of `cost`, and whether it
@@ -256,10 +272,11 @@ pub(super) fn share_kernel(
     instances: u32,
     held: Option<u64>,
 ) -> (Kernel, bool) {
-    let kernel = if instances <= 1 {
-        Kernel::of(limit)
-    } else {
-        Kernel::Bucket(Params::of(limit).shared(instances, cost))
+    let kernel = match Kernel::of(limit) {
+        kernel if instances <= 1 => kernel,
+        // Slots are shared as whole slots: a call holds one or it does not.
+        Kernel::Concurrency(p) => Kernel::Concurrency(p.shared(instances)),
+        _ => Kernel::Bucket(Params::of(limit).shared(instances, cost)),
     };
     match (kernel, held) {
         (Kernel::Bucket(mut p), Some(held)) => {

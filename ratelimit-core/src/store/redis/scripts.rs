@@ -33,6 +33,51 @@ pub(super) static MULTI: LazyLock<Script> =
 pub(super) static BATCH: LazyLock<Script> =
     LazyLock::new(|| Script::new(crate::algorithm::BATCH_SCRIPT));
 
+/// A concurrency limit's release and renewal.
+static RELEASE: LazyLock<Script> =
+    LazyLock::new(|| Script::new(crate::algorithm::concurrency::RELEASE_SCRIPT));
+static RENEW: LazyLock<Script> =
+    LazyLock::new(|| Script::new(crate::algorithm::concurrency::RENEW_SCRIPT));
+
+impl RedisStore {
+    /// Gives back the concurrency slots (and the ticket) of the call `holder` on `key`: one
+    /// script. Returns the members removed.
+    ///
+    /// When calls still wait for a slot, the script publishes `key` on `channel` (the
+    /// fleet's), so that their instances ask again at once.
+    pub(crate) async fn release_slot(
+        &self,
+        key: &str,
+        holder: u64,
+        cost: u64,
+        channel: &str,
+    ) -> Result<u64, Error> {
+        let script = crate::algorithm::concurrency::RELEASE_SCRIPT;
+        Ok(self
+            .eval(&RELEASE, script, &[key], |cmd| {
+                cmd.arg(holder).arg(cost).arg(channel);
+            })
+            .await?)
+    }
+
+    /// Renews the leases of the concurrency slots of the call `holder` on `key` for
+    /// `lease_us` from now: one script. Returns the slots renewed (0: the call lost them).
+    pub(crate) async fn renew_slot(
+        &self,
+        key: &str,
+        holder: u64,
+        cost: u64,
+        lease_us: u64,
+    ) -> Result<u64, Error> {
+        let script = crate::algorithm::concurrency::RENEW_SCRIPT;
+        Ok(self
+            .eval(&RENEW, script, &[key], |cmd| {
+                cmd.arg(holder).arg(lease_us).arg(cost);
+            })
+            .await?)
+    }
+}
+
 /// Added to a limit's kind in its spec when it is in shadow mode (its refusal does not
 /// refuse the call), as `multi.lua` and `batch.lua` read it.
 const SHADOW: u64 = 8;

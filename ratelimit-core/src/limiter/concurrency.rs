@@ -1,0 +1,627 @@
+//! Concurrency limits ([`Limit::concurrent`]): a slot taken when a call starts
+//! ([`RateLimiter::enter`]) and given back when its guard ([`Slot`]) is dropped, however the
+//! call ends; the guard renews the slot's lease while the call runs.
+//!
+//! A call's limits, rate limits beside its concurrency limits, are decided on the one pipeline
+//! (`decide_all`): all or nothing, in one script on Redis. The call's id (its holder) rides in
+//! its concurrency limits ([`Limit::holder`]) so that every stage sees it.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize};
+
+use tokio::sync::Notify;
+
+use super::*;
+
+/// What [`RateLimiter::enter`] answers: the call's decision and, when it is admitted, the
+/// guard of its slots.
+#[derive(Debug)]
+#[non_exhaustive]
+#[must_use = "an admitted call holds its slots until `slot` is dropped: keep it while the call runs"]
+pub struct Entered {
+    /// The call's decision (of all its limits, see [`Decision::parts`]).
+    pub decision: Decision,
+    /// The slots the call holds: `Some` when it is admitted. Dropping it gives them back.
+    pub slot: Option<Slot>,
+}
+
+/// The slots of one admitted call under its concurrency limits: given back when dropped
+/// (whether the call returned, failed, panicked or was cancelled), by one script per limit
+/// on Redis, spawned on the current Tokio runtime (with none, the lease frees them). While
+/// it lives, a task renews the slots' leases every third of the lease, so that a long call
+/// keeps them. [`release`](Slot::release) gives them back and says whether that worked.
+#[must_use = "the slots are given back when this guard is dropped: keep it while the call runs"]
+pub struct Slot {
+    held: Option<Held>,
+}
+
+struct Held {
+    limiter: RateLimiter,
+    holder: u64,
+    parts: Arc<[Part]>,
+    renewal: Option<tokio::task::AbortHandle>,
+}
+
+/// One concurrency limit of the call: its bucket, its lease, and where the call may hold
+/// members of it (the store, the failure policy's fallback).
+#[derive(Debug, Clone)]
+struct Part {
+    bucket: Box<str>,
+    lease_us: u64,
+    /// The slots the call takes (its members 1 ..= cost).
+    cost: u64,
+    /// Whether the call may hold members in the store: while it is being asked (a call
+    /// cancelled then may have left a ticket), and once it answered.
+    in_store: bool,
+    /// Whether the store has answered this call (its members are there).
+    answered: bool,
+    in_fallback: bool,
+}
+
+impl RateLimiter {
+    /// Takes a slot of `key` under the concurrency limit `limit` for a call that starts now:
+    /// admitted while fewer than its max calls of `key` are in flight on every instance.
+    /// Keep the [`Slot`] while the call runs; dropping it gives the slot back. A full key
+    /// refuses at once, or, for a limit with a [`wait`](Limit::wait), queues the call for a
+    /// slot, served in arrival order across the fleet, until the wait ends.
+    ///
+    /// ```
+    /// use ratelimit_core::{Limit, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ratelimit_core::Error> {
+    /// let limiter = RateLimiter::builder().memory().build().await?;
+    /// const REPORTS: Limit = Limit::concurrent(1);
+    /// let first = limiter.enter("tenant:7", &REPORTS).await?;
+    /// assert!(first.decision.allowed);
+    /// // One report of tenant 7 runs: a second is refused while the first holds its slot.
+    /// let second = limiter.enter("tenant:7", &REPORTS).await?;
+    /// assert!(!second.decision.allowed && second.slot.is_none());
+    /// drop(first); // the call ended: its slot is back
+    /// let third = limiter.enter("tenant:7", &REPORTS).await?;
+    /// assert!(third.decision.allowed);
+    /// if let Some(slot) = third.slot {
+    ///     slot.release().await?; // the same as a drop, with the store's error if any
+    /// }
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::InvalidLimit`] for a limit whose wait is longer than a day; otherwise the
+    /// store's (as [`check_n`](RateLimiter::check_n)).
+    pub async fn enter(&self, key: &str, limit: &Limit) -> Result<Entered, Error> {
+        self.enter_by_name(&[(None, key, limit, 1)]).await
+    }
+
+    /// [`enter`](RateLimiter::enter) under the limit called `name`: each name has its own
+    /// slots.
+    ///
+    /// # Errors
+    /// As [`enter`](RateLimiter::enter).
+    pub async fn enter_named(
+        &self,
+        name: &str,
+        key: &str,
+        limit: &Limit,
+    ) -> Result<Entered, Error> {
+        self.enter_by_name(&[(Some(name), key, limit, 1)]).await
+    }
+
+    /// Decides a call's limits together, all or nothing, as
+    /// [`check_all`](RateLimiter::check_all) does, with concurrency limits among them: the
+    /// call takes its slots (a cost of `n` takes `n`) and its rate limits' tokens only if
+    /// every limit admits it. Keep the [`Slot`] while the call runs.
+    ///
+    /// ```
+    /// use ratelimit_core::{Limit, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ratelimit_core::Error> {
+    /// let limiter = RateLimiter::builder().memory().build().await?;
+    /// let in_flight = Limit::concurrent(2);
+    /// let per_hour = Limit::per_hour(100);
+    /// let call = [("export:in-flight", &in_flight, 1), ("export:hourly", &per_hour, 1)];
+    /// let a = limiter.enter_all(&call).await?;
+    /// let b = limiter.enter_all(&call).await?;
+    /// let c = limiter.enter_all(&call).await?;
+    /// assert!(a.decision.allowed && b.decision.allowed && !c.decision.allowed);
+    /// // The refused call took no token of the hourly limit.
+    /// assert_eq!(limiter.peek("export:hourly", &per_hour).await?.remaining, 98);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`check_all`](RateLimiter::check_all) and [`enter`](RateLimiter::enter).
+    pub async fn enter_all(&self, checks: &[(&str, &Limit, u32)]) -> Result<Entered, Error> {
+        let named: Vec<_> = checks
+            .iter()
+            .map(|&(key, limit, cost)| (None, key, limit, cost))
+            .collect();
+        self.enter_by_name(&named).await
+    }
+
+    /// [`enter_all`](RateLimiter::enter_all) with each limit's name: `(name, key, limit,
+    /// cost)`.
+    ///
+    /// # Errors
+    /// As [`enter_all`](RateLimiter::enter_all).
+    pub async fn enter_all_named(
+        &self,
+        checks: &[(&str, &str, &Limit, u32)],
+    ) -> Result<Entered, Error> {
+        let named: Vec<_> = checks
+            .iter()
+            .map(|&(name, key, limit, cost)| (Some(name), key, limit, cost))
+            .collect();
+        self.enter_by_name(&named).await
+    }
+
+    async fn enter_by_name(
+        &self,
+        checks: &[(Option<&str>, &str, &Limit, u32)],
+    ) -> Result<Entered, Error> {
+        if matches!(
+            self.inner.engine,
+            Engine::Remote(Remote {
+                store: RemoteStore::Custom(_),
+                ..
+            })
+        ) && checks.iter().any(|c| c.2.is_concurrent())
+        {
+            return Err(Error::ConcurrencyUnsupported);
+        }
+        let holder = next_holder();
+        let owned: Vec<(String, Limit, u32)> = checks
+            .iter()
+            .map(|&(name, key, limit, cost)| {
+                let limit = if limit.is_concurrent() {
+                    limit.with_holder(holder)
+                } else {
+                    *limit
+                };
+                (bucket_key(&self.inner.prefix, name, key), limit, cost)
+            })
+            .collect();
+        let refs: Vec<(&str, &Limit, u32)> = owned
+            .iter()
+            .map(|(bucket, limit, cost)| (bucket.as_str(), limit, *cost))
+            .collect();
+        let checks_v = validate_all(&refs)?;
+        // The longest wait of the call's concurrency limits: how long it queues for a slot.
+        let wait = owned
+            .iter()
+            .filter(|(_, limit, _)| limit.is_concurrent())
+            .filter_map(|(_, limit, _)| limit.max_wait())
+            .max()
+            .filter(|w| !w.is_zero());
+        let local = matches!(self.inner.engine, Engine::Local(_));
+        let mut slot = Slot {
+            held: Some(Held {
+                limiter: self.clone(),
+                holder,
+                parts: owned
+                    .iter()
+                    .filter(|(_, limit, _)| limit.is_concurrent())
+                    .map(|(bucket, limit, cost)| Part {
+                        bucket: bucket.as_str().into(),
+                        cost: u64::from(*cost),
+                        lease_us: limit
+                            .lease_time()
+                            .map_or(0, |l| u64::try_from(l.as_micros()).unwrap_or(u64::MAX)),
+                        in_store: false,
+                        answered: false,
+                        in_fallback: false,
+                    })
+                    .collect(),
+                renewal: None,
+            }),
+        };
+        let deadline = match wait {
+            Some(wait) => {
+                on_tokio()?;
+                Some(tokio::time::Instant::now() + wait)
+            }
+            None => None,
+        };
+        // Woken by releases of the call's first concurrency bucket: this process's, and other
+        // instances' through the fleet's channel (Redis); asking again at most every
+        // `MAX_BACKOFF` covers a message lost and leases that end.
+        let listener =
+            deadline.and_then(|_| slot.parts().first().map(|p| Listener::new(&p.bucket)));
+        let mut backoff = MIN_BACKOFF;
+        loop {
+            let mut woken = listener.as_ref().map(|l| Box::pin(l.notify.notified()));
+            if let Some(w) = &mut woken {
+                w.as_mut().enable();
+            }
+            slot.asking(!local);
+            let mut parts = self.decide_all(&checks_v).await?;
+            slot.note_sources(&parts, &checks_v);
+            // The call's id was the pipeline's: the caller sees its limits as it gave them.
+            for part in &mut parts {
+                part.limit = part.limit.with_holder(0);
+            }
+            let decision = Decision::combined(parts);
+            if decision.allowed {
+                observe_parts(&decision, checks, &owned);
+                slot.renew_in_background();
+                return Ok(Entered {
+                    decision,
+                    slot: Some(slot),
+                });
+            }
+            let queued = deadline.is_some()
+                && decision.parts().iter().all(|d| {
+                    d.allowed
+                        || d.shadowed
+                        || (d.limit.is_concurrent()
+                            && d.limit.max_wait().is_some_and(|w| !w.is_zero())
+                            && matches!(d.source, Source::Store | Source::Fallback))
+                });
+            let now = tokio::time::Instant::now();
+            let left = deadline.map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
+            if !queued || left.is_zero() {
+                observe_parts(&decision, checks, &owned);
+                if deadline.is_none() {
+                    // Refused at once: nothing was written, nothing to give back.
+                    slot.disarm();
+                }
+                return Ok(Entered {
+                    decision,
+                    slot: None,
+                });
+            }
+            let pause = backoff.min(left);
+            backoff = (backoff * 2).min(MAX_BACKOFF.min(slot.shortest_lease() / 3));
+            match woken {
+                Some(woken) => {
+                    tokio::select! {
+                        () = woken => {}
+                        () = tokio::time::sleep(pause) => {}
+                    }
+                }
+                None => tokio::time::sleep(pause).await,
+            }
+        }
+    }
+
+    /// Gives back the call `holder`'s members of `part` where they live in this process (the
+    /// memory store, the fallback); `true` when the store is remote and still to be asked.
+    fn release_here(&self, holder: u64, part: &Part) -> bool {
+        if part.in_fallback {
+            self.inner
+                .resilience
+                .release(&part.bucket, holder, part.cost);
+        }
+        let remote = match &self.inner.engine {
+            Engine::Local(store) => {
+                store.release(&part.bucket, holder, part.cost);
+                false
+            }
+            Engine::Remote(Remote {
+                store: RemoteStore::Redis(_),
+                ..
+            }) => part.in_store,
+            _ => false,
+        };
+        if !remote {
+            wake(&part.bucket);
+        }
+        remote
+    }
+
+    /// Gives back the call `holder`'s members of `bucket` in Redis: one script.
+    async fn release_remote(&self, holder: u64, part: &Part) -> Result<(), Error> {
+        let bucket = &*part.bucket;
+        let Engine::Remote(Remote {
+            store: RemoteStore::Redis(store),
+            fleet,
+            ..
+        }) = &self.inner.engine
+        else {
+            return Ok(());
+        };
+        on_tokio()?;
+        let channel = match fleet {
+            Some(member) => member.channel().to_owned(),
+            None => crate::fleet::resets_channel(&self.inner.prefix),
+        };
+        let released = self
+            .inner
+            .resilience
+            .call(store.release_slot(bucket, holder, part.cost, &channel))
+            .await;
+        wake(bucket);
+        released.map(drop)
+    }
+
+    /// Renews the leases of the call `holder`'s slots of `part`; the slots renewed.
+    async fn renew_part(&self, holder: u64, part: &Part) -> Result<u64, Error> {
+        let mut renewed = 0;
+        if part.in_fallback {
+            renewed += self
+                .inner
+                .resilience
+                .renew(&part.bucket, holder, part.cost, part.lease_us);
+        }
+        match &self.inner.engine {
+            Engine::Local(store) => {
+                renewed += store.renew(&part.bucket, holder, part.cost, part.lease_us);
+            }
+            Engine::Remote(Remote {
+                store: RemoteStore::Redis(store),
+                ..
+            }) if part.in_store => {
+                renewed += self
+                    .inner
+                    .resilience
+                    .call(store.renew_slot(&part.bucket, holder, part.cost, part.lease_us))
+                    .await?;
+            }
+            _ => {}
+        }
+        Ok(renewed)
+    }
+}
+
+/// Observes each limit of an entered call under its name.
+fn observe_parts(
+    decision: &Decision,
+    checks: &[(Option<&str>, &str, &Limit, u32)],
+    owned: &[(String, Limit, u32)],
+) {
+    for ((part, &(name, ..)), (bucket, ..)) in decision.parts().iter().zip(checks).zip(owned) {
+        part.observe(observed_name(name), Some(bucket));
+    }
+}
+
+/// The first pause of a waiter before it asks again, and the longest (also at most a third
+/// of the lease, so that its ticket stays live).
+const MIN_BACKOFF: Duration = Duration::from_millis(2);
+const MAX_BACKOFF: Duration = Duration::from_millis(100);
+
+impl Slot {
+    fn parts(&self) -> &[Part] {
+        self.held.as_ref().map_or(&[], |h| &h.parts)
+    }
+
+    fn shortest_lease(&self) -> Duration {
+        let us = self.parts().iter().map(|p| p.lease_us).min().unwrap_or(0);
+        Duration::from_micros(us).max(Duration::from_millis(3))
+    }
+
+    fn parts_mut(&mut self) -> &mut [Part] {
+        self.held
+            .as_mut()
+            .and_then(|h| Arc::get_mut(&mut h.parts))
+            .map_or(&mut [], |parts| parts)
+    }
+
+    /// The store is being asked (`remote`): a call cancelled now may leave a ticket there.
+    fn asking(&mut self, remote: bool) {
+        for part in self.parts_mut() {
+            part.in_store = remote;
+        }
+    }
+
+    /// Records where each concurrency limit of the call was decided: the store, or the
+    /// fallback (the other policies hold nothing anywhere).
+    fn note_sources(&mut self, decisions: &[Decision], checks: &[(&str, &Limit, u32)]) {
+        let parts = self.parts_mut();
+        for (d, (bucket, ..)) in decisions.iter().zip(checks) {
+            if let Some(part) = parts.iter_mut().find(|p| *p.bucket == **bucket) {
+                match d.source {
+                    Source::Store => part.answered = true,
+                    Source::Fallback => part.in_fallback = true,
+                    _ => {}
+                }
+                part.in_store = part.answered;
+            }
+        }
+    }
+
+    /// Forgets the call's parts: it holds nothing.
+    fn disarm(&mut self) {
+        self.held = None;
+    }
+
+    /// Starts the task that renews the leases every third of the shortest one.
+    fn renew_in_background(&mut self) {
+        let every = self.shortest_lease() / 3;
+        let Some(held) = &mut self.held else { return };
+        let local = matches!(held.limiter.inner.engine, Engine::Local(_));
+        // A call let through by a failure policy other than the fallback holds nothing.
+        if !held
+            .parts
+            .iter()
+            .any(|p| local || p.in_store || p.in_fallback)
+        {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(target: "redis_ratelimit", "redis-ratelimit cannot renew a concurrency slot's lease without a Tokio runtime: a call longer than the lease may lose its slot");
+            return;
+        };
+        let limiter = held.limiter.clone();
+        let parts = Arc::clone(&held.parts);
+        let holder = held.holder;
+        let task: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
+            // Each trouble is logged once, not every third of a lease while it lasts.
+            let (mut lost, mut failing) = (false, false);
+            loop {
+                tokio::time::sleep(every).await;
+                for part in parts.iter() {
+                    match limiter.renew_part(holder, part).await {
+                        Ok(0) if !lost => {
+                            lost = true;
+                            tracing::warn!(target: "redis_ratelimit", "a call running under a concurrency limit lost its slot: its lease ended before it was renewed (the store was unreachable for longer than the lease)");
+                        }
+                        Ok(_) => failing = false,
+                        Err(e) if !failing => {
+                            failing = true;
+                            tracing::warn!(target: "redis_ratelimit", error = %e, "redis-ratelimit could not renew a concurrency slot's lease");
+                        }
+                        Err(_) => {}
+                    }
+                }
+            }
+        });
+        held.renewal = Some(runtime.spawn(task).abort_handle());
+    }
+
+    /// Stops renewing the slots and never gives them back: they come back when their leases
+    /// end, exactly as if this process had died holding them. For testing what a crash does
+    /// to a fleet (`std::mem::forget` on the guard would keep renewing them).
+    pub fn abandon(mut self) {
+        if let Some(held) = self.held.take()
+            && let Some(renewal) = &held.renewal
+        {
+            renewal.abort();
+        }
+    }
+
+    /// Gives the slots back now, and says whether the store took them back (dropping the
+    /// guard does the same, reporting a failure in the log only).
+    ///
+    /// # Errors
+    /// The store's error; the lease then frees the slots.
+    pub async fn release(mut self) -> Result<(), Error> {
+        let Some(held) = self.held.take() else {
+            return Ok(());
+        };
+        if let Some(renewal) = &held.renewal {
+            renewal.abort();
+        }
+        let mut result = Ok(());
+        for part in held.parts.iter() {
+            if held.limiter.release_here(held.holder, part)
+                && let Err(e) = held.limiter.release_remote(held.holder, part).await
+                && result.is_ok()
+            {
+                result = Err(e);
+            }
+        }
+        result
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let Some(held) = self.held.take() else { return };
+        if let Some(renewal) = &held.renewal {
+            renewal.abort();
+        }
+        let remote: Vec<Part> = held
+            .parts
+            .iter()
+            .filter(|part| held.limiter.release_here(held.holder, part))
+            .cloned()
+            .collect();
+        if remote.is_empty() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!(target: "redis_ratelimit", "redis-ratelimit could not give back a concurrency slot: no Tokio runtime to reach Redis; its lease frees it");
+            return;
+        };
+        let limiter = held.limiter;
+        let holder = held.holder;
+        let task: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
+            for part in remote {
+                if let Err(e) = limiter.release_remote(holder, &part).await {
+                    tracing::warn!(target: "redis_ratelimit", error = %e, "redis-ratelimit could not give back a concurrency slot; its lease frees it");
+                }
+            }
+        });
+        runtime.spawn(task);
+    }
+}
+
+impl fmt::Debug for Slot {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Slot")
+            .field(
+                "buckets",
+                &self.parts().iter().map(|p| &p.bucket).collect::<Vec<_>>(),
+            )
+            .field(
+                "renewed",
+                &self.held.as_ref().is_some_and(|h| h.renewal.is_some()),
+            )
+            .finish()
+    }
+}
+
+/// A call's id, unique across the fleet: a hash of a process-wide count under keys drawn at
+/// random for the process (two processes, or two calls, collide with odds of 2^-64).
+fn next_holder() -> u64 {
+    use std::hash::BuildHasher as _;
+    static SEED: std::sync::LazyLock<std::collections::hash_map::RandomState> =
+        std::sync::LazyLock::new(std::collections::hash_map::RandomState::new);
+    static COUNT: AtomicU64 = AtomicU64::new(0);
+    SEED.hash_one(COUNT.fetch_add(1, Ordering::Relaxed)).max(1)
+}
+
+/// The calls of this process waiting for a slot, by bucket: a release here wakes them at
+/// once. An entry lives while someone waits on it, so the map holds only live waiters.
+static WAITERS: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<Box<str>, std::sync::Weak<Notify>>>,
+> = std::sync::LazyLock::new(Default::default);
+
+fn waiters()
+-> std::sync::MutexGuard<'static, std::collections::HashMap<Box<str>, std::sync::Weak<Notify>>> {
+    WAITERS
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// How many calls of this process wait for a slot: a release takes the lock of [`WAITERS`]
+/// only when some do.
+static WAITING: AtomicUsize = AtomicUsize::new(0);
+
+/// Wakes this process's waiters on `bucket` (a release here, or one another instance
+/// published on the fleet's channel).
+pub(crate) fn wake(bucket: &str) {
+    if WAITING.load(Ordering::Acquire) == 0 {
+        return;
+    }
+    let notify = waiters().get(bucket).and_then(std::sync::Weak::upgrade);
+    if let Some(notify) = notify {
+        notify.notify_waiters();
+    }
+}
+
+/// One waiter's place in [`WAITERS`].
+struct Listener {
+    bucket: Box<str>,
+    notify: Arc<Notify>,
+}
+
+impl Listener {
+    fn new(bucket: &str) -> Listener {
+        WAITING.fetch_add(1, Ordering::AcqRel);
+        let mut map = waiters();
+        let notify = match map.get(bucket).and_then(std::sync::Weak::upgrade) {
+            Some(notify) => notify,
+            None => {
+                let notify = Arc::new(Notify::new());
+                map.insert(bucket.into(), Arc::downgrade(&notify));
+                notify
+            }
+        };
+        Listener {
+            bucket: bucket.into(),
+            notify,
+        }
+    }
+}
+
+impl Drop for Listener {
+    fn drop(&mut self) {
+        let mut map = waiters();
+        // The last waiter on the bucket takes its entry away.
+        if Arc::strong_count(&self.notify) == 1 {
+            map.remove(&self.bucket);
+        }
+        WAITING.fetch_sub(1, Ordering::AcqRel);
+    }
+}
