@@ -172,3 +172,49 @@ async fn the_headers_describe_a_quota_of_concurrent_requests() {
         "the admitted call held the one slot"
     );
 }
+
+/// A slot at a time, three an hour: stacked, all or nothing.
+#[rate_limit(replenish = 3, unit = "hour", key = Global, limiter = LIMITER, name = "exports_hourly")]
+#[rate_limit(concurrent = 1, key = Global, limiter = LIMITER, name = "exports_inflight")]
+async fn export(go: oneshot::Receiver<()>) -> Result<(), RateLimited> {
+    let _ = go.await;
+    Ok(())
+}
+
+/// Draws from the exports' slot: one export or re-export at a time.
+#[rate_limit(shared = "exports_inflight", key = Global, limiter = LIMITER)]
+async fn reexport() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+#[tokio::test]
+async fn stacked_with_a_rate_limit_and_shared_it_stays_all_or_nothing() {
+    let limiter = init().await;
+    let hourly = Limit::per_hour(3);
+    let left = || async {
+        limiter
+            .peek_named("exports_hourly", "global", &hourly)
+            .await
+            .unwrap()
+            .remaining
+    };
+    let (release, go) = oneshot::channel();
+    let first = tokio::spawn(export(go));
+    while left().await == 3 {
+        tokio::task::yield_now().await;
+    }
+    // The slot is held: a second export is refused, and takes no token of the hourly limit.
+    let (_, idle) = oneshot::channel();
+    let refused = export(idle).await.unwrap_err();
+    assert_eq!(refused.name(), Some("exports_inflight"));
+    assert_eq!(left().await, 2);
+    // A shared use of the slot is refused too.
+    assert!(reexport().await.is_err());
+    release.send(()).unwrap();
+    first.await.unwrap().unwrap();
+    assert!(reexport().await.is_ok());
+    let (release, go) = oneshot::channel();
+    release.send(()).unwrap();
+    export(go).await.unwrap();
+    assert_eq!(left().await, 1);
+}

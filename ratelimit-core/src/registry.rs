@@ -185,6 +185,15 @@ impl LimitDeclaration {
         self.name
     }
 
+    /// Whether this is a concurrency limit ([`Limit::concurrent`]), of its own or shared:
+    /// its calls hold a slot while they run. Overrides never change a limit's kind.
+    pub fn is_concurrent(&self) -> bool {
+        if self.shares {
+            return self.declaring().is_some_and(|d| d.limit.is_concurrent());
+        }
+        self.limit.is_concurrent()
+    }
+
     /// The limit as written in the source (of a shared use, as the declaring function wrote
     /// it).
     pub fn declared_limit(&self) -> Limit {

@@ -57,18 +57,6 @@ pub(crate) fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
             Err(e) => errors.push(e),
         }
     }
-    // Not yet: a slot held beside the stacked rate limits (`RateLimiter::enter_all` does it
-    // without the attribute).
-    for limit in &limits {
-        if let Some(concurrent) = &limit.args.concurrent {
-            errors.at(
-                concurrent.span(),
-                "a `concurrent` limit cannot be stacked with other `#[rate_limit]` attributes \
-                 yet: keep it alone on the function, or decide every limit in the body with \
-                 `RateLimiter::enter_all`",
-            );
-        }
-    }
     let same_name = stack::check_names(&limits, &mut errors);
     let limiter = stack::limiter(&limits, &mut errors);
     if errors.is_empty() {
@@ -179,35 +167,19 @@ fn expand(
     for &(earlier, later) in same_name {
         statics.extend(same_name_check(limits, earlier, later, sig));
     }
-    // A concurrency limit (alone: stacking is refused above) holds its slot in a local of
-    // the function's future, so that it is given back when that future ends or is dropped.
-    if let ([limit], [(decl, key_arg, _)]) = (limits, checked.as_slice())
-        && limit.args.concurrent.is_some()
+    // A function whose limits may hold concurrency slots (a `concurrent` limit, or a shared
+    // use, whose declaration may be one) keeps them in a local of its future: given back when
+    // that future ends, however it ends. The first limit's call carries it.
+    if limits
+        .iter()
+        .any(|l| l.args.concurrent.is_some() || l.args.shared.is_some())
+        && let Some((.., call)) = checked.first_mut()
     {
-        let slot = Ident::new("_rl_slot", Span::mixed_site());
-        let returned = return_type(sig);
-        let mut user_body = Group::new(Delimiter::Brace, body.clone());
-        user_body.set_span(at(brace.span.join()));
-        let mut new_body = Group::new(
-            Delimiter::Brace,
-            quote! {
-                #(#inner_attrs)*
-                #statics
-                #keys
-                let #slot = match ::redis_ratelimit::__private::enter_key(&#decl, &#key_arg, #limiter).await {
-                    ::core::result::Result::Ok(slot) => slot,
-                    ::core::result::Result::Err(#rejection) => {
-                        return #returned::rate_limited(#rejection);
-                    }
-                };
-                #user_body
-            },
-        );
-        new_body.set_span(brace.span.join());
-        return quote! {
-            #(#outer_attrs)*
-            #vis #sig #new_body
-        };
+        let holding = Ident::new("__rl_holding", Span::mixed_site());
+        keys.extend(quote! {
+            let #holding = ::redis_ratelimit::__private::Holding::default();
+        });
+        call.extend(quote!(.holding(&#holding)));
     }
     let check = match checked.as_slice() {
         [(decl, key_arg, call)] => {

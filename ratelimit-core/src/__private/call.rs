@@ -24,6 +24,8 @@ pub struct Call<'t> {
     pub(crate) tiered: bool,
     pub(crate) tier: Option<&'t Tier>,
     pub(crate) taken: Option<&'t Taken>,
+    /// Where the call keeps the concurrency slots it takes, while its function runs.
+    pub(crate) holding: Option<&'t Holding>,
     /// The key's resolver failed, or did not answer within the deadline: the failure policy
     /// decides (set by the check, once an async key is settled).
     pub(crate) key_failed: bool,
@@ -37,6 +39,7 @@ impl<'t> Call<'t> {
         tiered: false,
         tier: None,
         taken: None,
+        holding: None,
         key_failed: false,
     };
 
@@ -66,6 +69,19 @@ impl<'t> Call<'t> {
         }
     }
 
+    /// Keeps the concurrency slots this call takes in `holding`, a local of the function's
+    /// future: given back when it ends, however it ends.
+    #[must_use]
+    pub fn holding<'u>(self, holding: &'u Holding) -> Call<'u>
+    where
+        't: 'u,
+    {
+        Call {
+            holding: Some(holding),
+            ..self
+        }
+    }
+
     /// This call's cost, computed from its arguments.
     #[must_use]
     pub fn with_cost(mut self, cost: Cost) -> Call<'t> {
@@ -89,40 +105,19 @@ impl<'t> Call<'t> {
     }
 }
 
-/// A [`Call`]'s parts, owned: what a check that waits (for an async key, or to decide a
-/// layer's limits with its own) keeps of the call across its await.
-#[derive(Debug)]
-pub(crate) struct OwnedCall {
-    cost: Option<Cost>,
-    exempt: bool,
-    tiered: bool,
-    tier: Option<Tier>,
-    taken: Option<Taken>,
-    key_failed: bool,
-}
+/// The concurrency slots a call holds while its function runs (`#[rate_limit(concurrent =
+/// ..)]`, or a layer's concurrency limit decided with the function's): dropped with the
+/// function's future, which gives them back.
+#[derive(Debug, Default)]
+pub struct Holding(Mutex<Vec<crate::Slot>>);
 
-impl OwnedCall {
-    pub(crate) fn of(call: &Call<'_>) -> OwnedCall {
-        OwnedCall {
-            cost: call.cost,
-            exempt: call.exempt,
-            tiered: call.tiered,
-            tier: call.tier.copied(),
-            taken: call.taken.cloned(),
-            key_failed: call.key_failed,
-        }
-    }
-
-    /// The call again, borrowing from this; `key_failed` as its key was settled.
-    pub(crate) fn call(&self, key_failed: bool) -> Call<'_> {
-        Call {
-            cost: self.cost,
-            exempt: self.exempt,
-            tiered: self.tiered,
-            tier: self.tier.as_ref(),
-            taken: self.taken.as_ref(),
-            key_failed: self.key_failed || key_failed,
-        }
+impl Holding {
+    /// Keeps `slot` until this is dropped.
+    pub(crate) fn keep(&self, slot: crate::Slot) {
+        self.0
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(slot);
     }
 }
 

@@ -9,14 +9,11 @@ use std::sync::LazyLock;
 pub use inventory;
 
 mod call;
-mod enter;
 pub use crate::async_key::ErasedAsync;
-use call::OwnedCall;
 pub use call::{
-    Call, Cost, Fixed, IntoCost, IntoTier, KeyArg, KeyOf, Taken, ViaAsync, ViaDisplay, ViaNeither,
-    ViaResolver, counts,
+    Call, Cost, Fixed, Holding, IntoCost, IntoTier, KeyArg, KeyOf, Taken, ViaAsync, ViaDisplay,
+    ViaNeither, ViaResolver, counts,
 };
-pub use enter::enter_key;
 
 use crate::decision::{Label, Source};
 use crate::limiter::Local;
@@ -140,30 +137,36 @@ pub fn check<'a, K: KeyResolver + ?Sized>(
 pub fn check_key<'a>(
     decl: &'static LimitDeclaration,
     key: &'a KeyArg<'a>,
-    call: Call<'_>,
+    call: Call<'a>,
     limiter: Option<&'a RateLimiter>,
 ) -> impl Future<Output = Result<(), Box<RateLimited>>> + Send + use<'a> {
     #[cfg(any(feature = "axum", feature = "actix-web"))]
     if let Some(layer) = crate::http::layered::take_pending(limiter) {
         // The layers' limits, left pending for this check: decided with this one, together.
-        let owned = OwnedCall::of(&call);
         return finish(Step::Ask(Box::pin(async move {
             let layer_keys = crate::http::layered::keys(&layer);
             let mut checks: Vec<_> = crate::http::layered::checks(&layer, &layer_keys).collect();
-            checks.push((decl, key, owned.call(false)));
+            checks.push((decl, key, call));
             decide_all(&checks, limiter).await
         })));
     }
+    if decl.is_concurrent() {
+        // A slot is taken for the call and held while it runs: the several-limit path, which
+        // takes and keeps slots.
+        return finish(Step::Ask(Box::pin(async move {
+            decide_all(&[(decl, key, call)], limiter).await
+        })));
+    }
     let step = match key {
-        KeyArg::Async(resolver) => {
-            let owned = OwnedCall::of(&call);
-            Step::Ask(Box::pin(async move {
-                let (limiter_now, _) = limiter_or_unenabled(decl, limiter);
-                let key = call::settle(*resolver, decl, limiter_now).await;
-                let call = owned.call(matches!(key, KeyArg::Failed));
-                finish(at_once(decl, key.resolver(), call, limiter)).await
-            }))
-        }
+        KeyArg::Async(resolver) => Step::Ask(Box::pin(async move {
+            let (limiter_now, _) = limiter_or_unenabled(decl, limiter);
+            let key = call::settle(*resolver, decl, limiter_now).await;
+            let call = Call {
+                key_failed: matches!(key, KeyArg::Failed),
+                ..call
+            };
+            finish(at_once(decl, key.resolver(), call, limiter)).await
+        })),
         key => at_once(decl, key.resolver(), call, limiter),
     };
     finish(step)
@@ -596,7 +599,17 @@ pub(crate) async fn decide_all(
                 (bucket, &effective[i].limit, effective[i].cost)
             })
             .collect();
-        let decided = limiter.check_buckets(&checks).await;
+        // Concurrency limits among them take their slots, kept while the call runs.
+        let decided = if checks.iter().any(|(_, limit, _)| limit.is_concurrent()) {
+            limiter.enter_buckets(&checks).await.map(|entered| {
+                if let Some(slot) = entered.slot {
+                    hold(slot, limits);
+                }
+                entered.decision
+            })
+        } else {
+            limiter.check_buckets(&checks).await
+        };
         match decided {
             Ok(d) => {
                 for (&i, part) in asked.iter().zip(d.parts()) {
@@ -662,6 +675,19 @@ pub(crate) async fn decide_all(
                 .with_empty_key_status(status),
         ))
     }
+}
+
+/// Keeps an admitted call's concurrency slots while it runs: in the function's own
+/// [`Holding`] (the first limit's call carries it), else in the request's scope, whose layer
+/// holds them until the response is made. With neither (a check made by hand outside any
+/// scope), the slots are given back at once: nothing would know when the call ends.
+fn hold(slot: crate::Slot, limits: &[(&'static LimitDeclaration, &KeyArg<'_>, Call<'_>)]) {
+    if let Some(holding) = limits.iter().find_map(|(.., call)| call.holding) {
+        holding.keep(slot);
+        return;
+    }
+    #[cfg(any(feature = "axum", feature = "actix-web"))]
+    crate::http::layered::hold(slot);
 }
 
 /// Gives back what a call took under `decl` (kept in `taken` by its check), when the call's

@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use super::Config;
-use crate::__private::{Call, KeyArg};
+use crate::__private::{Call, Holding, KeyArg};
 use crate::registry::{self, LimitDeclaration};
 use crate::request::{CONTEXT, Recorded, Scope};
 use crate::{KeyResolver, RateLimited, RateLimiter, TrustedProxies};
@@ -214,6 +214,7 @@ impl Plan {
             limits: Arc::clone(&self.limits),
             learners: Arc::clone(&self.learners),
             pending: Cell::new(self.deferred),
+            held: Holding::default(),
             decided: Cell::new(false),
         }
     }
@@ -243,6 +244,9 @@ pub(crate) struct LayerScope {
     learners: Learners,
     /// The limits wait for the handler's check.
     pending: Cell<bool>,
+    /// The concurrency slots taken for the request by a check that had nowhere else to keep
+    /// them: given back once the response is made.
+    held: Holding,
     /// The layer decided them before calling the handler.
     decided: Cell<bool>,
 }
@@ -287,6 +291,16 @@ pub(crate) fn take_pending(limiter: Option<&RateLimiter>) -> Option<Arc<[LayerLi
         .try_with(|scope| scope.layer.as_ref().and_then(|layer| layer.take(limiter)))
         .ok()
         .flatten()
+}
+
+/// Keeps `slot` in the current request's layer scope, until the response is made; dropped
+/// (given back) outside one.
+pub(crate) fn hold(slot: crate::Slot) {
+    let _ = crate::request::CONTEXT.try_with(move |scope| {
+        if let Some(layer) = &scope.layer {
+            layer.held.keep(slot);
+        }
+    });
 }
 
 /// Decides `limits` alone, in the current scope (their resolvers read its request, their

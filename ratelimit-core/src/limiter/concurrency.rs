@@ -159,31 +159,53 @@ impl RateLimiter {
         &self,
         checks: &[(Option<&str>, &str, &Limit, u32)],
     ) -> Result<Entered, Error> {
+        let owned: Vec<(String, &Limit, u32)> = checks
+            .iter()
+            .map(|&(name, key, limit, cost)| {
+                (bucket_key(&self.inner.prefix, name, key), limit, cost)
+            })
+            .collect();
+        let entered = self.enter_buckets(&owned).await?;
+        for ((part, &(name, ..)), (bucket, ..)) in
+            entered.decision.parts().iter().zip(checks).zip(&owned)
+        {
+            part.observe(observed_name(name), Some(bucket));
+        }
+        Ok(entered)
+    }
+
+    /// Decides already-named buckets together, all or nothing, concurrency limits among them
+    /// taking their slots: what [`enter_all`](RateLimiter::enter_all) and the macro's path
+    /// (`__private::decide_all`) share. The caller describes the decision (span, metrics).
+    pub(crate) async fn enter_buckets<B: AsRef<str>>(
+        &self,
+        checks: &[(B, &Limit, u32)],
+    ) -> Result<Entered, Error> {
         if matches!(
             self.inner.engine,
             Engine::Remote(Remote {
                 store: RemoteStore::Custom(_),
                 ..
             })
-        ) && checks.iter().any(|c| c.2.is_concurrent())
+        ) && checks.iter().any(|c| c.1.is_concurrent())
         {
             return Err(Error::ConcurrencyUnsupported);
         }
         let holder = next_holder();
-        let owned: Vec<(String, Limit, u32)> = checks
+        let owned: Vec<(&str, Limit, u32)> = checks
             .iter()
-            .map(|&(name, key, limit, cost)| {
+            .map(|(bucket, limit, cost)| {
                 let limit = if limit.is_concurrent() {
                     limit.with_holder(holder)
                 } else {
-                    *limit
+                    **limit
                 };
-                (bucket_key(&self.inner.prefix, name, key), limit, cost)
+                (bucket.as_ref(), limit, *cost)
             })
             .collect();
         let refs: Vec<(&str, &Limit, u32)> = owned
             .iter()
-            .map(|(bucket, limit, cost)| (bucket.as_str(), limit, *cost))
+            .map(|(bucket, limit, cost)| (*bucket, limit, *cost))
             .collect();
         let checks_v = validate_all(&refs)?;
         // The longest wait of the call's concurrency limits: how long it queues for a slot.
@@ -202,7 +224,7 @@ impl RateLimiter {
                     .iter()
                     .filter(|(_, limit, _)| limit.is_concurrent())
                     .map(|(bucket, limit, cost)| Part {
-                        bucket: bucket.as_str().into(),
+                        bucket: (*bucket).into(),
                         cost: u64::from(*cost),
                         lease_us: limit
                             .lease_time()
@@ -242,7 +264,6 @@ impl RateLimiter {
             }
             let decision = Decision::combined(parts);
             if decision.allowed {
-                observe_parts(&decision, checks, &owned);
                 slot.renew_in_background();
                 return Ok(Entered {
                     decision,
@@ -260,7 +281,6 @@ impl RateLimiter {
             let now = tokio::time::Instant::now();
             let left = deadline.map_or(Duration::ZERO, |d| d.saturating_duration_since(now));
             if !queued || left.is_zero() {
-                observe_parts(&decision, checks, &owned);
                 if deadline.is_none() {
                     // Refused at once: nothing was written, nothing to give back.
                     slot.disarm();
@@ -360,17 +380,6 @@ impl RateLimiter {
             _ => {}
         }
         Ok(renewed)
-    }
-}
-
-/// Observes each limit of an entered call under its name.
-fn observe_parts(
-    decision: &Decision,
-    checks: &[(Option<&str>, &str, &Limit, u32)],
-    owned: &[(String, Limit, u32)],
-) {
-    for ((part, &(name, ..)), (bucket, ..)) in decision.parts().iter().zip(checks).zip(owned) {
-        part.observe(observed_name(name), Some(bucket));
     }
 }
 
