@@ -80,15 +80,19 @@ pub struct Limit {
     wait_us: u64,
     /// Shadow mode: decided and counted, never refused.
     shadow: bool,
-    /// The most a wait is lengthened by, at random, in microseconds (0: none).
+    /// The most a wait is lengthened by, at random, in microseconds (0: none). A concurrency
+    /// limit has no jitter: there, the low half of its holder (see `holder_high`).
     jitter_us: u32,
     /// A concurrency limit ([`Limit::concurrent`]): `replenish` and `burst` are its max, and
     /// `period_us` its lease.
     concurrent: bool,
-    /// For a concurrency limit on its way through the pipeline: the id of the call's slot,
-    /// which every stage (memory, one script, `multi.lua`, the fallback) needs, carried here
-    /// rather than as another parameter of every stage. 0 outside `RateLimiter::enter`.
-    holder: u64,
+    /// For a concurrency limit on its way through the pipeline, the high half of the id of
+    /// the call's slot (the low half is in `jitter_us`), which every stage (memory, one
+    /// script, `multi.lua`, the fallback) needs: carried here rather than as another
+    /// parameter of every stage, and in two halves so that it fits in the room the other
+    /// fields leave (a `Limit` stays 48 bytes, as every decision carries one). 0 outside
+    /// `RateLimiter::enter`.
+    holder_high: u32,
 }
 
 /// The most calls one concurrency limit may hold in flight ([`Limit::concurrent`]): each is
@@ -276,7 +280,7 @@ impl Limit {
             shadow: false,
             jitter_us: 0,
             concurrent: false,
-            holder: 0,
+            holder_high: 0,
         })
     }
 
@@ -341,7 +345,7 @@ impl Limit {
             shadow: false,
             jitter_us: 0,
             concurrent: true,
-            holder: 0,
+            holder_high: 0,
         })
     }
 
@@ -389,14 +393,23 @@ impl Limit {
     }
 
     /// The same limit with the slot id `holder` (see [`Limit::holder`]).
+    /// A rate limit is returned as it is: it has no holder, and `jitter_us` is its jitter.
+    #[allow(clippy::cast_possible_truncation)]
     pub(crate) const fn with_holder(mut self, holder: u64) -> Limit {
-        self.holder = holder;
+        if self.concurrent {
+            self.jitter_us = holder as u32;
+            self.holder_high = (holder >> 32) as u32;
+        }
         self
     }
 
     /// The slot id a concurrency limit carries through the pipeline (0: none).
     pub(crate) const fn holder(&self) -> u64 {
-        self.holder
+        if self.concurrent {
+            (self.holder_high as u64) << 32 | self.jitter_us as u64
+        } else {
+            0
+        }
     }
 
     /// The rules of a concurrency limit, which the vocabulary's rate limits do not know.
@@ -406,7 +419,6 @@ impl Limit {
             || !matches!(limit.algorithm, Algorithm::TokenBucket)
             || !matches!(limit.refill, Refill::Smooth)
             || limit.initial.is_some()
-            || limit.jitter_us != 0
         {
             return Err(InvalidLimit::NotForConcurrency);
         }
@@ -718,7 +730,8 @@ impl Limit {
 
     /// The most a wait under this limit is lengthened by ([`jitter`](Limit::jitter)), if set.
     pub const fn max_jitter(&self) -> Option<Duration> {
-        if self.jitter_us == 0 {
+        // A concurrency limit's `jitter_us` is half its holder.
+        if self.jitter_us == 0 || self.concurrent {
             None
         } else {
             Some(Duration::from_micros(self.jitter_us as u64))
@@ -780,6 +793,26 @@ mod tests {
                 max: Duration::from_micros(2_619_392),
             })
         );
+    }
+
+    #[test]
+    fn a_holder_rides_in_a_concurrency_limit_and_nowhere_else() {
+        let slots = Limit::concurrent(3).wait(Duration::from_secs(1));
+        for holder in [1, u64::from(u32::MAX), 1 << 32, u64::MAX] {
+            let carried = slots.with_holder(holder);
+            assert_eq!(carried.holder(), holder);
+            assert_eq!(carried.max_jitter(), None, "half the holder is no jitter");
+            assert_eq!(carried.with_holder(0), slots);
+        }
+        // A rate limit keeps its jitter.
+        let rate = Limit::per_second(10)
+            .wait(Duration::from_secs(1))
+            .jitter(Duration::from_millis(5));
+        assert_eq!(rate.with_holder(7), rate);
+        assert_eq!(rate.with_holder(7).holder(), 0);
+        // Every decision carries a limit: the holder costs it no room.
+        #[cfg(target_pointer_width = "64")]
+        assert_eq!(std::mem::size_of::<Limit>(), 48);
     }
 
     #[test]
