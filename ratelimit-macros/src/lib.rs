@@ -164,9 +164,8 @@ use proc_macro::TokenStream;
 /// is, from 1 ms to a day; default 30 s), renewed while the call runs. With `wait`, a call
 /// finding every slot taken queues for one up to `wait`, served in arrival order. It takes
 /// `key`, `name`, `limiter`, `policy`, `wait`, `shadow`, `lease` and the empty-key settings;
-/// a rate's arguments are refused, and it cannot be stacked with other `#[rate_limit]`
-/// attributes yet (`RateLimiter::enter_all` decides both kinds together). See
-/// `Limit::concurrent`.
+/// a rate's arguments are refused. Stacked with rate limits, every limit of the call is
+/// decided together, all or nothing. See `Limit::concurrent`.
 ///
 /// ```
 /// use redis_ratelimit::{RateLimited, User, rate_limit};
