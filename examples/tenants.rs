@@ -11,7 +11,7 @@
 //! tenant's two slots the while: a third report of the tenant, on any instance, is refused at
 //! once with 429 and `RateLimit-Policy: "reports";q=2;qu="concurrent-requests"`. The slot comes
 //! back when the report ends, or when the client goes away, or (if the instance dies) when
-//! its lease of 30 s runs out.
+//! its lease of 5 s runs out.
 //!
 //! A request a handler refuses takes nothing from the router's limit, and one the router's
 //! limit refuses never reaches the handler: the router's limit and the handler's are decided
@@ -67,8 +67,9 @@ struct Run {
     ms: Option<u64>,
 }
 
-/// Two reports of a tenant at once, across every instance; the slot is held while this runs.
-#[rate_limit(concurrent = 2, key = tenant, name = "reports")]
+/// Two reports of a tenant at once, across every instance; the slot is held while this runs,
+/// its lease of 5 s renewed the while: an instance that dies loses its slots 5 s later.
+#[rate_limit(concurrent = 2, lease = "5s", key = tenant, name = "reports")]
 async fn run_report(
     Path(tenant): Path<String>,
     Query(Run { ms }): Query<Run>,

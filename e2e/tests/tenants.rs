@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use e2e::{Service, client, header};
+use redis_ratelimit::{Limit, RateLimiter};
 use reqwest::{Client, Response, StatusCode};
 use testkit::RedisServer;
 
@@ -41,11 +42,20 @@ async fn two_handlers_share_one_limit_across_instances() {
     let http = client();
     let mut statuses = Vec::new();
     for i in 0..7 {
-        let path = if i % 3 == 0 { "/suggest?q=sh" } else { "/search?q=shoes" };
+        let path = if i % 3 == 0 {
+            "/suggest?q=sh"
+        } else {
+            "/search?q=shoes"
+        };
         let r = get(&http, alternate(i, &a, &b), path).await;
         statuses.push(r.status().as_u16());
-        let policy = header(&r, "ratelimit-policy").unwrap_or_default().to_owned();
-        assert!(policy.contains("\"search\";q=5;w=60"), "request {i}: {policy}");
+        let policy = header(&r, "ratelimit-policy")
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            policy.contains("\"search\";q=5;w=60"),
+            "request {i}: {policy}"
+        );
         if r.status() == StatusCode::TOO_MANY_REQUESTS {
             assert!(header(&r, "ratelimit").unwrap().contains("\"search\";r=0"));
         }
@@ -118,4 +128,59 @@ async fn two_reports_of_a_tenant_run_at_once_across_instances() {
         run_report(&http, &b, "acme", 10)
     );
     assert_eq!((x.status(), y.status()), (StatusCode::OK, StatusCode::OK));
+}
+
+/// An instance killed while it runs both of a tenant's reports: the other instance refuses
+/// the tenant's reports until the dead one's leases run out (5 s, no longer renewed), then
+/// runs them again.
+#[tokio::test]
+async fn a_killed_instances_slots_come_back_after_the_lease() {
+    let (redis, a, b) = two_instances().await;
+    let http = client();
+    for _ in 0..2 {
+        let (http, url) = (http.clone(), a.url("/reports/acme?ms=10000"));
+        // Its response never comes: the instance dies first.
+        tokio::spawn(async move { http.post(url).send().await });
+    }
+    // Both slots are taken (as a limiter on the same Redis and prefix sees them), and `b`
+    // refuses the tenant.
+    let looker = RateLimiter::builder()
+        .redis(redis.url())
+        .prefix("e2e")
+        .instance(false)
+        .build()
+        .await
+        .unwrap();
+    let reports = Limit::concurrent(2);
+    for _ in 0..500 {
+        let free = looker
+            .peek_named("reports", "acme", &reports)
+            .await
+            .unwrap();
+        if free.remaining == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(
+        retry_until(&http, &b, StatusCode::TOO_MANY_REQUESTS).await,
+        1
+    );
+    drop(a);
+    // Refused while the dead instance's leases last, then admitted.
+    retry_until(&http, &b, StatusCode::OK).await;
+}
+
+/// Asks `service` for a short report of the tenant until it answers `wanted`, waiting between
+/// two asks as a refusal's `Retry-After` says (30 asks at most); the number of asks.
+async fn retry_until(http: &Client, service: &Service, wanted: StatusCode) -> usize {
+    for ask in 1..=30 {
+        let r = run_report(http, service, "acme", 10).await;
+        if r.status() == wanted {
+            return ask;
+        }
+        let wait: u64 = header(&r, "retry-after").map_or(0, |s| s.parse().unwrap());
+        tokio::time::sleep(std::time::Duration::from_millis(200 + wait * 1000)).await;
+    }
+    panic!("{} never answered {wanted}", service.url("/reports/acme"));
 }
