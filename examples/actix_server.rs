@@ -17,8 +17,8 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::StatusCode;
 use actix_web::{App, HttpMessage, HttpResponse, HttpServer, ResponseError, web};
 use redis_ratelimit::{
-    Global, Ip, RateLimitMiddleware, RateLimited, Route, TrustedProxies, Uri, User,
-    enable_redis_rate_limit, key::Principal, rate_limit,
+    Global, Ip, RateLimitMiddleware, RateLimited, Route, TrustedProxies, Uri, User, key::Principal,
+    rate_limit,
 };
 use serde_json::json;
 
@@ -115,9 +115,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let url = service::store_url();
-    let limiter = enable_redis_rate_limit!(url = url.clone()).await?;
-    service::say_store(&url, limiter);
+    service::enable().await?;
     // `kill -HUP <pid>` re-reads the overrides (RATE_LIMIT_CONFIG) without a restart.
     reload::on_sighup()?;
 

@@ -24,9 +24,9 @@
 
 mod reload;
 mod report;
+mod serve_axum;
 mod service;
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use axum::extract::{Path, Request};
@@ -37,8 +37,8 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use redis_ratelimit::{
-    Global, Ip, RateLimitLayer, RateLimited, Route, TrustedProxies, Uri, User,
-    enable_redis_rate_limit, key::Principal, rate_limit,
+    Global, Ip, RateLimitLayer, RateLimited, Route, TrustedProxies, Uri, User, key::Principal,
+    rate_limit,
 };
 use serde_json::{Value, json};
 
@@ -141,21 +141,11 @@ async fn main() -> ExitCode {
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
     // Before the first decision, so that every one is counted.
     let metrics = PrometheusBuilder::new().install_recorder()?;
-    let url = service::store_url();
-    let limiter = enable_redis_rate_limit!(url = url.clone()).await?;
-    service::say_store(&url, limiter);
+    service::enable().await?;
     // `kill -HUP <pid>` re-reads the overrides (RATE_LIMIT_CONFIG) without a restart.
     reload::on_sighup()?;
 
     // TRUSTED_PROXIES and TRUSTED_PROXY_HEADER.
     let proxies = TrustedProxies::from_env()?;
-    let port = service::port();
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    println!("listening on http://{}", listener.local_addr()?);
-    axum::serve(
-        listener,
-        app(proxies, metrics).into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .await?;
-    Ok(())
+    serve_axum::serve(app(proxies, metrics)).await
 }

@@ -32,9 +32,9 @@
 #![allow(clippy::print_stdout)]
 
 mod report;
+mod serve_axum;
 mod service;
 
-use std::net::SocketAddr;
 use std::process::ExitCode;
 
 use axum::body::Bytes;
@@ -44,9 +44,7 @@ use axum::http::request::Parts;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use redis_ratelimit::{
-    Limit, RateLimitLayer, RateLimited, Tier, enable_redis_rate_limit, rate_limit,
-};
+use redis_ratelimit::{Limit, RateLimitLayer, RateLimited, Tier, rate_limit};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -197,17 +195,6 @@ async fn main() -> ExitCode {
 }
 
 async fn run() -> Result<(), Box<dyn std::error::Error>> {
-    let url = service::store_url();
-    let limiter = enable_redis_rate_limit!(url = url.clone()).await?;
-    service::say_store(&url, limiter);
-
-    let port = service::port();
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port)).await?;
-    println!("listening on http://{}", listener.local_addr()?);
-    axum::serve(
-        listener,
-        app().into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .await?;
-    Ok(())
+    service::enable().await?;
+    serve_axum::serve(app()).await
 }

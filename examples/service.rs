@@ -28,3 +28,12 @@ pub(crate) fn port() -> u16 {
         .and_then(|p| p.parse().ok())
         .unwrap_or(3000)
 }
+
+/// Enables the limits on the store `REDIS_URL` names (in memory without it), and says where
+/// they live.
+pub(crate) async fn enable() -> Result<&'static RateLimiter, Box<dyn std::error::Error>> {
+    let url = store_url();
+    let limiter = redis_ratelimit::enable_redis_rate_limit!(url = url.clone()).await?;
+    say_store(&url, limiter);
+    Ok(limiter)
+}

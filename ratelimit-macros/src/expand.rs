@@ -472,19 +472,7 @@ pub(crate) fn declaration(
         }
         None => quote!(::core::option::Option::None),
     };
-    let policy = args.policy.map(|policy| {
-        let v = crate::args::variant(policy);
-        quote!(.on_failure(::redis_ratelimit::FailurePolicy::#v))
-    });
-    let wait = args
-        .wait
-        .and_then(|(us, span)| Some((us?, span)))
-        .map(|(us, span)| {
-            let mut us = Literal::u64_unsuffixed(us);
-            us.set_span(span);
-            quote!(.wait(::core::time::Duration::from_micros(#us)))
-        });
-    let shadow = args.shadow.as_ref().map(|b| quote!(.with_shadow(#b)));
+    let (policy, wait, shadow) = settings(args);
     let jitter = args.jitter.map(|(us, span)| {
         let mut us = Literal::u64_unsuffixed(us);
         us.set_span(span);
@@ -523,6 +511,31 @@ pub(crate) fn declaration(
     }
 }
 
+/// What a rate limit and a concurrency limit are both given: the failure policy, the wait,
+/// and shadow mode, as calls on the `Limit` being built (each empty when not written).
+fn settings(
+    args: &RateLimitArgs,
+) -> (
+    Option<TokenStream>,
+    Option<TokenStream>,
+    Option<TokenStream>,
+) {
+    let policy = args.policy.map(|policy| {
+        let v = crate::args::variant(policy);
+        quote!(.on_failure(::redis_ratelimit::FailurePolicy::#v))
+    });
+    let wait = args
+        .wait
+        .and_then(|(us, span)| Some((us?, span)))
+        .map(|(us, span)| {
+            let mut us = Literal::u64_unsuffixed(us);
+            us.set_span(span);
+            quote!(.wait(::core::time::Duration::from_micros(#us)))
+        });
+    let shadow = args.shadow.as_ref().map(|b| quote!(.with_shadow(#b)));
+    (policy, wait, shadow)
+}
+
 /// The `static` initialiser of a concurrency limit's declaration: `Limit::concurrent(n)`
 /// with its lease, wait, policy and shadow mode, a cost of 1.
 fn concurrent_declaration(
@@ -542,19 +555,7 @@ fn concurrent_declaration(
         us.set_span(span);
         quote!(.lease(::core::time::Duration::from_micros(#us)))
     });
-    let policy = args.policy.map(|policy| {
-        let v = crate::args::variant(policy);
-        quote!(.on_failure(::redis_ratelimit::FailurePolicy::#v))
-    });
-    let wait = args
-        .wait
-        .and_then(|(us, span)| Some((us?, span)))
-        .map(|(us, span)| {
-            let mut us = Literal::u64_unsuffixed(us);
-            us.set_span(span);
-            quote!(.wait(::core::time::Duration::from_micros(#us)))
-        });
-    let shadow = args.shadow.as_ref().map(|b| quote!(.with_shadow(#b)));
+    let (policy, wait, shadow) = settings(args);
     let declaration = quote! {
         ::redis_ratelimit::__private::declaration(
             #name,

@@ -682,12 +682,13 @@ pub(crate) async fn decide_all(
 /// holds them until the response is made. With neither (a check made by hand outside any
 /// scope), the slots are given back at once: nothing would know when the call ends.
 fn hold(slot: crate::Slot, limits: &[(&'static LimitDeclaration, &KeyArg<'_>, Call<'_>)]) {
-    if let Some(holding) = limits.iter().find_map(|(.., call)| call.holding) {
-        holding.keep(slot);
-        return;
+    match limits.iter().find_map(|(.., call)| call.holding) {
+        Some(holding) => holding.keep(slot),
+        #[cfg(any(feature = "axum", feature = "actix-web"))]
+        None => crate::http::layered::hold(slot),
+        #[cfg(not(any(feature = "axum", feature = "actix-web")))]
+        None => drop(slot),
     }
-    #[cfg(any(feature = "axum", feature = "actix-web"))]
-    crate::http::layered::hold(slot);
 }
 
 /// Gives back what a call took under `decl` (kept in `taken` by its check), when the call's
