@@ -96,11 +96,17 @@ pub struct Override {
     /// refuse at once: `Some(None)` removes a declared wait.
     #[serde(default, deserialize_with = "wait_from_toml")]
     pub wait: Option<Option<std::time::Duration>>,
+    /// A concurrency limit's most calls in flight.
+    #[serde(default, deserialize_with = "concurrent")]
+    pub concurrent: Option<u32>,
+    /// A concurrency limit's lease (`"30s"`, `"1m"`), as `wait` is written.
+    #[serde(default, deserialize_with = "lease_from_toml")]
+    pub lease: Option<std::time::Duration>,
 }
 
 /// The fields an override may set, for messages.
 const FIELDS: &str = "`replenish`, `burst`, `unit`, `cost`, `enabled`, `policy`, `algorithm`, `refill`, \
-     `initial`, `shadow`, `wait`";
+     `initial`, `shadow`, `wait`, `concurrent`, `lease`";
 
 /// The smallest value of a count field: `initial` may be 0, the others not.
 fn least(field: &str) -> u32 {
@@ -131,6 +137,22 @@ fn wait_from_toml<'de, D: serde::Deserializer<'de>>(
     parse_wait(&text)
         .map(Some)
         .map_err(|why| serde::de::Error::custom(format!("field `wait`: {why}")))
+}
+
+/// A lease as written in the file or the environment: a wait's syntax, never `none`.
+fn parse_lease(text: &str) -> Result<std::time::Duration, String> {
+    ratelimit_vocab::parse_lease(text)
+        .map(std::time::Duration::from_micros)
+        .map_err(str::to_owned)
+}
+
+fn lease_from_toml<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<Option<std::time::Duration>, D::Error> {
+    let text = String::deserialize(d)?;
+    parse_lease(&text)
+        .map(Some)
+        .map_err(|why| serde::de::Error::custom(format!("field `lease`: {why}")))
 }
 
 /// A count as written in the environment.
@@ -205,6 +227,10 @@ fn cost<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error>
 
 fn initial<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
     count_from_toml(d, "initial")
+}
+
+fn concurrent<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    count_from_toml(d, "concurrent")
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -285,6 +311,8 @@ pub fn parse_env(value: &str) -> Result<Override, Error> {
                 })?);
             }
             "wait" => o.wait = Some(parse_wait(v).map_err(|why| field_error(k, &why))?),
+            "concurrent" => o.concurrent = Some(count_from_text(k, v)?),
+            "lease" => o.lease = Some(parse_lease(v).map_err(|why| field_error(k, &why))?),
             other => {
                 return Err(Error::Config(format!(
                     "unknown field `{other}`, expected one of {FIELDS}"
@@ -463,9 +491,26 @@ impl Overrides {
                 if let Some(&(field, _)) = rate_fields.iter().find(|(_, set)| *set) {
                     return Err(fail(
                         &[field],
-                        &"a concurrency limit has no rate: an override of it may set `enabled`, \
-                          `policy`, `shadow` and `wait`",
+                        &"a concurrency limit has no rate: an override of it may set \
+                          `concurrent`, `lease`, `enabled`, `policy`, `shadow` and `wait`",
                     ));
+                }
+                if let Some(max) = o.concurrent {
+                    // The same limit with another max: its lease, wait, policy and shadow kept.
+                    let mut again =
+                        Limit::try_concurrent(max).map_err(|e| fail(&["concurrent"], &e))?;
+                    if let Some(lease) = limit.lease_time() {
+                        again = again.try_lease(lease).map_err(|e| fail(&["lease"], &e))?;
+                    }
+                    if let Some(wait) = limit.max_wait() {
+                        again = again.try_wait(wait).map_err(|e| fail(&["wait"], &e))?;
+                    }
+                    limit = again
+                        .with_failure_policy(limit.failure_policy())
+                        .with_shadow(limit.is_shadow());
+                }
+                if let Some(lease) = o.lease {
+                    limit = limit.try_lease(lease).map_err(|e| fail(&["lease"], &e))?;
                 }
                 limit = limit
                     .with_failure_policy(o.policy.or(limit.failure_policy()))
@@ -479,6 +524,19 @@ impl Overrides {
                 }
                 enabled = o.enabled.unwrap_or(enabled);
                 continue;
+            }
+            if let Some(field) = [
+                ("concurrent", o.concurrent.is_some()),
+                ("lease", o.lease.is_some()),
+            ]
+            .into_iter()
+            .find_map(|(field, set)| set.then_some(field))
+            {
+                return Err(fail(
+                    &[field],
+                    &"a rate limit has no slots: `concurrent` and `lease` are a concurrency \
+                      limit's (declare it with `concurrent = ..`)",
+                ));
             }
             let algorithm = o.algorithm.unwrap_or(limit.algorithm_kind());
             let replenish = o.replenish.unwrap_or(limit.replenish());
@@ -946,6 +1004,53 @@ mod tests {
             e.contains("field `replenish`") && e.contains("no rate"),
             "{e}"
         );
+    }
+
+    /// A concurrency limit's max and lease are overridden like a rate: the rest of it (its
+    /// wait, policy) kept; a rate limit has neither, and says so; the file takes them too.
+    #[test]
+    fn a_concurrency_limit_changes_its_max_and_lease() {
+        use std::time::Duration;
+        static RUNS: LimitDeclaration = LimitDeclaration::new(
+            "runs",
+            Limit::concurrent(2)
+                .wait(Duration::from_secs(1))
+                .on_failure(FailurePolicy::Deny),
+            1,
+            "Global",
+            "f",
+            1,
+        );
+        let apply = |decl: &LimitDeclaration, env: &str| {
+            let mut overrides = Overrides::default();
+            overrides
+                .by_name
+                .entry(decl.name().to_owned())
+                .or_default()
+                .push(("test".to_owned(), parse_env(env).unwrap()));
+            overrides.apply(decl)
+        };
+        let e = apply(&RUNS, "concurrent=5").unwrap();
+        let expected = Limit::concurrent(5)
+            .wait(Duration::from_secs(1))
+            .on_failure(FailurePolicy::Deny);
+        assert_eq!(e.limit, expected);
+        let e = apply(&RUNS, "lease=10s,concurrent=3").unwrap();
+        assert_eq!(e.limit.max_in_flight(), Some(3));
+        assert_eq!(e.limit.lease_time(), Some(Duration::from_secs(10)));
+        assert_eq!(e.limit.max_wait(), Some(Duration::from_secs(1)));
+        let e = parse_env("lease=2000m").unwrap_err().to_string();
+        assert!(e.contains("`lease` takes a duration from 1 ms to a day"), "{e}");
+        assert!(parse_env("lease=none").is_err() && parse_env("lease=2d").is_err());
+        assert!(parse_env("concurrent=0").is_err());
+        let e = apply(&ORDERS, "concurrent=3").unwrap_err().to_string();
+        assert!(
+            e.contains("field `concurrent`") && e.contains("no slots"),
+            "{e}"
+        );
+        let file = parse("[limits.runs]\nconcurrent = 4\nlease = \"1m\"\n").unwrap();
+        assert_eq!(file["runs"].concurrent, Some(4));
+        assert_eq!(file["runs"].lease, Some(Duration::from_secs(60)));
     }
 
     /// `o` applied to `shop::orders`, as the only override.

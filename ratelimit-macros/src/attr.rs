@@ -558,15 +558,10 @@ fn lease(value: &Expr, errors: &mut Errors) -> Option<(u64, Span)> {
     let help = "`lease` takes a duration as `wait` does: `lease = \"10s\"`";
     let s = args::string(value, errors, help)?;
     let span = s.span();
-    match ratelimit_vocab::parse_wait(&s.value()) {
-        Ok(Some(us)) if (1_000..=86_400_000_000).contains(&us) => Some((us, span)),
-        // The wait's own message speaks of a wait: say it of a lease.
-        _ => {
-            errors.at(
-                span,
-                "`lease` takes a duration from 1 ms to a day, written as `wait` is (a whole \
-                 number and `ms`, `s` or `m`): `lease = \"10s\"`",
-            );
+    match ratelimit_vocab::parse_lease(&s.value()) {
+        Ok(us) => Some((us, span)),
+        Err(why) => {
+            errors.at(span, why);
             None
         }
     }

@@ -43,7 +43,7 @@ pub mod limits;
 mod wait;
 mod words;
 
-pub use wait::{WAIT_SYNTAX, WaitError, parse_wait};
+pub use wait::{LEASE_SYNTAX, WAIT_SYNTAX, WaitError, parse_lease, parse_wait};
 pub use words::{
     Algorithm, EmptyKeyPolicy, FailurePolicy, OneOf, Quoted, Refill, Unit, Unknown, Word,
 };

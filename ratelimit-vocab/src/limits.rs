@@ -13,6 +13,11 @@ use crate::{Algorithm, Refill};
 /// The largest quantity the exact arithmetic may hold: 2^51.
 pub const MAX_EXACT: u64 = 1 << 51;
 
+/// The shortest lease of a concurrency slot, in microseconds: a millisecond.
+pub const MIN_LEASE_US: u64 = 1_000;
+/// The longest lease of a concurrency slot, in microseconds: a day.
+pub const MAX_LEASE_US: u64 = 86_400_000_000;
+
 /// The longest a call may wait for its tokens: a day, in microseconds. Beyond it a bucket's
 /// state reads as a clock stepped back, not as reservations (see `gcra.lua`).
 pub const MAX_WAIT_US: u64 = 86_400_000_000;

@@ -3,7 +3,7 @@
 
 use core::fmt;
 
-use crate::limits::MAX_WAIT_US;
+use crate::limits::{MAX_LEASE_US, MAX_WAIT_US, MIN_LEASE_US};
 
 /// How to write a wait, for messages.
 pub const WAIT_SYNTAX: &str = "`wait` takes a duration: a whole number and `ms`, `s` or `m`, \
@@ -43,6 +43,24 @@ pub fn parse_wait(written: &str) -> Result<Option<u64>, WaitError<'_>> {
     }
 }
 
+/// How to write a concurrency slot's lease, for messages: the one the macro and an override
+/// give for a lease that is not one.
+pub const LEASE_SYNTAX: &str = "`lease` takes a duration from 1 ms to a day, written as `wait` \
+     is (a whole number and `ms`, `s` or `m`): `lease = \"10s\"`";
+
+/// Parses a concurrency slot's lease (`#[rate_limit(lease = "..")]`, an override's `lease`):
+/// a wait's syntax, from [`MIN_LEASE_US`] to [`MAX_LEASE_US`], never `none`. Returns it in
+/// microseconds.
+///
+/// # Errors
+/// [`LEASE_SYNTAX`], for anything else.
+pub fn parse_lease(written: &str) -> Result<u64, &'static str> {
+    match parse_wait(written) {
+        Ok(Some(us)) if (MIN_LEASE_US..=MAX_LEASE_US).contains(&us) => Ok(us),
+        _ => Err(LEASE_SYNTAX),
+    }
+}
+
 /// Why a wait as written is not one. Its message is the one users see from the macro and,
 /// after the field's name, from an override.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -77,6 +95,16 @@ impl fmt::Display for WaitError<'_> {
 mod tests {
     use super::*;
     use std::string::ToString;
+
+    #[test]
+    fn leases_are_waits_from_a_millisecond_to_a_day() {
+        assert_eq!(parse_lease("10s"), Ok(10_000_000));
+        assert_eq!(parse_lease("1ms"), Ok(MIN_LEASE_US));
+        assert_eq!(parse_lease("1440m"), Ok(MAX_LEASE_US));
+        for bad in ["none", "0s", "1441m", "2d", "", "1 s"] {
+            assert_eq!(parse_lease(bad), Err(LEASE_SYNTAX), "{bad}");
+        }
+    }
 
     #[test]
     fn good_waits() {

@@ -103,8 +103,9 @@ pub const MAX_CONCURRENT: u32 = limits::MAX_CONCURRENT;
 /// slots of a process that dies come back after it.
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
 
-/// The longest lease: a day.
-const MAX_LEASE_US: u64 = 86_400_000_000;
+// The shortest lease and the longest (a day) are the vocabulary's, which the attribute and
+// the overrides check too.
+use ratelimit_vocab::limits::{MAX_LEASE_US, MIN_LEASE_US};
 
 /// The longest jitter a wait may be spread by: an hour (the vocabulary's, which the attribute
 /// checks too).
@@ -422,7 +423,8 @@ impl Limit {
         {
             return Err(InvalidLimit::NotForConcurrency);
         }
-        if max > MAX_CONCURRENT || limit.period_us < 1000 || limit.period_us > MAX_LEASE_US {
+        if max > MAX_CONCURRENT || limit.period_us < MIN_LEASE_US || limit.period_us > MAX_LEASE_US
+        {
             return Err(InvalidLimit::BadConcurrency {
                 max,
                 lease: Duration::from_micros(limit.period_us),
