@@ -1040,7 +1040,10 @@ mod tests {
         assert_eq!(e.limit.lease_time(), Some(Duration::from_secs(10)));
         assert_eq!(e.limit.max_wait(), Some(Duration::from_secs(1)));
         let e = parse_env("lease=2000m").unwrap_err().to_string();
-        assert!(e.contains("`lease` takes a duration from 1 ms to a day"), "{e}");
+        assert!(
+            e.contains("`lease` takes a duration from 1 ms to a day"),
+            "{e}"
+        );
         assert!(parse_env("lease=none").is_err() && parse_env("lease=2d").is_err());
         assert!(parse_env("concurrent=0").is_err());
         let e = apply(&ORDERS, "concurrent=3").unwrap_err().to_string();

@@ -117,10 +117,10 @@ where
 
     fn call(&self, req: ServiceRequest) -> Self::Future {
         let handed = req.extensions_mut().remove::<Handoff>();
-        let route = req
-            .match_pattern()
-            .and_then(|pattern| route_key(req.method().as_str(), &pattern));
-        let plan = Plan::new(&self.config, handed, route);
+        let plan = Plan::new(&self.config, handed, || {
+            req.match_pattern()
+                .and_then(|pattern| route_key(req.method().as_str(), &pattern))
+        });
         let scope = self.scope_of(&req);
         let families = self.config.families;
         let Some(plan) = plan else {

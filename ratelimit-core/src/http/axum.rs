@@ -95,8 +95,9 @@ where
     fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let handed = req.extensions_mut().remove::<Handoff>();
         let matched = req.extensions().get::<MatchedPath>();
-        let route = matched.and_then(|route| route_key(req.method().as_str(), route.as_str()));
-        let plan = Plan::new(&self.config, handed, route);
+        let plan = Plan::new(&self.config, handed, || {
+            matched.and_then(|route| route_key(req.method().as_str(), route.as_str()))
+        });
         let mut ctx = RequestContext::new()
             .with_method(req.method().clone())
             .with_path(req.uri().path())

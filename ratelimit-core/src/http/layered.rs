@@ -155,15 +155,21 @@ impl Plan {
     ///
     /// A layer above that tells the client another way (other trusted proxies, another IPv6
     /// prefix) is not taken over: it decides its own limits first, every time.
+    ///
+    /// `route` is asked only when there is something to decide: a layer without limits pays
+    /// nothing per request.
     pub(crate) fn new(
         config: &Config,
         handed: Option<Handoff>,
-        route: Option<Box<str>>,
+        route: impl FnOnce() -> Option<Box<str>>,
     ) -> Option<Plan> {
         let (own, learned) = (&config.limits, &config.learned);
+        if own.is_empty() && handed.is_none() {
+            return None;
+        }
         let client = (config.proxies.clone(), config.ipv6_prefix);
         let handed = handed.filter(|h| h.client == client);
-        let mine = route.map(|route| (Arc::clone(learned), route));
+        let mine = route().map(|route| (Arc::clone(learned), route));
         let deferred = mine.as_ref().is_some_and(|(_, route)| learned.knows(route));
         let (limits, learners): (Arc<[LayerLimit]>, Learners) = match handed {
             None if own.is_empty() => return None,
@@ -440,16 +446,16 @@ mod tests {
         let route = || route_key("GET", "/x");
 
         // First request: the outer layer decides first and hands down no limits.
-        let first = Plan::new(&above, None, route()).unwrap();
+        let first = Plan::new(&above, None, route).unwrap();
         assert!(!first.deferred);
         let below = config(std::slice::from_ref(&inner), proxies);
-        let taken = Plan::new(&below, Some(first.handoff()), route()).unwrap();
+        let taken = Plan::new(&below, Some(first.handoff()), route).unwrap();
         assert_eq!(taken.limits.len(), 1);
         assert!(first.taken.load(Ordering::Acquire));
         // The outer layer learned that the route is decided below: now it defers.
-        let second = Plan::new(&above, None, route()).unwrap();
+        let second = Plan::new(&above, None, route).unwrap();
         assert!(second.deferred);
-        let both = Plan::new(&below, Some(second.handoff()), route()).unwrap();
+        let both = Plan::new(&below, Some(second.handoff()), route).unwrap();
         let names: Vec<_> = both.limits.iter().map(|l| l.decl.name()).collect();
         assert_eq!(names, ["layered::outer", "layered::inner"]);
 
@@ -457,12 +463,12 @@ mod tests {
         let above = config(&[LayerLimit::new(declaration("layered::o2", "Ip"), Ip)], {
             TrustedProxies::new(["10.0.0.0/8"]).unwrap()
         });
-        let plan = Plan::new(&above, None, route()).unwrap();
+        let plan = Plan::new(&above, None, route).unwrap();
         let below = config(&[inner], TrustedProxies::default());
-        let own = Plan::new(&below, Some(plan.handoff()), route()).unwrap();
+        let own = Plan::new(&below, Some(plan.handoff()), route).unwrap();
         assert_eq!(own.limits.len(), 1);
         assert_eq!(own.limits[0].decl.name(), "layered::inner");
         assert!(!plan.taken.load(Ordering::Acquire));
-        assert!(!Plan::new(&above, None, route()).unwrap().deferred);
+        assert!(!Plan::new(&above, None, route).unwrap().deferred);
     }
 }
