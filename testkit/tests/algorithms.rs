@@ -351,6 +351,11 @@ fn stored_members(con: &mut Connection, key: &str) -> Vec<concurrency::Entry> {
         .arg("WITHSCORES")
         .query(con)
         .unwrap();
+    members_of(&scores)
+}
+
+/// The members of a concurrency set as `ZRANGE .. WITHSCORES` answered them.
+fn members_of(scores: &[(String, u64)]) -> Vec<concurrency::Entry> {
     scores
         .iter()
         .map(|(m, score)| {
@@ -382,6 +387,8 @@ fn concurrency_scripts_equal_their_twin() {
     let acquire = Script::new(concurrency::SCRIPT);
     let release = Script::new(concurrency::RELEASE_SCRIPT);
     let renew = Script::new(concurrency::RENEW_SCRIPT);
+    // Loaded up front: the renewal runs by its hash inside a transaction.
+    let _: String = renew.prepare_invoke().load(&mut con).unwrap();
     let mut rng = Rng(0x5eed_c0c0);
     let keys = ["c0", "c1"];
     let mut twins: [Vec<concurrency::Entry>; 2] = [Vec::new(), Vec::new()];
@@ -435,16 +442,28 @@ fn concurrency_scripts_equal_their_twin() {
                 twins[k] = concurrency::release(0, &twins[k], holder, 3);
             }
             _ => {
-                let renewed: u64 = renew
-                    .key(key)
+                // The renewal and a read of what it wrote in one transaction: a lease of a
+                // few milliseconds may end (and the key with it) before a later read.
+                let (renewed, written): (u64, Vec<(String, u64)>) = redis::pipe()
+                    .atomic()
+                    .cmd("EVALSHA")
+                    .arg(renew.get_hash())
+                    .arg(1)
+                    .arg(key)
                     .arg(holder)
                     .arg(lease_us)
                     .arg(3)
-                    .invoke(&mut con)
+                    .cmd("ZRANGE")
+                    .arg(key)
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES")
+                    .query(&mut con)
                     .unwrap();
                 if renewed > 0 {
                     // The server time the script renewed at, from the leases it wrote.
-                    let at = stored_members(&mut con, key)
+                    let written = members_of(&written);
+                    let at = written
                         .iter()
                         .filter(|e| {
                             matches!(e.0, concurrency::Member::Held { holder: h, .. } if h == holder)
@@ -456,7 +475,7 @@ fn concurrency_scripts_equal_their_twin() {
                     let twin = concurrency::renew(at, &mut twins[k], holder, 3, lease_us);
                     assert_eq!(renewed, twin, "step {step}");
                     assert_eq!(
-                        live_members(&stored_members(&mut con, key), at),
+                        live_members(&written, at),
                         live_members(&twins[k], at),
                         "step {step}"
                     );
