@@ -17,7 +17,7 @@ use axum::http::Request;
 use axum::response::Response;
 use axum::routing::get;
 use redis_ratelimit::{
-    Global, Ip, Limit, RateLimitLayer, RateLimited, RateLimiter, declared_limits,
+    Global, Header, Ip, Limit, RateLimitLayer, RateLimited, RateLimiter, declared_limits,
     enable_redis_rate_limit, layer_limit, rate_limit,
 };
 use testkit::RedisServer;
@@ -37,6 +37,12 @@ async fn orders() -> Result<&'static str, RateLimited> {
 #[rate_limit(replenish = 100, unit = "day", key = Global, name = "items")]
 async fn item(Path(id): Path<u32>) -> Result<String, RateLimited> {
     Ok(format!("item {id}"))
+}
+
+/// Keyed by a header the requests below do not send: refused for want of a key.
+#[rate_limit(replenish = 5, unit = "day", key = Header("x-user"), name = "by_user")]
+async fn by_user() -> Result<&'static str, RateLimited> {
+    Ok("yours")
 }
 
 async fn health() -> &'static str {
@@ -63,6 +69,7 @@ fn app() -> Router {
         .route("/orders", get(orders))
         .route("/health", get(health))
         .route("/items/{id}", get(item))
+        .route("/by_user", get(by_user))
         .nest("/admin", admin)
         // Declared 100 a day per client; the overrides file makes it 4.
         .layer(RateLimitLayer::new().limit(layer_limit!(
@@ -202,4 +209,22 @@ async fn a_layer_limit_is_decided_before_the_handler_and_with_its_limits() {
     // Spent: refused before the extractor, and before the handler.
     assert_eq!(get_as(&app, c, "/items/x").await.status(), 429);
     assert_eq!(get_as(&app, c, "/items/4").await.status(), 429);
+
+    // The first request of a route is decided by the layer first, then by the handler: when
+    // the handler refuses it, the layer's token is given back (through the store, once the
+    // refusal is answered), so that it takes nothing there either.
+    let d = "203.0.113.4";
+    assert_eq!(get_as(&app, d, "/by_user").await.status(), 403);
+    let mut left = api_left(limiter, d).await;
+    for _ in 0..200 {
+        if left == 4 {
+            break;
+        }
+        tokio::task::yield_now().await;
+        left = api_left(limiter, d).await;
+    }
+    assert_eq!(left, 4, "the layer's token came back");
+    // Learned since: one decision, nothing taken.
+    assert_eq!(get_as(&app, d, "/by_user").await.status(), 403);
+    assert_eq!(api_left(limiter, d).await, 4);
 }

@@ -459,6 +459,8 @@ fn conclude(
         record(decision);
         Ok(())
     } else {
+        #[cfg(any(feature = "axum", feature = "actix-web"))]
+        crate::http::layered::give_back_on_refusal();
         record(decision.clone());
         let key = bucket.map(Cow::into_owned).unwrap_or_default();
         Err(Box::new(
@@ -668,6 +670,8 @@ pub(crate) async fn decide_all(
     if decision.allowed {
         Ok(())
     } else {
+        #[cfg(any(feature = "axum", feature = "actix-web"))]
+        crate::http::layered::give_back_on_refusal();
         let (decl, key) = keys.swap_remove(decision.tightest());
         let status = decl.empty_key_status();
         Err(Box::new(

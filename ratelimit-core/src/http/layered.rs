@@ -26,7 +26,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
 use super::Config;
-use crate::__private::{Call, Holding, KeyArg};
+use crate::__private::{Call, Holding, KeyArg, Taken};
 use crate::registry::{self, LimitDeclaration};
 use crate::request::{CONTEXT, Recorded, Scope};
 use crate::{KeyResolver, RateLimited, RateLimiter, TrustedProxies};
@@ -222,6 +222,7 @@ impl Plan {
             pending: Cell::new(self.deferred),
             held: Holding::default(),
             decided: Cell::new(false),
+            taken: Taken::default(),
         }
     }
 
@@ -255,6 +256,9 @@ pub(crate) struct LayerScope {
     held: Holding,
     /// The layer decided them before calling the handler.
     decided: Cell<bool>,
+    /// What the layer's limits took when it decided them first: given back if a check of
+    /// the handler then refuses the request (all or nothing, on a route not learned yet).
+    taken: Taken,
 }
 
 impl LayerScope {
@@ -313,8 +317,52 @@ pub(crate) fn hold(slot: crate::Slot) {
 /// verdict is recorded in it), on the global limiter: all or nothing, one round trip.
 pub(crate) async fn decide(limits: &[LayerLimit]) -> Result<(), Box<RateLimited>> {
     let keys = keys(limits);
-    let checks: Vec<_> = checks(limits, &keys).collect();
+    // What they take is kept in the scope, to give back if the handler refuses the request.
+    let taken = crate::request::CONTEXT
+        .try_with(|scope| scope.layer.as_ref().map(|l| l.taken.clone()))
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let checks: Vec<_> = checks(limits, &keys)
+        .map(|(decl, key, call)| (decl, key, call.keeping(&taken)))
+        .collect();
     crate::__private::decide_all(&checks, registry::global()).await
+}
+
+/// A check refused the request: when the layer decided its limits first (a route not
+/// learned yet), what they took is given back, through the store, so that the request takes
+/// nothing, as on a learned route where one script decides them all. Spawned: the refusal is
+/// not delayed by it (a give-back that fails leaves the tokens taken, as the request would
+/// have counted).
+pub(crate) fn give_back_on_refusal() {
+    let parts = crate::request::CONTEXT
+        .try_with(|scope| {
+            scope
+                .layer
+                .as_ref()
+                .filter(|layer| layer.decided.get())
+                .map(|layer| layer.taken.take())
+        })
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    let (Some(limiter), false) = (registry::global(), parts.is_empty()) else {
+        return;
+    };
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        return;
+    };
+    runtime.spawn(async move {
+        for part in parts {
+            let given = limiter
+                .refund_bucket(&part.bucket, &part.limit, part.cost, part.source)
+                .await;
+            if let Err(e) = given {
+                tracing::debug!(target: "redis_ratelimit", error = %e,
+                    "a layer's tokens for a refused request could not be given back");
+            }
+        }
+    });
 }
 
 /// The keys of `limits`, as a check takes them.
