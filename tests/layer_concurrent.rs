@@ -105,7 +105,10 @@ async fn at_most_n_requests_of_a_key_are_in_flight() {
                 "{path}: {policy}"
             );
         }
-        assert_eq!(IN_FLIGHT.load(Ordering::SeqCst), 2, "{path}");
+        // The two admitted reach the handler (their refusals may come back first).
+        while IN_FLIGHT.load(Ordering::SeqCst) < 2 {
+            tokio::task::yield_now().await;
+        }
         // Another tenant has slots of its own.
         let mut other = burst(&app, path, "globex", 1);
         while IN_FLIGHT.load(Ordering::SeqCst) < 3 {

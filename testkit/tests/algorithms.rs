@@ -342,18 +342,6 @@ fn live_members(entries: &[concurrency::Entry], now: u64) -> Vec<(String, u64)> 
     live
 }
 
-/// What Redis holds of a concurrency set: every member, parsed, with its lease end.
-fn stored_members(con: &mut Connection, key: &str) -> Vec<concurrency::Entry> {
-    let scores: Vec<(String, u64)> = redis::cmd("ZRANGE")
-        .arg(key)
-        .arg(0)
-        .arg(-1)
-        .arg("WITHSCORES")
-        .query(con)
-        .unwrap();
-    members_of(&scores)
-}
-
 /// The members of a concurrency set as `ZRANGE .. WITHSCORES` answered them.
 fn members_of(scores: &[(String, u64)]) -> Vec<concurrency::Entry> {
     scores
@@ -387,7 +375,8 @@ fn concurrency_scripts_equal_their_twin() {
     let acquire = Script::new(concurrency::SCRIPT);
     let release = Script::new(concurrency::RELEASE_SCRIPT);
     let renew = Script::new(concurrency::RENEW_SCRIPT);
-    // Loaded up front: the renewal runs by its hash inside a transaction.
+    // Loaded up front: the decision and the renewal run by their hash inside transactions.
+    let _: String = acquire.prepare_invoke().load(&mut con).unwrap();
     let _: String = renew.prepare_invoke().load(&mut con).unwrap();
     let mut rng = Rng(0x5eed_c0c0);
     let keys = ["c0", "c1"];
@@ -408,7 +397,27 @@ fn concurrency_scripts_equal_their_twin() {
                     queue: rng.below(2) == 0,
                 };
                 let cost = rng.below(3).min(p.max);
-                let (reply, now) = invoke(&mut con, &acquire, key, &concurrency::args(p, cost));
+                // The decision and a read of what it wrote in one transaction, as for a
+                // renewal below.
+                let mut pipe = redis::pipe();
+                pipe.atomic()
+                    .cmd("EVALSHA")
+                    .arg(acquire.get_hash())
+                    .arg(1)
+                    .arg(key);
+                for a in concurrency::args(p, cost) {
+                    pipe.arg(a);
+                }
+                let (reply, written): (Vec<u64>, Vec<(String, u64)>) = pipe
+                    .cmd("ZRANGE")
+                    .arg(key)
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES")
+                    .query(&mut con)
+                    .unwrap();
+                assert_eq!(reply.len(), 5, "{reply:?}");
+                let (reply, now) = ([reply[0], reply[1], reply[2], reply[3]], reply[4]);
                 let o = concurrency::decide(now, &twins[k], p, cost);
                 assert_eq!(
                     reply,
@@ -425,7 +434,7 @@ fn concurrency_scripts_equal_their_twin() {
                     twins[k] = next;
                 }
                 assert_eq!(
-                    live_members(&stored_members(&mut con, key), now),
+                    live_members(&members_of(&written), now),
                     live_members(&twins[k], now),
                     "step {step}"
                 );
