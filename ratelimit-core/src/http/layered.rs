@@ -44,6 +44,7 @@ pub struct LayerLimit {
 impl LayerLimit {
     /// What `layer_limit!` expands to.
     pub(crate) fn new(decl: &'static LimitDeclaration, key: impl KeyResolver) -> LayerLimit {
+        IN_USE.store(true, Ordering::Relaxed);
         LayerLimit {
             decl,
             key: Arc::new(key),
@@ -293,10 +294,20 @@ impl LayerScope {
     }
 }
 
+/// Whether this program made any layer limit: until it does, a check does not look for
+/// pending ones (the task-local look costs every call a few nanoseconds).
+static IN_USE: AtomicBool = AtomicBool::new(false);
+
 /// The layer limits a handler's check on `limiter` decides with its own: those its layer left
 /// pending, taken. `None` outside a layer with limits, and on every later check of the
 /// request.
 pub(crate) fn take_pending(limiter: Option<&RateLimiter>) -> Option<Arc<[LayerLimit]>> {
+    // Relaxed: a layer limit is made before the requests it serves are (the router is
+    // built, then serves), and those requests reach the check through the runtime, which
+    // orders them after it.
+    if !IN_USE.load(Ordering::Relaxed) {
+        return None;
+    }
     crate::request::CONTEXT
         .try_with(|scope| scope.layer.as_ref().and_then(|layer| layer.take(limiter)))
         .ok()
