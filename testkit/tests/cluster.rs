@@ -801,8 +801,21 @@ async fn a_concurrency_limit_holds_on_a_cluster() {
         let key = key.to_owned();
         tokio::spawn(async move { other.enter(&key, &one).await.unwrap().decision.allowed })
     };
-    // Likely queued by then (the assertion holds either way: queued or not, it gets in).
-    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Once its ticket is in the set beside the holder's slot (read on the master itself),
+    // the holder leaves.
+    let bucket = limiter.bucket_key(key);
+    let master = cluster.master_of_key(&bucket);
+    let mut members = 0;
+    for _ in 0..500 {
+        members = cluster
+            .query::<usize>(master, redis::cmd("ZCARD").arg(&bucket))
+            .unwrap();
+        if members == 2 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(members, 2, "the holder's slot and the waiter's ticket");
     drop(holder);
     assert!(waiter.await.unwrap());
 }
