@@ -25,11 +25,11 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, PoisonError, RwLock};
 
-use super::Config;
+use super::{Config, SharedConfig};
 use crate::__private::{Call, Holding, KeyArg, Taken};
 use crate::registry::{self, LimitDeclaration};
 use crate::request::{CONTEXT, Recorded, Scope};
-use crate::{KeyResolver, RateLimited, RateLimiter, TrustedProxies};
+use crate::{KeyResolver, RateLimited, RateLimiter};
 
 /// A limit an HTTP layer decides for every request it serves: made by `layer_limit!` (a
 /// declared limit, listed by [`declared_limits`](crate::declared_limits) and overridable by
@@ -125,9 +125,9 @@ pub(crate) fn route_key(method: &str, pattern: &str) -> Option<Box<str>> {
 #[derive(Clone, Debug)]
 pub(crate) struct Handoff {
     limits: Arc<[LayerLimit]>,
-    /// How the layer above tells the client: only a layer that tells it the same way may
+    /// The layer above's configuration: only a layer that tells the client the same way may
     /// decide its limits (an `Ip` key read behind other proxies would be another key).
-    client: (TrustedProxies, Option<u8>),
+    config: SharedConfig,
     learners: Learners,
     taken: Arc<AtomicBool>,
 }
@@ -135,6 +135,12 @@ pub(crate) struct Handoff {
 /// The layers that learn a route once a check below them is seen, each with the route as it
 /// saw it (an outer router sees a nested route by the nest's own pattern).
 type Learners = Arc<[(Arc<Learned>, Box<str>)]>;
+
+/// Whether two layers tell the client the same way: the same trusted proxies and header,
+/// and the same IPv6 grouping.
+fn tells_clients_alike(a: &Config, b: &Config) -> bool {
+    a.proxies == b.proxies && a.ipv6_prefix == b.ipv6_prefix
+}
 
 /// What one layer does with one request.
 #[derive(Debug)]
@@ -144,7 +150,7 @@ pub(crate) struct Plan {
     /// Whether the handler's check decides them (a learned route), or the layer first.
     pub(crate) deferred: bool,
     learners: Learners,
-    client: (TrustedProxies, Option<u8>),
+    config: SharedConfig,
     /// Set when a layer below took the limits over.
     taken: Arc<AtomicBool>,
 }
@@ -160,7 +166,7 @@ impl Plan {
     /// `route` is asked only when there is something to decide: a layer without limits pays
     /// nothing per request.
     pub(crate) fn new(
-        config: &Config,
+        config: &SharedConfig,
         handed: Option<Handoff>,
         route: impl FnOnce() -> Option<Box<str>>,
     ) -> Option<Plan> {
@@ -168,8 +174,7 @@ impl Plan {
         if own.is_empty() && handed.is_none() {
             return None;
         }
-        let client = (config.proxies.clone(), config.ipv6_prefix);
-        let handed = handed.filter(|h| h.client == client);
+        let handed = handed.filter(|h| tells_clients_alike(&h.config, config));
         let mine = route().map(|route| (Arc::clone(learned), route));
         let deferred = mine.as_ref().is_some_and(|(_, route)| learned.knows(route));
         let (limits, learners): (Arc<[LayerLimit]>, Learners) = match handed {
@@ -195,7 +200,7 @@ impl Plan {
             limits,
             deferred,
             learners,
-            client,
+            config: Arc::clone(config),
             taken: Arc::new(AtomicBool::new(false)),
         })
     }
@@ -210,7 +215,7 @@ impl Plan {
                 Arc::from([])
             },
             learners: Arc::clone(&self.learners),
-            client: self.client.clone(),
+            config: Arc::clone(&self.config),
             taken: Arc::clone(&self.taken),
         }
     }
@@ -346,6 +351,9 @@ pub(crate) async fn decide(limits: &[LayerLimit]) -> Result<(), Box<RateLimited>
 /// not delayed by it (a give-back that fails leaves the tokens taken, as the request would
 /// have counted).
 pub(crate) fn give_back_on_refusal() {
+    if !IN_USE.load(Ordering::Relaxed) {
+        return;
+    }
     let parts = crate::request::CONTEXT
         .try_with(|scope| {
             scope
@@ -463,12 +471,12 @@ mod tests {
     use crate::__private::test_support::declaration;
     use crate::{Ip, TrustedProxies};
 
-    fn config(limits: &[LayerLimit], proxies: TrustedProxies) -> Config {
-        Config {
+    fn config(limits: &[LayerLimit], proxies: TrustedProxies) -> SharedConfig {
+        Arc::new(Config {
             proxies,
             limits: limits.into(),
             ..Config::default()
-        }
+        })
     }
 
     /// A client chooses its method; only HTTP's own are routes to remember.
