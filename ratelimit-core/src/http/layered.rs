@@ -228,7 +228,8 @@ impl Plan {
             pending: Cell::new(self.deferred),
             held: Holding::default(),
             decided: Cell::new(false),
-            taken: Taken::default(),
+            // Only a layer that decides first takes anything before the handler's check.
+            taken: (!self.deferred).then(Taken::default),
         }
     }
 
@@ -264,7 +265,7 @@ pub(crate) struct LayerScope {
     decided: Cell<bool>,
     /// What the layer's limits took when it decided them first: given back if a check of
     /// the handler then refuses the request (all or nothing, on a route not learned yet).
-    taken: Taken,
+    taken: Option<Taken>,
 }
 
 impl LayerScope {
@@ -335,7 +336,7 @@ pub(crate) async fn decide(limits: &[LayerLimit]) -> Result<(), Box<RateLimited>
     let keys = keys(limits);
     // What they take is kept in the scope, to give back if the handler refuses the request.
     let taken = crate::request::CONTEXT
-        .try_with(|scope| scope.layer.as_ref().map(|l| l.taken.clone()))
+        .try_with(|scope| scope.layer.as_ref().and_then(|l| l.taken.clone()))
         .ok()
         .flatten()
         .unwrap_or_default();
@@ -360,7 +361,7 @@ pub(crate) fn give_back_on_refusal() {
                 .layer
                 .as_ref()
                 .filter(|layer| layer.decided.get())
-                .map(|layer| layer.taken.take())
+                .and_then(|layer| layer.taken.as_ref().map(Taken::take))
         })
         .ok()
         .flatten()
