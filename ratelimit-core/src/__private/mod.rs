@@ -140,21 +140,15 @@ pub fn check_key<'a>(
     call: Call<'a>,
     limiter: Option<&'a RateLimiter>,
 ) -> impl Future<Output = Result<(), Box<RateLimited>>> + Send + use<'a> {
+    // A concurrency limit takes a slot and keeps it while the call runs, and the layers'
+    // limits left pending for this check are decided with it: both the several-limit way.
     #[cfg(any(feature = "axum", feature = "actix-web"))]
-    if let Some(layer) = crate::http::layered::take_pending(limiter) {
-        // The layers' limits, left pending for this check: decided with this one, together.
+    let several = decl.is_concurrent() || crate::http::layered::has_pending(limiter);
+    #[cfg(not(any(feature = "axum", feature = "actix-web")))]
+    let several = decl.is_concurrent();
+    if several {
         return finish(Step::Ask(Box::pin(async move {
-            let layer_keys = crate::http::layered::keys(&layer);
-            let mut checks: Vec<_> = crate::http::layered::checks(&layer, &layer_keys).collect();
-            checks.push((decl, key, call));
-            decide_all(&checks, limiter).await
-        })));
-    }
-    if decl.is_concurrent() {
-        // A slot is taken for the call and held while it runs: the several-limit path, which
-        // takes and keeps slots.
-        return finish(Step::Ask(Box::pin(async move {
-            decide_all(&[(decl, key, call)], limiter).await
+            check_all(&[(decl, key, call)], limiter).await
         })));
     }
     let step = match key {

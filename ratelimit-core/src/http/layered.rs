@@ -274,29 +274,22 @@ impl LayerScope {
         self.decided.set(true);
     }
 
-    /// For a handler's check on `limiter`: the pending limits, taken (the check decides them
-    /// with its own); or, when the layer decided them already, the route learned, so that
-    /// its next requests leave them to the check. A check on another limiter than the global
-    /// one (the limiter that decides layer limits) neither takes nor learns.
-    fn take(&self, limiter: Option<&RateLimiter>) -> Option<Arc<[LayerLimit]>> {
-        let global = registry::global();
-        let same = match (limiter, global) {
+    /// For a handler's check on `limiter`: whether limits wait for it; and, when the layer
+    /// decided them already, the route learned, so that its next requests leave them to the
+    /// check. A check on another limiter than the global one (the limiter that decides layer
+    /// limits) sees none and learns nothing.
+    fn pending_for(&self, limiter: Option<&RateLimiter>) -> bool {
+        let same = match (limiter, registry::global()) {
             (Some(a), Some(b)) => std::ptr::eq(a, b),
             (None, None) => true,
             _ => false,
         };
-        if !same {
-            return None;
-        }
-        if self.pending.replace(false) {
-            return Some(Arc::clone(&self.limits));
-        }
-        if self.decided.get() {
+        if same && self.decided.get() {
             for (learned, route) in self.learners.iter() {
                 learned.learn(route);
             }
         }
-        None
+        same && self.pending.get()
     }
 }
 
@@ -304,10 +297,9 @@ impl LayerScope {
 /// pending ones (the task-local look costs every call a few nanoseconds).
 static IN_USE: AtomicBool = AtomicBool::new(false);
 
-/// The layer limits a handler's check on `limiter` decides with its own: those its layer left
-/// pending, taken. `None` outside a layer with limits, and on every later check of the
-/// request.
-pub(crate) fn take_pending(limiter: Option<&RateLimiter>) -> Option<Arc<[LayerLimit]>> {
+/// The current request's layer scope, to `f`, when this program made layer limits and the
+/// request has some.
+fn with_layer<R>(f: impl FnOnce(&LayerScope) -> Option<R>) -> Option<R> {
     // Relaxed: a layer limit is made before the requests it serves are (the router is
     // built, then serves), and those requests reach the check through the runtime, which
     // orders them after it.
@@ -315,9 +307,25 @@ pub(crate) fn take_pending(limiter: Option<&RateLimiter>) -> Option<Arc<[LayerLi
         return None;
     }
     crate::request::CONTEXT
-        .try_with(|scope| scope.layer.as_ref().and_then(|layer| layer.take(limiter)))
+        .try_with(|scope| scope.layer.as_ref().and_then(f))
         .ok()
         .flatten()
+}
+
+/// Whether a handler's check on `limiter` has its layers' limits to decide with its own (then
+/// it goes the several-limit way, [`take_pending`]).
+pub(crate) fn has_pending(limiter: Option<&RateLimiter>) -> bool {
+    with_layer(|layer| layer.pending_for(limiter).then_some(())).is_some()
+}
+
+/// The layer limits a handler's check on `limiter` decides with its own: those its layer left
+/// pending, taken. `None` outside a layer with limits, and on every later check of the
+/// request.
+pub(crate) fn take_pending(limiter: Option<&RateLimiter>) -> Option<Arc<[LayerLimit]>> {
+    with_layer(|layer| {
+        (layer.pending_for(limiter) && layer.pending.replace(false))
+            .then(|| Arc::clone(&layer.limits))
+    })
 }
 
 /// Keeps `slot` in the current request's layer scope, until the response is made; dropped
@@ -352,20 +360,14 @@ pub(crate) async fn decide(limits: &[LayerLimit]) -> Result<(), Box<RateLimited>
 /// not delayed by it (a give-back that fails leaves the tokens taken, as the request would
 /// have counted).
 pub(crate) fn give_back_on_refusal() {
-    if !IN_USE.load(Ordering::Relaxed) {
-        return;
-    }
-    let parts = crate::request::CONTEXT
-        .try_with(|scope| {
-            scope
-                .layer
-                .as_ref()
-                .filter(|layer| layer.decided.get())
-                .and_then(|layer| layer.taken.as_ref().map(Taken::take))
-        })
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    let parts = with_layer(|layer| {
+        layer
+            .decided
+            .get()
+            .then(|| layer.taken.as_ref().map(Taken::take))
+            .flatten()
+    })
+    .unwrap_or_default();
     let (Some(limiter), false) = (registry::global(), parts.is_empty()) else {
         return;
     };
