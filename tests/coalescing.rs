@@ -233,3 +233,34 @@ async fn a_lost_batch_leaves_each_call_to_its_own_failure_policy() {
         assert_eq!((d.allowed, d.source), expected, "call {i}: {d:?}");
     }
 }
+
+/// `RedisStore::batch_sizes` counts every script call once, by how many calls it decided: a
+/// lone caller's calls go alone; a flood's mostly in batches.
+#[tokio::test]
+async fn the_store_counts_its_script_calls_by_batch_size() {
+    let server = RedisServer::start();
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    let limiter = RateLimiter::builder()
+        .redis_store(store.clone())
+        .prefix("sizes")
+        .deadline(Some(Duration::from_secs(10)))
+        .instance(false)
+        .build()
+        .await
+        .unwrap();
+    let limit = Limit::per_hour(1).burst(50);
+    assert_eq!(store.batch_sizes(), [0; 8]);
+    for _ in 0..3 {
+        limiter.check("alone", &limit).await.unwrap();
+    }
+    assert_eq!(store.batch_sizes(), [3, 0, 0, 0, 0, 0, 0, 0]);
+    let before = server.script_calls().await;
+    assert_eq!(flood(&limiter, "k", &limit, 200).await, 50);
+    let scripts = server.script_calls().await - before;
+    let sizes = store.batch_sizes();
+    assert_eq!(sizes.iter().sum::<u64>() - 3, scripts, "{sizes:?}");
+    assert!(
+        sizes[1..].iter().sum::<u64>() > 0,
+        "some calls rode in batches: {sizes:?}"
+    );
+}

@@ -116,6 +116,27 @@ pub mod scripts {
     pub const BATCH: &str = crate::algorithm::BATCH_SCRIPT;
     /// Reads one bucket key, writing nothing (see [`READ_SCRIPT`](super::READ_SCRIPT)).
     pub const READ: &str = super::READ_SCRIPT;
+
+    pub use crate::algorithm::library::Library;
+
+    /// Every script above but `READ` as one library of Redis functions, which the Redis store
+    /// loads (`FUNCTION LOAD REPLACE`) and calls (`FCALL`) where the server allows it: named
+    /// by a hash of its code, so that two versions of the crate on one server never share
+    /// a function.
+    ///
+    /// ```
+    /// use ratelimit_core::tools::scripts;
+    ///
+    /// let library = scripts::library();
+    /// assert!(library.text().starts_with("#!lua name=redis_ratelimit_"));
+    /// // FCALL <this> 1 <bucket> <the arguments TOKEN_BUCKET takes>
+    /// let function = library.function("token_bucket").unwrap();
+    /// assert!(function.starts_with("rl_") && function.ends_with("_token_bucket"));
+    /// ```
+    #[must_use]
+    pub fn library() -> &'static Library {
+        Library::get()
+    }
 }
 
 /// Each algorithm's decision as a pure function in exact integer arithmetic: the Rust twin of

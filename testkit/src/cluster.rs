@@ -464,6 +464,15 @@ impl RedisCluster {
             if owners_dead(&map, &alive) {
                 return Err(format!("{port} names a dead master: {map:?}"));
             }
+            // With every node alive, every master has its replica in the map (a test that
+            // fails a master over needs it there, not still joining).
+            if alive.len() == self.nodes.len()
+                && map
+                    .iter()
+                    .any(|r| !r.replicas.iter().any(|p| alive.contains(p)))
+            {
+                return Err(format!("{port} lists a master without a replica: {map:?}"));
+            }
         }
         for &port in &alive {
             if self.role(port) == Some(Role::Replica) {

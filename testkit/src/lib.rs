@@ -43,9 +43,10 @@ pub fn info_number(info: &str, line: &str, field: Option<&str>) -> Option<u64> {
     value.trim().parse().ok()
 }
 
-/// The script calls (`EVALSHA` and `EVAL`) counted in the text of `INFO commandstats`.
+/// The script calls (`FCALL`, `EVALSHA` and `EVAL`) counted in the text of
+/// `INFO commandstats`.
 pub fn script_calls(commandstats: &str) -> u64 {
-    ["cmdstat_evalsha", "cmdstat_eval"]
+    ["cmdstat_fcall", "cmdstat_evalsha", "cmdstat_eval"]
         .iter()
         .filter_map(|line| info_number(commandstats, line, Some("calls")))
         .sum()
@@ -118,7 +119,7 @@ impl RedisServer {
         redis::Client::open(self.url()).expect("a valid URL")
     }
 
-    /// The script calls (`EVALSHA` and `EVAL`) it has run, from `INFO commandstats`.
+    /// The script calls (`FCALL`, `EVALSHA` and `EVAL`) it has run, from `INFO commandstats`.
     pub async fn script_calls(&self) -> u64 {
         let info: String = redis::cmd("INFO")
             .arg("commandstats")

@@ -1,5 +1,6 @@
 //! The algorithms' scripts against their Rust twins, on a real `redis-server` this test starts:
-//! random call sequences run through each script (EVALSHA via `redis::Script`), and the twin
+//! random call sequences run through each script (by `EVALSHA` of its text and `FCALL` of its
+//! function in the library, picked at random per call, as the store runs one or the other), and the twin
 //! is replayed at the server time the script decided at (its reply's fifth element). Every
 //! field of every reply must be equal, and after every write the key Redis holds (value and
 //! expiry) must be exactly the twin's state. Windows of a few milliseconds make real time
@@ -43,6 +44,60 @@ impl Rng {
 }
 
 /// One script reply: the decision's four fields and the server time it decided at.
+/// One script run both ways the store runs it, picked at random per call: by `EVALSHA` of its
+/// text and by `FCALL` of its function in the library (both loaded on the test's server). Both
+/// must equal the twin, and so each other on one key's state.
+struct BothWays {
+    sha: String,
+    function: &'static str,
+    /// Calls made by `FCALL` and by `EVALSHA`.
+    counts: [u64; 2],
+}
+
+impl BothWays {
+    /// `text`, whose function in the library is `name` (`token_bucket`, `concurrency_renew`).
+    fn load(con: &mut Connection, text: &str, name: &str) -> BothWays {
+        let library = scripts::library();
+        let _: () = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg("REPLACE")
+            .arg(library.text())
+            .query(con)
+            .unwrap();
+        let sha: String = redis::cmd("SCRIPT")
+            .arg("LOAD")
+            .arg(text)
+            .query(con)
+            .unwrap();
+        BothWays {
+            sha,
+            function: library.function(name).unwrap(),
+            counts: [0; 2],
+        }
+    }
+
+    /// The command and its first argument for the next call: `FCALL <function>` or
+    /// `EVALSHA <sha>`.
+    fn pick(&mut self, rng: &mut Rng) -> (&'static str, &str) {
+        let by_function = rng.below(2) == 0;
+        self.counts[usize::from(!by_function)] += 1;
+        if by_function {
+            ("FCALL", self.function)
+        } else {
+            ("EVALSHA", &self.sha)
+        }
+    }
+
+    /// Both ways ran.
+    fn check(&self) {
+        assert!(
+            self.counts.iter().all(|&n| n > 0),
+            "FCALL and EVALSHA calls: {:?}",
+            self.counts
+        );
+    }
+}
+
 fn invoke(con: &mut Connection, script: &Script, key: &str, args: &[u64]) -> ([u64; 4], u64) {
     let mut call = script.key(key);
     for a in args {
@@ -102,6 +157,8 @@ fn holds(con: &mut Connection, key: &str, value: Option<&str>, expire_ms: u64) {
 /// One algorithm as the differential test drives it.
 struct Kernel<S, P> {
     script: &'static str,
+    /// Its function in the library (`StateKind::name`).
+    function: &'static str,
     /// Two limits for one key, and the most a call may cost under both.
     params: fn(&mut Rng) -> ([P; 2], u64),
     args: fn(P, u64) -> Vec<u64>,
@@ -126,7 +183,7 @@ fn differential<S: Clone + Debug, P: Copy + Debug>(
 ) {
     let server = RedisServer::start();
     let mut con = server.blocking_connection();
-    let script = Script::new(k.script);
+    let mut both = BothWays::load(&mut con, k.script, k.function);
     let mut rng = Rng(seed);
     // Each key has two limits, the second used for one call in four: a changed limit must
     // read the state the other wrote the same way in both.
@@ -156,7 +213,16 @@ fn differential<S: Clone + Debug, P: Copy + Debug>(
         if rng.below(8) == 0 {
             std::thread::sleep(Duration::from_micros(rng.below(4000)));
         }
-        let (reply, now) = invoke(&mut con, &script, key, &(k.args)(p, cost));
+        let (command, name) = both.pick(&mut rng);
+        let reply: Vec<u64> = redis::cmd(command)
+            .arg(name)
+            .arg(1)
+            .arg(key)
+            .arg((k.args)(p, cost))
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(reply.len(), 5, "{reply:?}");
+        let (reply, now) = ([reply[0], reply[1], reply[2], reply[3]], reply[4]);
         let twin = (k.decide)(now, states[i].as_ref(), p, cost);
         assert_eq!(
             reply,
@@ -175,7 +241,11 @@ fn differential<S: Clone + Debug, P: Copy + Debug>(
             states[i] = Some(s);
         }
     }
-    println!("seed {seed}: {admitted} admitted, {refused} refused, all equal");
+    both.check();
+    println!(
+        "seed {seed}: {admitted} admitted, {refused} refused, all equal ({:?} by FCALL, EVALSHA)",
+        both.counts
+    );
     // A floor only: on a loaded machine calls are slower, windows pass between them, and
     // fewer are refused (a few hundred of each on an idle one).
     assert!(
@@ -230,6 +300,7 @@ const SEEDS: [u64; 2] = [0x9E37_79B9_7F4A_7C15, 0xD1B5_4A32_D192_ED03];
 fn fixed_window_script_equals_its_twin() {
     run_all(&Kernel {
         script: fixed_window::SCRIPT,
+        function: "fixed_window",
         params: window,
         args: |p, cost| fixed_window::args(p, cost).to_vec(),
         decide: |now, s, p, cost| fixed_window::decide(now, s.copied(), p, cost),
@@ -253,6 +324,7 @@ fn fixed_window_script_equals_its_twin() {
 fn sliding_window_script_equals_its_twin() {
     run_all(&Kernel {
         script: sliding_window::SCRIPT,
+        function: "sliding_window",
         params: |rng| {
             let (limits, max_cost) = window(rng);
             let sliding = |w: WindowParams| {
@@ -279,6 +351,7 @@ fn sliding_window_script_equals_its_twin() {
 fn sliding_log_script_equals_its_twin() {
     run_all(&Kernel {
         script: sliding_log::SCRIPT,
+        function: "sliding_log",
         params: window,
         args: |p, cost| sliding_log::args(p, cost).to_vec(),
         decide: |now, s, p, cost| {
@@ -372,12 +445,10 @@ fn members_of(scores: &[(String, u64)]) -> Vec<concurrency::Entry> {
 fn concurrency_scripts_equal_their_twin() {
     let server = RedisServer::start();
     let mut con = server.blocking_connection();
-    let acquire = Script::new(concurrency::SCRIPT);
-    let release = Script::new(concurrency::RELEASE_SCRIPT);
-    let renew = Script::new(concurrency::RENEW_SCRIPT);
-    // Loaded up front: the decision and the renewal run by their hash inside transactions.
-    let _: String = acquire.prepare_invoke().load(&mut con).unwrap();
-    let _: String = renew.prepare_invoke().load(&mut con).unwrap();
+    // Loaded up front: the decision and the renewal run inside transactions.
+    let mut acquire = BothWays::load(&mut con, concurrency::SCRIPT, "concurrency");
+    let mut release = BothWays::load(&mut con, concurrency::RELEASE_SCRIPT, "concurrency_release");
+    let mut renew = BothWays::load(&mut con, concurrency::RENEW_SCRIPT, "concurrency_renew");
     let mut rng = Rng(0x5eed_c0c0);
     let keys = ["c0", "c1"];
     let mut twins: [Vec<concurrency::Entry>; 2] = [Vec::new(), Vec::new()];
@@ -399,12 +470,9 @@ fn concurrency_scripts_equal_their_twin() {
                 let cost = rng.below(3).min(p.max);
                 // The decision and a read of what it wrote in one transaction, as for a
                 // renewal below.
+                let (command, name) = acquire.pick(&mut rng);
                 let mut pipe = redis::pipe();
-                pipe.atomic()
-                    .cmd("EVALSHA")
-                    .arg(acquire.get_hash())
-                    .arg(1)
-                    .arg(key);
+                pipe.atomic().cmd(command).arg(name).arg(1).arg(key);
                 for a in concurrency::args(p, cost) {
                     pipe.arg(a);
                 }
@@ -441,11 +509,14 @@ fn concurrency_scripts_equal_their_twin() {
             }
             6 | 7 => {
                 // Every slot a holder may hold (cost at most 3).
-                let _: u64 = release
-                    .key(key)
+                let (command, name) = release.pick(&mut rng);
+                let _: u64 = redis::cmd(command)
+                    .arg(name)
+                    .arg(1)
+                    .arg(key)
                     .arg(holder)
                     .arg(3)
-                    .invoke(&mut con)
+                    .query(&mut con)
                     .unwrap();
                 // What the twin drops besides the holder's is ended already.
                 twins[k] = concurrency::release(0, &twins[k], holder, 3);
@@ -453,10 +524,11 @@ fn concurrency_scripts_equal_their_twin() {
             _ => {
                 // The renewal and a read of what it wrote in one transaction: a lease of a
                 // few milliseconds may end (and the key with it) before a later read.
+                let (command, name) = renew.pick(&mut rng);
                 let (renewed, written): (u64, Vec<(String, u64)>) = redis::pipe()
                     .atomic()
-                    .cmd("EVALSHA")
-                    .arg(renew.get_hash())
+                    .cmd(command)
+                    .arg(name)
                     .arg(1)
                     .arg(key)
                     .arg(holder)
@@ -497,12 +569,16 @@ fn concurrency_scripts_equal_their_twin() {
     }
     println!("concurrency: {admitted} admitted, {queued} queued, {refused} refused");
     assert!(admitted > 100 && queued > 100 && refused > 100);
+    for way in [&acquire, &release, &renew] {
+        way.check();
+    }
 }
 
 #[test]
 fn interval_bucket_script_equals_its_twin() {
     run_all(&Kernel {
         script: interval_bucket::SCRIPT,
+        function: "interval_bucket",
         // Any two limits: the state says itself when it ends, whatever limit reads it.
         params: |rng| {
             let mut one = || {
@@ -543,6 +619,7 @@ fn interval_bucket_script_equals_its_twin() {
 fn token_bucket_script_equals_its_twin() {
     run_all(&Kernel {
         script: token_bucket::SCRIPT,
+        function: "token_bucket",
         // Two limits of a few milliseconds per period, whole and fractional microseconds per
         // token (7 per 3 ms is 428.57 µs), some starting below full: the second one reads the
         // first one's buckets, converting what they owe.

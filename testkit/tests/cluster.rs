@@ -281,6 +281,17 @@ async fn a_manual_failover_keeps_limits_and_state() {
         exists_on(&cluster, promoted, &limiter.bucket_key(&exhausted)),
         "the bucket moved to the promoted replica"
     );
+    // Functions are replicated: the promoted replica had the library, and no call it
+    // decided had to run by EVAL.
+    assert!(
+        holds_library(&cluster, promoted),
+        "the promoted replica holds the library"
+    );
+    let evals = info_field(&cluster, promoted, "commandstats", "cmdstat_eval");
+    assert_eq!(
+        evals, 0,
+        "no call on the promoted replica met a missing function"
+    );
     // Ask Redis itself, not the deny cache's memory of the refusals before the failover.
     limiter.clear_deny_cache();
     let d = limiter.check(&exhausted, &slow).await.unwrap();
@@ -471,7 +482,87 @@ async fn several_limits_on_a_cluster_take_all_or_nothing() {
     );
 }
 
-/// Scripts a master ran: `EVALSHA` and `EVAL` calls in its `INFO commandstats`.
+/// Whether the node on `port` holds this version's function library.
+fn holds_library(cluster: &RedisCluster, port: u16) -> bool {
+    let mut con = cluster.node_connection(port).unwrap();
+    let found: Vec<redis::Value> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg(ratelimit_core::tools::scripts::library().name())
+        .query(&mut con)
+        .unwrap();
+    !found.is_empty()
+}
+
+/// The `calls` (in `commandstats`) or `count` (in `errorstats`) of `line` on the node on `port`.
+fn info_field(cluster: &RedisCluster, port: u16, section: &str, line: &str) -> u64 {
+    let mut con = cluster.node_connection(port).unwrap();
+    let info: String = redis::cmd("INFO").arg(section).query(&mut con).unwrap();
+    let field = if section == "errorstats" {
+        "count"
+    } else {
+        "calls"
+    };
+    testkit::info_number(&info, line, Some(field)).unwrap_or(0)
+}
+
+/// The library is loaded on every master when the limiter is built (and reaches every replica
+/// by replication), so calls run by `FCALL`; a master that loses it (`FUNCTION FLUSH`, as a
+/// node that joins empty) answers its calls by `EVAL` until it has it again, which is soon.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_master_holds_the_library_and_one_that_loses_it_gets_it_back() {
+    let cluster = RedisCluster::start();
+    let limiter = strict_limiter(&cluster.url(), "fn").await;
+    for port in cluster.ports() {
+        assert!(
+            holds_library(&cluster, port),
+            "node {port} holds the library"
+        );
+    }
+    let by = keys_by_master(&cluster, &limiter, 20);
+    let limit = Limit::per_hour(1).burst(2);
+    for keys in by.values() {
+        let d = limiter.check(&keys[0], &limit).await.unwrap();
+        assert_eq!((d.allowed, d.source), (true, Source::Store));
+    }
+    let (&flushed, keys) = by.iter().next().unwrap();
+    let _: () = cluster
+        .query(flushed, redis::cmd("FUNCTION").arg("FLUSH"))
+        .unwrap();
+    assert!(!holds_library(&cluster, flushed));
+    // Each call on the flushed master's buckets is still decided by Redis, exactly.
+    for key in &keys[1..4] {
+        let d = limiter.check(key, &limit).await.unwrap();
+        assert_eq!(d.source, Source::Store, "{key}");
+    }
+    let d = limiter.check(&keys[0], &limit).await.unwrap();
+    assert_eq!((d.allowed, d.remaining, d.source), (true, 0, Source::Store));
+    let d = limiter.check(&keys[0], &limit).await.unwrap();
+    assert_eq!((d.allowed, d.source), (false, Source::Store));
+    let mut back = false;
+    for _ in 0..500 {
+        back = holds_library(&cluster, flushed);
+        if back {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(back, "the flushed master has the library again");
+    let evals = info_field(&cluster, flushed, "commandstats", "cmdstat_eval");
+    assert!(
+        evals > 0,
+        "the calls that met the missing library ran by EVAL"
+    );
+    let fcalls_before = info_field(&cluster, flushed, "commandstats", "cmdstat_fcall");
+    let _ = limiter.check(&keys[1], &limit).await.unwrap();
+    assert_eq!(
+        info_field(&cluster, flushed, "commandstats", "cmdstat_fcall"),
+        fcalls_before + 1,
+        "calls run by FCALL again"
+    );
+}
+
+/// Scripts a master ran: `FCALL`, `EVALSHA` and `EVAL` calls in its `INFO commandstats`.
 fn scripts_run(cluster: &RedisCluster, port: u16) -> u64 {
     let mut con = cluster.node_connection(port).unwrap();
     let info: String = redis::cmd("INFO")

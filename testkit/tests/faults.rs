@@ -14,25 +14,38 @@ use std::time::{Duration, Instant};
 use common::{
     Call, Load, OtherInstance, TOLERANT_DEADLINE, assert_no_errors, logs, ms, policy_source,
 };
+use ratelimit_core::tools::scripts;
 use ratelimit_core::{FailurePolicy, Limit, RateLimiter, Source, defaults::DEFAULT_DEADLINE};
 use testkit::RedisServer;
 
-/// The decision script, to ask a server whether it holds it.
-fn script_hash() -> String {
-    redis::Script::new(ratelimit_core::tools::scripts::TOKEN_BUCKET)
-        .get_hash()
-        .to_owned()
-}
-
-async fn script_loaded(server: &RedisServer) -> bool {
+/// Whether the server holds this version's function library.
+async fn library_loaded(server: &RedisServer) -> bool {
     let mut con = server.connection().await;
-    let exists: Vec<bool> = redis::cmd("SCRIPT")
-        .arg("EXISTS")
-        .arg(script_hash())
+    let found: Vec<redis::Value> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg(scripts::library().name())
         .query_async(&mut con)
         .await
         .unwrap();
-    exists == [true]
+    !found.is_empty()
+}
+
+/// Polls [`library_loaded`] for at most 5 s.
+async fn library_loaded_soon(server: &RedisServer) -> bool {
+    for _ in 0..500 {
+        if library_loaded(server).await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+/// A server on which `FUNCTION` is renamed away: no library can be loaded, so a limiter
+/// decides by `EVALSHA`, as on a server whose ACL denies `FUNCTION`.
+fn server_without_functions() -> RedisServer {
+    RedisServer::start_with(&["--rename-command", "FUNCTION", ""])
 }
 
 /// `field` of `INFO <section>` as a number (0 when absent).
@@ -46,10 +59,15 @@ async fn info_number(server: &RedisServer, section: &str, line: &str, field: &st
     testkit::info_number(&info, line, Some(field)).unwrap_or(0)
 }
 
-/// How many times the server ran a script (`EVALSHA` and `EVAL`).
+/// How many times the server ran a script or a function (`FCALL`, `EVALSHA` and `EVAL`).
 async fn script_runs(server: &RedisServer) -> u64 {
-    info_number(server, "commandstats", "cmdstat_evalsha", "calls").await
-        + info_number(server, "commandstats", "cmdstat_eval", "calls").await
+    let mut con = server.connection().await;
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    testkit::script_calls(&info)
 }
 
 /// Polls `cond` every millisecond for at most `within`; the instant it first held.
@@ -150,8 +168,8 @@ async fn redis_killed_under_load_then_restarted() {
     assert!(to_fallback < Duration::from_secs(5), "{to_fallback:?}");
     assert!(back < Duration::from_secs(5), "{back:?}");
     assert!(
-        script_loaded(&server).await,
-        "the script was loaded again into the restarted server"
+        library_loaded_soon(&server).await,
+        "the library was loaded again into the restarted server"
     );
     assert!(!limiter.is_degraded());
     assert_eq!(
@@ -166,12 +184,17 @@ async fn redis_killed_under_load_then_restarted() {
     );
 }
 
-/// (b) `SCRIPT FLUSH` again and again under load: every call is still decided by Redis, and
-/// one hot key with a slow refill admits exactly its burst. The deny cache is off, so that
-/// every call, refused ones too, runs the script.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn script_flush_under_load_changes_nothing() {
-    let server = RedisServer::start();
+/// What a hot key admitted while `flush` (`SCRIPT FLUSH`, `FUNCTION FLUSH`) ran again and
+/// again under load, with every call checked to be Redis's decision.
+struct Flushed {
+    calls: usize,
+    admitted: usize,
+    flushes: u32,
+}
+
+/// Runs a load of 8 tasks on one hot key with a slow refill for 3 s while `flush` runs every
+/// 5 ms; the deny cache is off, so that every call, refused ones too, runs the script.
+async fn flush_under_load(server: &RedisServer, flush: &[&str]) -> Flushed {
     let limiter = RateLimiter::builder()
         .redis(server.url())
         .prefix("flush")
@@ -182,7 +205,6 @@ async fn script_flush_under_load_changes_nothing() {
         .build()
         .await
         .unwrap();
-    const BURST: u32 = 300;
     let hot = Limit::per_hour(1).burst(BURST);
     let load = Load::start(
         &limiter,
@@ -195,8 +217,8 @@ async fn script_flush_under_load_changes_nothing() {
     let mut flushes = 0u32;
     let t0 = Instant::now();
     while t0.elapsed() < Duration::from_secs(3) {
-        let _: () = redis::cmd("SCRIPT")
-            .arg("FLUSH")
+        let _: () = redis::cmd(flush[0])
+            .arg(&flush[1..])
             .query_async(&mut con)
             .await
             .unwrap();
@@ -209,26 +231,135 @@ async fn script_flush_under_load_changes_nothing() {
         .iter()
         .filter(|c| c.source() != Some(Source::Store))
         .collect();
-    let noscript = info_number(&server, "errorstats", "errorstat_NOSCRIPT", "count").await;
-    let loads = info_number(&server, "commandstats", "cmdstat_script|load", "calls").await;
-    let evals = info_number(&server, "commandstats", "cmdstat_eval", "calls").await;
-    let admitted = calls.iter().filter(|c| c.allowed()).count();
-    println!(
-        "flush: {flushes} SCRIPT FLUSH, {} calls, {} admitted, {} not decided by Redis; \
-         server saw {noscript} NOSCRIPT replies, {loads} SCRIPT LOAD, {evals} EVAL",
-        calls.len(),
-        admitted,
-        nonstore.len()
-    );
     assert!(calls.len() > 1000, "the load ran: {}", calls.len());
-    assert!(noscript > 0, "the flushes made the script go missing");
     assert!(
         nonstore.is_empty(),
         "{} calls were not decided by Redis, e.g. {:?}",
         nonstore.len(),
         nonstore.first()
     );
+    let admitted = calls.iter().filter(|c| c.allowed()).count();
     assert_eq!(admitted, BURST as usize, "exactly the burst was admitted");
+    Flushed {
+        calls: calls.len(),
+        admitted,
+        flushes,
+    }
+}
+
+const BURST: u32 = 300;
+
+/// (b) `SCRIPT FLUSH` again and again under load: every call is still decided by Redis, and
+/// one hot key with a slow refill admits exactly its burst. With functions, the flushes touch
+/// nothing the limiter runs; without (a server that refuses `FUNCTION`), every flush makes
+/// the script go missing, and each call that meets that runs it by `EVAL`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn script_flush_under_load_changes_nothing() {
+    let server = RedisServer::start();
+    let f = flush_under_load(&server, &["SCRIPT", "FLUSH"]).await;
+    let noscript = info_number(&server, "errorstats", "errorstat_NOSCRIPT", "count").await;
+    let fcalls = info_number(&server, "commandstats", "cmdstat_fcall", "calls").await;
+    println!(
+        "script flush, functions: {} SCRIPT FLUSH, {} calls, {} admitted; {noscript} NOSCRIPT, \
+         {fcalls} FCALL",
+        f.flushes, f.calls, f.admitted
+    );
+    assert_eq!(noscript, 0, "no call ran a script");
+    assert!(fcalls > 0, "calls ran by FCALL");
+
+    let server = server_without_functions();
+    let f = flush_under_load(&server, &["SCRIPT", "FLUSH"]).await;
+    let noscript = info_number(&server, "errorstats", "errorstat_NOSCRIPT", "count").await;
+    let evals = info_number(&server, "commandstats", "cmdstat_eval", "calls").await;
+    let fcalls = info_number(&server, "commandstats", "cmdstat_fcall", "calls").await;
+    println!(
+        "script flush, EVALSHA: {} SCRIPT FLUSH, {} calls, {} admitted; {noscript} NOSCRIPT, \
+         {evals} EVAL",
+        f.flushes, f.calls, f.admitted
+    );
+    assert!(noscript > 0, "the flushes made the script go missing");
+    assert!(evals > 0, "the calls that met it ran by EVAL");
+    assert_eq!(
+        fcalls, 0,
+        "a server without FUNCTION is called by EVALSHA only"
+    );
+}
+
+/// A user whose ACL denies `FUNCTION` gets a limiter that decides by `EVALSHA`, chosen at
+/// `build` and said in the store's `Debug`; one that may load it decides by `FCALL`.
+#[tokio::test]
+async fn an_acl_without_function_means_evalsha() {
+    let server = RedisServer::start();
+    let mut con = server.connection().await;
+    for (user, rules) in [
+        (
+            "scripts",
+            &["on", ">pw", "~*", "&*", "+@all", "-function"][..],
+        ),
+        ("functions", &["on", ">pw", "~*", "&*", "+@all"][..]),
+    ] {
+        let _: () = redis::cmd("ACL")
+            .arg("SETUSER")
+            .arg(user)
+            .arg(rules)
+            .query_async(&mut con)
+            .await
+            .unwrap();
+    }
+    for (user, command) in [("scripts", "evalsha"), ("functions", "fcall")] {
+        let _: () = redis::cmd("CONFIG")
+            .arg("RESETSTAT")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        let url = format!("redis://{user}:pw@127.0.0.1:{}", server.port());
+        let limiter = RateLimiter::builder()
+            .redis(url.as_str())
+            .prefix(user)
+            .build()
+            .await
+            .unwrap();
+        let limit = Limit::per_hour(1).burst(2);
+        for allowed in [true, true, false] {
+            let d = limiter.check("k", &limit).await.unwrap();
+            assert_eq!((d.allowed, d.source), (allowed, Source::Store), "{user}");
+        }
+        let calls = info_number(
+            &server,
+            "commandstats",
+            &format!("cmdstat_{command}"),
+            "calls",
+        )
+        .await;
+        assert!(calls >= 3, "{user}: {calls} {command}");
+        let debug = format!("{limiter:?}");
+        assert_eq!(debug.contains("EVALSHA"), command == "evalsha", "{debug}");
+    }
+}
+
+/// (b') `FUNCTION FLUSH` again and again under load: every call is still decided by Redis,
+/// exactly the burst is admitted, the calls that met a missing function ran by `EVAL`, and
+/// the library is loaded again (by one load at a time, not one per call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn function_flush_under_load_changes_nothing() {
+    let server = RedisServer::start();
+    let f = flush_under_load(&server, &["FUNCTION", "FLUSH"]).await;
+    let missing = info_number(&server, "errorstats", "errorstat_ERR", "count").await;
+    let evals = info_number(&server, "commandstats", "cmdstat_eval", "calls").await;
+    let loads = info_number(&server, "commandstats", "cmdstat_function|load", "calls").await;
+    println!(
+        "function flush: {} FUNCTION FLUSH, {} calls, {} admitted; {missing} missing, {evals} \
+         EVAL, {loads} FUNCTION LOAD",
+        f.flushes, f.calls, f.admitted
+    );
+    assert!(missing > 0, "the flushes made the functions go missing");
+    assert!(evals > 0, "the calls that met that ran by EVAL");
+    assert!(loads > 1, "the library was loaded again: {loads} loads");
+    assert!(
+        loads <= 3 * u64::from(f.flushes) + 1,
+        "a few loads per flush, not one per call: {loads} for {} flushes",
+        f.flushes
+    );
 }
 
 /// (c) A restart that keeps the data (AOF, fsync always): an exhausted bucket is still
@@ -258,6 +389,11 @@ async fn a_restart_that_keeps_the_data_keeps_the_buckets() {
     server.kill();
     server.restart();
     let t_restart = Instant::now();
+    // Functions are kept with the data: nothing to load again.
+    assert!(
+        library_loaded(&server).await,
+        "the library survived the restart"
+    );
     let mut con = server.connection().await;
     let pttl: i64 = redis::cmd("PTTL")
         .arg(&key)
@@ -299,6 +435,100 @@ async fn a_restart_that_keeps_the_data_keeps_the_buckets() {
         let d = limiter.check("k", &limit).await.unwrap();
         assert_eq!((d.allowed, d.source), (false, Source::Store));
     }
+}
+
+/// (c') A rolling deploy: two versions of the crate on one server, each with its own library
+/// (another version's code has another hash, so another name and other functions). The new
+/// version's `FUNCTION LOAD REPLACE` leaves the old one's library in place, calls of both
+/// versions on one bucket share it exactly, and the old one keeps working to the end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_versions_on_one_server_each_run_their_own_library() {
+    let server = RedisServer::start();
+    let mut con = server.connection().await;
+    // The old version: this library with one more line, renamed by its hash as the crate
+    // names it (what a version whose scripts differ in any byte is).
+    let ours = scripts::library();
+    let ours_hash = &ours.name()["redis_ratelimit_".len()..];
+    let body = format!(
+        "{}\n-- an older version\n",
+        ours.text().split_once('\n').unwrap().1
+    )
+    .split_once('\n')
+    .unwrap()
+    .1
+    .to_owned();
+    let old_hash = redis::Script::new(&body).get_hash()[..16].to_owned();
+    assert_ne!(old_hash, ours_hash);
+    let old_text =
+        format!("#!lua name=redis_ratelimit_{old_hash}\nlocal PREFIX = 'rl_{old_hash}_'\n{body}");
+    let _: String = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg(&old_text)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+
+    let limiter = RateLimiter::builder()
+        .redis(server.url())
+        .prefix("deploy")
+        .deny_cache(0)
+        .build()
+        .await
+        .unwrap();
+    let libraries: Vec<redis::Value> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(
+        libraries.len(),
+        2,
+        "both versions' libraries: {libraries:?}"
+    );
+
+    // One bucket of 10, called in turn by the old version's function and the new limiter.
+    let limit = Limit::per_hour(1).burst(10);
+    let key = limiter.bucket_key("shared");
+    let args = ratelimit_core::tools::algorithms::token_bucket::args(
+        ratelimit_core::tools::algorithms::token_bucket::Params::of(&limit),
+        1,
+    );
+    let old_function = format!("rl_{old_hash}_token_bucket");
+    let mut admitted = [0u32; 2];
+    for i in 0..16 {
+        if i % 2 == 0 {
+            let reply: Vec<u64> = redis::cmd("FCALL")
+                .arg(&old_function)
+                .arg(1)
+                .arg(&key)
+                .arg(&args[..])
+                .query_async(&mut con)
+                .await
+                .unwrap();
+            admitted[0] += u32::from(reply[0] == 1);
+        } else {
+            let d = limiter.check("shared", &limit).await.unwrap();
+            assert_eq!(d.source, Source::Store);
+            admitted[1] += u32::from(d.allowed);
+        }
+    }
+    assert_eq!(
+        admitted,
+        [5, 5],
+        "each version took its turn of one bucket of 10"
+    );
+    let refused: Vec<u64> = redis::cmd("FCALL")
+        .arg(&old_function)
+        .arg(1)
+        .arg(&key)
+        .arg(&args)
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(
+        refused[0], 0,
+        "the old version sees the bucket the new one emptied"
+    );
 }
 
 /// (d) Redis paused for 2 s (`CLIENT PAUSE 2000 ALL`): every call still answers within about

@@ -127,6 +127,27 @@ async fn the_limiter_follows_the_new_master_after_the_old_one_dies() {
         .await
         .unwrap();
     assert_eq!(exists, 1, "the bucket is on the new master");
+    // Functions are replicated: the new master had the library when it was promoted, and
+    // no call it decided had to run by EVAL.
+    let library: Vec<redis::Value> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg(ratelimit_core::tools::scripts::library().name())
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    assert_eq!(library.len(), 1, "the new master holds the library");
+    let info: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let calls = |line| testkit::info_number(&info, line, Some("calls")).unwrap_or(0);
+    assert_eq!(calls("cmdstat_eval"), 0, "no call met a missing function");
+    assert!(
+        calls("cmdstat_fcall") > 0,
+        "the new master decided by FCALL"
+    );
 }
 
 /// `SENTINEL FAILOVER` under load: the replica is promoted while the old master still runs.

@@ -38,12 +38,14 @@ pub const SCRIPT: &str = super::StateKind::Concurrency.script();
 /// The script that gives a holder's slots (and ticket) back.
 pub const RELEASE_SCRIPT: &str = concat!(
     include_str!("../scripts/prelude.lua"),
+    include_str!("../scripts/clock.lua"),
     include_str!("../scripts/concurrency_release.lua"),
 );
 
 /// The script that renews a holder's leases.
 pub const RENEW_SCRIPT: &str = concat!(
     include_str!("../scripts/prelude.lua"),
+    include_str!("../scripts/clock.lua"),
     include_str!("../scripts/concurrency_renew.lua"),
 );
 

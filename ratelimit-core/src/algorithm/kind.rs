@@ -42,6 +42,7 @@ macro_rules! state_kinds {
                 match self {
                     $(StateKind::$kind => concat!(
                         include_str!("../scripts/prelude.lua"),
+                        include_str!("../scripts/clock.lua"),
                         include_str!(concat!("../scripts/", $lua)),
                     ),)*
                 }
@@ -56,18 +57,41 @@ macro_rules! state_kinds {
         /// alone (see `batch.lua`): how concurrent calls are coalesced.
         pub(crate) const BATCH_SCRIPT: &str =
             with_algorithms!("../scripts/batch.lua"; $($id $lua $local)*);
+
+        /// Every script above as one library of Redis functions, less its first two lines
+        /// (its name and `PREFIX`, both made of this text's hash: see `library`).
+        pub(crate) const LIBRARY_BODY: &str = concat!(
+            include_str!("../scripts/prelude.lua"),
+            "-- Each call's own, set by `entry` (library.lua) when it starts.\n",
+            "local now, KEYS, ARGV = 0, nil, nil\n",
+            algorithms!($($id $lua $local)*),
+            "local function MULTI(KEYS, ARGV, redis)\n",
+            include_str!("../scripts/multi.lua"),
+            "end\n",
+            "local function BATCH(KEYS, ARGV, redis)\n",
+            include_str!("../scripts/batch.lua"),
+            "end\n",
+            "local function CONCURRENCY_RELEASE(KEYS, ARGV, redis)\n",
+            include_str!("../scripts/concurrency_release.lua"),
+            "end\n",
+            "local function CONCURRENCY_RENEW(KEYS, ARGV, redis)\n",
+            include_str!("../scripts/concurrency_renew.lua"),
+            "end\n",
+            "local function HEARTBEAT(KEYS, ARGV, redis)\n",
+            include_str!("../scripts/heartbeat.lua"),
+            "end\n",
+            include_str!("../scripts/library.lua"),
+            $("register('", $name, "', ALGORITHMS[", stringify!($local), "])\n",)*
+        );
     };
 }
 
-/// A script made of a local naming each algorithm's id, every algorithm's script as a
-/// function in `ALGORITHMS` under its id, the functions that decide one call's limits
-/// together (`call.lua`), and `$main`. The flag lets a Redis Cluster node run it on keys of
-/// several slots that it serves.
-macro_rules! with_algorithms {
-    ($main:literal; $($id:literal $lua:literal $local:ident)*) => {
+/// A local naming each algorithm's id, every algorithm's script as a function in
+/// `ALGORITHMS` under its id, and the functions that decide one call's limits together
+/// (`call.lua`): what `multi.lua`, `batch.lua` and the library share (after the prelude).
+macro_rules! algorithms {
+    ($($id:literal $lua:literal $local:ident)*) => {
         concat!(
-            "#!lua flags=allow-cross-slot-keys\n",
-            include_str!("../scripts/prelude.lua"),
             $("local ", stringify!($local), " = ", $id, "\n",)*
             include_str!("../scripts/multi_head.lua"),
             $(
@@ -76,6 +100,19 @@ macro_rules! with_algorithms {
                 "end\n",
             )*
             include_str!("../scripts/call.lua"),
+        )
+    };
+}
+
+/// A script made of the prelude, the clock, [`algorithms!`] and `$main`. The flag lets a
+/// Redis Cluster node run it on keys of several slots that it serves.
+macro_rules! with_algorithms {
+    ($main:literal; $($id:literal $lua:literal $local:ident)*) => {
+        concat!(
+            "#!lua flags=allow-cross-slot-keys\n",
+            include_str!("../scripts/prelude.lua"),
+            include_str!("../scripts/clock.lua"),
+            algorithms!($($id $lua $local)*),
             include_str!($main),
         )
     };

@@ -26,6 +26,7 @@ pub mod concurrency;
 pub mod fixed_window;
 pub mod interval_bucket;
 mod kind;
+pub(crate) mod library;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;

@@ -1,5 +1,7 @@
 -- Shared by the decision scripts (gcra, fixed_window, sliding_window, sliding_log,
--- interval_bucket), prepended to each by `include_str!` so that each runs as one script.
+-- interval_bucket, concurrency), prepended to each by `include_str!` so that each runs as one
+-- script, and to the function library (library.lua) once. `clock.lua` follows it in a
+-- script; the library reads the clock once per call instead.
 -- Every quantity stays below 2^53 (checked in Rust), where Lua's doubles are exact integers.
 -- Pass every large number to redis.call through int(): Redis turns a bare Lua number into
 -- text with 14 significant digits, which loses microseconds.
@@ -20,6 +22,3 @@ end
 local function int(v)
   return string.format('%d', v)
 end
-
-local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000000 + tonumber(t[2])

@@ -16,13 +16,14 @@
 //! is that call's alone; a failure of the whole batch (the connection) reaches each of its
 //! calls, whose own failure policy decides.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
 use redis::{RedisError, Value};
 use tokio::sync::oneshot;
 
 use super::RedisStore;
-use super::scripts::BATCH;
+use crate::algorithm::library::Lua;
 
 /// Script calls of one node in flight at once before calls queue. Batching only pays once
 /// Redis is the bottleneck: gathered calls wait for a reply before they leave, which costs
@@ -56,6 +57,19 @@ struct Queued {
 #[derive(Default)]
 pub(super) struct Lanes {
     lanes: Mutex<Vec<Lane>>,
+    /// Script calls by the number of calls each decided: 1, 2–3, 4–7, ..., 128 and more.
+    sizes: [AtomicU64; BATCH_SIZE_CLASSES],
+}
+
+/// The classes of [`RedisStore::batch_sizes`]: powers of two, the last open.
+pub(crate) const BATCH_SIZE_CLASSES: usize = 8;
+
+impl Lanes {
+    /// Counts one script call that decided `calls` calls.
+    fn sent(&self, calls: usize) {
+        let class = (usize::BITS - 1 - calls.max(1).leading_zeros()) as usize;
+        self.sizes[class.min(BATCH_SIZE_CLASSES - 1)].fetch_add(1, Ordering::Relaxed);
+    }
 }
 
 struct Lane {
@@ -155,6 +169,7 @@ impl RedisStore {
         match self.lanes.enter(node, call) {
             None => {
                 let _place = Place { store: self, node };
+                self.lanes.sent(1);
                 self.send_alone(call).await
             }
             Some(replied) => replied.await.unwrap_or_else(|_| {
@@ -169,6 +184,7 @@ impl RedisStore {
     /// Sends batches on `node` until its queue is empty, then gives up its place in flight.
     async fn flush(self, node: u32, mut batch: Vec<Queued>) {
         loop {
+            self.lanes.sent(batch.len());
             match batch.as_slice() {
                 [one] => {
                     let keys: Vec<&str> = one.keys.iter().map(|k| &**k).collect();
@@ -217,25 +233,43 @@ impl RedisStore {
         }
     }
 
+    /// How many script calls this store (and its clones) sent, by the number of calls each
+    /// decided: `[1, 2–3, 4–7, 8–15, 16–31, 32–63, 64–127, 128 and more]`. Coalescing at work:
+    /// a lone caller's calls are all in the first class; under load, most calls should ride in
+    /// the larger ones. Counted from the store's creation, while coalescing is on
+    /// ([`batch_limit`](RedisStore::batch_limit) above 1).
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), ratelimit_core::Error> {
+    /// use ratelimit_core::store::RedisStore;
+    ///
+    /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?;
+    /// let sizes = store.batch_sizes();
+    /// let script_calls: u64 = sizes.iter().sum();
+    /// # let _ = script_calls; Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn batch_sizes(&self) -> [u64; BATCH_SIZE_CLASSES] {
+        self.lanes
+            .sizes
+            .each_ref()
+            .map(|n| n.load(Ordering::Relaxed))
+    }
+
     /// One call's own script: the algorithm's for one limit, `multi.lua` (mode 0) for
     /// several.
     pub(super) async fn send_alone(&self, call: Call<'_>) -> Result<Value, RedisError> {
         match (call.keys, super::scripts::alone(call.specs)) {
-            ([key], Some((script, text, args))) => {
-                self.eval(script, text, &[key], |cmd| {
+            ([key], Some((lua, args))) => {
+                self.eval(lua, &[key], |cmd| {
                     cmd.arg(args);
                 })
                 .await
             }
             (keys, _) => {
-                self.eval(
-                    &super::scripts::MULTI,
-                    crate::algorithm::MULTI_SCRIPT,
-                    &keys[..1],
-                    |cmd| {
-                        cmd.arg(keys.len()).arg(0).arg(keys).arg(call.specs);
-                    },
-                )
+                self.eval(Lua::Multi, &keys[..1], |cmd| {
+                    cmd.arg(keys.len()).arg(0).arg(keys).arg(call.specs);
+                })
                 .await
             }
         }
@@ -248,7 +282,7 @@ impl RedisStore {
             .and_then(|q| q.keys.first())
             .map_or("", |k| &**k);
         let reply: Value = self
-            .eval(&BATCH, crate::algorithm::BATCH_SCRIPT, &[first], |cmd| {
+            .eval(Lua::Batch, &[first], |cmd| {
                 cmd.arg(batch.len());
                 for queued in batch {
                     cmd.arg(queued.keys.len());

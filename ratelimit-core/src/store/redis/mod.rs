@@ -15,6 +15,7 @@ use redis::sentinel::{SentinelClient, SentinelServerType};
 use redis::{Client, RedisError, Value};
 
 use super::Store;
+use crate::algorithm::library::{Library, Lua};
 use crate::errors::redact_url;
 use crate::{Decision, Error, Limit};
 
@@ -74,6 +75,11 @@ pub struct RedisStore {
     lanes: Arc<coalesce::Lanes>,
     /// The most calls one script call decides; 1 sends every call alone.
     batch_limit: usize,
+    /// Whether calls run by `FCALL` of this version's function library (chosen at `connect`:
+    /// whenever the server lets this client load it), or by `EVALSHA`.
+    functions: bool,
+    /// Whether a task is loading the library again (see `scripts::RedisStore::eval`).
+    loading_library: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// How to reach a node for a pub/sub connection.
@@ -203,6 +209,8 @@ impl RedisStore {
             reading_masters: Arc::default(),
             lanes: Arc::default(),
             batch_limit: coalesce::DEFAULT_BATCH_LIMIT,
+            functions: false,
+            loading_library: Arc::default(),
         };
         let (info, db): (Value, i64) = store
             .run(|mut c| async move {
@@ -229,14 +237,31 @@ impl RedisStore {
         if major < 7 {
             return Err(Error::UnsupportedRedis { version });
         }
-        store
-            .run(|mut c| async move {
-                scripts::token_bucket()
-                    .prepare_invoke()
-                    .load_async(&mut c)
-                    .await
-            })
-            .await?;
+        // Functions wherever the server lets this client load them; scripts otherwise, for
+        // the store's life (a server that refuses them now would refuse a reload later).
+        match store
+            .run(|mut c| async move { scripts::load_library(&mut c).await })
+            .await
+        {
+            Ok(()) => store.functions = true,
+            Err(e) if scripts::functions_unavailable(&e) => {
+                tracing::info!(
+                    url = %store.url,
+                    reason = %e,
+                    "Redis refuses FUNCTION LOAD: deciding by EVALSHA of each script"
+                );
+                store
+                    .run(|mut c| async move {
+                        redis::cmd("SCRIPT")
+                            .arg("LOAD")
+                            .arg(Lua::Alone(crate::algorithm::StateKind::TokenBucket).text())
+                            .query_async::<Value>(&mut c)
+                            .await
+                    })
+                    .await?;
+            }
+            Err(e) => return Err(e.into()),
+        }
         Ok(store)
     }
 
@@ -466,6 +491,14 @@ impl fmt::Debug for RedisStore {
         f.debug_struct("RedisStore")
             .field("url", &self.url)
             .field("kind", &kind)
+            .field(
+                "scripts",
+                &if self.functions {
+                    Library::get().name()
+                } else {
+                    "EVALSHA"
+                },
+            )
             .finish_non_exhaustive()
     }
 }

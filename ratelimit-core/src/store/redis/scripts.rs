@@ -1,43 +1,15 @@
 //! The decision scripts: one limit per call (`check`), or several (`multi.lua`, across the
 //! nodes of a cluster when their buckets are on several).
 
-use std::sync::LazyLock;
 use std::time::Duration;
 
-use redis::{RedisError, Script, Value};
+use redis::{RedisError, Value};
 
 use super::RedisStore;
 use super::coalesce::Call;
+use crate::algorithm::library::{Library, Lua};
 use crate::algorithm::{Kernel, StateKind};
 use crate::{Decision, Error, Limit};
-
-/// Each algorithm's own script, for calls of one limit, hashed once per process; in the
-/// order of [`StateKind::ALL`].
-static ALONE: LazyLock<[Script; StateKind::ALL.len()]> =
-    LazyLock::new(|| StateKind::ALL.map(|kind| Script::new(kind.script())));
-
-/// The token bucket's script (GCRA, smooth refill), loaded when the store connects.
-pub(super) fn token_bucket() -> &'static Script {
-    script_of(StateKind::TokenBucket)
-}
-
-/// `kind`'s own script.
-fn script_of(kind: StateKind) -> &'static Script {
-    &ALONE[kind.index()]
-}
-
-/// Several limits of one call (`multi.lua` with every algorithm).
-pub(super) static MULTI: LazyLock<Script> =
-    LazyLock::new(|| Script::new(crate::algorithm::MULTI_SCRIPT));
-/// Several calls of one node (`batch.lua`, see `coalesce`).
-pub(super) static BATCH: LazyLock<Script> =
-    LazyLock::new(|| Script::new(crate::algorithm::BATCH_SCRIPT));
-
-/// A concurrency limit's release and renewal.
-static RELEASE: LazyLock<Script> =
-    LazyLock::new(|| Script::new(crate::algorithm::concurrency::RELEASE_SCRIPT));
-static RENEW: LazyLock<Script> =
-    LazyLock::new(|| Script::new(crate::algorithm::concurrency::RENEW_SCRIPT));
 
 impl RedisStore {
     /// Gives back the concurrency slots (and the ticket) of the call `holder` on `key`: one
@@ -52,9 +24,8 @@ impl RedisStore {
         cost: u64,
         channel: &str,
     ) -> Result<u64, Error> {
-        let script = crate::algorithm::concurrency::RELEASE_SCRIPT;
         Ok(self
-            .eval(&RELEASE, script, &[key], |cmd| {
+            .eval(Lua::Release, &[key], |cmd| {
                 cmd.arg(holder).arg(cost).arg(channel);
             })
             .await?)
@@ -69,9 +40,8 @@ impl RedisStore {
         cost: u64,
         lease_us: u64,
     ) -> Result<u64, Error> {
-        let script = crate::algorithm::concurrency::RENEW_SCRIPT;
         Ok(self
-            .eval(&RENEW, script, &[key], |cmd| {
+            .eval(Lua::Renew, &[key], |cmd| {
                 cmd.arg(holder).arg(lease_us).arg(cost);
             })
             .await?)
@@ -108,27 +78,42 @@ impl RedisStore {
         parse_reply(&reply, *limit, cost)
     }
 
-    /// Runs `script` (whose text is `text`) on `key`, with the arguments `args` adds: `EVALSHA`,
-    /// and on `NOSCRIPT` (a restart, a failover, `SCRIPT FLUSH`) `EVAL` with the text, on the
-    /// same node. `EVAL` cannot miss, so no flush between a reload and a retry can fail the
-    /// call, and it caches the script again for the next `EVALSHA`. In a cluster it goes to the
-    /// key's node only, whereas `SCRIPT LOAD` goes to every master and fails while any of them
-    /// is down.
+    /// Runs `lua` on `keys`, with the arguments `args` adds, on the keys' node.
+    ///
+    /// With functions (chosen at `connect`), `FCALL` of its function; where the node has no
+    /// library (a restart that lost the data, `FUNCTION FLUSH`, a node that joined after
+    /// `connect`), this one call runs by `EVAL` of the script's text, which cannot miss,
+    /// while the library is loaded again (`FUNCTION LOAD REPLACE`, once at a time per store,
+    /// on every master of a cluster) for the calls after it.
+    ///
+    /// Without, `EVALSHA`, and on `NOSCRIPT` (a restart, a failover, `SCRIPT FLUSH`) `EVAL` with
+    /// the text, on the same node. `EVAL` cannot miss, so no flush between a reload and a
+    /// retry can fail the call, and it caches the script again for the next `EVALSHA`. In a
+    /// cluster it goes to the key's node only, whereas `SCRIPT LOAD` goes to every master and
+    /// fails while any of them is down.
     pub(super) async fn eval<T: redis::FromRedisValue>(
         &self,
-        script: &Script,
-        text: &'static str,
+        lua: Lua,
         keys: &[&str],
         args: impl Fn(&mut redis::Cmd),
     ) -> Result<T, RedisError> {
+        let functions = self.functions;
         self.run(|mut c| async move {
-            let mut evalsha = redis::cmd("EVALSHA");
-            evalsha.arg(script.get_hash()).arg(keys.len()).arg(keys);
-            args(&mut evalsha);
-            match evalsha.query_async(&mut c).await {
-                Err(e) if e.code() == Some("NOSCRIPT") => {
+            let mut first = redis::cmd(if functions { "FCALL" } else { "EVALSHA" });
+            if functions {
+                first.arg(lua.function());
+            } else {
+                first.arg(lua.script().get_hash());
+            }
+            first.arg(keys.len()).arg(keys);
+            args(&mut first);
+            match first.query_async(&mut c).await {
+                Err(e) if is_missing_script(&e) => {
+                    if functions {
+                        self.load_library_soon(&e);
+                    }
                     let mut eval = redis::cmd("EVAL");
-                    eval.arg(text).arg(keys.len()).arg(keys);
+                    eval.arg(lua.text()).arg(keys.len()).arg(keys);
                     args(&mut eval);
                     eval.query_async(&mut c).await
                 }
@@ -137,6 +122,72 @@ impl RedisStore {
         })
         .await
     }
+
+    /// Loads the library again, in the background, unless a load is under way: a node said
+    /// it has no such function (`missing`).
+    fn load_library_soon(&self, missing: &RedisError) {
+        if self
+            .loading_library
+            .swap(true, std::sync::atomic::Ordering::AcqRel)
+        {
+            return;
+        }
+        tracing::info!(
+            library = Library::get().name(),
+            reason = %missing,
+            "a Redis node has no rate-limit functions: loading them again"
+        );
+        let store = self.clone();
+        let load = async move {
+            if let Err(e) = store
+                .run(|mut c| async move { load_library(&mut c).await })
+                .await
+            {
+                tracing::warn!(
+                    library = Library::get().name(),
+                    error = %e,
+                    "could not load the rate-limit functions; calls run by EVAL meanwhile"
+                );
+            }
+            store
+                .loading_library
+                .store(false, std::sync::atomic::Ordering::Release);
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => drop(runtime.spawn(load)),
+            Err(_) => self
+                .loading_library
+                .store(false, std::sync::atomic::Ordering::Release),
+        }
+    }
+}
+
+/// `FUNCTION LOAD REPLACE` of this version's library: on every master of a cluster, on the
+/// one server otherwise. Replacing a library by the same code is a no-op for its callers, so
+/// any instance may do it at any time.
+pub(super) async fn load_library(
+    c: &mut impl redis::aio::ConnectionLike,
+) -> Result<(), RedisError> {
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(Library::get().text())
+        .query_async::<Value>(c)
+        .await
+        .map(drop)
+}
+
+/// Whether a script or function call failed for want of the script (`NOSCRIPT`) or the
+/// function (`ERR Function not found`) on its node: nothing ran.
+fn is_missing_script(e: &RedisError) -> bool {
+    e.code() == Some("NOSCRIPT") || e.to_string().contains("Function not found")
+}
+
+/// Whether `FUNCTION LOAD` failed because the server offers no functions to this client: the
+/// command renamed away or unknown, or denied by an ACL. Any other failure (a connection lost,
+/// a library Redis could not compile) is an error, not a reason to run scripts instead.
+pub(super) fn functions_unavailable(e: &RedisError) -> bool {
+    e.code() == Some("NOPERM") || e.to_string().contains("unknown command")
 }
 
 /// What `multi.lua` answers for one group of limits: each limit's four numbers, the server
@@ -233,7 +284,7 @@ impl RedisStore {
             }
         };
         let reply: Value = self
-            .eval(&MULTI, crate::algorithm::MULTI_SCRIPT, &keys[..1], |cmd| {
+            .eval(Lua::Multi, &keys[..1], |cmd| {
                 cmd.arg(keys.len()).arg(code).arg(&keys).arg(&argv);
             })
             .await?;
@@ -268,11 +319,11 @@ fn spec_of(limit: &Limit, cost: u32) -> ([u64; 10], usize) {
     (spec, 2 + args.len())
 }
 
-/// The script that decides the one limit `spec` (as [`spec_of`] wrote it) alone, its text,
-/// and its arguments; `None` for a spec of no known kind.
-pub(super) fn alone(spec: &[u64]) -> Option<(&'static Script, &'static str, &[u64])> {
+/// The script that decides the one limit `spec` (as [`spec_of`] wrote it) alone, and its
+/// arguments; `None` for a spec of no known kind.
+pub(super) fn alone(spec: &[u64]) -> Option<(Lua, &[u64])> {
     let kind = StateKind::from_id(spec.first()? % SHADOW)?;
-    Some((script_of(kind), kind.script(), spec.get(2..)?))
+    Some((Lua::Alone(kind), spec.get(2..)?))
 }
 
 /// What one `multi.lua` call does (see the script).

@@ -1,0 +1,356 @@
+//! The Lua cost bench: what one decision costs Redis, for every script this crate runs (by
+//! `EVALSHA` of its text and by `FCALL` of its function in the library) and for the peers'
+//! scripts run verbatim, in one sitting on one `redis-server` this bench starts on a free
+//! loopback port. Two figures per script, each the median of `--rounds` (3) rounds of 128,000
+//! decisions on 10,000 buckets (every call admitted, every bucket written, commands pipelined
+//! 256 at a time on one connection, as under load):
+//!
+//! * **script**: Redis's own execution time per decision (`INFO commandstats`, `usec` of the
+//!   command that ran, over the decisions it made);
+//! * **cpu**: the server's whole CPU per decision (`INFO cpu`, user + sys), which also counts
+//!   reading the commands and writing the replies: what sizes a fleet.
+//!
+//! ```sh
+//! cargo bench -p redis-ratelimit-benches --bench lua_cost
+//! # go-redis/redis_rate's allowN, which no registry here carries: its script from lua.go,
+//! # saved as a file (not in this repository), measured beside the rest
+//! cargo bench -p redis-ratelimit-benches --bench lua_cost -- --redis-rate /path/allow_n.lua
+//! # only the cases whose label holds a text, more rounds
+//! cargo bench -p redis-ratelimit-benches --bench lua_cost -- --only token_bucket --rounds 7
+//! ```
+//!
+//! The probes in `benches/lua-costs/` (what part of a token-bucket decision costs what) are
+//! measured too. Results in docs/benchmarks.md 3.11.
+
+#![allow(clippy::unwrap_used, clippy::print_stdout, missing_docs)]
+
+use redis::Value;
+use redis::aio::MultiplexedConnection;
+use redis_ratelimit::tools::algorithms::{
+    WindowParams, fixed_window, sliding_log, sliding_window, token_bucket,
+};
+use redis_ratelimit::tools::scripts;
+use redis_ratelimit::{Algorithm, Limit};
+
+/// Decisions per measurement.
+const DECISIONS: u64 = 128_000;
+/// Distinct buckets, visited in a fixed scattered order.
+const KEYS: u64 = 10_000;
+/// Commands per round trip.
+const PIPELINE: u64 = 256;
+
+fn key(i: u64) -> String {
+    format!("bench:{{:k:{:012}}}", (i * 7_919) % KEYS)
+}
+
+/// Appends one decision on bucket `i` to a command: its keys, its arguments.
+type Decision = Box<dyn Fn(u64, &mut Vec<String>, &mut Vec<String>)>;
+
+/// One script as measured: how to call it, and the arguments of one decision on bucket `i`.
+struct Case {
+    label: String,
+    /// `FCALL` or `EVALSHA`.
+    command: &'static str,
+    /// The function's name, or the script's SHA-1.
+    name: String,
+    /// Decisions per command (a batch's size; 1 otherwise).
+    per_command: u64,
+    decision: Decision,
+    /// For a batch: the decision's keys go in ARGV, the first one also declared.
+    batch: bool,
+}
+
+/// Loads `text` as a script; its SHA-1.
+async fn load(c: &mut MultiplexedConnection, text: &str) -> String {
+    redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(text)
+        .query_async(c)
+        .await
+        .unwrap()
+}
+
+async fn info(c: &mut MultiplexedConnection, section: &str) -> String {
+    redis::cmd("INFO")
+        .arg(section)
+        .query_async(c)
+        .await
+        .unwrap()
+}
+
+fn cpu_seconds(info: &str) -> f64 {
+    ["used_cpu_user:", "used_cpu_sys:"]
+        .iter()
+        .filter_map(|f| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(f))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
+        .sum()
+}
+
+/// One round of `case`: (script µs, cpu µs) per decision.
+async fn round(c: &mut MultiplexedConnection, case: &Case) -> (f64, f64) {
+    redis::cmd("FLUSHDB")
+        .query_async::<()>(&mut *c)
+        .await
+        .unwrap();
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async::<()>(&mut *c)
+        .await
+        .unwrap();
+    let cpu_before = cpu_seconds(&info(c, "cpu").await);
+    let mut i = 0;
+    while i < DECISIONS {
+        let mut pipe = redis::pipe();
+        for _ in 0..PIPELINE.div_ceil(case.per_command) {
+            let (mut keys, mut args) = (Vec::new(), Vec::new());
+            if case.batch {
+                args.push(case.per_command.to_string());
+            }
+            for _ in 0..case.per_command {
+                (case.decision)(i, &mut keys, &mut args);
+                i += 1;
+            }
+            let cmd = pipe.cmd(case.command).arg(&case.name);
+            if case.batch {
+                cmd.arg(1).arg(key(i - case.per_command));
+            } else {
+                cmd.arg(keys.len()).arg(&keys);
+            }
+            cmd.arg(&args);
+        }
+        let replies: Vec<Value> = pipe.query_async(c).await.unwrap();
+        assert!(
+            replies.iter().all(|r| !matches!(r, Value::ServerError(_))),
+            "{}: {replies:?}",
+            case.label
+        );
+    }
+    let cpu = cpu_seconds(&info(c, "cpu").await) - cpu_before;
+    let stats = info(c, "commandstats").await;
+    let line = format!("cmdstat_{}", case.command.to_ascii_lowercase());
+    let usec = testkit::info_number(&stats, &line, Some("usec")).unwrap();
+    let calls = testkit::info_number(&stats, &line, Some("calls")).unwrap();
+    assert_eq!(calls * case.per_command, i, "{}", case.label);
+    (usec as f64 / i as f64, cpu * 1e6 / i as f64)
+}
+
+/// Our algorithm `name` alone, by `command`, with `args` per decision.
+fn ours(name: &str, command: &'static str, sha: &str, args: Vec<u64>) -> Case {
+    let function = scripts::library().function(name).unwrap().to_owned();
+    Case {
+        label: format!("ours: {name}, {command}"),
+        command,
+        name: if command == "FCALL" {
+            function
+        } else {
+            sha.to_owned()
+        },
+        per_command: 1,
+        decision: Box::new(move |i, keys, argv| {
+            keys.push(key(i));
+            argv.extend(args.iter().map(u64::to_string));
+        }),
+        batch: false,
+    }
+}
+
+/// A peer's script, by `EVALSHA`, with `keys` bucket keys and `args` per decision.
+fn peer(label: &str, sha: String, keys: usize, args: fn() -> Vec<String>) -> Case {
+    Case {
+        label: label.to_owned(),
+        command: "EVALSHA",
+        name: sha,
+        per_command: 1,
+        decision: Box::new(move |i, k, argv| {
+            for n in 0..keys {
+                k.push(format!("{}:{n}", key(i)));
+            }
+            argv.extend(args());
+        }),
+        batch: false,
+    }
+}
+
+fn unix() -> std::time::Duration {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let argv: Vec<String> = std::env::args().collect();
+    if argv.iter().any(|a| a == "--list") {
+        return;
+    }
+    let value_of = |flag: &str| {
+        argv.iter()
+            .position(|a| a == flag)
+            .and_then(|i| argv.get(i + 1).cloned())
+    };
+    let rounds: usize = value_of("--rounds").map_or(3, |r| r.parse().unwrap());
+    let server = testkit::RedisServer::start();
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(scripts::library().text())
+        .query_async::<String>(&mut c)
+        .await
+        .unwrap();
+
+    // Every call admitted: 1,000 an hour, about 13 calls per bucket.
+    let limit = Limit::per_hour(1000);
+    let tb = token_bucket::args(token_bucket::Params::of(&limit), 1);
+    // As the store sends a token bucket whose other arguments are their defaults.
+    let tb = tb[..4].to_vec();
+    let window = |a: Algorithm| WindowParams::of(&limit.algorithm(a)).unwrap();
+    let fw = fixed_window::args(window(Algorithm::FixedWindow), 1).to_vec();
+    let sw = sliding_window::args(
+        sliding_window::SlidingParams::of(&limit.algorithm(Algorithm::SlidingWindow)).unwrap(),
+        1,
+    )
+    .to_vec();
+    let sl = sliding_log::args(window(Algorithm::SlidingLog), 1).to_vec();
+
+    let mut cases = Vec::new();
+    for (name, text, args) in [
+        ("token_bucket", scripts::TOKEN_BUCKET, &tb),
+        ("fixed_window", scripts::FIXED_WINDOW, &fw),
+        ("sliding_window", scripts::SLIDING_WINDOW, &sw),
+        ("sliding_log", scripts::SLIDING_LOG, &sl),
+    ] {
+        let sha = load(&mut c, text).await;
+        for command in ["EVALSHA", "FCALL"] {
+            cases.push(ours(name, command, &sha, args.clone()));
+        }
+    }
+    let batch_sha = load(&mut c, scripts::BATCH).await;
+    for m in [1, 4, 16, 64] {
+        for command in ["EVALSHA", "FCALL"] {
+            let tb = tb.clone();
+            cases.push(Case {
+                label: format!("ours: token_bucket in batches of {m}, {command}"),
+                command,
+                name: if command == "FCALL" {
+                    scripts::library().function("batch").unwrap().to_owned()
+                } else {
+                    batch_sha.clone()
+                },
+                per_command: m,
+                // As the store sends a one-limit call: 1 limit, its key, algorithm 1, the
+                // number of its arguments, them.
+                decision: Box::new(move |i, _, argv| {
+                    argv.extend(["1".to_owned(), key(i), "1".to_owned(), tb.len().to_string()]);
+                    argv.extend(tb.iter().map(u64::to_string));
+                }),
+                batch: true,
+            });
+        }
+    }
+    // The peers, verbatim (each file's header says from which package and version).
+    let spring = load(&mut c, include_str!("memory/request_rate_limiter.lua")).await;
+    cases.push(peer(
+        "Spring Cloud Gateway request_rate_limiter.lua",
+        spring,
+        2,
+        || {
+            // replenishRate 1/s, burstCapacity 1000, now in seconds, 1 requested.
+            vec![
+                "1".into(),
+                "1000".into(),
+                unix().as_secs().to_string(),
+                "1".into(),
+            ]
+        },
+    ));
+    let flexible = load(&mut c, include_str!("memory/flexible_incr_ttl.lua")).await;
+    cases.push(peer(
+        "rate-limiter-flexible fixed window (INCR + PTTL)",
+        flexible,
+        1,
+        || vec!["1".into(), "3600".into()],
+    ));
+    let limits = load(
+        &mut c,
+        include_str!("memory/limits_acquire_moving_window.lua"),
+    )
+    .await;
+    cases.push(peer("Python limits moving window", limits, 1, || {
+        vec![
+            format!("{:.6}", unix().as_secs_f64()),
+            "1000".into(),
+            "3600".into(),
+            "1".into(),
+        ]
+    }));
+    if let Some(path) = value_of("--redis-rate") {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let sha = load(&mut c, &text).await;
+        cases.push(peer("go-redis/redis_rate allowN (GCRA)", sha, 1, || {
+            vec!["1000".into(), "1000".into(), "3600".into(), "1".into()]
+        }));
+    }
+    // The probes: parts of a token-bucket decision.
+    for (probe, text) in [
+        (
+            "time_only",
+            include_str!("lua-costs/time_only.lua").to_owned(),
+        ),
+        (
+            "time_and_7_closures",
+            include_str!("lua-costs/time_and_7_closures.lua").to_owned(),
+        ),
+        ("get_set", include_str!("lua-costs/get_set.lua").to_owned()),
+        (
+            "lean_bucket",
+            include_str!("lua-costs/lean_bucket.lua").to_owned(),
+        ),
+    ] {
+        let sha = load(&mut c, &text).await;
+        let args = vec![1, 1, 1000, 1];
+        let mut case = ours("token_bucket", "EVALSHA", &sha, args);
+        case.label = format!("probe: {probe}");
+        cases.push(case);
+    }
+
+    // `--only <text>`: the cases whose label holds it (a focused comparison, more rounds).
+    if let Some(only) = value_of("--only") {
+        cases.retain(|c| c.label.contains(&only));
+    }
+    println!(
+        "Redis µs per decision, median [min, max] of {rounds} rounds of {DECISIONS} decisions \
+         on {KEYS} buckets; {}",
+        info(&mut c, "server")
+            .await
+            .lines()
+            .find(|l| l.starts_with("redis_version:"))
+            .unwrap_or("")
+            .trim()
+    );
+    println!("{:<58} {:>22} {:>22}", "script", "script µs", "cpu µs");
+    let mut results: Vec<Vec<(f64, f64)>> = vec![Vec::new(); cases.len()];
+    // Rounds interleaved, so that a slow moment of the machine falls on every case alike.
+    for _ in 0..rounds {
+        for (case, out) in cases.iter().zip(&mut results) {
+            out.push(round(&mut c, case).await);
+        }
+    }
+    for (case, out) in cases.iter().zip(&results) {
+        let summary = |f: fn(&(f64, f64)) -> f64| {
+            let mut v: Vec<f64> = out.iter().map(f).collect();
+            v.sort_by(f64::total_cmp);
+            format!("{:.2} [{:.2}, {:.2}]", v[v.len() / 2], v[0], v[v.len() - 1])
+        };
+        println!(
+            "{:<58} {:>22} {:>22}",
+            case.label,
+            summary(|r| r.0),
+            summary(|r| r.1)
+        );
+    }
+}
