@@ -174,14 +174,15 @@ fn main() {
                 .await
                 .unwrap()
                 .batch_limit(batch_limit);
-            RateLimiter::builder()
-                .redis_store(store)
+            let limiter = RateLimiter::builder()
+                .redis_store(store.clone())
                 .prefix("bench")
                 .failure_policy(FailurePolicy::Deny)
                 .deadline(Some(Duration::from_secs(5)))
                 .build()
                 .await
-                .unwrap()
+                .unwrap();
+            (limiter, store)
         })
     };
     let limiter = connect(args.batch_limit);
@@ -191,7 +192,7 @@ fn main() {
     // (a NOSCRIPT, then EVAL): let it land before any measurement, whose check that the server
     // failed no call would count it. It writes the set of live instances.
     rt.block_on(bench.wait_for_key("bench:instances", Duration::from_secs(5)));
-    check_same_work(&rt, &limiter, &bench, &keys, &limit, &script);
+    check_same_work(&rt, &limiter.0, &bench, &keys, &limit, &script);
     let client = if args.redis_rs_only {
         let conn = rt.block_on(async {
             redis::Client::open(url.as_str())
@@ -206,7 +207,7 @@ fn main() {
             args: script,
         }
     } else {
-        Client::Limiter(limiter)
+        Client::Limiter(limiter.0, Some(limiter.1))
     };
 
     // Every series of the report and the plots. Another configuration of ours is one more
@@ -227,7 +228,7 @@ fn main() {
         contenders.push(Contender::Ours {
             label: "per-command",
             legend: "RateLimiter::check, one EVALSHA per call (batch_limit(1))".to_owned(),
-            client: Client::Limiter(per_command),
+            client: Client::Limiter(per_command.0, None),
         });
     }
     let flexible_note = match flexible::prepare(&args, port) {
@@ -266,7 +267,7 @@ fn main() {
             .collect();
         // The deny cache: every task on one key Redis has refused for the next hour.
         let flood = match &client {
-            Client::Limiter(_) => {
+            Client::Limiter(..) => {
                 let point = rt.block_on(load::measure(
                     &client,
                     &flood_keys,

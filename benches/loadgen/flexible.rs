@@ -223,6 +223,7 @@ impl Flexible {
             decisions_per_sec: num("decisions_per_sec"),
             latency_us: ["p50_us", "p90_us", "p99_us", "p999_us"].map(num),
             server,
+            batches: None,
             denied: count("rejections"),
             not_by_store: None,
             errors: count("errors"),

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::time::{Duration, Instant};
 
 use hdrhistogram::Histogram;
+use redis_ratelimit::store::RedisStore;
 use redis_ratelimit::{Decision, Error, Limit, RateLimiter, Source};
 
 use crate::redis_benchmark::{Bench, ScriptArgs, ServerWork};
@@ -21,6 +22,8 @@ pub(crate) struct Point {
     pub(crate) elapsed: Duration,
     pub(crate) stats: TaskStats,
     pub(crate) server: ServerWork,
+    /// Script calls by batch size over the measurement, for a limiter whose store was kept.
+    pub(crate) batches: Option<[u64; 8]>,
 }
 
 impl Point {
@@ -119,12 +122,17 @@ pub(crate) async fn measure(
 
     tokio::time::sleep(warmup).await;
     bench.reset_stats_async().await;
+    let sizes_before = client.batch_sizes();
     phase.store(MEASURE, Ordering::Relaxed);
     let started = Instant::now();
     tokio::time::sleep(duration).await;
     phase.store(STOP, Ordering::Relaxed);
     let elapsed = started.elapsed();
     let server = bench.server_work_async().await;
+    let batches = client
+        .batch_sizes()
+        .zip(sizes_before)
+        .map(|(after, before)| std::array::from_fn(|i| after[i] - before[i]));
 
     let mut stats = TaskStats::new();
     for w in workers {
@@ -135,6 +143,7 @@ pub(crate) async fn measure(
         elapsed,
         stats,
         server,
+        batches,
     }
 }
 
@@ -142,7 +151,8 @@ pub(crate) async fn measure(
 /// through redis-rs alone on one multiplexed connection (what the limiter is built on).
 #[derive(Clone)]
 pub(crate) enum Client {
-    Limiter(RateLimiter),
+    /// The limiter, and its store when the load generator made it (to read its batch sizes).
+    Limiter(RateLimiter, Option<RedisStore>),
     RedisRs {
         conn: redis::aio::MultiplexedConnection,
         script: Arc<redis::Script>,
@@ -151,9 +161,17 @@ pub(crate) enum Client {
 }
 
 impl Client {
+    /// Its store's script calls by batch size so far (`RedisStore::batch_sizes`).
+    fn batch_sizes(&self) -> Option<[u64; 8]> {
+        match self {
+            Client::Limiter(_, Some(store)) => Some(store.batch_sizes()),
+            _ => None,
+        }
+    }
+
     async fn check(&self, key: &str, limit: &Limit) -> Result<Decision, Error> {
         match self {
-            Client::Limiter(l) => l.check(key, limit).await,
+            Client::Limiter(l, _) => l.check(key, limit).await,
             Client::RedisRs { conn, script, args } => {
                 let mut conn = conn.clone();
                 let reply: Vec<u64> = script

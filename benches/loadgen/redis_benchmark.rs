@@ -57,12 +57,18 @@ impl BenchResult {
     }
 }
 
-/// What the server counted for `EVALSHA` over a measurement (`INFO commandstats`).
+/// What the server counted for script calls (`FCALL`, `EVALSHA`, `EVAL`) over a measurement
+/// (`INFO commandstats`), and the CPU it used meanwhile (`INFO cpu`, user + sys: reading the
+/// commands and writing the replies too).
 #[derive(Debug, Clone, Copy, Default)]
 pub(crate) struct ServerWork {
     pub(crate) calls: u64,
     pub(crate) usec: u64,
     pub(crate) failed: u64,
+    /// The server's CPU time from the reset to the reading, in µs.
+    pub(crate) cpu_us: f64,
+    /// How long that was.
+    pub(crate) window: Duration,
 }
 
 impl ServerWork {
@@ -78,7 +84,7 @@ impl std::fmt::Display for ServerWork {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "server: {} EVALSHA, {:.2} µs each, {} failed",
+            "server: {} script calls, {:.2} µs each, {} failed",
             self.calls,
             self.usec_per_call(),
             self.failed
@@ -95,6 +101,8 @@ pub(crate) struct Bench {
     args: ScriptArgs,
     keys: usize,
     client: redis::Client,
+    /// The server's CPU seconds (user + sys) and the instant at the last reset.
+    reset_at: std::sync::Mutex<(f64, Instant)>,
 }
 
 impl Bench {
@@ -113,6 +121,7 @@ impl Bench {
             args,
             keys,
             client,
+            reset_at: std::sync::Mutex::new((0.0, Instant::now())),
         }
     }
 
@@ -262,18 +271,34 @@ impl Bench {
     }
 
     pub(crate) fn reset_stats(&self) {
-        let _: () = redis::cmd("CONFIG")
-            .arg("RESETSTAT")
-            .query(&mut self.client.get_connection().unwrap())
-            .unwrap();
+        let mut c = self.client.get_connection().unwrap();
+        let _: () = redis::cmd("CONFIG").arg("RESETSTAT").query(&mut c).unwrap();
+        let info: String = redis::cmd("INFO").arg("cpu").query(&mut c).unwrap();
+        self.mark(&info);
     }
 
     pub(crate) fn server_work(&self) -> ServerWork {
         let info: String = redis::cmd("INFO")
             .arg("commandstats")
+            .arg("cpu")
             .query(&mut self.client.get_connection().unwrap())
             .unwrap();
-        parse_commandstats(&info)
+        self.work(&info)
+    }
+
+    /// Notes the server's CPU time now (from `INFO cpu`), as of a reset.
+    fn mark(&self, info: &str) {
+        *self.reset_at.lock().unwrap() = (cpu_seconds(info), Instant::now());
+    }
+
+    /// The work since the last reset, from `INFO commandstats cpu`.
+    fn work(&self, info: &str) -> ServerWork {
+        let (cpu, at) = *self.reset_at.lock().unwrap();
+        ServerWork {
+            cpu_us: (cpu_seconds(info) - cpu) * 1e6,
+            window: at.elapsed(),
+            ..parse_commandstats(info)
+        }
     }
 
     pub(crate) async fn reset_stats_async(&self) {
@@ -287,6 +312,12 @@ impl Bench {
             .query_async(&mut c)
             .await
             .unwrap();
+        let info: String = redis::cmd("INFO")
+            .arg("cpu")
+            .query_async(&mut c)
+            .await
+            .unwrap();
+        self.mark(&info);
     }
 
     /// Waits until `key` exists, on the caller's runtime (a current-thread one runs the
@@ -320,10 +351,11 @@ impl Bench {
             .unwrap();
         let info: String = redis::cmd("INFO")
             .arg("commandstats")
+            .arg("cpu")
             .query_async(&mut c)
             .await
             .unwrap();
-        parse_commandstats(&info)
+        self.work(&info)
     }
 }
 
@@ -339,22 +371,35 @@ fn parse_csv(out: &str) -> Option<Vec<f64>> {
     (fields.len() == 7).then_some(fields)
 }
 
+/// The script calls in `INFO commandstats`: `FCALL` (the limiter, where the server has
+/// functions), `EVALSHA` and `EVAL`.
 fn parse_commandstats(info: &str) -> ServerWork {
-    let Some(line) = info
-        .lines()
-        .find_map(|l| l.strip_prefix("cmdstat_evalsha:"))
-    else {
-        return ServerWork::default();
-    };
-    let field = |name: &str| {
-        line.split(',')
-            .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
-            .and_then(|v| v.trim().parse().ok())
-            .unwrap_or(0)
-    };
-    ServerWork {
-        calls: field("calls"),
-        usec: field("usec"),
-        failed: field("failed_calls") + field("rejected_calls"),
+    let mut work = ServerWork::default();
+    for command in ["cmdstat_fcall:", "cmdstat_evalsha:", "cmdstat_eval:"] {
+        let Some(line) = info.lines().find_map(|l| l.strip_prefix(command)) else {
+            continue;
+        };
+        let field = |name: &str| -> u64 {
+            line.split(',')
+                .find_map(|kv| kv.strip_prefix(name)?.strip_prefix('='))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(0)
+        };
+        work.calls += field("calls");
+        work.usec += field("usec");
+        work.failed += field("failed_calls") + field("rejected_calls");
     }
+    work
+}
+
+/// `used_cpu_user` + `used_cpu_sys` of an `INFO cpu` reply, in seconds.
+fn cpu_seconds(info: &str) -> f64 {
+    ["used_cpu_user:", "used_cpu_sys:"]
+        .iter()
+        .filter_map(|f| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(f))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
+        .sum()
 }

@@ -8,6 +8,8 @@ use crate::stats::{Spread, thousands, us};
 
 /// The concurrency compared with the `-c 50 -P 16` ceiling.
 pub(crate) const CEILING_TASKS: usize = 64;
+/// Target: the server's CPU per decision at [`CEILING_TASKS`] ÷ rate-limiter-flexible's.
+const FLEXIBLE_CPU_TARGET: f64 = 0.5;
 /// Target: decisions/s at [`CEILING_TASKS`] ÷ the ceiling.
 pub(crate) const THROUGHPUT_TARGET: f64 = 1.8;
 /// Target: our p50 at one task ÷ `redis-benchmark -c 1`'s p50.
@@ -57,6 +59,9 @@ pub(crate) struct Sample {
     /// p50, p90, p99, p99.9 in µs, as [`QUANTILES`].
     pub(crate) latency_us: [f64; 4],
     pub(crate) server: ServerWork,
+    /// Script calls by the number of calls each decided (`RedisStore::batch_sizes` over the
+    /// measurement), for a limiter whose store was kept.
+    pub(crate) batches: Option<[u64; 8]>,
     /// Refused calls (must stay 0: the limit admits every call).
     pub(crate) denied: u64,
     /// Decided by our failure policy (a store failure or a late reply); `None` for a client
@@ -66,12 +71,18 @@ pub(crate) struct Sample {
 }
 
 impl Sample {
+    /// The server's whole CPU (user + sys) per decision, in µs.
+    pub(crate) fn cpu_us_per_decision(&self) -> f64 {
+        self.server.cpu_us / (self.decisions_per_sec * self.server.window.as_secs_f64())
+    }
+
     pub(crate) fn of(point: &Point) -> Sample {
         Sample {
             tasks: point.tasks,
             decisions_per_sec: point.decisions_per_sec(),
             latency_us: QUANTILES.map(|(q, _)| point.latency_us(q)),
             server: point.server,
+            batches: point.batches,
             denied: point.stats.denied,
             not_by_store: Some(point.stats.not_by_store),
             errors: point.stats.errors,
@@ -118,6 +129,10 @@ pub(crate) struct Level {
     /// p50, p90, p99, p99.9 in µs.
     pub(crate) latency_us: [Spread; 4],
     pub(crate) server_us: Spread,
+    /// The server's whole CPU per decision (µs).
+    pub(crate) cpu_us: Spread,
+    /// Script calls by batch size, summed over the runs.
+    pub(crate) batches: Option<[u64; 8]>,
     pub(crate) denied: u64,
     pub(crate) not_by_store: Option<u64>,
     pub(crate) errors: u64,
@@ -140,6 +155,9 @@ pub(crate) struct Series {
     /// Per run: decisions/s at [`CEILING_TASKS`] ÷ rate-limiter-flexible's at as many
     /// in-flight calls (this project's series only, when both were measured).
     pub(crate) flexible_ratio: Option<Spread>,
+    /// Per run: the server's CPU per decision at [`CEILING_TASKS`] ÷ rate-limiter-flexible's
+    /// at as many in flight.
+    pub(crate) flexible_cpu_ratio: Option<Spread>,
 }
 
 impl Series {
@@ -195,6 +213,13 @@ impl Summary {
                             latency_us: [0, 1, 2, 3]
                                 .map(|q| Spread::of(samples.iter().map(|s| s.latency_us[q]))),
                             server_us: Spread::of(samples.iter().map(|s| s.server.usec_per_call())),
+                            cpu_us: Spread::of(samples.iter().map(|s| s.cpu_us_per_decision())),
+                            batches: samples.iter().try_fold([0u64; 8], |mut sum, s| {
+                                for (t, n) in sum.iter_mut().zip(s.batches?) {
+                                    *t += n;
+                                }
+                                Some(sum)
+                            }),
                             denied: samples.iter().map(|s| s.denied).sum(),
                             not_by_store: samples.iter().map(|s| s.not_by_store).sum(),
                             errors: samples.iter().map(|s| s.errors).sum(),
@@ -221,6 +246,15 @@ impl Summary {
                             / r.series[f].samples[theirs].decisions_per_sec
                     })))
                 });
+                let flexible_cpu_ratio =
+                    flexible.filter(|_| head.side == Side::Ours).and_then(|f| {
+                        let ours = at(&head.samples, CEILING_TASKS)?;
+                        let theirs = at(&first.series[f].samples, CEILING_TASKS)?;
+                        Some(Spread::of(runs.iter().map(|r| {
+                            r.series[k].samples[ours].cpu_us_per_decision()
+                                / r.series[f].samples[theirs].cpu_us_per_decision()
+                        })))
+                    });
                 Series {
                     label: head.label.clone(),
                     legend: head.legend.clone(),
@@ -229,6 +263,7 @@ impl Summary {
                     throughput_ratio,
                     latency_ratio,
                     flexible_ratio,
+                    flexible_cpu_ratio,
                 }
             })
             .collect();
@@ -276,13 +311,13 @@ impl Summary {
         );
         println!();
         println!(
-            "| series | tasks | decisions/s | p50 µs | p90 µs | p99 µs | p99.9 µs | server µs/call | denied | not by the store | errors |"
+            "| series | tasks | decisions/s | p50 µs | p90 µs | p99 µs | p99.9 µs | server µs/call | Redis CPU µs/decision | denied | not by the store | errors |"
         );
-        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
+        println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|");
         for s in &self.series {
             for l in &s.levels {
                 println!(
-                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
+                    "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} |",
                     s.label,
                     l.tasks,
                     l.decisions_per_sec.show_count(),
@@ -291,10 +326,34 @@ impl Summary {
                     l.latency_us[2].show(0),
                     l.latency_us[3].show(0),
                     l.server_us.show(2),
+                    l.cpu_us.show(2),
                     l.denied,
                     l.not_by_store
                         .map_or_else(|| "–".to_owned(), |n| n.to_string()),
                     l.errors
+                );
+            }
+        }
+        // How the coalesced limiter's calls left: script calls per batch size.
+        for s in &self.series {
+            for l in &s.levels {
+                let Some(b) = l.batches else { continue };
+                let total: u64 = b.iter().sum();
+                let classes = [
+                    "1", "2-3", "4-7", "8-15", "16-31", "32-63", "64-127", "128+",
+                ];
+                let shares: Vec<String> = classes
+                    .iter()
+                    .zip(b)
+                    .filter(|(_, n)| *n > 0)
+                    .map(|(c, n)| format!("{c}: {:.1} %", 100.0 * us(n) / us(total.max(1))))
+                    .collect();
+                println!(
+                    "batch sizes, {} at {} tasks: {} script calls; {}",
+                    s.label,
+                    l.tasks,
+                    thousands(us(total)),
+                    shares.join(", ")
                 );
             }
         }
@@ -345,6 +404,16 @@ impl Summary {
                     "ratio: {} p50 at 1 task ÷ redis-benchmark -c 1 p50 = {}{target}",
                     s.label,
                     r.show(3)
+                );
+            }
+            if let Some(r) = s.flexible_cpu_ratio {
+                println!(
+                    "ratio: {} Redis CPU per decision at {CEILING_TASKS} tasks ÷ \
+                     rate-limiter-flexible's at {CEILING_TASKS} in flight = {} (target ≤ \
+                     {FLEXIBLE_CPU_TARGET}: {})",
+                    s.label,
+                    r.show(2),
+                    verdict(r.median <= FLEXIBLE_CPU_TARGET)
                 );
             }
             if let Some(r) = s.flexible_ratio {

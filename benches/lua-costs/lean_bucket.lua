@@ -2,8 +2,8 @@
 -- call (one limit for all): the theoretical arrival time in whole microseconds as the value,
 -- one GET and one SET .. PXAT, no limit change, no reservation, no sub-microsecond units, no
 -- check of a foreign value. It shows the floor of the Lua work, not a script this library
--- could ship. `run` also measures it with a PEXPIRETIME added (what reading the expiry of an
--- existing bucket costs), by inserting the marked line.
+-- could ship. (`lua_cost` measures it; the marked line is where a PEXPIRETIME of an existing
+-- bucket would go.)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000000 + tonumber(t[2])
 local interval = tonumber(ARGV[1])

@@ -180,7 +180,10 @@ pub(super) async fn load_library(
 /// Whether a script or function call failed for want of the script (`NOSCRIPT`) or the
 /// function (`ERR Function not found`) on its node: nothing ran.
 fn is_missing_script(e: &RedisError) -> bool {
-    e.code() == Some("NOSCRIPT") || e.to_string().contains("Function not found")
+    // The whole reply, not a part of it: an error a script raised after it wrote must never
+    // run it again by EVAL.
+    e.code() == Some("NOSCRIPT")
+        || (e.code() == Some("ERR") && e.detail().map(str::trim) == Some("Function not found"))
 }
 
 /// Whether `FUNCTION LOAD` failed because the server offers no functions to this client: the
