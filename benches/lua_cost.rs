@@ -78,17 +78,6 @@ async fn info(c: &mut MultiplexedConnection, section: &str) -> String {
         .unwrap()
 }
 
-fn cpu_seconds(info: &str) -> f64 {
-    ["used_cpu_user:", "used_cpu_sys:"]
-        .iter()
-        .filter_map(|f| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(f))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-        })
-        .sum()
-}
-
 /// One round of `case`: (script µs, cpu µs) per decision.
 async fn round(c: &mut MultiplexedConnection, case: &Case) -> (f64, f64) {
     redis::cmd("FLUSHDB")
@@ -100,7 +89,7 @@ async fn round(c: &mut MultiplexedConnection, case: &Case) -> (f64, f64) {
         .query_async::<()>(&mut *c)
         .await
         .unwrap();
-    let cpu_before = cpu_seconds(&info(c, "cpu").await);
+    let cpu_before = testkit::cpu_seconds(&info(c, "cpu").await);
     let mut i = 0;
     while i < DECISIONS {
         let mut pipe = redis::pipe();
@@ -128,7 +117,7 @@ async fn round(c: &mut MultiplexedConnection, case: &Case) -> (f64, f64) {
             case.label
         );
     }
-    let cpu = cpu_seconds(&info(c, "cpu").await) - cpu_before;
+    let cpu = testkit::cpu_seconds(&info(c, "cpu").await) - cpu_before;
     let stats = info(c, "commandstats").await;
     let line = format!("cmdstat_{}", case.command.to_ascii_lowercase());
     let usec = testkit::info_number(&stats, &line, Some("usec")).unwrap();

@@ -288,14 +288,14 @@ impl Bench {
 
     /// Notes the server's CPU time now (from `INFO cpu`), as of a reset.
     fn mark(&self, info: &str) {
-        *self.reset_at.lock().unwrap() = (cpu_seconds(info), Instant::now());
+        *self.reset_at.lock().unwrap() = (testkit::cpu_seconds(info), Instant::now());
     }
 
     /// The work since the last reset, from `INFO commandstats cpu`.
     fn work(&self, info: &str) -> ServerWork {
         let (cpu, at) = *self.reset_at.lock().unwrap();
         ServerWork {
-            cpu_us: (cpu_seconds(info) - cpu) * 1e6,
+            cpu_us: (testkit::cpu_seconds(info) - cpu) * 1e6,
             window: at.elapsed(),
             ..parse_commandstats(info)
         }
@@ -390,16 +390,4 @@ fn parse_commandstats(info: &str) -> ServerWork {
         work.failed += field("failed_calls") + field("rejected_calls");
     }
     work
-}
-
-/// `used_cpu_user` + `used_cpu_sys` of an `INFO cpu` reply, in seconds.
-fn cpu_seconds(info: &str) -> f64 {
-    ["used_cpu_user:", "used_cpu_sys:"]
-        .iter()
-        .filter_map(|f| {
-            info.lines()
-                .find_map(|l| l.strip_prefix(f))
-                .and_then(|v| v.trim().parse::<f64>().ok())
-        })
-        .sum()
 }

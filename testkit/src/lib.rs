@@ -52,6 +52,19 @@ pub fn script_calls(commandstats: &str) -> u64 {
         .sum()
 }
 
+/// The server's CPU time so far in the text of `INFO cpu`: `used_cpu_user` + `used_cpu_sys`,
+/// in seconds (0 when absent).
+pub fn cpu_seconds(info: &str) -> f64 {
+    ["used_cpu_user:", "used_cpu_sys:"]
+        .iter()
+        .filter_map(|f| {
+            info.lines()
+                .find_map(|l| l.strip_prefix(f))
+                .and_then(|v| v.trim().parse::<f64>().ok())
+        })
+        .sum()
+}
+
 /// A port on 127.0.0.1 that was free a moment ago.
 pub fn free_port() -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").expect("bind an ephemeral loopback port");
