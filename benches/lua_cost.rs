@@ -231,11 +231,16 @@ async fn main() {
                     batch_sha.clone()
                 },
                 per_command: m,
-                // As the store sends a one-limit call: 1 limit, its key, algorithm 1, the
-                // number of its arguments, them.
+                // As the store sends one-limit calls of one limit: the batch's first as 1
+                // limit, its key, algorithm 1, the number of its arguments, them; each other
+                // as 0 and its key.
                 decision: Box::new(move |i, _, argv| {
-                    argv.extend(["1".to_owned(), key(i), "1".to_owned(), tb.len().to_string()]);
-                    argv.extend(tb.iter().map(u64::to_string));
+                    if i % m == 0 {
+                        argv.extend(["1".to_owned(), key(i), "1".to_owned(), tb.len().to_string()]);
+                        argv.extend(tb.iter().map(u64::to_string));
+                    } else {
+                        argv.extend(["0".to_owned(), key(i)]);
+                    }
                 }),
                 batch: true,
             });

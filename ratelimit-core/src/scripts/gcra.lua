@@ -55,10 +55,14 @@ local interval = tonumber(ARGV[1])
 local d = tonumber(ARGV[2])
 local tau = tonumber(ARGV[3])
 local cost = tonumber(ARGV[4])
-local absent = tonumber(ARGV[5] or '0') or 0
-local reach = tonumber(ARGV[6] or '0') or 0
-local queue = ARGV[8] == '1'
-local hold = tonumber(ARGV[7] or '')
+-- The optional ones read only when sent (most calls send four).
+local absent, reach, queue, hold = 0, 0, false, nil
+if ARGV[5] then
+  absent = tonumber(ARGV[5]) or 0
+  reach = tonumber(ARGV[6] or '0') or 0
+  queue = ARGV[8] == '1'
+  hold = tonumber(ARGV[7] or '')
+end
 if not hold then
   hold = math.max(2251799813685248 - 2 * tau - 2048 * d, 0)
   hold = math.min(86400000000 * d, hold)
@@ -67,12 +71,18 @@ end
 -- The stored remainder, fine unit and interval, or nil for a value this script never writes.
 local function read_value(v)
   if type(v) ~= 'string' then return nil end
-  local digits = string.match(v, '^([1-9]%d*)$')
-  if digits then
-    if #digits < 4 or #digits > 19 then return nil end
-    return tonumber(string.sub(digits, -3)), 1, tonumber(string.sub(digits, 1, -4))
+  if string.find(v, '^[1-9]%d*$') then
+    local n = #v
+    if n < 4 or n > 19 then return nil end
+    if n <= 15 then
+      -- Below 10^15, so exact in a double: the two parts by arithmetic, not by substrings.
+      local all = tonumber(v)
+      local iv = math.floor(all / 1000)
+      return all - iv * 1000, 1, iv
+    end
+    return tonumber(string.sub(v, -3)), 1, tonumber(string.sub(v, 1, -4))
   end
-  digits = string.match(v, '^%-([1-9]%d*)$')
+  local digits = string.match(v, '^%-([1-9]%d*)$')
   if not digits then return nil end
   local k = tonumber(string.sub(digits, -1)) + 1
   local n = #digits
@@ -88,7 +98,11 @@ end
 
 -- Written in canonical decimal (no leading zero), so Redis keeps it as an integer.
 local function write_value(r)
-  if d == 1 then return string.format('%d%03d', interval, r) end
+  if d == 1 then
+    -- interval and r's three digits: one number while it is exact (the same text).
+    if interval < 1000000000000 then return string.format('%d', interval * 1000 + r) end
+    return string.format('%d%03d', interval, r)
+  end
   local unit = string.format('%d', d)
   local k = #unit
   return string.format('-%d%0' .. (k + 3) .. 'd%s%d', interval, r, unit, k - 1)

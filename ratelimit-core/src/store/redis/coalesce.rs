@@ -284,12 +284,23 @@ impl RedisStore {
         let reply: Value = self
             .eval(Lua::Batch, &[first], |cmd| {
                 cmd.arg(batch.len());
+                // A one-limit call under the previous one-limit call's limit (the usual case:
+                // one limit, many keys) goes as 0 and its key: its spec is in place.
+                let mut previous: Option<&[u64]> = None;
                 for queued in batch {
-                    cmd.arg(queued.keys.len());
-                    for key in &queued.keys {
-                        cmd.arg(&**key);
+                    match queued.keys.as_slice() {
+                        [key] if previous == Some(queued.specs.as_slice()) => {
+                            cmd.arg(0).arg(&**key);
+                        }
+                        keys => {
+                            cmd.arg(keys.len());
+                            for key in keys {
+                                cmd.arg(&**key);
+                            }
+                            cmd.arg(queued.specs.as_slice());
+                            previous = (keys.len() == 1).then_some(queued.specs.as_slice());
+                        }
                     }
-                    cmd.arg(queued.specs.as_slice());
                 }
             })
             .await?;
