@@ -415,6 +415,9 @@ fn live_members(entries: &[concurrency::Entry], now: u64) -> Vec<(String, u64)> 
     live
 }
 
+/// A concurrency set as `ZRANGE .. WITHSCORES` answers it.
+type Written = Vec<(String, u64)>;
+
 /// The members of a concurrency set as `ZRANGE .. WITHSCORES` answered them.
 fn members_of(scores: &[(String, u64)]) -> Vec<concurrency::Entry> {
     scores
@@ -479,7 +482,7 @@ fn concurrency_scripts_equal_their_twin() {
                 // And the server time of the read: on a loaded machine the server can be
                 // descheduled between the script and the read, long enough for a lease of a
                 // few milliseconds to end and its key to go. What is live is compared then.
-                let (reply, written, read_at): (Vec<u64>, Vec<(String, u64)>, (u64, u64)) = pipe
+                let (reply, written, read_at): (Vec<u64>, Written, (u64, u64)) = pipe
                     .cmd("ZRANGE")
                     .arg(key)
                     .arg(0)
@@ -530,24 +533,23 @@ fn concurrency_scripts_equal_their_twin() {
                 // The renewal and a read of what it wrote in one transaction: a lease of a
                 // few milliseconds may end (and the key with it) before a later read.
                 let (command, name) = renew.pick(&mut rng);
-                let (renewed, written, read_at): (u64, Vec<(String, u64)>, (u64, u64)) =
-                    redis::pipe()
-                        .atomic()
-                        .cmd(command)
-                        .arg(name)
-                        .arg(1)
-                        .arg(key)
-                        .arg(holder)
-                        .arg(lease_us)
-                        .arg(3)
-                        .cmd("ZRANGE")
-                        .arg(key)
-                        .arg(0)
-                        .arg(-1)
-                        .arg("WITHSCORES")
-                        .cmd("TIME")
-                        .query(&mut con)
-                        .unwrap();
+                let (renewed, written, read_at): (u64, Written, (u64, u64)) = redis::pipe()
+                    .atomic()
+                    .cmd(command)
+                    .arg(name)
+                    .arg(1)
+                    .arg(key)
+                    .arg(holder)
+                    .arg(lease_us)
+                    .arg(3)
+                    .cmd("ZRANGE")
+                    .arg(key)
+                    .arg(0)
+                    .arg(-1)
+                    .arg("WITHSCORES")
+                    .cmd("TIME")
+                    .query(&mut con)
+                    .unwrap();
                 let read_at = read_at.0 * 1_000_000 + read_at.1;
                 if renewed > 0 {
                     // The server time the script renewed at, from the leases it wrote.
