@@ -56,7 +56,7 @@ async fn concurrent_calls_leave_in_batches_and_never_over_admit() {
     let before = server.script_calls().await;
     assert_eq!(flood(&limiter, "k", &limit, 200).await, 50);
     let scripts = server.script_calls().await - before;
-    // 4 alone (the places in flight), then the others in batches of at most 64 (join_all
+    // 16 alone (the places in flight), then the others in batches of at most 64 (join_all
     // starts them 32 at a time, so batches may be smaller).
     assert!(scripts <= 50, "200 calls took {scripts} script calls");
     // Every bucket of a batch is its own: 100 keys of burst 1, each asked twice at once.

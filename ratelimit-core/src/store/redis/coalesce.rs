@@ -27,13 +27,10 @@ use crate::algorithm::library::Lua;
 
 /// Script calls of one node in flight at once before calls queue. Batching only pays once
 /// Redis is the bottleneck: gathered calls wait for a reply before they leave, which costs
-/// more than it saves while Redis still has time to spare. It was 16 (docs/benchmarks.md
-/// 3.6: with 2 or 8, 16 concurrent calls were slower than sent one by one). Since functions
-/// and compact batches, a decision in a batch costs Redis about a quarter less than alone,
-/// and with 16 places 87 % of the script calls at 64 tasks still went alone; with 4, 16 and
-/// 64 tasks decided more per second at no higher latency, and a lone caller, or up to 4, is
-/// sent at once as before (3.11).
-pub(super) const MAX_IN_FLIGHT: usize = 4;
+/// more than it saves while Redis still has time to spare. With 2 or 8, 16 concurrent calls
+/// were slower than sent one by one; with 16 they were not, and more were faster
+/// (docs/benchmarks.md 3.6).
+pub(super) const MAX_IN_FLIGHT: usize = 16;
 
 /// The batch limit by default: the most calls one `batch.lua` call decides (see
 /// [`RedisStore::batch_limit`]; docs/benchmarks.md measures the choice).

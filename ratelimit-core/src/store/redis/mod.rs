@@ -294,7 +294,7 @@ impl RedisStore {
     /// Bounds how many concurrent calls one script call decides (64 unless told; 1 sends
     /// every call on its own, one `EVALSHA` per decision).
     ///
-    /// While a node has 4 script calls in flight, the calls that arrive for it gather, and
+    /// While a node has 16 script calls in flight, the calls that arrive for it gather, and
     /// leave together, up to this many, as one script call that decides each of them exactly
     /// as if it were alone (group commit). A lone caller, or any call that finds the node
     /// idle, is sent at once and waits no longer than without batching. Under load this
