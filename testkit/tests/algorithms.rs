@@ -418,6 +418,27 @@ fn live_members(entries: &[concurrency::Entry], now: u64) -> Vec<(String, u64)> 
 /// A concurrency set as `ZRANGE .. WITHSCORES` answers it.
 type Written = Vec<(String, u64)>;
 
+/// Runs `pipe` (one script call, in a transaction) followed by a read of the set `key` and
+/// the server time of that read (µs): the script's reply, the set, the time. On a loaded
+/// machine the server can be descheduled between the script and the read, long enough for a
+/// lease of a few milliseconds to end and its key to go: what is live is compared then.
+fn then_read<T: redis::FromRedisValue>(
+    pipe: &mut redis::Pipeline,
+    con: &mut Connection,
+    key: &str,
+) -> (T, Written, u64) {
+    let (reply, written, (secs, micros)): (T, Written, (u64, u64)) = pipe
+        .cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .cmd("TIME")
+        .query(con)
+        .unwrap();
+    (reply, written, secs * 1_000_000 + micros)
+}
+
 /// The members of a concurrency set as `ZRANGE .. WITHSCORES` answered them.
 fn members_of(scores: &[(String, u64)]) -> Vec<concurrency::Entry> {
     scores
@@ -479,19 +500,8 @@ fn concurrency_scripts_equal_their_twin() {
                 for a in concurrency::args(p, cost) {
                     pipe.arg(a);
                 }
-                // And the server time of the read: on a loaded machine the server can be
-                // descheduled between the script and the read, long enough for a lease of a
-                // few milliseconds to end and its key to go. What is live is compared then.
-                let (reply, written, read_at): (Vec<u64>, Written, (u64, u64)) = pipe
-                    .cmd("ZRANGE")
-                    .arg(key)
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES")
-                    .cmd("TIME")
-                    .query(&mut con)
-                    .unwrap();
-                let read_at = read_at.0 * 1_000_000 + read_at.1;
+                let (reply, written, read_at): (Vec<u64>, _, _) =
+                    then_read(&mut pipe, &mut con, key);
                 assert_eq!(reply.len(), 5, "{reply:?}");
                 let (reply, now) = ([reply[0], reply[1], reply[2], reply[3]], reply[4]);
                 let o = concurrency::decide(now, &twins[k], p, cost);
@@ -533,24 +543,16 @@ fn concurrency_scripts_equal_their_twin() {
                 // The renewal and a read of what it wrote in one transaction: a lease of a
                 // few milliseconds may end (and the key with it) before a later read.
                 let (command, name) = renew.pick(&mut rng);
-                let (renewed, written, read_at): (u64, Written, (u64, u64)) = redis::pipe()
-                    .atomic()
+                let mut pipe = redis::pipe();
+                pipe.atomic()
                     .cmd(command)
                     .arg(name)
                     .arg(1)
                     .arg(key)
                     .arg(holder)
                     .arg(lease_us)
-                    .arg(3)
-                    .cmd("ZRANGE")
-                    .arg(key)
-                    .arg(0)
-                    .arg(-1)
-                    .arg("WITHSCORES")
-                    .cmd("TIME")
-                    .query(&mut con)
-                    .unwrap();
-                let read_at = read_at.0 * 1_000_000 + read_at.1;
+                    .arg(3);
+                let (renewed, written, read_at): (u64, _, _) = then_read(&mut pipe, &mut con, key);
                 if renewed > 0 {
                     // The server time the script renewed at, from the leases it wrote.
                     let written = members_of(&written);
