@@ -264,3 +264,29 @@ async fn the_store_counts_its_script_calls_by_batch_size() {
         "some calls rode in batches: {sizes:?}"
     );
 }
+
+/// A batch sends a call under the previous call's limit as its key alone: calls of two limits
+/// interleaved in one batch are each decided under their own (burst 3 and burst 7).
+#[tokio::test]
+async fn interleaved_limits_in_one_batch_each_keep_their_own() {
+    let server = RedisServer::start();
+    let limiter = limiter(&server, 64).await;
+    let three = Limit::per_hour(1).burst(3);
+    let seven = Limit::per_hour(1).burst(7);
+    let keys: Vec<String> = (0..200).map(|i| format!("mixed{i}")).collect();
+    let before = server.script_calls().await;
+    let calls = keys.iter().enumerate().map(|(i, k)| {
+        let limit = if i % 2 == 0 { &three } else { &seven };
+        limiter.check(k, limit)
+    });
+    let decisions = futures_util::future::join_all(calls).await;
+    assert!(
+        server.script_calls().await - before < 200,
+        "the calls rode in batches"
+    );
+    for (i, d) in decisions.into_iter().enumerate() {
+        let d = d.unwrap();
+        let remaining = if i % 2 == 0 { 2 } else { 6 };
+        assert_eq!((d.allowed, d.remaining), (true, remaining), "call {i}");
+    }
+}
