@@ -113,6 +113,9 @@ struct Circuit {
     /// Milliseconds since `origin` until which the circuit is open; 0 when closed.
     open_until: AtomicU64,
     probing: AtomicBool,
+    /// Store failures seen on this circuit so far: a call's success speaks for the store's
+    /// health only if none came after the call was sent (see [`Resilience::succeeded`]).
+    failures: AtomicU64,
 }
 
 /// Hash slots per circuit on Redis Cluster: nodes own contiguous slot ranges, so a failed
@@ -224,10 +227,24 @@ impl Resilience {
         }
     }
 
-    pub(crate) fn succeeded(&self, gate: Gate, circuit: usize) {
+    /// How many store failures `circuit` has seen: read before a call is sent, and given
+    /// back to [`succeeded`](Self::succeeded) with its answer.
+    pub(crate) fn failures(&self, circuit: usize) -> u64 {
+        self.circuits[circuit].failures.load(Ordering::Acquire)
+    }
+
+    /// A call on `circuit` that passed `gate` when the circuit had seen `failures_before`
+    /// failures was answered by the store. A probe closes the circuit (the store answers
+    /// again) and so, when no circuit is left open, ends degraded mode. Any other call closes
+    /// nothing if a failure came while it was on its way: sent before Redis went away and
+    /// answered after, its answer says nothing of the store now (closing on it would leave
+    /// degraded mode and enter it again on the next failure of the same outage).
+    pub(crate) fn succeeded(&self, gate: Gate, circuit: usize, failures_before: u64) {
         let c = &self.circuits[circuit];
         if gate == Gate::Probe {
             c.probing.store(false, Ordering::Release);
+        } else if c.failures.load(Ordering::Acquire) != failures_before {
+            return;
         }
         if c.open_until.load(Ordering::Relaxed) != 0 && c.open_until.swap(0, Ordering::AcqRel) != 0
         {
@@ -246,6 +263,7 @@ impl Resilience {
 
     pub(crate) fn failed(&self, gate: Gate, circuit: usize, error: &Error) {
         let c = &self.circuits[circuit];
+        c.failures.fetch_add(1, Ordering::AcqRel);
         if let Some(cooldown) = self.cooldown {
             let cooldown = u64::try_from(cooldown.as_millis()).unwrap_or(u64::MAX);
             let until = self.now_ms().saturating_add(cooldown);
@@ -466,6 +484,48 @@ mod fallback_tests {
         }
     }
 
+    /// A call sent before the store failed and answered after says nothing of the store now:
+    /// it neither closes the circuit nor ends degraded mode. A probe sent after does, and so
+    /// (with no circuit breaker) does any call sent after the failure.
+    #[test]
+    fn an_answer_to_a_call_sent_before_a_failure_leaves_the_store_failed() {
+        let timeout = Error::Timeout(Duration::ZERO);
+        // A cooldown of zero: the next call after a failure is the probe.
+        let r = Resilience::new(
+            FailurePolicy::Fallback,
+            None,
+            Some(Duration::ZERO),
+            1,
+            "t",
+            None,
+        );
+        let before = r.failures(0);
+        assert_eq!(r.gate(0), Gate::Closed);
+        r.failed(Gate::Closed, 0, &timeout);
+        assert!(r.is_degraded());
+        r.succeeded(Gate::Closed, 0, before);
+        assert!(r.is_degraded(), "a stale answer ends nothing");
+        let probe = r.failures(0);
+        assert_eq!(r.gate(0), Gate::Probe, "the circuit is still open");
+        r.succeeded(Gate::Probe, 0, probe);
+        assert!(!r.is_degraded(), "the probe's answer ends it");
+        assert_eq!(r.gate(0), Gate::Closed);
+
+        let r = Resilience::new(FailurePolicy::Fallback, None, None, 1, "t", None);
+        let before = r.failures(0);
+        r.failed(Gate::Closed, 0, &timeout);
+        r.succeeded(Gate::Closed, 0, before);
+        assert!(
+            r.is_degraded(),
+            "no circuit: a stale answer ends nothing either"
+        );
+        r.succeeded(Gate::Closed, 0, r.failures(0));
+        assert!(
+            !r.is_degraded(),
+            "an answer to a call sent after the failure ends it"
+        );
+    }
+
     /// Repeated short outages: each goes on from what the last left, never from a fresh share.
     #[test]
     fn an_outage_that_ends_leaves_the_next_where_it_was() {
@@ -476,7 +536,7 @@ mod fallback_tests {
         assert!(r.decide("k", &limit, 1, None).allowed);
         assert!(!r.decide("k", &limit, 1, None).allowed);
         r.failed(Gate::Closed, 0, &Error::Timeout(Duration::ZERO));
-        r.succeeded(Gate::Closed, 0);
+        r.succeeded(Gate::Closed, 0, r.failures(0));
         r.failed(Gate::Closed, 0, &Error::Timeout(Duration::ZERO));
         assert!(!r.decide("k", &limit, 1, None).allowed, "no fresh share");
         clock.advance(Duration::from_secs(1));

@@ -172,15 +172,32 @@ async fn redis_killed_under_load_then_restarted() {
         "the library was loaded again into the restarted server"
     );
     assert!(!limiter.is_degraded());
+    let entering = logs::matching("killed", "entering degraded mode");
+    let when = |lines: &[logs::Line]| -> Vec<String> {
+        lines
+            .iter()
+            .map(|l| {
+                let kill = l.at.saturating_duration_since(t_kill).as_secs_f64() * 1e3;
+                let restart = l.at.saturating_duration_since(t_restart).as_secs_f64() * 1e3;
+                format!(
+                    "{kill:.1} ms after the kill, {restart:.1} ms after the restart: {}",
+                    l.fields
+                )
+            })
+            .collect()
+    };
     assert_eq!(
-        logs::matching("killed", "entering degraded mode").len(),
+        entering.len(),
         1,
-        "one line on entering degraded mode"
+        "one line on entering degraded mode: {:#?}; left at {:#?}",
+        when(&entering),
+        when(&logs::matching("killed", "leaving degraded mode"))
     );
+    let leaving = logs::matching("killed", "leaving degraded mode");
     assert_eq!(
-        logs::matching("killed", "leaving degraded mode").len(),
+        leaving.len(),
         1,
-        "one line on leaving degraded mode"
+        "one line on leaving degraded mode: {leaving:#?}"
     );
 }
 

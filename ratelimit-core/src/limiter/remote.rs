@@ -210,6 +210,7 @@ impl RateLimiter {
         // another executor, say so instead of panicking inside them.
         on_tokio()?;
         let circuit = guard.circuit_of(|| key_slot(first.as_bytes()));
+        let failures = guard.failures(circuit);
         let gate = guard.gate(circuit);
         if gate == Gate::Open {
             return Ok(by_policy(guard));
@@ -219,7 +220,7 @@ impl RateLimiter {
         crate::observe::store_call(sent.elapsed());
         match answer {
             Ok(answer) => {
-                guard.succeeded(gate, circuit);
+                guard.succeeded(gate, circuit, failures);
                 if let Some(cache) = &remote.deny_cache {
                     remember(cache, &answer, sent, std::time::Instant::now());
                 }

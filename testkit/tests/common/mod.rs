@@ -214,6 +214,12 @@ pub(crate) mod logs {
         pub(crate) limiter: String,
         /// Its message.
         pub(crate) message: String,
+        /// Its other fields, `name=value` each, for a failing test to show.
+        #[allow(dead_code)]
+        pub(crate) fields: String,
+        /// When it was logged.
+        #[allow(dead_code)]
+        pub(crate) at: std::time::Instant,
     }
 
     static LINES: Mutex<Vec<Line>> = Mutex::new(Vec::new());
@@ -225,6 +231,7 @@ pub(crate) mod logs {
     struct Fields {
         limiter: String,
         message: String,
+        rest: String,
     }
 
     impl Visit for Fields {
@@ -232,7 +239,7 @@ pub(crate) mod logs {
             match field.name() {
                 "message" => self.message = format!("{value:?}"),
                 "limiter" => self.limiter = format!("{value:?}"),
-                _ => {}
+                name => self.rest.push_str(&format!("{name}={value:?} ")),
             }
         }
     }
@@ -253,6 +260,8 @@ pub(crate) mod logs {
                 level: *event.metadata().level(),
                 limiter: f.limiter,
                 message: f.message,
+                fields: f.rest,
+                at: std::time::Instant::now(),
             };
             LINES
                 .lock()
