@@ -63,7 +63,7 @@ pub use words::{Algorithm, Refill, Unit, UnknownAlgorithm, UnknownRefill, Unknow
 /// const EXPORTS: Limit = Limit::per_hour(100).refill(Refill::Interval).initial(0);
 /// assert_eq!(EXPORTS.initial_tokens(), 0);
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
 pub struct Limit {
     replenish: NonZeroU32,
     burst: NonZeroU32,
@@ -780,6 +780,27 @@ impl Limit {
 mod tests {
     use super::*;
     use ratelimit_vocab::Word;
+
+    #[test]
+    fn debug_names_what_the_limit_means() {
+        let reports = Limit::concurrent(2).lease(Duration::from_secs(3));
+        assert_eq!(
+            format!("{reports:?}"),
+            "Limit { concurrent: 2, lease: 3s, wait: None, shadow: false, on_failure: None }"
+        );
+        // The call a limit carries through the pipeline is not part of what it says.
+        assert_eq!(
+            format!("{:?}", reports.with_holder(u64::MAX)),
+            format!("{reports:?}")
+        );
+        let search = Limit::per_minute(3).wait(Duration::from_secs(2));
+        assert_eq!(
+            format!("{search:?}"),
+            "Limit { replenish: 3, burst: 3, period: 60s, unit: Some(Minute), \
+             algorithm: TokenBucket, refill: Smooth, initial: None, jitter: None, \
+             wait: Some(2s), shadow: false, on_failure: None }"
+        );
+    }
 
     #[test]
     fn the_longest_wait_is_a_day_or_what_exact_arithmetic_leaves() {

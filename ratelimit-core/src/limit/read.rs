@@ -120,6 +120,32 @@ impl Limit {
     }
 }
 
+/// What the limit means, by its public names: a concurrency limit's max and lease (not the
+/// fields they are stored in), a wait and a jitter as durations, and nothing of the call a
+/// limit may carry through the pipeline.
+impl fmt::Debug for Limit {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Limit");
+        if self.concurrent {
+            d.field("concurrent", &self.replenish)
+                .field("lease", &self.period());
+        } else {
+            d.field("replenish", &self.replenish)
+                .field("burst", &self.burst)
+                .field("period", &self.period())
+                .field("unit", &self.unit)
+                .field("algorithm", &self.algorithm)
+                .field("refill", &self.refill)
+                .field("initial", &self.initial)
+                .field("jitter", &self.max_jitter());
+        }
+        d.field("wait", &self.max_wait())
+            .field("shadow", &self.shadow)
+            .field("on_failure", &self.on_failure)
+            .finish()
+    }
+}
+
 impl fmt::Display for Limit {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         if self.concurrent {
