@@ -226,6 +226,18 @@ impl Error {
             Error::Redis(_) | Error::Timeout(_) | Error::BadReply(_) | Error::Connect { .. }
         )
     }
+
+    /// Whether the store's answer never came (no connection, a connection lost, no answer
+    /// within the deadline), as opposed to an answer that was an error (`NOPERM`, a script's
+    /// error, a reply of the wrong shape): after the first, an answer to a call sent before it
+    /// says nothing of the store now; after the second, the server was up to answer.
+    pub(crate) fn is_unreachable(&self) -> bool {
+        match self {
+            Error::Timeout(_) | Error::Connect { .. } => true,
+            Error::Redis(e) => e.is_io_error() || e.is_connection_dropped() || e.is_timeout(),
+            _ => false,
+        }
+    }
 }
 
 /// The URL without its secrets, for messages and logs.

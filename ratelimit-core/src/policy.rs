@@ -113,9 +113,10 @@ struct Circuit {
     /// Milliseconds since `origin` until which the circuit is open; 0 when closed.
     open_until: AtomicU64,
     probing: AtomicBool,
-    /// Store failures seen on this circuit so far: a call's success speaks for the store's
-    /// health only if none came after the call was sent (see [`Resilience::succeeded`]).
-    failures: AtomicU64,
+    /// Failures on this circuit so far in which the store's answer never came
+    /// ([`Error::is_unreachable`]): a call's success speaks for the store's health only if
+    /// none came after the call was sent (see [`Resilience::succeeded`]).
+    unreachable: AtomicU64,
 }
 
 /// Hash slots per circuit on Redis Cluster: nodes own contiguous slot ranges, so a failed
@@ -227,23 +228,25 @@ impl Resilience {
         }
     }
 
-    /// How many store failures `circuit` has seen: read before a call is sent, and given
-    /// back to [`succeeded`](Self::succeeded) with its answer.
+    /// How many times `circuit` found the store unreachable: read before a call is sent, and
+    /// given back to [`succeeded`](Self::succeeded) with its answer.
     pub(crate) fn failures(&self, circuit: usize) -> u64 {
-        self.circuits[circuit].failures.load(Ordering::Acquire)
+        self.circuits[circuit].unreachable.load(Ordering::Acquire)
     }
 
-    /// A call on `circuit` that passed `gate` when the circuit had seen `failures_before`
-    /// failures was answered by the store. A probe closes the circuit (the store answers
-    /// again) and so, when no circuit is left open, ends degraded mode. Any other call closes
-    /// nothing if a failure came while it was on its way: sent before Redis went away and
-    /// answered after, its answer says nothing of the store now (closing on it would leave
-    /// degraded mode and enter it again on the next failure of the same outage).
+    /// A call on `circuit` that passed `gate` when the circuit had found the store
+    /// unreachable `failures_before` times was answered by the store. A probe closes the
+    /// circuit (the store answers again) and so, when no circuit is left open, ends degraded
+    /// mode. Any other call closes nothing if the store was found unreachable while it was on
+    /// its way: sent before Redis went away and answered after, its answer says nothing of
+    /// the store now (closing on it would leave degraded mode and enter it again on the next
+    /// failure of the same outage). After a failure the server answered (`NOPERM` for one
+    /// key, a script's error), the answers of other calls do close it: the server is up.
     pub(crate) fn succeeded(&self, gate: Gate, circuit: usize, failures_before: u64) {
         let c = &self.circuits[circuit];
         if gate == Gate::Probe {
             c.probing.store(false, Ordering::Release);
-        } else if c.failures.load(Ordering::Acquire) != failures_before {
+        } else if c.unreachable.load(Ordering::Acquire) != failures_before {
             return;
         }
         if c.open_until.load(Ordering::Relaxed) != 0 && c.open_until.swap(0, Ordering::AcqRel) != 0
@@ -263,7 +266,9 @@ impl Resilience {
 
     pub(crate) fn failed(&self, gate: Gate, circuit: usize, error: &Error) {
         let c = &self.circuits[circuit];
-        c.failures.fetch_add(1, Ordering::AcqRel);
+        if error.is_unreachable() {
+            c.unreachable.fetch_add(1, Ordering::AcqRel);
+        }
         if let Some(cooldown) = self.cooldown {
             let cooldown = u64::try_from(cooldown.as_millis()).unwrap_or(u64::MAX);
             let until = self.now_ms().saturating_add(cooldown);
@@ -484,9 +489,9 @@ mod fallback_tests {
         }
     }
 
-    /// A call sent before the store failed and answered after says nothing of the store now:
-    /// it neither closes the circuit nor ends degraded mode. A probe sent after does, and so
-    /// (with no circuit breaker) does any call sent after the failure.
+    /// A call sent before the store was found unreachable and answered after says nothing of
+    /// the store now: it neither closes the circuit nor ends degraded mode. A probe sent after
+    /// does, and so (with no circuit breaker) does any call sent after the failure.
     #[test]
     fn an_answer_to_a_call_sent_before_a_failure_leaves_the_store_failed() {
         let timeout = Error::Timeout(Duration::ZERO);
@@ -524,6 +529,19 @@ mod fallback_tests {
             !r.is_degraded(),
             "an answer to a call sent after the failure ends it"
         );
+
+        // An error the server answered (here a reply of the wrong shape) says it is up: the
+        // answers of calls sent before it still count.
+        let r = Resilience::new(FailurePolicy::Fallback, None, None, 1, "t", None);
+        let before = r.failures(0);
+        r.failed(
+            Gate::Closed,
+            0,
+            &Error::BadReply("a wrong shape".to_owned()),
+        );
+        assert!(r.is_degraded());
+        r.succeeded(Gate::Closed, 0, before);
+        assert!(!r.is_degraded(), "the server answered both");
     }
 
     /// Repeated short outages: each goes on from what the last left, never from a fresh share.
