@@ -6,15 +6,18 @@ use super::Kernel;
 use crate::{Algorithm, Limit, Refill};
 
 /// Defines [`StateKind`] from its list, each kind with its id (how a call's spec names its
-/// script to `multi.lua` and `batch.lua`), its name, its script's file and the Lua local that
-/// names its id there; and the scripts made of every algorithm's.
+/// script to `multi.lua` and `batch.lua`), its name, its script's file (with, after `+`, a
+/// file of helpers that the script calls, defined once ahead of it rather than on every
+/// decision) and the Lua local that names its id there; and the scripts made of every
+/// algorithm's.
 macro_rules! state_kinds {
     (
         $(#[$attr:meta])*
         pub enum StateKind {
             $(
                 $(#[$doc:meta])*
-                $kind:ident = $id:literal, $name:literal, $lua:literal, $local:ident;
+                $kind:ident = $id:literal, $name:literal, $lua:literal $(+ $head:literal)?,
+                    $local:ident;
             )*
         }
     ) => {
@@ -42,6 +45,7 @@ macro_rules! state_kinds {
                 match self {
                     $(StateKind::$kind => concat!(
                         include_str!("../scripts/prelude.lua"),
+                        $(include_str!(concat!("../scripts/", $head)),)?
                         include_str!("../scripts/clock.lua"),
                         include_str!(concat!("../scripts/", $lua)),
                     ),)*
@@ -51,12 +55,12 @@ macro_rules! state_kinds {
 
         /// Several limits of one call in one script (see `multi.lua`).
         pub(crate) const MULTI_SCRIPT: &str =
-            with_algorithms!("../scripts/multi.lua"; $($id $lua $local)*);
+            with_algorithms!("../scripts/multi.lua"; $($id $lua [$($head)?] $local)*);
 
         /// Several independent calls bound for one node in one script, each decided as if
         /// alone (see `batch.lua`): how concurrent calls are coalesced.
         pub(crate) const BATCH_SCRIPT: &str =
-            with_algorithms!("../scripts/batch.lua"; $($id $lua $local)*);
+            with_algorithms!("../scripts/batch.lua"; $($id $lua [$($head)?] $local)*);
 
         /// Every script above as one library of Redis functions, less its first two lines
         /// (its name and `PREFIX`, both made of this text's hash: see `library`).
@@ -64,7 +68,7 @@ macro_rules! state_kinds {
             include_str!("../scripts/prelude.lua"),
             "-- Each call's own, set by `entry` (library.lua) when it starts.\n",
             "local now, KEYS, ARGV = 0, nil, nil\n",
-            algorithms!($($id $lua $local)*),
+            algorithms!($($id $lua [$($head)?] $local)*),
             "local function MULTI(KEYS, ARGV, redis)\n",
             include_str!("../scripts/multi.lua"),
             "end\n",
@@ -86,13 +90,15 @@ macro_rules! state_kinds {
     };
 }
 
-/// A local naming each algorithm's id, every algorithm's script as a function in
-/// `ALGORITHMS` under its id, and the functions that decide one call's limits together
-/// (`call.lua`): what `multi.lua`, `batch.lua` and the library share (after the prelude).
+/// A local naming each algorithm's id, the algorithms' helpers, every algorithm's script as a
+/// function in `ALGORITHMS` under its id, and the functions that decide one call's limits
+/// together (`call.lua`): what `multi.lua`, `batch.lua` and the library share (after the
+/// prelude). The helpers are defined once here, not in each call of a script's function.
 macro_rules! algorithms {
-    ($($id:literal $lua:literal $local:ident)*) => {
+    ($($id:literal $lua:literal [$($head:literal)?] $local:ident)*) => {
         concat!(
             $("local ", stringify!($local), " = ", $id, "\n",)*
+            $($(include_str!(concat!("../scripts/", $head)),)?)*
             include_str!("../scripts/multi_head.lua"),
             $(
                 "ALGORITHMS[", stringify!($local), "] = function(KEYS, ARGV, redis)\n",
@@ -107,12 +113,12 @@ macro_rules! algorithms {
 /// A script made of the prelude, the clock, [`algorithms!`] and `$main`. The flag lets a
 /// Redis Cluster node run it on keys of several slots that it serves.
 macro_rules! with_algorithms {
-    ($main:literal; $($id:literal $lua:literal $local:ident)*) => {
+    ($main:literal; $($id:literal $lua:literal [$($head:literal)?] $local:ident)*) => {
         concat!(
             "#!lua flags=allow-cross-slot-keys\n",
             include_str!("../scripts/prelude.lua"),
             include_str!("../scripts/clock.lua"),
-            algorithms!($($id $lua $local)*),
+            algorithms!($($id $lua [$($head)?] $local)*),
             include_str!($main),
         )
     };
@@ -143,7 +149,7 @@ state_kinds! {
     #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
     pub enum StateKind {
         /// GCRA: the token bucket refilled smoothly, and the leaky bucket.
-        TokenBucket = 1, "token_bucket", "gcra.lua", TOKEN_BUCKET;
+        TokenBucket = 1, "token_bucket", "gcra.lua" + "gcra_head.lua", TOKEN_BUCKET;
         /// The token bucket refilled at once each period.
         IntervalBucket = 2, "interval_bucket", "interval_bucket.lua", INTERVAL_BUCKET;
         /// The fixed window.

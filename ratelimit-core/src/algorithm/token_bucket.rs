@@ -146,9 +146,9 @@ pub struct State {
 
 impl State {
     /// The state a key holding `value` until `expire_ms` (its `PEXPIRETIME`) stands for, as
-    /// `gcra.lua`'s `read_value` reads it (its header gives the form): `interval * 1000 + r`
-    /// in whole microseconds, else the interval, `r` in k + 3 digits, the fine unit in its k
-    /// digits and k - 1, negated. `None` for any other value, which the script reads as an
+    /// `gcra_head.lua`'s `tb_read` reads it (`gcra.lua`'s header gives the form):
+    /// `interval * 1000 + r` in whole microseconds, else the interval, `r` in k + 3 digits,
+    /// the fine unit in its k digits and k - 1, negated. `None` for any other value, which the script reads as an
     /// empty bucket and overwrites.
     ///
     /// ```
@@ -199,7 +199,7 @@ impl State {
         Some(state(r, unit, interval))
     }
 
-    /// The key's value, as `gcra.lua`'s `write_value` writes it (see [`State::decode`]).
+    /// The key's value, as `gcra_head.lua`'s `tb_write` writes it (see [`State::decode`]).
     #[must_use]
     pub fn encode(&self) -> String {
         if self.per_micro == 1 {
@@ -450,8 +450,9 @@ const MAX_OWED: u128 = 1 << 52;
 /// Tokens beyond the burst (reservations, a lower burst) stay owed, up to `p.hold` beyond
 /// `p.tau`; more reads as empty (`p.tau`).
 ///
-/// The fraction of a token is computed in `f64` exactly as `gcra.lua` computes it with Lua's
-/// doubles, plus one fine unit for the rounding, so both stores decide alike.
+/// The fraction of a token is computed in `f64` exactly as `gcra_head.lua`'s `tb_convert`
+/// computes it with Lua's doubles, plus one fine unit for the rounding, so both stores decide
+/// alike.
 fn convert(owed: u128, old_interval: u64, p: Params) -> u128 {
     let (tau, interval) = (u128::from(p.tau), u128::from(p.interval));
     if owed > MAX_OWED || old_interval == 0 {

@@ -1,5 +1,6 @@
 -- One token-bucket decision, atomically, on the Redis server's clock (after prelude.lua, which
--- gives div_floor, div_ceil, int and `now` in microseconds).
+-- gives div_floor, div_ceil, int and `now` in microseconds, and gcra_head.lua, which gives
+-- tb_read, tb_write, tb_convert and tb_store).
 --
 -- The bucket is kept as GCRA's theoretical arrival time (TAT): the instant at which the
 -- bucket is full again. It is split across the key's own expiry and its value:
@@ -68,62 +69,6 @@ if not hold then
   hold = math.min(86400000000 * d, hold)
 end
 
--- The stored remainder, fine unit and interval, or nil for a value this script never writes.
-local function read_value(v)
-  if type(v) ~= 'string' then return nil end
-  if string.find(v, '^[1-9]%d*$') then
-    local n = #v
-    if n < 4 or n > 19 then return nil end
-    if n <= 15 then
-      -- Below 10^15, so exact in a double: the two parts by arithmetic, not by substrings.
-      local all = tonumber(v)
-      local iv = math.floor(all / 1000)
-      return all - iv * 1000, 1, iv
-    end
-    return tonumber(string.sub(v, -3)), 1, tonumber(string.sub(v, 1, -4))
-  end
-  local digits = string.match(v, '^%-([1-9]%d*)$')
-  if not digits then return nil end
-  local k = tonumber(string.sub(digits, -1)) + 1
-  local n = #digits
-  if n < 2 * k + 5 or n > 2 * k + 20 then return nil end
-  local unit_digits = string.sub(digits, -1 - k, -2)
-  if string.sub(unit_digits, 1, 1) == '0' then return nil end
-  local unit = tonumber(unit_digits)
-  local r = tonumber(string.sub(digits, -4 - 2 * k, -2 - k))
-  local iv = tonumber(string.sub(digits, 1, -5 - 2 * k))
-  if unit < 2 or r >= 1000 * unit then return nil end
-  return r, unit, iv
-end
-
--- Written in canonical decimal (no leading zero), so Redis keeps it as an integer.
-local function write_value(r)
-  if d == 1 then
-    -- interval and r's three digits: one number while it is exact (the same text).
-    if interval < 1000000000000 then return string.format('%d', interval * 1000 + r) end
-    return string.format('%d%03d', interval, r)
-  end
-  local unit = string.format('%d', d)
-  local k = #unit
-  return string.format('-%d%0' .. (k + 3) .. 'd%s%d', interval, r, unit, k - 1)
-end
-
--- What a bucket owing `owed` fine units of `unit` at `iv` per token owes under this limit,
--- rounded towards empty (token_bucket.rs's `convert`, operation for operation): the same tokens at
--- this limit's interval, the fraction of one in doubles plus one fine unit for their
--- rounding. Tokens beyond the burst (reservations, a lower burst) stay owed up to `hold`;
--- more than that, or anything beyond what a limit could write (2^52, a clock stepped back),
--- is empty.
-local function convert(owed, iv)
-  if owed > 4503599627370496 or iv < 1 then return tau end
-  local tokens = div_floor(owed, iv)
-  if tokens >= div_floor(tau + hold, interval) then return tau end
-  local rest = owed - tokens * iv
-  local fraction = 0
-  if rest > 0 then fraction = math.min(math.ceil(rest / iv * interval) + 1, interval) end
-  return tokens * interval + fraction
-end
-
 -- x: fine units until the bucket is full again (0 = full). stale: what is stored is not
 -- what the current limit reads, so it is rewritten whatever the decision.
 local x = absent
@@ -135,7 +80,7 @@ if got then
   local e = redis.call('PEXPIRETIME', key)
   stale = false
   local r, unit, iv = nil, nil, nil
-  if type(got) == 'string' and e > 0 then r, unit, iv = read_value(got) end
+  if type(got) == 'string' and e > 0 then r, unit, iv = tb_read(got) end
   if r == nil then
     x = tau
     stale = true
@@ -147,7 +92,7 @@ if got then
       x = absent
       stale = absent > 0
     elseif unit ~= d or iv ~= interval then
-      x = convert(x, iv)
+      x = tb_convert(x, iv, tau, hold, interval)
       stale = true
     end
   end
@@ -155,14 +100,6 @@ if got then
     x = tau
     stale = true
   end
-end
-
-local function store(new_x)
-  local reset = div_ceil(new_x, d)
-  local expire_ms = div_ceil(now + reset, 1000)
-  local remainder = (expire_ms * 1000 - now) * d - new_x
-  redis.call('SET', key, write_value(remainder), 'PXAT', string.format('%d', expire_ms))
-  return reset
 end
 
 local new_x = x + cost * interval
@@ -173,12 +110,12 @@ if queue then full = room end
 if new_x > room then
   -- Denied: nothing is taken. Retry when x has drained to room - cost * interval, rounded up
   -- to a whole microsecond so a caller who waits exactly that long is admitted.
-  if stale then store(x) end
+  if stale then tb_store(redis, key, x, d, interval, now) end
   local retry = div_ceil(new_x - room, d)
   return {0, div_floor(math.max(full - x, 0), interval), retry, div_ceil(x, d), now}
 end
 
-local reset = store(new_x)
+local reset = tb_store(redis, key, new_x, d, interval, now)
 -- Admitted; a reservation goes once its tokens are due.
 local wait = 0
 if new_x > tau then wait = div_ceil(new_x - tau, d) end
