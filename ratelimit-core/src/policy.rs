@@ -230,23 +230,23 @@ impl Resilience {
 
     /// How many times `circuit` found the store unreachable: read before a call is sent, and
     /// given back to [`succeeded`](Self::succeeded) with its answer.
-    pub(crate) fn failures(&self, circuit: usize) -> u64 {
+    pub(crate) fn unreachable_count(&self, circuit: usize) -> u64 {
         self.circuits[circuit].unreachable.load(Ordering::Acquire)
     }
 
     /// A call on `circuit` that passed `gate` when the circuit had found the store
-    /// unreachable `failures_before` times was answered by the store. A probe closes the
+    /// unreachable `unreachable_before` times was answered by the store. A probe closes the
     /// circuit (the store answers again) and so, when no circuit is left open, ends degraded
     /// mode. Any other call closes nothing if the store was found unreachable while it was on
     /// its way: sent before Redis went away and answered after, its answer says nothing of
     /// the store now (closing on it would leave degraded mode and enter it again on the next
     /// failure of the same outage). After a failure the server answered (`NOPERM` for one
     /// key, a script's error), the answers of other calls do close it: the server is up.
-    pub(crate) fn succeeded(&self, gate: Gate, circuit: usize, failures_before: u64) {
+    pub(crate) fn succeeded(&self, gate: Gate, circuit: usize, unreachable_before: u64) {
         let c = &self.circuits[circuit];
         if gate == Gate::Probe {
             c.probing.store(false, Ordering::Release);
-        } else if c.unreachable.load(Ordering::Acquire) != failures_before {
+        } else if c.unreachable.load(Ordering::Acquire) != unreachable_before {
             return;
         }
         if c.open_until.load(Ordering::Relaxed) != 0 && c.open_until.swap(0, Ordering::AcqRel) != 0
@@ -504,27 +504,27 @@ mod fallback_tests {
             "t",
             None,
         );
-        let before = r.failures(0);
+        let before = r.unreachable_count(0);
         assert_eq!(r.gate(0), Gate::Closed);
         r.failed(Gate::Closed, 0, &timeout);
         assert!(r.is_degraded());
         r.succeeded(Gate::Closed, 0, before);
         assert!(r.is_degraded(), "a stale answer ends nothing");
-        let probe = r.failures(0);
+        let probe = r.unreachable_count(0);
         assert_eq!(r.gate(0), Gate::Probe, "the circuit is still open");
         r.succeeded(Gate::Probe, 0, probe);
         assert!(!r.is_degraded(), "the probe's answer ends it");
         assert_eq!(r.gate(0), Gate::Closed);
 
         let r = Resilience::new(FailurePolicy::Fallback, None, None, 1, "t", None);
-        let before = r.failures(0);
+        let before = r.unreachable_count(0);
         r.failed(Gate::Closed, 0, &timeout);
         r.succeeded(Gate::Closed, 0, before);
         assert!(
             r.is_degraded(),
             "no circuit: a stale answer ends nothing either"
         );
-        r.succeeded(Gate::Closed, 0, r.failures(0));
+        r.succeeded(Gate::Closed, 0, r.unreachable_count(0));
         assert!(
             !r.is_degraded(),
             "an answer to a call sent after the failure ends it"
@@ -533,7 +533,7 @@ mod fallback_tests {
         // An error the server answered (here a reply of the wrong shape) says it is up: the
         // answers of calls sent before it still count.
         let r = Resilience::new(FailurePolicy::Fallback, None, None, 1, "t", None);
-        let before = r.failures(0);
+        let before = r.unreachable_count(0);
         r.failed(
             Gate::Closed,
             0,
@@ -554,7 +554,7 @@ mod fallback_tests {
         assert!(r.decide("k", &limit, 1, None).allowed);
         assert!(!r.decide("k", &limit, 1, None).allowed);
         r.failed(Gate::Closed, 0, &Error::Timeout(Duration::ZERO));
-        r.succeeded(Gate::Closed, 0, r.failures(0));
+        r.succeeded(Gate::Closed, 0, r.unreachable_count(0));
         r.failed(Gate::Closed, 0, &Error::Timeout(Duration::ZERO));
         assert!(!r.decide("k", &limit, 1, None).allowed, "no fresh share");
         clock.advance(Duration::from_secs(1));

@@ -210,7 +210,7 @@ impl RateLimiter {
         // another executor, say so instead of panicking inside them.
         on_tokio()?;
         let circuit = guard.circuit_of(|| key_slot(first.as_bytes()));
-        let failures = guard.failures(circuit);
+        let unreachable = guard.unreachable_count(circuit);
         let gate = guard.gate(circuit);
         if gate == Gate::Open {
             return Ok(by_policy(guard));
@@ -220,7 +220,7 @@ impl RateLimiter {
         crate::observe::store_call(sent.elapsed());
         match answer {
             Ok(answer) => {
-                guard.succeeded(gate, circuit, failures);
+                guard.succeeded(gate, circuit, unreachable);
                 if let Some(cache) = &remote.deny_cache {
                     remember(cache, &answer, sent, std::time::Instant::now());
                 }
