@@ -319,6 +319,43 @@ impl RedisCluster {
         }
     }
 
+    /// Starts the killed node on `port` again, on its port and directory (its `nodes.conf`
+    /// keeps its identity; it kept no data), and waits until the cluster is healthy with it
+    /// back: a killed master whose replica was promoted rejoins as that one's replica, and
+    /// syncs everything (data and functions) from it.
+    ///
+    /// # Errors
+    /// When it cannot start, or the cluster does not settle within 30 s.
+    pub fn restart(&mut self, port: u16) -> Result<(), String> {
+        self.kill(port);
+        let node = self.node_mut(port);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let child = loop {
+            match spawn_node(node.dir.path(), port) {
+                Ok(child) => break child,
+                Err(e) if Instant::now() > deadline => {
+                    return Err(format!("restart node {port}: {e}"));
+                }
+                Err(_) => std::thread::sleep(Duration::from_millis(100)),
+            }
+        };
+        node.child = Some(child);
+        let deadline = Instant::now() + SETTLE;
+        loop {
+            let back = self.role(port).is_some() && self.health().is_ok();
+            if back && self.alive_ports().contains(&port) {
+                return Ok(());
+            }
+            if Instant::now() > deadline {
+                return Err(format!(
+                    "node {port} restarted, but the cluster did not settle within {SETTLE:?}: {:?}",
+                    self.health().err()
+                ));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
     /// Promotes the replica on `replica` with `CLUSTER FAILOVER` (a manual, coordinated
     /// failover: its master becomes its replica) and waits until the cluster is healthy with
     /// `replica` serving its former master's slots.

@@ -11,8 +11,8 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::{Call, Load, TOLERANT_DEADLINE, assert_no_errors, ms, strict_limiter};
-use ratelimit_core::{Algorithm, Limit, RateLimiter, Source};
+use common::{Call, Load, OtherVersion, TOLERANT_DEADLINE, assert_no_errors, ms, strict_limiter};
+use ratelimit_core::{Algorithm, FailurePolicy, Limit, RateLimiter, Source};
 use testkit::cluster::RedisCluster;
 
 /// Keys `k0..` whose buckets are spread over the masters, grouped by the master serving them.
@@ -315,9 +315,10 @@ async fn a_killed_master_is_replaced() {
         .build()
         .await
         .unwrap();
-    let mut new_master = 0;
+    let (mut new_master, mut killed) = (0, 0);
     let run = failover_under_load(&mut cluster, &limiter, |c, master| {
         new_master = c.kill_master(master).unwrap();
+        killed = master;
     })
     .await;
     let back = run.report("killed master");
@@ -328,6 +329,42 @@ async fn a_killed_master_is_replaced() {
     );
     assert!(since_kill < Duration::from_secs(30));
     assert!(cluster.masters().contains(&new_master));
+
+    // The killed node restarts empty (it kept no data), rejoins as the new master's replica
+    // and gets everything from it, functions included; failed back over to it, it decides by
+    // `FCALL` at once.
+    cluster.restart(killed).unwrap();
+    assert_eq!(cluster.role(killed), Some(testkit::cluster::Role::Replica));
+    assert_eq!(cluster.replica_of(new_master), Some(killed));
+    assert!(
+        holds_library(&cluster, killed),
+        "the restarted node got the library by replication"
+    );
+    cluster.failover(killed).unwrap();
+    let keys = keys_by_master(&cluster, &limiter, 40)
+        .remove(&killed)
+        .expect("keys on the node failed back to");
+    let fcalls = info_field(&cluster, killed, "commandstats", "cmdstat_fcall");
+    let limit = Limit::per_hour(1).burst(2);
+    let mut store = 0;
+    for key in &keys {
+        let d = limiter.check(key, &limit).await.unwrap();
+        store += usize::from(d.source == Source::Store);
+    }
+    println!(
+        "killed master restarted and failed back to: {store} of {} calls decided by Redis",
+        keys.len()
+    );
+    assert!(store > 0, "Redis decides on the restarted node's slots");
+    assert!(
+        info_field(&cluster, killed, "commandstats", "cmdstat_fcall") > fcalls,
+        "by FCALL"
+    );
+    assert_eq!(
+        info_field(&cluster, killed, "commandstats", "cmdstat_eval"),
+        0,
+        "no call on the restarted node met a missing function"
+    );
 }
 
 /// A master dies: calls on the healthy masters' slots keep being decided by Redis. The limiter
@@ -909,4 +946,79 @@ async fn a_concurrency_limit_holds_on_a_cluster() {
     assert_eq!(members, 2, "the holder's slot and the waiter's ticket");
     drop(holder);
     assert!(waiter.await.unwrap());
+}
+
+/// A connection of its own to the node on `port` (no redirection).
+async fn node(port: u16) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+/// A rolling deploy on a cluster: another version's library loaded on every master beside
+/// this one's (and by replication on every replica), `SCRIPT FLUSH` on every node, then one
+/// bucket on each master called in turn by both versions: they share it exactly, and no call
+/// met a missing script or function.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_versions_share_the_buckets_of_every_master() {
+    let cluster = RedisCluster::start();
+    let limiter = RateLimiter::builder()
+        .redis(cluster.url())
+        .prefix("tv")
+        .failure_policy(FailurePolicy::Deny)
+        .deadline(Some(Duration::from_secs(5)))
+        .deny_cache(0)
+        .build()
+        .await
+        .unwrap();
+    let other = OtherVersion::new();
+    for master in cluster.masters() {
+        other.load(&mut node(master).await).await;
+    }
+    for port in cluster.ports() {
+        let _: () = cluster
+            .query(port, redis::cmd("SCRIPT").arg("FLUSH"))
+            .unwrap();
+    }
+    let by = keys_by_master(&cluster, &limiter, 30);
+    assert_eq!(by.len(), cluster.masters().len(), "a key on every master");
+    let limit = Limit::per_hour(1).burst(10);
+    for (&master, keys) in &by {
+        let mut con = node(master).await;
+        let (admitted, refused) = other.take_turns(&mut con, &limiter, &keys[0], &limit).await;
+        assert_eq!(
+            admitted,
+            [5, 5],
+            "master {master}: each version took its turn"
+        );
+        assert!(
+            refused,
+            "master {master}: the other version sees the emptied bucket"
+        );
+        assert!(holds_library(&cluster, master) && other.loaded(&mut con).await);
+    }
+    for master in cluster.masters() {
+        let replica = cluster.replica_of(master).unwrap();
+        let mut con = node(replica).await;
+        let mut both = false;
+        for _ in 0..500 {
+            both = holds_library(&cluster, replica) && other.loaded(&mut con).await;
+            if both {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(both, "replica {replica} holds both libraries");
+        assert_eq!(
+            info_field(&cluster, master, "errorstats", "errorstat_NOSCRIPT"),
+            0
+        );
+        assert_eq!(
+            info_field(&cluster, master, "commandstats", "cmdstat_eval"),
+            0,
+            "master {master}: no call met a missing function"
+        );
+    }
 }

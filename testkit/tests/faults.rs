@@ -12,7 +12,8 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    Call, Load, OtherInstance, TOLERANT_DEADLINE, assert_no_errors, logs, ms, policy_source,
+    Call, Load, OtherInstance, OtherVersion, TOLERANT_DEADLINE, assert_no_errors, logs, ms,
+    policy_source,
 };
 use ratelimit_core::tools::scripts;
 use ratelimit_core::{FailurePolicy, Limit, RateLimiter, Source, defaults::DEFAULT_DEADLINE};
@@ -462,28 +463,8 @@ async fn a_restart_that_keeps_the_data_keeps_the_buckets() {
 async fn two_versions_on_one_server_each_run_their_own_library() {
     let server = RedisServer::start();
     let mut con = server.connection().await;
-    // The old version: this library with one more line, renamed by its hash as the crate
-    // names it (what a version whose scripts differ in any byte is).
-    let ours = scripts::library();
-    let ours_hash = &ours.name()["redis_ratelimit_".len()..];
-    let body = format!(
-        "{}\n-- an older version\n",
-        ours.text().split_once('\n').unwrap().1
-    )
-    .split_once('\n')
-    .unwrap()
-    .1
-    .to_owned();
-    let old_hash = redis::Script::new(&body).get_hash()[..16].to_owned();
-    assert_ne!(old_hash, ours_hash);
-    let old_text =
-        format!("#!lua name=redis_ratelimit_{old_hash}\nlocal PREFIX = 'rl_{old_hash}_'\n{body}");
-    let _: String = redis::cmd("FUNCTION")
-        .arg("LOAD")
-        .arg(&old_text)
-        .query_async(&mut con)
-        .await
-        .unwrap();
+    let old = OtherVersion::new();
+    old.load(&mut con).await;
 
     let limiter = RateLimiter::builder()
         .redis(server.url())
@@ -502,48 +483,21 @@ async fn two_versions_on_one_server_each_run_their_own_library() {
         2,
         "both versions' libraries: {libraries:?}"
     );
+    assert!(
+        old.loaded(&mut con).await,
+        "the new version left the old one's library"
+    );
 
     // One bucket of 10, called in turn by the old version's function and the new limiter.
     let limit = Limit::per_hour(1).burst(10);
-    let key = limiter.bucket_key("shared");
-    let args = ratelimit_core::tools::algorithms::token_bucket::args(
-        ratelimit_core::tools::algorithms::token_bucket::Params::of(&limit),
-        1,
-    );
-    let old_function = format!("rl_{old_hash}_token_bucket");
-    let mut admitted = [0u32; 2];
-    for i in 0..16 {
-        if i % 2 == 0 {
-            let reply: Vec<u64> = redis::cmd("FCALL")
-                .arg(&old_function)
-                .arg(1)
-                .arg(&key)
-                .arg(&args[..])
-                .query_async(&mut con)
-                .await
-                .unwrap();
-            admitted[0] += u32::from(reply[0] == 1);
-        } else {
-            let d = limiter.check("shared", &limit).await.unwrap();
-            assert_eq!(d.source, Source::Store);
-            admitted[1] += u32::from(d.allowed);
-        }
-    }
+    let (admitted, refused) = old.take_turns(&mut con, &limiter, "shared", &limit).await;
     assert_eq!(
         admitted,
         [5, 5],
         "each version took its turn of one bucket of 10"
     );
-    let refused: Vec<u64> = redis::cmd("FCALL")
-        .arg(&old_function)
-        .arg(1)
-        .arg(&key)
-        .arg(&args)
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    assert_eq!(
-        refused[0], 0,
+    assert!(
+        refused,
         "the old version sees the bucket the new one emptied"
     );
 }

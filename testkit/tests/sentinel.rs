@@ -10,7 +10,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Call, Load, TOLERANT_DEADLINE, assert_no_errors, ms};
+use common::{Call, Load, OtherVersion, TOLERANT_DEADLINE, assert_no_errors, ms};
 use ratelimit_core::{Limit, RateLimiter, Source};
 use testkit::sentinel::SentinelSetup;
 
@@ -229,4 +229,175 @@ async fn concurrent_calls_are_batched_on_the_master() {
     assert!(admitted.values().all(|&n| n == 1), "{admitted:?}");
     let ran = master.script_calls().await - before;
     assert!(ran < 200, "200 calls took {ran} scripts on the master");
+}
+
+/// Whether the node of `con` holds this version's function library.
+async fn holds_library(con: &mut redis::aio::MultiplexedConnection) -> bool {
+    let found: Vec<redis::Value> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg(ratelimit_core::tools::scripts::library().name())
+        .query_async(con)
+        .await
+        .unwrap();
+    !found.is_empty()
+}
+
+/// `field` of `line` in `INFO <section>` of the node of `con` (0 when absent).
+async fn info_field(
+    con: &mut redis::aio::MultiplexedConnection,
+    section: &str,
+    line: &str,
+    field: &str,
+) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(con)
+        .await
+        .unwrap();
+    testkit::info_number(&info, line, Some(field)).unwrap_or(0)
+}
+
+/// Polls `what` every 10 ms for at most 10 s; whether it came true.
+async fn eventually<F: AsyncFnMut() -> bool>(mut what: F) -> bool {
+    for _ in 0..1000 {
+        if what().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
+}
+
+/// Functions on a Sentinel deployment, from the first load to a failover:
+/// - the library reaches the replica by replication;
+/// - a master that loses it (`FUNCTION FLUSH`) decides by `EVAL`, exactly, and gets it back;
+/// - `SCRIPT FLUSH` touches nothing the limiter runs;
+/// - another version's library lives beside this one (a rolling deploy), and both versions
+///   share one bucket exactly;
+/// - after a failover the new master holds both libraries and decides by `FCALL`, with every
+///   bucket as it was.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn functions_survive_flushes_a_second_version_and_a_failover() {
+    let setup = SentinelSetup::start();
+    let limiter = RateLimiter::builder()
+        .redis(setup.url())
+        .prefix("fs")
+        .deadline(Some(TOLERANT_DEADLINE))
+        .deny_cache(0)
+        .build()
+        .await
+        .unwrap();
+    let master = setup.master_port().unwrap();
+    let replica = *setup.data_ports().iter().find(|&&p| p != master).unwrap();
+    let mut m = setup.server(master).connection().await;
+    let mut r = setup.server(replica).connection().await;
+    assert!(holds_library(&mut m).await, "the master holds the library");
+    assert!(
+        eventually(async || holds_library(&mut r).await).await,
+        "the replica holds it by replication"
+    );
+
+    // FUNCTION FLUSH (replicated: the replica loses it too).
+    let limit = Limit::per_hour(1).burst(10);
+    let _: () = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query_async(&mut m)
+        .await
+        .unwrap();
+    for _ in 0..3 {
+        let d = limiter.check("a", &limit).await.unwrap();
+        assert_eq!((d.allowed, d.source), (true, Source::Store));
+    }
+    assert!(
+        eventually(async || holds_library(&mut m).await && holds_library(&mut r).await).await,
+        "the master has the library again, and so has the replica"
+    );
+    let evals = info_field(&mut m, "commandstats", "cmdstat_eval", "calls").await;
+    assert!(
+        evals > 0,
+        "the calls that met the missing library ran by EVAL"
+    );
+
+    // SCRIPT FLUSH.
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query_async(&mut m)
+        .await
+        .unwrap();
+    let d = limiter.check("a", &limit).await.unwrap();
+    assert_eq!((d.allowed, d.remaining, d.source), (true, 6, Source::Store));
+    let noscript = info_field(&mut m, "errorstats", "errorstat_NOSCRIPT", "count").await;
+    assert_eq!(noscript, 0, "no call ran a script");
+
+    // A second version beside this one.
+    let other = OtherVersion::new();
+    other.load(&mut m).await;
+    let (admitted, refused) = other.take_turns(&mut m, &limiter, "shared", &limit).await;
+    assert_eq!(admitted, [5, 5], "each version took its turn of one bucket");
+    assert!(
+        refused,
+        "the other version sees the bucket this one emptied"
+    );
+    assert!(
+        eventually(async || other.loaded(&mut r).await).await,
+        "the replica holds the other version's library too"
+    );
+    // Every write has reached the replica before it is promoted.
+    let acked: u32 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query_async(&mut m)
+        .await
+        .unwrap();
+    assert_eq!(acked, 1);
+
+    // The failover.
+    setup.force_failover().unwrap();
+    let promoted = setup
+        .wait_new_master(master, Duration::from_secs(30))
+        .unwrap();
+    assert_eq!(promoted, replica);
+    // A node's clients are dropped when its role changes.
+    let mut r = setup.server(replica).connection().await;
+    // The limiter leaves the old master within seconds (it still accepts writes for a while):
+    // wait until a fresh bucket is written to the new one.
+    let probe = Limit::per_hour(1).burst(1000);
+    let mut i = 0;
+    let moved = eventually(async || {
+        i += 1;
+        let key = format!("probe{i}");
+        let d = limiter.check(&key, &probe).await.unwrap();
+        let exists: u32 = redis::cmd("EXISTS")
+            .arg(limiter.bucket_key(&key))
+            .query_async(&mut r)
+            .await
+            .unwrap();
+        d.source == Source::Store && exists == 1
+    })
+    .await;
+    assert!(moved, "the limiter decides on the new master");
+    assert!(holds_library(&mut r).await && other.loaded(&mut r).await);
+    // Every bucket as it was: the shared one empty for both versions, "a" with 6 left.
+    let d = limiter.check("shared", &limit).await.unwrap();
+    assert_eq!((d.allowed, d.source), (false, Source::Store));
+    assert!(
+        !other
+            .check(&mut r, &limiter.bucket_key("shared"), &limit)
+            .await
+    );
+    for left in (0..6).rev() {
+        let d = limiter.check("a", &limit).await.unwrap();
+        assert_eq!(
+            (d.allowed, d.remaining, d.source),
+            (true, left, Source::Store)
+        );
+    }
+    let d = limiter.check("a", &limit).await.unwrap();
+    assert_eq!((d.allowed, d.source), (false, Source::Store));
+    let fcalls = info_field(&mut r, "commandstats", "cmdstat_fcall", "calls").await;
+    let evals = info_field(&mut r, "commandstats", "cmdstat_eval", "calls").await;
+    println!("sentinel, after the failover: the new master ran {fcalls} FCALL, {evals} EVAL");
+    assert!(fcalls >= 8, "the new master decides by FCALL: {fcalls}");
+    assert_eq!(evals, 0, "no call on the new master met a missing function");
 }

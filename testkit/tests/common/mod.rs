@@ -338,3 +338,103 @@ impl Drop for OtherInstance {
         let _ = self.child.wait();
     }
 }
+
+/// Another version of this crate's function library, as a rolling deploy meets it on a
+/// server: this version's library with one more line, named by its hash as the crate names
+/// it (what a version whose scripts differ in any byte is).
+pub(crate) struct OtherVersion {
+    /// The first 16 hex digits of the SHA-1 of its code.
+    pub(crate) hash: String,
+    /// The text `FUNCTION LOAD` takes.
+    pub(crate) text: String,
+}
+
+impl OtherVersion {
+    pub(crate) fn new() -> OtherVersion {
+        let ours = ratelimit_core::tools::scripts::library();
+        let ours_hash = &ours.name()["redis_ratelimit_".len()..];
+        // The library's code without its first two lines (its name and its function prefix),
+        // with one more line at the end.
+        let body = format!(
+            "{}\n-- an older version\n",
+            ours.text().split_once('\n').unwrap().1
+        )
+        .split_once('\n')
+        .unwrap()
+        .1
+        .to_owned();
+        let hash = redis::Script::new(&body).get_hash()[..16].to_owned();
+        assert_ne!(hash, ours_hash);
+        let text =
+            format!("#!lua name=redis_ratelimit_{hash}\nlocal PREFIX = 'rl_{hash}_'\n{body}");
+        OtherVersion { hash, text }
+    }
+
+    /// Loads it on the server of `con` (`FUNCTION LOAD REPLACE`).
+    pub(crate) async fn load(&self, con: &mut redis::aio::MultiplexedConnection) {
+        let _: String = redis::cmd("FUNCTION")
+            .arg("LOAD")
+            .arg("REPLACE")
+            .arg(&self.text)
+            .query_async(con)
+            .await
+            .unwrap();
+    }
+
+    /// Whether the server of `con` holds it.
+    pub(crate) async fn loaded(&self, con: &mut redis::aio::MultiplexedConnection) -> bool {
+        let found: Vec<redis::Value> = redis::cmd("FUNCTION")
+            .arg("LIST")
+            .arg("LIBRARYNAME")
+            .arg(format!("redis_ratelimit_{}", self.hash))
+            .query_async(con)
+            .await
+            .unwrap();
+        !found.is_empty()
+    }
+
+    /// One call of its token bucket on `bucket` (the key as the limiter names it) on the server
+    /// of `con`: whether it admitted.
+    pub(crate) async fn check(
+        &self,
+        con: &mut redis::aio::MultiplexedConnection,
+        bucket: &str,
+        limit: &Limit,
+    ) -> bool {
+        use ratelimit_core::tools::algorithms::token_bucket;
+        let args = token_bucket::args(token_bucket::Params::of(limit), 1);
+        let reply: Vec<u64> = redis::cmd("FCALL")
+            .arg(format!("rl_{}_token_bucket", self.hash))
+            .arg(1)
+            .arg(bucket)
+            .arg(&args[..])
+            .query_async(con)
+            .await
+            .unwrap();
+        reply[0] == 1
+    }
+
+    /// One bucket of `limit`'s burst, called 16 times in turn by this version (on the server of
+    /// `con`, which serves `key`'s bucket) and by `limiter`; then once more by this version.
+    /// Returns what each admitted, and whether that last call was refused.
+    pub(crate) async fn take_turns(
+        &self,
+        con: &mut redis::aio::MultiplexedConnection,
+        limiter: &RateLimiter,
+        key: &str,
+        limit: &Limit,
+    ) -> ([u32; 2], bool) {
+        let bucket = limiter.bucket_key(key);
+        let mut admitted = [0u32; 2];
+        for i in 0..16 {
+            if i % 2 == 0 {
+                admitted[0] += u32::from(self.check(con, &bucket, limit).await);
+            } else {
+                let d = limiter.check(key, limit).await.unwrap();
+                assert_eq!(d.source, Source::Store, "{key}");
+                admitted[1] += u32::from(d.allowed);
+            }
+        }
+        (admitted, !self.check(con, &bucket, limit).await)
+    }
+}
