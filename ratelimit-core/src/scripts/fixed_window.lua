@@ -35,7 +35,8 @@ if count + cost > limit then
   return {0, math.max(limit - count, 0), left, left, now}
 end
 if count > 0 then
-  redis.call('INCRBY', key, cost)
+  -- The argument's own text: a Lua number would be written out again (prelude.lua).
+  redis.call('INCRBY', key, ARGV[3])
 else
   redis.call('SET', key, int(cost), 'PXAT', int(expire_ms))
 end

@@ -3,8 +3,11 @@
 -- script, and to the function library (library.lua) once. `clock.lua` follows it in a
 -- script; the library reads the clock once per call instead.
 -- Every quantity stays below 2^53 (checked in Rust), where Lua's doubles are exact integers.
--- Pass every large number to redis.call through int(): Redis turns a bare Lua number into
--- text with 14 significant digits, which loses microseconds.
+-- Pass numbers to redis.call as text: int(v), or an argument's own text. Redis writes a bare
+-- Lua number with snprintf's %.17g (exact below 2^53), which costs Redis more than
+-- string.format('%d') does: passing the token bucket's two numbers bare made it 3-6 % dearer
+-- (docs/benchmarks.md 3.11). Lua's own conversion (`..`) keeps 14 digits, which loses
+-- microseconds: text built with `..` needs int() too.
 
 -- Exact integer division of non-negative integers (the correction steps absorb any rounding
 -- of the double quotient).

@@ -31,7 +31,7 @@ local live_from = '(' .. int(now - period)
 local live = redis.call('ZCOUNT', key, live_from, '+inf')
 
 local function newest()
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local last = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
   return tonumber(last[2])
 end
 
