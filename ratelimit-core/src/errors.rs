@@ -117,6 +117,22 @@ pub enum Error {
         source: redis::RedisError,
     },
 
+    /// Redis answered `build()` but would not load this crate's function library (or, where
+    /// it offers no functions, its script): a read-only replica, a server out of memory
+    /// (`maxmemory` with `noeviction`), an ACL that denies `SCRIPT`. Loading is a write, so the
+    /// URL must name a master (or the Sentinels), and the server needs memory to spare.
+    #[error(
+        "Redis at {url} would not load the rate-limit functions, answering: {source} Loading \
+         them is a write, so the URL must name a master (or Sentinel) with memory to spare"
+    )]
+    ScriptLoad {
+        /// The URL, with any password removed.
+        url: String,
+        /// What Redis answered.
+        #[source]
+        source: redis::RedisError,
+    },
+
     /// The Redis server is older than 7.0 (the script needs `PEXPIRETIME`).
     #[error("Redis {version} is not supported: redis-ratelimit needs Redis 7.0 or newer")]
     UnsupportedRedis {
@@ -207,6 +223,7 @@ impl Error {
             Error::NoStore => "NoStore",
             Error::InvalidUrl { .. } => "InvalidUrl",
             Error::Connect { .. } => "Connect",
+            Error::ScriptLoad { .. } => "ScriptLoad",
             Error::UnsupportedRedis { .. } => "UnsupportedRedis",
             Error::NoRuntime => "NoRuntime",
             Error::Timeout(_) => "Timeout",

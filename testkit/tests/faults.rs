@@ -304,7 +304,9 @@ async fn script_flush_under_load_changes_nothing() {
 }
 
 /// A user whose ACL denies `FUNCTION` gets a limiter that decides by `EVALSHA`, chosen at
-/// `build` and said in the store's `Debug`; one that may load it decides by `FCALL`.
+/// `build` and said in the store's `Debug`; so does one that may load functions but not call
+/// them (`FUNCTION LOAD` is in `@write`, `FCALL` in `@scripting`: an ACL written for a client
+/// that runs scripts by `EVALSHA`). One that may do both decides by `FCALL`.
 #[tokio::test]
 async fn an_acl_without_function_means_evalsha() {
     let server = RedisServer::start();
@@ -315,6 +317,10 @@ async fn an_acl_without_function_means_evalsha() {
             &["on", ">pw", "~*", "&*", "+@all", "-function"][..],
         ),
         ("functions", &["on", ">pw", "~*", "&*", "+@all"][..]),
+        (
+            "loads_only",
+            &["on", ">pw", "~*", "&*", "+@all", "-fcall", "-fcall_ro"][..],
+        ),
     ] {
         let _: () = redis::cmd("ACL")
             .arg("SETUSER")
@@ -324,7 +330,11 @@ async fn an_acl_without_function_means_evalsha() {
             .await
             .unwrap();
     }
-    for (user, command) in [("scripts", "evalsha"), ("functions", "fcall")] {
+    for (user, command) in [
+        ("scripts", "evalsha"),
+        ("functions", "fcall"),
+        ("loads_only", "evalsha"),
+    ] {
         let _: () = redis::cmd("CONFIG")
             .arg("RESETSTAT")
             .query_async(&mut con)
@@ -352,6 +362,62 @@ async fn an_acl_without_function_means_evalsha() {
         assert!(calls >= 3, "{user}: {calls} {command}");
         let debug = format!("{limiter:?}");
         assert_eq!(debug.contains("EVALSHA"), command == "evalsha", "{debug}");
+    }
+}
+
+/// A limiter that Redis will not give its decisions, because it will not take the library,
+/// is not built: `build()` fails with `Error::ScriptLoad`, naming the URL (without its
+/// password) and Redis's answer. A URL that names a replica; a server full to `maxmemory`
+/// with `noeviction`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_or_a_full_server_fails_build_with_script_load() {
+    let master = RedisServer::start();
+    let replica =
+        RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    let _: () = redis::cmd("ACL")
+        .arg(&["SETUSER", "u", "on", ">s3cret", "~*", "&*", "+@all"])
+        .query_async(&mut replica.connection().await)
+        .await
+        .unwrap();
+    let full = RedisServer::start_with(&["--maxmemory", "2mb", "--maxmemory-policy", "noeviction"]);
+    let mut con = full.connection().await;
+    let big = "x".repeat(100_000);
+    let mut filled = false;
+    for i in 0..1000 {
+        let set: redis::RedisResult<()> = redis::cmd("SET")
+            .arg(format!("fill{i}"))
+            .arg(&big)
+            .query_async(&mut con)
+            .await;
+        if set.is_err() {
+            filled = true;
+            break;
+        }
+    }
+    assert!(filled, "the server filled up");
+    for (url, answer) in [
+        (
+            format!("redis://u:s3cret@127.0.0.1:{}", replica.port()),
+            "read only replica",
+        ),
+        (full.url(), "OOM"),
+    ] {
+        let e = RateLimiter::builder()
+            .redis(url.as_str())
+            .build()
+            .await
+            .unwrap_err();
+        let text = e.to_string();
+        println!("{text}");
+        assert!(
+            matches!(e, ratelimit_core::Error::ScriptLoad { .. }),
+            "{e:?}"
+        );
+        assert!(text.contains(answer), "{text}");
+        assert!(
+            text.contains("127.0.0.1") && !text.contains("s3cret"),
+            "{text}"
+        );
     }
 }
 

@@ -106,7 +106,8 @@ impl RedisStore {
     /// and loads the script.
     ///
     /// # Errors
-    /// [`Error::InvalidUrl`], [`Error::Connect`], [`Error::UnsupportedRedis`].
+    /// [`Error::InvalidUrl`], [`Error::Connect`], [`Error::UnsupportedRedis`],
+    /// [`Error::ScriptLoad`].
     pub async fn connect(url: &str) -> Result<RedisStore, Error> {
         let redacted = redact_url(url);
         let invalid = |source: RedisError| Error::InvalidUrl {
@@ -237,10 +238,14 @@ impl RedisStore {
         if major < 7 {
             return Err(Error::UnsupportedRedis { version });
         }
-        // Functions wherever the server lets this client load them; scripts otherwise, for
-        // the store's life (a server that refuses them now would refuse a reload later).
+        // Functions wherever the server lets this client load and call them; scripts
+        // otherwise, for the store's life (a server that refuses them now would refuse a
+        // reload later).
         match store
-            .run(|mut c| async move { scripts::load_library(&mut c).await })
+            .run(|mut c| async move {
+                scripts::load_library(&mut c).await?;
+                scripts::call_library(&mut c).await
+            })
             .await
         {
             Ok(()) => store.functions = true,
@@ -248,7 +253,7 @@ impl RedisStore {
                 tracing::info!(
                     url = %store.url,
                     reason = %e,
-                    "Redis refuses FUNCTION LOAD: deciding by EVALSHA of each script"
+                    "Redis refuses FUNCTION LOAD or FCALL: deciding by EVALSHA of each script"
                 );
                 store
                     .run(|mut c| async move {
@@ -258,11 +263,23 @@ impl RedisStore {
                             .query_async::<Value>(&mut c)
                             .await
                     })
-                    .await?;
+                    .await
+                    .map_err(|e| store.not_loaded(e))?;
             }
-            Err(e) => return Err(e.into()),
+            Err(e) => return Err(store.not_loaded(e)),
         }
         Ok(store)
+    }
+
+    /// What a failure to load the library (or the script) at `build()` says: the connection
+    /// lost, or Redis's answer (a replica, out of memory, an ACL).
+    fn not_loaded(&self, source: RedisError) -> Error {
+        let url = self.url.to_string();
+        if source.is_io_error() || source.is_connection_dropped() || source.is_timeout() {
+            Error::Connect { url, source }
+        } else {
+            Error::ScriptLoad { url, source }
+        }
     }
 
     /// Runs `f` on a connection of the deployment (cheap clones of one multiplexed

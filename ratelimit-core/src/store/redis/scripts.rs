@@ -177,6 +177,22 @@ pub(super) async fn load_library(
         .map(drop)
 }
 
+/// Calls the library once, for nothing: an empty batch (no key, nothing read or written). A
+/// server may let a client load functions and not call them: `FUNCTION LOAD` is in `@write`,
+/// `FCALL` in `@scripting`, so an ACL written for a client that runs scripts by `EVALSHA`
+/// (`+@read +@write +evalsha`) allows the load and refuses every call.
+pub(super) async fn call_library(
+    c: &mut impl redis::aio::ConnectionLike,
+) -> Result<(), RedisError> {
+    redis::cmd("FCALL")
+        .arg(Lua::Batch.function())
+        .arg(0)
+        .arg(0)
+        .query_async::<Value>(c)
+        .await
+        .map(drop)
+}
+
 /// Whether a script or function call failed for want of the script (`NOSCRIPT`) or the
 /// function (`ERR Function not found`) on its node: nothing ran.
 fn is_missing_script(e: &RedisError) -> bool {
@@ -186,8 +202,8 @@ fn is_missing_script(e: &RedisError) -> bool {
         || (e.code() == Some("ERR") && e.detail().map(str::trim) == Some("Function not found"))
 }
 
-/// Whether `FUNCTION LOAD` failed because the server offers no functions to this client: the
-/// command renamed away or unknown, or denied by an ACL. Any other failure (a connection lost,
+/// Whether `FUNCTION LOAD` or the first `FCALL` failed because the server offers no
+/// functions to this client: the command renamed away or unknown, or denied by an ACL. Any other failure (a connection lost,
 /// a library Redis could not compile) is an error, not a reason to run scripts instead.
 pub(super) fn functions_unavailable(e: &RedisError) -> bool {
     e.code() == Some("NOPERM") || e.to_string().contains("unknown command")
