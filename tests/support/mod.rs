@@ -54,6 +54,21 @@ impl Harness {
         }
     }
 
+    /// On a server that refuses `FUNCTION` (renamed away), where the limiter decides by
+    /// `EVALSHA` of each script: the path a server without functions takes.
+    pub(crate) async fn redis_evalsha() -> Harness {
+        let server = RedisServer::start_with(&["--rename-command", "FUNCTION", ""]);
+        let limiter = redis_limiter(&server, "test").await;
+        let debug = format!("{limiter:?}");
+        assert!(debug.contains("EVALSHA"), "{debug}");
+        Harness {
+            limiter,
+            clock: None,
+            memory: None,
+            server: Some(server),
+        }
+    }
+
     pub(crate) fn is_memory(&self) -> bool {
         self.clock.is_some()
     }
@@ -200,7 +215,8 @@ where
 /// Each `case(harness)` as two tests, `memory::case` and `redis::case`: on
 /// `<$harness>::memory()` under the attribute given (`#[tokio::test]`, or paused time for a
 /// harness on Tokio's clock), and on `<$harness>::redis()` on a multi-thread runtime. Without a
-/// harness, [`Harness`] under `#[tokio::test]`. (Not every test file runs cases on both.)
+/// harness, [`Harness`] under `#[tokio::test]`, and a third test, `evalsha::case`, on a server
+/// without functions ([`Harness::redis_evalsha`]). (Not every test file runs cases on both.)
 #[allow(unused_macros)]
 macro_rules! on_both_stores {
     ($harness:ty, #[$memory:meta]: $($case:ident),* $(,)?) => {
@@ -223,6 +239,15 @@ macro_rules! on_both_stores {
     };
     ($($case:ident),* $(,)?) => {
         $crate::support::on_both_stores!($crate::support::Harness, #[tokio::test]: $($case),*);
+        /// The same cases on a server without functions, decided by `EVALSHA`.
+        mod evalsha {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case($crate::support::Harness::redis_evalsha().await).await;
+                }
+            )*
+        }
     };
 }
 #[allow(unused_imports)]
