@@ -1022,3 +1022,22 @@ async fn two_versions_share_the_buckets_of_every_master() {
         );
     }
 }
+
+/// `build()` calls the library once with no key, to learn whether this client may call
+/// functions. That call must go to a master: with no key it could go to any node, and a
+/// replica refuses a function that may write. Twenty limiters built on one cluster, each
+/// deciding by `FCALL`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_build_on_a_cluster_calls_the_library_on_a_master() {
+    let cluster = RedisCluster::start();
+    for i in 0..20 {
+        let limiter = RateLimiter::builder()
+            .redis(cluster.url())
+            .prefix(format!("b{i}"))
+            .build()
+            .await
+            .unwrap();
+        let debug = format!("{limiter:?}");
+        assert!(!debug.contains("EVALSHA"), "{debug}");
+    }
+}

@@ -443,6 +443,24 @@ enum AnyConn {
     Multiplexed(MultiplexedConnection),
 }
 
+impl AnyConn {
+    /// Sends `cmd`, which names no key, to a master: on a cluster any of its masters (such a
+    /// command would otherwise go to any node, a replica included), elsewhere the server.
+    async fn send_to_a_master(&mut self, cmd: redis::Cmd) -> Result<Value, RedisError> {
+        use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+        match self {
+            AnyConn::Cluster(c) => {
+                c.route_command(
+                    cmd,
+                    RoutingInfo::SingleNode(SingleNodeRoutingInfo::RandomPrimary),
+                )
+                .await
+            }
+            other => cmd.query_async(other).await,
+        }
+    }
+}
+
 impl ConnectionLike for AnyConn {
     fn req_packed_command<'a>(&'a mut self, cmd: &'a redis::Cmd) -> redis::RedisFuture<'a, Value> {
         match self {

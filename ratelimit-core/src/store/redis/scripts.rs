@@ -181,16 +181,12 @@ pub(super) async fn load_library(
 /// server may let a client load functions and not call them: `FUNCTION LOAD` is in `@write`,
 /// `FCALL` in `@scripting`, so an ACL written for a client that runs scripts by `EVALSHA`
 /// (`+@read +@write +evalsha`) allows the load and refuses every call.
-pub(super) async fn call_library(
-    c: &mut impl redis::aio::ConnectionLike,
-) -> Result<(), RedisError> {
-    redis::cmd("FCALL")
-        .arg(Lua::Batch.function())
-        .arg(0)
-        .arg(0)
-        .query_async::<Value>(c)
-        .await
-        .map(drop)
+/// On a cluster it goes to a master: with no key, it would go to any node, and a replica
+/// refuses a function that may write.
+pub(super) async fn call_library(c: &mut super::AnyConn) -> Result<(), RedisError> {
+    let mut empty = redis::cmd("FCALL");
+    empty.arg(Lua::Batch.function()).arg(0).arg(0);
+    c.send_to_a_master(empty).await.map(drop)
 }
 
 /// Whether a script or function call failed for want of the script (`NOSCRIPT`) or the
