@@ -166,6 +166,26 @@ impl SentinelSetup {
         }
     }
 
+    /// Kills the data node on `port` (SIGKILL) and starts it again on its port and directory
+    /// with its arguments, empty (no persistence): a replica comes back a replica, and this
+    /// waits until it is in sync with its master again (a full sync: the data and the
+    /// functions).
+    ///
+    /// # Errors
+    /// When no data node listens there, or a replica is not in sync within 30 s.
+    pub fn restart(&mut self, port: u16) -> Result<(), String> {
+        let index = self
+            .servers
+            .iter()
+            .position(|s| s.port() == port)
+            .ok_or_else(|| format!("no data node on port {port}"))?;
+        self.servers[index].restart();
+        if role_of(port).as_deref() == Some("slave") {
+            self.wait_replica_in_sync(index, SETTLE)?;
+        }
+        Ok(())
+    }
+
     fn wait_replica_in_sync(&self, index: usize, timeout: Duration) -> Result<(), String> {
         let deadline = Instant::now() + timeout;
         let port = self.servers[index].port();

@@ -275,11 +275,12 @@ async fn eventually<F: AsyncFnMut() -> bool>(mut what: F) -> bool {
 /// - `SCRIPT FLUSH` touches nothing the limiter runs;
 /// - another version's library lives beside this one (a rolling deploy), and both versions
 ///   share one bucket exactly;
+/// - a replica restarted empty gets both libraries back by replication;
 /// - after a failover the new master holds both libraries and decides by `FCALL`, with every
 ///   bucket as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn functions_survive_flushes_a_second_version_and_a_failover() {
-    let setup = SentinelSetup::start();
+    let mut setup = SentinelSetup::start();
     let limiter = RateLimiter::builder()
         .redis(setup.url())
         .prefix("fs")
@@ -343,6 +344,14 @@ async fn functions_survive_flushes_a_second_version_and_a_failover() {
         eventually(async || other.loaded(&mut r).await).await,
         "the replica holds the other version's library too"
     );
+    // The replica restarts empty (no persistence) and gets everything back by a full sync
+    // from the master, both libraries included.
+    setup.restart(replica).unwrap();
+    let mut r = setup.server(replica).connection().await;
+    assert!(
+        holds_library(&mut r).await && other.loaded(&mut r).await,
+        "the restarted replica holds both libraries"
+    );
     // Every write has reached the replica before it is promoted.
     let acked: u32 = redis::cmd("WAIT")
         .arg(1)
@@ -352,8 +361,17 @@ async fn functions_survive_flushes_a_second_version_and_a_failover() {
         .unwrap();
     assert_eq!(acked, 1);
 
-    // The failover.
-    setup.force_failover().unwrap();
+    // The failover. The sentinels may refuse it for a moment after the replica's restart,
+    // until they see it healthy again.
+    let mut forced = setup.force_failover();
+    for _ in 0..100 {
+        if forced.is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        forced = setup.force_failover();
+    }
+    forced.unwrap();
     let promoted = setup
         .wait_new_master(master, Duration::from_secs(30))
         .unwrap();
