@@ -365,6 +365,54 @@ async fn an_acl_without_function_means_evalsha() {
     }
 }
 
+/// `FCALL` refused while the limiter runs (an ACL changed; ACLs are each node's own, so a
+/// failover can do the same): the call that meets it is still decided by Redis, by `EVAL` of
+/// its script, and the limiter decides by `EVALSHA` from then on, saying so in its `Debug`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fcall_refused_later_means_evalsha_from_then_on() {
+    let server = RedisServer::start();
+    let mut con = server.connection().await;
+    let acl = |rules: &'static [&'static str]| {
+        let mut cmd = redis::cmd("ACL");
+        cmd.arg("SETUSER").arg("app").arg(rules);
+        cmd
+    };
+    let _: () = acl(&["on", ">pw", "~*", "&*", "+@all"])
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let limiter = RateLimiter::builder()
+        .redis(format!("redis://app:pw@127.0.0.1:{}", server.port()).as_str())
+        .prefix("acl")
+        .deny_cache(0)
+        .build()
+        .await
+        .unwrap();
+    let limit = Limit::per_hour(1).burst(3);
+    let d = limiter.check("k", &limit).await.unwrap();
+    assert_eq!((d.allowed, d.source), (true, Source::Store));
+    assert!(!format!("{limiter:?}").contains("EVALSHA"));
+
+    let _: () = acl(&["-fcall", "-fcall_ro"])
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    for (allowed, remaining) in [(true, 1), (true, 0), (false, 0)] {
+        let d = limiter.check("k", &limit).await.unwrap();
+        assert_eq!(
+            (d.allowed, d.remaining, d.source),
+            (allowed, remaining, Source::Store)
+        );
+    }
+    let debug = format!("{limiter:?}");
+    assert!(debug.contains("EVALSHA"), "{debug}");
+    let evalsha = info_number(&server, "commandstats", "cmdstat_evalsha", "calls").await;
+    assert!(
+        evalsha >= 1,
+        "the calls after the first went by EVALSHA: {evalsha}"
+    );
+}
+
 /// A limiter that Redis will not give its decisions, because it will not take the library,
 /// is not built: `build()` fails with `Error::ScriptLoad`, naming the URL (without its
 /// password) and Redis's answer. A URL that names a replica; a server full to `maxmemory`

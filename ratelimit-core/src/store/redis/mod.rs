@@ -76,8 +76,10 @@ pub struct RedisStore {
     /// The most calls one script call decides; 1 sends every call alone.
     batch_limit: usize,
     /// Whether calls run by `FCALL` of this version's function library (chosen at `connect`:
-    /// whenever the server lets this client load it), or by `EVALSHA`.
-    functions: bool,
+    /// whenever the server lets this client load and call it), or by `EVALSHA`. Shared by
+    /// the clones, and turned off for good when a node refuses `FCALL` later (an ACL that
+    /// changed, a failover to a node with other ACLs).
+    functions: Arc<std::sync::atomic::AtomicBool>,
     /// Whether a task is loading the library again (see `scripts::RedisStore::eval`).
     loading_library: Arc<std::sync::atomic::AtomicBool>,
 }
@@ -210,7 +212,7 @@ impl RedisStore {
             reading_masters: Arc::default(),
             lanes: Arc::default(),
             batch_limit: coalesce::DEFAULT_BATCH_LIMIT,
-            functions: false,
+            functions: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             loading_library: Arc::default(),
         };
         let (info, db): (Value, i64) = store
@@ -248,7 +250,9 @@ impl RedisStore {
             })
             .await
         {
-            Ok(()) => store.functions = true,
+            Ok(()) => store
+                .functions
+                .store(true, std::sync::atomic::Ordering::Relaxed),
             Err(e) if scripts::functions_unavailable(&e) => {
                 tracing::info!(
                     url = %store.url,
@@ -528,7 +532,7 @@ impl fmt::Debug for RedisStore {
             .field("kind", &kind)
             .field(
                 "scripts",
-                &if self.functions {
+                &if self.functions.load(std::sync::atomic::Ordering::Relaxed) {
                     Library::get().name()
                 } else {
                     "EVALSHA"

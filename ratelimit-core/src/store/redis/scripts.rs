@@ -97,7 +97,7 @@ impl RedisStore {
         keys: &[&str],
         args: impl Fn(&mut redis::Cmd),
     ) -> Result<T, RedisError> {
-        let functions = self.functions;
+        let functions = self.functions.load(std::sync::atomic::Ordering::Relaxed);
         self.run(|mut c| async move {
             let mut first = redis::cmd(if functions { "FCALL" } else { "EVALSHA" });
             if functions {
@@ -108,8 +108,12 @@ impl RedisStore {
             first.arg(keys.len()).arg(keys);
             args(&mut first);
             match first.query_async(&mut c).await {
-                Err(e) if is_missing_script(&e) => {
-                    if functions {
+                // The script or function missing on this node, or `FCALL` refused there: the
+                // same script by `EVAL`, which cannot miss.
+                Err(e) if is_missing_script(&e) || (functions && fcall_refused(&e)) => {
+                    if functions && fcall_refused(&e) {
+                        self.stop_functions(&e);
+                    } else if functions {
                         self.load_library_soon(&e);
                     }
                     let mut eval = redis::cmd("EVAL");
@@ -121,6 +125,22 @@ impl RedisStore {
             }
         })
         .await
+    }
+
+    /// Decides by `EVALSHA` from now on, in every clone of this store: a node refused `FCALL`
+    /// itself (`refused`). Said once, at WARN.
+    fn stop_functions(&self, refused: &RedisError) {
+        if self
+            .functions
+            .swap(false, std::sync::atomic::Ordering::AcqRel)
+        {
+            tracing::warn!(
+                url = %self.url,
+                reason = %refused,
+                "Redis refuses FCALL now (an ACL changed, or a failover reached a node with other \
+                 ACLs): deciding by EVALSHA of each script from now on"
+            );
+        }
     }
 
     /// Loads the library again, in the background, unless a load is under way: a node said
@@ -199,10 +219,19 @@ fn is_missing_script(e: &RedisError) -> bool {
 }
 
 /// Whether `FUNCTION LOAD` or the first `FCALL` failed because the server offers no
-/// functions to this client: the command renamed away or unknown, or denied by an ACL. Any other failure (a connection lost,
-/// a library Redis could not compile) is an error, not a reason to run scripts instead.
+/// functions to this client: the command renamed away or unknown, or denied by an ACL. Any
+/// other failure (a connection lost, a library Redis could not compile) is an error, not a
+/// reason to run scripts instead.
 pub(super) fn functions_unavailable(e: &RedisError) -> bool {
     e.code() == Some("NOPERM") || e.to_string().contains("unknown command")
+}
+
+/// Whether a node refused an `FCALL` as a command (an ACL without `+fcall`, the command
+/// unknown there), not for one of its keys: nothing ran, and the same script by `EVAL` may.
+fn fcall_refused(e: &RedisError) -> bool {
+    let text = e.to_string().to_ascii_lowercase();
+    (e.code() == Some("NOPERM") && text.contains("'fcall'"))
+        || (text.contains("unknown command") && text.contains("fcall"))
 }
 
 /// What `multi.lua` answers for one group of limits: each limit's four numbers, the server
