@@ -118,12 +118,15 @@ pub enum Error {
     },
 
     /// Redis answered `build()` but would not load this crate's function library (or, where
-    /// it offers no functions, its script): a read-only replica, a server out of memory
-    /// (`maxmemory` with `noeviction`), an ACL that denies `SCRIPT`. Loading is a write, so the
-    /// URL must name a master (or the Sentinels), and the server needs memory to spare.
+    /// it offers no functions, its script), or would not run it: a read-only replica, a
+    /// server out of memory (`maxmemory` with `noeviction`), an ACL without a command the
+    /// scripts call. Loading is a write, so the URL must name a master (or the Sentinels),
+    /// the server needs memory to spare, and the user the commands of the least ACL
+    /// (docs/operations.md).
     #[error(
-        "Redis at {url} would not load the rate-limit functions, answering: {source} Loading \
-         them is a write, so the URL must name a master (or Sentinel) with memory to spare"
+        "Redis at {url} would not load or run the rate-limit functions, answering: {source} \
+         Loading them is a write (the URL must name a master, or the Sentinels, with memory to \
+         spare), and running them needs the commands of the least ACL in docs/operations.md"
     )]
     ScriptLoad {
         /// The URL, with any password removed.

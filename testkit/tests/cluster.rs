@@ -1041,3 +1041,33 @@ async fn every_build_on_a_cluster_calls_the_library_on_a_master() {
         assert!(!debug.contains("EVALSHA"), "{debug}");
     }
 }
+
+/// The least ACL of docs/operations.md, set on every node, is enough on a cluster: everything
+/// a limiter does, on buckets of every master, is Redis's decision, and no node's `ACL LOG`
+/// has an entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_least_acl_in_the_docs_is_enough_on_a_cluster() {
+    let cluster = RedisCluster::start();
+    for port in cluster.ports() {
+        common::set_least_acl(&mut node(port).await).await;
+    }
+    let url = cluster
+        .url()
+        .replace("redis+cluster://", "redis+cluster://ratelimit:pw@");
+    let limiter = common::least_acl_limiter(&url).await;
+    let calls = common::everything_once(&limiter).await;
+    let mut masters = BTreeSet::new();
+    for i in 0..5 {
+        masters.insert(cluster.master_of_key(&limiter.bucket_key(&format!("every{i}"))));
+    }
+    let mut logged = Vec::new();
+    for port in cluster.ports() {
+        logged.extend(common::acl_log(&mut node(port).await).await);
+    }
+    println!(
+        "least ACL on a cluster: {calls} calls on {} masters, ACL LOG {logged:?}",
+        masters.len()
+    );
+    assert!(masters.len() > 1, "the buckets span masters");
+    assert!(logged.is_empty(), "{logged:#?}");
+}

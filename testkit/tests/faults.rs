@@ -413,10 +413,68 @@ async fn fcall_refused_later_means_evalsha_from_then_on() {
     );
 }
 
+/// The least ACL of docs/operations.md is enough for everything a limiter does: every
+/// algorithm, several limits, a peek, a concurrency limit, a reset, the heartbeat and the
+/// reset listener, and a lost library (the call that meets it by `EVAL`, then the library
+/// loaded again). Every decision is Redis's, and `ACL LOG` stays empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_least_acl_in_the_docs_is_enough() {
+    let server = RedisServer::start();
+    let mut con = server.connection().await;
+    common::set_least_acl(&mut con).await;
+    let url = format!("redis://ratelimit:pw@127.0.0.1:{}", server.port());
+    let limiter = common::least_acl_limiter(&url).await;
+    let calls = common::everything_once(&limiter).await;
+    let _: () = redis::cmd("FUNCTION")
+        .arg("FLUSH")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    let d = limiter.check("lost", &Limit::per_hour(1)).await.unwrap();
+    assert_eq!((d.allowed, d.source), (true, Source::Store));
+    assert!(library_loaded_soon(&server).await, "loaded again");
+    // A lease renewal (every third of the lease): a slot held under a lease of 300 ms until
+    // the renewal moves its expiry (the slot's score) on.
+    let short = Limit::concurrent(1).lease(Duration::from_millis(300));
+    let held = limiter.enter("renewed", &short).await.unwrap();
+    assert!(held.slot.is_some());
+    let key = limiter.bucket_key("renewed");
+    let mut score = async || -> f64 {
+        let slots: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        slots.iter().map(|s| s.1).fold(0.0, f64::max)
+    };
+    let first = score().await;
+    let mut renewed = false;
+    for _ in 0..500 {
+        if score().await > first {
+            renewed = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(renewed, "the lease was renewed");
+    drop(held);
+    let log = common::acl_log(&mut con).await;
+    println!("least ACL: {} calls, ACL LOG {log:?}", calls + 1);
+    assert!(log.is_empty(), "{log:#?}");
+    assert_eq!(
+        limiter.live_instances(),
+        1,
+        "the heartbeat counted this one"
+    );
+}
+
 /// A limiter that Redis will not give its decisions, because it will not take the library,
 /// is not built: `build()` fails with `Error::ScriptLoad`, naming the URL (without its
 /// password) and Redis's answer. A URL that names a replica; a server full to `maxmemory`
-/// with `noeviction`.
+/// with `noeviction`; a user whose ACL lacks a command the scripts call.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_replica_or_a_full_server_fails_build_with_script_load() {
     let master = RedisServer::start();
@@ -443,12 +501,28 @@ async fn a_replica_or_a_full_server_fails_build_with_script_load() {
         }
     }
     assert!(filled, "the server filled up");
+    // A user with the least ACL but `TIME`, which every script calls.
+    let rules: Vec<String> = common::least_acl()
+        .into_iter()
+        .filter(|r| r != "+time")
+        .collect();
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("notime")
+        .arg(rules)
+        .query_async(&mut master.connection().await)
+        .await
+        .unwrap();
     for (url, answer) in [
         (
             format!("redis://u:s3cret@127.0.0.1:{}", replica.port()),
             "read only replica",
         ),
         (full.url(), "OOM"),
+        (
+            format!("redis://notime:pw@127.0.0.1:{}", master.port()),
+            "can't run this command",
+        ),
     ] {
         let e = RateLimiter::builder()
             .redis(url.as_str())

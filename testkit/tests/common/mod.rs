@@ -438,3 +438,135 @@ impl OtherVersion {
         (admitted, !self.check(con, &bucket, limit).await)
     }
 }
+
+/// The rules of the least ACL in docs/operations.md ("The least ACL"), for the prefix `app`,
+/// with the password `pw`: the line the docs give, as the test runs it.
+pub(crate) fn least_acl() -> Vec<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operations.md");
+    let docs = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let line = docs
+        .lines()
+        .find(|l| l.starts_with("ACL SETUSER ratelimit "))
+        .expect("docs/operations.md gives the least ACL");
+    line.split_whitespace()
+        .skip(3)
+        .map(|rule| {
+            if rule == ">password" {
+                ">pw".to_owned()
+            } else {
+                rule.to_owned()
+            }
+        })
+        .collect()
+}
+
+/// Gives the node of `con` the user `ratelimit` (password `pw`) with [`least_acl`].
+pub(crate) async fn set_least_acl(con: &mut redis::aio::MultiplexedConnection) {
+    let _: () = redis::cmd("ACL")
+        .arg("SETUSER")
+        .arg("ratelimit")
+        .arg(least_acl())
+        .query_async(con)
+        .await
+        .unwrap();
+}
+
+/// A limiter as that user on `url` (which names it), under the prefix `app`, with no deny
+/// cache: it decides by `FCALL`.
+pub(crate) async fn least_acl_limiter(url: &str) -> RateLimiter {
+    let limiter = RateLimiter::builder()
+        .redis(url)
+        .prefix("app")
+        .deny_cache(0)
+        .build()
+        .await
+        .unwrap();
+    let debug = format!("{limiter:?}");
+    assert!(!debug.contains("EVALSHA"), "{debug}");
+    limiter
+}
+
+/// Everything a limiter does on Redis, once each, under the prefix `app`: every algorithm,
+/// several limits at once, a peek, a concurrency limit entered and left, a reset. Each must be
+/// Redis's decision; returns how many calls it made.
+pub(crate) async fn everything_once(limiter: &RateLimiter) -> usize {
+    use ratelimit_core::{Algorithm, Refill};
+    let limits = [
+        Limit::per_hour(1).burst(2),
+        Limit::per_hour(2).algorithm(Algorithm::FixedWindow),
+        Limit::per_hour(2).algorithm(Algorithm::SlidingWindow),
+        Limit::per_hour(2).algorithm(Algorithm::SlidingLog),
+        Limit::per_hour(2).refill(Refill::Interval),
+    ];
+    let mut calls = 0;
+    for (i, limit) in limits.iter().enumerate() {
+        let key = format!("every{i}");
+        for allowed in [true, true, false] {
+            let d = limiter.check(&key, limit).await.unwrap();
+            assert_eq!((d.allowed, d.source), (allowed, Source::Store), "{limit}");
+            calls += 1;
+        }
+        let d = limiter.peek(&key, limit).await.unwrap();
+        assert_eq!((d.allowed, d.source), (false, Source::Store), "{limit}");
+        calls += 1;
+    }
+    let d = limiter
+        .check_all(&[("all0", &limits[0], 1), ("all1", &limits[1], 1)])
+        .await;
+    let d = d.unwrap();
+    assert_eq!((d.allowed, d.source), (true, Source::Store));
+    calls += 1;
+    let one = Limit::concurrent(1);
+    let entered = limiter.enter("slot", &one).await.unwrap();
+    assert_eq!(
+        (entered.decision.allowed, entered.decision.source),
+        (true, Source::Store)
+    );
+    let refused = limiter.enter("slot", &one).await.unwrap();
+    assert!(!refused.decision.allowed);
+    entered
+        .slot
+        .expect("an admitted entry holds a slot")
+        .release()
+        .await
+        .unwrap();
+    let again = limiter.enter("slot", &one).await.unwrap();
+    assert!(again.decision.allowed, "the released slot is free");
+    drop(again);
+    calls += 3;
+    // A refund: the token bucket's two tokens back, so it admits again.
+    limiter.refund("every0", &limits[0], 2).await.unwrap();
+    let d = limiter.check("every0", &limits[0]).await.unwrap();
+    assert_eq!(
+        (d.allowed, d.source),
+        (true, Source::Store),
+        "after the refund"
+    );
+    calls += 2;
+    limiter.reset("every0").await.unwrap();
+    let d = limiter.check("every0", &limits[0]).await.unwrap();
+    assert_eq!(
+        (d.allowed, d.source),
+        (true, Source::Store),
+        "after the reset"
+    );
+    calls + 2
+}
+
+/// `ACL LOG` of the node of `con`: one line per entry (what was refused, and where).
+pub(crate) async fn acl_log(con: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    let log: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").query_async(con).await.unwrap();
+    log.iter()
+        .map(|entry| match entry {
+            redis::Value::Array(fields) => fields
+                .iter()
+                .map(|v| match v {
+                    redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+                    other => format!("{other:?}"),
+                })
+                .collect::<Vec<_>>()
+                .join(" "),
+            other => format!("{other:?}"),
+        })
+        .collect()
+}
