@@ -419,3 +419,25 @@ async fn functions_survive_flushes_a_second_version_and_a_failover() {
     assert!(fcalls >= 8, "the new master decides by FCALL: {fcalls}");
     assert_eq!(evals, 0, "no call on the new master met a missing function");
 }
+
+/// The least ACL of docs/operations.md, on every data node, is enough through Sentinel (the
+/// URL's credentials are the data nodes'): everything a limiter does is Redis's decision, and
+/// no data node's `ACL LOG` has an entry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_least_acl_in_the_docs_is_enough_through_sentinel() {
+    let setup = SentinelSetup::start();
+    for port in setup.data_ports() {
+        common::set_least_acl(&mut setup.server(port).connection().await).await;
+    }
+    let url = setup
+        .url()
+        .replace("redis+sentinel://", "redis+sentinel://ratelimit:pw@");
+    let limiter = common::least_acl_limiter(&url).await;
+    let calls = common::everything_once(&limiter).await;
+    let mut logged = Vec::new();
+    for port in setup.data_ports() {
+        logged.extend(common::acl_log(&mut setup.server(port).connection().await).await);
+    }
+    println!("least ACL through Sentinel: {calls} calls, ACL LOG {logged:?}");
+    assert!(logged.is_empty(), "{logged:#?}");
+}
