@@ -254,10 +254,16 @@ impl Error {
     pub(crate) fn is_unreachable(&self) -> bool {
         match self {
             Error::Timeout(_) | Error::Connect { .. } => true,
-            Error::Redis(e) => e.is_io_error() || e.is_connection_dropped() || e.is_timeout(),
+            Error::Redis(e) => never_answered(e),
             _ => false,
         }
     }
+}
+
+/// Whether Redis never answered: no connection, a connection lost, no answer in time (as
+/// against an answer that was an error).
+pub(crate) fn never_answered(e: &redis::RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_timeout()
 }
 
 /// The URL without its secrets, for messages and logs.

@@ -329,31 +329,10 @@ impl RedisCluster {
     pub fn restart(&mut self, port: u16) -> Result<(), String> {
         self.kill(port);
         let node = self.node_mut(port);
-        let deadline = Instant::now() + Duration::from_secs(10);
-        let child = loop {
-            match spawn_node(node.dir.path(), port) {
-                Ok(child) => break child,
-                Err(e) if Instant::now() > deadline => {
-                    return Err(format!("restart node {port}: {e}"));
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(100)),
-            }
-        };
+        let child = crate::respawn(|| spawn_node(node.dir.path(), port))
+            .map_err(|e| format!("restart node {port}: {e}"))?;
         node.child = Some(child);
-        let deadline = Instant::now() + SETTLE;
-        loop {
-            let back = self.role(port).is_some() && self.health().is_ok();
-            if back && self.alive_ports().contains(&port) {
-                return Ok(());
-            }
-            if Instant::now() > deadline {
-                return Err(format!(
-                    "node {port} restarted, but the cluster did not settle within {SETTLE:?}: {:?}",
-                    self.health().err()
-                ));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        self.wait_healthy(SETTLE)
     }
 
     /// Promotes the replica on `replica` with `CLUSTER FAILOVER` (a manual, coordinated

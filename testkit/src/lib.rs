@@ -168,16 +168,21 @@ impl RedisServer {
     /// Starts it again on the same port and directory (after [`kill`](RedisServer::kill)).
     pub fn restart(&mut self) {
         self.kill();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            match spawn(self.dir.path(), self.port, &self.extra) {
-                Ok(child) => {
-                    self.child = Some(child);
-                    return;
-                }
-                Err(e) if Instant::now() > deadline => panic!("restart redis-server: {e}"),
-                Err(_) => std::thread::sleep(Duration::from_millis(100)),
-            }
+        let child = respawn(|| spawn(self.dir.path(), self.port, &self.extra))
+            .unwrap_or_else(|e| panic!("restart redis-server: {e}"));
+        self.child = Some(child);
+    }
+}
+
+/// Starts a killed server again on its own port: `start` until it succeeds, for at most 10 s
+/// (the port may not be free again at once).
+pub(crate) fn respawn(mut start: impl FnMut() -> Result<Child, String>) -> Result<Child, String> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match start() {
+            Ok(child) => return Ok(child),
+            Err(e) if Instant::now() > deadline => return Err(e),
+            Err(_) => std::thread::sleep(Duration::from_millis(100)),
         }
     }
 }

@@ -284,10 +284,10 @@ async fn a_manual_failover_keeps_limits_and_state() {
     // Functions are replicated: the promoted replica had the library, and no call it
     // decided had to run by EVAL.
     assert!(
-        holds_library(&cluster, promoted),
+        holds_library(promoted).await,
         "the promoted replica holds the library"
     );
-    let evals = info_field(&cluster, promoted, "commandstats", "cmdstat_eval");
+    let evals = info_field(promoted, "commandstats", "cmdstat_eval").await;
     assert_eq!(
         evals, 0,
         "no call on the promoted replica met a missing function"
@@ -337,14 +337,14 @@ async fn a_killed_master_is_replaced() {
     assert_eq!(cluster.role(killed), Some(testkit::cluster::Role::Replica));
     assert_eq!(cluster.replica_of(new_master), Some(killed));
     assert!(
-        holds_library(&cluster, killed),
+        holds_library(killed).await,
         "the restarted node got the library by replication"
     );
     cluster.failover(killed).unwrap();
     let keys = keys_by_master(&cluster, &limiter, 40)
         .remove(&killed)
         .expect("keys on the node failed back to");
-    let fcalls = info_field(&cluster, killed, "commandstats", "cmdstat_fcall");
+    let fcalls = info_field(killed, "commandstats", "cmdstat_fcall").await;
     let limit = Limit::per_hour(1).burst(2);
     let mut store = 0;
     for key in &keys {
@@ -357,11 +357,11 @@ async fn a_killed_master_is_replaced() {
     );
     assert!(store > 0, "Redis decides on the restarted node's slots");
     assert!(
-        info_field(&cluster, killed, "commandstats", "cmdstat_fcall") > fcalls,
+        info_field(killed, "commandstats", "cmdstat_fcall").await > fcalls,
         "by FCALL"
     );
     assert_eq!(
-        info_field(&cluster, killed, "commandstats", "cmdstat_eval"),
+        info_field(killed, "commandstats", "cmdstat_eval").await,
         0,
         "no call on the restarted node met a missing function"
     );
@@ -520,27 +520,18 @@ async fn several_limits_on_a_cluster_take_all_or_nothing() {
 }
 
 /// Whether the node on `port` holds this version's function library.
-fn holds_library(cluster: &RedisCluster, port: u16) -> bool {
-    let mut con = cluster.node_connection(port).unwrap();
-    let found: Vec<redis::Value> = redis::cmd("FUNCTION")
-        .arg("LIST")
-        .arg("LIBRARYNAME")
-        .arg(ratelimit_core::tools::scripts::library().name())
-        .query(&mut con)
-        .unwrap();
-    !found.is_empty()
+async fn holds_library(port: u16) -> bool {
+    common::holds_library(&mut node(port).await).await
 }
 
 /// The `calls` (in `commandstats`) or `count` (in `errorstats`) of `line` on the node on `port`.
-fn info_field(cluster: &RedisCluster, port: u16, section: &str, line: &str) -> u64 {
-    let mut con = cluster.node_connection(port).unwrap();
-    let info: String = redis::cmd("INFO").arg(section).query(&mut con).unwrap();
+async fn info_field(port: u16, section: &str, line: &str) -> u64 {
     let field = if section == "errorstats" {
         "count"
     } else {
         "calls"
     };
-    testkit::info_number(&info, line, Some(field)).unwrap_or(0)
+    common::info_field(&mut node(port).await, section, line, field).await
 }
 
 /// The library is loaded on every master when the limiter is built (and reaches every replica
@@ -551,10 +542,7 @@ async fn every_master_holds_the_library_and_one_that_loses_it_gets_it_back() {
     let cluster = RedisCluster::start();
     let limiter = strict_limiter(&cluster.url(), "fn").await;
     for port in cluster.ports() {
-        assert!(
-            holds_library(&cluster, port),
-            "node {port} holds the library"
-        );
+        assert!(holds_library(port).await, "node {port} holds the library");
     }
     let by = keys_by_master(&cluster, &limiter, 20);
     let limit = Limit::per_hour(1).burst(2);
@@ -566,7 +554,7 @@ async fn every_master_holds_the_library_and_one_that_loses_it_gets_it_back() {
     let _: () = cluster
         .query(flushed, redis::cmd("FUNCTION").arg("FLUSH"))
         .unwrap();
-    assert!(!holds_library(&cluster, flushed));
+    assert!(!holds_library(flushed).await);
     // Each call on the flushed master's buckets is still decided by Redis, exactly.
     for key in &keys[1..4] {
         let d = limiter.check(key, &limit).await.unwrap();
@@ -576,24 +564,19 @@ async fn every_master_holds_the_library_and_one_that_loses_it_gets_it_back() {
     assert_eq!((d.allowed, d.remaining, d.source), (true, 0, Source::Store));
     let d = limiter.check(&keys[0], &limit).await.unwrap();
     assert_eq!((d.allowed, d.source), (false, Source::Store));
-    let mut back = false;
-    for _ in 0..500 {
-        back = holds_library(&cluster, flushed);
-        if back {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(back, "the flushed master has the library again");
-    let evals = info_field(&cluster, flushed, "commandstats", "cmdstat_eval");
+    assert!(
+        common::eventually(async || holds_library(flushed).await).await,
+        "the flushed master has the library again"
+    );
+    let evals = info_field(flushed, "commandstats", "cmdstat_eval").await;
     assert!(
         evals > 0,
         "the calls that met the missing library ran by EVAL"
     );
-    let fcalls_before = info_field(&cluster, flushed, "commandstats", "cmdstat_fcall");
+    let fcalls_before = info_field(flushed, "commandstats", "cmdstat_fcall").await;
     let _ = limiter.check(&keys[1], &limit).await.unwrap();
     assert_eq!(
-        info_field(&cluster, flushed, "commandstats", "cmdstat_fcall"),
+        info_field(flushed, "commandstats", "cmdstat_fcall").await,
         fcalls_before + 1,
         "calls run by FCALL again"
     );
@@ -997,26 +980,19 @@ async fn two_versions_share_the_buckets_of_every_master() {
             refused,
             "master {master}: the other version sees the emptied bucket"
         );
-        assert!(holds_library(&cluster, master) && other.loaded(&mut con).await);
+        assert!(holds_library(master).await && other.loaded(&mut con).await);
     }
     for master in cluster.masters() {
         let replica = cluster.replica_of(master).unwrap();
-        let mut con = node(replica).await;
-        let mut both = false;
-        for _ in 0..500 {
-            both = holds_library(&cluster, replica) && other.loaded(&mut con).await;
-            if both {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        common::replicated(&mut node(master).await).await;
+        let both = holds_library(replica).await && other.loaded(&mut node(replica).await).await;
         assert!(both, "replica {replica} holds both libraries");
         assert_eq!(
-            info_field(&cluster, master, "errorstats", "errorstat_NOSCRIPT"),
+            info_field(master, "errorstats", "errorstat_NOSCRIPT").await,
             0
         );
         assert_eq!(
-            info_field(&cluster, master, "commandstats", "cmdstat_eval"),
+            info_field(master, "commandstats", "cmdstat_eval").await,
             0,
             "master {master}: no call met a missing function"
         );

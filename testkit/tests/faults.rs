@@ -15,32 +15,18 @@ use common::{
     Call, Load, OtherInstance, OtherVersion, TOLERANT_DEADLINE, assert_no_errors, logs, ms,
     policy_source,
 };
-use ratelimit_core::tools::scripts;
 use ratelimit_core::{FailurePolicy, Limit, RateLimiter, Source, defaults::DEFAULT_DEADLINE};
 use testkit::RedisServer;
 
 /// Whether the server holds this version's function library.
 async fn library_loaded(server: &RedisServer) -> bool {
-    let mut con = server.connection().await;
-    let found: Vec<redis::Value> = redis::cmd("FUNCTION")
-        .arg("LIST")
-        .arg("LIBRARYNAME")
-        .arg(scripts::library().name())
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    !found.is_empty()
+    common::holds_library(&mut server.connection().await).await
 }
 
-/// Polls [`library_loaded`] for at most 5 s.
+/// Polls [`library_loaded`]: loaded again in the limiter's background, with no event to wait
+/// for.
 async fn library_loaded_soon(server: &RedisServer) -> bool {
-    for _ in 0..500 {
-        if library_loaded(server).await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    false
+    common::eventually(async || library_loaded(server).await).await
 }
 
 /// A server on which `FUNCTION` is renamed away: no library can be loaded, so a limiter
@@ -51,13 +37,7 @@ fn server_without_functions() -> RedisServer {
 
 /// `field` of `INFO <section>` as a number (0 when absent).
 async fn info_number(server: &RedisServer, section: &str, line: &str, field: &str) -> u64 {
-    let mut con = server.connection().await;
-    let info: String = redis::cmd("INFO")
-        .arg(section)
-        .query_async(&mut con)
-        .await
-        .unwrap();
-    testkit::info_number(&info, line, Some(field)).unwrap_or(0)
+    common::info_field(&mut server.connection().await, section, line, field).await
 }
 
 /// How many times the server ran a script or a function (`FCALL`, `EVALSHA` and `EVAL`).

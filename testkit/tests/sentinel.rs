@@ -10,7 +10,10 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{Call, Load, OtherVersion, TOLERANT_DEADLINE, assert_no_errors, ms};
+use common::{
+    Call, Load, OtherVersion, TOLERANT_DEADLINE, assert_no_errors, eventually, holds_library,
+    info_field, ms, replicated,
+};
 use ratelimit_core::{Limit, RateLimiter, Source};
 use testkit::sentinel::SentinelSetup;
 
@@ -231,44 +234,6 @@ async fn concurrent_calls_are_batched_on_the_master() {
     assert!(ran < 200, "200 calls took {ran} scripts on the master");
 }
 
-/// Whether the node of `con` holds this version's function library.
-async fn holds_library(con: &mut redis::aio::MultiplexedConnection) -> bool {
-    let found: Vec<redis::Value> = redis::cmd("FUNCTION")
-        .arg("LIST")
-        .arg("LIBRARYNAME")
-        .arg(ratelimit_core::tools::scripts::library().name())
-        .query_async(con)
-        .await
-        .unwrap();
-    !found.is_empty()
-}
-
-/// `field` of `line` in `INFO <section>` of the node of `con` (0 when absent).
-async fn info_field(
-    con: &mut redis::aio::MultiplexedConnection,
-    section: &str,
-    line: &str,
-    field: &str,
-) -> u64 {
-    let info: String = redis::cmd("INFO")
-        .arg(section)
-        .query_async(con)
-        .await
-        .unwrap();
-    testkit::info_number(&info, line, Some(field)).unwrap_or(0)
-}
-
-/// Polls `what` every 10 ms for at most 10 s; whether it came true.
-async fn eventually<F: AsyncFnMut() -> bool>(mut what: F) -> bool {
-    for _ in 0..1000 {
-        if what().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    false
-}
-
 /// Functions on a Sentinel deployment, from the first load to a failover:
 /// - the library reaches the replica by replication;
 /// - a master that loses it (`FUNCTION FLUSH`) decides by `EVAL`, exactly, and gets it back;
@@ -294,8 +259,9 @@ async fn functions_survive_flushes_a_second_version_and_a_failover() {
     let mut m = setup.server(master).connection().await;
     let mut r = setup.server(replica).connection().await;
     assert!(holds_library(&mut m).await, "the master holds the library");
+    replicated(&mut m).await;
     assert!(
-        eventually(async || holds_library(&mut r).await).await,
+        holds_library(&mut r).await,
         "the replica holds it by replication"
     );
 
@@ -310,10 +276,13 @@ async fn functions_survive_flushes_a_second_version_and_a_failover() {
         let d = limiter.check("a", &limit).await.unwrap();
         assert_eq!((d.allowed, d.source), (true, Source::Store));
     }
+    // Loaded again by the limiter in the background: nothing to wait for but the library.
     assert!(
-        eventually(async || holds_library(&mut m).await && holds_library(&mut r).await).await,
-        "the master has the library again, and so has the replica"
+        eventually(async || holds_library(&mut m).await).await,
+        "the master has the library again"
     );
+    replicated(&mut m).await;
+    assert!(holds_library(&mut r).await, "and so has the replica");
     let evals = info_field(&mut m, "commandstats", "cmdstat_eval", "calls").await;
     assert!(
         evals > 0,
@@ -340,8 +309,9 @@ async fn functions_survive_flushes_a_second_version_and_a_failover() {
         refused,
         "the other version sees the bucket this one emptied"
     );
+    replicated(&mut m).await;
     assert!(
-        eventually(async || other.loaded(&mut r).await).await,
+        other.loaded(&mut r).await,
         "the replica holds the other version's library too"
     );
     // The replica restarts empty (no persistence) and gets everything back by a full sync
@@ -353,13 +323,7 @@ async fn functions_survive_flushes_a_second_version_and_a_failover() {
         "the restarted replica holds both libraries"
     );
     // Every write has reached the replica before it is promoted.
-    let acked: u32 = redis::cmd("WAIT")
-        .arg(1)
-        .arg(5000)
-        .query_async(&mut m)
-        .await
-        .unwrap();
-    assert_eq!(acked, 1);
+    replicated(&mut m).await;
 
     // The failover. The sentinels may refuse it for a moment after the replica's restart,
     // until they see it healthy again.

@@ -383,14 +383,7 @@ impl OtherVersion {
 
     /// Whether the server of `con` holds it.
     pub(crate) async fn loaded(&self, con: &mut redis::aio::MultiplexedConnection) -> bool {
-        let found: Vec<redis::Value> = redis::cmd("FUNCTION")
-            .arg("LIST")
-            .arg("LIBRARYNAME")
-            .arg(format!("redis_ratelimit_{}", self.hash))
-            .query_async(con)
-            .await
-            .unwrap();
-        !found.is_empty()
+        has_library(con, &format!("redis_ratelimit_{}", self.hash)).await
     }
 
     /// One call of its token bucket on `bucket` (the key as the limiter names it) on the server
@@ -569,4 +562,60 @@ pub(crate) async fn acl_log(con: &mut redis::aio::MultiplexedConnection) -> Vec<
             other => format!("{other:?}"),
         })
         .collect()
+}
+
+/// Whether the node of `con` holds the function library called `name`.
+pub(crate) async fn has_library(con: &mut redis::aio::MultiplexedConnection, name: &str) -> bool {
+    let found: Vec<redis::Value> = redis::cmd("FUNCTION")
+        .arg("LIST")
+        .arg("LIBRARYNAME")
+        .arg(name)
+        .query_async(con)
+        .await
+        .unwrap();
+    !found.is_empty()
+}
+
+/// Whether the node of `con` holds this version's function library.
+pub(crate) async fn holds_library(con: &mut redis::aio::MultiplexedConnection) -> bool {
+    has_library(con, ratelimit_core::tools::scripts::library().name()).await
+}
+
+/// `field` of `line` in `INFO <section>` of the node of `con` (0 when absent).
+pub(crate) async fn info_field(
+    con: &mut redis::aio::MultiplexedConnection,
+    section: &str,
+    line: &str,
+    field: &str,
+) -> u64 {
+    let info: String = redis::cmd("INFO")
+        .arg(section)
+        .query_async(con)
+        .await
+        .unwrap();
+    testkit::info_number(&info, line, Some(field)).unwrap_or(0)
+}
+
+/// Waits until the master of `con`'s one replica has applied everything written so far
+/// (`WAIT 1`, at most 5 s): what the master holds, the replica holds.
+pub(crate) async fn replicated(con: &mut redis::aio::MultiplexedConnection) {
+    let acked: u32 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query_async(con)
+        .await
+        .unwrap();
+    assert_eq!(acked, 1, "the replica acknowledged the writes");
+}
+
+/// Polls `what` every 10 ms for at most 10 s, for what has no event to wait for (a load in
+/// the limiter's background, a lease renewal); whether it came true.
+pub(crate) async fn eventually<F: AsyncFnMut() -> bool>(mut what: F) -> bool {
+    for _ in 0..1000 {
+        if what().await {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    false
 }

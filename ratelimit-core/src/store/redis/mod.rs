@@ -279,7 +279,7 @@ impl RedisStore {
     /// lost, or Redis's answer (a replica, out of memory, an ACL).
     fn not_loaded(&self, source: RedisError) -> Error {
         let url = self.url.to_string();
-        if source.is_io_error() || source.is_connection_dropped() || source.is_timeout() {
+        if crate::errors::never_answered(&source) {
             Error::Connect { url, source }
         } else {
             Error::ScriptLoad { url, source }

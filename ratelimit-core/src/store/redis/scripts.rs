@@ -107,22 +107,24 @@ impl RedisStore {
             }
             first.arg(keys.len()).arg(keys);
             args(&mut first);
-            match first.query_async(&mut c).await {
-                // The script or function missing on this node, or `FCALL` refused there: the
-                // same script by `EVAL`, which cannot miss.
-                Err(e) if is_missing_script(&e) || (functions && fcall_refused(&e)) => {
-                    if functions && fcall_refused(&e) {
-                        self.stop_functions(&e);
-                    } else if functions {
-                        self.load_library_soon(&e);
-                    }
-                    let mut eval = redis::cmd("EVAL");
-                    eval.arg(lua.text()).arg(keys.len()).arg(keys);
-                    args(&mut eval);
-                    eval.query_async(&mut c).await
-                }
-                other => other,
+            let e = match first.query_async(&mut c).await {
+                Err(e) => e,
+                answer => return answer,
+            };
+            // The script or function missing on this node, or `FCALL` refused there: the same
+            // script by `EVAL`, which cannot miss.
+            let refused = functions && fcall_refused(&e);
+            if refused {
+                self.stop_functions(&e);
+            } else if !is_missing_script(&e) {
+                return Err(e);
+            } else if functions {
+                self.load_library_soon(&e);
             }
+            let mut eval = redis::cmd("EVAL");
+            eval.arg(lua.text()).arg(keys.len()).arg(keys);
+            args(&mut eval);
+            eval.query_async(&mut c).await
         })
         .await
     }
