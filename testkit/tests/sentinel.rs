@@ -153,6 +153,23 @@ async fn the_limiter_follows_the_new_master_after_the_old_one_dies() {
     );
 }
 
+/// One call on the fresh key `key`: whether the store decided it and wrote its bucket on the
+/// node of `con` (the limiter decides there).
+async fn decided_on(
+    limiter: &RateLimiter,
+    con: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+    limit: &Limit,
+) -> bool {
+    let d = limiter.check(key, limit).await.unwrap();
+    let exists: u32 = redis::cmd("EXISTS")
+        .arg(limiter.bucket_key(key))
+        .query_async(con)
+        .await
+        .unwrap();
+    d.source == Source::Store && exists == 1
+}
+
 /// `SENTINEL FAILOVER` under load: the replica is promoted while the old master still runs.
 /// The sentinels demote the old master only seconds later (about ten); meanwhile it still
 /// accepts writes, so a limiter that stayed on it would keep buckets apart from every
@@ -176,14 +193,7 @@ async fn the_limiter_leaves_a_demoted_master() {
         if run.t_promoted.elapsed() > Duration::from_secs(8) {
             break;
         }
-        let key = format!("after{i}");
-        let d = limiter.check(&key, &limit).await.unwrap();
-        let exists: u32 = redis::cmd("EXISTS")
-            .arg(limiter.bucket_key(&key))
-            .query_async(&mut con)
-            .await
-            .unwrap();
-        if d.source == Source::Store && exists == 1 {
+        if decided_on(&limiter, &mut con, &format!("after{i}"), &limit).await {
             moved = Some(run.t_promoted.elapsed());
             break;
         }
@@ -348,14 +358,7 @@ async fn functions_survive_flushes_a_second_version_and_a_failover() {
     let mut i = 0;
     let moved = eventually(async || {
         i += 1;
-        let key = format!("probe{i}");
-        let d = limiter.check(&key, &probe).await.unwrap();
-        let exists: u32 = redis::cmd("EXISTS")
-            .arg(limiter.bucket_key(&key))
-            .query_async(&mut r)
-            .await
-            .unwrap();
-        d.source == Source::Store && exists == 1
+        decided_on(&limiter, &mut r, &format!("probe{i}"), &probe).await
     })
     .await;
     assert!(moved, "the limiter decides on the new master");
