@@ -90,24 +90,47 @@ async fn a_panicking_call_gives_its_slot_back() {
     );
 }
 
+/// Calls of `waits` whose bodies run now.
+static RUNNING: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+
 #[rate_limit(concurrent = 1, key = Global, limiter = LIMITER, name = "waits", wait = "5s", lease = "10s")]
-async fn waits(go: oneshot::Receiver<()>) -> Result<(), RateLimited> {
+async fn waits(go: oneshot::Receiver<()>) -> Result<usize, RateLimited> {
+    use std::sync::atomic::Ordering;
+    let beside = RUNNING.fetch_add(1, Ordering::SeqCst);
     let _ = go.await;
-    Ok(())
+    RUNNING.fetch_sub(1, Ordering::SeqCst);
+    Ok(beside)
 }
 
 #[tokio::test]
 async fn a_full_key_waits_for_a_slot_with_wait() {
+    use std::sync::atomic::Ordering;
     init().await;
     let (release, go) = oneshot::channel();
     let first = tokio::spawn(waits(go));
-    tokio::task::yield_now().await;
+    while RUNNING.load(Ordering::SeqCst) == 0 {
+        tokio::task::yield_now().await;
+    }
+    // The second is free to end at once: only its slot can hold it back.
     let (release2, go2) = oneshot::channel();
-    let second = tokio::spawn(waits(go2));
     release2.send(()).unwrap();
+    let second = tokio::spawn(waits(go2));
+    // However often it is polled while the first holds the slot, it neither runs nor is
+    // refused: it waits (on a timer or a wake-up, never ready by being polled).
+    for _ in 0..200 {
+        tokio::task::yield_now().await;
+    }
+    assert!(
+        !second.is_finished(),
+        "the second call ran, or was refused, beside the first"
+    );
     release.send(()).unwrap();
-    first.await.unwrap().unwrap();
-    second.await.unwrap().unwrap();
+    assert_eq!(first.await.unwrap().unwrap(), 0);
+    assert_eq!(
+        second.await.unwrap().unwrap(),
+        0,
+        "the second ran only once the first had ended"
+    );
 }
 
 #[test]
