@@ -144,13 +144,7 @@ async fn a_killed_instances_slots_come_back_after_the_lease() {
     }
     // Both slots are taken (as a limiter on the same Redis and prefix sees them), and `b`
     // refuses the tenant.
-    let looker = RateLimiter::builder()
-        .redis(redis.url())
-        .prefix("e2e")
-        .instance(false)
-        .build()
-        .await
-        .unwrap();
+    let looker = looker(&redis).await;
     let reports = Limit::concurrent(2);
     for _ in 0..500 {
         let free = looker
@@ -171,6 +165,45 @@ async fn a_killed_instances_slots_come_back_after_the_lease() {
     retry_until(&http, &b, StatusCode::OK).await;
 }
 
+/// Waits until each of the two services has beaten since both were in the set of live
+/// instances: from then on each divides a limit by two when Redis fails.
+async fn each_counts_two_instances(redis: &RedisServer) {
+    let mut con = redis.connection().await;
+    let mut scores = async || -> Vec<f64> {
+        let members: Vec<(String, f64)> = redis::cmd("ZRANGE")
+            .arg("e2e:instances")
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query_async(&mut con)
+            .await
+            .unwrap();
+        members.into_iter().map(|m| m.1).collect()
+    };
+    let mut both_at = None;
+    for _ in 0..1000 {
+        let now = scores().await;
+        match both_at {
+            None if now.len() == 2 => both_at = now.iter().copied().reduce(f64::max),
+            Some(at) if now.len() == 2 && now.iter().all(|s| *s > at) => return,
+            _ => {}
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    panic!("the two services never both beat in e2e:instances");
+}
+
+/// A limiter on the services' Redis and prefix that only looks (no instance of theirs).
+async fn looker(redis: &RedisServer) -> RateLimiter {
+    RateLimiter::builder()
+        .redis(redis.url())
+        .prefix("e2e")
+        .instance(false)
+        .build()
+        .await
+        .unwrap()
+}
+
 /// Asks `service` for a short report of the tenant until it answers `wanted`, waiting between
 /// two asks as a refusal's `Retry-After` says (30 asks at most); the number of asks.
 async fn retry_until(http: &Client, service: &Service, wanted: StatusCode) -> usize {
@@ -183,4 +216,98 @@ async fn retry_until(http: &Client, service: &Service, wanted: StatusCode) -> us
         tokio::time::sleep(std::time::Duration::from_millis(200 + wait * 1000)).await;
     }
     panic!("{} never answered {wanted}", service.url("/reports/acme"));
+}
+
+/// A Redis outage, and Redis back without its data, never run more than two reports of a
+/// tenant at once (issue 33: 4 at once after the kill and after the restart). Each instance's
+/// fallback counts the report it runs under Redis's slot, and Redis, back empty, learns of
+/// the reports the fallbacks admitted before it grants their slots again.
+#[tokio::test]
+async fn an_outage_never_runs_more_than_two_reports_at_once() {
+    let (mut redis, a, b) = two_instances().await;
+    let http = client();
+    let looker = looker(&redis).await;
+    let reports = Limit::concurrent(2);
+    // Until `free` slots of the tenant's are free, as Redis sees them.
+    let free_in_redis = async |free: u64, when: &str| {
+        for _ in 0..1000 {
+            if let Ok(d) = looker.peek_named("reports", "acme", &reports).await
+                && d.source == redis_ratelimit::Source::Store
+                && d.remaining == free
+            {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        let last = looker.peek_named("reports", "acme", &reports).await;
+        panic!("{when}: Redis never had {free} of the tenant's slots free: {last:?}");
+    };
+    // A long report on each instance, held until its client goes away (axum then drops the
+    // handler, and the slot comes back).
+    // A refused one (a short report held the slot a moment) asks again.
+    let long = |service: &Service| {
+        let (http, url) = (http.clone(), service.url("/reports/acme?ms=10000"));
+        tokio::spawn(async move {
+            loop {
+                let r = http.post(&url).send().await;
+                if !r
+                    .as_ref()
+                    .is_ok_and(|r| r.status() == StatusCode::TOO_MANY_REQUESTS)
+                {
+                    return r;
+                }
+            }
+        })
+    };
+    let short_refused = async |service: &Service| {
+        let r = run_report(&http, service, "acme", 10).await;
+        assert_eq!(
+            r.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "a third report ran"
+        );
+    };
+    each_counts_two_instances(&redis).await;
+    let running = [long(&a), long(&b)];
+    free_in_redis(0, "two long reports").await;
+    redis.kill();
+    // Redis is down: each instance runs one of the two, and admits no other.
+    for service in [&a, &b, &a, &b] {
+        short_refused(service).await;
+    }
+    for report in running {
+        report.abort();
+    }
+    // Until each instance has seen its client go and given the slot back in its fallback.
+    let until = async |service: &Service, status: StatusCode| {
+        for _ in 0..500 {
+            if run_report(&http, service, "acme", 10).await.status() == status {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        panic!("{} never answered {status}", service.url("/reports/acme"));
+    };
+    until(&a, StatusCode::OK).await;
+    until(&b, StatusCode::OK).await;
+    // Still down: the fallback runs one report on each instance. A short report goes
+    // through until the long one has its slot (never beside it).
+    let running = [long(&a), long(&b)];
+    until(&a, StatusCode::TOO_MANY_REQUESTS).await;
+    until(&b, StatusCode::TOO_MANY_REQUESTS).await;
+    // Back without its data: Redis hears of the two reports before it grants their slots.
+    redis.restart();
+    free_in_redis(0, "back without its data").await;
+    for service in [&a, &b, &a, &b] {
+        short_refused(service).await;
+    }
+    for report in running {
+        report.abort();
+    }
+    free_in_redis(2, "the reports ended").await;
+    let (x, y) = tokio::join!(
+        run_report(&http, &a, "acme", 10),
+        run_report(&http, &b, "acme", 10)
+    );
+    assert_eq!((x.status(), y.status()), (StatusCode::OK, StatusCode::OK));
 }

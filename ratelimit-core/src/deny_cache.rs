@@ -58,26 +58,36 @@ pub(crate) struct Known {
 }
 
 impl Known {
-    /// What the bucket can hold at most at `now`, as fine units of time under the limit's
-    /// token-bucket parameters `p` (`p.tau` is a full bucket): the tokens left when the store
-    /// answered plus what has refilled since, and no more than the time to full allows. Both
-    /// are upper bounds (other instances can only have taken more since), so a fallback that
-    /// starts here never admits what the store had already spent.
-    pub(crate) fn held(&self, p: &crate::algorithm::token_bucket::Params, now: Instant) -> u64 {
+    /// How far the bucket is from full at `now` at the least, as fine units of time under the
+    /// limit's token-bucket parameters `p` (`p.tau` is an empty bucket; more is a bucket that
+    /// owes calls it reserved for, which wait beyond it): the tokens it lacked when the store
+    /// answered less what has refilled since, and no less than the time to full it said.
+    /// Both are lower bounds (other instances can only have taken more since), so a fallback
+    /// that starts here never admits what the store had already spent or promised.
+    pub(crate) fn short_of_full(
+        &self,
+        p: &crate::algorithm::token_bucket::Params,
+        now: Instant,
+    ) -> u64 {
         let fine = |d: Duration| {
             u64::try_from(d.as_micros())
                 .unwrap_or(u64::MAX)
                 .saturating_mul(p.per_micro)
         };
         let refilled = fine(now.saturating_duration_since(self.received));
-        let by_remaining = self
-            .remaining
-            .saturating_mul(p.interval)
-            .saturating_add(refilled);
-        let by_full = p
-            .tau
-            .saturating_sub(fine(self.full_at.saturating_duration_since(now)));
-        by_remaining.min(by_full).min(p.tau)
+        // What `remaining` counts whole tokens of: the bucket, or a leaky bucket's queue.
+        let full = if p.queue {
+            p.tau.saturating_add(p.reach)
+        } else {
+            p.tau
+        };
+        let by_remaining = full.saturating_sub(
+            self.remaining
+                .saturating_mul(p.interval)
+                .saturating_add(refilled),
+        );
+        let by_full = fine(self.full_at.saturating_duration_since(now));
+        by_remaining.max(by_full).min(p.tau.saturating_add(p.hold))
     }
 }
 
@@ -384,10 +394,10 @@ mod tests {
         let known = cache.known("b", &limit, now).unwrap();
         assert_eq!(known.remaining, 2);
         // 2 tokens, and no more than 40 s from full allows (6 - 4 tokens).
-        assert_eq!(known.held(&p, now), 2 * p.interval);
+        assert_eq!(known.short_of_full(&p, now), 4 * p.interval);
         // 10 s later, 1 more token refilled.
         let later = now + Duration::from_secs(10);
-        assert_eq!(known.held(&p, later), 3 * p.interval);
+        assert_eq!(known.short_of_full(&p, later), 3 * p.interval);
         assert!(
             cache.known("b", &Limit::per_minute(60), now).is_none(),
             "another limit"

@@ -21,7 +21,7 @@ use futures_core::Stream;
 
 use crate::Error;
 use crate::deny_cache::DenyCache;
-use crate::store::RedisStore;
+use crate::store::{MemoryStore, RedisStore};
 
 /// How often each instance says it is alive.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
@@ -56,11 +56,72 @@ impl Recount {
     }
 }
 
+/// How long after the store came back this process grants no more than its share of a
+/// concurrency limit (as the fallback would), on top of what the store grants: long enough
+/// for every instance to have told the store again of the calls it runs (its next heartbeat,
+/// which may wait out a timeout, and one more), should the store have come back without them.
+pub(crate) const HOLD_OFF: Duration = Duration::from_secs(3);
+const _: () = assert!(HOLD_OFF.as_millis() > 2 * HEARTBEAT_EVERY.as_millis());
+
+/// When the store came back after failing, as this process saw it (a call or a heartbeat that
+/// failed, then one that was answered; or a heartbeat that found this instance missing from
+/// the set of live instances: the store lost its data). A store that comes back may have lost
+/// the concurrency slots it granted, and never knew of those the fallback granted: the guards
+/// of the calls that hold them renew them at once (a renewal writes back a slot it does not
+/// find), and until [`HOLD_OFF`] has passed the store's grants are also held to this
+/// instance's share.
+#[derive(Debug)]
+pub(crate) struct Recovery {
+    origin: std::time::Instant,
+    /// Milliseconds since `origin` of the last return, 0 for never.
+    at_ms: std::sync::atomic::AtomicU64,
+    /// Bumped at each return: what the guards of running calls wait on.
+    back: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Recovery {
+    fn default() -> Recovery {
+        Recovery {
+            origin: std::time::Instant::now(),
+            at_ms: std::sync::atomic::AtomicU64::new(0),
+            back: tokio::sync::watch::Sender::new(0),
+        }
+    }
+}
+
+impl Recovery {
+    /// The store is back (or may have lost what it held).
+    pub(crate) fn came_back(&self) {
+        let ms = u64::try_from(self.origin.elapsed().as_millis())
+            .unwrap_or(u64::MAX)
+            .max(1);
+        self.at_ms.store(ms, Ordering::Release);
+        self.back.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Whether the store came back less than [`HOLD_OFF`] ago.
+    pub(crate) fn holding_off(&self) -> bool {
+        let at = self.at_ms.load(Ordering::Acquire);
+        at != 0 && u128::from(at) + HOLD_OFF.as_millis() > self.origin.elapsed().as_millis()
+    }
+
+    /// A receiver that sees each return of the store from now on.
+    pub(crate) fn watch(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.back.subscribe()
+    }
+}
+
 /// This process's share of one fleet, held by every limiter of the process in that fleet.
 #[derive(Debug)]
 pub(crate) struct Member {
     /// Live instances, as last seen by the heartbeat (at least 1).
     pub(crate) count: Arc<AtomicU32>,
+    /// The failure policy's fallback of every limiter of the process in this fleet: the
+    /// process is one instance, so it holds one share of each limit however many limiters
+    /// it builds (with one fallback each, two limiters on one prefix granted two shares).
+    pub(crate) fallback: MemoryStore,
+    /// When the store came back after failing, as this process saw it.
+    pub(crate) recovery: Arc<Recovery>,
     /// The deny caches to tell about resets.
     caches: Mutex<Vec<Weak<DenyCache>>>,
     channel: Box<str>,
@@ -139,6 +200,8 @@ pub(crate) fn join(store: &RedisStore, prefix: &str) -> Result<Arc<Member>, Erro
     }
     let member = Arc::new(Member {
         count: Arc::new(AtomicU32::new(1)),
+        fallback: MemoryStore::new(),
+        recovery: Arc::default(),
         caches: Mutex::default(),
         channel: resets_channel(prefix).into(),
         running: Arc::new(AtomicBool::new(true)),
@@ -151,6 +214,7 @@ pub(crate) fn join(store: &RedisStore, prefix: &str) -> Result<Arc<Member>, Erro
         channel: member.channel.to_string(),
         refused: AtomicBool::new(false),
         recount: Recount::default(),
+        answered: None,
         _running: Running(Arc::clone(&member.running)),
     };
     runtime.spawn(task.run());
@@ -186,6 +250,8 @@ struct Task {
     /// Whether the heartbeat's key refused it (logged once).
     refused: AtomicBool,
     recount: Recount,
+    /// How the last beat went: `None` before the first, `Some(false)` when it failed.
+    answered: Option<bool>,
     _running: Running,
 }
 
@@ -246,12 +312,17 @@ impl Task {
         let beat = self
             .store
             .heartbeat(&self.instances, &PROCESS_ID, HEARTBEAT_TTL);
-        match tokio::time::timeout(HEARTBEAT_EVERY, beat).await {
-            Ok(Ok(n)) => {
+        let answered = match tokio::time::timeout(HEARTBEAT_EVERY, beat).await {
+            Ok(Ok((n, new))) => {
                 member
                     .count
                     .store(self.recount.answer(n), Ordering::Relaxed);
-                return true;
+                // Back after failing, or missing from a set it beat in before (within its TTL:
+                // the store lost its data, or this process was away for longer).
+                if self.answered == Some(false) || (new && self.answered.is_some()) {
+                    member.recovery.came_back();
+                }
+                true
             }
             // Redis answered with an error: it is up, but the key holds a value of the
             // application's (the prefix is shared with it). The key is not ours to delete;
@@ -266,13 +337,20 @@ impl Task {
                          another value: choose a prefix the application does not use"
                     );
                 }
-                return true;
+                true
             }
             // While Redis is down the count stands, and so do the answers it comes from.
-            Ok(Err(e)) => tracing::debug!(%e, "rate-limit heartbeat failed"),
-            Err(_) => tracing::debug!("rate-limit heartbeat timed out"),
-        }
-        false
+            Ok(Err(e)) => {
+                tracing::debug!(%e, "rate-limit heartbeat failed");
+                false
+            }
+            Err(_) => {
+                tracing::debug!("rate-limit heartbeat timed out");
+                false
+            }
+        };
+        self.answered = Some(answered);
+        answered
     }
 
     async fn subscribe(&self) -> Option<Resets> {

@@ -19,6 +19,7 @@ pub enum FailurePolicy {
     /// Redis, each instance enforces its share: the limit divided by the number of instances
     /// that were alive (see [`RateLimiter::live_instances`](crate::RateLimiter::live_instances)),
     /// each bucket starting from this instance's part of what the store last said it held
+    /// (its tokens, the calls it owes, when it is full again: whatever the limit's algorithm)
     /// (see [`RateLimiterBuilder::deny_cache`](crate::RateLimiterBuilder::deny_cache)), and
     /// going on from there through later outages.
     #[default]
@@ -139,6 +140,8 @@ pub(crate) struct Resilience {
     fallback: OnceLock<MemoryStore>,
     /// Live instances sharing the store, as last seen by the heartbeat (at least 1).
     pub(crate) instances: Arc<AtomicU32>,
+    /// The fleet's record of the store's returns, which leaving degraded mode adds to.
+    pub(crate) recovery: Option<Arc<crate::fleet::Recovery>>,
     label: Box<str>,
 }
 
@@ -165,6 +168,7 @@ impl Resilience {
             degraded: AtomicBool::new(false),
             fallback,
             instances: Arc::new(AtomicU32::new(1)),
+            recovery: None,
             label: label.into(),
         }
     }
@@ -261,6 +265,9 @@ impl Resilience {
             // (or from what the store says since, if less), never from a fresh share.
             tracing::info!(target: "redis_ratelimit", limiter = %self.label, "rate-limit store is back; leaving degraded mode");
             crate::observe::degraded(&self.label, false);
+            if let Some(recovery) = &self.recovery {
+                recovery.came_back();
+            }
         }
     }
 
@@ -312,12 +319,16 @@ impl Resilience {
             Vec::new()
         } else {
             let now = Instant::now();
-            let held: Vec<Option<u64>> = fallback
+            let short_of_full: Vec<Option<u64>> = fallback
                 .iter()
-                .map(|&(bucket, limit, _)| held(known, bucket, limit, now))
+                .map(|&(bucket, limit, _)| short_of_full(known, bucket, limit, now))
                 .collect();
-            self.fallback_store()
-                .check_all_shared(&fallback, self.share(), veto, Some(&held))
+            self.fallback_store().check_all_shared(
+                &fallback,
+                self.share(),
+                veto,
+                Some(&short_of_full),
+            )
         }
         .into_iter();
         checks
@@ -336,6 +347,15 @@ impl Resilience {
     pub(crate) fn give_back(&self, bucket: &str, limit: &Limit, cost: u32) {
         self.fallback_store()
             .give_back(bucket, limit, cost, self.share());
+    }
+
+    /// Counts the concurrency slots a call the store admitted holds (the limits carry its
+    /// holder) in the fallback, within each limit's whole max, or within this instance's
+    /// share of it when `share`. The slots are written when every limit admits them.
+    pub(crate) fn count_slots(&self, checks: &[(&str, &Limit, u32)], share: bool) -> Vec<Decision> {
+        let instances = if share { self.share() } else { 1 };
+        self.fallback_store()
+            .check_all_shared(checks, instances, false, None)
     }
 
     /// Gives back the concurrency slots the call `holder` took in the fallback.
@@ -384,9 +404,9 @@ impl Resilience {
     ) -> Decision {
         match limit.failure_policy().unwrap_or(self.policy) {
             FailurePolicy::Fallback => {
-                let held = held(known, bucket, limit, Instant::now());
+                let short_of_full = short_of_full(known, bucket, limit, Instant::now());
                 self.fallback_store()
-                    .check_share(bucket, limit, cost, self.share(), held)
+                    .check_share(bucket, limit, cost, self.share(), short_of_full)
                     .with_source(Source::Fallback)
             }
             FailurePolicy::Allow => Decision::new(
@@ -413,11 +433,16 @@ impl Resilience {
     }
 }
 
-/// What the store last said `bucket` under `limit` could hold at `now`, in fine units of the
-/// limit's token bucket.
-fn held(known: Option<&DenyCache>, bucket: &str, limit: &Limit, now: Instant) -> Option<u64> {
+/// How far from full the store last said `bucket` under `limit` is at `now` (owed
+/// reservations included), in fine units of the limit's token bucket.
+fn short_of_full(
+    known: Option<&DenyCache>,
+    bucket: &str,
+    limit: &Limit,
+    now: Instant,
+) -> Option<u64> {
     let known = known?.known(bucket, limit, now)?;
-    Some(known.held(&crate::algorithm::token_bucket::Params::of(limit), now))
+    Some(known.short_of_full(&crate::algorithm::token_bucket::Params::of(limit), now))
 }
 
 #[cfg(test)]
@@ -614,6 +639,68 @@ mod fallback_tests {
                 })
                 .sum();
             assert!(fresh >= 18, "{n}: {fresh}");
+        }
+    }
+
+    /// Calls a bucket reserved in the store (waiters leaving on their instants) are owed by
+    /// the fallback too: it seeds the bucket as owing them, not as merely empty (issue 33:
+    /// 20 reserved in Redis, then 10 paced from an empty bucket, an excess of 10).
+    #[test]
+    fn a_bucket_that_owes_reservations_is_seeded_owing_them() {
+        let clock = ManualClock::new();
+        let limit = Limit::per_second(10).burst(1).wait(Duration::from_secs(10));
+        let cache = DenyCache::new(16);
+        let now = Instant::now();
+        // The store's last answer: admitted, nothing left, full again in 2 s (20 reservations
+        // of 100 ms queued ahead).
+        cache.remember(
+            "k",
+            &answered(limit, true, 0, Duration::from_secs(2)),
+            now,
+            now,
+        );
+        for n in [1, 2] {
+            let r = &fleet(n, &clock)[0];
+            let d = r.decide("k", &limit, 1, Some(&cache));
+            assert!(d.allowed, "{n}: the call reserves its turn");
+            // Its turn comes after the 20 owed, 2 s from the store's answer.
+            assert!(
+                d.retry_after + now.elapsed() >= Duration::from_secs(2),
+                "{n} instances: the new call waits behind the 20 owed, not {:?}",
+                d.retry_after
+            );
+        }
+    }
+
+    /// On one instance, an interval-refill bucket starts from what the store said (issue 33:
+    /// 20 per hour used up, then 20 more from a fallback bucket that started full), and so
+    /// does every algorithm: the windows too.
+    #[test]
+    fn every_algorithm_starts_from_what_the_store_said_on_one_instance() {
+        use crate::{Algorithm, Refill};
+        let limits = [
+            Limit::per_hour(20).refill(Refill::Interval),
+            Limit::per_hour(20).algorithm(Algorithm::FixedWindow),
+            Limit::per_hour(20).algorithm(Algorithm::SlidingWindow),
+            Limit::per_hour(20).algorithm(Algorithm::SlidingLog),
+            Limit::per_hour(20).algorithm(Algorithm::LeakyBucket),
+        ];
+        for limit in limits {
+            let clock = ManualClock::new();
+            let r = &fleet(1, &clock)[0];
+            let cache = DenyCache::new(16);
+            let now = Instant::now();
+            // Used up, full again at the next refill, 30 minutes away.
+            cache.remember(
+                "k",
+                &answered(limit, false, 0, Duration::from_secs(1_800)),
+                now,
+                now,
+            );
+            let admitted = (0..40)
+                .filter(|_| r.decide("k", &limit, 1, Some(&cache)).allowed)
+                .count();
+            assert_eq!(admitted, 0, "{limit:?}: nothing left until the refill");
         }
     }
 

@@ -12,7 +12,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    Call, Load, OtherInstance, OtherVersion, TOLERANT_DEADLINE, assert_no_errors, logs, ms,
+    Call, Load, OtherInstance, OtherVersion, TOLERANT_DEADLINE, assert_no_errors, logs, ms, pause,
     policy_source,
 };
 use ratelimit_core::{FailurePolicy, Limit, RateLimiter, Source, defaults::DEFAULT_DEADLINE};
@@ -876,17 +876,6 @@ async fn what_each_policy_admits_while_redis_is_down() {
         .await;
         assert!(back.is_some(), "{l:?} back on Redis");
     }
-}
-
-/// Holds every client of `server` for `ms` milliseconds.
-async fn pause(server: &RedisServer, ms: u64) {
-    let () = redis::cmd("CLIENT")
-        .arg("PAUSE")
-        .arg(ms)
-        .arg("ALL")
-        .query_async(&mut server.connection().await)
-        .await
-        .unwrap();
 }
 
 /// Two short outages in a row: the first starts from what Redis had left, and the second

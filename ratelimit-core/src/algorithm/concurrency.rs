@@ -285,18 +285,19 @@ pub fn release(now: u64, entries: &[Entry], holder: u64, cost: u64) -> Vec<Entry
         .collect()
 }
 
-/// Renews the leases of `holder`'s live slots (1 ..= `cost`) to end at `now + lease_us` (a
-/// ticket is renewed by asking again); returns how many it renewed (0: the holder has lost
-/// its slots, or never had them).
-pub fn renew(now: u64, entries: &mut [Entry], holder: u64, cost: u64, lease_us: u64) -> u64 {
+/// Renews the leases of `holder`'s slots (1 ..= `cost`) to end at `now + lease_us` (a
+/// ticket is renewed by asking again), writing them whether or not they are there: the call
+/// runs, so a slot whose lease ended, one the store lost or one it never granted (the
+/// fallback did) is counted again, even above the max. Returns how many were live (0: the
+/// holder had lost its slots, or never had them here).
+pub fn renew(now: u64, entries: &mut Vec<Entry>, holder: u64, cost: u64, lease_us: u64) -> u64 {
     let mut renewed = 0;
-    for e in entries
-        .iter_mut()
-        .filter(|e| e.1 > now && slot_of(e, holder, cost))
-    {
-        e.1 = now + lease_us;
-        renewed += 1;
-    }
+    entries.retain(|e| {
+        let mine = slot_of(e, holder, cost);
+        renewed += u64::from(mine && e.1 > now);
+        !mine
+    });
+    entries.extend((1..=cost).map(|n| (Member::Held { holder, n }, now + lease_us)));
     renewed
 }
 
@@ -382,9 +383,11 @@ mod tests {
     }
 
     proptest::proptest! {
-        /// Whatever the calls (holders, costs, waits, releases, renewals, time passing), the
-        /// live slots never exceed the max, and a call is admitted only when no live ticket
-        /// arrived before its own.
+        /// Whatever the calls (holders, costs, waits, releases, renewals, time passing), a call
+        /// is admitted only when the live slots plus its own stay within the max and no live
+        /// ticket arrived before its own; and while every running call renews within its
+        /// lease, the live slots never exceed the max. (A renewal writes a running call's slots
+        /// back even when its lease had ended: it re-counts a call, never admits one.)
         #[test]
         fn never_more_than_max_and_never_out_of_turn(
             ops in proptest::collection::vec((0u64..6, 0u64..4, 0u64..3, 0u64..2, 0u64..400_000), 1..120),
@@ -392,9 +395,18 @@ mod tests {
             let max = 3;
             let mut s: Vec<Entry> = Vec::new();
             let mut now = T0;
+            // The calls admitted and not released: holder, cost, and when each was renewed
+            // last (admitted: renewed then).
+            let mut running: Vec<(u64, u64, u64)> = Vec::new();
+            let mut lapsed = false;
             for (holder, op, cost, queue, dt) in ops {
                 now += dt;
-                let p = Params { max, lease_us: 1_000_000, holder: holder + 1, queue: queue == 1 };
+                let lease_us = 1_000_000;
+                lapsed |= running.iter().any(|r| r.2 + lease_us <= now);
+                let p = Params { max, lease_us, holder: holder + 1, queue: queue == 1 };
+                let live_held = |s: &[Entry]| {
+                    s.iter().filter(|e| e.1 > now && matches!(e.0, Member::Held { .. })).count() as u64
+                };
                 match op {
                     0 | 1 => {
                         let earlier = s.iter().filter(|e| e.1 > now).filter_map(|e| match e.0 {
@@ -405,19 +417,35 @@ mod tests {
                             Member::Waiting { arrival, holder, .. } if holder == p.holder => Some((arrival, holder)),
                             _ => None,
                         });
-                        let o = decide(now, &s, p, cost.min(max));
-                        if o.allowed && cost > 0 {
+                        let already = running.iter().any(|r| r.0 == p.holder);
+                        let before = live_held(&s);
+                        let cost = cost.min(max);
+                        let o = decide(now, &s, p, cost);
+                        if o.allowed && cost > 0 && !already {
                             proptest::prop_assert!(earlier.is_none() || earlier == mine, "out of turn");
+                            proptest::prop_assert!(before + cost <= max, "admitted {cost} beside {before}");
+                            running.push((p.holder, cost, now));
                         }
-                        keep(&mut s, &o);
+                        if !already {
+                            keep(&mut s, &o);
+                        }
                     }
-                    2 => s = release(now, &s, p.holder, max),
+                    2 => {
+                        s = release(now, &s, p.holder, max);
+                        running.retain(|r| r.0 != p.holder);
+                    }
                     _ => {
-                        renew(now, &mut s, p.holder, max, p.lease_us);
+                        // A renewal is a running call's.
+                        if let Some(r) = running.iter_mut().find(|r| r.0 == p.holder) {
+                            renew(now, &mut s, r.0, r.1, lease_us);
+                            r.2 = now;
+                        }
                     }
                 }
-                let held = s.iter().filter(|e| e.1 > now && matches!(e.0, Member::Held { .. })).count();
-                proptest::prop_assert!(held as u64 <= max, "{held} held");
+                if !lapsed {
+                    let held = live_held(&s);
+                    proptest::prop_assert!(held <= max, "{held} held");
+                }
             }
         }
     }

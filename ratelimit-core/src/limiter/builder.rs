@@ -24,16 +24,18 @@ impl RateLimiter {
             Backend::Redis(s) if s.is_cluster() => 16_384 / usize::from(SLOTS_PER_CIRCUIT),
             _ => 1,
         };
+        // One fallback per instance: every limiter of the process in one fleet shares the
+        // fleet's, unless given its own.
+        let fallback = b
+            .fallback
+            .clone()
+            .or_else(|| fleet.as_ref().map(|member| member.fallback.clone()));
         let mut resilience = Resilience::new(
-            b.policy,
-            b.deadline,
-            b.cooldown,
-            circuits,
-            &prefix,
-            b.fallback.clone(),
+            b.policy, b.deadline, b.cooldown, circuits, &prefix, fallback,
         );
         if let Some(member) = &fleet {
             resilience.instances = Arc::clone(&member.count);
+            resilience.recovery = Some(Arc::clone(&member.recovery));
         }
         // A memory store answers as fast as the cache would: no cache in front of it. A Redis
         // store that cannot hear of resets would keep refusing after one: no cache either.
@@ -193,8 +195,11 @@ impl RateLimiterBuilder {
     }
 
     /// Enforce the [`Fallback`](FailurePolicy::Fallback) policy in this store (default: a
-    /// [`MemoryStore::new`], bounded at 1,000,000 buckets), to choose its bound: say
-    /// `MemoryStore::new().with_max_keys(100_000)`.
+    /// [`MemoryStore::new`], bounded at 1,000,000 buckets, shared by every limiter of the
+    /// process on the same Redis deployment and prefix, which are one instance and so hold
+    /// one share), to choose its bound: say `MemoryStore::new().with_max_keys(100_000)`.
+    /// Give limiters of one process and prefix the same store (a clone), or each holds a
+    /// share of its own.
     pub fn fallback_store(mut self, store: MemoryStore) -> Self {
         self.fallback = Some(store);
         self

@@ -6,7 +6,7 @@
 //! (`decide_all`): all or nothing, in one script on Redis. The call's id (its holder) rides in
 //! its concurrency limits ([`Limit::holder`]) so that every stage sees it.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
 
 use tokio::sync::Notify;
 
@@ -54,7 +54,14 @@ struct Part {
     in_store: bool,
     /// Whether the store has answered this call (its members are there).
     answered: bool,
+    /// Whether the call holds members in this process's fallback: the fallback admitted it,
+    /// or the store did and they are its copy here (so that a fallback counts the calls this
+    /// process runs under the store's slots).
     in_fallback: bool,
+    /// Set before the first renewal that may write the call's members to the store (a call
+    /// the fallback admitted, written back when the store returns): from then on a release
+    /// asks the store too.
+    told_store: Arc<AtomicBool>,
 }
 
 impl RateLimiter {
@@ -232,6 +239,7 @@ impl RateLimiter {
                         in_store: false,
                         answered: false,
                         in_fallback: false,
+                        told_store: Arc::default(),
                     })
                     .collect(),
                 renewal: None,
@@ -261,6 +269,9 @@ impl RateLimiter {
             // The call's id was the pipeline's: the caller sees its limits as it gave them.
             for part in &mut parts {
                 part.limit = part.limit.with_holder(0);
+            }
+            if !local && parts.iter().all(|d| d.allowed) {
+                self.count_here(&checks_v, &mut parts, &mut slot);
             }
             let decision = Decision::combined(parts);
             if decision.allowed {
@@ -320,13 +331,72 @@ impl RateLimiter {
             Engine::Remote(Remote {
                 store: RemoteStore::Redis(_),
                 ..
-            }) => part.in_store,
+            }) => part.in_store || part.told_store.load(Ordering::Acquire),
             _ => false,
         };
         if !remote {
             wake(&part.bucket);
         }
         remote
+    }
+
+    /// Counts a call the store admitted in this process's fallback too, where it holds its
+    /// slots' copies while it runs: a fallback that takes over then counts the calls this
+    /// process still runs under slots the store granted. Held here to the whole max (to the
+    /// instance's share while the store has just come back: see
+    /// [`Recovery`](crate::fleet::Recovery)), the copies also refuse a call that a store
+    /// which lost its slots, or never had those the fallback granted, would let in beside
+    /// the calls this process runs; the call then gives back what it took.
+    fn count_here(&self, checks: &[(&str, &Limit, u32)], parts: &mut [Decision], slot: &mut Slot) {
+        let resilience = &self.inner.resilience;
+        let holding_off = resilience
+            .recovery
+            .as_ref()
+            .is_some_and(|r| r.holding_off());
+        let (mut counted, mut at): (Vec<(&str, &Limit, u32)>, Vec<usize>) = (vec![], vec![]);
+        for (i, (check, part)) in checks.iter().zip(parts.iter()).enumerate() {
+            if check.1.is_concurrent() && part.source == Source::Store && !part.shadowed {
+                counted.push(*check);
+                at.push(i);
+            }
+        }
+        if counted.is_empty() {
+            return;
+        }
+        let here = resilience.count_slots(&counted, holding_off);
+        for part in slot.parts_mut() {
+            if counted.iter().any(|(bucket, ..)| **bucket == *part.bucket) {
+                part.in_fallback = true;
+            }
+        }
+        if here.iter().all(|d| d.allowed) {
+            return;
+        }
+        // Refused here: the slots the store granted are given back now (a guard of their own,
+        // dropped: the caller's may ask again under the same holder), and so are the tokens
+        // the call's other limits took in the store.
+        if let Some(held) = &slot.held {
+            drop(Slot {
+                held: Some(Held {
+                    limiter: self.clone(),
+                    holder: held.holder,
+                    parts: held.parts.iter().cloned().collect(),
+                    renewal: None,
+                }),
+            });
+        }
+        let taken: Vec<(Box<str>, Limit, u32, Source)> = checks
+            .iter()
+            .zip(parts.iter())
+            .filter(|((_, limit, _), d)| !limit.is_concurrent() && d.source == Source::Store)
+            .map(|(&(bucket, limit, cost), _)| (Box::from(bucket), *limit, cost, Source::Store))
+            .collect();
+        if !taken.is_empty() {
+            self.give_back(taken);
+        }
+        for (i, d) in at.into_iter().zip(here) {
+            parts[i] = d.with_source(Source::Fallback);
+        }
     }
 
     /// Gives back the call `holder`'s members of `bucket` in Redis: one script.
@@ -354,32 +424,30 @@ impl RateLimiter {
         released.map(drop)
     }
 
-    /// Renews the leases of the call `holder`'s slots of `part`; the slots renewed.
+    /// Renews the leases of the call `holder`'s slots of `part` (writing them where they are
+    /// missing: the call runs); the slots that were live in the store, or in memory.
     async fn renew_part(&self, holder: u64, part: &Part) -> Result<u64, Error> {
-        let mut renewed = 0;
         if part.in_fallback {
-            renewed += self
-                .inner
+            self.inner
                 .resilience
                 .renew(&part.bucket, holder, part.cost, part.lease_us);
         }
         match &self.inner.engine {
-            Engine::Local(store) => {
-                renewed += store.renew(&part.bucket, holder, part.cost, part.lease_us);
-            }
+            Engine::Local(store) => Ok(store.renew(&part.bucket, holder, part.cost, part.lease_us)),
+            // The store's slots, and the fallback's too: a store that comes back (perhaps
+            // without its data) learns of every call this process runs.
             Engine::Remote(Remote {
                 store: RemoteStore::Redis(store),
                 ..
-            }) if part.in_store => {
-                renewed += self
-                    .inner
+            }) if part.in_store || part.in_fallback => {
+                part.told_store.store(true, Ordering::Release);
+                self.inner
                     .resilience
                     .call(store.renew_slot(&part.bucket, holder, part.cost, part.lease_us))
-                    .await?;
+                    .await
             }
-            _ => {}
+            _ => Ok(0),
         }
-        Ok(renewed)
     }
 }
 
@@ -387,6 +455,9 @@ impl RateLimiter {
 /// of the lease, so that its ticket stays live).
 const MIN_BACKOFF: Duration = Duration::from_millis(2);
 const MAX_BACKOFF: Duration = Duration::from_millis(100);
+
+/// How often a call whose slots only the fallback granted tries to write them to the store.
+const TELL_STORE_EVERY: Duration = Duration::from_millis(200);
 
 impl Slot {
     fn parts(&self) -> &[Part] {
@@ -453,24 +524,58 @@ impl Slot {
         let limiter = held.limiter.clone();
         let parts = Arc::clone(&held.parts);
         let holder = held.holder;
+        let mut back = limiter
+            .inner
+            .resilience
+            .recovery
+            .as_ref()
+            .map(|r| r.watch());
+        // Slots that only the fallback granted are written to the store as soon as it
+        // answers, not a third of a lease later: until then it may grant them again.
+        let mut unknown_to_store = !local && parts.iter().any(|p| p.in_fallback && !p.answered);
         let task: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
             // Each trouble is logged once, not every third of a lease while it lasts.
             let (mut lost, mut failing) = (false, false);
             loop {
-                tokio::time::sleep(every).await;
+                let pause = if unknown_to_store {
+                    every.min(TELL_STORE_EVERY)
+                } else {
+                    every
+                };
+                match &mut back {
+                    // The store came back: tell it of the call at once.
+                    Some(back) => {
+                        tokio::select! {
+                            () = tokio::time::sleep(pause) => {}
+                            changed = back.changed() => if changed.is_err() {
+                                tokio::time::sleep(pause).await;
+                            },
+                        }
+                    }
+                    None => tokio::time::sleep(pause).await,
+                }
+                let mut all_told = true;
                 for part in parts.iter() {
                     match limiter.renew_part(holder, part).await {
-                        Ok(0) if !lost => {
+                        // A slot the store granted and lost (its lease ended, or the store
+                        // its data): written again.
+                        Ok(0) if part.answered && !lost => {
                             lost = true;
-                            tracing::warn!(target: "redis_ratelimit", "a call running under a concurrency limit lost its slot: its lease ended before it was renewed (the store was unreachable for longer than the lease)");
+                            failing = false;
+                            tracing::warn!(target: "redis_ratelimit", "a call running under a concurrency limit had lost its slot in the store (its lease ended before it was renewed, or the store lost its data); it is counted again from now");
                         }
                         Ok(_) => failing = false,
-                        Err(e) if !failing => {
-                            failing = true;
-                            tracing::warn!(target: "redis_ratelimit", error = %e, "redis-ratelimit could not renew a concurrency slot's lease");
+                        Err(e) => {
+                            all_told = false;
+                            if !failing {
+                                failing = true;
+                                tracing::warn!(target: "redis_ratelimit", error = %e, "redis-ratelimit could not renew a concurrency slot's lease");
+                            }
                         }
-                        Err(_) => {}
                     }
+                }
+                if all_told {
+                    unknown_to_store = false;
                 }
             }
         });

@@ -619,3 +619,15 @@ pub(crate) async fn eventually<F: AsyncFnMut() -> bool>(mut what: F) -> bool {
     }
     false
 }
+
+/// Holds every client of `server` for `ms` milliseconds (`CLIENT PAUSE .. ALL`): the limiter's
+/// calls then miss their deadline, and the failure policy decides.
+pub(crate) async fn pause(server: &testkit::RedisServer, ms: u64) {
+    let () = redis::cmd("CLIENT")
+        .arg("PAUSE")
+        .arg(ms)
+        .arg("ALL")
+        .query_async(&mut server.connection().await)
+        .await
+        .unwrap();
+}

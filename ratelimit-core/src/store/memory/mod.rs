@@ -228,19 +228,20 @@ impl MemoryStore {
     /// token bucket's exact share of the rate and the burst, whatever the limit's algorithm:
     /// a window's count cannot be split between instances that do not talk to each other.
     ///
-    /// `held`: what the store last said the bucket could hold now (fine units of the limit's
-    /// token bucket, see [`Known::held`](crate::deny_cache::Known::held)). The share then
-    /// holds no more than its part of that: an absent bucket starts from it, and one left by
-    /// an earlier outage that holds more is read as starting from it.
+    /// `short_of_full`: how far from full the store last said the bucket is now, owed
+    /// reservations included (fine units of the limit's token bucket, see
+    /// [`Known::short_of_full`](crate::deny_cache::Known::short_of_full)). The share then holds no
+    /// more than its part of what that leaves: an absent bucket starts from it, and one left
+    /// by an earlier outage that holds more is read as starting from it.
     pub(crate) fn check_share(
         &self,
         key: &str,
         limit: &Limit,
         cost: u32,
         instances: u32,
-        held: Option<u64>,
+        short_of_full: Option<u64>,
     ) -> Decision {
-        let (kernel, seeded) = share_kernel(limit, cost, instances, held);
+        let (kernel, seeded) = share_kernel(limit, cost, instances, short_of_full);
         let outcome = if seeded {
             self.check_seeded(key.as_bytes(), kernel, cost)
         } else {
@@ -309,26 +310,29 @@ impl MemoryStore {
     /// Gives back the concurrency slots (1 ..= `cost`, and the ticket) of the call `holder`
     /// on the key `key`: the key is dropped once it holds nothing live.
     pub(crate) fn release(&self, key: &str, holder: u64, cost: u64) {
-        self.with_held(key, |now, entries| {
+        self.with_held(key, false, |now, entries| {
             *entries = crate::algorithm::concurrency::release(now, entries, holder, cost);
         });
     }
 
-    /// Renews the leases of the concurrency slots of the call `holder` on `key`; returns how
-    /// many it renewed (0: the call has lost them).
+    /// Renews the leases of the concurrency slots of the call `holder` on `key`, writing them
+    /// whether or not they are there (see [`concurrency::renew`](crate::algorithm::concurrency::renew));
+    /// returns how many were live (0: the call had lost them, or never had them here).
     pub(crate) fn renew(&self, key: &str, holder: u64, cost: u64, lease_us: u64) -> u64 {
         let mut renewed = 0;
-        self.with_held(key, |now, entries| {
+        self.with_held(key, true, |now, entries| {
             renewed = crate::algorithm::concurrency::renew(now, entries, holder, cost, lease_us);
         });
         renewed
     }
 
     /// Runs `f` on the concurrency set `key` under its shard's lock, and stores what it
-    /// leaves (dropping the key when nothing is left).
+    /// leaves (dropping the key when nothing is left). An absent key is an empty set when
+    /// `create`, else left alone; a key of another algorithm is always left alone.
     fn with_held(
         &self,
         key: &str,
+        create: bool,
         f: impl FnOnce(u64, &mut Vec<crate::algorithm::concurrency::Entry>),
     ) {
         let key = key.as_bytes();
@@ -337,6 +341,13 @@ impl MemoryStore {
         let hash = inner.hash(key);
         let mut shard = lock(&inner.shards[inner.shard_of(hash)]);
         let Ok(mut entry) = shard.table.find_entry(hash, |e| &*e.0 == key) else {
+            if create {
+                let mut entries = Vec::new();
+                f(now, &mut entries);
+                if entries.iter().any(|e| e.1 > now) {
+                    inner.insert(&mut shard, hash, key, held_slot(entries), now);
+                }
+            }
             return;
         };
         let Slot::Held(held) = &mut entry.get_mut().1 else {
@@ -356,14 +367,14 @@ impl MemoryStore {
     /// [`check_share`](MemoryStore::check_share)). With `veto`, another limit of the call
     /// refused it already: nothing is taken, and each limit still answers as it would.
     ///
-    /// `held`, when given, has one entry per check: what the store last said that bucket
-    /// could hold (as [`check_share`](Self::check_share) takes it).
+    /// `short_of_full`, when given, has one entry per check: how far from full the store last
+    /// said that bucket is (as [`check_share`](Self::check_share) takes it).
     pub(crate) fn check_all_shared(
         &self,
         checks: &[(&str, &Limit, u32)],
         instances: u32,
         veto: bool,
-        held: Option<&[Option<u64>]>,
+        short_of_full: Option<&[Option<u64>]>,
     ) -> Vec<Decision> {
         let inner = &*self.inner;
         let now = inner.clock.now_micros();
@@ -388,7 +399,7 @@ impl MemoryStore {
         let decide_at = |i: usize, cost: u64| {
             let (key, limit, call_cost) = checks[i];
             let (hash, shard) = located[i];
-            let seed = held.and_then(|h| h.get(i).copied().flatten());
+            let seed = short_of_full.and_then(|h| h.get(i).copied().flatten());
             let (kernel, seeded) = share_kernel(limit, call_cost, instances, seed);
             let slot = shards[guard_of(shard)]
                 .table

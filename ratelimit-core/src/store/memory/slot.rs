@@ -264,25 +264,33 @@ pub(super) fn held_slot(entries: Vec<concurrency::Entry>) -> Slot {
 }
 
 /// The kernel of `instances` instances' share of `limit` for a call of `cost`, and whether it
-/// starts from `held` (see [`MemoryStore::check_share`]): only a token bucket can start from
-/// a part of what the store said (a window's state is no amount of tokens).
+/// starts from `short_of_full` (see [`MemoryStore::check_share`]): how far from full the store
+/// last said the bucket was, reservations it owes included. A share is a smooth token
+/// bucket whatever the limit's algorithm (a window's count cannot be split between instances
+/// that do not talk to each other), and so is a bucket the store said something of, on one
+/// instance too: what it said (tokens left, calls owed, when it is full again, which for
+/// interval refill and the windows is the refill instant or the window's end) is an amount
+/// of a token bucket, which no other algorithm's fresh state can start from. A concurrency
+/// limit is shared as whole slots, and never seeded.
 pub(super) fn share_kernel(
     limit: &Limit,
     cost: u32,
     instances: u32,
-    held: Option<u64>,
+    short_of_full: Option<u64>,
 ) -> (Kernel, bool) {
     let kernel = match Kernel::of(limit) {
-        kernel if instances <= 1 => kernel,
-        // Slots are shared as whole slots: a call holds one or it does not.
         Kernel::Concurrency(p) => Kernel::Concurrency(p.shared(instances)),
+        kernel if instances <= 1 && short_of_full.is_none() => kernel,
         _ => Kernel::Bucket(Params::of(limit).shared(instances, cost)),
     };
-    match (kernel, held) {
-        (Kernel::Bucket(mut p), Some(held)) => {
+    match (kernel, short_of_full) {
+        (Kernel::Bucket(mut p), Some(short_of_full)) => {
             // A share holds fine units of its own interval (`n` times the limit's), so the
-            // same time held is its exact part of the tokens.
-            p.absent = p.absent.max(p.tau.saturating_sub(held));
+            // same time from full is its exact part of the tokens; beyond its capacity, the
+            // same time owed.
+            p.absent = p
+                .absent
+                .max(short_of_full.min(p.tau.saturating_add(p.hold)));
             (Kernel::Bucket(p), true)
         }
         (kernel, _) => (kernel, false),
