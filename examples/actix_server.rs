@@ -3,6 +3,7 @@
 //! ```sh
 //! cargo run --example actix_server --features actix-web
 //! REDIS_URL=redis://127.0.0.1:6379 PORT=8080 cargo run --example actix_server --features actix-web
+//! RUST_LOG=redis_ratelimit=debug cargo run --example actix_server --features actix-web  # spans
 //! ```
 #![allow(clippy::print_stdout)]
 
@@ -111,6 +112,7 @@ async fn auth<B: MessageBody>(
 
 #[actix_web::main]
 async fn main() -> ExitCode {
+    report::logs();
     report::exit(run().await)
 }
 

@@ -18,6 +18,7 @@
 //! ```sh
 //! cargo run --example axum_server --features axum                        # in memory
 //! REDIS_URL=redis://127.0.0.1:6379 PORT=8080 cargo run --example axum_server --features axum
+//! RUST_LOG=redis_ratelimit=debug cargo run --example axum_server --features axum  # spans
 //! curl -i -H 'x-user: alice' localhost:3000/orders
 //! ```
 #![allow(clippy::print_stdout)]
@@ -135,6 +136,7 @@ fn app(proxies: TrustedProxies, metrics: PrometheusHandle) -> Router {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    report::logs();
     report::exit(run().await)
 }
 

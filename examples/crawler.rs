@@ -58,6 +58,7 @@ const USAGE: &str = "usage: crawler [--workers N] [--fetches N] [--rate N] [--ma
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    report::logs();
     report::exit(run().await)
 }
 

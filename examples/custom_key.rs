@@ -71,6 +71,7 @@ fn show(label: &str, result: Result<&str, RateLimited>) {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    report::logs();
     report::exit(run().await)
 }
 

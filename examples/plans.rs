@@ -191,6 +191,7 @@ fn app() -> Router {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    report::logs();
     report::exit(run().await)
 }
 

@@ -25,11 +25,7 @@ async fn fetch_report(call: u32) -> Result<String, RateLimited> {
 
 #[tokio::main]
 async fn main() -> ExitCode {
-    // The library logs through `tracing`; `RUST_LOG` chooses what shows (nothing by default).
-    tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stdout()))
-        .init();
+    report::logs();
     report::exit(run().await)
 }
 

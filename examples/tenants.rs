@@ -98,6 +98,7 @@ fn app() -> Router {
 
 #[tokio::main]
 async fn main() -> ExitCode {
+    report::logs();
     report::exit(run().await)
 }
 

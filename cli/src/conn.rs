@@ -4,11 +4,11 @@
 use std::time::Duration;
 
 use ratelimit_core::tools::{
-    READ_SCRIPT, RedisTarget, Stored, node_url, parse_redis_url, redact_url,
+    ClusterConnection, READ_SCRIPT, RedisTarget, Stored, cluster_connection, node_url,
+    parse_redis_url, redact_url, redis_client,
 };
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
 use redis::{AsyncConnectionConfig, Client, RedisError, Script, Value};
 
 use crate::failure::Failure;
@@ -68,7 +68,7 @@ fn target(url: &str) -> Result<Target, Failure> {
         return Err(invalid(&"not a URL"));
     }
     match parse_redis_url(url).map_err(|why| invalid(&why))? {
-        RedisTarget::Single(url) => Client::open(url)
+        RedisTarget::Single(url) => redis_client(url)
             .map(|c| Target::Single(Box::new(c)))
             .map_err(|e| invalid(&e)),
         RedisTarget::Cluster(nodes) => {
@@ -119,7 +119,7 @@ impl Redis {
                 Deployment::Single(conn)
             }
             Target::Cluster(client) => {
-                let mut conn = client.get_async_connection().await.map_err(unreachable)?;
+                let mut conn = cluster_connection(&client).await.map_err(unreachable)?;
                 let slots: Value = redis::cmd("CLUSTER")
                     .arg("SLOTS")
                     .query_async(&mut conn)
@@ -128,7 +128,7 @@ impl Redis {
                 let mut masters = Vec::new();
                 for address in master_addresses(&slots) {
                     let node = node_url(url, &address);
-                    let client = Client::open(node.as_str()).map_err(unreachable)?;
+                    let client = redis_client(node.as_str()).map_err(unreachable)?;
                     let c = client
                         .get_multiplexed_async_connection_with_config(&config)
                         .await

@@ -148,7 +148,7 @@ impl View {
             _ => View::Unknown {
                 redis_type: match &read.value {
                     StoredValue::Text(_) => "string".to_owned(),
-                    StoredValue::Scores(_) | StoredValue::Count(_) => "zset".to_owned(),
+                    StoredValue::Scores(_) | StoredValue::Count { .. } => "zset".to_owned(),
                     StoredValue::Other(t) => t.clone(),
                     _ => "none".to_owned(),
                 },

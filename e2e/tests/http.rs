@@ -439,6 +439,24 @@ async fn sighup_reloads_the_overrides(bin: &str) {
     );
 }
 
+/// `RUST_LOG=redis_ratelimit=debug` shows each decision's `rate_limit` span, with the limit's
+/// name and the outcome, on the service's output.
+async fn rust_log_shows_each_decisions_span(bin: &str) {
+    let redis = RedisServer::start();
+    let service = Service::start(bin, &redis, &[("RUST_LOG", "redis_ratelimit=debug")]).await;
+    let status = client()
+        .get(service.url("/search"))
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, StatusCode::OK);
+    let line = service.printed("rate_limit{").await;
+    println!("{line}");
+    assert!(line.contains(&limit_name(bin, "search")), "{line}");
+    assert!(line.contains("outcome=\"allowed\""), "{line}");
+}
+
 macro_rules! both_services {
     ($($case:ident),* $(,)?) => {
         mod axum {
@@ -469,6 +487,7 @@ both_services!(
     spellings_of_a_path_share_its_bucket,
     slashes_written_as_escapes_share_a_bucket,
     sighup_reloads_the_overrides,
+    rust_log_shows_each_decisions_span,
 );
 
 /// The axum service serves the library's metrics in Prometheus' text format: decisions per

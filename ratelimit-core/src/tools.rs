@@ -20,6 +20,9 @@
 //! - URLs: [`parse_redis_url`] says what a store URL names ([`RedisTarget`], whose `Debug`
 //!   hides passwords), [`node_url`] is the URL of one node of a cluster, and [`redact_url`]
 //!   hides a URL's password for messages;
+//! - connections: [`redis_client`] and [`cluster_connection`] open them as the limiter does,
+//!   without `CLIENT SETINFO`, so that a tool works under the least ACL of
+//!   docs/operations.md on every server;
 //! - [`scripts`]: the decision scripts' text, as the limiter loads them (for benchmarks and
 //!   measurements), and [`algorithms`]: each algorithm's decision in Rust, the twin the
 //!   conformance tests hold to its script, with its parameters and stored state.
@@ -62,6 +65,9 @@ pub use self::state::{
 pub use crate::algorithm::StateKind;
 pub use crate::errors::redact_url;
 pub use crate::naming::{Bucket, MAX_PART_LEN, Part, bucket_key, key_slot, parse_bucket_key};
+pub use crate::store::redis::client::{
+    ClusterConnection, NodeConnection, client as redis_client, cluster_connection,
+};
 pub use crate::store::redis::url::{
     Target as RedisTarget, node_url, parse_target as parse_redis_url,
 };

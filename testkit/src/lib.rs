@@ -8,6 +8,7 @@
 //! in `docs/benchmarks.md`) and `algorithms_plot` (seed 001's scenario through each
 //! algorithm's script, plotted in `docs/algorithms.md`).
 
+pub mod acl;
 pub mod cluster;
 #[cfg(feature = "plots")]
 pub mod font;

@@ -493,6 +493,9 @@ async fn a_replica_or_a_full_server_fails_build_with_script_load() {
         .query_async(&mut master.connection().await)
         .await
         .unwrap();
+    // Servers word an ACL refusal inside a script each their own way (Redis 7.0: "can't run
+    // this command or subcommand", Valkey: "ACL failure in script: ... no permissions to run
+    // the 'time' command"): an `ERR` reply on each, and `ACL LOG` says which command (below).
     for (url, answer) in [
         (
             format!("redis://u:s3cret@127.0.0.1:{}", replica.port()),
@@ -501,7 +504,7 @@ async fn a_replica_or_a_full_server_fails_build_with_script_load() {
         (full.url(), "OOM"),
         (
             format!("redis://notime:pw@127.0.0.1:{}", master.port()),
-            "can't run this command",
+            "ResponseError",
         ),
     ] {
         let e = RateLimiter::builder()
@@ -521,6 +524,23 @@ async fn a_replica_or_a_full_server_fails_build_with_script_load() {
             "{text}"
         );
     }
+    // What every server agrees on: its ACL refused `TIME` to that user, inside a script.
+    let log = common::acl_log(&mut master.connection().await).await;
+    assert!(
+        log.iter().any(|entry| {
+            let fields: Vec<&str> = entry.split(' ').collect();
+            let field = |name: &str| {
+                fields
+                    .iter()
+                    .position(|f| *f == name)
+                    .and_then(|i| fields.get(i + 1))
+                    .copied()
+            };
+            (field("object"), field("context"), field("username"))
+                == (Some("time"), Some("lua"), Some("notime"))
+        }),
+        "ACL LOG names the refused TIME: {log:#?}"
+    );
 }
 
 /// (b') `FUNCTION FLUSH` again and again under load: every call is still decided by Redis,

@@ -15,8 +15,8 @@ use crate::{Error, Limit};
 
 /// The script that reads one bucket key as the decision scripts left it, writing nothing
 /// (`#!lua flags=no-writes`: a replica may run it). `KEYS[1]` is the bucket; `ARGV[1]` is
-/// `full` (a sliding log's every admission time) or `count` (only how many). Its reply is
-/// what [`Stored::from_reply`] reads.
+/// `full` (a sorted set's every score) or `count` (only how many, and the highest). Its reply
+/// is what [`Stored::from_reply`] reads.
 pub const READ_SCRIPT: &str = include_str!("../scripts/read.lua");
 
 /// What a bucket's key holds, as Redis keeps it.
@@ -29,8 +29,14 @@ pub enum StoredValue {
     Text(String),
     /// A sorted set's scores (admission times in microseconds), oldest first.
     Scores(Vec<u64>),
-    /// A sorted set's size, when only that was read.
-    Count(u64),
+    /// A sorted set's size and highest score, when only those were read (enough to tell a
+    /// concurrency limit's leases, which end in the future, from a sliding log's admissions).
+    Count {
+        /// How many members.
+        members: u64,
+        /// The highest score (microseconds: the last admission, or the last lease's end).
+        highest: u64,
+    },
     /// A key of another type (`hash`, `list`...), which no script writes.
     Other(String),
 }
@@ -46,7 +52,8 @@ pub struct Stored {
     pub value: StoredValue,
     /// The key's expiry (`PEXPIRETIME`) in milliseconds since the epoch; `None` without one.
     pub expire_ms: Option<u64>,
-    /// Milliseconds until then (`PTTL`); `None` without an expiry.
+    /// Milliseconds until then, on the server's clock (`expire_ms` less `now_us`, as `PTTL`
+    /// would say); `None` without an expiry.
     pub ttl_ms: Option<u64>,
 }
 
@@ -76,7 +83,7 @@ impl Stored {
     ///     Value::SimpleString("string".to_owned()),
     ///     Value::BulkString(b"2".to_vec()),
     ///     Value::Int(1_800_000_001_000),
-    ///     Value::Int(750),
+    ///     Value::Nil,
     /// ]);
     /// let stored = Stored::from_reply(&reply).expect("the read script's reply");
     /// assert_eq!(stored.now_us, 1_800_000_000_250_000);
@@ -90,7 +97,7 @@ impl Stored {
         let Value::Array(items) = reply else {
             return None;
         };
-        let [secs, micros, kind, value, expire, pttl] = items.as_slice() else {
+        let [secs, micros, kind, value, expire, highest] = items.as_slice() else {
             return None;
         };
         let secs: u64 = text(secs)?.parse().ok()?;
@@ -104,17 +111,19 @@ impl Stored {
                     .map(|s| score(&text(s)?))
                     .collect::<Option<_>>()?,
             ),
-            ("zset", v) => StoredValue::Count(u64::try_from(int(v)?).ok()?),
+            ("zset", v) => StoredValue::Count {
+                members: u64::try_from(int(v)?).ok()?,
+                highest: score(&text(highest)?)?,
+            },
             (other, _) => StoredValue::Other(other.to_owned()),
         };
         // -1: no expiry; -2: no key.
-        let positive = |n: i64| u64::try_from(n).ok();
-        Some(Stored {
-            now_us: secs.checked_mul(1_000_000)?.checked_add(micros)?,
+        let expire_ms = u64::try_from(int(expire)?).ok().filter(|&e| e > 0);
+        Some(Stored::new(
+            secs.checked_mul(1_000_000)?.checked_add(micros)?,
             value,
-            expire_ms: positive(int(expire)?).filter(|&e| e > 0),
-            ttl_ms: positive(int(pttl)?),
-        })
+            expire_ms,
+        ))
     }
 
     /// Whether the key exists.
@@ -170,7 +179,12 @@ impl StateKind {
             StoredValue::Scores(s) if s.iter().any(|&t| t > stored.now_us) => {
                 Some((StateKind::Concurrency, false))
             }
-            StoredValue::Scores(_) | StoredValue::Count(_) => Some((StateKind::SlidingLog, true)),
+            StoredValue::Count { highest, .. } if *highest > stored.now_us => {
+                Some((StateKind::Concurrency, false))
+            }
+            StoredValue::Scores(_) | StoredValue::Count { .. } => {
+                Some((StateKind::SlidingLog, true))
+            }
             StoredValue::Text(v) if sliding_window::State::decode(v).is_some() => {
                 Some((StateKind::SlidingWindow, true))
             }
@@ -250,7 +264,8 @@ pub enum BucketState {
         held: u64,
         /// Calls waiting for a slot (live tickets; 0 when read by count).
         waiting: u64,
-        /// Microseconds until the last lease ends (0 when read by count).
+        /// Microseconds until the last lease ends (read by count: 0 when the highest score
+        /// is a waiting call's ticket).
         last_lease_ends_in_us: u64,
     },
 }
@@ -281,9 +296,9 @@ enum Held {
     LogCount(u64),
     /// A concurrency limit's lease ends, one per member (slot or ticket).
     Leases(Vec<u64>),
-    /// How many members a concurrency limit's set holds (read by count; ended leases
-    /// included).
-    LeaseCount(u64),
+    /// How many members a concurrency limit's set holds (ended leases included) and its
+    /// highest score (read by count).
+    LeaseCount(u64, u64),
 }
 
 /// `stored` as `kind`'s script reads it: `Ok(None)` absent, `Err(())` foreign (including
@@ -317,8 +332,12 @@ fn held(stored: &Stored, kind: StateKind) -> Result<Option<Held>, ()> {
                 .is_none_or(|&t| t < MAX_TIME_US)
                 .then_some(Held::Log(times))
         }
-        (StoredValue::Count(n), StateKind::SlidingLog) => Some(Held::LogCount(*n)),
-        (StoredValue::Count(n), StateKind::Concurrency) => Some(Held::LeaseCount(*n)),
+        (StoredValue::Count { members, .. }, StateKind::SlidingLog) => {
+            Some(Held::LogCount(*members))
+        }
+        (StoredValue::Count { members, highest }, StateKind::Concurrency) => {
+            Some(Held::LeaseCount(*members, *highest))
+        }
         (StoredValue::Scores(s), StateKind::Concurrency) => s
             .iter()
             .all(|&t| t < MAX_TIME_US)
@@ -406,10 +425,12 @@ pub fn decode_state(stored: &Stored, kind: StateKind) -> Decoded {
                     .unwrap_or(0),
             }
         }
-        Held::LeaseCount(members) => BucketState::Concurrency {
+        Held::LeaseCount(members, highest) => BucketState::Concurrency {
             held: members,
             waiting: 0,
-            last_lease_ends_in_us: 0,
+            last_lease_ends_in_us: lease_ends(&[highest])
+                .find(|&(_, ticket)| !ticket)
+                .map_or(0, |(end, _)| end.saturating_sub(stored.now_us)),
         },
     })
 }
@@ -558,7 +579,7 @@ pub fn peek(limit: &Limit, cost: u32, stored: &Stored) -> Result<Peek, Undecidab
                         (member, end)
                     })
                     .collect(),
-                Some(Held::LeaseCount(_)) => return Err(Undecidable::NoTimes),
+                Some(Held::LeaseCount(..)) => return Err(Undecidable::NoTimes),
                 Some(_) => return Err(Undecidable::Foreign),
             };
             Outcome::peek(|c| concurrency::decide(now, &entries, p, c), c)
@@ -641,9 +662,24 @@ mod tests {
             Some((StateKind::SlidingWindow, true))
         );
         assert_eq!(t("hello", 5), None);
+        // By count, the highest score tells: admissions in the past, leases ending later.
+        let now = 1_800_000_000_000_000;
+        let count = |highest| StoredValue::Count {
+            members: 3,
+            highest,
+        };
         assert_eq!(
-            StateKind::guess(&stored(StoredValue::Count(3), 5)),
+            StateKind::guess(&stored(count(now - 5), 5)),
             Some((StateKind::SlidingLog, true))
+        );
+        assert_eq!(
+            StateKind::guess(&stored(count(now + 5), 5)),
+            Some((StateKind::Concurrency, false))
+        );
+        // As with every score read.
+        assert_eq!(
+            StateKind::guess(&stored(StoredValue::Scores(vec![now - 9, now + 5]), 5)),
+            Some((StateKind::Concurrency, false))
         );
         assert_eq!(
             StateKind::guess(&stored(StoredValue::Other("hash".into()), 5)),
@@ -659,7 +695,7 @@ mod tests {
             Value::SimpleString("zset".into()),
             Value::Array(vec![Value::BulkString(b"1799999999000000".to_vec())]),
             Value::Int(1_800_000_001_000),
-            Value::Int(1000),
+            Value::Nil,
         ]);
         let r = Stored::from_reply(&reply).unwrap();
         assert_eq!(r.now_us, 1_800_000_000_123_456);
@@ -669,6 +705,24 @@ mod tests {
             Decoded::State(BucketState::SlidingLog { tokens: 1 })
         );
         assert_eq!(decode_state(&r, StateKind::TokenBucket), Decoded::Foreign);
+        // Read by count: how many, and the highest score.
+        let reply = Value::Array(vec![
+            Value::BulkString(b"1800000000".to_vec()),
+            Value::BulkString(b"123456".to_vec()),
+            Value::SimpleString("zset".into()),
+            Value::Int(2),
+            Value::Int(1_800_000_030_000),
+            Value::BulkString(b"1800000029000000".to_vec()),
+        ]);
+        let r = Stored::from_reply(&reply).unwrap();
+        assert_eq!(
+            r.value,
+            StoredValue::Count {
+                members: 2,
+                highest: 1_800_000_029_000_000
+            }
+        );
+        assert_eq!(StateKind::guess(&r), Some((StateKind::Concurrency, false)));
     }
 
     /// A key or a clock no script writes or reads (beyond 2^53, unsorted times, from a

@@ -432,26 +432,8 @@ impl OtherVersion {
     }
 }
 
-/// The rules of the least ACL in docs/operations.md ("The least ACL"), for the prefix `app`,
-/// with the password `pw`: the line the docs give, as the test runs it.
-pub(crate) fn least_acl() -> Vec<String> {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operations.md");
-    let docs = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
-    let line = docs
-        .lines()
-        .find(|l| l.starts_with("ACL SETUSER ratelimit "))
-        .expect("docs/operations.md gives the least ACL");
-    line.split_whitespace()
-        .skip(3)
-        .map(|rule| {
-            if rule == ">password" {
-                ">pw".to_owned()
-            } else {
-                rule.to_owned()
-            }
-        })
-        .collect()
-}
+/// The rules of the least ACL in docs/operations.md (see [`testkit::acl::least_acl`]).
+pub(crate) use testkit::acl::least_acl;
 
 /// Gives the node of `con` the user `ratelimit` (password `pw`) with [`least_acl`].
 pub(crate) async fn set_least_acl(con: &mut redis::aio::MultiplexedConnection) {
@@ -549,19 +531,7 @@ pub(crate) async fn everything_once(limiter: &RateLimiter) -> usize {
 /// `ACL LOG` of the node of `con`: one line per entry (what was refused, and where).
 pub(crate) async fn acl_log(con: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
     let log: Vec<redis::Value> = redis::cmd("ACL").arg("LOG").query_async(con).await.unwrap();
-    log.iter()
-        .map(|entry| match entry {
-            redis::Value::Array(fields) => fields
-                .iter()
-                .map(|v| match v {
-                    redis::Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-                    other => format!("{other:?}"),
-                })
-                .collect::<Vec<_>>()
-                .join(" "),
-            other => format!("{other:?}"),
-        })
-        .collect()
+    testkit::acl::log_entries(&log)
 }
 
 /// Whether the node of `con` holds the function library called `name`.

@@ -10,7 +10,6 @@ use redis::aio::{
     ConnectionLike, ConnectionManager, ConnectionManagerConfig, MultiplexedConnection,
 };
 use redis::cluster::ClusterClient;
-use redis::cluster_async::ClusterConnection;
 use redis::sentinel::{SentinelClient, SentinelServerType};
 use redis::{Client, RedisError, Value};
 
@@ -19,6 +18,7 @@ use crate::algorithm::library::{Library, Lua};
 use crate::errors::redact_url;
 use crate::{Decision, Error, Limit};
 
+pub(crate) mod client;
 mod coalesce;
 mod cross_slot;
 mod heartbeat;
@@ -26,6 +26,7 @@ mod scripts;
 mod sentinel;
 pub(crate) mod url;
 
+use self::client::ClusterConnection;
 use self::sentinel::SentinelConn;
 use self::url::{Target, parse_target};
 
@@ -129,7 +130,7 @@ impl RedisStore {
         })?;
         let (conn, listen) = match target {
             Target::Single(url) => {
-                let client = Client::open(url).map_err(invalid)?;
+                let client = client::client(url).map_err(invalid)?;
                 let listen = Listen::Nodes(Arc::new([client.clone()]));
                 let config = ConnectionManagerConfig::new()
                     .set_connection_timeout(Some(CONNECT_TIMEOUT))
@@ -144,7 +145,7 @@ impl RedisStore {
             Target::Cluster(nodes) => {
                 let clients: Vec<Client> = nodes
                     .iter()
-                    .map(|n| Client::open(n.as_str()))
+                    .map(|n| client::client(n.as_str()))
                     .collect::<Result<_, _>>()
                     .map_err(invalid)?;
                 let listen = Listen::Nodes(clients.into());
@@ -154,7 +155,9 @@ impl RedisStore {
                     .retries(3)
                     .build()
                     .map_err(invalid)?;
-                let conn = client.get_async_connection().await.map_err(unreachable)?;
+                let conn = client::cluster_connection(&client)
+                    .await
+                    .map_err(unreachable)?;
                 (Conn::Cluster(conn), listen)
             }
             Target::Sentinel {
@@ -163,7 +166,7 @@ impl RedisStore {
                 user,
                 password,
             } => {
-                let mut info = redis::RedisConnectionInfo::default();
+                let mut info = client::settings(redis::RedisConnectionInfo::default());
                 if let Some(user) = user {
                     info = info.set_username(user);
                 }
@@ -172,6 +175,11 @@ impl RedisStore {
                 }
                 let node = redis::sentinel::SentinelNodeConnectionInfo::default()
                     .set_redis_connection_info(info);
+                let sentinels: Vec<redis::ConnectionInfo> = sentinels
+                    .iter()
+                    .map(|s| client::connection_info(s.as_str()))
+                    .collect::<Result<_, _>>()
+                    .map_err(invalid)?;
                 let client = SentinelClient::build(
                     sentinels,
                     master.clone(),
