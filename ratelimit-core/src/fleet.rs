@@ -56,60 +56,8 @@ impl Recount {
     }
 }
 
-/// How long after the store came back this process grants no more than its share of a
-/// concurrency limit (as the fallback would), on top of what the store grants: long enough
-/// for every instance to have told the store again of the calls it runs (its next heartbeat,
-/// which may wait out a timeout, and one more), should the store have come back without them.
-pub(crate) const HOLD_OFF: Duration = Duration::from_secs(3);
-const _: () = assert!(HOLD_OFF.as_millis() > 2 * HEARTBEAT_EVERY.as_millis());
-
-/// When the store came back after failing, as this process saw it (a call or a heartbeat that
-/// failed, then one that was answered; or a heartbeat that found this instance missing from
-/// the set of live instances: the store lost its data). A store that comes back may have lost
-/// the concurrency slots it granted, and never knew of those the fallback granted: the guards
-/// of the calls that hold them renew them at once (a renewal writes back a slot it does not
-/// find), and until [`HOLD_OFF`] has passed the store's grants are also held to this
-/// instance's share.
-#[derive(Debug)]
-pub(crate) struct Recovery {
-    origin: std::time::Instant,
-    /// Milliseconds since `origin` of the last return, 0 for never.
-    at_ms: std::sync::atomic::AtomicU64,
-    /// Bumped at each return: what the guards of running calls wait on.
-    back: tokio::sync::watch::Sender<u64>,
-}
-
-impl Default for Recovery {
-    fn default() -> Recovery {
-        Recovery {
-            origin: std::time::Instant::now(),
-            at_ms: std::sync::atomic::AtomicU64::new(0),
-            back: tokio::sync::watch::Sender::new(0),
-        }
-    }
-}
-
-impl Recovery {
-    /// The store is back (or may have lost what it held).
-    pub(crate) fn came_back(&self) {
-        let ms = u64::try_from(self.origin.elapsed().as_millis())
-            .unwrap_or(u64::MAX)
-            .max(1);
-        self.at_ms.store(ms, Ordering::Release);
-        self.back.send_modify(|n| *n = n.wrapping_add(1));
-    }
-
-    /// Whether the store came back less than [`HOLD_OFF`] ago.
-    pub(crate) fn holding_off(&self) -> bool {
-        let at = self.at_ms.load(Ordering::Acquire);
-        at != 0 && u128::from(at) + HOLD_OFF.as_millis() > self.origin.elapsed().as_millis()
-    }
-
-    /// A receiver that sees each return of the store from now on.
-    pub(crate) fn watch(&self) -> tokio::sync::watch::Receiver<u64> {
-        self.back.subscribe()
-    }
-}
+// Every instance has beaten once more within the hold-off: it had the time to tell the store.
+const _: () = assert!(crate::policy::HOLD_OFF.as_millis() > 2 * HEARTBEAT_EVERY.as_millis());
 
 /// This process's share of one fleet, held by every limiter of the process in that fleet.
 #[derive(Debug)]
@@ -121,7 +69,7 @@ pub(crate) struct Member {
     /// it builds (with one fallback each, two limiters on one prefix granted two shares).
     pub(crate) fallback: MemoryStore,
     /// When the store came back after failing, as this process saw it.
-    pub(crate) recovery: Arc<Recovery>,
+    pub(crate) recovery: Arc<crate::policy::Recovery>,
     /// The deny caches to tell about resets.
     caches: Mutex<Vec<Weak<DenyCache>>>,
     channel: Box<str>,

@@ -344,7 +344,7 @@ impl RateLimiter {
     /// slots' copies while it runs: a fallback that takes over then counts the calls this
     /// process still runs under slots the store granted. Held here to the whole max (to the
     /// instance's share while the store has just come back: see
-    /// [`Recovery`](crate::fleet::Recovery)), the copies also refuse a call that a store
+    /// [`Recovery`](crate::policy::Recovery)), the copies also refuse a call that a store
     /// which lost its slots, or never had those the fallback granted, would let in beside
     /// the calls this process runs; the call then gives back what it took.
     fn count_here(&self, checks: &[(&str, &Limit, u32)], parts: &mut [Decision], slot: &mut Slot) {
