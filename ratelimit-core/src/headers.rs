@@ -125,23 +125,44 @@ pub fn set_headers(headers: &mut HeaderMap, name: &str, d: &Decision, families: 
     set_call_headers(headers, [(name, part)], d, families);
 }
 
-/// The headers of a request's `verdict` (the last limited call made in its scope), when it
-/// has one, added to its response's: what the HTTP integrations render once the handler
-/// returns.
+/// The headers of a request's `verdict` (the limits its layers decided first, and the last
+/// limited call made in its scope), when it has one, added to its response's: what the HTTP
+/// integrations render once the handler returns.
 #[cfg(any(feature = "axum", feature = "actix-web"))]
 pub(crate) fn render_verdict(
-    verdict: Option<crate::context::Recorded>,
+    verdict: crate::http::layered::Verdict,
     headers: &mut HeaderMap,
     families: HeaderFamilies,
 ) {
-    if let Some(recorded) = verdict {
-        set_call_headers(
-            headers,
-            recorded.shown_parts(),
-            &recorded.decision,
-            families,
-        );
+    let (first, last) = match (verdict.last, verdict.first.split_last()) {
+        (Some(last), _) => (&verdict.first[..], last),
+        (None, Some((last, first))) => (first, last.clone()),
+        (None, None) => return,
+    };
+    set_headers_after(headers, first, last.shown_parts(), &last.decision, families);
+}
+
+/// [`set_call_headers`] of a call whose request had limits decided `first`, before it (by the
+/// layers serving it, on a route they had not learned yet): one list, those first, as one
+/// decision of them all would be described.
+#[cfg(any(feature = "axum", feature = "actix-web"))]
+fn set_headers_after<'a>(
+    headers: &mut HeaderMap,
+    first: &'a [crate::context::Recorded],
+    parts: impl Iterator<Item = (Cow<'a, str>, &'a Decision)>,
+    combined: &'a Decision,
+    families: HeaderFamilies,
+) {
+    if first.is_empty() {
+        return set_call_headers(headers, parts, combined, families);
     }
+    let all: Vec<_> = first
+        .iter()
+        .flat_map(crate::context::Recorded::shown_parts)
+        .chain(parts)
+        .collect();
+    let combined = Decision::combined(all.iter().map(|&(_, d)| d.clone()).collect());
+    set_call_headers(headers, all, &combined, families);
 }
 
 /// Sets the headers of a call decided under one or several limits: `parts` names each limit's
@@ -375,12 +396,34 @@ impl RateLimited {
     pub fn headers(&self, families: HeaderFamilies) -> HeaderMap {
         let mut headers = HeaderMap::new();
         set_call_headers(&mut headers, self.shown_parts(), self.decision(), families);
-        headers.insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
+        problem_type(&mut headers);
         headers
     }
+
+    /// The headers of this rejection as the response to the request being served: the
+    /// families its integration sends, and the limits its layers decided before the refusing
+    /// check listed before this rejection's own.
+    #[cfg(any(feature = "axum", feature = "actix-web"))]
+    pub(crate) fn served_headers(&self) -> HeaderMap {
+        let (families, first) = crate::http::layered::rejection_rendering();
+        let mut headers = HeaderMap::new();
+        set_headers_after(
+            &mut headers,
+            &first,
+            self.shown_parts(),
+            self.decision(),
+            families,
+        );
+        problem_type(&mut headers);
+        headers
+    }
+}
+
+fn problem_type(headers: &mut HeaderMap) {
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
 }
 
 fn json_string(out: &mut String, s: &str) {

@@ -28,9 +28,9 @@ use futures_util::future::LocalBoxFuture;
 
 use super::{Config, SharedConfig, config_methods};
 use crate::headers::{HeaderFamilies, render_verdict};
-use crate::http::layered::{self, Handoff, Plan, Refusing, route_key};
+use crate::http::layered::{self, Handoff, Plan, Refusing, Verdict, route_key};
 use crate::key::Principal;
-use crate::request::{CONTEXT, Origin, Recorded, Scope, rendering_rejection};
+use crate::request::{CONTEXT, Origin, Scope};
 use crate::{RateLimited, RequestContext};
 
 type CopyExtension = fn(&actix_web::dev::Extensions, &mut http::Extensions);
@@ -128,8 +128,8 @@ where
             return Box::pin(async move {
                 let mut fut = std::pin::pin!(fut);
                 let mut response = (&mut fut).await?;
-                // A rejection's response took the verdict with it (`rendering_rejection`).
-                let verdict = fut.as_mut().take_value().and_then(|s| s.take_verdict());
+                // A rejection's response took the verdict with it (`rejection_rendering`).
+                let verdict = Verdict::of_finished(fut.as_mut());
                 render(verdict, response.headers_mut(), families);
                 Ok(response.map_into_left_body())
             });
@@ -169,8 +169,8 @@ where
 }
 
 /// The rate-limit headers of `verdict`, when there is one, added to a response's.
-fn render(verdict: Option<Recorded>, to: &mut ActixHeaders, families: HeaderFamilies) {
-    if verdict.is_some() {
+fn render(verdict: Verdict, to: &mut ActixHeaders, families: HeaderFamilies) {
+    if verdict.last.is_some() || !verdict.first.is_empty() {
         let mut headers = http::HeaderMap::new();
         render_verdict(verdict, &mut headers, families);
         copy_headers(&headers, to);
@@ -234,7 +234,7 @@ impl ResponseError for RateLimited {
     /// [`RateLimitMiddleware`] was configured with, or every family outside one.
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code()).body(self.problem_json());
-        copy_headers(&self.headers(rendering_rejection()), response.headers_mut());
+        copy_headers(&self.served_headers(), response.headers_mut());
         response
     }
 }
