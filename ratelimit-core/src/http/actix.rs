@@ -38,6 +38,20 @@ type CopyExtension = fn(&actix_web::dev::Extensions, &mut http::Extensions);
 /// actix-web middleware that gives `#[rate_limit]` handlers their request context (method,
 /// path, matched pattern, headers, client address, and a [`Principal`] found in the request's
 /// extensions) and adds the rate-limit headers to their responses.
+///
+/// # A client that goes away
+///
+/// The concurrency slots a request holds (a handler's `concurrent = ..`, this middleware's
+/// `layer_limit!(concurrent = ..)`) come back when the request's future ends or is dropped.
+/// actix-web does not drop it when the client leaves: by default it runs the handler of an
+/// HTTP/1.1 request whose client closed the connection to its end (it allows half-closed
+/// connections), and it runs every HTTP/2 request to its end whatever the client does; this
+/// middleware sees neither the connection nor the stream, so the slots stay taken until the
+/// handler returns. `HttpServer::h1_allow_half_closed(false)` makes actix-web drop an HTTP/1.1
+/// request's future as soon as it reads that the client closed the connection (as hyper, under
+/// axum, does by default), and a deadline middleware (`tokio::time::timeout` around the app,
+/// in `actix_web::middleware::from_fn`) bounds the rest: the guide's "When a client goes away"
+/// shows both.
 #[derive(Debug, Clone, Default)]
 #[must_use]
 pub struct RateLimitMiddleware {
