@@ -139,6 +139,10 @@ async fn run() -> Result<(), Box<dyn std::error::Error>> {
             .route("/health", web::get().to(health))
     })
     .workers(2)
+    // A client that closes its connection ends its request (its handler's future is dropped),
+    // as on axum; actix-web's default runs the handler on for nobody (the guide, "When a
+    // client goes away").
+    .h1_allow_half_closed(false)
     .bind(("127.0.0.1", port))?;
     println!("listening on http://{}", server.addrs()[0]);
     server.run().await?;

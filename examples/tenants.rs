@@ -10,8 +10,11 @@
 //! A report runs for `?ms=` milliseconds (at most 10 s, 200 by default), holding one of its
 //! tenant's two slots the while: a third report of the tenant, on any instance, is refused at
 //! once with 429 and `RateLimit-Policy: "reports";q=2;qu="concurrent-requests"`. The slot comes
-//! back when the report ends, or when the client goes away, or (if the instance dies) when
-//! its lease of 5 s runs out.
+//! back when the report ends; when the client closes its connection (hyper, under axum, then
+//! drops the request's future: on actix-web that takes `HttpServer::h1_allow_half_closed(false)`,
+//! see the guide's "When a client goes away"); or, if the instance dies, when its lease of 5 s
+//! runs out. A client that vanishes without closing its connection holds the slot until the
+//! report ends (at most the 10 s a report may run).
 //!
 //! A request a handler refuses takes nothing from the router's limit, and one the router's
 //! limit refuses never reaches the handler: the router's limit and the handler's are decided

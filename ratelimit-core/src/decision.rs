@@ -165,6 +165,10 @@ pub enum Source {
     /// counts), so that no wait could ever admit it: refused at once, nothing taken, no
     /// `Retry-After`.
     CostExceedsBurst,
+    /// The call cost nothing (a `cost` of 0): it passed and took nothing, without asking the
+    /// store. Its response headers describe the limit's policy, not its bucket, which was not
+    /// asked; it is not counted in the metrics (nothing was decided).
+    Free,
 }
 
 impl Decision {
@@ -202,6 +206,13 @@ impl Decision {
     pub(crate) fn exempt(limit: Limit) -> Decision {
         Decision::new(true, u64::MAX, limit, 0, Duration::ZERO, Duration::ZERO)
             .with_source(Source::Exempt)
+    }
+
+    /// The decision of a call that costs nothing under `limit` ([`Source::Free`]): admitted,
+    /// nothing taken, the bucket not asked.
+    pub(crate) fn free(limit: Limit) -> Decision {
+        Decision::new(true, u64::MAX, limit, 0, Duration::ZERO, Duration::ZERO)
+            .with_source(Source::Free)
     }
 
     /// The refusal of a call asking `cost` tokens, more than `limit`'s burst holds
@@ -310,8 +321,9 @@ impl Decision {
     /// What happened to the call, in one word, as the `rate_limit` span and the metrics name
     /// it: `allowed` or `limited` by the store (or `limited` by the deny cache),
     /// `shadow_limited` (a limit in shadow mode would have refused), `no_key`, `fallback`,
-    /// `fail_open` or `fail_closed` (the store was failing), `disabled`, `exempt`, or
-    /// `cost_exceeds_burst` (a call no wait could admit). Of one limit of a
+    /// `fail_open` or `fail_closed` (the store was failing), `disabled`, `exempt`,
+    /// `cost_exceeds_burst` (a call no wait could admit), or `free` (a call that cost nothing,
+    /// never counted in the metrics). Of one limit of a
     /// call decided under several ([`parts`](Decision::parts)): `vetoed` when this limit would
     /// have admitted the call but another refused it, so that it took nothing; `allowed`
     /// counts only calls admitted, and `limited` only the limits that refused.
@@ -325,6 +337,7 @@ impl Decision {
             Source::Disabled => "disabled",
             Source::Exempt => "exempt",
             Source::CostExceedsBurst => "cost_exceeds_burst",
+            Source::Free => "free",
             _ if self.vetoed => "vetoed",
             _ if self.allowed => "allowed",
             _ => "limited",

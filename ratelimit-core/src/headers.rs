@@ -125,23 +125,44 @@ pub fn set_headers(headers: &mut HeaderMap, name: &str, d: &Decision, families: 
     set_call_headers(headers, [(name, part)], d, families);
 }
 
-/// The headers of a request's `verdict` (the last limited call made in its scope), when it
-/// has one, added to its response's: what the HTTP integrations render once the handler
-/// returns.
+/// The headers of a request's `verdict` (the limits its layers decided first, and the last
+/// limited call made in its scope), when it has one, added to its response's: what the HTTP
+/// integrations render once the handler returns.
 #[cfg(any(feature = "axum", feature = "actix-web"))]
 pub(crate) fn render_verdict(
-    verdict: Option<crate::context::Recorded>,
+    verdict: crate::http::layered::Verdict,
     headers: &mut HeaderMap,
     families: HeaderFamilies,
 ) {
-    if let Some(recorded) = verdict {
-        set_call_headers(
-            headers,
-            recorded.shown_parts(),
-            &recorded.decision,
-            families,
-        );
+    let (first, last) = match (verdict.last, verdict.first.split_last()) {
+        (Some(last), _) => (&verdict.first[..], last),
+        (None, Some((last, first))) => (first, last.clone()),
+        (None, None) => return,
+    };
+    set_headers_after(headers, first, last.shown_parts(), &last.decision, families);
+}
+
+/// [`set_call_headers`] of a call whose request had limits decided `first`, before it (by the
+/// layers serving it, on a route they had not learned yet): one list, those first, as one
+/// decision of them all would be described.
+#[cfg(any(feature = "axum", feature = "actix-web"))]
+fn set_headers_after<'a>(
+    headers: &mut HeaderMap,
+    first: &'a [crate::context::Recorded],
+    parts: impl Iterator<Item = (Cow<'a, str>, &'a Decision)>,
+    combined: &'a Decision,
+    families: HeaderFamilies,
+) {
+    if first.is_empty() {
+        return set_call_headers(headers, parts, combined, families);
     }
+    let all: Vec<_> = first
+        .iter()
+        .flat_map(crate::context::Recorded::shown_parts)
+        .chain(parts)
+        .collect();
+    let combined = Decision::combined(all.iter().map(|&(_, d)| d.clone()).collect());
+    set_call_headers(headers, all, &combined, families);
 }
 
 /// Sets the headers of a call decided under one or several limits: `parts` names each limit's
@@ -154,38 +175,42 @@ pub(crate) fn render_verdict(
 ///   fewest tokens left.
 /// - `Retry-After` is the combined decision's: the longest wait of the refusing limits.
 ///
-/// Limits that had no bucket (no key) or no limit (disabled) describe no quota and are left
-/// out. Headers already there are replaced, so a response never carries two values.
+/// Limits that had no bucket (no key) or no limit (disabled, exempt) describe no quota and are
+/// left out. A limit whose bucket was not asked describes its policy alone, never a state it
+/// does not know: a call that cost nothing or more than the burst holds, and a decision by the
+/// failure policy (the store, or the key's async resolver, failed) list the limit in
+/// `RateLimit-Policy` (and Spring's burst, rate and cost) but not in `RateLimit` nor
+/// `X-RateLimit-Remaining`. Headers already there are replaced, so a response never carries
+/// two values.
 pub fn set_call_headers<'n, 'd, N: Into<Cow<'n, str>>>(
     headers: &mut HeaderMap,
     parts: impl IntoIterator<Item = (N, &'d Decision)>,
     combined: &Decision,
     families: HeaderFamilies,
 ) {
-    let described = |d: &Decision| {
-        !matches!(
-            d.source,
-            Source::NoKey | Source::Disabled | Source::Exempt | Source::CostExceedsBurst
-        )
-    };
     let parts = distinct_names(parts);
     let spring = parts.get(combined.tightest()).map(|&(_, d)| d);
     let mut policy = String::new();
     let mut state = String::new();
     for (name, d) in &parts {
-        if !described(d) || !families.ietf {
+        if !describes_policy(d) || !families.ietf {
             continue;
         }
         let sf_name = sf_string(name);
         if !policy.is_empty() {
             policy.push_str(", ");
+        }
+        let stateful = describes_state(d);
+        if stateful && !state.is_empty() {
             state.push_str(", ");
         }
         if let Some(max) = d.limit.max_in_flight() {
             // A concurrency limit: a quota of calls in flight, with no window (the IETF
             // draft's quota unit), and no reset time (a slot comes back when a call ends).
             let _ = write!(policy, "{sf_name};q={max};qu=\"concurrent-requests\"");
-            let _ = write!(state, "{sf_name};r={}", d.remaining);
+            if stateful {
+                let _ = write!(state, "{sf_name};r={}", d.remaining);
+            }
             continue;
         }
         let window = ceil_secs(d.limit.refill_time()).max(1);
@@ -194,19 +219,25 @@ pub fn set_call_headers<'n, 'd, N: Into<Cow<'n, str>>>(
             "{sf_name};q={};w={window}",
             d.limit.burst_capacity()
         );
-        let _ = write!(
-            state,
-            "{sf_name};r={};t={}",
-            d.remaining,
-            ceil_secs(d.reset_after)
-        );
+        if stateful {
+            let _ = write!(
+                state,
+                "{sf_name};r={};t={}",
+                d.remaining,
+                ceil_secs(d.reset_after)
+            );
+        }
     }
     if !policy.is_empty() {
         insert(headers, &RATELIMIT_POLICY, &policy);
+    }
+    if !state.is_empty() {
         insert(headers, &RATELIMIT, &state);
     }
-    if let Some(d) = spring.filter(|d| families.spring && described(d)) {
-        headers.insert(X_REMAINING.clone(), HeaderValue::from(d.remaining));
+    if let Some(d) = spring.filter(|d| families.spring && describes_policy(d)) {
+        if describes_state(d) {
+            headers.insert(X_REMAINING.clone(), HeaderValue::from(d.remaining));
+        }
         if let Some(rate) = whole_tokens_per_second(&d.limit) {
             headers.insert(X_REPLENISH_RATE.clone(), HeaderValue::from(rate));
         }
@@ -217,7 +248,7 @@ pub fn set_call_headers<'n, 'd, N: Into<Cow<'n, str>>>(
         headers.insert(X_REQUESTED_TOKENS.clone(), HeaderValue::from(d.cost));
     }
     if families.retry_after
-        && described(combined)
+        && describes_state(combined)
         && !combined.allowed
         && combined.retry_after > Duration::ZERO
     {
@@ -226,6 +257,24 @@ pub fn set_call_headers<'n, 'd, N: Into<Cow<'n, str>>>(
             HeaderValue::from(ceil_secs(combined.retry_after)),
         );
     }
+}
+
+/// Whether `d` names a quota to describe: not for a call that had no key (no bucket), nor one
+/// under a disabled limit or exempt from it (no limit applied).
+fn describes_policy(d: &Decision) -> bool {
+    !matches!(d.source, Source::NoKey | Source::Disabled | Source::Exempt)
+}
+
+/// Whether `d` knows its bucket's state (tokens left, time to full): a store's answer, the
+/// deny cache's memory of one, or the fallback's own bucket. A call that cost nothing or more
+/// than the burst holds asked no bucket, and the failure policy decides without one: its
+/// `remaining` of 0 is no bucket's.
+fn describes_state(d: &Decision) -> bool {
+    describes_policy(d)
+        && !matches!(
+            d.source,
+            Source::Free | Source::CostExceedsBurst | Source::FailOpen | Source::FailClosed
+        )
 }
 
 /// The limits' names, each distinct: one that repeats an earlier one gets `#n`, its position
@@ -347,12 +396,34 @@ impl RateLimited {
     pub fn headers(&self, families: HeaderFamilies) -> HeaderMap {
         let mut headers = HeaderMap::new();
         set_call_headers(&mut headers, self.shown_parts(), self.decision(), families);
-        headers.insert(
-            http::header::CONTENT_TYPE,
-            HeaderValue::from_static("application/problem+json"),
-        );
+        problem_type(&mut headers);
         headers
     }
+
+    /// The headers of this rejection as the response to the request being served: the
+    /// families its integration sends, and the limits its layers decided before the refusing
+    /// check listed before this rejection's own.
+    #[cfg(any(feature = "axum", feature = "actix-web"))]
+    pub(crate) fn served_headers(&self) -> HeaderMap {
+        let (families, first) = crate::http::layered::rejection_rendering();
+        let mut headers = HeaderMap::new();
+        set_headers_after(
+            &mut headers,
+            &first,
+            self.shown_parts(),
+            self.decision(),
+            families,
+        );
+        problem_type(&mut headers);
+        headers
+    }
+}
+
+fn problem_type(headers: &mut HeaderMap) {
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/problem+json"),
+    );
 }
 
 fn json_string(out: &mut String, s: &str) {
@@ -397,6 +468,51 @@ mod tests {
         let unlimited = decision(true).with_source(Source::Disabled);
         set_headers(&mut h, "shop::orders", &unlimited, HeaderFamilies::ALL);
         assert!(h.is_empty(), "{h:?}");
+    }
+
+    /// A limit whose bucket nobody asked describes its policy, never a state: a call that
+    /// costs more than the burst (413: `q` tells the client the burst), one that costs
+    /// nothing, and a decision by the failure policy (a store or key resolver that failed).
+    #[test]
+    fn a_limit_whose_bucket_was_not_asked_describes_its_policy_alone() {
+        let limit = Limit::per_minute(3).burst(5);
+        let cases = [
+            Decision::cost_exceeds_burst(limit, 9),
+            Decision::free(limit),
+            crate::RateLimiter::fail_closed(&limit, 1),
+            decision(true).with_source(Source::FailOpen),
+        ];
+        for d in cases {
+            let mut h = HeaderMap::new();
+            set_headers(&mut h, "upload", &d, HeaderFamilies::ALL);
+            assert_eq!(h["ratelimit-policy"], "\"upload\";q=5;w=100", "{d:?}");
+            assert_eq!(h["x-ratelimit-burst-capacity"], "5", "{d:?}");
+            assert_eq!(
+                h["x-ratelimit-requested-tokens"],
+                d.cost.to_string(),
+                "{d:?}"
+            );
+            for absent in ["ratelimit", "x-ratelimit-remaining", "retry-after"] {
+                assert!(h.get(absent).is_none(), "{absent}: {d:?}");
+            }
+        }
+        // Beside a limit whose bucket answered: both policies, that one's state alone.
+        let free = Decision::free(limit);
+        let asked = decision(true);
+        let combined = Decision::combined(vec![asked.clone(), free.clone()]);
+        let mut h = HeaderMap::new();
+        set_call_headers(
+            &mut h,
+            [("orders", &asked), ("upload", &free)],
+            &combined,
+            HeaderFamilies::ALL,
+        );
+        assert_eq!(
+            h["ratelimit-policy"],
+            "\"orders\";q=5;w=100, \"upload\";q=5;w=100"
+        );
+        assert_eq!(h["ratelimit"], "\"orders\";r=4;t=34");
+        assert_eq!(h["x-ratelimit-remaining"], "4");
     }
 
     #[test]

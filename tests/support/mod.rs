@@ -252,3 +252,25 @@ macro_rules! on_both_stores {
 }
 #[allow(unused_imports)]
 pub(crate) use on_both_stores;
+
+/// Serves `$server` (an `actix_web::HttpServer`, configured but not bound) on a free loopback
+/// port, with one worker and no signal handling, from this runtime (an `#[actix_web::test]`):
+/// its address, and its handle to stop it.
+#[allow(unused_macros)]
+macro_rules! serve_actix {
+    ($server:expr) => {{
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = $server
+            .workers(1)
+            .disable_signals()
+            .listen(listener)
+            .unwrap()
+            .run();
+        let handle = server.handle();
+        actix_web::rt::spawn(server);
+        (addr, handle)
+    }};
+}
+#[allow(unused_imports)]
+pub(crate) use serve_actix;

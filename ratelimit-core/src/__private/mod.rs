@@ -209,7 +209,8 @@ enum Before {
     /// Decided already: the limit is disabled, the call exempt, or its cost more than the
     /// burst holds.
     Decided(Decision),
-    /// The call costs nothing: it takes nothing and passes, with nothing to decide.
+    /// The call costs nothing: it takes nothing and passes, with nothing to ask the store
+    /// (its response still describes the limit's policy: [`Source::Free`]).
     Free,
 }
 
@@ -257,7 +258,10 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
     let label = call.label(name);
     match before_key(&call, &mut effective) {
         Before::Check => {}
-        Before::Free => return Step::Done(Ok(())),
+        Before::Free => {
+            record_current(label, Decision::free(effective.limit), None);
+            return Step::Done(Ok(()));
+        }
         Before::Decided(decision) if decision.source == Source::Disabled => {
             // Said, so that what reads the decision (the response, a log line) shows no limit
             // applied rather than a quota that does not hold.
@@ -563,7 +567,8 @@ pub(crate) async fn decide_all(
         (buckets, scope.is_some())
     });
     // Each limit's decision, by position; the store decides those with a bucket together.
-    // A limit whose call costs nothing has none: it takes nothing and is not asked.
+    // A limit whose call costs nothing takes nothing and is not asked: its policy is
+    // described all the same.
     let mut parts: Vec<Option<Decision>> = vec![None; limits.len()];
     let mut asked: Vec<usize> = Vec::with_capacity(limits.len());
     for (i, ((decl, ..), (before, e))) in limits
@@ -573,7 +578,7 @@ pub(crate) async fn decide_all(
     {
         match before {
             Before::Decided(d) => parts[i] = Some(d),
-            Before::Free => {}
+            Before::Free => parts[i] = Some(Decision::free(e.limit)),
             Before::Check if matches!(key_of(i), KeyArg::Failed) => {
                 parts[i] = Some(limiter.decide_unresolved(&e.limit, e.cost));
             }
@@ -624,8 +629,9 @@ pub(crate) async fn decide_all(
             }
         }
     }
-    // The limits decided, in order (all of them unless a keyless refusal vetoed the call),
-    // each with its name: paired once, here, and read back in pairs.
+    // The limits decided, in order (all of them unless a keyless refusal vetoed the call, or
+    // a veto left some unasked), each with its name: paired once, here, and read back in
+    // pairs.
     let mut named: Vec<(Label, Decision)> = Vec::with_capacity(limits.len());
     let mut keys: Vec<(&'static LimitDeclaration, Option<String>)> =
         Vec::with_capacity(limits.len());
@@ -636,13 +642,15 @@ pub(crate) async fn decide_all(
         }
     }
     if named.is_empty() {
-        // Every call cost nothing: nothing taken, nothing to describe.
         return Ok(());
     }
     let (decision, names) = Decision::combined_named(named);
-    // Each limit as the call left it (a limit that admitted a refused call is vetoed).
+    // Each limit as the call left it (a limit that admitted a refused call is vetoed); one
+    // the call cost nothing under decided nothing, and is not counted.
     for ((label, part), (decl, bucket)) in names.pair(&decision).zip(&keys) {
-        part.observe(label.observed(), bucket.as_deref());
+        if part.source != Source::Free {
+            part.observe(label.observed(), bucket.as_deref());
+        }
         // What each limit that counts only some outcomes took, for its refund.
         let taken = limits
             .iter()

@@ -28,9 +28,9 @@ use futures_util::future::LocalBoxFuture;
 
 use super::{Config, SharedConfig, config_methods};
 use crate::headers::{HeaderFamilies, render_verdict};
-use crate::http::layered::{self, Handoff, Plan, Refusing, route_key};
+use crate::http::layered::{self, Handoff, Plan, Refusing, Verdict, route_key};
 use crate::key::Principal;
-use crate::request::{CONTEXT, Origin, Recorded, Scope, rendering_rejection};
+use crate::request::{CONTEXT, Origin, Scope};
 use crate::{RateLimited, RequestContext};
 
 type CopyExtension = fn(&actix_web::dev::Extensions, &mut http::Extensions);
@@ -38,6 +38,20 @@ type CopyExtension = fn(&actix_web::dev::Extensions, &mut http::Extensions);
 /// actix-web middleware that gives `#[rate_limit]` handlers their request context (method,
 /// path, matched pattern, headers, client address, and a [`Principal`] found in the request's
 /// extensions) and adds the rate-limit headers to their responses.
+///
+/// # A client that goes away
+///
+/// The concurrency slots a request holds (a handler's `concurrent = ..`, this middleware's
+/// `layer_limit!(concurrent = ..)`) come back when the request's future ends or is dropped.
+/// actix-web does not drop it when the client leaves: by default it runs the handler of an
+/// HTTP/1.1 request whose client closed the connection to its end (it allows half-closed
+/// connections), and it runs every HTTP/2 request to its end whatever the client does; this
+/// middleware sees neither the connection nor the stream, so the slots stay taken until the
+/// handler returns. `HttpServer::h1_allow_half_closed(false)` makes actix-web drop an HTTP/1.1
+/// request's future as soon as it reads that the client closed the connection (as hyper, under
+/// axum, does by default), and a deadline middleware (`tokio::time::timeout` around the app,
+/// in `actix_web::middleware::from_fn`) bounds the rest: the guide's "When a client goes away"
+/// shows both.
 #[derive(Debug, Clone, Default)]
 #[must_use]
 pub struct RateLimitMiddleware {
@@ -128,8 +142,8 @@ where
             return Box::pin(async move {
                 let mut fut = std::pin::pin!(fut);
                 let mut response = (&mut fut).await?;
-                // A rejection's response took the verdict with it (`rendering_rejection`).
-                let verdict = fut.as_mut().take_value().and_then(|s| s.take_verdict());
+                // A rejection's response took the verdict with it (`rejection_rendering`).
+                let verdict = Verdict::of_finished(fut.as_mut());
                 render(verdict, response.headers_mut(), families);
                 Ok(response.map_into_left_body())
             });
@@ -169,8 +183,8 @@ where
 }
 
 /// The rate-limit headers of `verdict`, when there is one, added to a response's.
-fn render(verdict: Option<Recorded>, to: &mut ActixHeaders, families: HeaderFamilies) {
-    if verdict.is_some() {
+fn render(verdict: Verdict, to: &mut ActixHeaders, families: HeaderFamilies) {
+    if verdict.last.is_some() || !verdict.first.is_empty() {
         let mut headers = http::HeaderMap::new();
         render_verdict(verdict, &mut headers, families);
         copy_headers(&headers, to);
@@ -234,7 +248,7 @@ impl ResponseError for RateLimited {
     /// [`RateLimitMiddleware`] was configured with, or every family outside one.
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code()).body(self.problem_json());
-        copy_headers(&self.headers(rendering_rejection()), response.headers_mut());
+        copy_headers(&self.served_headers(), response.headers_mut());
         response
     }
 }

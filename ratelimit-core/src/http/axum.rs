@@ -26,8 +26,8 @@ use tokio::task::futures::TaskLocalFuture;
 
 use super::{Config, SharedConfig, config_methods};
 use crate::headers::{HeaderFamilies, render_verdict};
-use crate::http::layered::{self, Handoff, Plan, route_key};
-use crate::request::{CONTEXT, Origin, Scope, rendering_rejection};
+use crate::http::layered::{self, Handoff, Plan, Verdict, route_key};
+use crate::request::{CONTEXT, Origin, Scope};
 use crate::{RateLimited, RequestContext};
 
 /// A tower layer that gives `#[rate_limit]` handlers below it their request context (method,
@@ -184,8 +184,8 @@ where
         };
         let result = std::task::ready!(inner.as_mut().poll(cx));
         Poll::Ready(result.map(|mut response| {
-            // A rejection's response took the verdict with it (`rendering_rejection`).
-            let verdict = inner.take_value().and_then(|scope| scope.take_verdict());
+            // A rejection's response took the verdict with it (`rejection_rendering`).
+            let verdict = Verdict::of_finished(inner);
             render_verdict(verdict, response.headers_mut(), families);
             response
         }))
@@ -204,12 +204,7 @@ impl IntoResponse for RateLimited {
     /// [`RateLimitLayer`] (or actix middleware) was configured with, or every family when the
     /// rejection is turned into a response outside one.
     fn into_response(self) -> Response {
-        (
-            self.status(),
-            self.headers(rendering_rejection()),
-            self.problem_json(),
-        )
-            .into_response()
+        (self.status(), self.served_headers(), self.problem_json()).into_response()
     }
 }
 

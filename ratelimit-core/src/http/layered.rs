@@ -16,17 +16,20 @@
 //! Layers nest (a router-wide layer, and a route group's with `route_layer`, `nest` or an
 //! actix `scope`): an outer layer hands its pending limits to the next layer down in the
 //! request's extensions ([`Handoff`]), which decides them with its own, so that one layer, the
-//! innermost, decides every layer's limits, with the handler's when it has any.
+//! innermost, decides every layer's limits, with the handler's when it has any. What a layer
+//! decided first (on a route it had not learned yet) is handed down too, so that the response
+//! describes every limit that decided the request, whichever layer decided it.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashSet;
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use super::{Config, SharedConfig};
 use crate::__private::{Call, Holding, KeyArg, Taken};
+use crate::headers::HeaderFamilies;
 use crate::registry::{self, LimitDeclaration};
 use crate::request::{CONTEXT, Recorded, Scope};
 use crate::{KeyResolver, RateLimited, RateLimiter};
@@ -130,7 +133,13 @@ pub(crate) struct Handoff {
     config: SharedConfig,
     learners: Learners,
     taken: Arc<AtomicBool>,
+    /// What the layers above decided first (themselves, before calling the layer below), set
+    /// before the layer below is called: the response that layer makes describes them too.
+    decided: Decided,
 }
+
+/// The verdicts of the limits layers decided first for a request, outermost first.
+type Decided = Arc<OnceLock<Vec<Recorded>>>;
 
 /// The layers that learn a route once a check below them is seen, each with the route as it
 /// saw it (an outer router sees a nested route by the nest's own pattern).
@@ -153,6 +162,10 @@ pub(crate) struct Plan {
     config: SharedConfig,
     /// Set when a layer below took the limits over.
     taken: Arc<AtomicBool>,
+    /// What the layers above decided first, for this layer's response to describe.
+    above: Vec<Recorded>,
+    /// What the layers down to this one decided first, for the layer below.
+    decided: Decided,
 }
 
 impl Plan {
@@ -177,6 +190,10 @@ impl Plan {
         let handed = handed.filter(|h| tells_clients_alike(&h.config, config));
         let mine = route().map(|route| (Arc::clone(learned), route));
         let deferred = mine.as_ref().is_some_and(|(_, route)| learned.knows(route));
+        let above = handed
+            .as_ref()
+            .and_then(|h| h.decided.get().cloned())
+            .unwrap_or_default();
         let (limits, learners): (Arc<[LayerLimit]>, Learners) = match handed {
             None if own.is_empty() => return None,
             None => (Arc::clone(own), mine.into_iter().collect()),
@@ -202,6 +219,8 @@ impl Plan {
             learners,
             config: Arc::clone(config),
             taken: Arc::new(AtomicBool::new(false)),
+            above,
+            decided: Decided::default(),
         })
     }
 
@@ -217,6 +236,7 @@ impl Plan {
             learners: Arc::clone(&self.learners),
             config: Arc::clone(&self.config),
             taken: Arc::clone(&self.taken),
+            decided: Arc::clone(&self.decided),
         }
     }
 
@@ -230,6 +250,7 @@ impl Plan {
             decided: Cell::new(false),
             // Only a layer that decides first takes anything before the handler's check.
             taken: (!self.deferred).then(Taken::default),
+            first: RefCell::new(self.above.clone()),
         }
     }
 
@@ -266,12 +287,20 @@ pub(crate) struct LayerScope {
     /// What the layer's limits took when it decided them first: given back if a check of
     /// the handler then refuses the request (all or nothing, on a route not learned yet).
     taken: Option<Taken>,
+    /// The verdicts of the limits decided first, by the layers above and this one, before
+    /// the handler's check: the response describes them with the handler's.
+    first: RefCell<Vec<Recorded>>,
 }
 
 impl LayerScope {
-    /// Marks the limits decided by the layer itself, before the handler.
-    pub(crate) fn decided(&self) {
+    /// Marks the limits decided by the layer itself, before the handler, with their
+    /// `verdict`, which the response describes before the handler's; returns everything
+    /// decided first so far, for the layer below.
+    fn decided(&self, verdict: Option<Recorded>) -> Vec<Recorded> {
         self.decided.set(true);
+        let mut first = self.first.borrow_mut();
+        first.extend(verdict);
+        first.clone()
     }
 
     /// For a handler's check on `limiter`: whether limits wait for it; and, when the layer
@@ -421,7 +450,7 @@ pub(crate) async fn serve<R, F, T, E>(
     req: R,
     inner: impl FnOnce(R) -> F,
     refused: impl FnOnce(Box<RateLimited>, Refusing<R, T>) -> T,
-) -> (Result<T, E>, Option<Recorded>)
+) -> (Result<T, E>, Verdict)
 where
     F: Future<Output = Result<T, E>>,
 {
@@ -431,27 +460,36 @@ where
             match decide(&plan.limits).await {
                 Err(rejection) => Ok(refused(rejection, Refusing::Request(req))),
                 Ok(()) => {
-                    let _ = CONTEXT.try_with(|s| s.layer.as_ref().map(LayerScope::decided));
+                    // What the layers decided so far is described with what the handler
+                    // (or a layer below) decides next, in one list.
+                    let _ = CONTEXT.try_with(|s| {
+                        if let Some(layer) = &s.layer {
+                            let _ = plan.decided.set(layer.decided(s.take_verdict()));
+                        }
+                    });
                     inner(req).await
                 }
             }
         });
         let mut fut = std::pin::pin!(fut);
         let out = (&mut fut).await;
-        let verdict = fut.as_mut().take_value().and_then(|s| s.take_verdict());
+        let verdict = Verdict::of_finished(fut.as_mut());
         // A layer below took over: its response describes the request already.
-        let verdict = verdict.filter(|_| !plan.taken.load(Ordering::Acquire));
+        if plan.taken.load(Ordering::Acquire) {
+            return (out, Verdict::default());
+        }
         return (out, verdict);
     }
+    let _ = plan.decided.set(plan.above.clone());
     let fut = CONTEXT.scope(scope, inner(req));
     let mut fut = std::pin::pin!(fut);
     let out = (&mut fut).await;
     let Some(scope) = fut.as_mut().take_value() else {
-        return (out, None);
+        return (out, Verdict::default());
     };
     let response = match out {
         Ok(response) if plan.still_pending(Some(&scope)) => response,
-        out => return (out, scope.take_verdict()),
+        out => return (out, Verdict::of(&scope)),
     };
     // A learned route whose handler did not check: the request counts all the same.
     let after = CONTEXT.scope(scope, async {
@@ -462,8 +500,56 @@ where
     });
     let mut after = std::pin::pin!(after);
     let response = (&mut after).await;
-    let verdict = after.as_mut().take_value().and_then(|s| s.take_verdict());
+    let verdict = Verdict::of_finished(after.as_mut());
     (Ok(response), verdict)
+}
+
+/// What a request's response describes: the limits layers decided first (outermost first),
+/// then the last limited call's verdict. Empty once a rejection's response took them with it
+/// ([`rejection_rendering`]).
+#[derive(Debug, Default)]
+pub(crate) struct Verdict {
+    pub(crate) first: Vec<Recorded>,
+    pub(crate) last: Option<Recorded>,
+}
+
+impl Verdict {
+    /// What the scope of a request's future holds to describe, once the future is done.
+    pub(crate) fn of_finished<F: Future>(
+        fut: std::pin::Pin<&mut tokio::task::futures::TaskLocalFuture<Scope, F>>,
+    ) -> Verdict {
+        fut.take_value()
+            .as_ref()
+            .map(Verdict::of)
+            .unwrap_or_default()
+    }
+
+    /// What `scope` holds to describe.
+    fn of(scope: &Scope) -> Verdict {
+        let first = scope
+            .layer
+            .as_ref()
+            .map(|l| l.first.take())
+            .unwrap_or_default();
+        Verdict {
+            first,
+            last: scope.take_verdict(),
+        }
+    }
+}
+
+/// What a rejection's response describes, rendered in the current request's scope: the
+/// header families of the integration serving it (every family outside one) and the limits
+/// its layers decided first, taken with the verdict so that the integration does not render
+/// them again over the rejection's headers.
+pub(crate) fn rejection_rendering() -> (HeaderFamilies, Vec<Recorded>) {
+    let families = crate::request::rendering_rejection();
+    let first = CONTEXT
+        .try_with(|s| s.layer.as_ref().map(|l| l.first.take()))
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    (families, first)
 }
 
 #[cfg(test)]
