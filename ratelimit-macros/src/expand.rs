@@ -10,7 +10,7 @@ use syn::{Expr, ReturnType, Signature, Type};
 use ratelimit_vocab::{Algorithm, Refill, Unit};
 
 use crate::args::Errors;
-use crate::attr::{Count, RateLimitArgs};
+use crate::attr::{Count, RateLimitArgs, Site};
 use crate::item::ItemFn;
 use crate::stack::{self, Stacked};
 use crate::valid;
@@ -29,7 +29,7 @@ pub(crate) fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
     valid::check_function(&func.sig, &mut errors);
     let mut limits = Vec::with_capacity(1 + stacked.len());
-    match RateLimitArgs::parse(args, &mut errors) {
+    match RateLimitArgs::parse(args, Site::Function, &mut errors) {
         Ok(args) => {
             valid::check(&args, None, &mut errors);
             limits.push(Stacked { args, attr: None });
@@ -46,7 +46,9 @@ pub(crate) fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
         };
     }
     for attr in stacked {
-        match stack::arguments(&attr).and_then(|tokens| RateLimitArgs::parse(tokens, &mut errors)) {
+        match stack::arguments(&attr)
+            .and_then(|tokens| RateLimitArgs::parse(tokens, Site::Function, &mut errors))
+        {
             Ok(args) => {
                 valid::check(&args, Some(&attr), &mut errors);
                 limits.push(Stacked {
