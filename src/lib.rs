@@ -18,32 +18,24 @@
 //! # Ok(()) }
 //! ```
 //!
+//! # The macros
+//!
+//! - [`#[rate_limit]`](macro@rate_limit) limits an `async fn`:
+//!   `#[rate_limit(replenish = 3, burst = 300, unit = "minute", key = User)]`. Its manual
+//!   lists every argument: keys, costs and tiers computed from the call, several limits on one
+//!   function, concurrency limits, limits shared by several functions.
+//! - [`enable_redis_rate_limit!`] installs, once at startup, the global limiter those
+//!   functions use: the Redis URL (or memory), the key prefix, the failure policy, the config
+//!   overrides.
+//! - [`layer_limit!`] declares a limit that an HTTP layer (`RateLimitLayer`,
+//!   `RateLimitMiddleware`) decides for every request it serves.
+//!
 //! # What is where
 //!
-//! The root holds what a service writes every day: the limiter ([`RateLimiter`],
-//! [`RateLimiterBuilder`]), the limit ([`Limit`], [`Unit`], [`Algorithm`], [`Refill`]), the
-//! answer ([`Decision`], [`Source`], [`RateLimited`], [`Error`]), the keys ([`KeyResolver`],
-//! [`RequestContext`] and the built-in resolvers), the policies ([`FailurePolicy`],
-//! [`EmptyKeyPolicy`]), the proxies to trust ([`TrustedProxies`], [`ClientIpHeader`]), the
-//! HTTP integrations (`RateLimitLayer` with the `axum` feature, `RateLimitMiddleware` with
-//! `actix-web`), the declared limits ([`LimitDeclaration`], [`declared_limits`],
-//! [`reload_overrides`]) and the two macros ([`rate_limit`], [`enable_redis_rate_limit!`]).
-//! Everything else has one path, in its module:
-//!
-//! | module | what it holds |
-//! |---|---|
-//! | [`clock`] | time sources of the memory store: [`clock::ManualClock`] for tests |
-//! | [`context`] | running code under a request's context without the HTTP integrations ([`context::scope`]), and what was decided in it |
-//! | [`defaults`] | the values used when nothing else is said (prefix, Redis URL, deadline, ...) |
-//! | [`enable`] | what `enable_redis_rate_limit!` expands to, for programs that build their options themselves |
-//! | [`error`] | the errors of building a limit and of reading its words, which [`Error`] wraps |
-//! | [`headers`] | the response headers: which families to send, their names, a refusal's response |
-//! | `http` (features `axum`, `actix-web`) | the services the HTTP integrations wrap handlers in |
-//! | [`key`] | what the built-in resolvers read and how they normalise it |
-//! | [`observe`] | the tracing span and metrics every decision produces |
-//! | [`overrides`] | quotas changed without a rebuild: the override file and environment |
-//! | [`store`] | where buckets live: [`store::RedisStore`], [`store::MemoryStore`], the [`store::Store`] trait |
-//! | [`tools`] | for tools that read what limiters keep in Redis (unstable) |
+//! This crate is the runtime, `ratelimit-core`, re-exported whole under the same paths, and
+//! the three macros: the root holds what a service writes every day, and everything else has
+//! one path, in its module. [`ratelimit_core`'s "What is where"](ratelimit_core#what-is-where)
+//! says which module holds what.
 
 pub use ratelimit_core::*;
 pub use ratelimit_macros::{enable_redis_rate_limit, layer_limit, rate_limit};

@@ -26,7 +26,12 @@
 //! [`EmptyKeyPolicy`]), the proxies to trust ([`TrustedProxies`], [`ClientIpHeader`]), the
 //! HTTP integrations (`RateLimitLayer` with the `axum` feature, `RateLimitMiddleware` with
 //! `actix-web`) and the declared limits ([`LimitDeclaration`], [`declared_limits`],
-//! [`reload_overrides`]). Everything else has one path, in its module:
+//! [`reload_overrides`]). The three macros that expand onto this crate,
+//! [`#[rate_limit]`](https://docs.rs/redis-ratelimit/latest/redis_ratelimit/attr.rate_limit.html),
+//! [`enable_redis_rate_limit!`](https://docs.rs/redis-ratelimit/latest/redis_ratelimit/macro.enable_redis_rate_limit.html)
+//! and [`layer_limit!`](https://docs.rs/redis-ratelimit/latest/redis_ratelimit/macro.layer_limit.html),
+//! live in `ratelimit-macros`; users reach them, with this crate, through the
+//! `redis-ratelimit` facade. Everything else has one path, in its module:
 //!
 //! | module | what it holds |
 //! |---|---|

@@ -100,17 +100,66 @@ impl Errors {
     }
 }
 
-/// Stores `value` in `slot` unless the argument was already given, in which case the second
-/// occurrence is the error.
-pub(crate) fn set_once<T>(slot: &mut Option<T>, value: T, name: &Ident, errors: &mut Errors) {
-    if slot.is_some() {
-        errors.at(
-            name.span(),
-            format_args!("`{name}` is specified more than once; keep one"),
-        );
-    } else {
-        *slot = Some(value);
+/// One argument a macro takes: its name, a value to show when it is written without one,
+/// how its value is read into the macro's arguments `A`, and what else the macro knows of it
+/// (`R`: which limits take it, for `#[rate_limit]`).
+pub(crate) struct Argument<A, R = ()> {
+    pub(crate) name: &'static str,
+    pub(crate) example: &'static str,
+    /// Reads the value into its field of `A`, reporting on it what is wrong with it.
+    pub(crate) read: fn(&mut A, &Ident, Expr, &mut Errors),
+    pub(crate) rules: R,
+}
+
+impl<A> Argument<A> {
+    /// An argument with nothing more to know of it.
+    pub(crate) const fn new(
+        name: &'static str,
+        example: &'static str,
+        read: fn(&mut A, &Ident, Expr, &mut Errors),
+    ) -> Argument<A> {
+        Argument {
+            name,
+            example,
+            read,
+            rules: (),
+        }
     }
+}
+
+/// Reads `list` into `args`, each argument by its entry that `known` finds. An argument written
+/// twice or without a value is reported on its name and not read again; a name `known` does not
+/// find goes to `unknown`, which reports it. Returns the known names written, in order.
+pub(crate) fn read<'t, A: 't, R: 't>(
+    list: Vec<RawArg>,
+    known: impl Fn(&str) -> Option<&'t Argument<A, R>>,
+    args: &mut A,
+    errors: &mut Errors,
+    mut unknown: impl FnMut(&mut A, &Ident, Option<&Expr>, &mut Errors),
+) -> Vec<Ident> {
+    let mut written: Vec<Ident> = Vec::new();
+    for RawArg { name, value } in list {
+        let Some(argument) = known(&name.to_string()) else {
+            unknown(args, &name, value.as_ref(), errors);
+            continue;
+        };
+        if written.contains(&name) {
+            errors.at(
+                name.span(),
+                format_args!("`{name}` is specified more than once; keep one"),
+            );
+            continue;
+        }
+        written.push(name.clone());
+        match value {
+            Some(value) => (argument.read)(args, &name, value, errors),
+            None => errors.at(
+                name.span(),
+                format_args!("`{name}` needs a value: `{name} = {}`", argument.example),
+            ),
+        }
+    }
+    written
 }
 
 /// The error for an argument no macro knows: names the closest known one, or lists them all.
@@ -233,31 +282,34 @@ pub(crate) fn variant<W: Word>((word, span): (W, Span)) -> Ident {
 mod tests {
     use super::*;
 
-    use crate::attr::ARGUMENTS as ARGS;
+    /// The argument of `#[rate_limit]` closest to `written`.
+    fn nearest_argument(written: &str) -> Option<&'static str> {
+        nearest(written, &crate::attr::Site::Function.names())
+    }
 
     #[test]
     fn typos_find_the_argument() {
-        assert_eq!(nearest("bursts", ARGS), Some("burst"));
-        assert_eq!(nearest("replinish", ARGS), Some("replenish"));
-        assert_eq!(nearest("Unit", ARGS), Some("unit"));
-        assert_eq!(nearest("limit", ARGS), Some("limiter"));
-        assert_eq!(nearest("cots", ARGS), Some("cost"));
-        assert_eq!(nearest("frobnicate", ARGS), None);
-        assert_eq!(nearest("x", ARGS), None);
+        assert_eq!(nearest_argument("bursts"), Some("burst"));
+        assert_eq!(nearest_argument("replinish"), Some("replenish"));
+        assert_eq!(nearest_argument("Unit"), Some("unit"));
+        assert_eq!(nearest_argument("limit"), Some("limiter"));
+        assert_eq!(nearest_argument("cots"), Some("cost"));
+        assert_eq!(nearest_argument("frobnicate"), None);
+        assert_eq!(nearest_argument("x"), None);
     }
 
     #[test]
     fn only_close_names_are_suggested() {
         // Two edits in four letters is another word, not a typo.
-        assert_eq!(nearest("mode", ARGS), None);
-        assert_eq!(nearest("kind", ARGS), None);
-        assert_eq!(nearest("node", ARGS), None);
-        assert_eq!(nearest("cast", ARGS), Some("cost"));
-        assert_eq!(nearest("nam", ARGS), Some("name"));
+        assert_eq!(nearest_argument("mode"), None);
+        assert_eq!(nearest_argument("kind"), None);
+        assert_eq!(nearest_argument("node"), None);
+        assert_eq!(nearest_argument("cast"), Some("cost"));
+        assert_eq!(nearest_argument("nam"), Some("name"));
         // A prefix counts when the lengths are alike, not when one name swallows the other.
-        assert_eq!(nearest("burst_size", ARGS), Some("burst"));
-        assert_eq!(nearest("keyboard", ARGS), None);
-        assert_eq!(nearest("li", ARGS), None);
+        assert_eq!(nearest_argument("burst_size"), Some("burst"));
+        assert_eq!(nearest_argument("keyboard"), None);
+        assert_eq!(nearest_argument("li"), None);
     }
 
     #[test]

@@ -9,34 +9,152 @@ use ratelimit_vocab::{
     Algorithm, EmptyKeyPolicy, FailurePolicy, Quoted, Refill, Unit, WAIT_SYNTAX, Word,
 };
 
-use crate::args::{self, Errors, RawArg, set_once};
+use crate::args::{self, Argument, Errors};
 
-/// Every argument `#[rate_limit]` takes.
-pub(crate) const ARGUMENTS: &[&str] = &[
-    "replenish",
-    "burst",
-    "unit",
-    "key",
-    "cost",
-    "name",
-    "limiter",
-    "policy",
-    "algorithm",
-    "refill",
-    "initial",
-    "wait",
-    "shadow",
-    "exempt",
-    "empty_key",
-    "empty_key_status",
-    "count",
-    "tier",
-    "tiers",
-    "jitter",
-    "shared",
-    "concurrent",
-    "lease",
+/// Every argument `#[rate_limit]` takes: how its value is read, and which limits take it
+/// besides a function's rate limit, which takes them all. `layer_limit!` takes those a layer's
+/// limit takes, by the same table.
+pub(crate) const ARGUMENTS: &[Arg] = &[
+    arg("replenish", "10", |a, n, v, e| a.replenish = count(n, v, e)),
+    arg("burst", "10", |a, n, v, e| a.burst = count(n, v, e)),
+    arg("unit", "\"minute\"", |a, _, v, e| a.unit = unit(&v, e)),
+    arg("key", "Uri", |a, _, v, _| a.key = Some(v))
+        .concurrent()
+        .shared(),
+    arg("cost", "1", |a, n, v, e| a.cost = count(n, v, e)).shared(),
+    arg("name", "\"orders.list\"", |a, _, v, e| {
+        a.name = limit_name(&v, e);
+    })
+    .concurrent(),
+    arg("limiter", "MY_LIMITER", |a, _, v, _| a.limiter = Some(v))
+        .concurrent()
+        .shared()
+        .not_on_a_layer("a layer's limit is decided on the enabled limiter"),
+    arg("policy", "\"deny\"", |a, n, v, e| {
+        a.policy = args::word(n, &v, e);
+    })
+    .concurrent(),
+    arg("algorithm", "\"sliding_log\"", |a, n, v, e| {
+        a.algorithm = args::word(n, &v, e);
+    }),
+    arg("refill", "\"interval\"", |a, n, v, e| {
+        a.refill = args::word(n, &v, e);
+    }),
+    arg("initial", "0", |a, n, v, e| a.initial = count(n, v, e)),
+    arg("wait", "\"2s\"", |a, _, v, e| a.wait = wait(&v, e))
+        .concurrent()
+        .not_on_a_layer("a layer's limit refuses at once"),
+    arg("shadow", "true", |a, _, v, e| a.shadow = shadow(&v, e)).concurrent(),
+    arg("exempt", "is_internal(&caller)", |a, _, v, _| {
+        a.exempt = Some(v);
+    })
+    .shared()
+    .not_on_a_layer("a layer's limit has no call to exempt"),
+    arg("empty_key", "\"allow\"", |a, n, v, e| {
+        a.empty_key = args::word(n, &v, e);
+    })
+    .concurrent()
+    .shared(),
+    arg("empty_key_status", "401", |a, _, v, e| {
+        a.empty_key_status = status(&v, e);
+    })
+    .concurrent()
+    .shared(),
+    arg("count", "Result::is_err", |a, _, v, _| a.count = Some(v))
+        .shared()
+        .not_on_a_layer("a layer's limit counts every request it serves"),
+    arg("tier", "user.plan()", |a, _, v, _| a.tier = Some(v))
+        .not_on_a_layer("a layer's limit has no call to give a tier"),
+    arg("tiers", "[FREE, PRO]", |a, _, v, _| a.tiers = Some(v))
+        .not_on_a_layer("a layer's limit has no call to give a tier"),
+    arg("jitter", "\"50ms\"", |a, _, v, e| a.jitter = jitter(&v, e))
+        .not_on_a_layer("a layer's limit refuses at once"),
+    arg("shared", "\"search\"", |a, _, v, e| {
+        a.shared = limit_name(&v, e);
+    })
+    .shared(),
+    arg("concurrent", "2", |a, n, v, e| {
+        a.concurrent = count(n, v, e);
+    })
+    .concurrent(),
+    arg("lease", "\"10s\"", |a, _, v, e| a.lease = lease(&v, e)).concurrent(),
 ];
+
+/// An entry of [`ARGUMENTS`].
+pub(crate) type Arg = Argument<RateLimitArgs, Takes>;
+
+/// Which limits other than a function's rate limit take an argument.
+pub(crate) struct Takes {
+    /// A concurrency limit (`concurrent = n`).
+    pub(crate) concurrent: bool,
+    /// A shared use (`shared = ".."`): what a use says of itself, the rest being the
+    /// declaration's.
+    pub(crate) shared: bool,
+    /// A layer's limit (`layer_limit!`): `Err(why)` when it refuses the argument.
+    pub(crate) layer: Result<(), &'static str>,
+}
+
+/// An argument that a function's rate limit takes, and only it until said otherwise.
+const fn arg(
+    name: &'static str,
+    example: &'static str,
+    read: fn(&mut RateLimitArgs, &Ident, Expr, &mut Errors),
+) -> Arg {
+    Argument {
+        name,
+        example,
+        read,
+        rules: Takes {
+            concurrent: false,
+            shared: false,
+            layer: Ok(()),
+        },
+    }
+}
+
+impl Arg {
+    const fn concurrent(mut self) -> Arg {
+        self.rules.concurrent = true;
+        self
+    }
+
+    const fn shared(mut self) -> Arg {
+        self.rules.shared = true;
+        self
+    }
+
+    const fn not_on_a_layer(mut self, why: &'static str) -> Arg {
+        self.rules.layer = Err(why);
+        self
+    }
+}
+
+/// Where the arguments are written.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Site {
+    /// `#[rate_limit(..)]` on a function.
+    Function,
+    /// `layer_limit!(..)`.
+    Layer,
+}
+
+impl Site {
+    /// The entry of `name`, if the arguments written here may take it.
+    fn find(self, name: &str) -> Option<&'static Arg> {
+        ARGUMENTS
+            .iter()
+            .find(|a| a.name == name && (self == Site::Function || a.rules.layer.is_ok()))
+    }
+
+    /// The names of every argument the arguments written here may take.
+    pub(crate) fn names(self) -> Vec<&'static str> {
+        ARGUMENTS
+            .iter()
+            .filter(|a| self == Site::Function || a.rules.layer.is_ok())
+            .map(|a| a.name)
+            .collect()
+    }
+}
 
 /// Names from Spring's `RedisRateLimiter` and other limiters, mapped to ours.
 const ALIASES: &[(&str, &str)] = &[
@@ -101,8 +219,12 @@ pub(crate) struct RateLimitArgs {
     pub(crate) concurrent: Option<Count>,
     /// `lease = "10s"`: a concurrency slot's lease, in microseconds.
     pub(crate) lease: Option<(u64, Span)>,
-    /// Every known argument written, valid or not: a bad `replenish` is not also a missing one.
-    written: Vec<String>,
+    /// Every known argument written, valid or not (a bad `replenish` is not also a missing
+    /// one), as written: errors about an argument sit on its name.
+    written: Vec<Ident>,
+    /// The arguments an unknown name was reported as meaning (`rate` for `replenish`): not
+    /// also reported missing.
+    meant: Vec<&'static str>,
 }
 
 /// A number of tokens: a literal the macro checked, or a constant expression the compiler
@@ -131,9 +253,14 @@ impl Count {
 }
 
 impl RateLimitArgs {
-    /// Parses the attribute's arguments. Each bad argument adds its error to `errors` and is
-    /// left out; only a syntax error (a list that is not `name = value, ...`) stops early.
-    pub(crate) fn parse(tokens: TokenStream, errors: &mut Errors) -> syn::Result<RateLimitArgs> {
+    /// Parses the arguments written at `site`. Each bad argument adds its error to `errors`
+    /// and is left out; only a syntax error (a list that is not `name = value, ...`) stops
+    /// early.
+    pub(crate) fn parse(
+        tokens: TokenStream,
+        site: Site,
+        errors: &mut Errors,
+    ) -> syn::Result<RateLimitArgs> {
         let mut args = RateLimitArgs {
             replenish: None,
             burst: None,
@@ -159,143 +286,23 @@ impl RateLimitArgs {
             concurrent: None,
             lease: None,
             written: Vec::new(),
+            meant: Vec::new(),
         };
         // A bare number is most likely the rate, a bare string the unit.
         let meant = |lit: &Lit| match lit {
             Lit::Str(_) => format!("unit = {}", args::literal_text(lit)),
             _ => format!("replenish = {}", args::literal_text(lit)),
         };
-        for RawArg { name, value } in args::parse_list(tokens, meant)? {
-            let kw = name.to_string();
-            if !ARGUMENTS.contains(&kw.as_str()) {
-                // `limit = 5` means a count, `limit = MY_LIMITER` a limiter.
-                let meant = match (kw.as_str(), &value) {
-                    (
-                        "limit",
-                        Some(Expr::Lit(ExprLit {
-                            lit: Lit::Int(_), ..
-                        })),
-                    ) => Some("replenish"),
-                    _ => ALIASES
-                        .iter()
-                        .find(|(alias, _)| *alias == kw)
-                        .map(|(_, ours)| *ours),
-                };
-                match meant {
-                    Some(ours) => {
-                        errors.at(
-                            name.span(),
-                            format_args!("unknown argument `{name}`; did you mean `{ours}`?"),
-                        );
-                        // Reported here: not also as a missing `replenish`.
-                        args.written.push(ours.to_owned());
-                    }
-                    None => errors.push(args::unknown("argument", &name, ARGUMENTS, ALIASES)),
-                }
-                continue;
-            }
-            args.written.push(kw.clone());
-            let Some(value) = value else {
-                errors.at(
-                    name.span(),
-                    format_args!("`{name}` needs a value: `{name} = {}`", example(&kw)),
-                );
-                continue;
-            };
-            match kw.as_str() {
-                "replenish" => {
-                    if let Some(count) = count(&name, value, errors) {
-                        set_once(&mut args.replenish, count, &name, errors);
-                    }
-                }
-                "burst" => {
-                    if let Some(count) = count(&name, value, errors) {
-                        set_once(&mut args.burst, count, &name, errors);
-                    }
-                }
-                "cost" => {
-                    if let Some(count) = count(&name, value, errors) {
-                        set_once(&mut args.cost, count, &name, errors);
-                    }
-                }
-                "unit" => {
-                    if let Some(unit) = unit(&value, errors) {
-                        set_once(&mut args.unit, unit, &name, errors);
-                    }
-                }
-                "name" => {
-                    if let Some(lit) = limit_name(&value, errors) {
-                        set_once(&mut args.name, lit, &name, errors);
-                    }
-                }
-                "policy" => {
-                    if let Some(v) = args::word(&name, &value, errors) {
-                        set_once(&mut args.policy, v, &name, errors);
-                    }
-                }
-                "algorithm" => {
-                    if let Some(v) = args::word(&name, &value, errors) {
-                        set_once(&mut args.algorithm, v, &name, errors);
-                    }
-                }
-                "refill" => {
-                    if let Some(v) = args::word(&name, &value, errors) {
-                        set_once(&mut args.refill, v, &name, errors);
-                    }
-                }
-                "initial" => {
-                    if let Some(count) = count(&name, value, errors) {
-                        set_once(&mut args.initial, count, &name, errors);
-                    }
-                }
-                "wait" => {
-                    if let Some(wait) = wait(&value, errors) {
-                        set_once(&mut args.wait, wait, &name, errors);
-                    }
-                }
-                "shadow" => {
-                    if let Some(shadow) = shadow(&value, errors) {
-                        set_once(&mut args.shadow, shadow, &name, errors);
-                    }
-                }
-                "shared" => {
-                    if let Some(lit) = limit_name(&value, errors) {
-                        set_once(&mut args.shared, lit, &name, errors);
-                    }
-                }
-                "jitter" => {
-                    if let Some(jitter) = jitter(&value, errors) {
-                        set_once(&mut args.jitter, jitter, &name, errors);
-                    }
-                }
-                "concurrent" => {
-                    if let Some(count) = count(&name, value, errors) {
-                        set_once(&mut args.concurrent, count, &name, errors);
-                    }
-                }
-                "lease" => {
-                    if let Some(lease) = lease(&value, errors) {
-                        set_once(&mut args.lease, lease, &name, errors);
-                    }
-                }
-                "key" => set_once(&mut args.key, value, &name, errors),
-                "exempt" => set_once(&mut args.exempt, value, &name, errors),
-                "count" => set_once(&mut args.count, value, &name, errors),
-                "tier" => set_once(&mut args.tier, value, &name, errors),
-                "tiers" => set_once(&mut args.tiers, value, &name, errors),
-                "empty_key" => {
-                    if let Some(v) = args::word(&name, &value, errors) {
-                        set_once(&mut args.empty_key, v, &name, errors);
-                    }
-                }
-                "empty_key_status" => {
-                    if let Some(status) = status(&value, errors) {
-                        set_once(&mut args.empty_key_status, status, &name, errors);
-                    }
-                }
-                _ => set_once(&mut args.limiter, value, &name, errors),
-            }
-        }
+        let list = args::parse_list(tokens, meant)?;
+        args.written = args::read(
+            list,
+            |name| site.find(name),
+            &mut args,
+            errors,
+            |args, name, value, errors| {
+                unknown(args, name, value, site, errors);
+            },
+        );
         Ok(args)
     }
 
@@ -306,34 +313,59 @@ impl RateLimitArgs {
 
     /// Whether `argument` was written, even with a value that was refused.
     pub(crate) fn written(&self, argument: &str) -> bool {
-        self.written.iter().any(|w| w == argument)
+        self.written_at(argument).is_some() || self.meant.contains(&argument)
+    }
+
+    /// Where `argument`'s name was written, if it was.
+    pub(crate) fn written_at(&self, argument: &str) -> Option<Span> {
+        self.written
+            .iter()
+            .find(|w| *w == argument)
+            .map(Ident::span)
     }
 }
 
-/// A value to show in "needs a value" errors.
-fn example(argument: &str) -> &'static str {
-    match argument {
-        "unit" => "\"minute\"",
-        "key" => "Uri",
-        "name" => "\"orders.list\"",
-        "limiter" => "MY_LIMITER",
-        "cost" => "1",
-        "policy" => "\"deny\"",
-        "algorithm" => "\"sliding_log\"",
-        "refill" => "\"interval\"",
-        "initial" => "0",
-        "wait" => "\"2s\"",
-        "shadow" => "true",
-        "exempt" => "is_internal(&caller)",
-        "count" => "Result::is_err",
-        "tier" => "user.plan()",
-        "tiers" => "[FREE, PRO]",
-        "jitter" => "\"50ms\"",
-        "shared" => "\"search\"",
-        "empty_key" => "\"allow\"",
-        "empty_key_status" => "401",
-        "lease" => "\"10s\"",
-        _ => "10",
+/// Reports `name`, which the arguments written at `site` do not take: an argument of a
+/// function's limit on a layer, a name from elsewhere (`burstCapacity`), a typo, or a name
+/// nothing means.
+fn unknown(
+    args: &mut RateLimitArgs,
+    name: &Ident,
+    value: Option<&Expr>,
+    site: Site,
+    errors: &mut Errors,
+) {
+    let written = name.to_string();
+    if let Some(Err(why)) = Site::Function.find(&written).map(|a| &a.rules.layer) {
+        errors.at(
+            name.span(),
+            format_args!("`{name}` is for `#[rate_limit]` on a function: {why}"),
+        );
+        return;
+    }
+    // `limit = 5` means a count, `limit = MY_LIMITER` a limiter.
+    let meant = match (written.as_str(), value) {
+        (
+            "limit",
+            Some(Expr::Lit(ExprLit {
+                lit: Lit::Int(_), ..
+            })),
+        ) => Some("replenish"),
+        _ => ALIASES
+            .iter()
+            .find(|(alias, _)| *alias == written)
+            .map(|(_, ours)| *ours),
+    };
+    match meant {
+        Some(ours) => {
+            errors.at(
+                name.span(),
+                format_args!("unknown argument `{name}`; did you mean `{ours}`?"),
+            );
+            // Reported here: not also as a missing `replenish`.
+            args.meant.push(ours);
+        }
+        None => errors.push(args::unknown("argument", name, &site.names(), ALIASES)),
     }
 }
 
@@ -587,6 +619,19 @@ fn shadow(value: &Expr, errors: &mut Errors) -> Option<syn::LitBool> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The value an argument written without one is told to take is one it takes.
+    #[test]
+    fn every_example_is_a_value_its_argument_takes() {
+        for argument in ARGUMENTS {
+            let written = format!("{} = {}", argument.name, argument.example);
+            let mut errors = Errors::default();
+            let tokens: TokenStream = written.parse().expect("tokens");
+            let args = RateLimitArgs::parse(tokens, Site::Function, &mut errors).expect("a list");
+            assert!(errors.is_empty(), "{written}: {:?}", errors.finish().err());
+            assert!(args.written(argument.name), "{written}");
+        }
+    }
 
     /// What `#[rate_limit(wait = "<written>")]` makes of it: microseconds (`None`: no wait),
     /// or the compile error's message.

@@ -10,16 +10,31 @@ use syn::{Expr, ExprLit, ExprUnary, Lit, UnOp};
 
 use ratelimit_vocab::{EmptyKeyPolicy, FailurePolicy};
 
-use crate::args::{self, Errors, RawArg, set_once, variant, word};
+use crate::args::{self, Argument, Errors, RawArg, variant, word};
 
-const OPTIONS: &[&str] = &[
-    "url",
-    "prefix",
-    "policy",
-    "empty_key",
-    "deadline_ms",
-    "config",
-    "builder",
+/// Every option, how its value is read, and a value to show when it is written without one.
+const OPTIONS: &[Argument<EnableArgs>] = &[
+    Argument::new("url", "\"redis://127.0.0.1:6379\"", |o, _, v, _| {
+        o.url = Some(v);
+    }),
+    Argument::new("prefix", "\"my-service\"", |o, _, v, _| o.prefix = Some(v)),
+    Argument::new("policy", "\"fallback\"", |o, name, v, e| {
+        o.policy = word(name, &v, e);
+    }),
+    Argument::new("empty_key", "\"deny\"", |o, name, v, e| {
+        o.empty_key = word(name, &v, e);
+    }),
+    Argument::new("deadline_ms", "50", |o, _, v, e| {
+        o.deadline_ms = millis(v, e);
+    }),
+    Argument::new("config", "\"ratelimit.toml\"", |o, _, v, _| {
+        o.config = Some(v);
+    }),
+    Argument::new(
+        "builder",
+        "RateLimiter::builder().deny_cache(0)",
+        |o, _, v, _| o.builder = Some(v),
+    ),
 ];
 
 const ALIASES: &[(&str, &str)] = &[
@@ -106,54 +121,12 @@ pub(crate) fn enable_redis_rate_limit(tokens: TokenStream) -> TokenStream {
 
 fn parse(list: Vec<RawArg>, errors: &mut Errors) -> EnableArgs {
     let mut options = EnableArgs::default();
-    for RawArg { name, value } in list {
-        let option = name.to_string();
-        if !OPTIONS.contains(&option.as_str()) {
-            errors.push(args::unknown("option", &name, OPTIONS, ALIASES));
-            continue;
-        }
-        let Some(value) = value else {
-            errors.at(
-                name.span(),
-                format_args!("`{name}` needs a value: `{name} = {}`", example(&option)),
-            );
-            continue;
-        };
-        match option.as_str() {
-            "url" => set_once(&mut options.url, value, &name, errors),
-            "prefix" => set_once(&mut options.prefix, value, &name, errors),
-            "config" => set_once(&mut options.config, value, &name, errors),
-            "builder" => set_once(&mut options.builder, value, &name, errors),
-            "policy" => {
-                if let Some(v) = word(&name, &value, errors) {
-                    set_once(&mut options.policy, v, &name, errors);
-                }
-            }
-            "empty_key" => {
-                if let Some(v) = word(&name, &value, errors) {
-                    set_once(&mut options.empty_key, v, &name, errors);
-                }
-            }
-            _ => {
-                if let Some(ms) = millis(value, errors) {
-                    set_once(&mut options.deadline_ms, ms, &name, errors);
-                }
-            }
-        }
-    }
+    let known = |name: &str| OPTIONS.iter().find(|o| o.name == name);
+    args::read(list, known, &mut options, errors, |_, name, _, errors| {
+        let names: Vec<&str> = OPTIONS.iter().map(|o| o.name).collect();
+        errors.push(args::unknown("option", name, &names, ALIASES));
+    });
     options
-}
-
-fn example(option: &str) -> &'static str {
-    match option {
-        "url" => "\"redis://127.0.0.1:6379\"",
-        "prefix" => "\"my-service\"",
-        "policy" => "\"fallback\"",
-        "empty_key" => "\"deny\"",
-        "deadline_ms" => "50",
-        "builder" => "RateLimiter::builder().deny_cache(0)",
-        _ => "\"ratelimit.toml\"",
-    }
 }
 
 /// `deadline_ms = 50`: a positive literal, or an expression of type `u64`.

@@ -10,7 +10,7 @@ use syn::{Expr, ReturnType, Signature, Type};
 use ratelimit_vocab::{Algorithm, Refill, Unit};
 
 use crate::args::Errors;
-use crate::attr::{Count, RateLimitArgs};
+use crate::attr::{Count, RateLimitArgs, Site};
 use crate::item::ItemFn;
 use crate::stack::{self, Stacked};
 use crate::valid;
@@ -29,7 +29,7 @@ pub(crate) fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
     valid::check_function(&func.sig, &mut errors);
     let mut limits = Vec::with_capacity(1 + stacked.len());
-    match RateLimitArgs::parse(args, &mut errors) {
+    match RateLimitArgs::parse(args, Site::Function, &mut errors) {
         Ok(args) => {
             valid::check(&args, None, &mut errors);
             limits.push(Stacked { args, attr: None });
@@ -46,7 +46,9 @@ pub(crate) fn rate_limit(args: TokenStream, item: TokenStream) -> TokenStream {
         };
     }
     for attr in stacked {
-        match stack::arguments(&attr).and_then(|tokens| RateLimitArgs::parse(tokens, &mut errors)) {
+        match stack::arguments(&attr)
+            .and_then(|tokens| RateLimitArgs::parse(tokens, Site::Function, &mut errors))
+        {
             Ok(args) => {
                 valid::check(&args, Some(&attr), &mut errors);
                 limits.push(Stacked {
@@ -147,10 +149,9 @@ fn expand(
         let mut call = call(&limit.args, &params);
         if let Some(tier) = &limit.args.tier {
             let tier_var = Ident::new(&format!("__rl_tier{suffix}"), Span::mixed_site());
-            let span = at(tier.span());
-            keys.extend(quote_spanned! {span=>
-                let #tier_var: ::core::option::Option<::redis_ratelimit::Tier> =
-                    ::redis_ratelimit::__private::IntoTier::into_tier(#tier);
+            let tier = tier_of(tier);
+            keys.extend(quote! {
+                let #tier_var: ::core::option::Option<::redis_ratelimit::Tier> = #tier;
             });
             call.extend(quote!(.with_tier(&#tier_var)));
         }
@@ -255,6 +256,35 @@ fn key(expr: Option<&Expr>, arg: &Ident, suffix: &str) -> TokenStream {
             #pick
         };
     }
+}
+
+/// The call's tier, from the user's `tier = expr`, converted by the runtime's `IntoTier`
+/// through a trait of the user's crate, spanned at the expression: a value that is no tier is
+/// reported there with this trait's message, in the user's terms. (The runtime's trait sits in
+/// a hidden module, so rustc would name it by its `__private` path and list its impls with
+/// their source; a local trait is named by its name alone, and `do_not_recommend` keeps rustc
+/// from looking through it.)
+fn tier_of(tier: &Expr) -> TokenStream {
+    let into_tier = Ident::new("IntoTier", Span::mixed_site());
+    let convert = quote_spanned!(at(tier.span())=> #into_tier::into_tier(#tier));
+    quote! {{
+        #[diagnostic::on_unimplemented(
+            message = "`tier` must be a `Tier`, a `&Tier` or an `Option` of one, not `{Self}`",
+            label = "the tier of this call",
+            note = "declare tiers as `const PRO: Tier = Tier::new(\"pro\", Limit::per_hour(10_000));` \
+                    and pick one per call; `None` keeps the attribute's own rate"
+        )]
+        trait #into_tier {
+            fn into_tier(self) -> ::core::option::Option<::redis_ratelimit::Tier>;
+        }
+        #[diagnostic::do_not_recommend]
+        impl<T: ::redis_ratelimit::__private::IntoTier> #into_tier for T {
+            fn into_tier(self) -> ::core::option::Option<::redis_ratelimit::Tier> {
+                ::redis_ratelimit::__private::IntoTier::into_tier(self)
+            }
+        }
+        #convert
+    }}
 }
 
 /// What the limit's check takes from this call: `Call::NONE` unless the cost is computed from

@@ -3,46 +3,24 @@
 
 use proc_macro2::{Span, TokenStream};
 use quote::{quote, quote_spanned};
+use syn::Expr;
 use syn::spanned::Spanned as _;
 
 use crate::args::Errors;
-use crate::attr::RateLimitArgs;
+use crate::attr::{RateLimitArgs, Site};
 use crate::expand::{at, declaration};
 use crate::valid;
 
-/// The arguments only a function's limit may take: each is about one call of the function
-/// (its arguments, its outcome, its limiter), which a layer's limit has none of.
-const FUNCTION_ONLY: &[(&str, &str)] = &[
-    ("count", "a layer's limit counts every request it serves"),
-    ("tier", "a layer's limit has no call to give a tier"),
-    ("tiers", "a layer's limit has no call to give a tier"),
-    ("exempt", "a layer's limit has no call to exempt"),
-    (
-        "limiter",
-        "a layer's limit is decided on the enabled limiter",
-    ),
-    ("wait", "a layer's limit refuses at once"),
-    ("jitter", "a layer's limit refuses at once"),
-];
-
 pub(crate) fn layer_limit(tokens: TokenStream) -> TokenStream {
     let mut errors = Errors::default();
-    let args = match RateLimitArgs::parse(tokens, &mut errors) {
+    let args = match RateLimitArgs::parse(tokens, Site::Layer, &mut errors) {
         Ok(args) => args,
         Err(e) => {
             errors.push(e);
-            return failed(errors);
+            return failed(errors, None);
         }
     };
     valid::check(&args, None, &mut errors);
-    for (argument, why) in FUNCTION_ONLY {
-        if args.written(argument) {
-            errors.at(
-                Span::call_site(),
-                format_args!("`{argument}` is for `#[rate_limit]` on a function: {why}"),
-            );
-        }
-    }
     if args.written_name().is_none() && args.shared.is_none() {
         errors.at(
             Span::call_site(),
@@ -50,17 +28,18 @@ pub(crate) fn layer_limit(tokens: TokenStream) -> TokenStream {
              or `shared = \"..\"` to draw from a limit declared elsewhere",
         );
     }
-    let Some(key) = &args.key else {
-        errors.at(
-            Span::call_site(),
-            "a layer's limit needs a `key = ..`: a `KeyResolver` such as `Ip`, `Route` or \
-             `Header(\"x-api-key\")`, since there are no arguments to key it by",
-        );
-        return failed(errors);
+    let key = match &args.key {
+        Some(key) if errors.is_empty() => key,
+        Some(key) => return failed(errors, Some(key)),
+        None => {
+            errors.at(
+                Span::call_site(),
+                "a layer's limit needs a `key = ..`: a `KeyResolver` such as `Ip`, `Route` or \
+                 `Header(\"x-api-key\")`, since there are no arguments to key it by",
+            );
+            return failed(errors, None);
+        }
     };
-    if !errors.is_empty() {
-        return failed(errors);
-    }
     let sig: syn::Signature = syn::parse_quote!(fn layer());
     let declaration = declaration(&args, &sig, 1, None);
     let key = quote_spanned!(at(key.span())=> #key);
@@ -75,8 +54,11 @@ pub(crate) fn layer_limit(tokens: TokenStream) -> TokenStream {
     }
 }
 
-/// The errors, in place of the expression: one block, whatever their number.
-fn failed(errors: Errors) -> TokenStream {
+/// The errors in place of the expression, which then has the type rustc gives an error: no
+/// "unreachable" warning after it, no type error around it. The key is kept, so that what it
+/// names is still used (no "unused import" beside the errors).
+fn failed(errors: Errors, key: Option<&Expr>) -> TokenStream {
     let errors = errors.finish().err().map(syn::Error::into_compile_error);
-    quote!({ #errors ::core::unreachable!() })
+    let key = key.map(|key| quote!(let _ = &(#key);));
+    quote!({ #key #errors })
 }

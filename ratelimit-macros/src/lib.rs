@@ -1,5 +1,6 @@
 //! Procedural macros of [redis-ratelimit](https://docs.rs/redis-ratelimit):
-//! [`#[rate_limit]`](macro@rate_limit) and [`enable_redis_rate_limit!`].
+//! [`#[rate_limit]`](macro@rate_limit) on an `async fn`, [`enable_redis_rate_limit!`] at
+//! startup, and [`layer_limit!`] for the limits of an HTTP layer.
 //!
 //! Use them through the `redis-ratelimit` crate, which re-exports them with the runtime
 //! they expand onto; this crate holds no runtime logic. The names it takes, the wait syntax
@@ -44,36 +45,48 @@ use proc_macro::TokenStream;
 ///
 /// # Arguments
 ///
-/// | argument | type | default | meaning |
+/// Written `name = value`, separated by commas. A limit needs `replenish` (a rate limit),
+/// `concurrent` (a [concurrency limit](#concurrency-limits)) or `shared` (a use of a limit
+/// [declared elsewhere](#one-limit-for-several-functions)); everything else is optional.
+///
+/// | argument | value | default | meaning |
 /// |---|---|---|---|
 /// | `replenish` | integer ≥ 1 | required | tokens added back per `unit` (a window: tokens admitted per window) |
 /// | `burst` | integer ≥ 1 | `replenish` | the bucket's capacity: the most calls allowed at once; a `leaky_bucket`'s queue size; not on a window |
 /// | `unit` | `"second"`, `"minute"`, `"hour"`, `"day"` | `"second"` | the period of `replenish` |
-/// | `key` | an expression whose value implements `KeyResolver` | `Uri` | which bucket a call takes from |
-/// | `cost` | integer ≥ 1, at most `burst` | `1` | tokens one call takes |
-/// | `name` | a string | `"module::path::function"`; `"module::path::function#n"` for the n-th of [several](#several-limits) | the limit's name in config overrides, logs and metrics |
-/// | `limiter` | an expression: a `RateLimiter`, or a `OnceLock` / `LazyLock` of one | the global limiter | the limiter that decides (one for all of a function's [limits](#several-limits)) |
-/// | `policy` | `"fallback"`, `"allow"`, `"deny"` | the limiter's | what this limit's calls get while Redis fails (see `FailurePolicy`) |
 /// | `algorithm` | `"token_bucket"`, `"fixed_window"`, `"sliding_window"`, `"sliding_log"`, `"leaky_bucket"` | `"token_bucket"` | how calls are counted (see `Algorithm`); a window (`fixed_window`, `sliding_window`, `sliding_log`) admits `replenish` per `unit` and takes no `burst`; a `leaky_bucket` lets calls out one every `unit / replenish` and queues up to `burst` calls, each waiting for its turn |
 /// | `refill` | `"smooth"`, `"interval"` | `"smooth"` | a token bucket's refill: one token at a time, or all `replenish` at once each `unit`; only on a token bucket |
 /// | `initial` | integer ≥ 0, at most `burst` | `burst` | tokens in a new token bucket, so that a service warming up cannot take a whole burst at once; only on a token bucket |
-/// | `wait` | a string: a whole number and `ms`, `s` or `m` (`"500ms"`, `"2s"`, `"1m"`), more than 0, at most a day (less for a few very fine-grained limits); `"none"` is the same as leaving it out, as in config overrides | none: a call over the limit is refused at once (a `leaky_bucket` waits up to its queue) | a call over the limit reserves its tokens at once and waits until they are due, if that is within `wait`; otherwise it is refused at once and takes nothing. Only on a token bucket refilled smoothly and on a `leaky_bucket` (see `Limit::wait`) |
+/// | `key` | an expression: a `KeyResolver` (`Ip`, `Header("x-api-key")`, `(Ip, Route)`, your own type), an `AsyncKeyResolver`, or any value that implements `Display`, computed from the function's parameters (`tenant_id`, `self.tenant`) | `Uri` | which bucket a call takes from ([below](#keys-costs-and-exemptions-from-the-call)) |
+/// | `cost` | integer ≥ 1, at most `burst`; or an integer expression over the parameters (`files.len()`), computed per call | `1` | tokens one call takes |
+/// | `exempt` | a `bool` expression over the parameters (`caller.internal`) | `false` | `true` lets the call through unchecked, taking nothing |
+/// | `tier` | an expression over the parameters: a `Tier`, a `&Tier`, or an `Option` of one | none: the declared rate | the limit this call is decided under, such as its caller's plan ([below](#tiers)) |
+/// | `tiers` | the tiers calls may be given: an array of `Tier` constants (`[FREE, PRO]`) or a `&'static [Tier]` | none | listed with the limit by `declared_limits()` (`LimitDeclaration::tiers`) |
+/// | `count` | a predicate on the function's output, `FnOnce(&Output) -> bool`: `Result::is_err`, or a closure | every call counts | which outcomes count: a call that does not count gets its tokens back ([below](#counting-some-outcomes-only)); only on a bucket (`token_bucket`, `leaky_bucket`) |
+/// | `name` | a string | `"module::path::function"`; `"module::path::function#n"` for the n-th of [several](#several-limits) | the limit's name in config overrides, logs and metrics |
+/// | `limiter` | an expression: a `RateLimiter`, or a `OnceLock` / `LazyLock` of one | the global limiter | the limiter that decides (one for all of a function's [limits](#several-limits)) |
+/// | `policy` | `"fallback"`, `"allow"`, `"deny"` | the limiter's | what this limit's calls get while Redis fails (see `FailurePolicy`) |
+/// | `wait` | a string: a whole number and `ms`, `s` or `m` (`"500ms"`, `"2s"`, `"1m"`), more than 0, at most a day (less for a few very fine-grained limits); `"none"` is the same as leaving it out, as in config overrides | none: a call over the limit is refused at once (a `leaky_bucket` waits up to its queue) | a call over the limit reserves its tokens at once and waits until they are due, if that is within `wait`; otherwise it is refused at once and takes nothing. Only on a token bucket refilled smoothly, a `leaky_bucket` and a concurrency limit (see `Limit::wait`) |
+/// | `jitter` | a duration written as `wait` is, at most an hour (`"60m"`) | none | lengthens each wait by a random spread of up to this, so that calls released together arrive apart, never before their turn; needs `wait` (or a `leaky_bucket`) |
 /// | `shadow` | `true`, `false` | `false` | shadow mode: the limit decides, takes tokens, is logged, counted and described in the headers, but never refuses or delays a call (see `Limit::shadow`) |
+/// | `empty_key` | `"deny"`, `"allow"` | the limiter's (`"deny"` unless `enable_redis_rate_limit!(empty_key = ..)` says otherwise) | what a call whose `key` finds no key gets: refused, or let through unchecked ([below](#calls-without-a-key)) |
+/// | `empty_key_status` | an HTTP error status, 400 to 599 | `403` | the status of a refusal for want of a key (Spring's `emptyKeyStatus`) |
+/// | `concurrent` | integer from 1 to 1,000,000 | none: a rate limit | a [concurrency limit](#concurrency-limits): at most this many calls of one key in flight |
+/// | `lease` | a duration written as `wait` is, from 1 ms to a day | `"30s"` | how long a concurrency slot outlives a process that died holding it; only with `concurrent` |
+/// | `shared` | a string: the `name` of a limit another function declares | none | this function [draws from that limit](#one-limit-for-several-functions) instead of declaring one |
 ///
-/// `replenish`, `burst`, `cost` and `initial` are integer literals, checked by the macro, or constants of
-/// type `u32` (`replenish = ORDERS_PER_MINUTE`), checked by the compiler when it evaluates the
-/// limit. Either way a limit that cannot work (`0`, a `cost` above `burst`) does not compile.
-/// `unit`, `algorithm`, `refill`, `policy`, `wait` and `name` are string literals, `shadow` a
-/// `bool` literal, all checked by the macro. A config override may change every one of them
-/// but `key`, `name` and `limiter` without recompiling.
-///
-/// `key` is ordinary Rust evaluated at each call, in the function's scope: import the
-/// built-in resolvers you name (`use redis_ratelimit::{Ip, Route};`), write tuples
-/// (`key = (Ip, Route)`) to key on several dimensions, or give a value of your own type that
-/// implements `KeyResolver`. The resolver reads the call's `RequestContext`: the one the HTTP
-/// layer records for each request, or the one given to `redis_ratelimit::context::scope`. A
-/// call whose resolver finds no key (no request, no such header) is decided by the limiter's
-/// empty-key policy: denied by default.
+/// `replenish`, `burst`, `initial`, `concurrent` and `cost` are integer literals, checked by
+/// the macro, or constants of type `u32` (`replenish = ORDERS_PER_MINUTE`), checked by the
+/// compiler when it evaluates the limit: either way a limit that cannot work (`0`, a `cost`
+/// above `burst`) does not compile. A `cost` that names one of the function's parameters is
+/// computed on each call instead. `unit`, `algorithm`, `refill`, `policy`, `wait`, `jitter`,
+/// `lease`, `empty_key`, `name` and `shared` are string literals, `shadow` a `bool` literal
+/// and `empty_key_status` an integer literal, all checked by the macro. `key`, `cost`,
+/// `exempt`, `tier` and `count` are ordinary Rust, evaluated on each call in the function's
+/// scope, its parameters included, before the body runs: their types are checked by the
+/// compiler, and an error is reported on the expression. A config override may change
+/// `replenish`, `burst`, `unit`, `cost`, `algorithm`, `refill`, `initial`, `policy`, `wait`,
+/// `shadow`, `concurrent` and `lease` without recompiling (see `redis_ratelimit::overrides`).
 ///
 /// # What it generates
 ///
@@ -99,6 +112,204 @@ use proc_macro::TokenStream;
 ///   `E: From<RateLimited>`; a rejection converts into `E`.
 /// - Names are unique in the program: two limits with one name are an error when
 ///   `enable_redis_rate_limit!` runs. Methods named alike in one module need `name = ".."`.
+///
+/// # Keys, costs and exemptions from the call
+///
+/// `key` is evaluated at each call, in the function's scope. A value that implements
+/// `KeyResolver` is used as one: import the built-in resolvers you name
+/// (`use redis_ratelimit::{Ip, Route};`), write tuples (`key = (Ip, Route)`) to key on
+/// several dimensions, or give a value of your own type. A resolver reads the call's
+/// `RequestContext`: the one the HTTP layer records for each request, or the one given to
+/// `redis_ratelimit::context::scope`. An `AsyncKeyResolver` (a session lookup) is awaited
+/// before the check, under the limiter's deadline. Any other value that implements `Display`
+/// is the key itself, as its text: a parameter (`key = tenant_id`), a field
+/// (`key = self.tenant`), any expression over them. A name that is not in scope is a compile
+/// error on it, and so is a value that is none of these.
+///
+/// A `cost` written over the parameters (`cost = files.len()`) is computed on each call: any
+/// integer type, never wrapped. A cost of 0 takes nothing and passes; a cost above the burst,
+/// or one that does not fit a `u32`, is refused at once (`Source::CostExceedsBurst`: no wait
+/// would admit it). `exempt` is a `bool` over the parameters: `true` lets the call through
+/// unchecked and untaken (`Source::Exempt`).
+///
+/// ```
+/// use std::sync::OnceLock;
+/// use redis_ratelimit::{RateLimited, RateLimiter, rate_limit};
+///
+/// static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
+///
+/// struct Caller {
+///     tenant: u64,
+///     internal: bool,
+/// }
+///
+/// /// 100 files a minute per tenant, one token per file; internal callers are not limited.
+/// #[rate_limit(replenish = 100, unit = "minute", key = caller.tenant, cost = files.len(),
+///              exempt = caller.internal, limiter = LIMITER)]
+/// async fn upload(caller: &Caller, files: &[&str]) -> Result<usize, RateLimited> {
+///     Ok(files.len())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), redis_ratelimit::Error> {
+/// let _ = LIMITER.set(RateLimiter::builder().memory().build().await?);
+/// let tenant = Caller { tenant: 7, internal: false };
+/// assert_eq!(upload(&tenant, &["a.csv"; 60]).await.ok(), Some(60));
+/// assert!(upload(&tenant, &["b.csv"; 50]).await.is_err()); // 40 tokens left
+/// let other = Caller { tenant: 8, internal: false };
+/// assert!(upload(&other, &["c.csv"; 50]).await.is_ok()); // a bucket of its own
+/// let job = Caller { tenant: 7, internal: true };
+/// assert!(upload(&job, &["d.csv"; 500]).await.is_ok()); // exempt
+/// # Ok(()) }
+/// ```
+///
+/// # Tiers
+///
+/// `tier` picks the limit a call is decided under, from its arguments: a `Tier` (a name and a
+/// `Limit`: a constant, or one built at run time from a contract), or `None` for the
+/// attribute's own rate. A call keeps its bucket (one per limit and key) whatever its tier.
+/// The response headers name the policy in force (`"search[pro]"`), and so do
+/// `RateLimited::tier()`, the logs and the metrics. `tiers` lists the tiers calls may be
+/// given, for `declared_limits()`. A config override applies by the limit's name: a new rate
+/// replaces the declared one, which calls without a tier get.
+///
+/// ```
+/// use std::sync::OnceLock;
+/// use redis_ratelimit::{Limit, RateLimited, RateLimiter, Tier, declared_limits, rate_limit};
+///
+/// static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
+///
+/// const FREE: Tier = Tier::new("free", Limit::per_hour(2));
+/// const PRO: Tier = Tier::new("pro", Limit::per_hour(100));
+///
+/// /// The caller's plan picks the limit; a caller without one gets the declared 1 an hour.
+/// #[rate_limit(replenish = 1, unit = "hour", key = user, tier = plan, tiers = [FREE, PRO],
+///              limiter = LIMITER)]
+/// async fn search(user: &str, plan: Option<Tier>) -> Result<(), RateLimited> {
+///     Ok(())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let _ = LIMITER.set(RateLimiter::builder().memory().build().await?);
+/// search("ann", Some(FREE)).await?;
+/// search("ann", Some(FREE)).await?;
+/// let refused = search("ann", Some(FREE)).await.unwrap_err();
+/// assert_eq!(refused.tier(), Some("free"));
+/// search("bob", Some(PRO)).await?;
+///
+/// let declared = declared_limits().into_iter().find(|d| d.name().ends_with("::search")).unwrap();
+/// assert_eq!(declared.tiers(), &[FREE, PRO]);
+/// # Ok(()) }
+/// ```
+///
+/// # Counting some outcomes only
+///
+/// `count` reads the function's output (`&Output`) and says whether the call counts. The call
+/// takes its tokens before the body runs, so that concurrent calls cannot all pass; a call that
+/// does not count gets them back afterwards, through the store, where every instance sees
+/// them (never more than it took). A body that panics or is cancelled counts. Only the
+/// buckets (`token_bucket`, `leaky_bucket`) can give tokens back exactly, so `count` on a
+/// window does not compile.
+///
+/// ```
+/// use std::sync::OnceLock;
+/// use redis_ratelimit::{RateLimited, RateLimiter, rate_limit};
+///
+/// static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
+///
+/// #[derive(Debug)]
+/// enum LoginError {
+///     WrongPassword,
+///     TooManyAttempts(RateLimited),
+/// }
+///
+/// impl From<RateLimited> for LoginError {
+///     fn from(rejection: RateLimited) -> Self {
+///         LoginError::TooManyAttempts(rejection)
+///     }
+/// }
+///
+/// /// 3 failed logins per user an hour: a successful one gives its token back.
+/// #[rate_limit(replenish = 3, unit = "hour", key = user, count = Result::is_err,
+///              limiter = LIMITER)]
+/// async fn login(user: &str, password: &str) -> Result<(), LoginError> {
+///     if password == "right" { Ok(()) } else { Err(LoginError::WrongPassword) }
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let _ = LIMITER.set(RateLimiter::builder().memory().build().await?);
+/// for _ in 0..10 {
+///     assert!(login("ann", "right").await.is_ok()); // successes do not count
+/// }
+/// for _ in 0..3 {
+///     assert!(matches!(login("ann", "wrong").await, Err(LoginError::WrongPassword)));
+/// }
+/// assert!(matches!(login("ann", "right").await, Err(LoginError::TooManyAttempts(_))));
+/// # Ok(()) }
+/// ```
+///
+/// # Calls without a key
+///
+/// A call whose `key` finds no key (no request in scope, no such header, an empty text) is
+/// decided by the empty-key policy: the limiter's (`enable_redis_rate_limit!(empty_key = ..)`,
+/// refused by default, as Spring Cloud Gateway's `denyEmptyKey`), or the limit's own,
+/// `empty_key = "allow"` (let through unchecked) or `"deny"`. `empty_key_status` sets the HTTP
+/// status of such a refusal (403 by default; 401 where the key is a credential).
+///
+/// ```
+/// use redis_ratelimit::{Header, RateLimited, rate_limit};
+///
+/// /// 10 calls a second per API key; a call without one is answered 401.
+/// #[rate_limit(replenish = 10, key = Header("x-api-key"), empty_key = "deny",
+///              empty_key_status = 401)]
+/// async fn report() -> Result<(), RateLimited> {
+///     Ok(())
+/// }
+/// ```
+///
+/// # Waiting
+///
+/// With `wait`, a call over the limit waits its turn instead of being refused, up to the bound:
+/// it reserves its tokens in the same round trip that decides, then sleeps until they are due,
+/// served in reservation order across every instance. `jitter` lengthens each wait by a random
+/// spread, so that calls released together arrive apart.
+///
+/// ```
+/// use redis_ratelimit::{RateLimited, Uri, rate_limit};
+///
+/// /// 10 fetches a second per path, one at a time; a fetch waits up to 2 s for its turn.
+/// #[rate_limit(replenish = 10, burst = 1, wait = "2s", jitter = "20ms", key = Uri)]
+/// async fn fetch_page() -> Result<(), RateLimited> {
+///     Ok(())
+/// }
+/// ```
+///
+/// # One limit for several functions
+///
+/// `shared = "name"` draws from the limit another function declares with `name = "name"`:
+/// every function that uses it takes from the same bucket per key, under the declaring
+/// function's limit and its overrides. A use says only how it draws: its own `key`, `cost`,
+/// `exempt`, `count`, `limiter` and empty-key settings; the rate's arguments (`replenish`,
+/// `unit`, `wait`, ...) are set once, where the limit is named, and do not compile beside
+/// `shared`. A `shared` name that no function declares stops the service at
+/// `enable_redis_rate_limit!`.
+///
+/// ```
+/// use redis_ratelimit::{Ip, RateLimited, rate_limit};
+///
+/// #[rate_limit(replenish = 100, unit = "hour", key = Ip, name = "search")]
+/// async fn search() -> Result<&'static str, RateLimited> {
+///     Ok("results")
+/// }
+///
+/// /// An export counts as five searches.
+/// #[rate_limit(shared = "search", key = Ip, cost = 5)]
+/// async fn export() -> Result<&'static str, RateLimited> {
+///     Ok("csv")
+/// }
+/// ```
 ///
 /// # Several limits
 ///
@@ -183,13 +394,18 @@ use proc_macro::TokenStream;
 /// unknown argument (with the known name it is a typo of, if any, or ours for a name from
 /// Spring such as `burstCapacity`), an argument given twice or without a value, a missing
 /// `replenish`, a zero, negative or fractional count, a `cost` above `burst`, an `initial`
-/// above `burst`, an unknown unit, algorithm, refill or failure policy, an empty `name`, a
-/// `burst`, `refill` or `initial` on a window algorithm, a `refill` or `initial` on a
-/// `leaky_bucket`, a `wait` that is not a duration, is 0 or longer than a day, or is on a
-/// window or an interval refill, a limit too fine-grained for exact arithmetic, a `shadow`
-/// that is not `true` or `false`, a `key` that is not a `KeyResolver`, a `limiter` that is
-/// not a limiter, a return type the rejection cannot convert into, and, for stacked
-/// attributes, two limits with one name or two different `limiter`s.
+/// above `burst`, an unknown unit, algorithm, refill, failure policy or empty-key policy, an
+/// empty `name`, a `burst`, `refill` or `initial` on a window algorithm, a `refill` or
+/// `initial` on a `leaky_bucket`, a `wait` that is not a duration, is 0 or longer than a day,
+/// or is on a window or an interval refill, a `jitter` without a wait, a limit too
+/// fine-grained for exact arithmetic, a `shadow` that is not `true` or `false`, an
+/// `empty_key_status` that is not an error status, a rate's argument beside `concurrent` or a
+/// declaration's beside `shared` (on that argument), a `lease` without `concurrent`, a `count`
+/// on a window, a `key` that is not a `KeyResolver` nor a `Display` value, a `cost` that is
+/// not an integer, an `exempt` that is not a `bool`, a `tier` that is not a `Tier`, a `count`
+/// that is not a predicate on the output, a `limiter` that is not a limiter, a return type the
+/// rejection cannot convert into, and, for stacked attributes, two limits with one name or two
+/// different `limiter`s.
 ///
 /// # Example: a method, a limiter of its own, several dimensions
 ///
@@ -303,9 +519,111 @@ pub fn enable_redis_rate_limit(options: TokenStream) -> TokenStream {
     enable::enable_redis_rate_limit(options.into()).into()
 }
 
-/// A limit an HTTP layer decides for every request it serves; see the guide, "A limit on a
-/// whole router". Takes `#[rate_limit]`'s arguments, less those about one call of a function,
-/// with `name` and `key` (a `KeyResolver`) required.
+/// A limit that an HTTP layer decides for every request it serves: one for a whole router, or
+/// for a group of routes, whether or not the handlers below have `#[rate_limit]`s of their own.
+/// It is an expression of type `redis_ratelimit::http::LayerLimit`, for
+/// `RateLimitLayer::limit` (axum, feature `axum`) or `RateLimitMiddleware::limit` (actix-web,
+/// feature `actix-web`); without either feature it does not compile.
+///
+/// ```no_run
+/// use std::net::SocketAddr;
+/// use axum::{Router, routing::{get, post}};
+/// use redis_ratelimit::{
+///     Global, Ip, RateLimitLayer, RateLimited, enable_redis_rate_limit, layer_limit, rate_limit,
+/// };
+///
+/// #[rate_limit(replenish = 10, unit = "minute", key = Global, name = "reports")]
+/// async fn report() -> Result<&'static str, RateLimited> {
+///     Ok("queued")
+/// }
+///
+/// async fn users() -> &'static str {
+///     "[]"
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     enable_redis_rate_limit!().await?;
+///     // The admin group: 30 requests a minute per client, on top of the router's limit.
+///     let admin = Router::new()
+///         .route("/users", get(users))
+///         .route_layer(RateLimitLayer::new().limit(layer_limit!(
+///             name = "admin", replenish = 30, unit = "minute", key = Ip,
+///         )));
+///     let app = Router::new()
+///         .route("/reports", post(report))
+///         .nest("/admin", admin)
+///         // Every request: 1,000 a minute per client.
+///         .layer(RateLimitLayer::new().limit(layer_limit!(
+///             name = "api", replenish = 1000, unit = "minute", key = Ip,
+///         )));
+///     let listener = tokio::net::TcpListener::bind("0.0.0.0:3000").await?;
+///     axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>()).await?;
+///     Ok(())
+/// }
+/// ```
+///
+/// actix-web takes the same limits, on `App::wrap` and on a `web::scope`'s `wrap`:
+///
+/// ```no_run
+/// use actix_web::{App, HttpServer, web};
+/// use redis_ratelimit::{Ip, RateLimitMiddleware, enable_redis_rate_limit, layer_limit};
+///
+/// async fn users() -> &'static str {
+///     "[]"
+/// }
+///
+/// #[actix_web::main]
+/// async fn main() -> Result<(), Box<dyn std::error::Error>> {
+///     enable_redis_rate_limit!().await?;
+///     HttpServer::new(|| {
+///         App::new()
+///             .wrap(RateLimitMiddleware::new().limit(layer_limit!(
+///                 name = "api", replenish = 1000, unit = "minute", key = Ip,
+///             )))
+///             .service(
+///                 web::scope("/admin")
+///                     .wrap(RateLimitMiddleware::new().limit(layer_limit!(
+///                         name = "admin", replenish = 30, unit = "minute", key = Ip,
+///                     )))
+///                     .route("/users", web::get().to(users)),
+///             )
+///     })
+///     .bind(("127.0.0.1", 3000))?
+///     .run()
+///     .await?;
+///     Ok(())
+/// }
+/// ```
+///
+/// # Arguments
+///
+/// Those of [`#[rate_limit]`](macro@rate_limit#arguments), with the same meanings, defaults and
+/// compile-time checks, except:
+///
+/// - `name = ".."` is required: there is no function to name the limit after. Or
+///   `shared = ".."` draws from a limit declared elsewhere, by a handler or another layer:
+///   a router's layer and a handler may share one bucket.
+/// - `key = ..` is required, and is a `KeyResolver` (`Ip`, `Route`, `Header("x-api-key")`,
+///   `User`, a tuple of them, a type of your own): there are no arguments to compute it from.
+/// - The arguments about one call of a function are a compile error, on the argument, saying
+///   why: `count`, `tier`, `tiers` and `exempt` (a layer sees requests, not calls),
+///   `limiter` (a layer's limits are decided on the limiter `enable_redis_rate_limit!`
+///   installed), `wait` and `jitter` (a layer's limit refuses at once).
+///
+/// That leaves `replenish`, `burst`, `unit`, `algorithm`, `refill`, `initial`, `cost`,
+/// `policy`, `shadow`, `empty_key`, `empty_key_status`, `concurrent` and `lease`: a
+/// `concurrent` layer limit holds its slot until the response is made.
+///
+/// # What it does
+///
+/// The limit is declared as a function's is: listed by `declared_limits()`, changed by a
+/// config override of its name, refused with the same 429, headers and problem body, traced
+/// and counted under its name. A layer's limits are decided before the handler runs, all or
+/// nothing with the handler's own limits, in one round trip to Redis where the route allows:
+/// a request that the handler's limit refuses takes nothing from the layer's, and one that
+/// the layer's limit refuses never reaches the handler. The guide's "A limit on a whole
+/// router" says how a layer learns which routes have limits of their own.
 #[proc_macro]
 pub fn layer_limit(args: TokenStream) -> TokenStream {
     layer::layer_limit(args.into()).into()

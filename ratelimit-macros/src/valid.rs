@@ -7,7 +7,7 @@ use syn::spanned::Spanned as _;
 use syn::{Attribute, Signature};
 
 use crate::args::Errors;
-use crate::attr::{Count, RateLimitArgs};
+use crate::attr::{ARGUMENTS, Arg, Count, RateLimitArgs};
 
 /// Reports a function the check cannot be put in front of.
 pub(crate) fn check_function(sig: &Signature, errors: &mut Errors) {
@@ -181,23 +181,10 @@ pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut
 /// A shared use (`shared = "search"`): the limit is declared once, by the function that names
 /// it with its rate; this one may only say how it draws from it.
 fn check_shared(args: &RateLimitArgs, shared: &syn::LitStr, errors: &mut Errors) {
-    // What a use may say of itself; every other argument is the declaration's.
-    const OF_THE_USE: &[&str] = &[
-        "shared",
-        "key",
-        "cost",
-        "limiter",
-        "exempt",
-        "count",
-        "empty_key",
-        "empty_key_status",
-    ];
-    let declared_once = crate::attr::ARGUMENTS
-        .iter()
-        .filter(|a| !OF_THE_USE.contains(a) && args.written(a));
-    for argument in declared_once {
+    let declared_once = ARGUMENTS.iter().filter(|a| !a.rules.shared);
+    for (argument, span) in written(args, declared_once) {
         errors.at(
-            shared.span(),
+            span,
             format_args!(
                 "`shared = \"{}\"` draws from a limit declared once, where it is named with its \
                  rate: remove `{argument}` here (set it where `name = \"{}\"` is declared)",
@@ -208,27 +195,22 @@ fn check_shared(args: &RateLimitArgs, shared: &syn::LitStr, errors: &mut Errors)
     }
 }
 
+/// Those of `arguments` that `args` has, each with where its name was written.
+fn written<'a>(
+    args: &'a RateLimitArgs,
+    arguments: impl Iterator<Item = &'static Arg> + 'a,
+) -> impl Iterator<Item = (&'static str, Span)> + 'a {
+    arguments.filter_map(|a| Some((a.name, args.written_at(a.name)?)))
+}
+
 /// A concurrency limit (`concurrent = 2`): at most that many calls of a key in flight; it
-/// takes a key, a name, a lease, a wait, a policy, `shadow`, a limiter and the empty-key
-/// settings, none of a rate limit's arguments.
+/// takes the arguments `ARGUMENTS` marks `concurrent` (a key, a name, a lease, a wait, ...),
+/// none of a rate limit's.
 fn check_concurrent(args: &RateLimitArgs, concurrent: &Count, errors: &mut Errors) {
-    const OF_A_RATE: &[&str] = &[
-        "replenish",
-        "burst",
-        "unit",
-        "algorithm",
-        "refill",
-        "initial",
-        "jitter",
-        "cost",
-        "count",
-        "tier",
-        "tiers",
-        "exempt",
-    ];
-    for argument in OF_A_RATE.iter().filter(|a| args.written(a)) {
+    let of_a_rate = ARGUMENTS.iter().filter(|a| !a.rules.concurrent);
+    for (argument, span) in written(args, of_a_rate) {
         errors.at(
-            concurrent.span(),
+            span,
             format_args!(
                 "`concurrent` limits the calls in flight, not a rate: remove `{argument}` (stack \
                  another `#[rate_limit]` for a rate, or use `RateLimiter::enter_all`)"

@@ -122,11 +122,9 @@ impl Holding {
 }
 
 /// What a `tier = ..` expression may be: a [`Tier`], or `None` for the declared limit.
-#[diagnostic::on_unimplemented(
-    message = "`tier` must be a `Tier` (or an `Option` of one), not `{Self}`",
-    label = "the tier of this call",
-    note = "declare tiers as `const PRO: Tier = Tier::new(\"pro\", Limit::per_hour(10_000));` and pick one per call; `None` keeps the attribute's own rate"
-)]
+///
+/// The macro reaches it through a trait it declares in the user's crate, which carries the
+/// error message: rustc would name this one by its hidden path.
 pub trait IntoTier {
     /// The tier, or `None` for the declared limit.
     fn into_tier(self) -> Option<Tier>;
