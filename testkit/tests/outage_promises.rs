@@ -254,15 +254,17 @@ async fn waiters_reserved_in_redis_are_owed_by_the_fallback() {
             })
         })
         .collect();
-    // Every turn is reserved in Redis: a call that does not wait is told to come back after
-    // the twenty.
-    let no_wait = Limit::per_second(10).burst(1);
+    // Every turn is reserved in Redis: a new call's turn comes after the twenty, 2 s after
+    // the first, however long they took to reserve. (Peeked under the same limit: the
+    // fallback starts from what Redis last said under it.)
+    let all_reserved = |d: &ratelimit_core::Decision| {
+        d.source == Source::Store && d.retry_after + asked.elapsed() >= Duration::from_millis(1_900)
+    };
     assert!(
-        eventually(
-            async || limiter.peek("host", &no_wait).await.is_ok_and(
-                |d| d.source == Source::Store && d.retry_after >= Duration::from_millis(1_700)
-            )
-        )
+        eventually(async || limiter
+            .peek("host", &limit)
+            .await
+            .is_ok_and(|d| all_reserved(&d)))
         .await,
         "the twenty reserved their turns"
     );
