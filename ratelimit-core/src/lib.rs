@@ -66,6 +66,7 @@ mod limiter;
 mod naming;
 pub mod observe;
 pub mod overrides;
+mod pipeline;
 mod policy;
 mod registry;
 mod request;

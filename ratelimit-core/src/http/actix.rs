@@ -260,13 +260,13 @@ mod tests {
     use actix_web::{App, test as actix_test, web};
 
     use super::*;
-    use crate::__private::test_support::declaration;
     use crate::headers::HeaderFamilies;
     use crate::http::test_support::{
         Limited, SPRING_HEADERS, assert_a_client_cannot_pick_its_bucket, assert_shadowed,
         assert_two_limits_described, errors_while, limited_by_ip, limited_call, limited_twice,
         shadowed_call, twice, twice_a_minute_by_ip,
     };
+    use crate::pipeline::test_support::declaration;
     use crate::{ClientIpHeader, TrustedProxies};
 
     async fn login() -> Result<&'static str, Limited> {

@@ -220,13 +220,13 @@ mod tests {
     use tower_service::Service as _;
 
     use super::*;
-    use crate::__private::test_support::declaration;
     use crate::headers::HeaderFamilies;
     use crate::http::test_support::{
         Limited, SPRING_HEADERS, assert_a_client_cannot_pick_its_bucket, assert_shadowed,
         assert_two_limits_described, errors_while, limited_by_ip, limited_call, limited_twice,
         shadowed_call, twice, twice_a_minute_by_ip,
     };
+    use crate::pipeline::test_support::declaration;
     use crate::{ClientIpHeader, TrustedProxies};
 
     async fn get_path(app: &mut Router, path: &str) -> Response {
@@ -375,7 +375,7 @@ mod tests {
         let errors = errors_while(by_ip.name(), async move {
             let peer = RequestContext::new().with_peer(([127, 0, 0, 1], 1).into());
             let early = async {
-                crate::__private::check(by_ip, &crate::Ip, crate::__private::Call::NONE, None).await
+                crate::pipeline::check(by_ip, &crate::Ip, crate::pipeline::Call::NONE, None).await
             };
             let _ = crate::context::scope(peer, early).await;
             let mut app = Router::new()

@@ -28,8 +28,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
 use super::{Config, SharedConfig};
-use crate::__private::{Call, Holding, KeyArg, Taken};
 use crate::headers::HeaderFamilies;
+use crate::pipeline::{Call, Holding, KeyArg, Taken};
 use crate::registry::{self, LimitDeclaration};
 use crate::request::{CONTEXT, Recorded, Scope};
 use crate::{KeyResolver, RateLimited, RateLimiter};
@@ -380,7 +380,7 @@ pub(crate) async fn decide(limits: &[LayerLimit]) -> Result<(), Box<RateLimited>
     let checks: Vec<_> = checks(limits, &keys)
         .map(|(decl, key, call)| (decl, key, call.keeping(&taken)))
         .collect();
-    crate::__private::decide_all(&checks, registry::global()).await
+    crate::pipeline::decide_all(&checks, registry::global()).await
 }
 
 /// A check refused the request: when the layer decided its limits first (a route not
@@ -557,7 +557,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::__private::test_support::declaration;
+    use crate::pipeline::test_support::declaration;
     use crate::{Ip, TrustedProxies};
 
     fn config(limits: &[LayerLimit], proxies: TrustedProxies) -> SharedConfig {

@@ -2,8 +2,8 @@
 
 use std::sync::LazyLock;
 
-use crate::__private::{Call, KeyArg, check, check_all};
 use crate::LimitDeclaration;
+use crate::pipeline::{Call, KeyArg, check, check_all};
 use crate::{Global, Ip, Limit, RateLimited, RateLimiter, Uri};
 
 static LIMITER: LazyLock<RateLimiter> = LazyLock::new(RateLimiter::unenabled);
@@ -237,7 +237,7 @@ pub(crate) async fn assert_a_client_cannot_pick_its_bucket(
 
 /// Runs `requests` with every event captured; returns the ERRORs that mention `name`.
 pub(crate) fn errors_while<F: std::future::Future>(name: &str, requests: F) -> Vec<String> {
-    let capture = crate::__private::test_support::Capture::default();
+    let capture = crate::pipeline::test_support::Capture::default();
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()

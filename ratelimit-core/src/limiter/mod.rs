@@ -769,7 +769,7 @@ mod future_sizes {
             std::mem::size_of_val(&crate::__private::check_key(
                 &DECL,
                 &crate::__private::KeyArg::Resolver(&crate::Global),
-                crate::__private::Call::NONE,
+                crate::pipeline::Call::NONE,
                 Some(&limiter),
             )),
         ];

@@ -1,0 +1,100 @@
+//! The one way a limited call is decided: its limits' checks built from what the call brings
+//! ([`call`]), decided in the first poll or through the store ([`one`] for one limit,
+//! [`several`] for more, all or nothing), then concluded in one place: described (span,
+//! metrics), recorded for the response, kept for a refund, and turned into the rejection.
+//! Every entrance goes through it: the code `#[rate_limit]` generates (through `__private`'s
+//! forwarders) and the HTTP layers' own limits.
+
+mod call;
+mod one;
+mod several;
+#[cfg(test)]
+pub(crate) mod test_support;
+#[cfg(test)]
+mod tests;
+
+use std::sync::LazyLock;
+
+pub use call::{Call, Cost, Fixed, Holding, KeyArg, Taken};
+pub use one::{check, check_key};
+pub use several::check_all;
+pub(crate) use several::decide_all;
+
+use crate::registry::{LimitDeclaration, Warning};
+use crate::request::missing_piece;
+use crate::{KeyResolver, RateLimiter};
+
+/// The limiter that decides `decl`'s calls, and whether it is enabled; before
+/// `enable_redis_rate_limit!` (or with its `limiter = ..` not initialised), one that decides
+/// by the failure policy as if Redis were down, said once per limit.
+pub(crate) fn limiter_or_unenabled<'a>(
+    decl: &'static LimitDeclaration,
+    limiter: Option<&'a RateLimiter>,
+) -> (&'a RateLimiter, bool) {
+    match limiter {
+        Some(l) => (l, true),
+        None => {
+            decl.warn_once(
+                Warning::NotEnabled,
+                &format_args!(
+                    "redis-ratelimit is not enabled: `{}` ran before \
+                     `enable_redis_rate_limit!().await` (or its `limiter = ..` is not \
+                     initialised); deciding it by its failure policy ({}) as if Redis were down",
+                    decl.name(),
+                    decl.effective().limit.failure_policy().unwrap_or_default()
+                ),
+            );
+            (&*UNENABLED, false)
+        }
+    }
+}
+
+/// Gives back what a call took under `decl` (kept in `taken` by its check), when the call's
+/// outcome does not count (`#[rate_limit(count = ..)]`). A refund that fails leaves the
+/// tokens taken, as if the call had counted, and is said once per limit.
+pub async fn refund(decl: &'static LimitDeclaration, taken: &Taken, limiter: Option<&RateLimiter>) {
+    let parts = taken.take();
+    if parts.is_empty() {
+        return;
+    }
+    let (limiter, _) = limiter_or_unenabled(decl, limiter);
+    for part in parts {
+        let refunded = limiter
+            .refund_bucket(&part.bucket, &part.limit, part.cost, part.source)
+            .await;
+        if let Err(e) = refunded {
+            decl.warn_once(
+                Warning::CannotRefund,
+                &format_args!(
+                    "the tokens of a call of `{}` that did not count could not be given back \
+                     (they stay taken): {e}",
+                    decl.name()
+                ),
+            );
+        }
+    }
+}
+
+/// A forgotten layer (or `ConnectInfo`) makes every call keyless and refused with nothing to
+/// say why; say it once per limit. A request that simply lacks what the key reads is the
+/// empty-key policy's business, not a misconfiguration, and is not logged.
+fn report_missing_piece<K: KeyResolver + ?Sized>(decl: &'static LimitDeclaration, key: &K) {
+    if decl.warned(Warning::MissingPiece) {
+        return;
+    }
+    if let Some(missing) = missing_piece(key) {
+        decl.warn_once(
+            Warning::MissingPiece,
+            &format_args!(
+                "rate limit `{}` (key = {}) finds no key for any call: {missing}; until then every \
+             call is decided by the empty-key policy (refused with 403 by default)",
+                decl.name(),
+                decl.key()
+            ),
+        );
+    }
+}
+
+/// Calls made before `enable_redis_rate_limit!` are decided by their failure policy, as if
+/// the store were down; this limiter holds the fallback's memory.
+static UNENABLED: LazyLock<RateLimiter> = LazyLock::new(RateLimiter::unenabled);

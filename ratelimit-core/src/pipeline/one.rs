@@ -1,0 +1,332 @@
+//! A call with one limit: decided in the call's first poll when the store answers at once
+//! (memory), else boxed with its wait for the store; described, recorded for the response and
+//! turned into the rejection in one place ([`conclude`]).
+
+use std::borrow::Cow;
+use std::future::Future;
+use std::pin::Pin;
+
+use super::call::{Before, Call, KeyArg, Taken, before_key, settle};
+use super::{check_all, limiter_or_unenabled, report_missing_piece};
+use crate::decision::{Label, Source};
+use crate::limiter::Local;
+use crate::naming::with_bucket_key;
+use crate::registry::{Effective, LimitDeclaration, Warning};
+use crate::request::{record_current, resolving, with_current};
+use crate::{Decision, KeyResolver, RateLimited, RateLimiter};
+
+/// The check every `#[rate_limit]` function starts with: resolves the key from the current
+/// request context, decides, records the decision for the response headers, and returns the
+/// rejection when the call must not run.
+///
+/// The request context is looked at once, when `check` is called (not when its future is
+/// first polled: generated code awaits it at once, in the function's own poll): the key
+/// resolved and, when the store answers at once (memory), the decision taken and recorded
+/// in it. A call that must wait for its answer
+/// (a remote store, a limit that may wait, before enable) is boxed: this future then carries
+/// nothing of it, and that call's round trip or wait dwarfs one allocation.
+pub fn check<'a, K: KeyResolver + ?Sized>(
+    decl: &'static LimitDeclaration,
+    key: &K,
+    call: Call<'_>,
+    limiter: Option<&'a RateLimiter>,
+) -> impl Future<Output = Result<(), Box<RateLimited>>> + Send + use<'a, K> {
+    // Looked at when the check is made, in the function's own poll: the future then carries
+    // the step alone, not the key, the call and the declaration.
+    finish(at_once(decl, key, call, limiter))
+}
+
+/// [`check`] of a key as the macro writes it ([`KeyArg`]): an async resolver's key is
+/// settled on the path of a store that does not answer at once (boxed, with its wait for the
+/// store); every other key is checked at once.
+pub fn check_key<'a>(
+    decl: &'static LimitDeclaration,
+    key: &'a KeyArg<'a>,
+    call: Call<'a>,
+    limiter: Option<&'a RateLimiter>,
+) -> impl Future<Output = Result<(), Box<RateLimited>>> + Send + use<'a> {
+    // A concurrency limit takes a slot and keeps it while the call runs, and the layers'
+    // limits left pending for this check are decided with it: both the several-limit way.
+    #[cfg(any(feature = "axum", feature = "actix-web"))]
+    let several = decl.is_concurrent() || crate::http::layered::has_pending(limiter);
+    #[cfg(not(any(feature = "axum", feature = "actix-web")))]
+    let several = decl.is_concurrent();
+    if several {
+        return finish(Step::Ask(Box::pin(async move {
+            check_all(&[(decl, key, call)], limiter).await
+        })));
+    }
+    let step = match key {
+        KeyArg::Async(resolver) => Step::Ask(Box::pin(async move {
+            let (limiter_now, _) = limiter_or_unenabled(decl, limiter);
+            let key = settle(*resolver, decl, limiter_now).await;
+            let call = Call {
+                key_failed: matches!(key, KeyArg::Failed),
+                ..call
+            };
+            finish(at_once(decl, key.resolver(), call, limiter)).await
+        })),
+        key => at_once(decl, key.resolver(), call, limiter),
+    };
+    finish(step)
+}
+
+/// A step's future: its outcome at once, or the wait for it.
+async fn finish(step: Step<'_>) -> Checked {
+    match step {
+        Step::Done(done) => done,
+        Step::Ask(asking) => asking.await,
+    }
+}
+
+/// A check's outcome on its way out, the rejection boxed: it passes through several frames
+/// (the task-local's closure among them, and the generated function's), and a rejection's 160
+/// bytes, copied at each, cost the admitted calls more than one allocation costs a refused
+/// one. It is unboxed only where the function returns it.
+type Checked = Result<(), Box<RateLimited>>;
+
+/// A one-limit check's future for a call whose store does not answer at once.
+type Asking<'a> = Pin<Box<dyn Future<Output = Checked> + Send + 'a>>;
+
+/// Where a one-limit check stands after its look at the request context.
+enum Step<'a> {
+    /// Decided, described and recorded.
+    Done(Checked),
+    /// To be decided by the store or the failure policy, later.
+    Ask(Asking<'a>),
+}
+
+/// What a one-limit check's look at the request context came to.
+enum Looked {
+    /// Decided at once, described, and recorded in the context when it is a scope's.
+    Decided(Checked),
+    /// The key's bucket, for a store that does not answer at once; or for a call that
+    /// reserved its tokens in memory, with that decision, to wait for them.
+    Ask(Cow<'static, str>, Option<Decision>),
+    /// The call has no key.
+    NoKey,
+}
+
+/// [`check`]'s synchronous part: everything but a wait for the store.
+fn at_once<'a, K: KeyResolver + ?Sized>(
+    decl: &'static LimitDeclaration,
+    key: &K,
+    call: Call<'_>,
+    limiter: Option<&'a RateLimiter>,
+) -> Step<'a> {
+    let mut effective = decl.effective();
+    let name = decl.name();
+    let label = call.label(name);
+    match before_key(&call, &mut effective) {
+        Before::Check => {}
+        Before::Free => {
+            record_current(label, Decision::free(effective.limit), None);
+            return Step::Done(Ok(()));
+        }
+        Before::Decided(decision) if decision.source == Source::Disabled => {
+            // Said, so that what reads the decision (the response, a log line) shows no limit
+            // applied rather than a quota that does not hold.
+            record_current(label, decision, None);
+            return Step::Done(Ok(()));
+        }
+        Before::Decided(decision) => {
+            return Step::Done(conclude(decl, label, decision, None, None, |d| {
+                record_current(label, d, None);
+            }));
+        }
+    }
+    let (limiter, enabled) = limiter_or_unenabled(decl, limiter);
+    if call.key_failed {
+        let decision = limiter.decide_unresolved(&effective.limit, effective.cost);
+        return Step::Done(conclude(decl, label, decision, None, None, |d| {
+            record_current(label, d, None);
+        }));
+    }
+    let (looked, in_scope) = with_current(|ctx, scope| {
+        let in_scope = scope.is_some();
+        // An empty key names nobody: it is no key (the empty-key policy), never one bucket
+        // that every caller whose header is blank would share.
+        let Some(resolved) = resolving(name, || key.resolve(ctx)).filter(|k| !k.is_empty()) else {
+            return (Looked::NoKey, in_scope);
+        };
+        let bucket = match decl.remembered_bucket(limiter, &resolved, enabled) {
+            Some(bucket) => Bucket::Named(Cow::Borrowed(bucket)),
+            None => Bucket::Parts {
+                limiter,
+                name,
+                key: &resolved,
+            },
+        };
+        let (limit, cost) = (&effective.limit, effective.cost);
+        // Validated once, not per call: a declaration's limit and cost when the macro
+        // expanded, an override's when it was read (`overrides.rs`, at enable and reload).
+        debug_assert!(limit.check_cost(cost).is_ok(), "{name}: an invalid cost");
+        let local = limiter.decide_locally(limit, cost, |store| match &bucket {
+            Bucket::Named(bucket) => store.check_bytes(bucket.as_bytes(), limit, cost),
+            Bucket::Parts { limiter, key, .. } => {
+                with_bucket_key(limiter.prefix(), Some(name), key, |bucket| {
+                    store.check_bytes(bucket, limit, cost)
+                })
+            }
+        });
+        let decision = match local {
+            Local::Decided(decision) => decision,
+            Local::Reserved(decision) => {
+                return (Looked::Ask(bucket.key(), Some(decision)), in_scope);
+            }
+            Local::Elsewhere => return (Looked::Ask(bucket.key(), None), in_scope),
+        };
+        let done = conclude(
+            decl,
+            label,
+            decision,
+            Some(bucket),
+            call.taken,
+            |decision| {
+                if let Some(scope) = scope {
+                    scope.record(label, decision, None);
+                }
+            },
+        );
+        (Looked::Decided(done), in_scope)
+    });
+    match looked {
+        Looked::Decided(done) => Step::Done(done),
+        Looked::Ask(bucket, reserved) => Step::Ask(Box::pin(ask(
+            decl,
+            label,
+            limiter,
+            bucket,
+            reserved,
+            effective,
+            in_scope,
+            call.taken.cloned(),
+        ))),
+        Looked::NoKey => {
+            report_missing_piece(decl, key);
+            let decision = limiter.decide_without_key(
+                decl.empty_key_policy(),
+                &effective.limit,
+                effective.cost,
+            );
+            Step::Done(conclude(decl, label, decision, None, None, |d| {
+                record_if(in_scope, label, d);
+            }))
+        }
+    }
+}
+
+/// Records `decision` for the response headers when the call runs in a scope.
+fn record_if(in_scope: bool, label: Label, decision: Decision) {
+    if in_scope {
+        record_current(label, decision, None);
+    }
+}
+
+/// A call's decision from a store that does not answer at once, or by the failure policy
+/// before enable; or the wait of a call that `reserved` its tokens in memory.
+#[allow(clippy::too_many_arguments)]
+async fn ask(
+    decl: &'static LimitDeclaration,
+    label: Label,
+    limiter: &RateLimiter,
+    bucket: Cow<'static, str>,
+    reserved: Option<Decision>,
+    effective: Effective,
+    in_scope: bool,
+    taken: Option<Taken>,
+) -> Checked {
+    let (limit, cost) = (&effective.limit, effective.cost);
+    let decided = match reserved {
+        Some(reserved) => limiter.wait_one(&bucket, limit, cost, reserved).await,
+        None => limiter.decide(&bucket, limit, cost).await,
+    };
+    let decision = decided.unwrap_or_else(|e| cannot_check(decl, &effective, &e));
+    conclude(
+        decl,
+        label,
+        decision,
+        Some(Bucket::Named(bucket)),
+        taken.as_ref(),
+        |d| record_if(in_scope, label, d),
+    )
+}
+
+/// Only misuse reaches here (cost validated at enable): refuses rather than run unchecked,
+/// and says why once.
+#[cold]
+fn cannot_check(
+    decl: &'static LimitDeclaration,
+    effective: &Effective,
+    e: &crate::Error,
+) -> Decision {
+    decl.warn_once(
+        Warning::CannotCheck,
+        &format_args!("rate limit `{}` cannot be checked: {e}", decl.name()),
+    );
+    RateLimiter::fail_closed(&effective.limit, effective.cost)
+}
+
+/// A decided call's bucket key: named already, or the parts it is named from, when it is
+/// needed (a refusal, a TRACE event, a store that does not answer at once). A memory store
+/// decides a key the declaration does not remember on a key built on the stack.
+enum Bucket<'k> {
+    Named(Cow<'static, str>),
+    Parts {
+        limiter: &'k RateLimiter,
+        name: &'static str,
+        key: &'k str,
+    },
+}
+
+impl Bucket<'_> {
+    fn key(self) -> Cow<'static, str> {
+        match self {
+            Bucket::Named(bucket) => bucket,
+            Bucket::Parts { limiter, name, key } => Cow::Owned(limiter.named_bucket_key(name, key)),
+        }
+    }
+}
+
+/// What every decided one-limit call ends with: the decision described (span, metrics),
+/// handed to `record` for the response headers, and the rejection when it refused.
+fn conclude(
+    decl: &'static LimitDeclaration,
+    label: Label,
+    decision: Decision,
+    bucket: Option<Bucket<'_>>,
+    taken: Option<&Taken>,
+    record: impl FnOnce(Decision),
+) -> Checked {
+    // The key is shown only at TRACE, a rejection carries it, and a refund gives back to it:
+    // named only then.
+    let bucket = match bucket {
+        Some(bucket)
+            if !decision.allowed
+                || taken.is_some()
+                || tracing::enabled!(target: "redis_ratelimit", tracing::Level::TRACE) =>
+        {
+            Some(bucket.key())
+        }
+        _ => None,
+    };
+    if let (Some(taken), Some(bucket)) = (taken, &bucket) {
+        taken.keep(|| bucket.clone().into_owned(), &decision);
+    }
+    decision.observe(label.observed(), bucket.as_deref());
+    if decision.allowed {
+        record(decision);
+        Ok(())
+    } else {
+        #[cfg(any(feature = "axum", feature = "actix-web"))]
+        crate::http::layered::give_back_on_refusal();
+        record(decision.clone());
+        let key = bucket.map(Cow::into_owned).unwrap_or_default();
+        Err(Box::new(
+            RateLimited::new(decision, key)
+                .with_name(label.name)
+                .with_tier(label.tier)
+                .with_empty_key_status(decl.empty_key_status()),
+        ))
+    }
+}

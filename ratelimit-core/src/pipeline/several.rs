@@ -1,0 +1,212 @@
+//! A call with several limits (stacked attributes, a concurrency limit, the layers' limits
+//! left pending for the handler's check): every key settled and resolved, then every limit
+//! decided together, all or nothing, and concluded as one verdict.
+
+use super::call::{Before, Call, KeyArg, before_key, settle};
+use super::{limiter_or_unenabled, report_missing_piece};
+use crate::decision::{Label, Source};
+use crate::registry::{LimitDeclaration, Warning};
+use crate::request::{record_current, resolving, with_current};
+use crate::{Decision, Limit, RateLimited, RateLimiter};
+
+/// The check of a function with stacked `#[rate_limit]` attributes: every limit decided
+/// together, all or nothing (see [`RateLimiter::check_all`]). A disabled limit passes
+/// unchecked; a limit that finds no key is decided by the empty-key policy, and when that
+/// refuses, the call is refused without asking the store (nothing is taken).
+pub async fn check_all(
+    limits: &[(&'static LimitDeclaration, &KeyArg<'_>, Call<'_>)],
+    limiter: Option<&RateLimiter>,
+) -> Result<(), Box<RateLimited>> {
+    #[cfg(any(feature = "axum", feature = "actix-web"))]
+    if let Some(layer) = crate::http::layered::take_pending(limiter) {
+        // The layers' limits, left pending for this check: decided with these, together.
+        let layer_keys = crate::http::layered::keys(&layer);
+        let mut checks: Vec<_> = crate::http::layered::checks(&layer, &layer_keys).collect();
+        checks.extend_from_slice(limits);
+        return decide_all(&checks, limiter).await;
+    }
+    decide_all(limits, limiter).await
+}
+
+/// [`check_all`] of the limits given, and no others (the layers' limits are among them when
+/// they were pending): async keys settled, then every limit decided together.
+pub(crate) async fn decide_all(
+    limits: &[(&'static LimitDeclaration, &KeyArg<'_>, Call<'_>)],
+    limiter: Option<&RateLimiter>,
+) -> Result<(), Box<RateLimited>> {
+    let Some(&(first, ..)) = limits.first() else {
+        return Ok(());
+    };
+    let (limiter, _) = limiter_or_unenabled(first, limiter);
+    // The keys of async resolvers, settled first (none, for most calls).
+    let mut settled: Vec<Option<KeyArg<'static>>> = Vec::new();
+    if limits
+        .iter()
+        .any(|(_, key, _)| matches!(key, KeyArg::Async(_)))
+    {
+        for (decl, key, _) in limits {
+            settled.push(match key {
+                KeyArg::Async(resolver) => Some(settle(*resolver, decl, limiter).await),
+                _ => None,
+            });
+        }
+    }
+    let key_of = |i: usize| -> &KeyArg<'_> {
+        match settled.get(i) {
+            Some(Some(key)) => key,
+            _ => limits[i].1,
+        }
+    };
+    let mut effective: Vec<_> = limits.iter().map(|(decl, ..)| decl.effective()).collect();
+    let before: Vec<Before> = limits
+        .iter()
+        .zip(&mut effective)
+        .map(|((.., call), e)| before_key(call, e))
+        .collect();
+    // Only the limits still to decide look at their keys.
+    let (buckets, in_scope): (Vec<Option<String>>, bool) = with_current(|ctx, scope| {
+        let buckets = limits
+            .iter()
+            .zip(&before)
+            .enumerate()
+            .map(|(i, ((decl, ..), before))| {
+                let key = key_of(i).resolver();
+                matches!(before, Before::Check)
+                    .then(|| resolving(decl.name(), || key.resolve(ctx)))
+                    .flatten()
+                    .filter(|k| !k.is_empty())
+                    .map(|k| limiter.named_bucket_key(decl.name(), &k))
+            })
+            .collect();
+        (buckets, scope.is_some())
+    });
+    // Each limit's decision, by position; the store decides those with a bucket together.
+    // A limit whose call costs nothing takes nothing and is not asked: its policy is
+    // described all the same.
+    let mut parts: Vec<Option<Decision>> = vec![None; limits.len()];
+    let mut asked: Vec<usize> = Vec::with_capacity(limits.len());
+    for (i, ((decl, ..), (before, e))) in limits
+        .iter()
+        .zip(before.into_iter().zip(&effective))
+        .enumerate()
+    {
+        match before {
+            Before::Decided(d) => parts[i] = Some(d),
+            Before::Free => parts[i] = Some(Decision::free(e.limit)),
+            Before::Check if matches!(key_of(i), KeyArg::Failed) => {
+                parts[i] = Some(limiter.decide_unresolved(&e.limit, e.cost));
+            }
+            Before::Check if buckets[i].is_none() => {
+                report_missing_piece(decl, key_of(i).resolver());
+                let policy = decl.empty_key_policy();
+                parts[i] = Some(limiter.decide_without_key(policy, &e.limit, e.cost));
+            }
+            Before::Check => asked.push(i),
+        }
+    }
+    // A limit without a key that refuses vetoes the call: nothing is asked or taken.
+    let vetoed = parts.iter().flatten().any(|d| !d.allowed);
+    if !vetoed && !asked.is_empty() {
+        let checks: Vec<(&str, &Limit, u32)> = asked
+            .iter()
+            .map(|&i| {
+                let bucket = buckets[i].as_deref().unwrap_or_default();
+                (bucket, &effective[i].limit, effective[i].cost)
+            })
+            .collect();
+        // Concurrency limits among them take their slots, kept while the call runs.
+        let decided = if checks.iter().any(|(_, limit, _)| limit.is_concurrent()) {
+            limiter.enter_buckets(&checks).await.map(|entered| {
+                if let Some(slot) = entered.slot {
+                    hold(slot, limits);
+                }
+                entered.decision
+            })
+        } else {
+            limiter.check_buckets(&checks).await
+        };
+        match decided {
+            Ok(d) => {
+                for (&i, part) in asked.iter().zip(d.parts()) {
+                    parts[i] = Some(part.clone());
+                }
+            }
+            Err(e) => {
+                first.warn_once(
+                    Warning::CannotCheck,
+                    &format_args!("rate limits of `{}` cannot be checked: {e}", first.name()),
+                );
+                for &i in &asked {
+                    let e = &effective[i];
+                    parts[i] = Some(RateLimiter::fail_closed(&e.limit, e.cost));
+                }
+            }
+        }
+    }
+    // The limits decided, in order (all of them unless a keyless refusal vetoed the call, or
+    // a veto left some unasked), each with its name: paired once, here, and read back in
+    // pairs.
+    let mut named: Vec<(Label, Decision)> = Vec::with_capacity(limits.len());
+    let mut keys: Vec<(&'static LimitDeclaration, Option<String>)> =
+        Vec::with_capacity(limits.len());
+    for (((decl, _, call), part), bucket) in limits.iter().zip(parts).zip(buckets) {
+        if let Some(d) = part {
+            named.push((call.label(decl.name()), d));
+            keys.push((decl, bucket));
+        }
+    }
+    if named.is_empty() {
+        return Ok(());
+    }
+    let (decision, names) = Decision::combined_named(named);
+    // Each limit as the call left it (a limit that admitted a refused call is vetoed); one
+    // the call cost nothing under decided nothing, and is not counted.
+    for ((label, part), (decl, bucket)) in names.pair(&decision).zip(&keys) {
+        if part.source != Source::Free {
+            part.observe(label.observed(), bucket.as_deref());
+        }
+        // What each limit that counts only some outcomes took, for its refund.
+        let taken = limits
+            .iter()
+            .find(|(d, ..)| std::ptr::eq(*d, *decl))
+            .and_then(|(.., call)| call.taken);
+        if let (Some(taken), Some(bucket)) = (taken, bucket)
+            && decision.allowed
+        {
+            taken.keep(|| bucket.clone(), part);
+        }
+    }
+    if in_scope {
+        record_current(
+            names.tightest(&decision),
+            decision.clone(),
+            Some(names.clone()),
+        );
+    }
+    if decision.allowed {
+        Ok(())
+    } else {
+        #[cfg(any(feature = "axum", feature = "actix-web"))]
+        crate::http::layered::give_back_on_refusal();
+        let (decl, key) = keys.swap_remove(decision.tightest());
+        let status = decl.empty_key_status();
+        Err(Box::new(
+            RateLimited::of_named(decision, names, key.unwrap_or_default())
+                .with_empty_key_status(status),
+        ))
+    }
+}
+
+/// Keeps an admitted call's concurrency slots while it runs: in the function's own
+/// [`Holding`] (the first limit's call carries it), else in the request's scope, whose layer
+/// holds them until the response is made. With neither (a check made by hand outside any
+/// scope), the slots are given back at once: nothing would know when the call ends.
+fn hold(slot: crate::Slot, limits: &[(&'static LimitDeclaration, &KeyArg<'_>, Call<'_>)]) {
+    match limits.iter().find_map(|(.., call)| call.holding) {
+        Some(holding) => holding.keep(slot),
+        #[cfg(any(feature = "axum", feature = "actix-web"))]
+        None => crate::http::layered::hold(slot),
+        #[cfg(not(any(feature = "axum", feature = "actix-web")))]
+        None => drop(slot),
+    }
+}
