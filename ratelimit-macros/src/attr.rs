@@ -64,8 +64,12 @@ pub(crate) const ARGUMENTS: &[Arg] = &[
         .shared()
         .not_on_a_layer("a layer's limit counts every request it serves"),
     arg("tier", "user.plan()", |a, _, v, _| a.tier = Some(v))
+        .concurrent()
+        .shared()
         .not_on_a_layer("a layer's limit has no call to give a tier"),
     arg("tiers", "[FREE, PRO]", |a, _, v, _| a.tiers = Some(v))
+        .concurrent()
+        .shared()
         .not_on_a_layer("a layer's limit has no call to give a tier"),
     arg("jitter", "\"50ms\"", |a, _, v, e| a.jitter = jitter(&v, e))
         .not_on_a_layer("a layer's limit refuses at once"),

@@ -203,6 +203,51 @@ use proc_macro::TokenStream;
 /// # Ok(()) }
 /// ```
 ///
+/// A tier goes with the call, so it works wherever the call's limit is: on a `shared` use
+/// (chosen where the limit is used, from that function's own arguments, while the declaring
+/// function may give tiers of its own or none) and on a concurrency limit, where a tier's
+/// limit is a `Limit::concurrent` (per-plan concurrency). A tier's limit must be of its
+/// declaration's kind: a rate's tier given to a concurrency limit, or the other way round,
+/// refuses the call (`Source::FailClosed`) and logs one error naming both.
+///
+/// ```
+/// use std::sync::OnceLock;
+/// use redis_ratelimit::{Limit, RateLimited, RateLimiter, Tier, rate_limit};
+///
+/// static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
+///
+/// const FREE_EXPORTS: Tier = Tier::new("free", Limit::concurrent(1));
+/// const PRO_EXPORTS: Tier = Tier::new("pro", Limit::concurrent(5));
+/// const PRO_SEARCH: Tier = Tier::new("pro", Limit::per_hour(100));
+///
+/// /// Free tenants run one export at a time, pro tenants five.
+/// #[rate_limit(concurrent = 1, key = tenant, tier = if pro { PRO_EXPORTS } else { FREE_EXPORTS },
+///              limiter = LIMITER)]
+/// async fn export(tenant: u64, pro: bool) -> Result<(), RateLimited> {
+///     Ok(())
+/// }
+///
+/// #[rate_limit(replenish = 10, unit = "hour", key = user, name = "search", limiter = LIMITER)]
+/// async fn search(user: &str) -> Result<(), RateLimited> {
+///     Ok(())
+/// }
+///
+/// /// Suggestions draw from the search quota, at the caller's tier.
+/// #[rate_limit(shared = "search", key = user, tier = pro.then_some(PRO_SEARCH), limiter = LIMITER)]
+/// async fn suggest(user: &str, pro: bool) -> Result<(), RateLimited> {
+///     Ok(())
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let _ = LIMITER.set(RateLimiter::builder().memory().build().await?);
+/// export(7, false).await?;
+/// for _ in 0..20 {
+///     suggest("ann", true).await?; // the pro rate, past the declared 10
+/// }
+/// # Ok(()) }
+/// ```
+///
 /// # Counting some outcomes only
 ///
 /// `count` reads the function's output (`&Output`) and says whether the call counts. The call

@@ -260,11 +260,21 @@ pub(super) enum Before {
 
 /// Applies what `call` brings to its limit's `effective` state, before the key: one rule for
 /// one limit and for several.
-pub(super) fn before_key(call: &Call<'_>, effective: &mut Effective) -> Before {
+pub(super) fn before_key(
+    decl: &'static LimitDeclaration,
+    call: &Call<'_>,
+    effective: &mut Effective,
+) -> Before {
     if !effective.enabled {
         return Before::Decided(Decision::disabled(effective.limit, effective.cost));
     }
     if let Some(tier) = call.tier {
+        // A tier replaces the limit, not its kind: a rate's calls under a concurrency limit
+        // would take slots nothing gives back, a concurrency limit's under a rate would never
+        // give one back.
+        if tier.limit().is_concurrent() != effective.limit.is_concurrent() {
+            return Before::Decided(tier_of_another_kind(decl, tier, effective));
+        }
         effective.limit = tier.limit();
     }
     if call.exempt {
@@ -288,4 +298,34 @@ pub(super) fn before_key(call: &Call<'_>, effective: &mut Effective) -> Before {
             Before::Decided(Decision::cost_exceeds_burst(effective.limit, cost))
         }
     }
+}
+
+/// The refusal of a call given a tier whose limit is not of its declaration's kind (a rate's
+/// tier on a concurrency limit, or the other way round): a misuse no call can mean, said once.
+#[cold]
+fn tier_of_another_kind(
+    decl: &'static LimitDeclaration,
+    tier: &Tier,
+    effective: &Effective,
+) -> Decision {
+    let kind = |limit: &Limit| {
+        if limit.is_concurrent() {
+            "a concurrency limit"
+        } else {
+            "a rate limit"
+        }
+    };
+    decl.warn_once(
+        Warning::CannotCheck,
+        &format_args!(
+            "tier `{}` given to a call of `{}` is {} and `{}` is {}: a tier must be a limit of \
+             its declaration's kind, so these calls are refused",
+            tier.name(),
+            decl.name(),
+            kind(&tier.limit()),
+            decl.name(),
+            kind(&effective.limit),
+        ),
+    );
+    RateLimiter::fail_closed(&effective.limit, effective.cost)
 }

@@ -117,7 +117,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
     let mut effective = decl.effective();
     let name = decl.name();
     let label = call.label(name);
-    match before_key(&call, &mut effective) {
+    match before_key(decl, &call, &mut effective) {
         Before::Check => {}
         Before::Free => {
             record_current(label, Decision::free(effective.limit), None);

@@ -61,7 +61,7 @@ pub(crate) async fn decide_all(
     let before: Vec<Before> = limits
         .iter()
         .zip(&mut effective)
-        .map(|((.., call), e)| before_key(call, e))
+        .map(|((decl, _, call), e)| before_key(decl, call, e))
         .collect();
     // Only the limits still to decide look at their keys.
     let (buckets, in_scope): (Vec<Option<String>>, bool) = with_current(|ctx, scope| {
