@@ -49,7 +49,7 @@ pub(crate) const ARGUMENTS: &[Arg] = &[
         a.exempt = Some(v);
     })
     .shared()
-    .not_on_a_layer("a layer's limit has no call to exempt"),
+    .concurrent(),
     arg("empty_key", "\"allow\"", |a, n, v, e| {
         a.empty_key = args::word(n, &v, e);
     })
@@ -60,17 +60,13 @@ pub(crate) const ARGUMENTS: &[Arg] = &[
     })
     .concurrent()
     .shared(),
-    arg("count", "Result::is_err", |a, _, v, _| a.count = Some(v))
-        .shared()
-        .not_on_a_layer("a layer's limit counts every request it serves"),
+    arg("count", "Result::is_err", |a, _, v, _| a.count = Some(v)).shared(),
     arg("tier", "user.plan()", |a, _, v, _| a.tier = Some(v))
         .concurrent()
-        .shared()
-        .not_on_a_layer("a layer's limit has no call to give a tier"),
+        .shared(),
     arg("tiers", "[FREE, PRO]", |a, _, v, _| a.tiers = Some(v))
         .concurrent()
-        .shared()
-        .not_on_a_layer("a layer's limit has no call to give a tier"),
+        .shared(),
     arg("jitter", "\"50ms\"", |a, _, v, e| a.jitter = jitter(&v, e))
         .not_on_a_layer("a layer's limit refuses at once"),
     arg("shared", "\"search\"", |a, _, v, e| {

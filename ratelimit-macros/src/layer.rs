@@ -43,13 +43,28 @@ pub(crate) fn layer_limit(tokens: TokenStream) -> TokenStream {
     let sig: syn::Signature = syn::parse_quote!(fn layer());
     let declaration = declaration(&args, &sig, 1, None);
     let key = quote_spanned!(at(key.span())=> #key);
+    // What a handler's limit reads from its call, a layer's reads from the request: each is
+    // a function of it, set on the limit by its builder method (the compiler checks its type
+    // at the expression).
+    let mut features = TokenStream::new();
+    if let Some(exempt) = &args.exempt {
+        features.extend(quote_spanned!(at(exempt.span())=> .exempt(#exempt)));
+    }
+    if let Some(tier) = &args.tier {
+        features.extend(
+            quote_spanned!(at(tier.span())=> .tier(::redis_ratelimit::__private::layer_tier(#tier))),
+        );
+    }
+    if let Some(count) = &args.count {
+        features.extend(quote_spanned!(at(count.span())=> .count(#count)));
+    }
     quote! {
         {
             static __RL_LAYER_DECL: ::redis_ratelimit::LimitDeclaration = #declaration;
             ::redis_ratelimit::__private::inventory::submit! {
                 ::redis_ratelimit::__private::Registration(&__RL_LAYER_DECL)
             }
-            ::redis_ratelimit::__private::layer_limit(&__RL_LAYER_DECL, #key)
+            ::redis_ratelimit::__private::layer_limit(&__RL_LAYER_DECL, #key) #features
         }
     }
 }

@@ -48,6 +48,15 @@ pub fn layer_limit<K: LayerKey>(
     crate::http::LayerLimit::new(decl, key)
 }
 
+/// A layer's `tier = ..`: a function of the request whose answer is a tier, converted as a
+/// function's `tier` is ([`IntoTier`]).
+#[cfg(any(feature = "axum", feature = "actix-web"))]
+pub fn layer_tier<T: IntoTier>(
+    tier: impl Fn(&crate::RequestContext) -> T + Send + Sync + 'static,
+) -> impl Fn(&crate::RequestContext) -> Option<crate::Tier> + Send + Sync + 'static {
+    move |ctx| tier(ctx).into_tier()
+}
+
 /// The declaration of a function that draws from the limit `name` another declares
 /// (`#[rate_limit(shared = "name")]`).
 pub const fn shared(

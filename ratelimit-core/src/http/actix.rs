@@ -173,6 +173,12 @@ where
                     }
                     .map_into_right_body()
                 },
+                // actix-web's `http` is an older major version than the `StatusCode` of
+                // `LayerLimit::count`.
+                |response| {
+                    http::StatusCode::from_u16(response.status().as_u16())
+                        .unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR)
+                },
             )
             .await;
             let mut response = out?;

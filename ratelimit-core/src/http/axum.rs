@@ -134,6 +134,7 @@ where
                         req,
                         move |req| inner.call(req),
                         |rejection, _| (*rejection).into_response(),
+                        Response::status,
                     )
                     .await;
                     out.map(|mut response| {

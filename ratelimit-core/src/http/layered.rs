@@ -27,21 +27,32 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, PoisonError, RwLock};
 
+use http::StatusCode;
+
 use super::{Config, SharedConfig};
 use crate::headers::HeaderFamilies;
 use crate::pipeline::{Call, Holding, KeyArg, Taken};
 use crate::registry::{self, LimitDeclaration};
-use crate::request::{CONTEXT, Recorded, Scope};
-use crate::{KeyResolver, RateLimited, RateLimiter};
+use crate::request::{CONTEXT, Recorded, Scope, with_current};
+use crate::{KeyResolver, RateLimited, RateLimiter, RequestContext, Tier};
 
 /// A limit an HTTP layer decides for every request it serves: made by `layer_limit!` (a
 /// declared limit, listed by [`declared_limits`](crate::declared_limits) and overridable by
 /// its name like any other) and given to [`RateLimitLayer::limit`](crate::RateLimitLayer) or
 /// `RateLimitMiddleware::limit`.
+///
+/// What a handler's limit reads from its call's arguments, a layer's reads from the request:
+/// which requests are exempt ([`exempt`](LayerLimit::exempt)), the tier each is decided
+/// under ([`tier`](LayerLimit::tier)), and, from the response's status, which requests count
+/// ([`count`](LayerLimit::count)). `layer_limit!(exempt = .., tier = .., count = ..)` sets
+/// them.
 #[derive(Clone)]
 pub struct LayerLimit {
     decl: &'static LimitDeclaration,
     key: Arc<dyn KeyResolver>,
+    exempt: Option<Arc<dyn Fn(&RequestContext) -> bool + Send + Sync>>,
+    tier: Option<Arc<dyn Fn(&RequestContext) -> Option<Tier> + Send + Sync>>,
+    count: Option<Arc<dyn Fn(&StatusCode) -> bool + Send + Sync>>,
 }
 
 impl LayerLimit {
@@ -51,12 +62,61 @@ impl LayerLimit {
         LayerLimit {
             decl,
             key: Arc::new(key),
+            exempt: None,
+            tier: None,
+            count: None,
         }
     }
 
     /// The limit's declaration: its name, limit, key and place in the source.
     pub fn declaration(&self) -> &'static LimitDeclaration {
         self.decl
+    }
+
+    /// Lets the requests `exempt` says are exempt through unchecked, taking nothing (health
+    /// checks, internal callers): `Source::Exempt`, no rate-limit header for this limit.
+    #[must_use]
+    pub fn exempt(
+        mut self,
+        exempt: impl Fn(&RequestContext) -> bool + Send + Sync + 'static,
+    ) -> LayerLimit {
+        self.exempt = Some(Arc::new(exempt));
+        self
+    }
+
+    /// Decides each request under the tier `tier` picks from it (a plan read from the
+    /// principal an authentication layer put in the extensions, a header): its limit in place
+    /// of the declared one, `None` for the declared one. The request keeps its bucket whatever
+    /// its tier; the headers, the rejection and the metrics name the tier. A tier's limit must
+    /// be of the declaration's kind (a rate, or a concurrency limit), or the request is
+    /// refused.
+    #[must_use]
+    pub fn tier(
+        mut self,
+        tier: impl Fn(&RequestContext) -> Option<Tier> + Send + Sync + 'static,
+    ) -> LayerLimit {
+        self.tier = Some(Arc::new(tier));
+        self
+    }
+
+    /// Counts only the requests whose response status `count` accepts (say
+    /// `StatusCode::is_server_error`, or failed logins by their 401): a request that does not
+    /// count gets its tokens back once its response is made, through the store, where every
+    /// instance sees them. As on a handler's limit, the tokens are taken before the request
+    /// runs (so that concurrent requests cannot all pass), and only the buckets
+    /// (`token_bucket`, `leaky_bucket`) give back exactly.
+    #[must_use]
+    pub fn count(
+        mut self,
+        count: impl Fn(&StatusCode) -> bool + Send + Sync + 'static,
+    ) -> LayerLimit {
+        self.count = Some(Arc::new(count));
+        self
+    }
+
+    /// Whether a request whose response has `status` counts under this limit.
+    fn counts(&self, status: &StatusCode) -> bool {
+        self.count.as_ref().is_none_or(|count| count(status))
     }
 }
 
@@ -65,6 +125,9 @@ impl fmt::Debug for LayerLimit {
         f.debug_struct("LayerLimit")
             .field("name", &self.decl.name())
             .field("key", &self.decl.key())
+            .field("exempt", &self.exempt.is_some())
+            .field("tier", &self.tier.is_some())
+            .field("count", &self.count.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -248,8 +311,14 @@ impl Plan {
             pending: Cell::new(self.deferred),
             held: Holding::default(),
             decided: Cell::new(false),
-            // Only a layer that decides first takes anything before the handler's check.
-            taken: (!self.deferred).then(Taken::default),
+            // What a limit takes is kept when it may have to be given back: by a layer that
+            // decides first (if the handler then refuses), and for a limit that counts only
+            // some responses.
+            taken: self
+                .limits
+                .iter()
+                .map(|l| (!self.deferred || l.count.is_some()).then(Taken::default))
+                .collect(),
             first: RefCell::new(self.above.clone()),
         }
     }
@@ -284,9 +353,11 @@ pub(crate) struct LayerScope {
     held: Holding,
     /// The layer decided them before calling the handler.
     decided: Cell<bool>,
-    /// What the layer's limits took when it decided them first: given back if a check of
-    /// the handler then refuses the request (all or nothing, on a route not learned yet).
-    taken: Option<Taken>,
+    /// What each of the layer's limits took, where it is kept (see [`Plan::scope`]): given
+    /// back if a check of the handler refuses a request the layer decided first (all or
+    /// nothing, on a route not learned yet), or once the response is made if the limit does
+    /// not count it.
+    taken: Box<[Option<Taken>]>,
     /// The verdicts of the limits decided first, by the layers above and this one, before
     /// the handler's check: the response describes them with the handler's.
     first: RefCell<Vec<Recorded>>,
@@ -350,11 +421,21 @@ pub(crate) fn has_pending(limiter: Option<&RateLimiter>) -> bool {
 /// The layer limits a handler's check on `limiter` decides with its own: those its layer left
 /// pending, taken. `None` outside a layer with limits, and on every later check of the
 /// request.
-pub(crate) fn take_pending(limiter: Option<&RateLimiter>) -> Option<Arc<[LayerLimit]>> {
+pub(crate) fn take_pending(limiter: Option<&RateLimiter>) -> Option<Pending> {
     with_layer(|layer| {
-        (layer.pending_for(limiter) && layer.pending.replace(false))
-            .then(|| Arc::clone(&layer.limits))
+        (layer.pending_for(limiter) && layer.pending.replace(false)).then(|| Pending {
+            limits: Arc::clone(&layer.limits),
+            taken: layer.taken.clone(),
+        })
     })
+}
+
+/// The layers' limits a handler's check decides with its own, and where each keeps what it
+/// takes (for those that count only some responses).
+#[derive(Debug)]
+pub(crate) struct Pending {
+    pub(crate) limits: Arc<[LayerLimit]>,
+    pub(crate) taken: Box<[Option<Taken>]>,
 }
 
 /// Keeps `slot` in the current request's layer scope, until the response is made; dropped
@@ -368,19 +449,88 @@ pub(crate) fn hold(slot: crate::Slot) {
 }
 
 /// Decides `limits` alone, in the current scope (their resolvers read its request, their
-/// verdict is recorded in it), on the global limiter: all or nothing, one round trip.
-pub(crate) async fn decide(limits: &[LayerLimit]) -> Result<(), Box<RateLimited>> {
-    let keys = keys(limits);
-    // What they take is kept in the scope, to give back if the handler refuses the request.
-    let taken = crate::request::CONTEXT
-        .try_with(|scope| scope.layer.as_ref().and_then(|l| l.taken.clone()))
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    let checks: Vec<_> = checks(limits, &keys)
-        .map(|(decl, key, call)| (decl, key, call.keeping(&taken)))
-        .collect();
+/// verdict is recorded in it), on the global limiter: all or nothing, one round trip. What
+/// they take is kept in the scope when `keep` says so.
+pub(crate) async fn decide(limits: &[LayerLimit], keep: Keep) -> Result<(), Box<RateLimited>> {
+    let taken = match keep {
+        Keep::Taken => CONTEXT
+            .try_with(|scope| scope.layer.as_ref().map(|l| l.taken.clone()))
+            .ok()
+            .flatten()
+            .unwrap_or_default(),
+        Keep::Nothing => Box::default(),
+    };
+    let brought = Brought::new(limits);
+    let checks: Vec<_> = brought.checks(&taken).collect();
     crate::pipeline::decide_all(&checks, registry::global()).await
+}
+
+/// Whether [`decide`] keeps what the limits take in the scope (they are the scope's own
+/// limits, in its order), or keeps nothing (after the response: nothing is given back then).
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Keep {
+    Taken,
+    Nothing,
+}
+
+/// What one request brings to its layers' limits, read from it once: each limit's key, its
+/// tier and whether the request is exempt. A layer's limit reads the request as a handler's
+/// reads its call's arguments.
+pub(crate) struct Brought<'a> {
+    limits: &'a [LayerLimit],
+    keys: Vec<KeyArg<'a>>,
+    tiers: Vec<Option<Tier>>,
+    exempt: Vec<bool>,
+}
+
+impl<'a> Brought<'a> {
+    /// What the current request brings to `limits`.
+    pub(crate) fn new(limits: &'a [LayerLimit]) -> Brought<'a> {
+        let (tiers, exempt) = with_current(|ctx, _| {
+            let tiers = limits
+                .iter()
+                .map(|l| l.tier.as_ref().and_then(|tier| tier(ctx)))
+                .collect();
+            let exempt = limits
+                .iter()
+                .map(|l| l.exempt.as_ref().is_some_and(|exempt| exempt(ctx)))
+                .collect();
+            (tiers, exempt)
+        });
+        Brought {
+            limits,
+            keys: limits.iter().map(|l| KeyArg::Resolver(&*l.key)).collect(),
+            tiers,
+            exempt,
+        }
+    }
+
+    /// The limits as checks, each keeping what it takes in its `taken`, where it has one.
+    pub(crate) fn checks<'b>(
+        &'b self,
+        taken: &'b [Option<Taken>],
+    ) -> impl Iterator<Item = (&'static LimitDeclaration, &'b KeyArg<'b>, Call<'b>)> {
+        self.limits.iter().enumerate().map(move |(i, l)| {
+            let mut call = Call::NONE.with_exempt(self.exempt[i]);
+            if l.tier.is_some() {
+                call = call.with_tier(&self.tiers[i]);
+            }
+            if let Some(Some(taken)) = taken.get(i) {
+                call = call.keeping(taken);
+            }
+            (l.decl, &self.keys[i], call)
+        })
+    }
+}
+
+impl fmt::Debug for Brought<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Brought")
+            .field("limits", &self.limits)
+            .field("tiers", &self.tiers)
+            .field("exempt", &self.exempt)
+            .finish_non_exhaustive()
+    }
 }
 
 /// A check refused the request: when the layer decided its limits first (a route not
@@ -389,12 +539,11 @@ pub(crate) async fn decide(limits: &[LayerLimit]) -> Result<(), Box<RateLimited>
 /// not delayed by it (a give-back that fails leaves the tokens taken, as the request would
 /// have counted).
 pub(crate) fn give_back_on_refusal() {
-    let parts = with_layer(|layer| {
+    let parts: Vec<_> = with_layer(|layer| {
         layer
             .decided
             .get()
-            .then(|| layer.taken.as_ref().map(Taken::take))
-            .flatten()
+            .then(|| layer.taken.iter().flatten().flat_map(Taken::take).collect())
     })
     .unwrap_or_default();
     let (Some(limiter), false) = (registry::global(), parts.is_empty()) else {
@@ -416,22 +565,6 @@ pub(crate) fn give_back_on_refusal() {
     });
 }
 
-/// The keys of `limits`, as a check takes them.
-pub(crate) fn keys(limits: &[LayerLimit]) -> Vec<KeyArg<'_>> {
-    limits.iter().map(|l| KeyArg::Resolver(&*l.key)).collect()
-}
-
-/// `limits` as checks, with their `keys`.
-pub(crate) fn checks<'a>(
-    limits: &'a [LayerLimit],
-    keys: &'a [KeyArg<'a>],
-) -> impl Iterator<Item = (&'static LimitDeclaration, &'a KeyArg<'a>, Call<'static>)> {
-    limits
-        .iter()
-        .zip(keys)
-        .map(|(l, key)| (l.decl, key, Call::NONE))
-}
-
 /// What a refusal replaces: the request, refused before the service below saw it; or the
 /// response it gave, for a request whose handler did not decide the limits left to it.
 #[derive(Debug)]
@@ -443,13 +576,15 @@ pub(crate) enum Refusing<R, T> {
 /// Serves `req` under `plan`, in `scope`: the layers' limits decided first, or left to the
 /// handler's check (and decided when the response is back if it did not check); `inner`
 /// calls the service below; `refused` renders a refusal as the response (in the scope, so it
-/// takes the verdict with it). Returns the response and the verdict its headers describe.
+/// takes the verdict with it); `status` reads a response's status, for the limits that count
+/// only some responses. Returns the response and the verdict its headers describe.
 pub(crate) async fn serve<R, F, T, E>(
     mut scope: Scope,
     plan: Plan,
     req: R,
     inner: impl FnOnce(R) -> F,
     refused: impl FnOnce(Box<RateLimited>, Refusing<R, T>) -> T,
+    status: impl Fn(&T) -> StatusCode,
 ) -> (Result<T, E>, Verdict)
 where
     F: Future<Output = Result<T, E>>,
@@ -457,7 +592,7 @@ where
     scope.layer = Some(plan.scope());
     if !plan.deferred {
         let fut = CONTEXT.scope(scope, async {
-            match decide(&plan.limits).await {
+            match decide(&plan.limits, Keep::Taken).await {
                 Err(rejection) => Ok(refused(rejection, Refusing::Request(req))),
                 Ok(()) => {
                     // What the layers decided so far is described with what the handler
@@ -473,7 +608,10 @@ where
         });
         let mut fut = std::pin::pin!(fut);
         let out = (&mut fut).await;
-        let verdict = Verdict::of_finished(fut.as_mut());
+        let scope = fut.as_mut().take_value();
+        let verdict = scope.as_ref().map(Verdict::of).unwrap_or_default();
+        let uncounted = uncounted(scope.as_ref(), out.as_ref().ok().map(&status));
+        give_back(uncounted).await;
         // A layer below took over: its response describes the request already.
         if plan.taken.load(Ordering::Acquire) {
             return (out, Verdict::default());
@@ -489,11 +627,24 @@ where
     };
     let response = match out {
         Ok(response) if plan.still_pending(Some(&scope)) => response,
-        out => return (out, Verdict::of(&scope)),
+        out => {
+            let verdict = Verdict::of(&scope);
+            let uncounted = uncounted(Some(&scope), out.as_ref().ok().map(&status));
+            give_back(uncounted).await;
+            return (out, verdict);
+        }
     };
-    // A learned route whose handler did not check: the request counts all the same.
+    // A learned route whose handler did not check: the request counts all the same, under
+    // the limits that count its response (the others would take and give back at once).
+    let code = status(&response);
+    let counted: Vec<LayerLimit> = plan
+        .limits
+        .iter()
+        .filter(|l| l.counts(&code))
+        .cloned()
+        .collect();
     let after = CONTEXT.scope(scope, async {
-        match decide(&plan.limits).await {
+        match decide(&counted, Keep::Nothing).await {
             Ok(()) => response,
             Err(rejection) => refused(rejection, Refusing::Response(response)),
         }
@@ -502,6 +653,35 @@ where
     let response = (&mut after).await;
     let verdict = Verdict::of_finished(after.as_mut());
     (Ok(response), verdict)
+}
+
+/// What the limits kept in `scope` took for a request whose response has `status`, under
+/// each limit that does not count it. A response that is an error of the service (no status)
+/// counts. Collected apart from [`give_back`]: the scope is not `Sync`, and must not be held
+/// across an await.
+fn uncounted(
+    scope: Option<&Scope>,
+    status: Option<StatusCode>,
+) -> Vec<(&'static LimitDeclaration, Taken)> {
+    let (Some(layer), Some(status)) = (scope.and_then(|s| s.layer.as_ref()), status) else {
+        return Vec::new();
+    };
+    layer
+        .limits
+        .iter()
+        .zip(layer.taken.iter())
+        .filter_map(|(limit, taken)| {
+            let taken = taken.as_ref()?;
+            (!limit.counts(&status)).then(|| (limit.decl, taken.clone()))
+        })
+        .collect()
+}
+
+/// Gives back what each limit took, through the global limiter's store.
+async fn give_back(uncounted: Vec<(&'static LimitDeclaration, Taken)>) {
+    for (decl, taken) in uncounted {
+        crate::pipeline::refund(decl, &taken, registry::global()).await;
+    }
 }
 
 /// What a request's response describes: the limits layers decided first (outermost first),

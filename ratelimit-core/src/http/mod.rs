@@ -15,6 +15,9 @@ pub use self::actix::RateLimitActixService;
 #[cfg(feature = "axum")]
 pub use self::axum::{RateLimitService, ResponseFuture};
 pub use self::layered::LayerLimit;
+/// The status [`LayerLimit::count`] reads, from the `http` crate (version 1) that axum and
+/// [`RequestContext`](crate::RequestContext) use: actix-web's own is of an older version.
+pub use ::http::StatusCode;
 
 use std::sync::Arc;
 

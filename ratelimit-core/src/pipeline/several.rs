@@ -18,10 +18,10 @@ pub async fn check_all(
     limiter: Option<&RateLimiter>,
 ) -> Result<(), Box<RateLimited>> {
     #[cfg(any(feature = "axum", feature = "actix-web"))]
-    if let Some(layer) = crate::http::layered::take_pending(limiter) {
+    if let Some(pending) = crate::http::layered::take_pending(limiter) {
         // The layers' limits, left pending for this check: decided with these, together.
-        let layer_keys = crate::http::layered::keys(&layer);
-        let mut checks: Vec<_> = crate::http::layered::checks(&layer, &layer_keys).collect();
+        let brought = crate::http::layered::Brought::new(&pending.limits);
+        let mut checks: Vec<_> = brought.checks(&pending.taken).collect();
         checks.extend_from_slice(limits);
         return decide_all(&checks, limiter).await;
     }

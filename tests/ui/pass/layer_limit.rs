@@ -1,7 +1,17 @@
-//! `layer_limit!` with a resolver, a constant rate, an algorithm and a shared limit.
+//! `layer_limit!` with a resolver, a constant rate, an algorithm and a shared limit; and with
+//! what a layer's limit reads from the request (exempt, tier) and its response (count).
 #![deny(warnings)]
 
-use redis_ratelimit::{Header, Ip, RateLimitLayer, RateLimitMiddleware, layer_limit};
+use redis_ratelimit::{
+    Header, Ip, Limit, RateLimitLayer, RateLimitMiddleware, RequestContext, Tier,
+    http::StatusCode, layer_limit,
+};
+
+const PRO: Tier = Tier::new("pro", Limit::per_minute(6000));
+
+fn is_health_check(request: &RequestContext) -> bool {
+    request.path() == Some("/health")
+}
 
 const PER_MINUTE: u32 = 600;
 
@@ -16,4 +26,14 @@ fn main() {
             policy = "allow"
         ));
     let _actix = RateLimitMiddleware::new().limit(layer_limit!(shared = "api", key = Ip));
+    let _features = RateLimitLayer::new().limit(layer_limit!(
+        name = "plans",
+        replenish = 60,
+        unit = "minute",
+        key = Header("x-api-key"),
+        exempt = is_health_check,
+        tier = |request| request.headers().contains_key("x-pro").then_some(PRO),
+        tiers = [PRO],
+        count = StatusCode::is_server_error
+    ));
 }

@@ -1,0 +1,233 @@
+//! What a router-wide limit reads from each request and its response, on the axum layer, in
+//! memory and on a real `redis-server`: requests it exempts (health checks) pass untaken, each
+//! request is decided under the tier it picks from the request (a plan header), and only the
+//! responses it counts (server errors) take from the bucket. Each on a route the layer decides
+//! alone, and on a route whose handler has a limit of its own (decided together with it, in
+//! one script, once the route is learned). Each test runs in a process of its own (nextest)
+//! and enables the global limiter on the store it tests.
+#![allow(clippy::unwrap_used)]
+
+use axum::Router;
+use axum::body::Body;
+use axum::http::{Request, StatusCode};
+use axum::routing::get;
+use redis_ratelimit::{
+    Header, Limit, RateLimitLayer, RateLimited, RequestContext, Tier, enable_redis_rate_limit,
+    layer_limit, rate_limit,
+};
+use testkit::RedisServer;
+use tower::ServiceExt as _;
+
+/// The pro plan: five requests a day instead of two.
+const PRO: Tier = Tier::new("pro", Limit::per_day(5));
+
+fn is_health_check(request: &RequestContext) -> bool {
+    request.path() == Some("/health")
+}
+
+fn plan(request: &RequestContext) -> Option<Tier> {
+    (request.headers().get("x-plan")?.to_str().ok()? == "pro").then_some(PRO)
+}
+
+/// A handler with no limit of its own: the layer decides its requests first, every time.
+/// Fails when asked to.
+async fn work(request: Request<Body>) -> StatusCode {
+    if request.uri().query() == Some("fail") {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::OK
+    }
+}
+
+/// A handler with a generous limit of its own: once the route is learned, the router's limit
+/// is decided with it, in the handler's check.
+#[rate_limit(replenish = 1000, unit = "day", key = Header("x-client"), name = "own")]
+async fn limited(request: Request<Body>) -> Result<StatusCode, RateLimited> {
+    Ok(work(request).await)
+}
+
+async fn health() -> &'static str {
+    "ok"
+}
+
+/// Two requests a day per client, under three rules of the router's: health checks exempt,
+/// the plan's tier, and only server errors counted (in the `counted` router).
+fn app(counted: bool) -> Router {
+    let router = Router::new()
+        .route("/work", get(work))
+        .route("/limited", get(limited))
+        .route("/health", get(health));
+    if counted {
+        router.layer(RateLimitLayer::new().limit(layer_limit!(
+            name = "failures",
+            replenish = 2,
+            unit = "day",
+            key = Header("x-client"),
+            count = StatusCode::is_server_error
+        )))
+    } else {
+        router.layer(RateLimitLayer::new().limit(layer_limit!(
+            name = "api",
+            replenish = 2,
+            unit = "day",
+            key = Header("x-client"),
+            exempt = is_health_check,
+            tier = plan,
+            tiers = [PRO]
+        )))
+    }
+}
+
+async fn enable(server: Option<&RedisServer>) {
+    match server {
+        Some(server) => enable_redis_rate_limit!(url = server.url(), prefix = "layer-features")
+            .await
+            .unwrap(),
+        None => enable_redis_rate_limit!(url = "memory://", prefix = "layer-features")
+            .await
+            .unwrap(),
+    };
+}
+
+/// The status of `path` for `client`, with the headers `extra`.
+async fn get_as(app: &Router, path: &str, client: &str, extra: &[(&str, &str)]) -> StatusCode {
+    let mut request = Request::get(path).header("x-client", client);
+    for (name, value) in extra {
+        request = request.header(*name, *value);
+    }
+    let response = app
+        .clone()
+        .oneshot(request.body(Body::empty()).unwrap())
+        .await
+        .unwrap();
+    response.status()
+}
+
+/// How many of `n` requests were answered `status`.
+async fn count_of(
+    app: &Router,
+    status: StatusCode,
+    n: usize,
+    path: &str,
+    client: &str,
+    extra: &[(&str, &str)],
+) -> usize {
+    let mut seen = 0;
+    for _ in 0..n {
+        if get_as(app, path, client, extra).await == status {
+            seen += 1;
+        }
+    }
+    seen
+}
+
+async fn health_checks_are_exempt(server: Option<RedisServer>) {
+    enable(server.as_ref()).await;
+    let app = app(false);
+    for path in ["/work", "/limited"] {
+        let client = format!("exempt{path}");
+        // However many health checks, the client's two requests are still there.
+        assert_eq!(
+            count_of(&app, StatusCode::OK, 10, "/health", &client, &[]).await,
+            10
+        );
+        assert_eq!(
+            count_of(&app, StatusCode::OK, 3, path, &client, &[]).await,
+            2,
+            "{path}"
+        );
+        // And exempt once the bucket is empty.
+        assert_eq!(get_as(&app, "/health", &client, &[]).await, StatusCode::OK);
+    }
+}
+
+async fn each_request_is_decided_under_its_tier(server: Option<RedisServer>) {
+    enable(server.as_ref()).await;
+    let app = app(false);
+    let pro = [("x-plan", "pro")];
+    for path in ["/work", "/limited"] {
+        let (free_client, pro_client) = (format!("free{path}"), format!("pro{path}"));
+        assert_eq!(
+            count_of(&app, StatusCode::OK, 4, path, &free_client, &[]).await,
+            2
+        );
+        assert_eq!(
+            count_of(&app, StatusCode::OK, 8, path, &pro_client, &pro).await,
+            5
+        );
+        // The refusal names the tier in force.
+        let refused = app
+            .clone()
+            .oneshot(
+                Request::get(path)
+                    .header("x-client", &pro_client)
+                    .header("x-plan", "pro")
+                    .body(Body::empty())
+                    .unwrap(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+        let policy = refused.headers()["ratelimit-policy"].to_str().unwrap();
+        assert!(policy.contains("api[pro]"), "{policy}");
+    }
+}
+
+async fn only_the_responses_it_counts_take(server: Option<RedisServer>) {
+    enable(server.as_ref()).await;
+    let app = app(true);
+    for path in ["/work", "/limited"] {
+        let client = format!("counted{path}");
+        let failing = format!("{path}?fail");
+        // Successes take nothing back: as many as the client likes.
+        assert_eq!(
+            count_of(&app, StatusCode::OK, 6, path, &client, &[]).await,
+            6
+        );
+        // Two failures count, and use the bucket up.
+        assert_eq!(
+            count_of(
+                &app,
+                StatusCode::INTERNAL_SERVER_ERROR,
+                2,
+                &failing,
+                &client,
+                &[]
+            )
+            .await,
+            2
+        );
+        assert_eq!(
+            get_as(&app, path, &client, &[]).await,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+        assert_eq!(
+            get_as(&app, &failing, &client, &[]).await,
+            StatusCode::TOO_MANY_REQUESTS
+        );
+    }
+}
+
+/// Each case as two tests: `memory::case` and `redis::case`.
+macro_rules! on_both_stores {
+    ($($case:ident),*) => {
+        mod memory {
+            $(#[tokio::test]
+            async fn $case() {
+                super::$case(None).await;
+            })*
+        }
+        mod redis {
+            $(#[tokio::test]
+            async fn $case() {
+                super::$case(Some(testkit::RedisServer::start())).await;
+            })*
+        }
+    };
+}
+
+on_both_stores!(
+    health_checks_are_exempt,
+    each_request_is_decided_under_its_tier,
+    only_the_responses_it_counts_take
+);
