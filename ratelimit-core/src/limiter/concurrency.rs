@@ -6,11 +6,10 @@
 //! (`decide_all`): all or nothing, in one script on Redis. The call's id (its holder) rides in
 //! its concurrency limits ([`Limit::holder`]) so that every stage sees it.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize};
-
-use tokio::sync::Notify;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 
 use super::*;
+use crate::fleet::waiters::{Listener, wake};
 
 /// What [`RateLimiter::enter`] answers: the call's decision and, when it is admitted, the
 /// guard of its slots.
@@ -259,7 +258,7 @@ impl RateLimiter {
             deadline.and_then(|_| slot.parts().first().map(|p| Listener::new(&p.bucket)));
         let mut backoff = MIN_BACKOFF;
         loop {
-            let mut woken = listener.as_ref().map(|l| Box::pin(l.notify.notified()));
+            let mut woken = listener.as_ref().map(|l| Box::pin(l.notified()));
             if let Some(w) = &mut woken {
                 w.as_mut().enable();
             }
@@ -673,69 +672,4 @@ fn next_holder() -> u64 {
         std::sync::LazyLock::new(std::collections::hash_map::RandomState::new);
     static COUNT: AtomicU64 = AtomicU64::new(0);
     SEED.hash_one(COUNT.fetch_add(1, Ordering::Relaxed)).max(1)
-}
-
-/// The calls of this process waiting for a slot, by bucket: a release here wakes them at
-/// once. An entry lives while someone waits on it, so the map holds only live waiters.
-static WAITERS: std::sync::LazyLock<
-    std::sync::Mutex<std::collections::HashMap<Box<str>, std::sync::Weak<Notify>>>,
-> = std::sync::LazyLock::new(Default::default);
-
-fn waiters()
--> std::sync::MutexGuard<'static, std::collections::HashMap<Box<str>, std::sync::Weak<Notify>>> {
-    WAITERS
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-/// How many calls of this process wait for a slot: a release takes the lock of [`WAITERS`]
-/// only when some do.
-static WAITING: AtomicUsize = AtomicUsize::new(0);
-
-/// Wakes this process's waiters on `bucket` (a release here, or one another instance
-/// published on the fleet's channel).
-pub(crate) fn wake(bucket: &str) {
-    if WAITING.load(Ordering::Acquire) == 0 {
-        return;
-    }
-    let notify = waiters().get(bucket).and_then(std::sync::Weak::upgrade);
-    if let Some(notify) = notify {
-        notify.notify_waiters();
-    }
-}
-
-/// One waiter's place in [`WAITERS`].
-struct Listener {
-    bucket: Box<str>,
-    notify: Arc<Notify>,
-}
-
-impl Listener {
-    fn new(bucket: &str) -> Listener {
-        WAITING.fetch_add(1, Ordering::AcqRel);
-        let mut map = waiters();
-        let notify = match map.get(bucket).and_then(std::sync::Weak::upgrade) {
-            Some(notify) => notify,
-            None => {
-                let notify = Arc::new(Notify::new());
-                map.insert(bucket.into(), Arc::downgrade(&notify));
-                notify
-            }
-        };
-        Listener {
-            bucket: bucket.into(),
-            notify,
-        }
-    }
-}
-
-impl Drop for Listener {
-    fn drop(&mut self) {
-        let mut map = waiters();
-        // The last waiter on the bucket takes its entry away.
-        if Arc::strong_count(&self.notify) == 1 {
-            map.remove(&self.bucket);
-        }
-        WAITING.fetch_sub(1, Ordering::AcqRel);
-    }
 }
