@@ -3,8 +3,9 @@
 //! An instance is a process: however many limiters it builds on one deployment and prefix, it
 //! beats once in the set of live instances (what the fallback divides a limit by), under one
 //! id for the whole process, and one connection listens for the resets other instances
-//! publish, on behalf of every limiter's deny cache. One task per (deployment, prefix) does
-//! both; it stops when the last limiter using it is dropped.
+//! publish, on behalf of every limiter's deny cache and of the calls of this process waiting
+//! for a concurrency slot ([`waiters`]). One task per (deployment, prefix) does both; it
+//! stops when the last limiter using it is dropped.
 //!
 //! Resets travel by Redis pub/sub rather than client-side caching invalidation: the deny cache
 //! holds refusals, not values read from Redis, so there is no key read to track (the bucket's
@@ -22,6 +23,8 @@ use futures_core::Stream;
 use crate::Error;
 use crate::deny_cache::DenyCache;
 use crate::store::{MemoryStore, RedisStore};
+
+pub(crate) mod waiters;
 
 /// How often each instance says it is alive.
 const HEARTBEAT_EVERY: Duration = Duration::from_secs(1);
@@ -243,7 +246,7 @@ impl Task {
                     Ok(bucket) => {
                         member.each_cache(|cache| cache.forget(&bucket));
                         // A concurrency slot given back elsewhere, with calls waiting for one.
-                        crate::limiter::wake_waiters(&bucket);
+                        waiters::wake(&bucket);
                     }
                     Err(e) => tracing::debug!(%e, "ignoring a malformed reset message"),
                 },

@@ -198,11 +198,6 @@ impl StateKind {
         self as u8
     }
 
-    /// The kind whose [`id`](StateKind::id) is `id`.
-    pub(crate) fn from_id(id: u64) -> Option<StateKind> {
-        StateKind::ALL.into_iter().find(|k| u64::from(k.id()) == id)
-    }
-
     /// Its place in [`ALL`](StateKind::ALL).
     pub(crate) const fn index(self) -> usize {
         self as usize - 1

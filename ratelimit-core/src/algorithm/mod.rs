@@ -204,7 +204,7 @@ impl Kernel {
 }
 
 /// A script's numeric arguments, on the stack (at most eight).
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct ScriptArgs {
     values: [u64; 8],
     len: usize,

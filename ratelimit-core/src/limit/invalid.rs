@@ -153,3 +153,36 @@ impl InvalidLimit {
         }
     }
 }
+
+/// Panics with `e`'s reason in a `const` builder (a compile error in `const` context).
+pub(crate) const fn invalid(e: &InvalidLimit) -> ! {
+    match e {
+        InvalidLimit::ZeroReplenish => panic!("`replenish` must be at least 1"),
+        InvalidLimit::ZeroBurst => panic!("`burst` must be at least 1"),
+        InvalidLimit::BadPeriod { .. } => {
+            panic!("the period must be a whole number of microseconds, at least 1 and below 2^51")
+        }
+        InvalidLimit::TooFine { .. } => {
+            panic!("invalid limit: too fine-grained to compute exactly; see InvalidLimit::TooFine")
+        }
+        InvalidLimit::BurstOfWindow { .. } => {
+            panic!("a window algorithm has no burst of its own: leave `burst` unset")
+        }
+        InvalidLimit::TokenBucketOnly { .. } => {
+            panic!("`refill` and `initial` are a token bucket's, not a window algorithm's")
+        }
+        InvalidLimit::InitialAboveBurst { .. } => panic!("`initial` exceeds the burst"),
+        InvalidLimit::CannotWait { .. } => {
+            panic!("only a smoothly refilled token bucket and the leaky bucket can wait")
+        }
+        InvalidLimit::WaitTooLong { .. } => panic!("the wait is longer than this limit allows"),
+        InvalidLimit::JitterTooLong { .. } => panic!("a jitter is at most an hour"),
+        InvalidLimit::BadConcurrency { .. } => {
+            panic!("a concurrency limit needs 1 to 1000000 calls and a lease from 1 ms to a day")
+        }
+        InvalidLimit::NotForConcurrency => {
+            panic!("a concurrency limit takes only its max, `lease` and `wait`")
+        }
+        InvalidLimit::NeedsSlot => panic!("a concurrency limit needs RateLimiter::enter"),
+    }
+}

@@ -1,4 +1,8 @@
-//! Limits: how many tokens a bucket holds and how fast it refills.
+//! Limits: how many tokens a bucket holds and how fast it refills. Here, the [`Limit`] type and
+//! how a rate limit is built and checked; beside it, concurrency limits (`concurrent`), what a
+//! limit does with its calls (`per_call`: waiting, jitter, shadow mode, failure policy), what a
+//! limit says (`read`), why one cannot be built (`invalid`), tiers (`tier`) and the words of
+//! its settings (`words`).
 
 use std::num::NonZeroU32;
 use std::time::Duration;
@@ -7,12 +11,16 @@ use ratelimit_vocab::limits::{self, Parts, Problem};
 
 use crate::FailurePolicy;
 
+mod concurrent;
 mod invalid;
+mod per_call;
 mod read;
 mod tier;
 mod words;
 
+pub use concurrent::{DEFAULT_LEASE, MAX_CONCURRENT};
 pub use invalid::InvalidLimit;
+pub(crate) use invalid::invalid;
 pub use tier::Tier;
 pub(crate) use words::deserialize_named;
 pub use words::{Algorithm, Refill, Unit, UnknownAlgorithm, UnknownRefill, UnknownUnit};
@@ -95,60 +103,11 @@ pub struct Limit {
     holder_high: u32,
 }
 
-/// The most calls one concurrency limit may hold in flight ([`Limit::concurrent`]): each is
-/// a member of a sorted set in Redis, and a call of cost `n` is `n` members.
-pub const MAX_CONCURRENT: u32 = limits::MAX_CONCURRENT;
-
-/// How long a concurrency slot is held without renewal ([`Limit::lease`]'s default): the
-/// slots of a process that dies come back after it.
-pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
-
-// The shortest lease and the longest (a day) are the vocabulary's, which the attribute and
-// the overrides check too.
-use ratelimit_vocab::limits::{MAX_LEASE_US, MIN_LEASE_US};
-
-/// The longest jitter a wait may be spread by: an hour (the vocabulary's, which the attribute
-/// checks too).
-pub(crate) const MAX_JITTER: Duration = Duration::from_micros(limits::MAX_JITTER_US);
-
 /// `Limit::wait_us` when no wait was set.
 const NO_WAIT: u64 = u64::MAX;
 
 /// The longest wait a reservation may reach: a day.
 pub(crate) use ratelimit_vocab::limits::MAX_WAIT_US;
-
-/// Panics with `e`'s reason in a `const` builder (a compile error in `const` context).
-pub(crate) const fn invalid(e: &InvalidLimit) -> ! {
-    match e {
-        InvalidLimit::ZeroReplenish => panic!("`replenish` must be at least 1"),
-        InvalidLimit::ZeroBurst => panic!("`burst` must be at least 1"),
-        InvalidLimit::BadPeriod { .. } => {
-            panic!("the period must be a whole number of microseconds, at least 1 and below 2^51")
-        }
-        InvalidLimit::TooFine { .. } => {
-            panic!("invalid limit: too fine-grained to compute exactly; see InvalidLimit::TooFine")
-        }
-        InvalidLimit::BurstOfWindow { .. } => {
-            panic!("a window algorithm has no burst of its own: leave `burst` unset")
-        }
-        InvalidLimit::TokenBucketOnly { .. } => {
-            panic!("`refill` and `initial` are a token bucket's, not a window algorithm's")
-        }
-        InvalidLimit::InitialAboveBurst { .. } => panic!("`initial` exceeds the burst"),
-        InvalidLimit::CannotWait { .. } => {
-            panic!("only a smoothly refilled token bucket and the leaky bucket can wait")
-        }
-        InvalidLimit::WaitTooLong { .. } => panic!("the wait is longer than this limit allows"),
-        InvalidLimit::JitterTooLong { .. } => panic!("a jitter is at most an hour"),
-        InvalidLimit::BadConcurrency { .. } => {
-            panic!("a concurrency limit needs 1 to 1000000 calls and a lease from 1 ms to a day")
-        }
-        InvalidLimit::NotForConcurrency => {
-            panic!("a concurrency limit takes only its max, `lease` and `wait`")
-        }
-        InvalidLimit::NeedsSlot => panic!("a concurrency limit needs RateLimiter::enter"),
-    }
-}
 
 impl Limit {
     /// Whether a call of `cost` tokens can be decided under this limit: at least one token,
@@ -283,154 +242,6 @@ impl Limit {
             concurrent: false,
             holder_high: 0,
         })
-    }
-
-    /// At most `max` calls of one key in flight at once, across every instance sharing the
-    /// store: a call takes a slot when it starts ([`RateLimiter::enter`]) and gives it back
-    /// when it ends, however it ends (return, error, panic, cancellation: the slot's guard
-    /// gives it back when dropped). A process that dies holding slots loses them after the
-    /// [`lease`](Limit::lease) (30 s by default), which is renewed while the call runs, so a
-    /// long call keeps its slot. A full key refuses at once, or with
-    /// [`wait`](Limit::wait) queues for a slot, served in arrival order.
-    ///
-    /// A cost of `n` takes `n` slots. `burst`, `algorithm`, `refill`, `initial` and `jitter`
-    /// are a rate limit's and refused here; stack a rate limit beside it with
-    /// [`RateLimiter::enter_all`].
-    ///
-    /// ```
-    /// use ratelimit_core::Limit;
-    /// use std::time::Duration;
-    ///
-    /// // At most 4 exports of one tenant at once; a fifth waits up to 2 s for a slot.
-    /// const EXPORTS: Limit = Limit::concurrent(4).wait(Duration::from_secs(2));
-    /// assert_eq!(EXPORTS.max_in_flight(), Some(4));
-    /// assert_eq!(EXPORTS.lease_time(), Some(Duration::from_secs(30)));
-    /// assert!(Limit::concurrent(4).try_burst(8).is_err());
-    /// assert!(Limit::per_second(4).max_in_flight().is_none());
-    /// ```
-    ///
-    /// [`RateLimiter::enter`]: crate::RateLimiter::enter
-    /// [`RateLimiter::enter_all`]: crate::RateLimiter::enter_all
-    ///
-    /// # Panics
-    /// If [`try_concurrent`](Limit::try_concurrent) fails (a compile error in `const`
-    /// context).
-    pub const fn concurrent(max: u32) -> Limit {
-        match Limit::try_concurrent(max) {
-            Ok(limit) => limit,
-            Err(e) => invalid(&e),
-        }
-    }
-
-    /// [`concurrent`](Limit::concurrent) for values known at run time.
-    ///
-    /// # Errors
-    /// [`InvalidLimit::BadConcurrency`] for 0 or more than [`MAX_CONCURRENT`](crate::defaults::MAX_CONCURRENT).
-    pub const fn try_concurrent(max: u32) -> Result<Limit, InvalidLimit> {
-        let Some(n) = NonZeroU32::new(max) else {
-            return Err(InvalidLimit::BadConcurrency {
-                max,
-                lease: DEFAULT_LEASE,
-            });
-        };
-        Limit::assemble(Limit {
-            replenish: n,
-            burst: n,
-            period_us: DEFAULT_LEASE.as_secs() * 1_000_000,
-            unit: None,
-            algorithm: Algorithm::TokenBucket,
-            refill: Refill::Smooth,
-            initial: None,
-            on_failure: None,
-            wait_us: NO_WAIT,
-            shadow: false,
-            jitter_us: 0,
-            concurrent: true,
-            holder_high: 0,
-        })
-    }
-
-    /// The same concurrency limit with slots held for `lease` without renewal (a whole number
-    /// of microseconds, from 1 ms to a day). A slot's guard renews it every third of the lease
-    /// while the call runs; a process that dies loses its slots once their leases end.
-    ///
-    /// # Panics
-    /// If [`try_lease`](Limit::try_lease) fails.
-    #[must_use]
-    pub const fn lease(self, lease: Duration) -> Limit {
-        match self.try_lease(lease) {
-            Ok(limit) => limit,
-            Err(e) => invalid(&e),
-        }
-    }
-
-    /// [`lease`](Limit::lease) for values known at run time.
-    ///
-    /// # Errors
-    /// [`InvalidLimit::BadConcurrency`] for a lease out of bounds,
-    /// [`InvalidLimit::NotForConcurrency`] for a rate limit.
-    pub const fn try_lease(mut self, lease: Duration) -> Result<Limit, InvalidLimit> {
-        if !self.concurrent {
-            return Err(InvalidLimit::NotForConcurrency);
-        }
-        let us = lease.as_micros();
-        if us > MAX_LEASE_US as u128 || !lease.subsec_nanos().is_multiple_of(1000) {
-            return Err(InvalidLimit::BadConcurrency {
-                max: self.replenish.get(),
-                lease,
-            });
-        }
-        // At most a day, checked just above.
-        #[allow(clippy::cast_possible_truncation)]
-        let us = us as u64;
-        self.period_us = us;
-        Limit::assemble(self)
-    }
-
-    /// The same limit with no wait (an override's `wait = "none"`).
-    pub(crate) const fn without_wait(mut self) -> Limit {
-        self.wait_us = NO_WAIT;
-        self
-    }
-
-    /// The same limit with the slot id `holder` (see [`Limit::holder`]).
-    /// A rate limit is returned as it is: it has no holder, and `jitter_us` is its jitter.
-    #[allow(clippy::cast_possible_truncation)]
-    pub(crate) const fn with_holder(mut self, holder: u64) -> Limit {
-        if self.concurrent {
-            self.jitter_us = holder as u32;
-            self.holder_high = (holder >> 32) as u32;
-        }
-        self
-    }
-
-    /// The slot id a concurrency limit carries through the pipeline (0: none).
-    pub(crate) const fn holder(&self) -> u64 {
-        if self.concurrent {
-            (self.holder_high as u64) << 32 | self.jitter_us as u64
-        } else {
-            0
-        }
-    }
-
-    /// The rules of a concurrency limit, which the vocabulary's rate limits do not know.
-    const fn check_concurrency(limit: &Limit) -> Result<Limit, InvalidLimit> {
-        let max = limit.replenish.get();
-        if limit.burst.get() != max
-            || !matches!(limit.algorithm, Algorithm::TokenBucket)
-            || !matches!(limit.refill, Refill::Smooth)
-            || limit.initial.is_some()
-        {
-            return Err(InvalidLimit::NotForConcurrency);
-        }
-        if max > MAX_CONCURRENT || limit.period_us < MIN_LEASE_US || limit.period_us > MAX_LEASE_US
-        {
-            return Err(InvalidLimit::BadConcurrency {
-                max,
-                lease: Duration::from_micros(limit.period_us),
-            });
-        }
-        Ok(*limit)
     }
 
     /// Builds a limit from values known at run time.
@@ -608,172 +419,6 @@ impl Limit {
         self.initial = initial;
         Limit::assemble(self)
     }
-
-    /// The same limit with its own failure policy: what calls under this limit get while the
-    /// store fails, instead of the limiter's [`failure_policy`](crate::RateLimiter::failure_policy).
-    ///
-    /// ```
-    /// use ratelimit_core::{FailurePolicy, Limit};
-    ///
-    /// // Payments fail closed even when the limiter's default is to fall back to memory.
-    /// const PAYMENTS: Limit = Limit::per_second(5).burst(10).on_failure(FailurePolicy::Deny);
-    /// assert_eq!(PAYMENTS.failure_policy(), Some(FailurePolicy::Deny));
-    /// assert_eq!(Limit::per_second(5).failure_policy(), None);
-    /// ```
-    #[must_use]
-    pub const fn on_failure(self, policy: FailurePolicy) -> Limit {
-        self.with_failure_policy(Some(policy))
-    }
-
-    /// The same limit with the given failure policy, or with the limiter's when `None`.
-    #[must_use]
-    pub const fn with_failure_policy(mut self, policy: Option<FailurePolicy>) -> Limit {
-        self.on_failure = policy;
-        self
-    }
-
-    /// The same limit, with calls that wait up to `max_wait` for their tokens instead of being
-    /// refused: a call over the limit reserves its tokens at once, in the same round trip as a
-    /// check, and sleeps until they are due if that is within `max_wait`; otherwise it is
-    /// refused at once and takes nothing. Waiters on every instance are served in the order
-    /// they reserved, at the rate, never early. What `wait = ".."` on `#[rate_limit]` sets,
-    /// and what [`RateLimiter::acquire`](crate::RateLimiter::acquire) does for one call.
-    ///
-    /// For a [leaky bucket](Algorithm::LeakyBucket), which always waits for its slot, this
-    /// shortens the wait below the queue's own bound (`burst` slots).
-    ///
-    /// ```
-    /// use ratelimit_core::Limit;
-    /// use std::time::Duration;
-    ///
-    /// // 10 fetches a second, one at a time; a fetch waits up to 2 s for its turn.
-    /// const FETCH: Limit = Limit::per_second(10).burst(1).wait(Duration::from_secs(2));
-    /// assert_eq!(FETCH.max_wait(), Some(Duration::from_secs(2)));
-    /// ```
-    ///
-    /// # Panics
-    /// If [`try_wait`](Limit::try_wait) fails.
-    #[must_use]
-    pub const fn wait(self, max_wait: Duration) -> Limit {
-        match self.try_wait(max_wait) {
-            Ok(limit) => limit,
-            Err(e) => invalid(&e),
-        }
-    }
-
-    /// [`wait`](Limit::wait) for values known at run time. The wait is counted in whole
-    /// microseconds (a fraction is dropped: never a longer wait than asked).
-    ///
-    /// # Errors
-    /// [`InvalidLimit::CannotWait`] for a window algorithm or an interval refill,
-    /// [`InvalidLimit::WaitTooLong`] beyond a day (or beyond what the limit's exact arithmetic
-    /// can hold, for a few very fine-grained limits).
-    pub const fn try_wait(mut self, max_wait: Duration) -> Result<Limit, InvalidLimit> {
-        let us = max_wait.as_micros();
-        if us > MAX_WAIT_US as u128 {
-            return Err(InvalidLimit::WaitTooLong {
-                wait: max_wait,
-                max: Duration::from_micros(MAX_WAIT_US),
-            });
-        }
-        // At most a day in microseconds, checked just above.
-        #[allow(clippy::cast_possible_truncation)]
-        let us = us as u64;
-        self.wait_us = us;
-        Limit::assemble(self)
-    }
-
-    /// The same limit, with each wait lengthened by a random spread of up to `max` (governor's
-    /// `Jitter`): waiters released together do not all arrive together, on the service below
-    /// or on the limiter. A call that waits has its tokens already; it only waits longer, so no
-    /// call goes early. Calls that do not wait are not affected.
-    ///
-    /// ```
-    /// use ratelimit_core::Limit;
-    /// use std::time::Duration;
-    ///
-    /// const FETCH: Limit = Limit::per_second(10)
-    ///     .burst(1)
-    ///     .wait(Duration::from_secs(2))
-    ///     .jitter(Duration::from_millis(50));
-    /// assert_eq!(FETCH.max_jitter(), Some(Duration::from_millis(50)));
-    /// ```
-    ///
-    /// # Panics
-    /// If [`try_jitter`](Limit::try_jitter) fails.
-    #[must_use]
-    pub const fn jitter(self, max: Duration) -> Limit {
-        match self.try_jitter(max) {
-            Ok(limit) => limit,
-            Err(e) => invalid(&e),
-        }
-    }
-
-    /// [`jitter`](Limit::jitter) for values known at run time, counted in whole microseconds.
-    ///
-    /// # Errors
-    /// [`InvalidLimit::JitterTooLong`] beyond an hour.
-    pub const fn try_jitter(mut self, max: Duration) -> Result<Limit, InvalidLimit> {
-        if max.as_micros() > MAX_JITTER.as_micros() {
-            return Err(InvalidLimit::JitterTooLong {
-                jitter: max,
-                max: MAX_JITTER,
-            });
-        }
-        // At most an hour in microseconds, checked just above.
-        #[allow(clippy::cast_possible_truncation)]
-        let us = max.as_micros() as u32;
-        if self.concurrent && us != 0 {
-            return Err(InvalidLimit::NotForConcurrency);
-        }
-        self.jitter_us = us;
-        Ok(self)
-    }
-
-    /// The most a wait under this limit is lengthened by ([`jitter`](Limit::jitter)), if set.
-    pub const fn max_jitter(&self) -> Option<Duration> {
-        // A concurrency limit's `jitter_us` is half its holder.
-        if self.jitter_us == 0 || self.concurrent {
-            None
-        } else {
-            Some(Duration::from_micros(self.jitter_us as u64))
-        }
-    }
-
-    /// How long a call under this limit may wait for its tokens, if a wait was set
-    /// ([`wait`](Limit::wait)).
-    pub const fn max_wait(&self) -> Option<Duration> {
-        if self.wait_us == NO_WAIT {
-            None
-        } else {
-            Some(Duration::from_micros(self.wait_us))
-        }
-    }
-
-    /// The same limit in shadow mode: its calls are decided, take tokens and are described in
-    /// the response headers (beside enforced limits, in the IETF headers only; alone, in every
-    /// family, `X-RateLimit-Remaining: 0` included once its bucket is empty), but a call it
-    /// would refuse goes on (the decision says so:
-    /// [`Decision::shadowed`](crate::Decision::shadowed)). For rolling out a new limit safely:
-    /// watch what it would refuse before it does.
-    ///
-    /// ```
-    /// use ratelimit_core::Limit;
-    ///
-    /// const TRIAL: Limit = Limit::per_minute(60).shadow();
-    /// assert!(TRIAL.is_shadow());
-    /// ```
-    #[must_use]
-    pub const fn shadow(self) -> Limit {
-        self.with_shadow(true)
-    }
-
-    /// The same limit in shadow mode or not.
-    #[must_use]
-    pub const fn with_shadow(mut self, shadow: bool) -> Limit {
-        self.shadow = shadow;
-        self
-    }
 }
 
 #[cfg(test)]
@@ -800,42 +445,6 @@ mod tests {
              algorithm: TokenBucket, refill: Smooth, initial: None, jitter: None, \
              wait: Some(2s), shadow: false, on_failure: None }"
         );
-    }
-
-    #[test]
-    fn the_longest_wait_is_a_day_or_what_exact_arithmetic_leaves() {
-        let day = Duration::from_secs(86_400);
-        assert!(Limit::per_minute(3).burst(300).try_wait(day).is_ok());
-        let fine = Limit::try_new(u32::MAX, 1, Unit::Second).unwrap();
-        // The attribute says the same: both call ratelimit-vocab's `limits::longest_wait_us`.
-        assert!(fine.try_wait(Duration::from_micros(2_619_392)).is_ok());
-        assert_eq!(
-            fine.try_wait(Duration::from_micros(2_619_393)),
-            Err(InvalidLimit::WaitTooLong {
-                wait: Duration::from_micros(2_619_393),
-                max: Duration::from_micros(2_619_392),
-            })
-        );
-    }
-
-    #[test]
-    fn a_holder_rides_in_a_concurrency_limit_and_nowhere_else() {
-        let slots = Limit::concurrent(3).wait(Duration::from_secs(1));
-        for holder in [1, u64::from(u32::MAX), 1 << 32, u64::MAX] {
-            let carried = slots.with_holder(holder);
-            assert_eq!(carried.holder(), holder);
-            assert_eq!(carried.max_jitter(), None, "half the holder is no jitter");
-            assert_eq!(carried.with_holder(0), slots);
-        }
-        // A rate limit keeps its jitter.
-        let rate = Limit::per_second(10)
-            .wait(Duration::from_secs(1))
-            .jitter(Duration::from_millis(5));
-        assert_eq!(rate.with_holder(7), rate);
-        assert_eq!(rate.with_holder(7).holder(), 0);
-        // Every decision carries a limit: the holder costs it no room.
-        #[cfg(target_pointer_width = "64")]
-        assert_eq!(std::mem::size_of::<Limit>(), 48);
     }
 
     #[test]

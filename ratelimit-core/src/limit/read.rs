@@ -118,6 +118,26 @@ impl Limit {
         #[allow(clippy::cast_possible_truncation)]
         Duration::from_nanos(nanos as u64)
     }
+
+    /// The most a wait under this limit is lengthened by ([`jitter`](Limit::jitter)), if set.
+    pub const fn max_jitter(&self) -> Option<Duration> {
+        // A concurrency limit's `jitter_us` is half its holder.
+        if self.jitter_us == 0 || self.concurrent {
+            None
+        } else {
+            Some(Duration::from_micros(self.jitter_us as u64))
+        }
+    }
+
+    /// How long a call under this limit may wait for its tokens, if a wait was set
+    /// ([`wait`](Limit::wait)).
+    pub const fn max_wait(&self) -> Option<Duration> {
+        if self.wait_us == NO_WAIT {
+            None
+        } else {
+            Some(Duration::from_micros(self.wait_us))
+        }
+    }
 }
 
 /// What the limit means, by its public names: a concurrency limit's max and lease (not the

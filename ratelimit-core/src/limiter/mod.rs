@@ -20,7 +20,6 @@ mod remote;
 mod waiting;
 
 pub use builder::{DEFAULT_PREFIX, RateLimiterBuilder};
-pub(crate) use concurrency::wake as wake_waiters;
 pub use concurrency::{Entered, Slot};
 use waiting::must_wait;
 

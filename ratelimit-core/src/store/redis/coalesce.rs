@@ -23,6 +23,7 @@ use redis::{RedisError, Value};
 use tokio::sync::oneshot;
 
 use super::RedisStore;
+use super::spec::{Call, Spec};
 use crate::algorithm::library::Lua;
 
 /// Script calls of one node in flight at once before calls queue. Batching only pays once
@@ -36,18 +37,10 @@ pub(super) const MAX_IN_FLIGHT: usize = 16;
 /// [`RedisStore::batch_limit`]; docs/benchmarks.md measures the choice).
 pub(crate) const DEFAULT_BATCH_LIMIT: usize = 64;
 
-/// One call's part of a script: its keys and, per limit, the algorithm (plus 8 in shadow
-/// mode), the number of its arguments and the arguments (as `multi.lua` takes them).
-#[derive(Clone, Copy)]
-pub(super) struct Call<'a> {
-    pub(super) keys: &'a [&'a str],
-    pub(super) specs: &'a [u64],
-}
-
 /// A call waiting in a node's queue: owned, and the way back to its caller.
 struct Queued {
     keys: Vec<Box<str>>,
-    specs: Vec<u64>,
+    specs: Vec<Spec>,
     reply: oneshot::Sender<Result<Value, RedisError>>,
 }
 
@@ -257,16 +250,16 @@ impl RedisStore {
     /// One call's own script: the algorithm's for one limit, `multi.lua` (mode 0) for
     /// several.
     pub(super) async fn send_alone(&self, call: Call<'_>) -> Result<Value, RedisError> {
-        match (call.keys, super::scripts::alone(call.specs)) {
-            ([key], Some((lua, args))) => {
-                self.eval(lua, &[key], |cmd| {
-                    cmd.arg(args);
+        match (call.keys, call.specs) {
+            ([key], [spec]) => {
+                self.eval(spec.alone(), &[key], |cmd| {
+                    cmd.arg(spec.args());
                 })
                 .await
             }
-            (keys, _) => {
+            (keys, specs) => {
                 self.eval(Lua::Multi, &keys[..1], |cmd| {
-                    cmd.arg(keys.len()).arg(0).arg(keys).arg(call.specs);
+                    cmd.arg(keys.len()).arg(0).arg(keys).arg(specs);
                 })
                 .await
             }
@@ -284,7 +277,7 @@ impl RedisStore {
                 cmd.arg(batch.len());
                 // A one-limit call under the previous one-limit call's limit (the usual case:
                 // one limit, many keys) goes as 0 and its key: its spec is in place.
-                let mut previous: Option<&[u64]> = None;
+                let mut previous: Option<&[Spec]> = None;
                 for queued in batch {
                     match queued.keys.as_slice() {
                         [key] if previous == Some(queued.specs.as_slice()) => {

@@ -1,6 +1,6 @@
 //! The Redis store: the connection to each kind of deployment (here and in `sentinel`),
 //! the URL that names it (`url`), the heartbeat (`heartbeat`) and the decision scripts
-//! (`scripts`).
+//! (`scripts`, told about each call by `spec`).
 
 use std::fmt;
 use std::sync::Arc;
@@ -24,6 +24,7 @@ mod cross_slot;
 mod heartbeat;
 mod scripts;
 mod sentinel;
+mod spec;
 pub(crate) mod url;
 
 use self::client::ClusterConnection;

@@ -6,9 +6,8 @@ use std::time::Duration;
 use redis::{RedisError, Value};
 
 use super::RedisStore;
-use super::coalesce::Call;
+use super::spec::{Call, Spec};
 use crate::algorithm::library::{Library, Lua};
-use crate::algorithm::{Kernel, StateKind};
 use crate::{Decision, Error, Limit};
 
 impl RedisStore {
@@ -48,11 +47,6 @@ impl RedisStore {
     }
 }
 
-/// Added to a limit's kind in its spec when it is in shadow mode (its refusal does not
-/// refuse the call), as `multi.lua` and `batch.lua` read it.
-const SHADOW: u64 = 8;
-const _: () = assert!((StateKind::ALL.len() as u64) < SHADOW);
-
 impl RedisStore {
     /// [`Store::check`]: the limit's own script, one `EVALSHA`.
     pub(super) async fn check_one(
@@ -61,10 +55,9 @@ impl RedisStore {
         limit: &Limit,
         cost: u32,
     ) -> Result<Decision, Error> {
-        let (specs, len) = spec_of(limit, cost);
         let call = Call {
             keys: &[key],
-            specs: &specs[..len],
+            specs: &[Spec::of(limit, cost)],
         };
         let node = self.node_of(key);
         let reply = match self.coalesced(node, call).await {
@@ -257,7 +250,7 @@ impl RedisStore {
         checks: &[(&str, &Limit, u32)],
     ) -> Result<Vec<Decision>, Error> {
         let keys: Vec<&str> = checks.iter().map(|c| c.0).collect();
-        let specs = specs_of(checks);
+        let specs = Spec::all(checks);
         let call = Call {
             keys: &keys,
             specs: &specs,
@@ -319,19 +312,20 @@ impl RedisStore {
         mode: Mode,
     ) -> Result<GroupReply, Error> {
         let keys: Vec<&str> = checks.iter().map(|c| c.0).collect();
-        let mut argv = specs_of(checks);
+        let specs = Spec::all(checks);
         let code = match mode {
             Mode::Reserve => 1,
             Mode::Veto => 2,
+            Mode::GiveBack(_) => 3,
             Mode::Peek => 4,
-            Mode::GiveBack(reserved_at) => {
-                argv.push(reserved_at);
-                3
-            }
         };
         let reply: Value = self
             .eval(Lua::Multi, &keys[..1], |cmd| {
-                cmd.arg(keys.len()).arg(code).arg(&keys).arg(&argv);
+                cmd.arg(keys.len()).arg(code).arg(&keys).arg(&specs);
+                // After the specs, a give-back's reservation time.
+                if let Mode::GiveBack(reserved_at) = mode {
+                    cmd.arg(reserved_at);
+                }
             })
             .await?;
         match mode {
@@ -339,37 +333,6 @@ impl RedisStore {
             _ => parse_group(&reply, checks.len()),
         }
     }
-}
-
-/// Every limit of a call as `multi.lua` takes it: its script's number (plus 8 in shadow mode,
-/// where its refusal does not refuse the call), the number of its arguments, and them.
-fn specs_of(checks: &[(&str, &Limit, u32)]) -> Vec<u64> {
-    let mut specs: Vec<u64> = Vec::with_capacity(checks.len() * 10 + 1);
-    for (_, limit, cost) in checks {
-        let (spec, len) = spec_of(limit, *cost);
-        specs.extend_from_slice(&spec[..len]);
-    }
-    specs
-}
-
-/// One limit as `multi.lua` takes it (see [`specs_of`]), and how many of the ten numbers it
-/// uses; on the stack, for the one-limit call.
-fn spec_of(limit: &Limit, cost: u32) -> ([u64; 10], usize) {
-    let kernel = Kernel::of(limit);
-    let args = kernel.script_args(u64::from(cost));
-    let args = args.as_slice();
-    let mut spec = [0u64; 10];
-    spec[0] = u64::from(kernel.kind().id()) + if limit.is_shadow() { SHADOW } else { 0 };
-    spec[1] = args.len() as u64;
-    spec[2..2 + args.len()].copy_from_slice(args);
-    (spec, 2 + args.len())
-}
-
-/// The script that decides the one limit `spec` (as [`spec_of`] wrote it) alone, and its
-/// arguments; `None` for a spec of no known kind.
-pub(super) fn alone(spec: &[u64]) -> Option<(Lua, &[u64])> {
-    let kind = StateKind::from_id(spec.first()? % SHADOW)?;
-    Some((Lua::Alone(kind), spec.get(2..)?))
 }
 
 /// What one `multi.lua` call does (see the script).

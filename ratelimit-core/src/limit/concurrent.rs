@@ -1,0 +1,192 @@
+//! Concurrency limits ([`Limit::concurrent`]): at most `max` calls of one key in flight, each
+//! holding its slots for a renewable lease; and the id of the call's slots that such a limit
+//! carries through the pipeline.
+
+use std::num::NonZeroU32;
+use std::time::Duration;
+
+use ratelimit_vocab::limits;
+// The shortest lease and the longest (a day) are the vocabulary's, which the attribute and
+// the overrides check too.
+use ratelimit_vocab::limits::{MAX_LEASE_US, MIN_LEASE_US};
+
+use super::{Algorithm, InvalidLimit, Limit, NO_WAIT, Refill, invalid};
+
+/// The most calls one concurrency limit may hold in flight ([`Limit::concurrent`]): each is
+/// a member of a sorted set in Redis, and a call of cost `n` is `n` members.
+pub const MAX_CONCURRENT: u32 = limits::MAX_CONCURRENT;
+
+/// How long a concurrency slot is held without renewal ([`Limit::lease`]'s default): the
+/// slots of a process that dies come back after it.
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(30);
+
+impl Limit {
+    /// At most `max` calls of one key in flight at once, across every instance sharing the
+    /// store: a call takes a slot when it starts ([`RateLimiter::enter`]) and gives it back
+    /// when it ends, however it ends (return, error, panic, cancellation: the slot's guard
+    /// gives it back when dropped). A process that dies holding slots loses them after the
+    /// [`lease`](Limit::lease) (30 s by default), which is renewed while the call runs, so a
+    /// long call keeps its slot. A full key refuses at once, or with
+    /// [`wait`](Limit::wait) queues for a slot, served in arrival order.
+    ///
+    /// A cost of `n` takes `n` slots. `burst`, `algorithm`, `refill`, `initial` and `jitter`
+    /// are a rate limit's and refused here; stack a rate limit beside it with
+    /// [`RateLimiter::enter_all`].
+    ///
+    /// ```
+    /// use ratelimit_core::Limit;
+    /// use std::time::Duration;
+    ///
+    /// // At most 4 exports of one tenant at once; a fifth waits up to 2 s for a slot.
+    /// const EXPORTS: Limit = Limit::concurrent(4).wait(Duration::from_secs(2));
+    /// assert_eq!(EXPORTS.max_in_flight(), Some(4));
+    /// assert_eq!(EXPORTS.lease_time(), Some(Duration::from_secs(30)));
+    /// assert!(Limit::concurrent(4).try_burst(8).is_err());
+    /// assert!(Limit::per_second(4).max_in_flight().is_none());
+    /// ```
+    ///
+    /// [`RateLimiter::enter`]: crate::RateLimiter::enter
+    /// [`RateLimiter::enter_all`]: crate::RateLimiter::enter_all
+    ///
+    /// # Panics
+    /// If [`try_concurrent`](Limit::try_concurrent) fails (a compile error in `const`
+    /// context).
+    pub const fn concurrent(max: u32) -> Limit {
+        match Limit::try_concurrent(max) {
+            Ok(limit) => limit,
+            Err(e) => invalid(&e),
+        }
+    }
+
+    /// [`concurrent`](Limit::concurrent) for values known at run time.
+    ///
+    /// # Errors
+    /// [`InvalidLimit::BadConcurrency`] for 0 or more than [`MAX_CONCURRENT`](crate::defaults::MAX_CONCURRENT).
+    pub const fn try_concurrent(max: u32) -> Result<Limit, InvalidLimit> {
+        let Some(n) = NonZeroU32::new(max) else {
+            return Err(InvalidLimit::BadConcurrency {
+                max,
+                lease: DEFAULT_LEASE,
+            });
+        };
+        Limit::assemble(Limit {
+            replenish: n,
+            burst: n,
+            period_us: DEFAULT_LEASE.as_secs() * 1_000_000,
+            unit: None,
+            algorithm: Algorithm::TokenBucket,
+            refill: Refill::Smooth,
+            initial: None,
+            on_failure: None,
+            wait_us: NO_WAIT,
+            shadow: false,
+            jitter_us: 0,
+            concurrent: true,
+            holder_high: 0,
+        })
+    }
+
+    /// The same concurrency limit with slots held for `lease` without renewal (a whole number
+    /// of microseconds, from 1 ms to a day). A slot's guard renews it every third of the lease
+    /// while the call runs; a process that dies loses its slots once their leases end.
+    ///
+    /// # Panics
+    /// If [`try_lease`](Limit::try_lease) fails.
+    #[must_use]
+    pub const fn lease(self, lease: Duration) -> Limit {
+        match self.try_lease(lease) {
+            Ok(limit) => limit,
+            Err(e) => invalid(&e),
+        }
+    }
+
+    /// [`lease`](Limit::lease) for values known at run time.
+    ///
+    /// # Errors
+    /// [`InvalidLimit::BadConcurrency`] for a lease out of bounds,
+    /// [`InvalidLimit::NotForConcurrency`] for a rate limit.
+    pub const fn try_lease(mut self, lease: Duration) -> Result<Limit, InvalidLimit> {
+        if !self.concurrent {
+            return Err(InvalidLimit::NotForConcurrency);
+        }
+        let us = lease.as_micros();
+        if us > MAX_LEASE_US as u128 || !lease.subsec_nanos().is_multiple_of(1000) {
+            return Err(InvalidLimit::BadConcurrency {
+                max: self.replenish.get(),
+                lease,
+            });
+        }
+        // At most a day, checked just above.
+        #[allow(clippy::cast_possible_truncation)]
+        let us = us as u64;
+        self.period_us = us;
+        Limit::assemble(self)
+    }
+
+    /// The same limit with the slot id `holder` (see [`Limit::holder`]).
+    /// A rate limit is returned as it is: it has no holder, and `jitter_us` is its jitter.
+    #[allow(clippy::cast_possible_truncation)]
+    pub(crate) const fn with_holder(mut self, holder: u64) -> Limit {
+        if self.concurrent {
+            self.jitter_us = holder as u32;
+            self.holder_high = (holder >> 32) as u32;
+        }
+        self
+    }
+
+    /// The slot id a concurrency limit carries through the pipeline (0: none).
+    pub(crate) const fn holder(&self) -> u64 {
+        if self.concurrent {
+            (self.holder_high as u64) << 32 | self.jitter_us as u64
+        } else {
+            0
+        }
+    }
+
+    /// The rules of a concurrency limit, which the vocabulary's rate limits do not know.
+    pub(super) const fn check_concurrency(limit: &Limit) -> Result<Limit, InvalidLimit> {
+        let max = limit.replenish.get();
+        if limit.burst.get() != max
+            || !matches!(limit.algorithm, Algorithm::TokenBucket)
+            || !matches!(limit.refill, Refill::Smooth)
+            || limit.initial.is_some()
+        {
+            return Err(InvalidLimit::NotForConcurrency);
+        }
+        if max > MAX_CONCURRENT || limit.period_us < MIN_LEASE_US || limit.period_us > MAX_LEASE_US
+        {
+            return Err(InvalidLimit::BadConcurrency {
+                max,
+                lease: Duration::from_micros(limit.period_us),
+            });
+        }
+        Ok(*limit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use crate::Limit;
+
+    #[test]
+    fn a_holder_rides_in_a_concurrency_limit_and_nowhere_else() {
+        let slots = Limit::concurrent(3).wait(Duration::from_secs(1));
+        for holder in [1, u64::from(u32::MAX), 1 << 32, u64::MAX] {
+            let carried = slots.with_holder(holder);
+            assert_eq!(carried.holder(), holder);
+            assert_eq!(carried.max_jitter(), None, "half the holder is no jitter");
+            assert_eq!(carried.with_holder(0), slots);
+        }
+        // A rate limit keeps its jitter.
+        let rate = Limit::per_second(10)
+            .wait(Duration::from_secs(1))
+            .jitter(Duration::from_millis(5));
+        assert_eq!(rate.with_holder(7), rate);
+        assert_eq!(rate.with_holder(7).holder(), 0);
+        // Every decision carries a limit: the holder costs it no room.
+        #[cfg(target_pointer_width = "64")]
+        assert_eq!(std::mem::size_of::<Limit>(), 48);
+    }
+}
