@@ -84,7 +84,7 @@ pub use http::axum::RateLimitLayer;
 pub use limit::{Algorithm, Limit, Refill, Tier, Unit};
 pub use limiter::{Entered, RateLimiter, RateLimiterBuilder, Slot};
 pub use policy::{EmptyKeyPolicy, FailurePolicy};
-pub use registry::{LimitDeclaration, declared_limits};
+pub use registry::{LimitDeclaration, declared_limits, validate_declared_limits};
 pub use request::RequestContext;
 pub use resolvers::{Global, Header, Ip, IpUri, KeyResolver, Route, Uri, User};
 pub use startup::reload_overrides;

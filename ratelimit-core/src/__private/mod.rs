@@ -256,7 +256,11 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
     let mut effective = decl.effective();
     let name = decl.name();
     let label = call.label(name);
-    match before_key(&call, &mut effective) {
+    // A dangling or duplicated declaration's call is refused, by the name it was given.
+    match decl
+        .refusal()
+        .map_or_else(|| before_key(&call, &mut effective), Before::Decided)
+    {
         Before::Check => {}
         Before::Free => {
             record_current(label, Decision::free(effective.limit), None);
@@ -547,7 +551,10 @@ pub(crate) async fn decide_all(
     let before: Vec<Before> = limits
         .iter()
         .zip(&mut effective)
-        .map(|((.., call), e)| before_key(call, e))
+        .map(|((decl, _, call), e)| {
+            decl.refusal()
+                .map_or_else(|| before_key(call, e), Before::Decided)
+        })
         .collect();
     // Only the limits still to decide look at their keys.
     let (buckets, in_scope): (Vec<Option<String>>, bool) = with_current(|ctx, scope| {
