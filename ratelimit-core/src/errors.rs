@@ -169,7 +169,9 @@ pub enum Error {
     )]
     NotEnabled,
 
-    /// A configuration override is invalid or names no declared limit.
+    /// A configuration override is invalid or names no declared limit; or the declared limits
+    /// are wrong together: a name declared twice, a `shared` use of a name nobody declares
+    /// (see [`validate_declared_limits`](crate::validate_declared_limits)).
     #[error("{0}")]
     Config(String),
 

@@ -26,7 +26,7 @@
 //! [`EmptyKeyPolicy`]), the proxies to trust ([`TrustedProxies`], [`ClientIpHeader`]), the
 //! HTTP integrations (`RateLimitLayer` with the `axum` feature, `RateLimitMiddleware` with
 //! `actix-web`) and the declared limits ([`LimitDeclaration`], [`declared_limits`],
-//! [`reload_overrides`]). The three macros that expand onto this crate,
+//! [`validate_declared_limits`], [`reload_overrides`]). The three macros that expand onto this crate,
 //! [`#[rate_limit]`](https://docs.rs/redis-ratelimit/latest/redis_ratelimit/attr.rate_limit.html),
 //! [`enable_redis_rate_limit!`](https://docs.rs/redis-ratelimit/latest/redis_ratelimit/macro.enable_redis_rate_limit.html)
 //! and [`layer_limit!`](https://docs.rs/redis-ratelimit/latest/redis_ratelimit/macro.layer_limit.html),
@@ -85,7 +85,7 @@ pub use http::axum::RateLimitLayer;
 pub use limit::{Algorithm, Limit, Refill, Tier, Unit};
 pub use limiter::{Entered, RateLimiter, RateLimiterBuilder, Slot};
 pub use policy::{EmptyKeyPolicy, FailurePolicy};
-pub use registry::{LimitDeclaration, declared_limits};
+pub use registry::{LimitDeclaration, declared_limits, validate_declared_limits};
 pub use request::RequestContext;
 pub use resolvers::{Global, Header, Ip, IpUri, KeyResolver, Route, Uri, User};
 pub use startup::reload_overrides;

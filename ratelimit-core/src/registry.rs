@@ -1,5 +1,7 @@
 //! Declared limits and the global limiter that `enable_redis_rate_limit!` installs.
 
+mod validate;
+
 use std::borrow::Cow;
 use std::fmt;
 use std::path::PathBuf;
@@ -11,6 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 use crate::EmptyKeyPolicy;
 use crate::Limit;
 use crate::RateLimiter;
+use crate::{Decision, Error};
 
 /// One `#[rate_limit]` function, registered at compile time: its name, limit, key resolver
 /// and place in the source. [`declared_limits`] lists them all.
@@ -47,6 +50,10 @@ pub struct LimitDeclaration {
     shares: bool,
     /// The declaration this one shares, found by name on first use.
     target: OnceLock<Option<&'static LimitDeclaration>>,
+    /// Set by the first call that found this declaration neither dangling nor duplicated
+    /// ([`validate`]): from then on a call reads this flag alone. A declaration found wrong
+    /// never sets it, and each of its calls is refused.
+    valid: AtomicBool,
 }
 
 /// A bucket key, with what it was named from: the limiter's prefix and the resolved key (the
@@ -111,6 +118,7 @@ impl LimitDeclaration {
             tiers: &[],
             shares: false,
             target: OnceLock::new(),
+            valid: AtomicBool::new(false),
         }
     }
 
@@ -123,6 +131,9 @@ impl LimitDeclaration {
         file: &'static str,
         line: u32,
     ) -> LimitDeclaration {
+        // A placeholder: a use has the declaring function's limit, and a use of a name that
+        // nobody declares has none, so that its calls are refused (`refusal`), never decided
+        // under this.
         let mut decl = LimitDeclaration::new(name, Limit::per_second(1), cost, key, file, line);
         decl.shares = true;
         decl
@@ -134,8 +145,8 @@ impl LimitDeclaration {
         self.shares
     }
 
-    /// The declaration of the limit this one shares: the one of its name that is not itself a
-    /// use of it. `None` when no function declares it (an error at enable).
+    /// The declaration of the limit this one shares: the first of its name that is not itself
+    /// a use of it. `None` when no function declares it ([`validate`] judges what that means).
     pub(crate) fn declaring(&self) -> Option<&'static LimitDeclaration> {
         *self.target.get_or_init(|| {
             inventory::iter::<Registration>
@@ -210,6 +221,10 @@ impl LimitDeclaration {
 
     /// The limit in force: the declared one, or the configuration override applied by
     /// `enable_redis_rate_limit!`.
+    ///
+    /// A `shared = ".."` use of a name that no function declares has no limit in force: this
+    /// is then a placeholder (1 per second), which no call is decided under, since every call
+    /// of such a use is refused (see [`validate_declared_limits`]).
     pub fn effective(&self) -> Effective {
         if self.shares {
             return self.shared_effective();
@@ -238,22 +253,52 @@ impl LimitDeclaration {
                 cost: self.cost,
                 ..declaring.effective()
             },
-            // Refused at enable; before it, said once, and decided as declared here (1/s).
-            None => {
-                self.warn_once(
-                    Warning::CannotCheck,
-                    &format_args!(
-                        "`shared = \"{}\"` ({}:{}) names no declared limit",
-                        self.name, self.file, self.line
-                    ),
-                );
-                Effective {
-                    limit: self.limit,
-                    cost: self.cost,
-                    enabled: true,
-                }
-            }
+            // Dangling: the placeholder, which no call is decided under (`refusal`).
+            None => Effective {
+                limit: self.limit,
+                cost: self.cost,
+                enabled: true,
+            },
         }
+    }
+
+    /// The refusal of every call of this declaration when it is dangling or duplicated
+    /// ([`validate`]), on whatever limiter decides it: it is never decided under an invented
+    /// limit, nor in buckets another declaration's calls take from. The first refused call
+    /// logs an ERROR naming the mistake, once per declaration.
+    ///
+    /// `None` for a valid declaration, which costs its calls one relaxed load once the first
+    /// call found it valid.
+    #[inline]
+    pub(crate) fn refusal(&self) -> Option<Decision> {
+        // Relaxed: the flag caches a judgement that never changes; a call that does not see it
+        // set judges again, and comes to the same.
+        if self.valid.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.judged()
+    }
+
+    /// [`refusal`](LimitDeclaration::refusal) before this declaration is known to be valid:
+    /// judged by the program's one validation.
+    #[cold]
+    fn judged(&self) -> Option<Decision> {
+        let validation = validate::program();
+        let Some(problem) = validation.problem(self) else {
+            self.valid.store(true, Ordering::Relaxed);
+            return None;
+        };
+        self.warn_once(
+            Warning::Invalid,
+            &format_args!(
+                "rate limit `{}` ({}:{}) refuses every call: {}",
+                self.name,
+                self.file,
+                self.line,
+                validation.describe(self.name, problem)
+            ),
+        );
+        Some(RateLimiter::fail_closed(&self.declared_limit(), self.cost))
     }
 
     /// The key resolver expression, as written (`Uri`, `Header("x-api-key")`).
@@ -334,6 +379,8 @@ pub(crate) enum Warning {
     CannotRefund = 3,
     /// An async key resolver failed, or did not answer in time.
     CannotResolve = 4,
+    /// Dangling or duplicated: every call is refused.
+    Invalid = 5,
 }
 
 impl fmt::Debug for LimitDeclaration {
@@ -376,6 +423,38 @@ pub fn declared_limits() -> Vec<&'static LimitDeclaration> {
             .then(a.line.cmp(&b.line))
     });
     all
+}
+
+/// Checks the limits declared with `#[rate_limit]` and `layer_limit!` as a whole, the way
+/// `enable_redis_rate_limit!` does before it installs the global limiter: for a service whose
+/// functions use a limiter of its own (`#[rate_limit(.., limiter = MY_LIMITER)]`) and which
+/// never calls enable, to call at startup, before it serves.
+///
+/// Two mistakes cannot be seen by one declaration alone, and compile: a `shared = ".."` use
+/// of a name that no function declares (dangling), and a name declared by two functions or
+/// layers (duplicated). Whether or not this is called, a call of such a declaration is never
+/// decided under an invented limit or in a bucket shared by accident: it is refused, as a
+/// store failing under the `deny` policy refuses (`Source::FailClosed`, a 503), and an error
+/// naming the mistake is logged once per declaration.
+///
+/// ```
+/// use ratelimit_core::RateLimiter;
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), ratelimit_core::Error> {
+/// // No `enable_redis_rate_limit!` checks the declarations of a limiter of your own: check
+/// // them before building it, and stop at a mistake.
+/// ratelimit_core::validate_declared_limits()?;
+/// let limiter = RateLimiter::builder().memory().build().await?;
+/// # let _ = limiter;
+/// # Ok(()) }
+/// ```
+///
+/// # Errors
+/// [`Error::Config`] naming every dangling and every duplicated name, with the file and line
+/// of each declaration involved.
+pub fn validate_declared_limits() -> Result<(), Error> {
+    validate::program().result()
 }
 
 static GLOBAL: OnceLock<RateLimiter> = OnceLock::new();
@@ -432,8 +511,10 @@ pub(crate) fn describe_names(decls: &[&'static LimitDeclaration]) -> Cow<'static
 mod tests {
     #![allow(clippy::unwrap_used)]
 
-    use super::{Effective, LimitDeclaration};
-    use crate::{Limit, RateLimiter};
+    use std::sync::atomic::Ordering;
+
+    use super::{Effective, LimitDeclaration, Warning};
+    use crate::{Limit, RateLimiter, Source};
 
     fn declaration() -> &'static LimitDeclaration {
         Box::leak(Box::new(LimitDeclaration::new(
@@ -461,6 +542,35 @@ mod tests {
             decl.set_effective(effective);
             assert_eq!(decl.effective(), effective);
         }
+    }
+
+    /// A dangling use's calls are refused, failing closed at its own cost, and it says so;
+    /// a valid declaration is judged by its first call, and its later calls read the flag.
+    #[test]
+    fn a_dangling_use_is_refused_and_a_valid_declaration_judged_once() {
+        let valid = declaration();
+        assert!(!valid.valid.load(Ordering::Relaxed));
+        assert_eq!(valid.refusal(), None);
+        assert!(valid.valid.load(Ordering::Relaxed), "judged once");
+        assert_eq!(valid.refusal(), None);
+        assert!(!valid.warned(Warning::Invalid));
+
+        let dangling = Box::leak(Box::new(LimitDeclaration::sharing(
+            "t::nobody",
+            2,
+            "Global",
+            file!(),
+            line!(),
+        )));
+        for _ in 0..2 {
+            let refusal = dangling.refusal().unwrap();
+            assert_eq!(
+                (refusal.allowed, refusal.source, refusal.cost),
+                (false, Source::FailClosed, 2)
+            );
+        }
+        assert!(dangling.warned(Warning::Invalid));
+        assert!(!dangling.valid.load(Ordering::Relaxed));
     }
 
     /// The remembered bucket key serves only the key and the prefix it was named from.

@@ -67,7 +67,8 @@ fn default_url() -> String {
 /// # Errors
 /// [`Error::AlreadyEnabled`] on a second call; a bad URL, an unreachable or too old Redis; an
 /// override that names no declared limit or has an invalid value ([`Error::Config`]); a
-/// declared `cost` larger than its `burst`; two limits declared with one name.
+/// declared `cost` larger than its `burst`; a limit name declared twice, or a `shared` use
+/// of a name that nobody declares (see [`validate_declared_limits`](crate::validate_declared_limits)).
 pub async fn enable(options: EnableOptions) -> Result<&'static RateLimiter, Error> {
     let Some(_claim) = registry::claim_enable() else {
         return Err(Error::AlreadyEnabled);
@@ -150,40 +151,9 @@ fn resolve_limits(
     decls: &[&'static LimitDeclaration],
     config: Option<&std::path::Path>,
 ) -> Result<Vec<Effective>, Error> {
-    // One declaration per name; the functions that share it (`shared = ".."`) use that name
-    // and declare nothing.
-    let declaring: Vec<&'static LimitDeclaration> = decls
-        .iter()
-        .copied()
-        .filter(|d| !d.is_shared_use())
-        .collect();
-    for pair in declaring.windows(2) {
-        if pair[0].name() == pair[1].name() {
-            return Err(Error::Config(format!(
-                "two limits are named `{}` ({}:{} and {}:{}); give one of them another `name = \"..\"`, \
-                 or make the others `shared = \"{}\"` to draw from the same buckets",
-                pair[0].name(),
-                pair[0].file(),
-                pair[0].line(),
-                pair[1].file(),
-                pair[1].line(),
-                pair[0].name(),
-            )));
-        }
-    }
-    for decl in decls.iter().filter(|d| d.is_shared_use()) {
-        if decl.declaring().is_none() {
-            return Err(Error::Config(format!(
-                "`shared = \"{}\"` ({}:{}) names no declared limit; declare it once with \
-                 `name = \"{}\"` and its rate; declared limits: {}",
-                decl.name(),
-                decl.file(),
-                decl.line(),
-                decl.name(),
-                registry::describe_names(&declaring)
-            )));
-        }
-    }
+    // Dangling and duplicated names: judged once for the program, as for calls of a limiter
+    // of the user's own.
+    registry::validate_declared_limits()?;
     let overrides = crate::overrides::load(config, decls)?;
     decls
         .iter()

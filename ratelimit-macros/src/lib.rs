@@ -64,7 +64,7 @@ use proc_macro::TokenStream;
 /// | `tiers` | the tiers calls may be given: an array of `Tier` constants (`[FREE, PRO]`) or a `&'static [Tier]` | none | listed with the limit by `declared_limits()` (`LimitDeclaration::tiers`) |
 /// | `count` | a predicate on the function's output, `FnOnce(&Output) -> bool`: `Result::is_err`, or a closure | every call counts | which outcomes count: a call that does not count gets its tokens back ([below](#counting-some-outcomes-only)); only on a bucket (`token_bucket`, `leaky_bucket`) |
 /// | `name` | a string | `"module::path::function"`; `"module::path::function#n"` for the n-th of [several](#several-limits) | the limit's name in config overrides, logs and metrics |
-/// | `limiter` | an expression: a `RateLimiter`, or a `OnceLock` / `LazyLock` of one | the global limiter | the limiter that decides (one for all of a function's [limits](#several-limits)) |
+/// | `limiter` | an expression: a `RateLimiter`, or a `OnceLock` / `LazyLock` of one | the global limiter | the limiter that decides (one for all of a function's [limits](#several-limits)); without `enable_redis_rate_limit!`, check the declarations at startup with `validate_declared_limits()` ([below](#requirements)) |
 /// | `policy` | `"fallback"`, `"allow"`, `"deny"` | the limiter's | what this limit's calls get while Redis fails (see `FailurePolicy`) |
 /// | `wait` | a string: a whole number and `ms`, `s` or `m` (`"500ms"`, `"2s"`, `"1m"`), more than 0, at most a day (less for a few very fine-grained limits); `"none"` is the same as leaving it out, as in config overrides | none: a call over the limit is refused at once (a `leaky_bucket` waits up to its queue) | a call over the limit reserves its tokens at once and waits until they are due, if that is within `wait`; otherwise it is refused at once and takes nothing. Only on a token bucket refilled smoothly, a `leaky_bucket` and a concurrency limit (see `Limit::wait`) |
 /// | `jitter` | a duration written as `wait` is, at most an hour (`"60m"`) | none | lengthens each wait by a random spread of up to this, so that calls released together arrive apart, never before their turn; needs `wait` (or a `leaky_bucket`) |
@@ -110,8 +110,17 @@ use proc_macro::TokenStream;
 ///   generics and `where` clauses are fine).
 /// - It returns `Result<T, E>` (directly or through a type alias) with
 ///   `E: From<RateLimited>`; a rejection converts into `E`.
-/// - Names are unique in the program: two limits with one name are an error when
-///   `enable_redis_rate_limit!` runs. Methods named alike in one module need `name = ".."`.
+/// - Names are unique in the program, and a `shared = ".."` name is declared by some function
+///   or layer. Neither can be seen by one attribute alone, so neither is a compile error:
+///   `enable_redis_rate_limit!` refuses to start, naming every such mistake and the place of
+///   each declaration. A program whose functions use a limiter of its own (`limiter = ..`)
+///   and never calls enable gets the same error from
+///   `redis_ratelimit::validate_declared_limits()`, to call at startup (building a limiter
+///   checks nothing: it may serve no declaration). Either way, a call of a duplicated or
+///   dangling declaration is never decided under an invented limit or in another function's
+///   buckets: it is refused as a failing store under `policy = "deny"` refuses (a 503,
+///   `Source::FailClosed`, the rejection naming the limit), and one error per declaration is
+///   logged. Methods named alike in one module need `name = ".."`.
 ///
 /// # Keys, costs and exemptions from the call
 ///
@@ -339,7 +348,9 @@ use proc_macro::TokenStream;
 /// `exempt`, `count`, `limiter` and empty-key settings; the rate's arguments (`replenish`,
 /// `unit`, `wait`, ...) are set once, where the limit is named, and do not compile beside
 /// `shared`. A `shared` name that no function declares stops the service at
-/// `enable_redis_rate_limit!`.
+/// `enable_redis_rate_limit!` (with a limiter of your own, `validate_declared_limits()`
+/// reports it), and each call of such a use is refused, never decided under a limit of its own
+/// ([requirements](#requirements)).
 ///
 /// ```
 /// use redis_ratelimit::{Ip, RateLimited, rate_limit};
@@ -466,7 +477,7 @@ use proc_macro::TokenStream;
 /// impl Search {
 ///     /// 10 searches per second per client and route, 50 at once; each search costs 5.
 ///     #[rate_limit(replenish = 10, burst = 50, cost = 5, key = (Ip, Route),
-///                  name = "search", limiter = LIMITER)]
+///                  name = "site_search", limiter = LIMITER)]
 ///     async fn run(&self, query: &str) -> Result<usize, RateLimited> {
 ///         Ok(query.len())
 ///     }

@@ -13,6 +13,7 @@ pub mod cluster;
 #[cfg(feature = "plots")]
 pub mod font;
 pub mod hammer;
+pub mod logs;
 pub mod sentinel;
 pub mod tls;
 

@@ -265,6 +265,10 @@ pub(super) fn before_key(
     call: &Call<'_>,
     effective: &mut Effective,
 ) -> Before {
+    // A dangling or duplicated declaration's call is refused, by the name it was given.
+    if let Some(refused) = decl.refusal() {
+        return Before::Decided(refused);
+    }
     if !effective.enabled {
         return Before::Decided(Decision::disabled(effective.limit, effective.cost));
     }
