@@ -50,10 +50,13 @@ use crate::{KeyResolver, RateLimited, RateLimiter, RequestContext, Tier};
 pub struct LayerLimit {
     decl: &'static LimitDeclaration,
     key: Arc<dyn KeyResolver>,
-    exempt: Option<Arc<dyn Fn(&RequestContext) -> bool + Send + Sync>>,
-    tier: Option<Arc<dyn Fn(&RequestContext) -> Option<Tier> + Send + Sync>>,
-    count: Option<Arc<dyn Fn(&StatusCode) -> bool + Send + Sync>>,
+    exempt: Option<Reads<RequestContext, bool>>,
+    tier: Option<Reads<RequestContext, Option<Tier>>>,
+    count: Option<Reads<StatusCode, bool>>,
 }
+
+/// What a layer's limit reads from a request (or its response's status).
+type Reads<T, R> = Arc<dyn Fn(&T) -> R + Send + Sync>;
 
 impl LayerLimit {
     /// What `layer_limit!` expands to.
