@@ -52,6 +52,7 @@
 pub mod __private;
 mod algorithm;
 mod async_key;
+mod check;
 mod client_ip;
 pub mod clock;
 mod decision;

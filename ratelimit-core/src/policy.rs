@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::check::Check;
 use crate::decision::Source;
 use crate::deny_cache::DenyCache;
 use crate::store::MemoryStore;
@@ -358,16 +359,16 @@ impl Resilience {
     /// take nothing either (they answer as they would).
     pub(crate) fn decide_all(
         &self,
-        checks: &[(&str, &Limit, u32)],
+        checks: &[Check<'_>],
         known: Option<&DenyCache>,
     ) -> Vec<Decision> {
         let policy = |limit: &Limit| limit.failure_policy().unwrap_or(self.policy);
         let veto = checks
             .iter()
-            .any(|(_, limit, _)| policy(limit) == FailurePolicy::Deny && !limit.is_shadow());
-        let fallback: Vec<(&str, &Limit, u32)> = checks
+            .any(|c| policy(c.limit) == FailurePolicy::Deny && !c.limit.is_shadow());
+        let fallback: Vec<Check<'_>> = checks
             .iter()
-            .filter(|(_, limit, _)| policy(limit) == FailurePolicy::Fallback)
+            .filter(|c| policy(c.limit) == FailurePolicy::Fallback)
             .copied()
             .collect();
         let mut decided = if fallback.is_empty() {
@@ -376,7 +377,7 @@ impl Resilience {
             let now = Instant::now();
             let short_of_full: Vec<Option<u64>> = fallback
                 .iter()
-                .map(|&(bucket, limit, _)| short_of_full(known, bucket, limit, now))
+                .map(|c| short_of_full(known, c.bucket, c.limit, now))
                 .collect();
             self.fallback_store().check_all_shared(
                 &fallback,
@@ -388,12 +389,12 @@ impl Resilience {
         .into_iter();
         checks
             .iter()
-            .map(|&(bucket, limit, cost)| match policy(limit) {
+            .map(|&check| match policy(check.limit) {
                 FailurePolicy::Fallback => decided.next().map_or_else(
-                    || self.decide(bucket, limit, cost, known),
+                    || self.decide(check, known),
                     |d| d.with_source(Source::Fallback),
                 ),
-                _ => self.decide(bucket, limit, cost, known),
+                _ => self.decide(check, known),
             })
             .collect()
     }
@@ -404,10 +405,10 @@ impl Resilience {
             .give_back(bucket, limit, cost, self.share());
     }
 
-    /// Counts the concurrency slots a call the store admitted holds (the limits carry its
+    /// Counts the concurrency slots a call the store admitted holds (the checks carry its
     /// holder) in the fallback, within each limit's whole max, or within this instance's
     /// share of it when `share`. The slots are written when every limit admits them.
-    pub(crate) fn count_slots(&self, checks: &[(&str, &Limit, u32)], share: bool) -> Vec<Decision> {
+    pub(crate) fn count_slots(&self, checks: &[Check<'_>], share: bool) -> Vec<Decision> {
         let instances = if share { self.share() } else { 1 };
         self.fallback_store()
             .check_all_shared(checks, instances, false, None)
@@ -450,18 +451,13 @@ impl Resilience {
     /// The failure policy's decision for a call the store could not take: the limit's own
     /// policy if it has one, else the limiter's. The fallback starts from what the store last
     /// said of the bucket (`known`), if anything.
-    pub(crate) fn decide(
-        &self,
-        bucket: &str,
-        limit: &Limit,
-        cost: u32,
-        known: Option<&DenyCache>,
-    ) -> Decision {
+    pub(crate) fn decide(&self, check: Check<'_>, known: Option<&DenyCache>) -> Decision {
+        let (limit, cost) = (check.limit, check.cost);
         match limit.failure_policy().unwrap_or(self.policy) {
             FailurePolicy::Fallback => {
-                let short_of_full = short_of_full(known, bucket, limit, Instant::now());
+                let short_of_full = short_of_full(known, check.bucket, limit, Instant::now());
                 self.fallback_store()
-                    .check_share(bucket, limit, cost, self.share(), short_of_full)
+                    .check_share(check, self.share(), short_of_full)
                     .with_source(Source::Fallback)
             }
             FailurePolicy::Allow => Decision::new(
@@ -534,7 +530,7 @@ mod fallback_tests {
                 let step_us = 1_000;
                 for t in 0..3_000u64 {
                     for (i, r) in instances.iter().enumerate() {
-                        let d = r.decide("k", &limit, cost, None);
+                        let d = r.decide(Check::new("k", &limit, cost), None);
                         if let Some(at) = promised[i]
                             && t * step_us >= at
                         {
@@ -631,17 +627,23 @@ mod fallback_tests {
         let r = &fleet(3, &clock)[0];
         let limit = Limit::per_second(3).burst(3);
         // The share: one token at once, one per second.
-        assert!(r.decide("k", &limit, 1, None).allowed);
-        assert!(!r.decide("k", &limit, 1, None).allowed);
+        assert!(r.decide(Check::new("k", &limit, 1), None).allowed);
+        assert!(!r.decide(Check::new("k", &limit, 1), None).allowed);
         r.failed(Gate::Closed, 0, &Error::Timeout(Duration::ZERO));
         r.succeeded(Gate::Closed, 0, r.unreachable_count(0));
         r.failed(Gate::Closed, 0, &Error::Timeout(Duration::ZERO));
-        assert!(!r.decide("k", &limit, 1, None).allowed, "no fresh share");
+        assert!(
+            !r.decide(Check::new("k", &limit, 1), None).allowed,
+            "no fresh share"
+        );
         clock.advance(Duration::from_secs(1));
-        assert!(r.decide("k", &limit, 1, None).allowed, "the share's rate");
+        assert!(
+            r.decide(Check::new("k", &limit, 1), None).allowed,
+            "the share's rate"
+        );
         // A reset of the bucket empties what the fallback held of it.
         r.forget("k");
-        assert!(r.decide("k", &limit, 1, None).allowed);
+        assert!(r.decide(Check::new("k", &limit, 1), None).allowed);
     }
 
     fn answered(limit: Limit, allowed: bool, remaining: u64, reset_after: Duration) -> Decision {
@@ -677,8 +679,14 @@ mod fallback_tests {
             let mut user = 0;
             for r in &instances {
                 for _ in 0..40 {
-                    global += u32::from(r.decide("global", &limit, 1, Some(&cache)).allowed);
-                    user += u32::from(r.decide("user", &limit, 1, Some(&cache)).allowed);
+                    global += u32::from(
+                        r.decide(Check::new("global", &limit, 1), Some(&cache))
+                            .allowed,
+                    );
+                    user += u32::from(
+                        r.decide(Check::new("user", &limit, 1), Some(&cache))
+                            .allowed,
+                    );
                 }
             }
             assert_eq!(global, 0, "{n} instances: nothing left to admit");
@@ -689,7 +697,7 @@ mod fallback_tests {
                 .iter()
                 .map(|r| {
                     (0..40)
-                        .map(|_| u32::from(r.decide("global", &limit, 1, None).allowed))
+                        .map(|_| u32::from(r.decide(Check::new("global", &limit, 1), None).allowed))
                         .sum::<u32>()
                 })
                 .sum();
@@ -716,7 +724,7 @@ mod fallback_tests {
         );
         for n in [1, 2] {
             let r = &fleet(n, &clock)[0];
-            let d = r.decide("k", &limit, 1, Some(&cache));
+            let d = r.decide(Check::new("k", &limit, 1), Some(&cache));
             assert!(d.allowed, "{n}: the call reserves its turn");
             // Its turn comes after the 20 owed, 2 s from the store's answer.
             assert!(
@@ -753,7 +761,7 @@ mod fallback_tests {
                 now,
             );
             let admitted = (0..40)
-                .filter(|_| r.decide("k", &limit, 1, Some(&cache)).allowed)
+                .filter(|_| r.decide(Check::new("k", &limit, 1), Some(&cache)).allowed)
                 .count();
             assert_eq!(admitted, 0, "{limit:?}: nothing left until the refill");
         }
@@ -767,7 +775,7 @@ mod fallback_tests {
         let r = &fleet(1, &clock)[0];
         let limit = Limit::per_hour(10).burst(10);
         assert!(
-            r.decide("k", &limit, 1, None).allowed,
+            r.decide(Check::new("k", &limit, 1), None).allowed,
             "9 left in the fallback"
         );
         let cache = DenyCache::new(16);
@@ -778,6 +786,6 @@ mod fallback_tests {
             now,
             now,
         );
-        assert!(!r.decide("k", &limit, 1, Some(&cache)).allowed);
+        assert!(!r.decide(Check::new("k", &limit, 1), Some(&cache)).allowed);
     }
 }

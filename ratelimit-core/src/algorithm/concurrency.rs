@@ -70,12 +70,13 @@ pub struct Params {
 }
 
 impl Params {
-    /// The parameters of a concurrency limit (`None` for a rate limit).
-    pub fn of(limit: &Limit) -> Option<Params> {
+    /// The parameters of a concurrency limit (`None` for a rate limit), for the call
+    /// `holder` (0 where no call holds a slot: a peek, a tool's read).
+    pub fn of(limit: &Limit, holder: u64) -> Option<Params> {
         Some(Params {
             max: u64::from(limit.max_in_flight()?),
             lease_us: limit.lease_time().map_or(0, duration_us),
-            holder: limit.holder(),
+            holder,
             queue: limit.max_wait().is_some_and(|w| !w.is_zero()),
         })
     }

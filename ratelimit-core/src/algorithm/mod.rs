@@ -141,11 +141,17 @@ pub(crate) enum Kernel {
 }
 
 impl Kernel {
-    /// The kernel of `limit`. Every [`Limit`] was checked when it was built to have valid
-    /// parameters for its algorithm; should one not, its token bucket decides (the arithmetic
-    /// every limit has).
+    /// The kernel of `limit`, where no call holds a slot (a peek, a read). Every [`Limit`]
+    /// was checked when it was built to have valid parameters for its algorithm; should one
+    /// not, its token bucket decides (the arithmetic every limit has).
     pub(crate) fn of(limit: &Limit) -> Kernel {
-        if let Some(p) = concurrency::Params::of(limit) {
+        Kernel::held_by(limit, 0)
+    }
+
+    /// The kernel of `limit` for the call `holder` (a concurrency limit's slot is the call's;
+    /// a rate limit has no holder, and 0 is none).
+    pub(crate) fn held_by(limit: &Limit, holder: u64) -> Kernel {
+        if let Some(p) = concurrency::Params::of(limit, holder) {
             return Kernel::Concurrency(p);
         }
         let kernel = match StateKind::from_parts(limit.algorithm_kind(), limit.refill_kind()) {

@@ -88,19 +88,11 @@ pub struct Limit {
     wait_us: u64,
     /// Shadow mode: decided and counted, never refused.
     shadow: bool,
-    /// The most a wait is lengthened by, at random, in microseconds (0: none). A concurrency
-    /// limit has no jitter: there, the low half of its holder (see `holder_high`).
+    /// The most a wait is lengthened by, at random, in microseconds (0: none).
     jitter_us: u32,
     /// A concurrency limit ([`Limit::concurrent`]): `replenish` and `burst` are its max, and
     /// `period_us` its lease.
     concurrent: bool,
-    /// For a concurrency limit on its way through the pipeline, the high half of the id of
-    /// the call's slot (the low half is in `jitter_us`), which every stage (memory, one
-    /// script, `multi.lua`, the fallback) needs: carried here rather than as another
-    /// parameter of every stage, and in two halves so that it fits in the room the other
-    /// fields leave (a `Limit` stays 48 bytes, as every decision carries one). 0 outside
-    /// `RateLimiter::enter`.
-    holder_high: u32,
 }
 
 /// `Limit::wait_us` when no wait was set.
@@ -240,7 +232,6 @@ impl Limit {
             shadow: false,
             jitter_us: 0,
             concurrent: false,
-            holder_high: 0,
         })
     }
 
@@ -432,11 +423,6 @@ mod tests {
         assert_eq!(
             format!("{reports:?}"),
             "Limit { concurrent: 2, lease: 3s, wait: None, shadow: false, on_failure: None }"
-        );
-        // The call a limit carries through the pipeline is not part of what it says.
-        assert_eq!(
-            format!("{:?}", reports.with_holder(u64::MAX)),
-            format!("{reports:?}")
         );
         let search = Limit::per_minute(3).wait(Duration::from_secs(2));
         assert_eq!(

@@ -121,7 +121,7 @@ impl Limit {
 
     /// The most a wait under this limit is lengthened by ([`jitter`](Limit::jitter)), if set.
     pub const fn max_jitter(&self) -> Option<Duration> {
-        // A concurrency limit's `jitter_us` is half its holder.
+        // A concurrency limit has no jitter.
         if self.jitter_us == 0 || self.concurrent {
             None
         } else {

@@ -130,15 +130,18 @@ impl RateLimiter {
         &self,
         checks: &[(Option<&str>, &str, &Limit, u32)],
     ) -> Result<Entered, Error> {
-        let owned: Vec<(String, &Limit, u32)> = checks
+        let buckets: Vec<String> = checks
             .iter()
-            .map(|&(name, key, limit, cost)| {
-                (bucket_key(&self.inner.prefix, name, key), limit, cost)
-            })
+            .map(|&(name, key, ..)| bucket_key(&self.inner.prefix, name, key))
             .collect();
-        let entered = self.enter_buckets(&owned).await?;
-        for ((part, &(name, ..)), (bucket, ..)) in
-            entered.decision.parts().iter().zip(checks).zip(&owned)
+        let named: Vec<Check<'_>> = checks
+            .iter()
+            .zip(&buckets)
+            .map(|(&(_, _, limit, cost), bucket)| Check::new(bucket, limit, cost))
+            .collect();
+        let entered = self.enter_buckets(&named).await?;
+        for ((part, &(name, ..)), bucket) in
+            entered.decision.parts().iter().zip(checks).zip(&buckets)
         {
             part.observe(observed_name(name), Some(bucket));
         }
@@ -147,43 +150,27 @@ impl RateLimiter {
 
     /// Decides already-named buckets together, all or nothing, concurrency limits among them
     /// taking their slots: what [`enter_all`](RateLimiter::enter_all) and the macro's path
-    /// (`__private::decide_all`) share. The caller describes the decision (span, metrics).
-    pub(crate) async fn enter_buckets<B: AsRef<str>>(
-        &self,
-        checks: &[(B, &Limit, u32)],
-    ) -> Result<Entered, Error> {
+    /// (`pipeline::decide_all`) share. The caller describes the decision (span, metrics).
+    pub(crate) async fn enter_buckets(&self, checks: &[Check<'_>]) -> Result<Entered, Error> {
         if matches!(
             self.inner.engine,
             Engine::Remote(Remote {
                 store: RemoteStore::Custom(_),
                 ..
             })
-        ) && checks.iter().any(|c| c.1.is_concurrent())
+        ) && checks.iter().any(|c| c.limit.is_concurrent())
         {
             return Err(Error::ConcurrencyUnsupported);
         }
         let holder = next_holder();
-        let owned: Vec<(&str, Limit, u32)> = checks
-            .iter()
-            .map(|(bucket, limit, cost)| {
-                let limit = if limit.is_concurrent() {
-                    limit.with_holder(holder)
-                } else {
-                    **limit
-                };
-                (bucket.as_ref(), limit, *cost)
-            })
-            .collect();
-        let refs: Vec<(&str, &Limit, u32)> = owned
-            .iter()
-            .map(|(bucket, limit, cost)| (*bucket, limit, *cost))
-            .collect();
-        let checks_v = validate_all(&refs)?;
+        // Every concurrency limit of the call is held by it.
+        let checks_v: Vec<Check<'_>> = checks.iter().map(|c| c.held_by(holder)).collect();
+        validate_all(&checks_v)?;
         // The longest wait of the call's concurrency limits: how long it queues for a slot.
-        let wait = owned
+        let wait = checks_v
             .iter()
-            .filter(|(_, limit, _)| limit.is_concurrent())
-            .filter_map(|(_, limit, _)| limit.max_wait())
+            .filter(|c| c.limit.is_concurrent())
+            .filter_map(|c| c.limit.max_wait())
             .max()
             .filter(|w| !w.is_zero());
         let local = matches!(self.inner.engine, Engine::Local(_));
@@ -191,13 +178,14 @@ impl RateLimiter {
             held: Some(Held {
                 limiter: self.clone(),
                 holder,
-                parts: owned
+                parts: checks_v
                     .iter()
-                    .filter(|(_, limit, _)| limit.is_concurrent())
-                    .map(|(bucket, limit, cost)| Part {
-                        bucket: (*bucket).into(),
-                        cost: u64::from(*cost),
-                        lease_us: limit
+                    .filter(|c| c.limit.is_concurrent())
+                    .map(|c| Part {
+                        bucket: c.bucket.into(),
+                        cost: u64::from(c.cost),
+                        lease_us: c
+                            .limit
                             .lease_time()
                             .map_or(0, |l| u64::try_from(l.as_micros()).unwrap_or(u64::MAX)),
                         in_store: false,
@@ -230,10 +218,6 @@ impl RateLimiter {
             slot.asking(!local);
             let mut parts = self.decide_all(&checks_v).await?;
             slot.note_sources(&parts, &checks_v);
-            // The call's id was the pipeline's: the caller sees its limits as it gave them.
-            for part in &mut parts {
-                part.limit = part.limit.with_holder(0);
-            }
             if !local && parts.iter().all(|d| d.allowed) {
                 self.count_here(&checks_v, &mut parts, &mut slot);
             }
@@ -286,15 +270,15 @@ impl RateLimiter {
     /// [`Recovery`](crate::policy::Recovery)), the copies also refuse a call that a store
     /// which lost its slots, or never had those the fallback granted, would let in beside
     /// the calls this process runs; the call then gives back what it took.
-    fn count_here(&self, checks: &[(&str, &Limit, u32)], parts: &mut [Decision], slot: &mut Slot) {
+    fn count_here(&self, checks: &[Check<'_>], parts: &mut [Decision], slot: &mut Slot) {
         let resilience = &self.inner.resilience;
         let holding_off = resilience
             .recovery
             .as_ref()
             .is_some_and(|r| r.holding_off());
-        let (mut counted, mut at): (Vec<(&str, &Limit, u32)>, Vec<usize>) = (vec![], vec![]);
+        let (mut counted, mut at): (Vec<Check<'_>>, Vec<usize>) = (vec![], vec![]);
         for (i, (check, part)) in checks.iter().zip(parts.iter()).enumerate() {
-            if check.1.is_concurrent() && part.source == Source::Store && !part.shadowed {
+            if check.limit.is_concurrent() && part.source == Source::Store && !part.shadowed {
                 counted.push(*check);
                 at.push(i);
             }
@@ -304,7 +288,7 @@ impl RateLimiter {
         }
         let here = resilience.count_slots(&counted, holding_off);
         for part in slot.parts_mut() {
-            if counted.iter().any(|(bucket, ..)| **bucket == *part.bucket) {
+            if counted.iter().any(|c| *c.bucket == *part.bucket) {
                 part.in_fallback = true;
             }
         }
@@ -324,11 +308,11 @@ impl RateLimiter {
                 }),
             });
         }
-        let taken: Vec<(Box<str>, Limit, u32, Source)> = checks
+        let taken: Vec<(OwnedCheck, Source)> = checks
             .iter()
             .zip(parts.iter())
-            .filter(|((_, limit, _), d)| !limit.is_concurrent() && d.source == Source::Store)
-            .map(|(&(bucket, limit, cost), _)| (Box::from(bucket), *limit, cost, Source::Store))
+            .filter(|(c, d)| !c.limit.is_concurrent() && d.source == Source::Store)
+            .map(|(c, _)| (c.into_owned(), Source::Store))
             .collect();
         if !taken.is_empty() {
             self.give_back(taken);

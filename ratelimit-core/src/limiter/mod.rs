@@ -30,6 +30,7 @@ use std::task::Poll;
 use std::time::Duration;
 
 use crate::algorithm::Outcome;
+use crate::check::{Check, OwnedCheck};
 use crate::decision::Source;
 use crate::deny_cache::{DEFAULT_DENY_CACHE_CAPACITY, DenyCache};
 use crate::fleet::{self, Member};
@@ -272,7 +273,7 @@ impl RateLimiter {
             if let Some(rest) = &mut rest {
                 return rest.as_mut().poll(cx);
             }
-            if let Err(e) = validate_cost(limit, cost) {
+            if let Err(e) = validate(&Check::new("", limit, cost)) {
                 return Poll::Ready(Err(e));
             }
             let prefix = &*self.inner.prefix;
@@ -314,12 +315,13 @@ impl RateLimiter {
         Box::pin(async move {
             let (bucket, decision) = match then {
                 Rest::Wait(bucket, reserved) => {
-                    let decision = limiter.wait_one(&bucket, &limit, cost, reserved).await?;
+                    let check = Check::new(&bucket, &limit, cost);
+                    let decision = limiter.wait_one(check, reserved).await?;
                     (bucket, decision)
                 }
                 Rest::Remote => {
                     let bucket = bucket_key(&limiter.inner.prefix, name.as_deref(), &key);
-                    let decision = limiter.decide(&bucket, &limit, cost).await?;
+                    let decision = limiter.decide(Check::new(&bucket, &limit, cost)).await?;
                     (bucket, decision)
                 }
             };
@@ -389,27 +391,32 @@ impl RateLimiter {
     ) -> Result<Decision, Error> {
         // The checks are read twice (to name the buckets, then to observe under the names)
         // rather than their names collected into a vector of their own.
-        let buckets: Vec<(String, &Limit, u32)> = checks
+        let buckets: Vec<String> = checks
             .iter()
             .map(|c| {
-                let (name, key, limit, cost) = parts(c);
-                (bucket_key(&self.inner.prefix, name, key), limit, cost)
+                let (name, key, ..) = parts(c);
+                bucket_key(&self.inner.prefix, name, key)
             })
             .collect();
-        let decision = self.check_buckets(&buckets).await?;
-        for ((part, check), (bucket, ..)) in decision.parts().iter().zip(checks).zip(&buckets) {
+        let named: Vec<Check<'_>> = checks
+            .iter()
+            .zip(&buckets)
+            .map(|(c, bucket)| {
+                let (_, _, limit, cost) = parts(c);
+                Check::new(bucket, limit, cost)
+            })
+            .collect();
+        let decision = self.check_buckets(&named).await?;
+        for ((part, check), bucket) in decision.parts().iter().zip(checks).zip(&buckets) {
             part.observe(observed_name(parts(check).0), Some(bucket));
         }
         Ok(decision)
     }
 
     /// Decides several already-named buckets together (the macro's path for stacked limits).
-    pub(crate) async fn check_buckets<B: AsRef<str>>(
-        &self,
-        checks: &[(B, &Limit, u32)],
-    ) -> Result<Decision, Error> {
-        let checks = validate_all(checks)?;
-        let parts = self.decide_all(&checks).await?;
+    pub(crate) async fn check_buckets(&self, checks: &[Check<'_>]) -> Result<Decision, Error> {
+        validate_all(checks)?;
+        let parts = self.decide_all(checks).await?;
         Ok(Decision::combined(parts))
     }
 
@@ -577,32 +584,28 @@ fn on_tokio() -> Result<(), Error> {
         .map_err(|_| Error::NoRuntime)
 }
 
-/// The checks of one call, validated: at least one, every cost valid, no bucket twice.
-fn validate_all<'a, B: AsRef<str>>(
-    checks: &'a [(B, &'a Limit, u32)],
-) -> Result<Vec<(&'a str, &'a Limit, u32)>, Error> {
+/// Validates the checks of one call: at least one, every cost valid, no bucket twice.
+fn validate_all(checks: &[Check<'_>]) -> Result<(), Error> {
     if checks.is_empty() {
         return Err(Error::NoLimits);
     }
-    let mut out: Vec<(&str, &Limit, u32)> = Vec::with_capacity(checks.len());
-    for (bucket, limit, cost) in checks {
-        validate_cost(limit, *cost)?;
-        let bucket = bucket.as_ref();
-        if out.iter().any(|c| c.0 == bucket) {
-            return Err(Error::DuplicateBucket(bucket.to_owned()));
+    for (i, check) in checks.iter().enumerate() {
+        validate(check)?;
+        if checks[..i].iter().any(|c| c.bucket == check.bucket) {
+            return Err(Error::DuplicateBucket(check.bucket.to_owned()));
         }
-        out.push((bucket, limit, *cost));
     }
-    Ok(out)
+    Ok(())
 }
 
-fn validate_cost(limit: &Limit, cost: u32) -> Result<(), Error> {
+/// Validates one check: its cost fits its limit, and a concurrency limit is held by a call.
+fn validate(check: &Check<'_>) -> Result<(), Error> {
     // A concurrency limit is decided only with a slot to give back (`enter`), which gives it
     // its holder.
-    if limit.is_concurrent() && limit.holder() == 0 {
+    if check.limit.is_concurrent() && check.holder == 0 {
         return Err(crate::error::InvalidLimit::NeedsSlot.into());
     }
-    limit.check_cost(cost)
+    check.limit.check_cost(check.cost)
 }
 
 impl fmt::Debug for RateLimiter {
@@ -698,7 +701,7 @@ mod tests {
         let admitted = (1..=5)
             .filter(|&h| {
                 store
-                    .check_share("k", &limit.with_holder(h), 1, 3, None)
+                    .check_share(Check::new("k", &limit, 1).held_by(h), 3, None)
                     .allowed
             })
             .count();
@@ -708,7 +711,7 @@ mod tests {
         let admitted = (1..=3)
             .filter(|&h| {
                 store
-                    .check_share("j", &one.with_holder(h), 1, 5, None)
+                    .check_share(Check::new("j", &one, 1).held_by(h), 5, None)
                     .allowed
             })
             .count();

@@ -106,7 +106,7 @@ impl RateLimiter {
         cost: u32,
         source: Source,
     ) -> Result<(), Error> {
-        validate_cost(limit, cost)?;
+        validate(&Check::new(bucket, limit, cost))?;
         if limit.algorithm_kind().is_window() {
             return Err(Error::RefundNeedsBucket(*limit));
         }

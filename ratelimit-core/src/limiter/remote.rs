@@ -9,35 +9,30 @@ impl RateLimiter {
     /// Every await here holds one box at most: the memory path is a call of this future, so
     /// what it carries for the others (the store's call, the deadline, a wait, the several
     /// limits' path) must not make it larger.
-    pub(crate) async fn decide(
-        &self,
-        bucket: &str,
-        limit: &Limit,
-        cost: u32,
-    ) -> Result<Decision, Error> {
+    pub(crate) async fn decide(&self, check: Check<'_>) -> Result<Decision, Error> {
         // The decision's scope ends before the wait: the future then does not keep room for
         // it beside the wait's box.
         let waiting = {
             let mut decision = match &self.inner.engine {
-                Engine::Local(s) => s.check_now(bucket, limit, cost),
-                Engine::Unenabled => self.inner.resilience.decide(bucket, limit, cost, None),
+                Engine::Local(s) => s.check_share(check, 1, None),
+                Engine::Unenabled => self.inner.resilience.decide(check, None),
                 Engine::Remote(remote) => {
                     // A call that may wait is not refused from the deny cache (the refusal it
                     // remembers was for a call that could not wait), and is asked by a task of
                     // its own.
-                    if limit.reserves() {
-                        return self.decide_reserving(bucket, limit, cost).await;
+                    if check.limit.reserves() {
+                        return self.decide_reserving(check).await;
                     }
                     match remote
                         .deny_cache
                         .as_ref()
-                        .and_then(|c| c.check(bucket, limit, cost))
+                        .and_then(|c| c.check(check.bucket, check.limit, check.cost))
                     {
                         Some(refused) => {
                             crate::observe::deny_cache_hit();
                             refused
                         }
-                        None => self.ask_store(remote, bucket, limit, cost).await?,
+                        None => self.ask_store(remote, check).await?,
                     }
                 }
             };
@@ -46,7 +41,7 @@ impl RateLimiter {
             if !must_wait(std::slice::from_mut(&mut decision)) {
                 return Ok(decision);
             }
-            self.wait_one(bucket, limit, cost, decision)
+            self.wait_one(check, decision)
         };
         waiting.await
     }
@@ -57,35 +52,21 @@ impl RateLimiter {
     /// future several times larger, even on a memory limiter, and moving it dominated the
     /// memory path (docs/benchmarks.md 7.3). One small allocation beside a network round trip
     /// is the cheaper side.
-    fn ask_store<'a>(
-        &'a self,
-        remote: &'a Remote,
-        bucket: &'a str,
-        limit: &'a Limit,
-        cost: u32,
-    ) -> BoxedAnswer<'a, Decision> {
+    fn ask_store<'a>(&'a self, remote: &'a Remote, check: Check<'a>) -> BoxedAnswer<'a, Decision> {
         Box::pin(self.through_store(
             remote,
-            bucket,
-            move |store| async move {
-                match store {
-                    RemoteStore::Redis(s) => s.check(bucket, limit, cost).await,
-                    RemoteStore::Custom(s) => s.check_dyn(bucket, limit, cost).await,
-                }
-            },
-            move |cache, decision, sent, now| cache.remember(bucket, decision, sent, now),
-            move |guard| guard.decide(bucket, limit, cost, remote.deny_cache.as_deref()),
+            check.bucket,
+            move |store| store.decide(check),
+            move |cache, decision, sent, now| cache.remember(check.bucket, decision, sent, now),
+            move |guard| guard.decide(check, remote.deny_cache.as_deref()),
         ))
     }
 
     /// [`decide`](Self::decide) for several buckets at once, all or nothing; a call that
     /// reserved under any of its limits waits for the latest of them.
-    pub(super) async fn decide_all(
-        &self,
-        checks: &[(&str, &Limit, u32)],
-    ) -> Result<Vec<Decision>, Error> {
-        if let [(bucket, limit, cost)] = checks {
-            return Ok(vec![self.decide(bucket, limit, *cost).await?]);
+    pub(super) async fn decide_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, Error> {
+        if let [check] = checks {
+            return Ok(vec![self.decide(*check).await?]);
         }
         self.decide_together(checks).await
     }
@@ -94,7 +75,7 @@ impl RateLimiter {
     /// the wait of a call that reserved under any of them.
     pub(super) async fn decide_together(
         &self,
-        checks: &[(&str, &Limit, u32)],
+        checks: &[Check<'_>],
     ) -> Result<Vec<Decision>, Error> {
         let mut parts = self.decide_all_now(checks).await?;
         if must_wait(&mut parts) {
@@ -103,7 +84,7 @@ impl RateLimiter {
         Ok(parts)
     }
 
-    async fn decide_all_now(&self, checks: &[(&str, &Limit, u32)]) -> Result<Vec<Decision>, Error> {
+    async fn decide_all_now(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, Error> {
         let remote = match &self.inner.engine {
             Engine::Local(s) => return Ok(s.check_all_shared(checks, 1, false, None)),
             Engine::Remote(remote) => remote,
@@ -113,22 +94,19 @@ impl RateLimiter {
         // needs every limit's. It still learns from the refusals below. One circuit for the
         // call: the first bucket's (on a cluster, its slot's).
         // Boxed, as in `decide`.
-        let reserving = checks.iter().any(|(_, limit, _)| limit.reserves());
+        let reserving = checks.iter().any(|c| c.limit.reserves());
         let asked: BoxedAnswer<'_, _> = Box::pin(self.through_store(
             remote,
-            checks[0].0,
+            checks[0].bucket,
             |store| async move {
                 if reserving {
                     return self.ask_detached(checks).await;
                 }
-                match store {
-                    RemoteStore::Redis(s) => s.check_all(checks).await,
-                    RemoteStore::Custom(s) => s.check_all_dyn(checks).await,
-                }
+                store.decide_all(checks).await
             },
             |cache, parts: &Vec<Decision>, sent, now| {
-                for (part, (bucket, ..)) in parts.iter().zip(checks) {
-                    cache.remember(bucket, part, sent, now);
+                for (part, check) in parts.iter().zip(checks) {
+                    cache.remember(check.bucket, part, sent, now);
                 }
             },
             |guard| guard.decide_all(checks, remote.deny_cache.as_deref()),
@@ -146,36 +124,22 @@ impl RateLimiter {
     /// a spawned caller `Send` exceeds the compiler's default recursion limit.
     pub(super) fn ask_detached(
         &self,
-        checks: &[(&str, &Limit, u32)],
+        checks: &[Check<'_>],
     ) -> std::pin::Pin<Box<dyn Future<Output = Result<Vec<Decision>, Error>> + Send + 'static>>
     {
         let (answer, answered) = tokio::sync::oneshot::channel();
         let limiter = self.clone();
-        let owned: Vec<(Box<str>, Limit, u32)> = checks
-            .iter()
-            .map(|&(bucket, limit, cost)| (Box::from(bucket), *limit, cost))
-            .collect();
+        let owned: Vec<OwnedCheck> = checks.iter().map(|c| c.into_owned()).collect();
         let task = async move {
             let Engine::Remote(remote) = &limiter.inner.engine else {
                 return;
             };
-            let refs: Vec<(&str, &Limit, u32)> = owned
-                .iter()
-                .map(|(bucket, limit, cost)| (&**bucket, limit, *cost))
-                .collect();
-            let decided = match &remote.store {
-                RemoteStore::Redis(s) => s.check_all(&refs).await,
-                RemoteStore::Custom(s) => s.check_all_dyn(&refs).await,
-            };
+            let refs: Vec<Check<'_>> = owned.iter().map(OwnedCheck::as_check).collect();
+            let decided = remote.store.decide_all(&refs).await;
             if let Err(Ok(parts)) = answer.send(decided)
                 && parts.iter().all(|d| d.allowed)
             {
-                limiter.give_back(
-                    owned
-                        .into_iter()
-                        .map(|(bucket, limit, cost)| (bucket, limit, cost, Source::Store))
-                        .collect(),
-                );
+                limiter.give_back(owned.into_iter().map(|c| (c, Source::Store)).collect());
             }
         };
         let task: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(task);
@@ -237,6 +201,26 @@ impl RateLimiter {
                 }
                 Err(e)
             }
+        }
+    }
+}
+
+impl RemoteStore {
+    /// Decides one check: the one place the store's kind is dispatched on, with
+    /// [`decide_all`](Self::decide_all).
+    async fn decide(&self, check: Check<'_>) -> Result<Decision, Error> {
+        match self {
+            RemoteStore::Redis(s) => s.check_one(check).await,
+            RemoteStore::Custom(s) => s.check_dyn(check.bucket, check.limit, check.cost).await,
+        }
+    }
+
+    /// Decides several checks together, all or nothing. A store of the user's own takes the
+    /// public `(key, limit, cost)` form: it holds no concurrency slots, so no holder.
+    async fn decide_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, Error> {
+        match self {
+            RemoteStore::Redis(s) => s.decide_all(checks).await,
+            RemoteStore::Custom(s) => s.check_all_dyn(&crate::check::to_tuples(checks)).await,
         }
     }
 }

@@ -5,14 +5,9 @@ use super::*;
 impl RateLimiter {
     /// A call that may wait, on a remote store: [`decide_all`](Self::decide_all)'s path for
     /// one limit, boxed.
-    pub(super) fn decide_reserving<'a>(
-        &'a self,
-        bucket: &'a str,
-        limit: &'a Limit,
-        cost: u32,
-    ) -> BoxedAnswer<'a, Decision> {
+    pub(super) fn decide_reserving<'a>(&'a self, check: Check<'a>) -> BoxedAnswer<'a, Decision> {
         Box::pin(async move {
-            self.decide_together(&[(bucket, limit, cost)])
+            self.decide_together(&[check])
                 .await?
                 .pop()
                 .ok_or_else(|| Error::BadReply("no decision".to_owned()))
@@ -23,17 +18,12 @@ impl RateLimiter {
     /// waits carries the sleep's future, and the decision moves into the box.
     pub(crate) fn wait_one<'a>(
         &'a self,
-        bucket: &'a str,
-        limit: &'a Limit,
-        cost: u32,
+        check: Check<'a>,
         mut decision: Decision,
     ) -> BoxedAnswer<'a, Decision> {
         Box::pin(async move {
-            self.wait_turn(
-                &[(bucket, limit, cost)],
-                std::slice::from_mut(&mut decision),
-            )
-            .await?;
+            self.wait_turn(&[check], std::slice::from_mut(&mut decision))
+                .await?;
             Ok(decision)
         })
     }
@@ -43,13 +33,13 @@ impl RateLimiter {
     /// sleep, it gives every limit's tokens back.
     pub(super) async fn wait_turn(
         &self,
-        checks: &[(&str, &Limit, u32)],
+        checks: &[Check<'_>],
         decisions: &mut [Decision],
     ) -> Result<(), Error> {
         // Lengthened by the limits' jitter (the most any of them asks): later, never earlier.
         let jitter = checks
             .iter()
-            .filter_map(|(_, limit, _)| limit.max_jitter())
+            .filter_map(|c| c.limit.max_jitter())
             .max()
             .map_or(Duration::ZERO, spread);
         let wait = reserved(decisions).unwrap_or_default() + jitter;
@@ -58,7 +48,7 @@ impl RateLimiter {
             parts: checks
                 .iter()
                 .zip(decisions.iter())
-                .map(|(&(bucket, limit, cost), d)| (Box::from(bucket), *limit, cost, d.source))
+                .map(|(check, d)| (check.into_owned(), d.source))
                 .collect(),
         };
         on_tokio()?;
@@ -74,9 +64,15 @@ impl RateLimiter {
     /// Redis (a dropped future cannot await; best effort, logged when it fails) through
     /// [`give_back_remote`](Self::give_back_remote), as a refund. A custom store cannot be
     /// asked to give back: its tokens stay taken.
-    pub(super) fn give_back(&self, parts: Vec<(Box<str>, Limit, u32, Source)>) {
+    pub(super) fn give_back(&self, parts: Vec<(OwnedCheck, Source)>) {
         let mut remote = Vec::new();
-        for (bucket, limit, cost, source) in parts {
+        for (check, source) in parts {
+            let OwnedCheck {
+                bucket,
+                limit,
+                cost,
+                ..
+            } = check;
             match (source, &self.inner.engine) {
                 (Source::Store, Engine::Local(s)) => s.give_back(&bucket, &limit, cost, 1),
                 (Source::Fallback, _) => self.inner.resilience.give_back(&bucket, &limit, cost),
@@ -153,7 +149,7 @@ pub(super) fn reserved(decisions: &[Decision]) -> Option<Duration> {
 /// The tokens a waiting call reserved, given back unless it was served.
 pub(super) struct GiveBack<'a> {
     limiter: &'a RateLimiter,
-    parts: Vec<(Box<str>, Limit, u32, Source)>,
+    parts: Vec<(OwnedCheck, Source)>,
 }
 
 impl Drop for GiveBack<'_> {

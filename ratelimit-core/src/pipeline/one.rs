@@ -8,6 +8,7 @@ use std::pin::Pin;
 
 use super::call::{Before, Call, KeyArg, Taken, before_key, settle};
 use super::{check_all, limiter_or_unenabled, report_missing_piece};
+use crate::check::Check;
 use crate::decision::{Label, Source};
 use crate::limiter::Local;
 use crate::naming::with_bucket_key;
@@ -236,10 +237,10 @@ async fn ask(
     in_scope: bool,
     taken: Option<Taken>,
 ) -> Checked {
-    let (limit, cost) = (&effective.limit, effective.cost);
+    let check = Check::new(&bucket, &effective.limit, effective.cost);
     let decided = match reserved {
-        Some(reserved) => limiter.wait_one(&bucket, limit, cost, reserved).await,
-        None => limiter.decide(&bucket, limit, cost).await,
+        Some(reserved) => limiter.wait_one(check, reserved).await,
+        None => limiter.decide(check).await,
     };
     let decision = decided.unwrap_or_else(|e| cannot_check(decl, &effective, &e));
     conclude(

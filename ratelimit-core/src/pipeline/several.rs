@@ -4,10 +4,11 @@
 
 use super::call::{Before, Call, KeyArg, before_key, settle};
 use super::{limiter_or_unenabled, report_missing_piece};
+use crate::check::Check;
 use crate::decision::{Label, Source};
 use crate::registry::{LimitDeclaration, Warning};
 use crate::request::{record_current, resolving, with_current};
-use crate::{Decision, Limit, RateLimited, RateLimiter};
+use crate::{Decision, RateLimited, RateLimiter};
 
 /// The check of a function with stacked `#[rate_limit]` attributes: every limit decided
 /// together, all or nothing (see [`RateLimiter::check_all`]). A disabled limit passes
@@ -107,15 +108,15 @@ pub(crate) async fn decide_all(
     // A limit without a key that refuses vetoes the call: nothing is asked or taken.
     let vetoed = parts.iter().flatten().any(|d| !d.allowed);
     if !vetoed && !asked.is_empty() {
-        let checks: Vec<(&str, &Limit, u32)> = asked
+        let checks: Vec<Check<'_>> = asked
             .iter()
             .map(|&i| {
                 let bucket = buckets[i].as_deref().unwrap_or_default();
-                (bucket, &effective[i].limit, effective[i].cost)
+                Check::new(bucket, &effective[i].limit, effective[i].cost)
             })
             .collect();
         // Concurrency limits among them take their slots, kept while the call runs.
-        let decided = if checks.iter().any(|(_, limit, _)| limit.is_concurrent()) {
+        let decided = if checks.iter().any(|c| c.limit.is_concurrent()) {
             limiter.enter_buckets(&checks).await.map(|entered| {
                 if let Some(slot) = entered.slot {
                     hold(slot, limits);

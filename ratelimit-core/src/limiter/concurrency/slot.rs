@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
+use crate::check::Check;
 use crate::decision::Source;
 use crate::fleet::waiters::wake;
 use crate::limiter::{Engine, RateLimiter, Remote, RemoteStore, on_tokio};
-use crate::{Decision, Error, Limit};
+use crate::{Decision, Error};
 
 /// The slots of one admitted call under its concurrency limits: given back when dropped
 /// (whether the call returned, failed, panicked or was cancelled), by one script per limit
@@ -159,10 +160,10 @@ impl Slot {
 
     /// Records where each concurrency limit of the call was decided: the store, or the
     /// fallback (the other policies hold nothing anywhere).
-    pub(super) fn note_sources(&mut self, decisions: &[Decision], checks: &[(&str, &Limit, u32)]) {
+    pub(super) fn note_sources(&mut self, decisions: &[Decision], checks: &[Check<'_>]) {
         let parts = self.parts_mut();
-        for (d, (bucket, ..)) in decisions.iter().zip(checks) {
-            if let Some(part) = parts.iter_mut().find(|p| *p.bucket == **bucket) {
+        for (d, check) in decisions.iter().zip(checks) {
+            if let Some(part) = parts.iter_mut().find(|p| *p.bucket == *check.bucket) {
                 match d.source {
                     Source::Store => part.answered = true,
                     Source::Fallback => part.in_fallback = true,

@@ -8,6 +8,7 @@ use hashbrown::HashTable;
 
 use super::Store;
 use crate::algorithm::{Kernel, Outcome, interval_bucket, token_bucket};
+use crate::check::{self, Check};
 use crate::clock::{Clock, MonotonicClock};
 use crate::{Decision, Error, Limit};
 
@@ -224,7 +225,8 @@ impl MemoryStore {
         Decision::from_outcome(&outcome, *limit, cost)
     }
 
-    /// Decides with this instance's share of `limit` when `instances` share it. A share is a
+    /// Decides `check` with this instance's share of its limit when `instances` share it (1:
+    /// the whole limit; what the pipeline asks of a memory limiter). A share is a
     /// token bucket's exact share of the rate and the burst, whatever the limit's algorithm:
     /// a window's count cannot be split between instances that do not talk to each other.
     ///
@@ -235,19 +237,18 @@ impl MemoryStore {
     /// by an earlier outage that holds more is read as starting from it.
     pub(crate) fn check_share(
         &self,
-        key: &str,
-        limit: &Limit,
-        cost: u32,
+        check: Check<'_>,
         instances: u32,
         short_of_full: Option<u64>,
     ) -> Decision {
-        let (kernel, seeded) = share_kernel(limit, cost, instances, short_of_full);
+        let (kernel, seeded) = share_kernel(&check, instances, short_of_full);
+        let key = check.bucket.as_bytes();
         let outcome = if seeded {
-            self.check_seeded(key.as_bytes(), kernel, cost)
+            self.check_seeded(key, kernel, check.cost)
         } else {
-            self.check_with(key.as_bytes(), kernel, cost)
+            self.check_with(key, kernel, check.cost)
         };
-        Decision::from_outcome(&outcome, *limit, cost)
+        Decision::from_outcome(&outcome, *check.limit, check.cost)
     }
 
     /// [`check_with`](Self::check_with) for a kernel seeded from what the store last said:
@@ -277,7 +278,7 @@ impl MemoryStore {
     /// leaky bucket) can give back without the time of the take; a window, or a bucket the
     /// store does not hold (full, or forgotten), is left as it is.
     pub(crate) fn give_back(&self, key: &str, limit: &Limit, cost: u32, instances: u32) {
-        let kernel = share_kernel(limit, cost, instances, None).0;
+        let kernel = share_kernel(&Check::new(key, limit, cost), instances, None).0;
         if !matches!(kernel, Kernel::Bucket(_) | Kernel::Interval(_)) {
             return;
         }
@@ -371,7 +372,7 @@ impl MemoryStore {
     /// said that bucket is (as [`check_share`](Self::check_share) takes it).
     pub(crate) fn check_all_shared(
         &self,
-        checks: &[(&str, &Limit, u32)],
+        checks: &[Check<'_>],
         instances: u32,
         veto: bool,
         short_of_full: Option<&[Option<u64>]>,
@@ -380,8 +381,8 @@ impl MemoryStore {
         let now = inner.clock.now_micros();
         let located: Vec<(u64, usize)> = checks
             .iter()
-            .map(|(key, ..)| {
-                let hash = inner.hash(key.as_bytes());
+            .map(|check| {
+                let hash = inner.hash(check.bucket.as_bytes());
                 (hash, inner.shard_of(hash))
             })
             .collect();
@@ -397,13 +398,13 @@ impl MemoryStore {
         // Each limit's outcome for the call's cost, with what it would answer for a cost of
         // 0: its state as it stands, for a limit that would admit a call that is refused.
         let decide_at = |i: usize, cost: u64| {
-            let (key, limit, call_cost) = checks[i];
+            let check = &checks[i];
             let (hash, shard) = located[i];
             let seed = short_of_full.and_then(|h| h.get(i).copied().flatten());
-            let (kernel, seeded) = share_kernel(limit, call_cost, instances, seed);
+            let (kernel, seeded) = share_kernel(check, instances, seed);
             let slot = shards[guard_of(shard)]
                 .table
-                .find(hash, |e| *e.0 == *key.as_bytes())
+                .find(hash, |e| *e.0 == *check.bucket.as_bytes())
                 .map(|e| &e.1);
             let slot = if seeded {
                 stricter(kernel, now, slot)
@@ -413,14 +414,14 @@ impl MemoryStore {
             decide(kernel, now, slot, cost)
         };
         let mut outcomes: Vec<Outcome<Slot>> = (0..checks.len())
-            .map(|i| decide_at(i, u64::from(checks[i].2)))
+            .map(|i| decide_at(i, u64::from(checks[i].cost)))
             .collect();
         // A limit in shadow mode does not refuse the call.
         let admitted = !veto
             && outcomes
                 .iter()
                 .zip(checks)
-                .all(|(o, (_, limit, _))| o.allowed || limit.is_shadow());
+                .all(|(o, check)| o.allowed || check.limit.is_shadow());
         if !admitted {
             for (i, o) in outcomes.iter_mut().enumerate() {
                 if o.allowed {
@@ -431,9 +432,7 @@ impl MemoryStore {
             }
         }
         let mut decisions = Vec::with_capacity(checks.len());
-        for ((o, &(key, limit, cost)), &(hash, shard)) in
-            outcomes.iter_mut().zip(checks).zip(&located)
-        {
+        for ((o, check), &(hash, shard)) in outcomes.iter_mut().zip(checks).zip(&located) {
             // A refusal writes what it must (a state read differently from what it says);
             // a limit that would have admitted a refused call writes nothing.
             if let Some(state) = o.new_state.take()
@@ -442,12 +441,12 @@ impl MemoryStore {
                 inner.put(
                     &mut shards[guard_of(shard)],
                     hash,
-                    key.as_bytes(),
+                    check.bucket.as_bytes(),
                     state,
                     now,
                 );
             }
-            decisions.push(Decision::from_outcome(o, *limit, cost));
+            decisions.push(Decision::from_outcome(o, *check.limit, check.cost));
         }
         decisions
     }
@@ -602,7 +601,7 @@ impl Store for MemoryStore {
     }
 
     async fn check_all(&self, checks: &[(&str, &Limit, u32)]) -> Result<Vec<Decision>, Error> {
-        Ok(self.check_all_shared(checks, 1, false, None))
+        Ok(self.check_all_shared(&check::from_tuples(checks), 1, false, None))
     }
 }
 

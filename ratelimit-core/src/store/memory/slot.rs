@@ -4,10 +4,10 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::Limit;
 use crate::algorithm::token_bucket::{self, Params};
 use crate::algorithm::{Kernel, Outcome};
 use crate::algorithm::{concurrency, fixed_window, interval_bucket, sliding_log, sliding_window};
+use crate::check::Check;
 
 /// One bucket: its key and its state, in one cache line when the key is short (most are): a
 /// lookup then reads one line, where a key on the heap costs a second, dependent miss.
@@ -273,15 +273,14 @@ pub(super) fn held_slot(entries: Vec<concurrency::Entry>) -> Slot {
 /// of a token bucket, which no other algorithm's fresh state can start from. A concurrency
 /// limit is shared as whole slots, and never seeded.
 pub(super) fn share_kernel(
-    limit: &Limit,
-    cost: u32,
+    check: &Check<'_>,
     instances: u32,
     short_of_full: Option<u64>,
 ) -> (Kernel, bool) {
-    let kernel = match Kernel::of(limit) {
+    let kernel = match check.kernel() {
         Kernel::Concurrency(p) => Kernel::Concurrency(p.shared(instances)),
         kernel if instances <= 1 && short_of_full.is_none() => kernel,
-        _ => Kernel::Bucket(Params::of(limit).shared(instances, cost)),
+        _ => Kernel::Bucket(Params::of(check.limit).shared(instances, check.cost)),
     };
     match (kernel, short_of_full) {
         (Kernel::Bucket(mut p), Some(short_of_full)) => {

@@ -10,7 +10,8 @@ use redis::Value;
 
 use super::RedisStore;
 use super::scripts::{GroupReply, Mode};
-use crate::{Error, Limit};
+use crate::Error;
+use crate::check::Check;
 
 impl RedisStore {
     /// Reserves master by master (or slot by slot, without `by_master` or a map of the
@@ -18,7 +19,7 @@ impl RedisStore {
     /// refusal, and asks the rest without taking, so that every limit still answers.
     pub(super) async fn check_across_nodes(
         &self,
-        checks: &[(&str, &Limit, u32)],
+        checks: &[Check<'_>],
         by_master: bool,
     ) -> Result<Vec<[u64; 4]>, Error> {
         let masters = if by_master {
@@ -27,7 +28,7 @@ impl RedisStore {
             None
         };
         let group_of = |i: usize| {
-            let slot = crate::naming::key_slot(checks[i].0.as_bytes());
+            let slot = crate::naming::key_slot(checks[i].bucket.as_bytes());
             masters
                 .as_ref()
                 .and_then(|m| m.get(usize::from(slot)).copied())
@@ -46,7 +47,7 @@ impl RedisStore {
         let mut reserved: Vec<(Vec<usize>, GroupReply)> = Vec::new();
         let mut refused = false;
         for group in groups {
-            let part: Vec<(&str, &Limit, u32)> = group.iter().map(|&i| checks[i]).collect();
+            let part: Vec<Check<'_>> = group.iter().map(|&i| checks[i]).collect();
             let reply = self
                 .run_group(&part, if refused { Mode::Veto } else { Mode::Reserve })
                 .await;
@@ -64,7 +65,7 @@ impl RedisStore {
                 .numbers
                 .iter()
                 .zip(&part)
-                .any(|(n, (_, limit, _))| n[0] == 0 && !limit.is_shadow())
+                .any(|(n, check)| n[0] == 0 && !check.limit.is_shadow())
             {
                 refused = true;
                 self.give_back(checks, &reserved).await;
@@ -112,11 +113,11 @@ impl RedisStore {
     /// never fuller, and is logged).
     pub(super) async fn give_back(
         &self,
-        checks: &[(&str, &Limit, u32)],
+        checks: &[Check<'_>],
         reserved: &[(Vec<usize>, GroupReply)],
     ) {
         for (group, reply) in reserved {
-            let part: Vec<(&str, &Limit, u32)> = group.iter().map(|&i| checks[i]).collect();
+            let part: Vec<Check<'_>> = group.iter().map(|&i| checks[i]).collect();
             if let Err(e) = self.run_group(&part, Mode::GiveBack(reply.now)).await {
                 tracing::warn!(target: "redis_ratelimit", error = %e, "redis-ratelimit could not give back the tokens a refused call reserved");
             }

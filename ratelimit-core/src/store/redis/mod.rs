@@ -15,6 +15,7 @@ use redis::{Client, RedisError, Value};
 
 use super::Store;
 use crate::algorithm::library::{Library, Lua};
+use crate::check::{self, Check};
 use crate::errors::redact_url;
 use crate::{Decision, Error, Limit};
 
@@ -559,14 +560,11 @@ impl Store for RedisStore {
     }
 
     async fn check_all(&self, checks: &[(&str, &Limit, u32)]) -> Result<Vec<Decision>, Error> {
-        match checks {
-            [(key, limit, cost)] => Ok(vec![self.check(key, limit, *cost).await?]),
-            _ => self.check_several(checks).await,
-        }
+        self.decide_all(&check::from_tuples(checks)).await
     }
 
     async fn check(&self, key: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
-        self.check_one(key, limit, cost).await
+        self.check_one(Check::new(key, limit, cost)).await
     }
 
     async fn peek(&self, key: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {

@@ -8,6 +8,7 @@ use redis::{RedisError, Value};
 use super::RedisStore;
 use super::spec::{Call, Spec};
 use crate::algorithm::library::{Library, Lua};
+use crate::check::Check;
 use crate::{Decision, Error, Limit};
 
 impl RedisStore {
@@ -48,18 +49,22 @@ impl RedisStore {
 }
 
 impl RedisStore {
+    /// The pipeline's way in: one check by its limit's own script, several together by
+    /// `multi.lua`, all or nothing.
+    pub(crate) async fn decide_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, Error> {
+        match checks {
+            [check] => Ok(vec![self.check_one(*check).await?]),
+            _ => self.check_several(checks).await,
+        }
+    }
+
     /// [`Store::check`]: the limit's own script, one `EVALSHA`.
-    pub(super) async fn check_one(
-        &self,
-        key: &str,
-        limit: &Limit,
-        cost: u32,
-    ) -> Result<Decision, Error> {
+    pub(crate) async fn check_one(&self, check: Check<'_>) -> Result<Decision, Error> {
         let call = Call {
-            keys: &[key],
-            specs: &[Spec::of(limit, cost)],
+            keys: &[check.bucket],
+            specs: &[Spec::of(&check)],
         };
-        let node = self.node_of(key);
+        let node = self.node_of(check.bucket);
         let reply = match self.coalesced(node, call).await {
             // The slots moved: alone, routed by the key.
             Err(e) if self.is_cluster() && is_non_local_redis(&e) => {
@@ -68,7 +73,7 @@ impl RedisStore {
             }
             other => other?,
         };
-        parse_reply(&reply, *limit, cost)
+        parse_reply(&reply, *check.limit, check.cost)
     }
 
     /// Runs `lua` on `keys`, with the arguments `args` adds, on the keys' node.
@@ -245,11 +250,8 @@ impl RedisStore {
     /// cluster whose node does not serve every bucket, the buckets are decided per slot in
     /// slot order, each group reserved, and what was reserved is given back when a later
     /// group refuses (see the guide's "Several limits").
-    pub(super) async fn check_several(
-        &self,
-        checks: &[(&str, &Limit, u32)],
-    ) -> Result<Vec<Decision>, Error> {
-        let keys: Vec<&str> = checks.iter().map(|c| c.0).collect();
+    pub(super) async fn check_several(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, Error> {
+        let keys: Vec<&str> = checks.iter().map(|c| c.bucket).collect();
         let specs = Spec::all(checks);
         let call = Call {
             keys: &keys,
@@ -286,7 +288,7 @@ impl RedisStore {
         cost: u32,
     ) -> Result<(), Error> {
         // The token bucket's give-back does not read the reservation's time.
-        self.run_group(&[(key, limit, cost)], Mode::GiveBack(0))
+        self.run_group(&[Check::new(key, limit, cost)], Mode::GiveBack(0))
             .await
             .map(drop)
     }
@@ -298,7 +300,7 @@ impl RedisStore {
         limit: &Limit,
         cost: u32,
     ) -> Result<Decision, Error> {
-        let checks = [(key, limit, cost)];
+        let checks = [Check::new(key, limit, cost)];
         let group = self.run_group(&checks, Mode::Peek).await?;
         decisions(&group.numbers, &checks)
             .pop()
@@ -308,10 +310,10 @@ impl RedisStore {
     /// One `multi.lua` call for limits whose keys one node serves.
     pub(super) async fn run_group(
         &self,
-        checks: &[(&str, &Limit, u32)],
+        checks: &[Check<'_>],
         mode: Mode,
     ) -> Result<GroupReply, Error> {
-        let keys: Vec<&str> = checks.iter().map(|c| c.0).collect();
+        let keys: Vec<&str> = checks.iter().map(|c| c.bucket).collect();
         let specs = Spec::all(checks);
         let code = match mode {
             Mode::Reserve => 1,
@@ -387,16 +389,16 @@ fn parse_group(reply: &Value, n: usize) -> Result<GroupReply, Error> {
 
 /// Each limit's decision from its four numbers (a limit that would have admitted a refused
 /// call answers as it stands: it kept its tokens).
-fn decisions(numbers: &[[u64; 4]], checks: &[(&str, &Limit, u32)]) -> Vec<Decision> {
+fn decisions(numbers: &[[u64; 4]], checks: &[Check<'_>]) -> Vec<Decision> {
     numbers
         .iter()
         .zip(checks)
-        .map(|(n, &(_, limit, cost))| {
+        .map(|(n, check)| {
             Decision::new(
                 n[0] == 1,
                 n[1],
-                *limit,
-                cost,
+                *check.limit,
+                check.cost,
                 Duration::from_micros(n[2]),
                 Duration::from_micros(n[3]),
             )

@@ -5,9 +5,9 @@
 
 use redis::{RedisWrite, ToRedisArgs};
 
-use crate::Limit;
 use crate::algorithm::library::Lua;
-use crate::algorithm::{Kernel, ScriptArgs, StateKind};
+use crate::algorithm::{ScriptArgs, StateKind};
+use crate::check::Check;
 
 /// Added to a limit's kind in its spec when it is in shadow mode (its refusal does not
 /// refuse the call), as `multi.lua` and `batch.lua` read it.
@@ -24,22 +24,19 @@ pub(super) struct Spec {
 }
 
 impl Spec {
-    /// The spec of `limit` for a call of `cost`.
-    pub(super) fn of(limit: &Limit, cost: u32) -> Spec {
-        let kernel = Kernel::of(limit);
+    /// The spec of `check`.
+    pub(super) fn of(check: &Check<'_>) -> Spec {
+        let kernel = check.kernel();
         Spec {
             kind: kernel.kind(),
-            shadow: limit.is_shadow(),
-            args: kernel.script_args(u64::from(cost)),
+            shadow: check.limit.is_shadow(),
+            args: kernel.script_args(u64::from(check.cost)),
         }
     }
 
     /// The spec of every limit of a call, in order.
-    pub(super) fn all(checks: &[(&str, &Limit, u32)]) -> Vec<Spec> {
-        checks
-            .iter()
-            .map(|&(_, limit, cost)| Spec::of(limit, cost))
-            .collect()
+    pub(super) fn all(checks: &[Check<'_>]) -> Vec<Spec> {
+        checks.iter().map(Spec::of).collect()
     }
 
     /// The script that decides this limit alone.
@@ -83,6 +80,8 @@ pub(super) struct Call<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::Limit;
+    use crate::algorithm::Kernel;
 
     #[test]
     fn a_spec_is_written_as_the_scripts_read_it() {
@@ -90,7 +89,7 @@ mod tests {
         let args = Kernel::of(&limit).script_args(3);
         let id = u64::from(StateKind::of(&limit).id());
         let written = |limit: &Limit| -> Vec<u64> {
-            Spec::of(limit, 3)
+            Spec::of(&Check::new("k", limit, 3))
                 .to_redis_args()
                 .iter()
                 .map(|arg| std::str::from_utf8(arg).unwrap().parse().unwrap())
@@ -102,7 +101,8 @@ mod tests {
         // Shadow mode adds 8 to the kind; the script alone takes the arguments only.
         expected[0] += SHADOW;
         assert_eq!(written(&limit.shadow()), expected);
-        let spec = Spec::of(&limit.shadow(), 3);
+        let shadowed = limit.shadow();
+        let spec = Spec::of(&Check::new("k", &shadowed, 3));
         assert_eq!(spec.alone(), Lua::Alone(StateKind::of(&limit)));
         assert_eq!(spec.args(), args.as_slice());
         assert_eq!(spec.num_of_args(), expected.len());
