@@ -50,6 +50,31 @@ async fn health() -> &'static str {
     "ok"
 }
 
+/// One request a day per token, letting requests without one through; and one a day per
+/// client in shadow mode, which never refuses.
+fn lenient_app() -> Router {
+    Router::new()
+        .route("/work", get(work))
+        .route("/limited", get(limited))
+        .layer(
+            RateLimitLayer::new()
+                .limit(layer_limit!(
+                    name = "tokens",
+                    replenish = 1,
+                    unit = "day",
+                    key = Header("x-token"),
+                    empty_key = "allow"
+                ))
+                .limit(layer_limit!(
+                    name = "watched",
+                    replenish = 1,
+                    unit = "day",
+                    key = Header("x-client"),
+                    shadow = true
+                )),
+        )
+}
+
 /// Two requests a day per client, under three rules of the router's: health checks exempt,
 /// the plan's tier, and only server errors counted (in the `counted` router).
 fn app(counted: bool) -> Router {
@@ -208,6 +233,27 @@ async fn only_the_responses_it_counts_take(server: Option<RedisServer>) {
     }
 }
 
+async fn a_layer_limit_has_its_own_empty_key_policy_and_shadow_mode(server: Option<RedisServer>) {
+    enable(server.as_ref()).await;
+    let app = lenient_app();
+    for path in ["/work", "/limited"] {
+        let client = format!("lenient{path}");
+        // No token: let through, however many; the shadow limit never refuses either.
+        assert_eq!(
+            count_of(&app, StatusCode::OK, 5, path, &client, &[]).await,
+            5
+        );
+        // With a token: one a day.
+        let token_value = format!("t{path}");
+        let token = [("x-token", token_value.as_str())];
+        let token_client = format!("token{path}");
+        assert_eq!(
+            count_of(&app, StatusCode::OK, 3, path, &token_client, &token).await,
+            1
+        );
+    }
+}
+
 /// Each case as two tests: `memory::case` and `redis::case`.
 macro_rules! on_both_stores {
     ($($case:ident),*) => {
@@ -229,5 +275,6 @@ macro_rules! on_both_stores {
 on_both_stores!(
     health_checks_are_exempt,
     each_request_is_decided_under_its_tier,
-    only_the_responses_it_counts_take
+    only_the_responses_it_counts_take,
+    a_layer_limit_has_its_own_empty_key_policy_and_shadow_mode
 );

@@ -4,8 +4,8 @@
 //! method from its arguments, the code `#[rate_limit]` generates from its declarations, a
 //! layer from its limits); the stores, the fallback and the waits read them, and nothing else.
 
-use crate::Limit;
 use crate::algorithm::Kernel;
+use crate::{Error, Limit};
 
 /// One limit of one call, borrowed: what every stage of a decision reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -97,4 +97,28 @@ pub(crate) fn from_tuples<'a>(checks: &'a [(&'a str, &'a Limit, u32)]) -> Vec<Ch
 /// holds no concurrency slots, and so needs no holder).
 pub(crate) fn to_tuples<'a>(checks: &[Check<'a>]) -> Vec<(&'a str, &'a Limit, u32)> {
     checks.iter().map(|c| (c.bucket, c.limit, c.cost)).collect()
+}
+
+/// Validates the checks of one call: at least one, every cost valid, no bucket twice.
+pub(crate) fn validate_all(checks: &[Check<'_>]) -> Result<(), Error> {
+    if checks.is_empty() {
+        return Err(Error::NoLimits);
+    }
+    for (i, check) in checks.iter().enumerate() {
+        validate(check)?;
+        if checks[..i].iter().any(|c| c.bucket == check.bucket) {
+            return Err(Error::DuplicateBucket(check.bucket.to_owned()));
+        }
+    }
+    Ok(())
+}
+
+/// Validates one check: its cost fits its limit, and a concurrency limit is held by a call.
+pub(crate) fn validate(check: &Check<'_>) -> Result<(), Error> {
+    // A concurrency limit is decided only with a slot to give back (`enter`), which gives it
+    // its holder.
+    if check.limit.is_concurrent() && check.holder == 0 {
+        return Err(crate::error::InvalidLimit::NeedsSlot.into());
+    }
+    check.limit.check_cost(check.cost)
 }

@@ -9,6 +9,7 @@
 use std::sync::atomic::AtomicU64;
 
 use super::*;
+use crate::check::{OwnedCheck, validate_all};
 use crate::fleet::waiters::Listener;
 
 mod slot;

@@ -16,28 +16,23 @@ mod admin;
 mod builder;
 mod concurrency;
 mod refund;
-mod remote;
-mod waiting;
 
 pub use builder::{DEFAULT_PREFIX, RateLimiterBuilder};
 pub use concurrency::{Entered, Slot};
-use waiting::must_wait;
 
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
-use std::task::Poll;
 use std::time::Duration;
 
-use crate::algorithm::Outcome;
-use crate::check::{Check, OwnedCheck};
+use crate::check::{Check, validate};
 use crate::decision::Source;
 use crate::deny_cache::{DEFAULT_DENY_CACHE_CAPACITY, DenyCache};
 use crate::fleet::{self, Member};
+use crate::naming::bucket_key;
 use crate::naming::key_slot;
-use crate::naming::{bucket_key, with_bucket_key};
 use crate::policy::{
-    DEFAULT_COOLDOWN, DEFAULT_DEADLINE, EmptyKeyPolicy, FailurePolicy, Gate, Resilience,
+    DEFAULT_COOLDOWN, DEFAULT_DEADLINE, EmptyKeyPolicy, FailurePolicy, Resilience,
     SLOTS_PER_CIRCUIT,
 };
 use crate::store::DynStore;
@@ -63,19 +58,20 @@ use crate::{Decision, Error, Limit};
 /// ```
 #[derive(Clone)]
 pub struct RateLimiter {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
-struct Inner {
-    engine: Engine,
-    prefix: Box<str>,
-    empty_key: EmptyKeyPolicy,
+/// What clones of a limiter share; the pipeline reads it.
+pub(crate) struct Inner {
+    pub(crate) engine: Engine,
+    pub(crate) prefix: Box<str>,
+    pub(crate) empty_key: EmptyKeyPolicy,
     /// The failure policies, and for a remote store its circuits and deadline.
-    resilience: Resilience,
+    pub(crate) resilience: Resilience,
 }
 
 /// Where a limiter's decisions are made.
-enum Engine {
+pub(crate) enum Engine {
     /// In this process, at once: nothing in front of the store, nothing to fail.
     Local(MemoryStore),
     /// In a store other processes share, asked through the circuit and the deadline.
@@ -86,16 +82,17 @@ enum Engine {
 }
 
 /// A shared store and what stands around it.
-struct Remote {
-    store: RemoteStore,
+pub(crate) struct Remote {
+    pub(crate) store: RemoteStore,
     /// Refusals remembered, so that a flood on an exhausted bucket stays in this process.
-    deny_cache: Option<Arc<DenyCache>>,
+    pub(crate) deny_cache: Option<Arc<DenyCache>>,
     /// This process in the fleet sharing the Redis deployment and prefix (Redis only): the
     /// instance count and the resets other instances publish.
-    fleet: Option<Arc<Member>>,
+    pub(crate) fleet: Option<Arc<Member>>,
 }
 
-enum RemoteStore {
+/// A store other processes share: Redis, or one of the user's own.
+pub(crate) enum RemoteStore {
     Redis(RedisStore),
     Custom(Box<dyn DynStore>),
 }
@@ -256,80 +253,6 @@ impl RateLimiter {
         self.check_by_name(Some(name), key, limit, cost)
     }
 
-    /// [`check_n`](Self::check_n) and [`check_named`](Self::check_named): on a memory store,
-    /// decided in the first poll with nothing else in the future (a few references; an
-    /// `async fn` carried and moved a state machine for every path); otherwise, and for a call
-    /// that waits, through [`decide_by_name`](Self::decide_by_name)'s box. Nothing is decided
-    /// before the first poll.
-    fn check_by_name(
-        &self,
-        name: Option<&str>,
-        key: &str,
-        limit: &Limit,
-        cost: u32,
-    ) -> impl Future<Output = Result<Decision, Error>> + Send {
-        let mut rest: Option<BoxedAnswer<'static, Decision>> = None;
-        std::future::poll_fn(move |cx| {
-            if let Some(rest) = &mut rest {
-                return rest.as_mut().poll(cx);
-            }
-            if let Err(e) = validate(&Check::new("", limit, cost)) {
-                return Poll::Ready(Err(e));
-            }
-            let prefix = &*self.inner.prefix;
-            let then = match self.decide_locally(limit, cost, |store| {
-                with_bucket_key(prefix, name, key, |bucket| {
-                    store.check_bytes(bucket, limit, cost)
-                })
-            }) {
-                Local::Decided(decision) => {
-                    observe_locally(&decision, prefix, name, key);
-                    return Poll::Ready(Ok(decision));
-                }
-                Local::Reserved(decision) => Rest::Wait(bucket_key(prefix, name, key), decision),
-                Local::Elsewhere => Rest::Remote,
-            };
-            rest.insert(self.decide_by_name(name, key, limit, cost, then))
-                .as_mut()
-                .poll(cx)
-        })
-    }
-
-    /// The rest of [`check_n`](Self::check_n) and [`check_named`](Self::check_named) when
-    /// their first poll did not decide: the wait of a call that reserved, or the remote store.
-    /// Boxed, and owning what it needs (a clone of the limiter, the key): inline, these paths
-    /// made the memory path's future and its poll's stack frame (8 kB) several times larger
-    /// (docs/benchmarks.md 4.6); a copy of the key is nothing beside a round trip or a wait.
-    fn decide_by_name(
-        &self,
-        name: Option<&str>,
-        key: &str,
-        limit: &Limit,
-        cost: u32,
-        then: Rest,
-    ) -> BoxedAnswer<'static, Decision> {
-        let limiter = self.clone();
-        let name = name.map(str::to_owned);
-        let key = key.to_owned();
-        let limit = *limit;
-        Box::pin(async move {
-            let (bucket, decision) = match then {
-                Rest::Wait(bucket, reserved) => {
-                    let check = Check::new(&bucket, &limit, cost);
-                    let decision = limiter.wait_one(check, reserved).await?;
-                    (bucket, decision)
-                }
-                Rest::Remote => {
-                    let bucket = bucket_key(&limiter.inner.prefix, name.as_deref(), &key);
-                    let decision = limiter.decide(Check::new(&bucket, &limit, cost)).await?;
-                    (bucket, decision)
-                }
-            };
-            decision.observe(observed_name(name.as_deref()), Some(&bucket));
-            Ok(decision)
-        })
-    }
-
     /// Decides several limits of one call together, all or nothing: the call takes `cost`
     /// tokens from each `key`'s bucket under its `limit` if every one of them admits it, and
     /// from none if any refuses. The answer is the [combined](Decision::combined) decision;
@@ -413,35 +336,6 @@ impl RateLimiter {
         Ok(decision)
     }
 
-    /// Decides several already-named buckets together (the macro's path for stacked limits).
-    pub(crate) async fn check_buckets(&self, checks: &[Check<'_>]) -> Result<Decision, Error> {
-        validate_all(checks)?;
-        let parts = self.decide_all(checks).await?;
-        Ok(Decision::combined(parts))
-    }
-
-    /// The pipeline's local stage: a memory store decides in the call's first poll, with
-    /// nothing in a future. `check` asks the store for its small outcome on a bucket key the
-    /// caller names (built on the stack, or remembered); the decision is built once, here
-    /// (docs/benchmarks.md 4.6), and finished (shadow mode, a reservation's wait).
-    #[inline]
-    pub(crate) fn decide_locally(
-        &self,
-        limit: &Limit,
-        cost: u32,
-        check: impl FnOnce(&MemoryStore) -> Outcome<()>,
-    ) -> Local {
-        let Engine::Local(store) = &self.inner.engine else {
-            return Local::Elsewhere;
-        };
-        let mut decision = Decision::from_outcome(&check(store), *limit, cost);
-        if must_wait(std::slice::from_mut(&mut decision)) {
-            Local::Reserved(decision)
-        } else {
-            Local::Decided(decision)
-        }
-    }
-
     /// The store key of `key`'s bucket (for operators: `redis-cli PTTL <key>`).
     pub fn bucket_key(&self, key: &str) -> String {
         bucket_key(&self.inner.prefix, None, key)
@@ -489,123 +383,25 @@ impl RateLimiter {
             .max(1)
     }
 
-    /// The decision for a call that has no key, per the empty-key policy.
-    pub(crate) fn decide_without_key(
-        &self,
-        policy: Option<EmptyKeyPolicy>,
-        limit: &Limit,
-        cost: u32,
-    ) -> Decision {
-        let policy = policy.unwrap_or(self.inner.empty_key);
-        decide_by(policy == EmptyKeyPolicy::Allow, limit, cost, Source::NoKey)
-    }
-
-    /// The decision for a call whose key could not be found out (an async resolver failed or
-    /// ran past the deadline): the limit's failure policy, as when the store fails, except that
-    /// the fallback, with no key to keep a bucket of, refuses.
-    pub(crate) fn decide_unresolved(&self, limit: &Limit, cost: u32) -> Decision {
-        match limit
-            .failure_policy()
-            .unwrap_or(self.inner.resilience.policy)
-        {
-            FailurePolicy::Allow => decide_by(true, limit, cost, Source::FailOpen),
-            _ => decide_by(false, limit, cost, Source::FailClosed),
-        }
-    }
-
     /// How long a call waits for the store before its failure policy decides.
     pub(crate) fn deadline(&self) -> Option<Duration> {
         self.inner.resilience.deadline
     }
-
-    /// The refusal of a call whose limit could not be checked: by nobody's policy but
-    /// its own, never admitted (a limit in shadow mode lets it through).
-    pub(crate) fn fail_closed(limit: &Limit, cost: u32) -> Decision {
-        decide_by(false, limit, cost, Source::FailClosed)
-    }
-}
-
-/// A decision taken without a store: `allowed` or not, by `source`, a limit in shadow mode
-/// letting a refusal through.
-fn decide_by(allowed: bool, limit: &Limit, cost: u32, source: Source) -> Decision {
-    let mut decision =
-        Decision::new(allowed, 0, *limit, cost, Duration::ZERO, Duration::ZERO).with_source(source);
-    decision.let_shadow_through();
-    decision
-}
-
-/// What the local stage came to ([`RateLimiter::decide_locally`]).
-pub(crate) enum Local {
-    /// Decided and finished: the call goes, or is refused, now.
-    Decided(Decision),
-    /// Admitted with tokens reserved: the call waits for them
-    /// ([`RateLimiter::wait_one`]).
-    Reserved(Decision),
-    /// Not a memory store: the remote stage decides ([`RateLimiter::decide`]).
-    Elsewhere,
-}
-
-/// Why a call on [`RateLimiter::check_n`]'s path was not decided in its first poll.
-enum Rest {
-    /// Reserved: the call waits its turn on this bucket.
-    Wait(String, Decision),
-    /// Not a memory store: to be asked through [`RateLimiter::decide`].
-    Remote,
-}
-
-/// Observes a decision of the memory store made on the stack-built bucket key, which is
-/// shown only at TRACE: only then is it built again, as a string.
-#[inline]
-fn observe_locally(decision: &Decision, prefix: &str, name: Option<&str>, key: &str) {
-    if tracing::enabled!(target: "redis_ratelimit", tracing::Level::TRACE) {
-        decision.observe(observed_name(name), Some(&bucket_key(prefix, name, key)));
-    } else {
-        decision.observe(observed_name(name), None);
-    }
 }
 
 /// The name a decision is observed under: `check_named`'s, or none (`check`).
-fn observed_name(name: Option<&str>) -> crate::observe::Name<'_> {
+pub(crate) fn observed_name(name: Option<&str>) -> crate::observe::Name<'_> {
     match name {
         Some(name) => crate::observe::Name::Given(name),
         None => crate::observe::Name::None,
     }
 }
 
-/// A remote store's answer on its way, as a trait object: its type (the store's whole call)
-/// would otherwise be part of every caller's future, deep enough that proving a spawned
-/// caller `Send` exceeds the compiler's default recursion limit.
-type BoxedAnswer<'a, T> = std::pin::Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;
-
 /// [`Error::NoRuntime`] unless called within a Tokio runtime.
-fn on_tokio() -> Result<(), Error> {
+pub(crate) fn on_tokio() -> Result<(), Error> {
     tokio::runtime::Handle::try_current()
         .map(drop)
         .map_err(|_| Error::NoRuntime)
-}
-
-/// Validates the checks of one call: at least one, every cost valid, no bucket twice.
-fn validate_all(checks: &[Check<'_>]) -> Result<(), Error> {
-    if checks.is_empty() {
-        return Err(Error::NoLimits);
-    }
-    for (i, check) in checks.iter().enumerate() {
-        validate(check)?;
-        if checks[..i].iter().any(|c| c.bucket == check.bucket) {
-            return Err(Error::DuplicateBucket(check.bucket.to_owned()));
-        }
-    }
-    Ok(())
-}
-
-/// Validates one check: its cost fits its limit, and a concurrency limit is held by a call.
-fn validate(check: &Check<'_>) -> Result<(), Error> {
-    // A concurrency limit is decided only with a slot to give back (`enter`), which gives it
-    // its holder.
-    if check.limit.is_concurrent() && check.holder == 0 {
-        return Err(crate::error::InvalidLimit::NeedsSlot.into());
-    }
-    check.limit.check_cost(check.cost)
 }
 
 impl fmt::Debug for RateLimiter {

@@ -136,7 +136,7 @@ impl RateLimiter {
     ///
     /// # Errors
     /// The store's; [`Error::RefundUnsupported`] on a custom store.
-    pub(super) async fn give_back_remote(
+    pub(crate) async fn give_back_remote(
         &self,
         bucket: &str,
         limit: &Limit,

@@ -6,16 +6,21 @@
 //! forwarders) and the HTTP layers' own limits.
 
 mod call;
+mod local;
 mod one;
+mod remote;
 mod several;
 #[cfg(test)]
 pub(crate) mod test_support;
 #[cfg(test)]
 mod tests;
+mod waiting;
+mod without_store;
 
 use std::sync::LazyLock;
 
 pub use call::{Call, Cost, Fixed, Holding, KeyArg, Taken};
+pub(crate) use local::Local;
 pub use one::{check, check_key};
 pub use several::check_all;
 pub(crate) use several::decide_all;

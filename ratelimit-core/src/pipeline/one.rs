@@ -6,11 +6,11 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 
+use super::Local;
 use super::call::{Before, Call, KeyArg, Taken, before_key, settle};
 use super::{check_all, limiter_or_unenabled, report_missing_piece};
 use crate::check::Check;
 use crate::decision::{Label, Source};
-use crate::limiter::Local;
 use crate::naming::with_bucket_key;
 use crate::registry::{Effective, LimitDeclaration, Warning};
 use crate::request::{record_current, resolving, with_current};

@@ -1,6 +1,11 @@
 //! Waiting for reserved tokens, and giving them back when a caller gives up.
 
-use super::*;
+use std::time::Duration;
+
+use crate::check::{Check, OwnedCheck};
+use crate::decision::Source;
+use crate::limiter::{Engine, RateLimiter, Remote, RemoteStore, on_tokio};
+use crate::{Decision, Error};
 
 impl RateLimiter {
     /// A call that may wait, on a remote store: [`decide_all`](Self::decide_all)'s path for
@@ -64,7 +69,7 @@ impl RateLimiter {
     /// Redis (a dropped future cannot await; best effort, logged when it fails) through
     /// [`give_back_remote`](Self::give_back_remote), as a refund. A custom store cannot be
     /// asked to give back: its tokens stay taken.
-    pub(super) fn give_back(&self, parts: Vec<(OwnedCheck, Source)>) {
+    pub(crate) fn give_back(&self, parts: Vec<(OwnedCheck, Source)>) {
         let mut remote = Vec::new();
         for (check, source) in parts {
             let OwnedCheck {
@@ -159,3 +164,9 @@ impl Drop for GiveBack<'_> {
         }
     }
 }
+
+/// A remote store's answer on its way, as a trait object: its type (the store's whole call)
+/// would otherwise be part of every caller's future, deep enough that proving a spawned
+/// caller `Send` exceeds the compiler's default recursion limit.
+pub(crate) type BoxedAnswer<'a, T> =
+    std::pin::Pin<Box<dyn Future<Output = Result<T, Error>> + Send + 'a>>;

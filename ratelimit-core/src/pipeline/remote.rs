@@ -1,7 +1,15 @@
 //! How a decision is made: in memory at once, or through the deny cache, the circuit, the
 //! deadline and the store, with the failure policy when the store fails.
 
-use super::*;
+use crate::check::{Check, OwnedCheck};
+use crate::decision::Source;
+use crate::deny_cache::DenyCache;
+use crate::limiter::{Engine, RateLimiter, Remote, RemoteStore, on_tokio};
+use crate::naming::key_slot;
+use crate::policy::{Gate, Resilience};
+use crate::{Decision, Error};
+
+use super::waiting::{BoxedAnswer, must_wait};
 
 impl RateLimiter {
     /// Decides one call, and waits for its turn when it reserved (see [`Limit::wait`]).
@@ -64,7 +72,7 @@ impl RateLimiter {
 
     /// [`decide`](Self::decide) for several buckets at once, all or nothing; a call that
     /// reserved under any of its limits waits for the latest of them.
-    pub(super) async fn decide_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, Error> {
+    pub(crate) async fn decide_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, Error> {
         if let [check] = checks {
             return Ok(vec![self.decide(*check).await?]);
         }

@@ -1,0 +1,149 @@
+//! The local stage: a memory store decides in the call's first poll, with nothing in a
+//! future; what it did not decide (a store elsewhere, a reservation to wait for) goes on, boxed,
+//! to the remote stage or the wait. The public one-limit methods (`check`, `check_named`,
+//! `acquire*`) and the several-limit ones meet the pipeline here.
+
+use crate::algorithm::Outcome;
+use crate::check::{Check, validate, validate_all};
+use crate::limiter::{Engine, RateLimiter, observed_name};
+use crate::naming::{bucket_key, with_bucket_key};
+use crate::store::MemoryStore;
+use crate::{Decision, Error, Limit};
+
+use super::waiting::{BoxedAnswer, must_wait};
+use std::task::Poll;
+
+impl RateLimiter {
+    /// [`check_n`](Self::check_n) and [`check_named`](Self::check_named): on a memory store,
+    /// decided in the first poll with nothing else in the future (a few references; an
+    /// `async fn` carried and moved a state machine for every path); otherwise, and for a call
+    /// that waits, through [`decide_by_name`](Self::decide_by_name)'s box. Nothing is decided
+    /// before the first poll.
+    pub(crate) fn check_by_name(
+        &self,
+        name: Option<&str>,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> impl Future<Output = Result<Decision, Error>> + Send {
+        let mut rest: Option<BoxedAnswer<'static, Decision>> = None;
+        std::future::poll_fn(move |cx| {
+            if let Some(rest) = &mut rest {
+                return rest.as_mut().poll(cx);
+            }
+            if let Err(e) = validate(&Check::new("", limit, cost)) {
+                return Poll::Ready(Err(e));
+            }
+            let prefix = &*self.inner.prefix;
+            let then = match self.decide_locally(limit, cost, |store| {
+                with_bucket_key(prefix, name, key, |bucket| {
+                    store.check_bytes(bucket, limit, cost)
+                })
+            }) {
+                Local::Decided(decision) => {
+                    observe_locally(&decision, prefix, name, key);
+                    return Poll::Ready(Ok(decision));
+                }
+                Local::Reserved(decision) => Rest::Wait(bucket_key(prefix, name, key), decision),
+                Local::Elsewhere => Rest::Remote,
+            };
+            rest.insert(self.decide_by_name(name, key, limit, cost, then))
+                .as_mut()
+                .poll(cx)
+        })
+    }
+
+    /// The rest of [`check_n`](Self::check_n) and [`check_named`](Self::check_named) when
+    /// their first poll did not decide: the wait of a call that reserved, or the remote store.
+    /// Boxed, and owning what it needs (a clone of the limiter, the key): inline, these paths
+    /// made the memory path's future and its poll's stack frame (8 kB) several times larger
+    /// (docs/benchmarks.md 4.6); a copy of the key is nothing beside a round trip or a wait.
+    fn decide_by_name(
+        &self,
+        name: Option<&str>,
+        key: &str,
+        limit: &Limit,
+        cost: u32,
+        then: Rest,
+    ) -> BoxedAnswer<'static, Decision> {
+        let limiter = self.clone();
+        let name = name.map(str::to_owned);
+        let key = key.to_owned();
+        let limit = *limit;
+        Box::pin(async move {
+            let (bucket, decision) = match then {
+                Rest::Wait(bucket, reserved) => {
+                    let check = Check::new(&bucket, &limit, cost);
+                    let decision = limiter.wait_one(check, reserved).await?;
+                    (bucket, decision)
+                }
+                Rest::Remote => {
+                    let bucket = bucket_key(&limiter.inner.prefix, name.as_deref(), &key);
+                    let decision = limiter.decide(Check::new(&bucket, &limit, cost)).await?;
+                    (bucket, decision)
+                }
+            };
+            decision.observe(observed_name(name.as_deref()), Some(&bucket));
+            Ok(decision)
+        })
+    }
+
+    /// Decides several already-named buckets together (the macro's path for stacked limits).
+    pub(crate) async fn check_buckets(&self, checks: &[Check<'_>]) -> Result<Decision, Error> {
+        validate_all(checks)?;
+        let parts = self.decide_all(checks).await?;
+        Ok(Decision::combined(parts))
+    }
+
+    /// The pipeline's local stage: a memory store decides in the call's first poll, with
+    /// nothing in a future. `check` asks the store for its small outcome on a bucket key the
+    /// caller names (built on the stack, or remembered); the decision is built once, here
+    /// (docs/benchmarks.md 4.6), and finished (shadow mode, a reservation's wait).
+    #[inline]
+    pub(crate) fn decide_locally(
+        &self,
+        limit: &Limit,
+        cost: u32,
+        check: impl FnOnce(&MemoryStore) -> Outcome<()>,
+    ) -> Local {
+        let Engine::Local(store) = &self.inner.engine else {
+            return Local::Elsewhere;
+        };
+        let mut decision = Decision::from_outcome(&check(store), *limit, cost);
+        if must_wait(std::slice::from_mut(&mut decision)) {
+            Local::Reserved(decision)
+        } else {
+            Local::Decided(decision)
+        }
+    }
+}
+
+/// What the local stage came to ([`RateLimiter::decide_locally`]).
+pub(crate) enum Local {
+    /// Decided and finished: the call goes, or is refused, now.
+    Decided(Decision),
+    /// Admitted with tokens reserved: the call waits for them
+    /// ([`RateLimiter::wait_one`]).
+    Reserved(Decision),
+    /// Not a memory store: the remote stage decides ([`RateLimiter::decide`]).
+    Elsewhere,
+}
+
+/// Why a call on [`RateLimiter::check_n`]'s path was not decided in its first poll.
+pub(super) enum Rest {
+    /// Reserved: the call waits its turn on this bucket.
+    Wait(String, Decision),
+    /// Not a memory store: to be asked through [`RateLimiter::decide`].
+    Remote,
+}
+
+/// Observes a decision of the memory store made on the stack-built bucket key, which is
+/// shown only at TRACE: only then is it built again, as a string.
+#[inline]
+fn observe_locally(decision: &Decision, prefix: &str, name: Option<&str>, key: &str) {
+    if tracing::enabled!(target: "redis_ratelimit", tracing::Level::TRACE) {
+        decision.observe(observed_name(name), Some(&bucket_key(prefix, name, key)));
+    } else {
+        decision.observe(observed_name(name), None);
+    }
+}
