@@ -236,13 +236,13 @@ use proc_macro::TokenStream;
 ///     Ok(())
 /// }
 ///
-/// #[rate_limit(replenish = 10, unit = "hour", key = user, name = "search", limiter = LIMITER)]
+/// #[rate_limit(replenish = 10, unit = "hour", key = user, name = "searches", limiter = LIMITER)]
 /// async fn search(user: &str) -> Result<(), RateLimited> {
 ///     Ok(())
 /// }
 ///
 /// /// Suggestions draw from the search quota, at the caller's tier.
-/// #[rate_limit(shared = "search", key = user, tier = pro.then_some(PRO_SEARCH), limiter = LIMITER)]
+/// #[rate_limit(shared = "searches", key = user, tier = pro.then_some(PRO_SEARCH), limiter = LIMITER)]
 /// async fn suggest(user: &str, pro: bool) -> Result<(), RateLimited> {
 ///     Ok(())
 /// }
