@@ -30,6 +30,12 @@ async fn tiered(gold: bool, internal: bool, n: u32) -> Result<(), RateLimited> {
     Ok(())
 }
 
+/// Under a contract's tier, whose name is read at run time.
+#[rate_limit(replenish = 1, unit = "day", key = "acme", tier = contract, name = "contract", limiter = LIMITER)]
+async fn under_contract(contract: &redis_ratelimit::Tier) -> Result<(), RateLimited> {
+    Ok(())
+}
+
 /// Every metric's name, labels and value, as `name{label=value,..}`.
 fn read(snapshotter: &Snapshotter) -> Vec<(String, DebugValue)> {
     snapshotter
@@ -184,6 +190,21 @@ async fn decisions_store_calls_and_degraded_mode_are_measured() {
         ),
     ] {
         assert_eq!(counter(&all, series), n, "{series}: {all:?}");
+    }
+
+    // A contract's tier, its name an owned `String` read at run time: the same label.
+    let name = String::from("acme-gold");
+    let contract = redis_ratelimit::Tier::try_new(name, Limit::per_day(2)).unwrap();
+    let mut admitted = 0;
+    for _ in 0..3 {
+        admitted += usize::from(under_contract(&contract).await.is_ok());
+    }
+    assert_eq!(admitted, 2);
+    let all = read(&snapshotter);
+    for (outcome, n) in [("allowed", 2), ("limited", 1)] {
+        let series =
+            format!("ratelimit_decisions_total{{limit=contract,outcome={outcome},tier=acme-gold}}");
+        assert_eq!(counter(&all, &series), n, "{series}: {all:?}");
     }
 
     // Redis goes away: the fallback decides, and the limiter says it is degraded.

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::Limit;
+use crate::limit::TierName;
 
 /// The outcome of one rate-limit check.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -52,11 +53,11 @@ struct Parts {
 }
 
 /// A limit as a call's decision is told under: its name, and the [tier](crate::Tier) the call
-/// was given, if any.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// was given, if any. Cloned per call: a tier's name is a literal or shared, never copied.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Label {
     pub(crate) name: &'static str,
-    pub(crate) tier: Option<&'static str>,
+    pub(crate) tier: Option<TierName>,
 }
 
 impl Label {
@@ -76,8 +77,8 @@ impl Label {
     }
 
     /// The name the decision is observed under (the tier is a label of its own).
-    pub(crate) fn observed(self) -> crate::observe::Name<'static> {
-        match self.tier {
+    pub(crate) fn observed(&self) -> crate::observe::Name<'_> {
+        match &self.tier {
             None => crate::observe::Name::Declared(self.name),
             Some(tier) => crate::observe::Name::Tiered(self.name, tier),
         }
@@ -92,16 +93,16 @@ pub(crate) struct Names(Arc<[Label]>);
 
 impl Names {
     /// The label of `decision`'s tightest part.
-    pub(crate) fn tightest(&self, decision: &Decision) -> Label {
-        self.0[decision.tightest()]
+    pub(crate) fn tightest(&self, decision: &Decision) -> &Label {
+        &self.0[decision.tightest()]
     }
 
     /// Each part of `decision`, the decision these names were made with, and its label.
     pub(crate) fn pair<'a>(
         &'a self,
         decision: &'a Decision,
-    ) -> impl Iterator<Item = (Label, &'a Decision)> {
-        self.0.iter().copied().zip(decision.parts())
+    ) -> impl Iterator<Item = (&'a Label, &'a Decision)> {
+        self.0.iter().zip(decision.parts())
     }
 }
 
@@ -110,13 +111,13 @@ impl Names {
 pub(crate) fn named_parts<'a>(
     decision: &'a Decision,
     names: Option<&'a Names>,
-) -> impl Iterator<Item = (Option<Label>, &'a Decision)> {
+) -> impl Iterator<Item = (Option<&'a Label>, &'a Decision)> {
     let names = names.map(|n| &*n.0);
     decision
         .parts()
         .iter()
         .enumerate()
-        .map(move |(i, d)| (names.and_then(|n| n.get(i).copied()), d))
+        .map(move |(i, d)| (names.and_then(|n| n.get(i)), d))
 }
 
 /// Each part of `decision` under the name it is described to clients with
@@ -126,13 +127,13 @@ pub(crate) fn shown_parts<'a>(
     decision: &'a Decision,
     names: Option<&'a Names>,
     one: Option<&'a str>,
-    tier: Option<&'static str>,
+    tier: Option<&'a TierName>,
     unnamed: &'static str,
 ) -> impl Iterator<Item = (Cow<'a, str>, &'a Decision)> {
     named_parts(decision, names).map(move |(label, d)| {
         let shown = match label {
-            Some(label) => Label::shown(label.name, label.tier),
-            None => Label::shown(one.unwrap_or(unnamed), tier),
+            Some(label) => Label::shown(label.name, label.tier.as_ref().map(TierName::as_str)),
+            None => Label::shown(one.unwrap_or(unnamed), tier.map(TierName::as_str)),
         };
         (shown, d)
     })
@@ -377,7 +378,7 @@ pub struct RateLimited {
     /// Every limit's name, when there are several.
     names: Option<Names>,
     /// The tier the call was given, under one limit.
-    tier: Option<&'static str>,
+    tier: Option<TierName>,
     /// The HTTP status of a refusal for want of a key, when its limit chose one
     /// (`#[rate_limit(empty_key_status = ..)]`).
     empty_key_status: Option<u16>,
@@ -398,18 +399,20 @@ impl RateLimited {
 
     /// The same rejection, of a call given `tier`.
     #[must_use]
-    pub(crate) fn with_tier(mut self, tier: Option<&'static str>) -> RateLimited {
+    pub(crate) fn with_tier(mut self, tier: Option<TierName>) -> RateLimited {
         self.tier = tier;
         self
     }
 
     /// The [tier](crate::Tier) the refused call was given (of several limits, the tightest's):
-    /// the policy the response headers name, `name[tier]`.
-    pub fn tier(&self) -> Option<&'static str> {
+    /// the policy the response headers name, `name[tier]`. A constant's name or one built at
+    /// run time ([`Tier::try_new`](crate::Tier::try_new)), borrowed from the rejection.
+    pub fn tier(&self) -> Option<&str> {
         match &self.names {
-            Some(names) => names.tightest(&self.decision).tier,
-            None => self.tier,
+            Some(names) => names.tightest(&self.decision).tier.as_ref(),
+            None => self.tier.as_ref(),
         }
+        .map(TierName::as_str)
     }
 
     /// Each limit of the call under the name it is described to clients with: its name, with
@@ -419,7 +422,7 @@ impl RateLimited {
             &self.decision,
             self.names.as_ref(),
             self.name.as_deref(),
-            self.tier,
+            self.tier.as_ref(),
             "rate-limit",
         )
     }

@@ -119,9 +119,9 @@ pub mod enable {
 }
 
 pub mod error {
-    //! The errors of building a [`Limit`](crate::Limit) ([`InvalidLimit`]) and of reading its
-    //! words (`"minute".parse::<Unit>()`), each wrapped by [`Error`](crate::Error) where an
-    //! operation fails with one.
+    //! The errors of building a [`Limit`](crate::Limit) or a [`Tier`](crate::Tier)
+    //! ([`InvalidLimit`]) and of reading a limit's words (`"minute".parse::<Unit>()`), each
+    //! wrapped by [`Error`](crate::Error) where an operation fails with one.
     pub use crate::limit::{InvalidLimit, UnknownAlgorithm, UnknownRefill, UnknownUnit};
 }
 

@@ -12,12 +12,13 @@
 //! | `ratelimit_deny_cache_hits_total` | counter | (none): refusals the deny cache answered |
 
 use crate::Decision;
+use crate::limit::TierName;
 
 /// The name a decision without a limit name (`RateLimiter::check`) is counted under.
 pub(crate) const UNNAMED: &str = "-";
 
 /// A limit's name as a decision is described under: a declared limit's lives as long as the
-/// program, and labels it without a copy.
+/// program, and labels it without a copy; so does a tier's, a literal or shared.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Name<'a> {
     /// `RateLimiter::check`: no name.
@@ -26,7 +27,7 @@ pub(crate) enum Name<'a> {
     Declared(&'static str),
     /// A `#[rate_limit]` function's, for a call given a [tier](crate::Tier): counted with a
     /// `tier` label.
-    Tiered(&'static str, &'static str),
+    Tiered(&'static str, &'a TierName),
     /// Given to `check_named` and the like.
     Given(&'a str),
 }
@@ -61,7 +62,7 @@ impl Decision {
             Name::Tiered(_, tier) => metrics::counter!(
                 "ratelimit_decisions_total",
                 "limit" => name.label(),
-                "tier" => tier,
+                "tier" => tier.label(),
                 "outcome" => self.outcome(),
             )
             .increment(1),
@@ -85,7 +86,7 @@ impl Decision {
             tier = tracing::field::Empty,
         );
         if let Name::Tiered(_, tier) = name {
-            span.record("tier", tier);
+            span.record("tier", tier.as_str());
         }
         let _in = span.enter();
         if self.allowed && !self.shadowed {

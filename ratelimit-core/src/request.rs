@@ -10,6 +10,7 @@ use http::{Extensions, HeaderMap, Method};
 
 use crate::decision::{Label, Names, named_parts, shown_parts};
 use crate::headers::HeaderFamilies;
+use crate::limit::TierName;
 use crate::{Decision, KeyResolver};
 
 tokio::task_local! {
@@ -139,7 +140,7 @@ pub struct Recorded {
     /// Every limit's name, when there are several.
     names: Option<Names>,
     /// The tier the call was given (of several limits, the tightest's).
-    tier: Option<&'static str>,
+    tier: Option<TierName>,
 }
 
 impl Recorded {
@@ -152,12 +153,15 @@ impl Recorded {
     }
 
     /// The [tier](crate::Tier) the call was given, if any (of several limits, the
-    /// tightest's): the policy the response headers name, `name[tier]`.
-    pub fn tier(&self) -> Option<&'static str> {
+    /// tightest's): the policy the response headers name, `name[tier]`. A constant's name or
+    /// one built at run time ([`Tier::try_new`](crate::Tier::try_new)), borrowed from the
+    /// verdict.
+    pub fn tier(&self) -> Option<&str> {
         match &self.names {
-            Some(names) => names.tightest(&self.decision).tier,
-            None => self.tier,
+            Some(names) => names.tightest(&self.decision).tier.as_ref(),
+            None => self.tier.as_ref(),
         }
+        .map(TierName::as_str)
     }
 
     /// Each limit of the call under the name it is described to clients with
@@ -170,7 +174,7 @@ impl Recorded {
             &self.decision,
             self.names.as_ref(),
             Some(self.name),
-            self.tier,
+            self.tier.as_ref(),
             "rate-limit",
         )
     }

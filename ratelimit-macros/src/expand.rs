@@ -263,24 +263,26 @@ fn key(expr: Option<&Expr>, arg: &Ident, suffix: &str) -> TokenStream {
 /// reported there with this trait's message, in the user's terms. (The runtime's trait sits in
 /// a hidden module, so rustc would name it by its `__private` path and list its impls with
 /// their source; a local trait is named by its name alone, and `do_not_recommend` keeps rustc
-/// from looking through it.)
+/// from looking through it.) The expression is borrowed, not moved: a `Tier` is not `Copy`
+/// (its name may be shared), and `tier = caller.plan` reads a field of a borrowed argument.
 fn tier_of(tier: &Expr) -> TokenStream {
     let into_tier = Ident::new("IntoTier", Span::mixed_site());
-    let convert = quote_spanned!(at(tier.span())=> #into_tier::into_tier(#tier));
+    let convert = quote_spanned!(at(tier.span())=> #into_tier::to_tier(&(#tier)));
     quote! {{
         #[diagnostic::on_unimplemented(
             message = "`tier` must be a `Tier`, a `&Tier` or an `Option` of one, not `{Self}`",
             label = "the tier of this call",
             note = "declare tiers as `const PRO: Tier = Tier::new(\"pro\", Limit::per_hour(10_000));` \
-                    and pick one per call; `None` keeps the attribute's own rate"
+                    (or `Tier::try_new(name, limit)?` for a name read at run time) and pick one \
+                    per call; `None` keeps the attribute's own rate"
         )]
         trait #into_tier {
-            fn into_tier(self) -> ::core::option::Option<::redis_ratelimit::Tier>;
+            fn to_tier(&self) -> ::core::option::Option<::redis_ratelimit::Tier>;
         }
         #[diagnostic::do_not_recommend]
-        impl<T: ::redis_ratelimit::__private::IntoTier> #into_tier for T {
-            fn into_tier(self) -> ::core::option::Option<::redis_ratelimit::Tier> {
-                ::redis_ratelimit::__private::IntoTier::into_tier(self)
+        impl<T: ::redis_ratelimit::__private::IntoTier + ?::core::marker::Sized> #into_tier for T {
+            fn to_tier(&self) -> ::core::option::Option<::redis_ratelimit::Tier> {
+                ::redis_ratelimit::__private::IntoTier::to_tier(self)
             }
         }
         #convert
@@ -527,11 +529,21 @@ pub(crate) fn declaration(
     };
     let declaration = with_empty_key(args, declaration);
     let declaration = match &args.tiers {
-        // `[FREE, PRO]` is borrowed (a promoted constant); anything else is a slice already.
-        Some(tiers @ Expr::Array(_)) => {
-            quote!(::redis_ratelimit::__private::with_tiers(#declaration, &#tiers))
+        Some(tiers) => {
+            // `[FREE, PRO]` is borrowed; anything else is a slice already. Through a constant
+            // of its own: a tier's name may be shared, so a tier needs dropping, and a borrowed
+            // array of tiers is not promoted to `'static` as a call's argument, but a
+            // constant's outermost borrow lives as long as the program.
+            let slice = match tiers {
+                Expr::Array(_) => quote!(&#tiers),
+                _ => quote!(#tiers),
+            };
+            let tiers = Ident::new("__RL_TIERS", Span::mixed_site());
+            quote!(::redis_ratelimit::__private::with_tiers(#declaration, {
+                const #tiers: &[::redis_ratelimit::Tier] = #slice;
+                #tiers
+            }))
         }
-        Some(tiers) => quote!(::redis_ratelimit::__private::with_tiers(#declaration, #tiers)),
         None => declaration,
     };
     if checks.is_empty() {

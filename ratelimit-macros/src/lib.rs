@@ -175,16 +175,22 @@ use proc_macro::TokenStream;
 /// # Tiers
 ///
 /// `tier` picks the limit a call is decided under, from its arguments: a `Tier` (a name and a
-/// `Limit`: a constant, or one built at run time from a contract), or `None` for the
-/// attribute's own rate. A call keeps its bucket (one per limit and key) whatever its tier.
-/// The response headers name the policy in force (`"search[pro]"`), and so do
-/// `RateLimited::tier()`, the logs and the metrics. `tiers` lists the tiers calls may be
-/// given, for `declared_limits()`. A config override applies by the limit's name: a new rate
-/// replaces the declared one, which calls without a tier get.
+/// `Limit`), a `&Tier`, or an `Option` of one, `None` for the attribute's own rate. The
+/// expression is borrowed, never moved (`tier = caller.plan` reads a field of a `&Caller`). A
+/// plan known when the program is written is a constant, `Tier::new("pro", ..)`; a contract's
+/// tier, whose name and rate are read at run time, is `Tier::try_new(name, limit)?`, which
+/// takes a `String` (no leaked string) and refuses a name a header or a metrics label could
+/// not carry: a tier name is 1 to 64 ASCII letters, digits, `-`, `_` or `.` (a constant
+/// with another name does not compile). A call keeps its bucket (one per limit and key)
+/// whatever its tier. The response headers name the policy in force (`"search[pro]"`), and
+/// so do `RateLimited::tier()`, the logs and the metrics. `tiers` lists the tiers calls may
+/// be given, for `declared_limits()`: an array of constants or a `&'static [Tier]`. A config
+/// override applies by the limit's name: a new rate replaces the declared one, which calls
+/// without a tier get.
 ///
 /// ```
 /// use std::sync::OnceLock;
-/// use redis_ratelimit::{Limit, RateLimited, RateLimiter, Tier, declared_limits, rate_limit};
+/// use redis_ratelimit::{Limit, RateLimited, RateLimiter, Tier, Unit, declared_limits, rate_limit};
 ///
 /// static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
 ///
@@ -206,6 +212,15 @@ use proc_macro::TokenStream;
 /// let refused = search("ann", Some(FREE)).await.unwrap_err();
 /// assert_eq!(refused.tier(), Some("free"));
 /// search("bob", Some(PRO)).await?;
+///
+/// // A contract's tier, its name and rate read from configuration at run time.
+/// let (name, per_hour): (String, u32) = ("acme-gold".to_owned(), 3);
+/// let acme = Tier::try_new(name, Limit::try_new(per_hour, per_hour, Unit::Hour)?)?;
+/// for _ in 0..3 {
+///     search("acme", Some(acme.clone())).await?;
+/// }
+/// let refused = search("acme", Some(acme)).await.unwrap_err();
+/// assert_eq!(refused.tier(), Some("acme-gold"));
 ///
 /// let declared = declared_limits().into_iter().find(|d| d.name().ends_with("::search")).unwrap();
 /// assert_eq!(declared.tiers(), &[FREE, PRO]);
@@ -236,13 +251,13 @@ use proc_macro::TokenStream;
 ///     Ok(())
 /// }
 ///
-/// #[rate_limit(replenish = 10, unit = "hour", key = user, name = "search", limiter = LIMITER)]
+/// #[rate_limit(replenish = 10, unit = "hour", key = user, name = "searches", limiter = LIMITER)]
 /// async fn search(user: &str) -> Result<(), RateLimited> {
 ///     Ok(())
 /// }
 ///
 /// /// Suggestions draw from the search quota, at the caller's tier.
-/// #[rate_limit(shared = "search", key = user, tier = pro.then_some(PRO_SEARCH), limiter = LIMITER)]
+/// #[rate_limit(shared = "searches", key = user, tier = pro.then_some(PRO_SEARCH), limiter = LIMITER)]
 /// async fn suggest(user: &str, pro: bool) -> Result<(), RateLimited> {
 ///     Ok(())
 /// }

@@ -13,7 +13,9 @@
 //! - the wait syntax, `"2s"`, `"500ms"`, `"1m"` or `"none"`: [`parse_wait`];
 //! - the exact arithmetic that says which limits exist ([`limits`]): what Redis's Lua doubles
 //!   and the memory store can compute exactly, the longest wait, and [`limits::check`], the one
-//!   function that accepts or refuses a limit's parts.
+//!   function that accepts or refuses a limit's parts;
+//! - which tier names exist, the names clients read in a header and metrics carry as a label
+//!   ([`check_tier_name`]).
 //!
 //! It is an implementation detail of `redis-ratelimit`, with no dependencies so that the
 //! proc-macro crate can use it at compile time: users write `redis_ratelimit::Unit` and the
@@ -40,9 +42,11 @@
 extern crate std;
 
 pub mod limits;
+mod names;
 mod wait;
 mod words;
 
+pub use names::{MAX_TIER_NAME, NameProblem, TIER_NAME_SYNTAX, check_tier_name, is_tier_name_byte};
 pub use wait::{LEASE_SYNTAX, WAIT_SYNTAX, WaitError, parse_lease, parse_wait};
 pub use words::{
     Algorithm, EmptyKeyPolicy, FailurePolicy, OneOf, Quoted, Refill, Unit, Unknown, Word,

@@ -8,30 +8,36 @@ use crate::async_key::AsyncKeyResolver;
 use crate::pipeline::{Cost, Fixed, KeyArg};
 use crate::{KeyResolver, Tier};
 
-/// What a `tier = ..` expression may be: a [`Tier`], or `None` for the declared limit.
+/// What a `tier = ..` expression may be: a [`Tier`], a reference to one, or an `Option` of
+/// either (`None` for the declared limit).
+///
+/// Read through a reference: the macro converts `&(expr)`, so that a tier in a field of a
+/// borrowed argument (`tier = caller.plan`) is cloned, not moved out (a [`Tier`] is not
+/// `Copy`: its name may be shared). A clone copies a constant's name and shares a run-time
+/// one: no allocation either way.
 ///
 /// The macro reaches it through a trait it declares in the user's crate, which carries the
 /// error message: rustc would name this one by its hidden path.
 pub trait IntoTier {
     /// The tier, or `None` for the declared limit.
-    fn into_tier(self) -> Option<Tier>;
+    fn to_tier(&self) -> Option<Tier>;
 }
 
 impl IntoTier for Tier {
-    fn into_tier(self) -> Option<Tier> {
-        Some(self)
+    fn to_tier(&self) -> Option<Tier> {
+        Some(self.clone())
     }
 }
 
-impl IntoTier for &Tier {
-    fn into_tier(self) -> Option<Tier> {
-        Some(*self)
+impl<T: IntoTier + ?Sized> IntoTier for &T {
+    fn to_tier(&self) -> Option<Tier> {
+        T::to_tier(self)
     }
 }
 
 impl<T: IntoTier> IntoTier for Option<T> {
-    fn into_tier(self) -> Option<Tier> {
-        self.and_then(IntoTier::into_tier)
+    fn to_tier(&self) -> Option<Tier> {
+        self.as_ref().and_then(T::to_tier)
     }
 }
 

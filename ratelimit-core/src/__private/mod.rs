@@ -54,7 +54,7 @@ pub fn layer_limit<K: LayerKey>(
 pub fn layer_tier<T: IntoTier>(
     tier: impl Fn(&crate::RequestContext) -> T + Send + Sync + 'static,
 ) -> impl Fn(&crate::RequestContext) -> Option<crate::Tier> + Send + Sync + 'static {
-    move |ctx| tier(ctx).into_tier()
+    move |ctx| tier(ctx).to_tier()
 }
 
 /// The declaration of a function that draws from the limit `name` another declares

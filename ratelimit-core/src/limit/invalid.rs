@@ -130,6 +130,27 @@ pub enum InvalidLimit {
          RateLimiter::enter (or enter_all) instead of check, check_n, check_all or acquire"
     )]
     NeedsSlot,
+    /// A [tier](crate::Tier)'s name that a response header or a metrics label could not carry
+    /// as it is: empty, longer than 64 bytes, or with a character other than an ASCII letter,
+    /// a digit, `-`, `_` or `.` (see [`Tier::try_new`](crate::Tier::try_new)).
+    #[error("{}", tier_name_problem(*len, *forbidden))]
+    BadTierName {
+        /// The name's length, in bytes.
+        len: usize,
+        /// Its first forbidden character, after the byte offset it is at, if it has one.
+        forbidden: Option<(usize, char)>,
+    },
+}
+
+/// The message of [`InvalidLimit::BadTierName`]; the name itself is not repeated, as it may
+/// be long or hostile.
+fn tier_name_problem(len: usize, forbidden: Option<(usize, char)>) -> String {
+    let syntax = ratelimit_vocab::TIER_NAME_SYNTAX;
+    match forbidden {
+        _ if len == 0 => format!("a tier name must not be empty; {syntax}"),
+        Some((at, c)) => format!("a tier name must not contain {c:?} (at byte {at}); {syntax}"),
+        None => format!("a tier name of {len} bytes is too long; {syntax}"),
+    }
 }
 
 impl InvalidLimit {
@@ -150,6 +171,7 @@ impl InvalidLimit {
             InvalidLimit::BadConcurrency { .. } => &["concurrent", "lease"],
             InvalidLimit::NotForConcurrency => &["concurrent"],
             InvalidLimit::NeedsSlot => &["concurrent"],
+            InvalidLimit::BadTierName { .. } => &["tier"],
         }
     }
 }
@@ -184,5 +206,8 @@ pub(crate) const fn invalid(e: &InvalidLimit) -> ! {
             panic!("a concurrency limit takes only its max, `lease` and `wait`")
         }
         InvalidLimit::NeedsSlot => panic!("a concurrency limit needs RateLimiter::enter"),
+        InvalidLimit::BadTierName { .. } => {
+            panic!("a tier name is 1 to 64 ASCII letters, digits, `-`, `_` or `.`")
+        }
     }
 }

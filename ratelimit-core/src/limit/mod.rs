@@ -22,6 +22,7 @@ pub use concurrent::{DEFAULT_LEASE, MAX_CONCURRENT};
 pub use invalid::InvalidLimit;
 pub(crate) use invalid::invalid;
 pub use tier::Tier;
+pub(crate) use tier::TierName;
 pub(crate) use words::deserialize_named;
 pub use words::{Algorithm, Refill, Unit, UnknownAlgorithm, UnknownRefill, UnknownUnit};
 

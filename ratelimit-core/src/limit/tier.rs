@@ -1,43 +1,268 @@
-//! Tiers: the limits one declared limit takes per caller (a plan: free, pro, a contract).
+//! Tiers: the limits one declared limit takes per caller (a plan: free, pro, a contract), and
+//! their names, which clients read in a header and metrics carry as a label.
 
-use super::Limit;
+use std::fmt;
+use std::hash::{Hash, Hasher};
+use std::sync::Arc;
+
+use ratelimit_vocab::{NameProblem, check_tier_name};
+
+use super::{InvalidLimit, Limit};
 
 /// A named limit a call may be given in place of its declaration's: one plan's quota. A
 /// `#[rate_limit(tier = ..)]` attribute picks one per call (from the caller's plan, an
 /// argument, the request); the call keeps its bucket (one per limit and key), so a caller
 /// whose plan changes goes on from the tokens it has, by the store's rules for a changed
-/// limit. The response headers and metrics name the tier.
+/// limit. The response headers (`RateLimit-Policy: "search[pro]";..`), the rejection, the
+/// recorded verdict and the metrics name the tier.
+///
+/// Plans known when the program is written are constants, built by [`Tier::new`]; a tier
+/// whose name is read at run time (an enterprise contract's, from a config file or the
+/// accounts table) is built by [`Tier::try_new`]. A tier's name is short and plain: 1 to 64
+/// ASCII letters, digits, `-`, `_` or `.`, so that no name can break the header it is sent
+/// in or the metrics label it is counted under. A constant with any other name does not
+/// compile; `try_new` refuses it.
 ///
 /// ```
 /// use ratelimit_core::{Limit, Tier};
 ///
 /// const FREE: Tier = Tier::new("free", Limit::per_hour(100));
 /// const PRO: Tier = Tier::new("pro", Limit::per_hour(10_000));
+/// # fn main() -> Result<(), ratelimit_core::Error> {
 /// assert_eq!(PRO.limit().burst_capacity(), 10_000);
-/// // A contract's own limit, read at run time, under a tier name of its own.
-/// let enterprise = Tier::new("enterprise", Limit::per_minute(2_500));
-/// assert_eq!(enterprise.name(), "enterprise");
+///
+/// // A contract's own limit and tier name, read at run time (here from a config's lines).
+/// let config = String::from("tier = acme-gold\nper_minute = 2500");
+/// let value = |key: &str| config.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(" = "));
+/// let per_minute: u32 = value("per_minute").unwrap_or("60").parse().unwrap();
+/// let contract = Tier::try_new(value("tier").unwrap_or("contract"), Limit::per_minute(per_minute))?;
+/// assert_eq!(contract.name(), "acme-gold");
+/// assert_eq!(contract.limit(), Limit::per_minute(2_500));
+///
+/// // A name a header or a metrics label could not carry is refused.
+/// assert!(Tier::try_new("gold\"; q=1", Limit::per_minute(2_500)).is_err());
 /// # let _ = FREE;
+/// # Ok(())
+/// # }
 /// ```
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+///
+/// A tier is cheap to clone: a constant's name is the literal, and a run-time name is shared,
+/// so that the decision, the rejection, the headers and the metrics of a call under it never
+/// copy the name.
+///
+/// ```compile_fail
+/// use ratelimit_core::{Limit, Tier};
+///
+/// // A quote would end the header's string early: a compile error.
+/// const BAD: Tier = Tier::new("pro\"", Limit::per_hour(10_000));
+/// # let _ = BAD;
+/// ```
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct Tier {
-    name: &'static str,
+    name: TierName,
     limit: Limit,
 }
 
 impl Tier {
-    /// The tier `name`, whose calls are decided under `limit`.
+    /// The tier `name`, whose calls are decided under `limit`: for a name written in the
+    /// program (`const PRO: Tier = Tier::new("pro", Limit::per_hour(10_000))`).
+    ///
+    /// # Panics
+    /// If `name` is empty, longer than 64 bytes, or has a character other than an ASCII
+    /// letter, a digit, `-`, `_` or `.`: in a `const`, a compile error. A name read at run
+    /// time goes to [`Tier::try_new`].
     pub const fn new(name: &'static str, limit: Limit) -> Tier {
-        Tier { name, limit }
+        match check_tier_name(name) {
+            Ok(()) => Tier {
+                name: TierName::Static(name),
+                limit,
+            },
+            Err(NameProblem::Empty) => panic!("a tier name must not be empty"),
+            Err(NameProblem::TooLong { .. }) => panic!("a tier name is at most 64 bytes long"),
+            Err(NameProblem::Forbidden { .. }) => panic!(
+                "a tier name has only ASCII letters, digits, `-`, `_` and `.`: another character \
+                 could break the `RateLimit-Policy` header or a metrics label that names it"
+            ),
+        }
+    }
+
+    /// The tier `name`, whose calls are decided under `limit`, for a name known at run time
+    /// (a contract's, from a config file or a database): a `String`, a `&str`, or an
+    /// `Arc<str>` the program already shares, which the tier then shares too.
+    ///
+    /// ```
+    /// use ratelimit_core::{Limit, Tier};
+    /// use ratelimit_core::error::InvalidLimit;
+    ///
+    /// let gold = Tier::try_new(String::from("acme-gold"), Limit::per_minute(2_500)).unwrap();
+    /// assert_eq!(gold.name(), "acme-gold");
+    /// assert!(matches!(
+    ///     Tier::try_new("acme gold", Limit::per_minute(2_500)),
+    ///     Err(InvalidLimit::BadTierName { forbidden: Some((4, ' ')), .. })
+    /// ));
+    /// ```
+    ///
+    /// # Errors
+    /// [`InvalidLimit::BadTierName`] (which `?` turns into
+    /// [`Error::InvalidLimit`](crate::Error::InvalidLimit)) if `name` is empty, longer than 64
+    /// bytes, or has a character other than an ASCII letter, a digit, `-`, `_` or `.`.
+    pub fn try_new(name: impl Into<Arc<str>>, limit: Limit) -> Result<Tier, InvalidLimit> {
+        let name = name.into();
+        if let Err(problem) = check_tier_name(&name) {
+            let forbidden = match problem {
+                NameProblem::Forbidden { at } => name[at..].chars().next().map(|c| (at, c)),
+                NameProblem::Empty | NameProblem::TooLong { .. } => None,
+            };
+            return Err(InvalidLimit::BadTierName {
+                len: name.len(),
+                forbidden,
+            });
+        }
+        Ok(Tier {
+            name: TierName::Shared(name),
+            limit,
+        })
     }
 
     /// The tier's name, as the headers and metrics show it.
-    pub const fn name(&self) -> &'static str {
-        self.name
+    pub fn name(&self) -> &str {
+        self.name.as_str()
     }
 
     /// The limit of the tier's calls.
     pub const fn limit(&self) -> Limit {
         self.limit
+    }
+
+    /// The tier's name, as a call's decision carries it (cloned without copying the text).
+    pub(crate) fn tier_name(&self) -> TierName {
+        self.name.clone()
+    }
+}
+
+/// A tier's name, as every place a call's tier goes keeps it (its decision's label, the
+/// rejection, the recorded verdict, the headers, the metrics): a constant's literal, or a
+/// name read at run time, shared. Cloned per call, never copied: no allocation for either.
+/// Compared, hashed and shown as its text, whichever it is.
+#[derive(Clone)]
+pub(crate) enum TierName {
+    /// A constant's name, [`Tier::new`]'s.
+    Static(&'static str),
+    /// A name read at run time, [`Tier::try_new`]'s.
+    Shared(Arc<str>),
+}
+
+impl TierName {
+    /// The name.
+    pub(crate) fn as_str(&self) -> &str {
+        match self {
+            TierName::Static(name) => name,
+            TierName::Shared(name) => name,
+        }
+    }
+
+    /// The name as a metrics label value, shared with the tier rather than copied.
+    #[cfg(feature = "metrics")]
+    pub(crate) fn label(&self) -> metrics::SharedString {
+        match self {
+            TierName::Static(name) => metrics::SharedString::const_str(name),
+            TierName::Shared(name) => metrics::SharedString::from_shared(Arc::clone(name)),
+        }
+    }
+}
+
+impl PartialEq for TierName {
+    fn eq(&self, other: &TierName) -> bool {
+        self.as_str() == other.as_str()
+    }
+}
+
+impl Eq for TierName {}
+
+impl Hash for TierName {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        self.as_str().hash(state);
+    }
+}
+
+impl fmt::Debug for TierName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Debug::fmt(self.as_str(), f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_constant_and_a_run_time_tier_of_one_name_are_one_tier() {
+        const PRO: Tier = Tier::new("pro", Limit::per_hour(10));
+        let read = Tier::try_new(String::from("pro"), Limit::per_hour(10)).unwrap();
+        assert_eq!(PRO, read);
+        assert_eq!(format!("{read:?}"), format!("{PRO:?}"));
+        assert!(format!("{read:?}").contains("name: \"pro\""));
+    }
+
+    #[test]
+    fn a_run_time_name_is_shared_not_copied() {
+        let name: Arc<str> = Arc::from("acme-gold");
+        let tier = Tier::try_new(Arc::clone(&name), Limit::per_minute(5)).unwrap();
+        let copy = tier.clone();
+        for carried in [tier.tier_name(), copy.tier_name()] {
+            match carried {
+                TierName::Shared(shared) => assert!(Arc::ptr_eq(&shared, &name)),
+                TierName::Static(_) => panic!("a run-time name is shared"),
+            }
+        }
+    }
+
+    #[test]
+    fn hostile_names_are_refused_with_what_is_wrong() {
+        let limit = Limit::per_minute(5);
+        let refused = |name: &str| Tier::try_new(name, limit).unwrap_err();
+        for (name, at, c) in [
+            ("gold\"", 4, '"'),
+            ("gold;q=1", 4, ';'),
+            ("gold,other", 4, ','),
+            ("gold\nx-evil: 1", 4, '\n'),
+            ("gold[x]", 4, '['),
+            ("gold\\", 4, '\\'),
+            ("göld", 1, 'ö'),
+        ] {
+            assert_eq!(
+                refused(name),
+                InvalidLimit::BadTierName {
+                    len: name.len(),
+                    forbidden: Some((at, c)),
+                },
+                "{name:?}"
+            );
+        }
+        assert_eq!(
+            refused(""),
+            InvalidLimit::BadTierName {
+                len: 0,
+                forbidden: None
+            }
+        );
+        let long = "a".repeat(10 * 1024);
+        let too_long = refused(&long);
+        assert_eq!(
+            too_long,
+            InvalidLimit::BadTierName {
+                len: 10 * 1024,
+                forbidden: None
+            }
+        );
+        assert_eq!(too_long.fields(), &["tier"]);
+        // The message says what a name may be, and never repeats the hostile one.
+        let message = crate::Error::from(refused("gold\nx-evil: 1")).to_string();
+        assert_eq!(
+            message,
+            "invalid limit: a tier name must not contain '\\n' (at byte 4); a tier name is 1 to \
+             64 ASCII letters, digits, `-`, `_` or `.` (`pro`, `acme-2025.gold`)"
+        );
+        assert!(!too_long.to_string().contains("aaaa"));
     }
 }

@@ -101,7 +101,7 @@ impl<'t> Call<'t> {
     pub(crate) fn label(&self, name: &'static str) -> Label {
         Label {
             name,
-            tier: self.tier.map(Tier::name),
+            tier: self.tier.map(Tier::tier_name),
         }
     }
 }

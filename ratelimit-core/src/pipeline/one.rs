@@ -131,7 +131,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             return Step::Done(Ok(()));
         }
         Before::Decided(decision) => {
-            return Step::Done(conclude(decl, label, decision, None, None, |d| {
+            return Step::Done(conclude(decl, label.clone(), decision, None, None, |d| {
                 record_current(label, d, None);
             }));
         }
@@ -139,7 +139,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
     let (limiter, enabled) = limiter_or_unenabled(decl, limiter);
     if call.key_failed {
         let decision = limiter.decide_unresolved(&effective.limit, effective.cost);
-        return Step::Done(conclude(decl, label, decision, None, None, |d| {
+        return Step::Done(conclude(decl, label.clone(), decision, None, None, |d| {
             record_current(label, d, None);
         }));
     }
@@ -179,13 +179,13 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
         };
         let done = conclude(
             decl,
-            label,
+            label.clone(),
             decision,
             Some(bucket),
             call.taken,
             |decision| {
                 if let Some(scope) = scope {
-                    scope.record(label, decision, None);
+                    scope.record(label.clone(), decision, None);
                 }
             },
         );
@@ -210,7 +210,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
                 &effective.limit,
                 effective.cost,
             );
-            Step::Done(conclude(decl, label, decision, None, None, |d| {
+            Step::Done(conclude(decl, label.clone(), decision, None, None, |d| {
                 record_if(in_scope, label, d);
             }))
         }
@@ -245,7 +245,7 @@ async fn ask(
     let decision = decided.unwrap_or_else(|e| cannot_check(decl, &effective, &e));
     conclude(
         decl,
-        label,
+        label.clone(),
         decision,
         Some(Bucket::Named(bucket)),
         taken.as_ref(),

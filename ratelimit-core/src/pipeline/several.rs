@@ -179,7 +179,7 @@ pub(crate) async fn decide_all(
     }
     if in_scope {
         record_current(
-            names.tightest(&decision),
+            names.tightest(&decision).clone(),
             decision.clone(),
             Some(names.clone()),
         );

@@ -63,6 +63,30 @@ async fn tiered_by_flag(user: &str, pro: bool) -> Result<(), RateLimited> {
     Ok(())
 }
 
+/// A plan in a field of a borrowed argument (read, not moved out: a `Tier` is not `Copy`), a
+/// contract's tier built at run time among them; the tiers listed as a borrowed array.
+struct Caller {
+    id: u64,
+    plan: Option<Tier>,
+}
+
+#[rate_limit(replenish = 10, unit = "hour", key = caller.id, tier = caller.plan, tiers = &[FREE, PRO])]
+async fn tiered_by_caller(caller: &Caller) -> Result<u64, RateLimited> {
+    Ok(caller.id)
+}
+
+/// A tier by value from a method, and the argument still usable in the body.
+impl Caller {
+    fn tier(&self) -> Option<Tier> {
+        self.plan.clone()
+    }
+}
+
+#[rate_limit(replenish = 10, unit = "hour", key = caller.id, tier = caller.tier())]
+async fn tiered_by_method(caller: Caller) -> Result<Option<Tier>, RateLimited> {
+    Ok(caller.plan)
+}
+
 /// A method: the key from `self`, the cost from a slice.
 struct Service {
     tenant: String,
@@ -81,6 +105,12 @@ fn main() {
     let _ = login;
     let _ = tiered;
     let _ = tiered_by_flag;
+    let _ = tiered_by_caller;
+    let _ = tiered_by_method;
+    let _ = Tier::try_new(String::from("acme-gold"), Limit::per_minute(2_500)).map(|gold| Caller {
+        id: 1,
+        plan: Some(gold),
+    });
     let _ = listing;
     let _ = Service::store;
     let _ = Service {
