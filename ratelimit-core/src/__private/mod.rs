@@ -83,8 +83,8 @@ pub const fn with_tiers(decl: LimitDeclaration, tiers: &'static [crate::Tier]) -
     decl.with_tiers(tiers)
 }
 
-/// The limit of one `#[rate_limit]`, from every argument at once (a window's burst is its
-/// `replenish`), evaluated in the declaration's `static`: an invalid one is a compile error.
+/// The limit of one `#[rate_limit]`, from every argument at once, evaluated in the
+/// declaration's `static` (`Limit::declared`): an invalid one is a compile error.
 pub const fn limit(
     replenish: u32,
     burst: Option<u32>,
@@ -93,21 +93,7 @@ pub const fn limit(
     refill: Refill,
     initial: Option<u32>,
 ) -> Limit {
-    let burst = match burst {
-        Some(burst) => burst,
-        None => replenish,
-    };
-    match Limit::from_parts(
-        replenish,
-        burst,
-        unit.as_duration(),
-        algorithm,
-        refill,
-        initial,
-    ) {
-        Ok(limit) => limit,
-        Err(e) => crate::limit::invalid(&e),
-    }
+    Limit::declared(replenish, burst, unit, algorithm, refill, initial)
 }
 
 /// What `limiter = ..` may name: a limiter, or a cell that holds one once initialised.

@@ -413,6 +413,36 @@ impl Limit {
     }
 }
 
+impl Limit {
+    /// The limit an attribute declares, from every argument at once (a window's burst, and a
+    /// bucket's without one, is its `replenish`): what `#[rate_limit]` evaluates in its
+    /// declaration's `static`, where an invalid limit is a compile error.
+    pub(crate) const fn declared(
+        replenish: u32,
+        burst: Option<u32>,
+        unit: Unit,
+        algorithm: Algorithm,
+        refill: Refill,
+        initial: Option<u32>,
+    ) -> Limit {
+        let burst = match burst {
+            Some(burst) => burst,
+            None => replenish,
+        };
+        match Limit::from_parts(
+            replenish,
+            burst,
+            unit.as_duration(),
+            algorithm,
+            refill,
+            initial,
+        ) {
+            Ok(limit) => limit,
+            Err(e) => invalid(&e),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
