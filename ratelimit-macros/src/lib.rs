@@ -677,14 +677,65 @@ pub fn enable_redis_rate_limit(options: TokenStream) -> TokenStream {
 ///   a router's layer and a handler may share one bucket.
 /// - `key = ..` is required, and is a `KeyResolver` (`Ip`, `Route`, `Header("x-api-key")`,
 ///   `User`, a tuple of them, a type of your own): there are no arguments to compute it from.
-/// - The arguments about one call of a function are a compile error, on the argument, saying
-///   why: `count`, `tier`, `tiers` and `exempt` (a layer sees requests, not calls),
-///   `limiter` (a layer's limits are decided on the limiter `enable_redis_rate_limit!`
-///   installed), `wait` and `jitter` (a layer's limit refuses at once).
+/// - What a function's limit reads from its call, a layer's reads from the request and its
+///   response: `exempt` is a predicate on the request (`Fn(&RequestContext) -> bool`: health
+///   checks, internal callers), `tier` a function of it (`Fn(&RequestContext) -> T` where `T`
+///   is a `Tier`, a `&'static Tier` or an `Option` of one: a plan read from the principal an
+///   authentication layer set, a header), and `count` a predicate on the response's status
+///   (`Fn(&StatusCode) -> bool`, `redis_ratelimit::http::StatusCode`: only server errors, only
+///   failed logins' 401s), under which a request that does not count gets its tokens back once
+///   its response is made. `tiers` lists the tiers, as on a function.
+/// - A compile error, on the argument, saying why: `limiter` (a layer's limits are decided on
+///   the limiter `enable_redis_rate_limit!` installed), `wait` and `jitter` (a layer's limit
+///   refuses at once).
 ///
-/// That leaves `replenish`, `burst`, `unit`, `algorithm`, `refill`, `initial`, `cost`,
-/// `policy`, `shadow`, `empty_key`, `empty_key_status`, `concurrent` and `lease`: a
-/// `concurrent` layer limit holds its slot until the response is made.
+/// The rest are as on a function: `replenish`, `burst`, `unit`, `algorithm`, `refill`,
+/// `initial`, `cost`, `policy`, `shadow`, `empty_key`, `empty_key_status`, `concurrent` and
+/// `lease` (a `concurrent` layer limit holds its slot until the response is made).
+///
+/// ```
+/// use axum::{Router, routing::get};
+/// use redis_ratelimit::{
+///     Header, Limit, RateLimitLayer, RequestContext, Tier, http::StatusCode, layer_limit,
+/// };
+///
+/// const PRO: Tier = Tier::new("pro", Limit::per_minute(6000));
+///
+/// fn plan(request: &RequestContext) -> Option<Tier> {
+///     (request.headers().get("x-plan")?.to_str().ok()? == "pro").then_some(PRO)
+/// }
+///
+/// # async fn ok() -> &'static str { "ok" }
+/// let app: Router = Router::new()
+///     .route("/health", get(ok))
+///     .route("/search", get(ok))
+///     .layer(RateLimitLayer::new().limit(layer_limit!(
+///         name = "api",
+///         replenish = 600,
+///         unit = "minute",
+///         key = Header("x-api-key"),
+///         exempt = |request| request.path() == Some("/health"),
+///         tier = plan,
+///         tiers = [PRO],
+///         // Only the requests the service failed count against the caller.
+///         count = StatusCode::is_server_error,
+///     )));
+/// ```
+///
+/// The same on actix-web's middleware:
+///
+/// ```
+/// use redis_ratelimit::{Ip, RateLimitMiddleware, http::StatusCode, layer_limit};
+///
+/// let failed_logins = RateLimitMiddleware::new().limit(layer_limit!(
+///     name = "logins",
+///     replenish = 5,
+///     unit = "minute",
+///     key = Ip,
+///     count = |status: &StatusCode| *status == StatusCode::UNAUTHORIZED,
+/// ));
+/// # let _ = failed_logins;
+/// ```
 ///
 /// # What it does
 ///
