@@ -11,6 +11,7 @@
 //!   [`EmptyKeyPolicy`], all behind the [`Word`] trait, with the message for an unknown name
 //!   ([`Unknown`]);
 //! - the wait syntax, `"2s"`, `"500ms"`, `"1m"` or `"none"`: [`parse_wait`];
+//! - what a limit may be named: [`check_name`];
 //! - the exact arithmetic that says which limits exist ([`limits`]): what Redis's Lua doubles
 //!   and the memory store can compute exactly, the longest wait, and [`limits::check`], the one
 //!   function that accepts or refuses a limit's parts.
@@ -40,9 +41,11 @@
 extern crate std;
 
 pub mod limits;
+mod names;
 mod wait;
 mod words;
 
+pub use names::{NameError, check_name};
 pub use wait::{LEASE_SYNTAX, WAIT_SYNTAX, WaitError, parse_lease, parse_wait};
 pub use words::{
     Algorithm, EmptyKeyPolicy, FailurePolicy, OneOf, Quoted, Refill, Unit, Unknown, Word,
