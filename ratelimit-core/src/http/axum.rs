@@ -421,9 +421,9 @@ mod tests {
             "open"
         }
         let by_ip = declaration("axum::layer_by_ip", "Ip");
-        let mut app = Router::new()
-            .route("/open", get(open))
-            .layer(RateLimitLayer::new().limit(crate::http::LayerLimit::new(by_ip, crate::Ip)));
+        let mut app = Router::new().route("/open", get(open)).layer(
+            RateLimitLayer::new().limit(crate::http::LayerLimit::declared(by_ip, crate::Ip)),
+        );
         let mut send = async |forwarded: &str| {
             let mut req = Request::get("/open")
                 .header("x-forwarded-for", forwarded)
