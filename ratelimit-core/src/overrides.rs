@@ -366,6 +366,7 @@ pub(crate) fn load(file: Option<&Path>, decls: &[&LimitDeclaration]) -> Result<O
 /// The overrides of `decls` in `file` and the environment, leaving out those of names not
 /// declared (yet): for a layer's limit built at run time after enable, whose building must
 /// not fail for an override of a limit that the program builds next.
+#[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
 pub(crate) fn load_known(
     file: Option<&Path>,
     decls: &[&LimitDeclaration],
@@ -387,6 +388,7 @@ enum Unknown {
     /// An error: a typo of a limit's name, most likely.
     Refuse,
     /// Left out: the limit of a name built at run time, not built yet.
+    #[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
     Skip,
 }
 

@@ -130,6 +130,7 @@ impl LimitDeclaration {
 
     /// A layer's limit built at run time (see [`runtime`]), at `file` and `line` of the call
     /// that built it.
+    #[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
     pub(crate) const fn built_at_run_time(
         name: &'static str,
         limit: Limit,

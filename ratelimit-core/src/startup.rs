@@ -182,6 +182,7 @@ fn resolve_limits(
 /// the environment as they are now. Overrides of names not built yet are left for the reload
 /// that follows their building (a router rebuilt on reload builds them one after the other).
 /// `None` before enable, which resolves it with the rest.
+#[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
 pub(crate) fn resolve_built(decl: &LimitDeclaration) -> Result<Option<Effective>, Error> {
     let Some(config) = registry::config() else {
         return Ok(None);

@@ -869,10 +869,8 @@ mod tests {
         assert_eq!(names, ["layered::outer", "layered::inner"]);
 
         // Below, behind no trusted proxy: the handoff is left alone, and nothing is learned.
-        let above = config(
-            &[LayerLimit::declared(declaration("layered::o2", "Ip"), Ip)],
-            { TrustedProxies::new(["10.0.0.0/8"]).unwrap() },
-        );
+        let o2 = LayerLimit::declared(declaration("layered::o2", "Ip"), Ip);
+        let above = config(&[o2], TrustedProxies::new(["10.0.0.0/8"]).unwrap());
         let plan = Plan::new(&above, None, route).unwrap();
         let below = config(&[inner], TrustedProxies::default());
         let own = Plan::new(&below, Some(plan.handoff()), route).unwrap();

@@ -15,6 +15,8 @@
 //! or a `shared` use names, nor one built already with another limit or key. So no run-time
 //! declaration is ever dangling or duplicated, and that validation holds whatever the program
 //! builds later.
+// Without an HTTP integration nothing builds a layer's limit: the set is only ever read.
+#![cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
