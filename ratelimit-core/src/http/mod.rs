@@ -67,8 +67,10 @@ macro_rules! config_methods {
         /// with the same 429 and headers as a handler's limit, and decided with the handler's
         /// own `#[rate_limit]` limits in one round trip, all or nothing (see the guide,
         /// "A limit on a whole router"). `limit` is declared with
-        /// [`layer_limit!`](https://docs.rs/redis-ratelimit/latest/redis_ratelimit/macro.layer_limit.html):
-        /// named, listed by `declared_limits()`, and overridable by its name.
+        /// [`layer_limit!`](https://docs.rs/redis-ratelimit/latest/redis_ratelimit/macro.layer_limit.html),
+        /// or built from configuration at run time with
+        /// [`LayerLimit::new`]($crate::http::LayerLimit::new): named, listed by
+        /// `declared_limits()`, and overridable by its name.
         pub fn limit(mut self, limit: $crate::http::LayerLimit) -> Self {
             let config = std::sync::Arc::make_mut(&mut self.config);
             config.limits = config.limits.iter().cloned().chain([limit]).collect();
