@@ -400,11 +400,22 @@ impl RateLimited {
         headers
     }
 
-    /// The headers of this rejection as the response to the request being served: the
-    /// families its integration sends, and the limits its layers decided before the refusing
-    /// check listed before this rejection's own.
+    /// The headers of this rejection as the response to the request being served: its
+    /// [rate-limit headers](RateLimited::served_rate_limit_headers), and the problem body's
+    /// content type.
     #[cfg(any(feature = "axum", feature = "actix-web"))]
     pub(crate) fn served_headers(&self) -> HeaderMap {
+        let mut headers = self.served_rate_limit_headers();
+        problem_type(&mut headers);
+        headers
+    }
+
+    /// The rate-limit headers of this rejection as the response to the request being served,
+    /// whatever its body: the families its integration sends, and the limits its layers
+    /// decided before the refusing check listed before this rejection's own. Taken from the
+    /// request's scope: the integration renders none over them.
+    #[cfg(any(feature = "axum", feature = "actix-web"))]
+    pub(crate) fn served_rate_limit_headers(&self) -> HeaderMap {
         let (families, first) = crate::http::layered::rejection_rendering();
         let mut headers = HeaderMap::new();
         set_headers_after(
@@ -414,7 +425,6 @@ impl RateLimited {
             self.decision(),
             families,
         );
-        problem_type(&mut headers);
         headers
     }
 }

@@ -41,7 +41,7 @@
 //! | [`enable`] | what `enable_redis_rate_limit!` expands to, for programs that build their options themselves |
 //! | [`error`] | the errors of building a limit and of reading its words, which [`Error`] wraps |
 //! | [`headers`] | the response headers: which families to send, their names, a refusal's response |
-//! | `http` (features `axum`, `actix-web`) | the services the HTTP integrations wrap handlers in |
+//! | [`http`] | the services the HTTP integrations (features `axum`, `actix-web`) wrap handlers in, and a layer's own limits ([`http::LayerLimit`], built at run time by [`http::LayerLimit::new`]) |
 //! | [`key`] | what the built-in resolvers read and how they normalise it |
 //! | [`observe`] | the tracing span and metrics every decision produces |
 //! | [`overrides`] | quotas changed without a rebuild: the override file and environment |

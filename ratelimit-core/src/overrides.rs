@@ -38,6 +38,16 @@
 //! `enable_redis_rate_limit!` fail with an error naming the file or variable, the limit (in
 //! the file, the line and column) and the field. A value gets the same message from the file
 //! and from the environment: `` `burst` must be a whole number from 1 to 4294967295, not `0` ``.
+//!
+//! # Limits built at run time
+//! A layer's limit built from configuration
+//! ([`LayerLimit::new`](crate::http::LayerLimit::new)) is a declared limit from the moment it
+//! is built, overridden by its name like any other. Built before `enable_redis_rate_limit!`,
+//! enable applies its override with the rest. Built after, its building applies the override
+//! at once, read as [`reload_overrides`](crate::reload_overrides) reads them (the file enable
+//! read, and the environment, as they are then); an override of a name not built yet is left
+//! for later then, but is an error at enable and at a reload, which cannot tell it from a
+//! typo: build such limits before enable, or reload after building them.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -347,16 +357,46 @@ pub(crate) struct Overrides {
     by_name: BTreeMap<String, Vec<(String, Override)>>,
 }
 
-pub(crate) fn load(
+/// The overrides of `decls` in `file` and the environment; an override that names no
+/// declared limit is an error.
+pub(crate) fn load(file: Option<&Path>, decls: &[&LimitDeclaration]) -> Result<Overrides, Error> {
+    read(file, env(), decls, Unknown::Refuse)
+}
+
+/// The overrides of `decls` in `file` and the environment, leaving out those of names not
+/// declared (yet): for a layer's limit built at run time after enable, whose building must
+/// not fail for an override of a limit that the program builds next.
+#[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
+pub(crate) fn load_known(
     file: Option<&Path>,
-    decls: &[&'static LimitDeclaration],
+    decls: &[&LimitDeclaration],
 ) -> Result<Overrides, Error> {
-    let env = std::env::vars_os().filter_map(|(k, v)| {
+    read(file, env(), decls, Unknown::Skip)
+}
+
+/// The environment's variables that belong to the library, or look as if they were meant to.
+fn env() -> impl Iterator<Item = (String, String)> {
+    std::env::vars_os().filter_map(|(k, v)| {
         let k = k.into_string().ok()?;
         looks_ours(&k).then(|| (k, v.to_string_lossy().into_owned()))
-    });
-    load_from(file, env, decls)
+    })
 }
+
+/// What an override that names no declared limit is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Unknown {
+    /// An error: a typo of a limit's name, most likely.
+    Refuse,
+    /// Left out: the limit of a name built at run time, not built yet.
+    #[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
+    Skip,
+}
+
+/// What follows the declared limits in the error of an override that names none of them: a
+/// limit built at run time is declared once built.
+const BUILT_LATER: &str = "(a layer's limit built at run time, by `LayerLimit::new`, can be \
+     named once it is built: build it before `enable_redis_rate_limit!`, or reload the \
+     overrides after building it)";
 
 /// Whether the variable `name` belongs to the library, or was meant to (see
 /// [`ENV_NAMESPACE`]).
@@ -366,7 +406,7 @@ fn looks_ours(name: &str) -> bool {
 }
 
 /// The error for `var`, which starts like the library's variables and is none of them.
-fn not_ours(var: &str, decls: &[&'static LimitDeclaration]) -> String {
+fn not_ours(var: &str, decls: &[&LimitDeclaration]) -> String {
     // `RATE_LIMIT_OVERRIDES_SHOP__ORDERS`: the limit whose variable's tail it ends with.
     let meant = decls
         .iter()
@@ -389,10 +429,21 @@ fn not_ours(var: &str, decls: &[&'static LimitDeclaration]) -> String {
 }
 
 /// [`load`] with the environment given, for tests.
+#[cfg(test)]
 fn load_from(
     file: Option<&Path>,
     env: impl Iterator<Item = (String, String)>,
-    decls: &[&'static LimitDeclaration],
+    decls: &[&LimitDeclaration],
+) -> Result<Overrides, Error> {
+    read(file, env, decls, Unknown::Refuse)
+}
+
+/// The overrides of `decls` in `file` and `env`, an override of another name `unknown`.
+fn read(
+    file: Option<&Path>,
+    env: impl Iterator<Item = (String, String)>,
+    decls: &[&LimitDeclaration],
+    unknown: Unknown,
 ) -> Result<Overrides, Error> {
     let declared = |name: &str| decls.iter().any(|d| d.name() == name);
     let mut out = Overrides::default();
@@ -404,8 +455,12 @@ fn load_from(
         let limits = parse(&text).map_err(|e| Error::Config(format!("{shown}: {e}")))?;
         for (name, o) in limits {
             if !declared(&name) {
+                if unknown == Unknown::Skip {
+                    continue;
+                }
                 return Err(Error::Config(format!(
-                    "{shown}: `[limits.\"{name}\"]` names no declared limit; declared limits: {}",
+                    "{shown}: `[limits.\"{name}\"]` names no declared limit; declared limits: \
+                     {} {BUILT_LATER}",
                     describe_names(decls)
                 )));
             }
@@ -429,9 +484,10 @@ fn load_from(
             .collect();
         let decl = match targets.as_slice() {
             [one] => one,
+            [] if unknown == Unknown::Skip => continue,
             [] => {
                 return Err(Error::Config(format!(
-                    "{var} names no declared limit; declared limits: {}",
+                    "{var} names no declared limit; declared limits: {} {BUILT_LATER}",
                     describe_names(decls)
                 )));
             }

@@ -1,5 +1,6 @@
 //! Declared limits and the global limiter that `enable_redis_rate_limit!` installs.
 
+pub(crate) mod runtime;
 mod validate;
 
 use std::borrow::Cow;
@@ -15,8 +16,9 @@ use crate::Limit;
 use crate::RateLimiter;
 use crate::{Decision, Error};
 
-/// One `#[rate_limit]` function, registered at compile time: its name, limit, key resolver
-/// and place in the source. [`declared_limits`] lists them all.
+/// One `#[rate_limit]` function or `layer_limit!`, registered at compile time, or a layer's
+/// limit built at run time ([`LayerLimit::new`](crate::http::LayerLimit::new)): its name,
+/// limit, key resolver and place in the source. [`declared_limits`] lists them all.
 pub struct LimitDeclaration {
     name: &'static str,
     limit: Limit,
@@ -54,6 +56,9 @@ pub struct LimitDeclaration {
     /// ([`validate`]): from then on a call reads this flag alone. A declaration found wrong
     /// never sets it, and each of its calls is refused.
     valid: AtomicBool,
+    /// Built at run time ([`runtime`]), not registered by a macro: `file` and `line` are
+    /// those of the call that built it.
+    built_at_run_time: bool,
 }
 
 /// A bucket key, with what it was named from: the limiter's prefix and the resolved key (the
@@ -119,7 +124,31 @@ impl LimitDeclaration {
             shares: false,
             target: OnceLock::new(),
             valid: AtomicBool::new(false),
+            built_at_run_time: false,
         }
+    }
+
+    /// A layer's limit built at run time (see [`runtime`]), at `file` and `line` of the call
+    /// that built it.
+    #[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
+    pub(crate) const fn built_at_run_time(
+        name: &'static str,
+        limit: Limit,
+        key: &'static str,
+        file: &'static str,
+        line: u32,
+    ) -> LimitDeclaration {
+        let mut decl = LimitDeclaration::new(name, limit, 1, key, file, line);
+        decl.built_at_run_time = true;
+        decl
+    }
+
+    /// Whether this limit was built at run time, from values known only then
+    /// ([`LayerLimit::new`](crate::http::LayerLimit::new)), rather than declared by a macro:
+    /// then [`file`](LimitDeclaration::file) and [`line`](LimitDeclaration::line) are those
+    /// of the call that built it.
+    pub fn is_built_at_run_time(&self) -> bool {
+        self.built_at_run_time
     }
 
     /// A function's use of the limit `name` declared by another (`#[rate_limit(shared =
@@ -148,12 +177,11 @@ impl LimitDeclaration {
     /// The declaration of the limit this one shares: the first of its name that is not itself
     /// a use of it. `None` when no function declares it ([`validate`] judges what that means).
     pub(crate) fn declaring(&self) -> Option<&'static LimitDeclaration> {
-        *self.target.get_or_init(|| {
-            inventory::iter::<Registration>
-                .into_iter()
-                .map(|r| r.0)
-                .find(|d| !d.shares && d.name == self.name)
-        })
+        // In the source only: a name built at run time is never one that a use names
+        // (`runtime::declare` refuses it), so a use is judged before the program runs.
+        *self
+            .target
+            .get_or_init(|| registered().find(|d| !d.shares && d.name == self.name))
     }
 
     /// The same declaration, listing the tiers its calls may be given.
@@ -301,17 +329,20 @@ impl LimitDeclaration {
         Some(RateLimiter::fail_closed(&self.declared_limit(), self.cost))
     }
 
-    /// The key resolver expression, as written (`Uri`, `Header("x-api-key")`).
+    /// The key resolver expression, as written (`Uri`, `Header("x-api-key")`); of a limit
+    /// built at run time, the resolver's type without its path (`Ip`, `Header`, `(Ip,
+    /// Route)`).
     pub fn key(&self) -> &'static str {
         self.key
     }
 
-    /// The source file of the function.
+    /// The source file of the function (or of the call that built the limit at run time).
     pub fn file(&self) -> &'static str {
         self.file
     }
 
-    /// The line of the `#[rate_limit]` attribute.
+    /// The line of the `#[rate_limit]` attribute or `layer_limit!` (or of the call that built
+    /// the limit at run time).
     pub fn line(&self) -> u32 {
         self.line
     }
@@ -393,6 +424,7 @@ impl fmt::Debug for LimitDeclaration {
             .field("tiers", &self.tiers)
             .field("shared_use", &self.shares)
             .field("at", &format_args!("{}:{}", self.file, self.line))
+            .field("built_at_run_time", &self.built_at_run_time)
             .field("effective", &self.effective())
             .finish()
     }
@@ -404,7 +436,9 @@ pub struct Registration(pub &'static LimitDeclaration);
 
 inventory::collect!(Registration);
 
-/// Every limit declared with `#[rate_limit]` in this program, sorted by name.
+/// Every limit declared in this program, sorted by name: those of `#[rate_limit]` and
+/// `layer_limit!`, and the layers' limits built at run time so far
+/// ([`LimitDeclaration::is_built_at_run_time`]).
 ///
 /// ```
 /// for decl in ratelimit_core::declared_limits() {
@@ -412,10 +446,22 @@ inventory::collect!(Registration);
 /// }
 /// ```
 pub fn declared_limits() -> Vec<&'static LimitDeclaration> {
-    let mut all: Vec<&'static LimitDeclaration> = inventory::iter::<Registration>
-        .into_iter()
-        .map(|r| r.0)
-        .collect();
+    sorted(registered().chain(runtime::all()).collect())
+}
+
+/// The limits the macros declared, sorted as [`declared_limits`] sorts them: fixed before
+/// `main` runs.
+pub(crate) fn declared_in_source() -> Vec<&'static LimitDeclaration> {
+    sorted(registered().collect())
+}
+
+/// The limits the macros registered, in no order.
+fn registered() -> impl Iterator<Item = &'static LimitDeclaration> {
+    inventory::iter::<Registration>.into_iter().map(|r| r.0)
+}
+
+/// `all` by name, then place.
+fn sorted(mut all: Vec<&'static LimitDeclaration>) -> Vec<&'static LimitDeclaration> {
     all.sort_by(|a, b| {
         a.name
             .cmp(b.name)
@@ -436,6 +482,12 @@ pub fn declared_limits() -> Vec<&'static LimitDeclaration> {
 /// decided under an invented limit or in a bucket shared by accident: it is refused, as a
 /// store failing under the `deny` policy refuses (`Source::FailClosed`, a 503), and an error
 /// naming the mistake is logged once per declaration.
+///
+/// A layer's limit built at run time ([`LayerLimit::new`](crate::http::LayerLimit::new)) is
+/// judged when it is built, not here: its name is refused then if the source declares it
+/// (or a `shared` use names it), or if another limit was built under it with another limit
+/// or key; so it is never duplicated, and this judgement of the source, made once, holds
+/// whatever the program builds later.
 ///
 /// ```
 /// use ratelimit_core::RateLimiter;
@@ -499,7 +551,7 @@ pub(crate) fn install(limiter: RateLimiter) -> &'static RateLimiter {
     GLOBAL.get_or_init(|| limiter)
 }
 
-pub(crate) fn describe_names(decls: &[&'static LimitDeclaration]) -> Cow<'static, str> {
+pub(crate) fn describe_names(decls: &[&LimitDeclaration]) -> Cow<'static, str> {
     if decls.is_empty() {
         return Cow::Borrowed("(none)");
     }

@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use crate::registry::{self, Effective, LimitDeclaration, declared_limits};
+use crate::registry::{self, Effective, LimitDeclaration, declared_limits, runtime};
 use crate::{Error, RateLimiter, RateLimiterBuilder};
 
 /// The URL used when neither `url = ..` nor `REDIS_URL` gives one.
@@ -77,19 +77,30 @@ pub async fn enable(options: EnableOptions) -> Result<&'static RateLimiter, Erro
 }
 
 async fn enable_claimed(options: EnableOptions) -> Result<&'static RateLimiter, Error> {
-    let decls = declared_limits();
+    let mut decls = declared_limits();
     let config = options.resolved_config();
-    let resolved = resolve_limits(&decls, config.as_deref())?;
+    // Before connecting: a configuration mistake fails fast.
+    let mut resolved = resolve_limits(&decls, config.as_deref())?;
     let limiter = options
         .limiter
         .or_defaults(default_url, &options.crate_name)
         .build()
         .await?;
+    let settling = runtime::settling();
+    // A layer's limit built at run time while the limiter was built: resolved with the rest
+    // (declarations are only ever added, so the same count is the same set).
+    let now = declared_limits();
+    if now.len() != decls.len() {
+        resolved = resolve_limits(&now, config.as_deref())?;
+        decls = now;
+    }
     for (decl, effective) in decls.iter().zip(resolved) {
         decl.set_effective(effective);
     }
     registry::remember_config(config);
     let limiter = registry::install(limiter);
+    // From here on, a limit built at run time resolves its own limit in force.
+    drop(settling);
     tracing::info!(target: "redis_ratelimit",
         prefix = limiter.prefix(),
         limits = decls.len(),
@@ -128,14 +139,19 @@ pub async fn reload_overrides() -> Result<(), Error> {
     let (Some(config), Some(limiter)) = (registry::config(), registry::global()) else {
         return Err(Error::NotEnabled);
     };
-    let decls = declared_limits();
-    let resolved = resolve_limits(&decls, config.as_deref())?;
     let mut changed = Vec::new();
-    for (decl, effective) in decls.iter().zip(resolved) {
-        if decl.effective() != effective {
-            changed.push(decl.name());
+    {
+        // No limit is built at run time meanwhile: each is resolved here or by its building,
+        // from this file or a newer one.
+        let _settling = runtime::settling();
+        let decls = declared_limits();
+        let resolved = resolve_limits(&decls, config.as_deref())?;
+        for (decl, effective) in decls.iter().zip(resolved) {
+            if decl.effective() != effective {
+                changed.push(decl.name());
+            }
+            decl.set_effective(effective);
         }
-        decl.set_effective(effective);
     }
     limiter.clear_deny_cache();
     tracing::info!(target: "redis_ratelimit",
@@ -157,27 +173,49 @@ fn resolve_limits(
     let overrides = crate::overrides::load(config, decls)?;
     decls
         .iter()
-        .map(|decl| {
-            // A shared use: the declaring function's limit in force, at its own cost.
-            let shared = decl.is_shared_use().then(|| decl.declaring()).flatten();
-            let effective = match shared {
-                Some(declaring) => Effective {
-                    cost: decl.declared_cost(),
-                    ..overrides.apply(declaring)?
-                },
-                None => overrides.apply(decl)?,
-            };
-            if effective.cost > effective.limit.burst_capacity() {
-                return Err(Error::Config(format!(
-                    "limit `{}` ({}:{}): cost {} exceeds burst {}, so no call could ever pass",
-                    decl.name(),
-                    decl.file(),
-                    decl.line(),
-                    effective.cost,
-                    effective.limit.burst_capacity()
-                )));
-            }
-            Ok(effective)
-        })
+        .map(|decl| resolve_one(decl, &overrides))
         .collect()
+}
+
+/// The limit in force of `decl`, a layer's limit built at run time, once enable has run:
+/// resolved as [`reload_overrides`] would resolve it, from the overrides file enable read and
+/// the environment as they are now. Overrides of names not built yet are left for the reload
+/// that follows their building (a router rebuilt on reload builds them one after the other).
+/// `None` before enable, which resolves it with the rest.
+#[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
+pub(crate) fn resolve_built(decl: &LimitDeclaration) -> Result<Option<Effective>, Error> {
+    let Some(config) = registry::config() else {
+        return Ok(None);
+    };
+    let mut decls: Vec<&LimitDeclaration> = declared_limits().into_iter().collect();
+    decls.push(decl);
+    let overrides = crate::overrides::load_known(config.as_deref(), &decls)?;
+    resolve_one(decl, &overrides).map(Some)
+}
+
+/// The limit in force of one declaration under `overrides`, checked.
+fn resolve_one(
+    decl: &LimitDeclaration,
+    overrides: &crate::overrides::Overrides,
+) -> Result<Effective, Error> {
+    // A shared use: the declaring function's limit in force, at its own cost.
+    let shared = decl.is_shared_use().then(|| decl.declaring()).flatten();
+    let effective = match shared {
+        Some(declaring) => Effective {
+            cost: decl.declared_cost(),
+            ..overrides.apply(declaring)?
+        },
+        None => overrides.apply(decl)?,
+    };
+    if effective.cost > effective.limit.burst_capacity() {
+        return Err(Error::Config(format!(
+            "limit `{}` ({}:{}): cost {} exceeds burst {}, so no call could ever pass",
+            decl.name(),
+            decl.file(),
+            decl.line(),
+            effective.cost,
+            effective.limit.burst_capacity()
+        )));
+    }
+    Ok(effective)
 }

@@ -523,11 +523,11 @@ fn limit_name(value: &Expr, errors: &mut Errors) -> Option<LitStr> {
         Expr::Lit(ExprLit {
             lit: Lit::Str(s), ..
         }) => {
-            let written = s.value();
-            if written.trim().is_empty() {
+            // The one rule of names, which a layer's limit built at run time is held to too.
+            if let Err(e) = ratelimit_vocab::check_name(&s.value()) {
                 errors.at(
                     s.span(),
-                    "`name` must not be empty; leave it out to use `module::function`",
+                    format_args!("`name` {e}; leave it out to use `module::function`"),
                 );
                 None
             } else {

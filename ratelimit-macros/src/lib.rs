@@ -746,6 +746,11 @@ pub fn enable_redis_rate_limit(options: TokenStream) -> TokenStream {
 /// a request that the handler's limit refuses takes nothing from the layer's, and one that
 /// the layer's limit refuses never reaches the handler. The guide's "A limit on a whole
 /// router" says how a layer learns which routes have limits of their own.
+///
+/// A limit whose name and rate are known only at run time (route groups read from a
+/// configuration file) is built by `redis_ratelimit::http::LayerLimit::new(name, limit, key)`
+/// instead: the same declared limit, checked when it is built rather than when the code
+/// compiles.
 #[proc_macro]
 pub fn layer_limit(args: TokenStream) -> TokenStream {
     layer::layer_limit(args.into()).into()

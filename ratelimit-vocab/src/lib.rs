@@ -11,6 +11,7 @@
 //!   [`EmptyKeyPolicy`], all behind the [`Word`] trait, with the message for an unknown name
 //!   ([`Unknown`]);
 //! - the wait syntax, `"2s"`, `"500ms"`, `"1m"` or `"none"`: [`parse_wait`];
+//! - what a limit may be named: [`check_name`];
 //! - the exact arithmetic that says which limits exist ([`limits`]): what Redis's Lua doubles
 //!   and the memory store can compute exactly, the longest wait, and [`limits::check`], the one
 //!   function that accepts or refuses a limit's parts;
@@ -46,7 +47,10 @@ mod names;
 mod wait;
 mod words;
 
-pub use names::{MAX_TIER_NAME, NameProblem, TIER_NAME_SYNTAX, check_tier_name, is_tier_name_byte};
+pub use names::{
+    MAX_TIER_NAME, NameError, NameProblem, TIER_NAME_SYNTAX, check_name, check_tier_name,
+    is_tier_name_byte,
+};
 pub use wait::{LEASE_SYNTAX, WAIT_SYNTAX, WaitError, parse_lease, parse_wait};
 pub use words::{
     Algorithm, EmptyKeyPolicy, FailurePolicy, OneOf, Quoted, Refill, Unit, Unknown, Word,

@@ -1,4 +1,8 @@
-//! Tier names: which ones exist.
+//! Names: which names of limits and of tiers exist.
+//!
+//! A limit's name (`name = ".."` in `#[rate_limit]` and `layer_limit!`, and a layer's limit
+//! built at run time) is checked by [`check_name`]: the macro when the code compiles, the
+//! runtime when the limit is built, so that a name one takes, the other takes too.
 //!
 //! A tier's name leaves the process twice: inside a structured-field string of the
 //! `RateLimit-Policy` response header (`"search[pro]";q=10000;w=3600`), which clients parse,
@@ -81,6 +85,35 @@ pub const fn check_tier_name(name: &str) -> Result<(), NameProblem> {
     Ok(())
 }
 
+/// Why a limit's name is refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum NameError {
+    /// Empty, or nothing but white space: no override, log line or metric could name it.
+    Empty,
+}
+
+impl fmt::Display for NameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            NameError::Empty => f.write_str("must not be empty"),
+        }
+    }
+}
+
+/// Checks a limit's name: any text that is not empty nor only white space (`"api"`,
+/// `"orders.list"`, `"shop::orders"`). The bucket keys escape or digest whatever a name
+/// holds, so no other character is refused.
+///
+/// # Errors
+/// [`NameError::Empty`].
+pub fn check_name(name: &str) -> Result<(), NameError> {
+    if name.trim().is_empty() {
+        return Err(NameError::Empty);
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -132,5 +165,15 @@ mod tests {
             "the tier name has a forbidden character at byte 3; a tier name is 1 to 64 ASCII \
              letters, digits, `-`, `_` or `.` (`pro`, `acme-2025.gold`)"
         );
+    }
+
+    #[test]
+    fn a_name_is_anything_but_blank() {
+        for name in ["api", "orders.list", "shop::orders", " padded ", "{tag}"] {
+            assert_eq!(check_name(name), Ok(()), "{name:?}");
+        }
+        for name in ["", " ", "\t\n"] {
+            assert_eq!(check_name(name), Err(NameError::Empty), "{name:?}");
+        }
     }
 }

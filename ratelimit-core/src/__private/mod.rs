@@ -45,7 +45,7 @@ pub fn layer_limit<K: LayerKey>(
     decl: &'static LimitDeclaration,
     key: K,
 ) -> crate::http::LayerLimit {
-    crate::http::LayerLimit::new(decl, key)
+    crate::http::LayerLimit::declared(decl, key)
 }
 
 /// A layer's `tier = ..`: a function of the request whose answer is a tier, converted as a

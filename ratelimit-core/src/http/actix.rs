@@ -26,7 +26,7 @@ use actix_web::http::header::{
 use actix_web::{HttpResponse, ResponseError};
 use futures_util::future::LocalBoxFuture;
 
-use super::{Config, SharedConfig, config_methods};
+use super::{Config, OnRejection, SharedConfig, config_methods};
 use crate::headers::{HeaderFamilies, render_verdict};
 use crate::http::layered::{self, Handoff, Plan, Refusing, Verdict, route_key};
 use crate::key::Principal;
@@ -57,6 +57,7 @@ type CopyExtension = fn(&actix_web::dev::Extensions, &mut http::Extensions);
 pub struct RateLimitMiddleware {
     config: SharedConfig,
     copies: Arc<Vec<CopyExtension>>,
+    on_rejection: Option<OnRejection<HttpResponse>>,
 }
 
 impl RateLimitMiddleware {
@@ -66,6 +67,7 @@ impl RateLimitMiddleware {
         RateLimitMiddleware {
             config: Arc::new(Config::default()),
             copies: Arc::new(vec![copy::<Principal>]),
+            on_rejection: None,
         }
     }
 
@@ -77,6 +79,46 @@ impl RateLimitMiddleware {
     }
 
     config_methods!();
+
+    /// Renders the refusals of the middleware's own limits with `render`, in place of the
+    /// `application/problem+json` body: a 429 when they refuse a request, a 503 when the
+    /// limiter could not decide and the policy refuses, a 403 (or the limit's
+    /// `empty_key_status`) when a request has no key; [`RateLimited::status`] says which. The
+    /// rate-limit headers (`Retry-After` and the families of [`headers`](Self::headers)) are
+    /// added to `render`'s response as to the default one, replacing any of the same name.
+    ///
+    /// ```
+    /// use actix_web::{App, HttpResponse, web};
+    /// use ratelimit_core::http::LayerLimit;
+    /// use ratelimit_core::{Ip, Limit, RateLimitMiddleware};
+    ///
+    /// # fn main() -> Result<(), ratelimit_core::Error> {
+    /// let middleware = RateLimitMiddleware::new()
+    ///     .limit(LayerLimit::new("api", Limit::per_minute(100), Ip)?)
+    ///     .on_rejection(|rejected| {
+    ///         let status = actix_web::http::StatusCode::from_u16(rejected.status().as_u16())
+    ///             .unwrap_or(actix_web::http::StatusCode::TOO_MANY_REQUESTS);
+    ///         HttpResponse::build(status).body("Slow down, please.")
+    ///     });
+    /// let app = App::new()
+    ///     .wrap(middleware)
+    ///     .route("/", web::get().to(|| async { "hello" }));
+    /// # let _ = app;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// A refusal decided in a handler's own check is the handler's to render (its error type,
+    /// `E: From<RateLimited>`), and so is a refusal of the middleware's limits on a route
+    /// whose handler has `#[rate_limit]` limits of its own, once the middleware has seen it
+    /// check: they are decided with the handler's, in its check (see the guide, "A limit on
+    /// a whole router"). Give that error type the same rendering.
+    pub fn on_rejection(
+        mut self,
+        render: impl Fn(&RateLimited) -> HttpResponse + Send + Sync + 'static,
+    ) -> Self {
+        self.on_rejection = Some(OnRejection::new(render));
+        self
+    }
 }
 
 fn copy<T: Clone + Send + Sync + 'static>(
@@ -105,6 +147,7 @@ where
             service: Rc::new(service),
             config: Arc::clone(&self.config),
             copies: Arc::clone(&self.copies),
+            on_rejection: self.on_rejection.clone(),
         }))
     }
 }
@@ -115,6 +158,7 @@ pub struct RateLimitActixService<S> {
     service: Rc<S>,
     config: SharedConfig,
     copies: Arc<Vec<CopyExtension>>,
+    on_rejection: Option<OnRejection<HttpResponse>>,
 }
 
 impl<S, B> Service<ServiceRequest> for RateLimitActixService<S>
@@ -152,6 +196,7 @@ where
         // below is called.
         req.extensions_mut().insert(plan.handoff());
         let service = Rc::clone(&self.service);
+        let on_rejection = self.on_rejection.clone();
         Box::pin(async move {
             let (out, verdict) = layered::serve(
                 scope,
@@ -164,7 +209,7 @@ where
                         .map(ServiceResponse::map_into_left_body)
                 },
                 |rejection, refusing| {
-                    let response = rejection.error_response();
+                    let response = refusal(&rejection, on_rejection.as_ref());
                     match refusing {
                         Refusing::Request(req) => req.into_response(response),
                         Refusing::Response(served) => {
@@ -186,6 +231,23 @@ where
             Ok(response)
         })
     }
+}
+
+/// The response to a refusal of the middleware's own limits: the service's own, if it chose
+/// one ([`RateLimitMiddleware::on_rejection`]), with the rate-limit headers; else the
+/// rejection's.
+fn refusal(
+    rejection: &RateLimited,
+    on_rejection: Option<&OnRejection<HttpResponse>>,
+) -> HttpResponse {
+    let Some(on_rejection) = on_rejection else {
+        return rejection.error_response();
+    };
+    // Rendered first: what `render` does with the rejection cannot take them from the scope.
+    let headers = rejection.served_rate_limit_headers();
+    let mut response = on_rejection.render(rejection);
+    copy_headers(&headers, response.headers_mut());
+    response
 }
 
 /// The rate-limit headers of `verdict`, when there is one, added to a response's.

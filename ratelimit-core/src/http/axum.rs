@@ -24,7 +24,7 @@ use axum::response::{IntoResponse, Response};
 use http::Request;
 use tokio::task::futures::TaskLocalFuture;
 
-use super::{Config, SharedConfig, config_methods};
+use super::{Config, OnRejection, SharedConfig, config_methods};
 use crate::headers::{HeaderFamilies, render_verdict};
 use crate::http::layered::{self, Handoff, Plan, Verdict, route_key};
 use crate::request::{CONTEXT, Origin, Scope};
@@ -46,6 +46,7 @@ use crate::{RateLimited, RequestContext};
 #[must_use]
 pub struct RateLimitLayer {
     config: SharedConfig,
+    on_rejection: Option<OnRejection<Response>>,
 }
 
 impl RateLimitLayer {
@@ -53,10 +54,51 @@ impl RateLimitLayer {
     pub fn new() -> RateLimitLayer {
         RateLimitLayer {
             config: Arc::new(Config::default()),
+            on_rejection: None,
         }
     }
 
     config_methods!();
+
+    /// Renders the refusals of the layer's own limits with `render`, in place of the
+    /// `application/problem+json` body: a 429 when they refuse a request, a 503 when the
+    /// limiter could not decide and the policy refuses, a 403 (or the limit's
+    /// `empty_key_status`) when a request has no key; [`RateLimited::status`] says which. The
+    /// rate-limit headers (`Retry-After` and the families of [`headers`](Self::headers)) are
+    /// added to `render`'s response as to the default one, replacing any of the same name.
+    ///
+    /// ```
+    /// use axum::{Router, http::StatusCode, response::IntoResponse, routing::get};
+    /// use ratelimit_core::http::LayerLimit;
+    /// use ratelimit_core::{Ip, Limit, RateLimitLayer};
+    ///
+    /// # fn main() -> Result<(), ratelimit_core::Error> {
+    /// let layer = RateLimitLayer::new()
+    ///     .limit(LayerLimit::new("api", Limit::per_minute(100), Ip)?)
+    ///     .on_rejection(|rejected| {
+    ///         let message = match rejected.status() {
+    ///             StatusCode::TOO_MANY_REQUESTS => "Slow down, please.",
+    ///             _ => "Not now.",
+    ///         };
+    ///         (rejected.status(), message).into_response()
+    ///     });
+    /// let app: Router = Router::new().route("/", get(|| async { "hello" })).layer(layer);
+    /// # let _ = app;
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// A refusal decided in a handler's own check is the handler's to render (its error type,
+    /// `E: From<RateLimited>`), and so is a refusal of the layer's limits on a route whose
+    /// handler has `#[rate_limit]` limits of its own, once the layer has seen it check: they
+    /// are decided with the handler's, in its check (see the guide, "A limit on a whole
+    /// router"). Give that error type the same rendering.
+    pub fn on_rejection(
+        mut self,
+        render: impl Fn(&RateLimited) -> Response + Send + Sync + 'static,
+    ) -> Self {
+        self.on_rejection = Some(OnRejection::new(render));
+        self
+    }
 }
 
 impl<S> tower_layer::Layer<S> for RateLimitLayer {
@@ -66,6 +108,7 @@ impl<S> tower_layer::Layer<S> for RateLimitLayer {
         RateLimitService {
             inner,
             config: Arc::clone(&self.config),
+            on_rejection: self.on_rejection.clone(),
         }
     }
 }
@@ -75,6 +118,7 @@ impl<S> tower_layer::Layer<S> for RateLimitLayer {
 pub struct RateLimitService<S> {
     inner: S,
     config: SharedConfig,
+    on_rejection: Option<OnRejection<Response>>,
 }
 
 impl<S, B> tower_service::Service<Request<B>> for RateLimitService<S>
@@ -125,6 +169,7 @@ where
         req.extensions_mut().insert(plan.handoff());
         let clone = self.inner.clone();
         let mut inner = std::mem::replace(&mut self.inner, clone);
+        let on_rejection = self.on_rejection.clone();
         ResponseFuture {
             state: State::Layered {
                 fut: Box::pin(async move {
@@ -133,7 +178,7 @@ where
                         plan,
                         req,
                         move |req| inner.call(req),
-                        |rejection, _| (*rejection).into_response(),
+                        |rejection, _| refusal(*rejection, on_rejection.as_ref()),
                         Response::status,
                     )
                     .await;
@@ -145,6 +190,19 @@ where
             },
         }
     }
+}
+
+/// The response to a refusal of the layer's own limits: the service's own, if it chose one
+/// ([`RateLimitLayer::on_rejection`]), with the rate-limit headers; else the rejection's.
+fn refusal(rejection: RateLimited, on_rejection: Option<&OnRejection<Response>>) -> Response {
+    let Some(on_rejection) = on_rejection else {
+        return rejection.into_response();
+    };
+    // Rendered first: what `render` does with the rejection cannot take them from the scope.
+    let headers = rejection.served_rate_limit_headers();
+    let mut response = on_rejection.render(&rejection);
+    response.headers_mut().extend(headers);
+    response
 }
 
 /// A boxed response future, for a request whose layers have limits of their own.
@@ -421,9 +479,9 @@ mod tests {
             "open"
         }
         let by_ip = declaration("axum::layer_by_ip", "Ip");
-        let mut app = Router::new()
-            .route("/open", get(open))
-            .layer(RateLimitLayer::new().limit(crate::http::LayerLimit::new(by_ip, crate::Ip)));
+        let mut app = Router::new().route("/open", get(open)).layer(
+            RateLimitLayer::new().limit(crate::http::LayerLimit::declared(by_ip, crate::Ip)),
+        );
         let mut send = async |forwarded: &str| {
             let mut req = Request::get("/open")
                 .header("x-forwarded-for", forwarded)

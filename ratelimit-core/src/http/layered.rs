@@ -34,11 +34,12 @@ use crate::headers::HeaderFamilies;
 use crate::pipeline::{Call, Holding, KeyArg, Taken};
 use crate::registry::{self, LimitDeclaration};
 use crate::request::{CONTEXT, Recorded, Scope, with_current};
-use crate::{KeyResolver, RateLimited, RateLimiter, RequestContext, Tier};
+use crate::{Error, KeyResolver, Limit, RateLimited, RateLimiter, RequestContext, Tier};
 
-/// A limit an HTTP layer decides for every request it serves: made by `layer_limit!` (a
+/// A limit an HTTP layer decides for every request it serves: declared by `layer_limit!` in
+/// the source, or built at run time from configuration by [`LayerLimit::new`]; either way a
 /// declared limit, listed by [`declared_limits`](crate::declared_limits) and overridable by
-/// its name like any other) and given to [`RateLimitLayer::limit`](crate::RateLimitLayer) or
+/// its name like any other. Given to [`RateLimitLayer::limit`](crate::RateLimitLayer) or
 /// `RateLimitMiddleware::limit`.
 ///
 /// What a handler's limit reads from its call's arguments, a layer's reads from the request:
@@ -59,8 +60,77 @@ pub struct LayerLimit {
 type Reads<T, R> = Arc<dyn Fn(&T) -> R + Send + Sync>;
 
 impl LayerLimit {
-    /// What `layer_limit!` expands to.
-    pub(crate) fn new(decl: &'static LimitDeclaration, key: impl KeyResolver) -> LayerLimit {
+    /// A layer's limit named `name`, of `limit`, keyed by `key`, from values known only at
+    /// run time (a configuration file): what `layer_limit!` declares in the source, for a
+    /// service whose route groups and quotas are configured. Each request takes one token.
+    ///
+    /// It is a declared limit like a macro's:
+    /// - listed by [`declared_limits`](crate::declared_limits), at the file and line of this
+    ///   call, [`is_built_at_run_time`](LimitDeclaration::is_built_at_run_time), its key the
+    ///   resolver's type (`Ip`, `Header`);
+    /// - overridden by its name: built before `enable_redis_rate_limit!`, enable applies its
+    ///   override with the rest; built after, the override in force (the file enable read,
+    ///   and the environment) applies at once; and
+    ///   [`reload_overrides`](crate::reload_overrides) covers it. An override of a name not
+    ///   built yet is refused at enable and at a reload, as a typo is: build such limits
+    ///   before enable, or reload once they are built;
+    /// - refused with the same 429, headers and problem body, traced and counted under its
+    ///   name.
+    ///
+    /// Built again with the same name, limit and key (a router rebuilt when its configuration
+    /// is reloaded), it is a limit on the declaration built first: the same buckets, the same
+    /// overrides, listed once. Each distinct name is kept for the life of the program (the
+    /// declarations are `'static`), so build names from configuration, never from requests.
+    ///
+    /// ```
+    /// use ratelimit_core::http::LayerLimit;
+    /// use ratelimit_core::{Ip, Limit, Unit};
+    ///
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// // From configuration: `name = "partners"`, `replenish = 600`, `unit = "minute"`.
+    /// let (name, replenish, unit) = ("partners", 600, "minute");
+    /// let limit = Limit::try_new(replenish, replenish, unit.parse::<Unit>()?)?;
+    /// let partners = LayerLimit::new(name, limit, Ip)?
+    ///     .exempt(|request| request.path() == Some("/health"));
+    /// assert!(partners.declaration().is_built_at_run_time());
+    /// assert!(ratelimit_core::declared_limits().iter().any(|d| d.name() == "partners"));
+    /// // A router rebuilt with the same configuration: the same declaration.
+    /// let again = LayerLimit::new(name, limit, Ip)?;
+    /// assert!(std::ptr::eq(partners.declaration(), again.declaration()));
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// [`Error::Config`](crate::Error::Config), naming both places, when the name is declared
+    /// in the source (by `#[rate_limit]` or `layer_limit!`, or drawn from by a `shared = ".."`
+    /// use, which draws only from a limit of the source) or was built already with another
+    /// limit or key; when the name is empty (the rule of `name = ".."`); when `limit` waits
+    /// or has a jitter (a layer's limit refuses at once); and, built after enable, when the
+    /// overrides in force for it are invalid.
+    #[track_caller]
+    pub fn new<K: KeyResolver>(
+        name: impl AsRef<str>,
+        limit: Limit,
+        key: K,
+    ) -> Result<LayerLimit, Error> {
+        let at = std::panic::Location::caller();
+        let name = name.as_ref();
+        if limit.max_wait().is_some() || limit.max_jitter().is_some() {
+            return Err(Error::Config(format!(
+                "the limit `{name}` built at {}:{} is {limit}: a layer's limit refuses at once, \
+                 so it takes no wait nor jitter",
+                at.file(),
+                at.line()
+            )));
+        }
+        let decl =
+            registry::runtime::declare(name, limit, &registry::runtime::key_name::<K>(), at)?;
+        Ok(LayerLimit::declared(decl, key))
+    }
+
+    /// A limit on `decl`, keyed by `key`: what `layer_limit!` expands to, and
+    /// [`LayerLimit::new`] builds.
+    pub(crate) fn declared(decl: &'static LimitDeclaration, key: impl KeyResolver) -> LayerLimit {
         IN_USE.store(true, Ordering::Relaxed);
         LayerLimit {
             decl,
@@ -779,8 +849,8 @@ mod tests {
     /// layer above keeps deciding its own.
     #[test]
     fn a_layer_takes_over_only_what_it_keys_alike() {
-        let outer = LayerLimit::new(declaration("layered::outer", "Ip"), Ip);
-        let inner = LayerLimit::new(declaration("layered::inner", "Ip"), Ip);
+        let outer = LayerLimit::declared(declaration("layered::outer", "Ip"), Ip);
+        let inner = LayerLimit::declared(declaration("layered::inner", "Ip"), Ip);
         let proxies = TrustedProxies::new(["10.0.0.0/8"]).unwrap();
         let above = config(&[outer], proxies.clone());
         let route = || route_key("GET", "/x");
@@ -800,9 +870,8 @@ mod tests {
         assert_eq!(names, ["layered::outer", "layered::inner"]);
 
         // Below, behind no trusted proxy: the handoff is left alone, and nothing is learned.
-        let above = config(&[LayerLimit::new(declaration("layered::o2", "Ip"), Ip)], {
-            TrustedProxies::new(["10.0.0.0/8"]).unwrap()
-        });
+        let o2 = LayerLimit::declared(declaration("layered::o2", "Ip"), Ip);
+        let above = config(&[o2], TrustedProxies::new(["10.0.0.0/8"]).unwrap());
         let plan = Plan::new(&above, None, route).unwrap();
         let below = config(&[inner], TrustedProxies::default());
         let own = Plan::new(&below, Some(plan.handoff()), route).unwrap();

@@ -2,7 +2,8 @@
 //! limited handlers below, and add the rate-limit headers to their responses. The layer and
 //! the middleware are at the root ([`RateLimitLayer`](crate::RateLimitLayer),
 //! [`RateLimitMiddleware`](crate::RateLimitMiddleware)); this module names the services they
-//! wrap handlers in.
+//! wrap handlers in, and the limits of their own they decide for every request
+//! ([`LayerLimit`]).
 
 #[cfg(feature = "actix-web")]
 pub(crate) mod actix;
@@ -66,8 +67,10 @@ macro_rules! config_methods {
         /// with the same 429 and headers as a handler's limit, and decided with the handler's
         /// own `#[rate_limit]` limits in one round trip, all or nothing (see the guide,
         /// "A limit on a whole router"). `limit` is declared with
-        /// [`layer_limit!`](https://docs.rs/redis-ratelimit/latest/redis_ratelimit/macro.layer_limit.html):
-        /// named, listed by `declared_limits()`, and overridable by its name.
+        /// [`layer_limit!`](https://docs.rs/redis-ratelimit/latest/redis_ratelimit/macro.layer_limit.html),
+        /// or built from configuration at run time with
+        /// [`LayerLimit::new`]($crate::http::LayerLimit::new): named, listed by
+        /// `declared_limits()`, and overridable by its name.
         pub fn limit(mut self, limit: $crate::http::LayerLimit) -> Self {
             let config = std::sync::Arc::make_mut(&mut self.config);
             config.limits = config.limits.iter().cloned().chain([limit]).collect();
@@ -109,6 +112,36 @@ impl Default for Config {
 }
 
 pub(crate) type SharedConfig = Arc<Config>;
+
+/// How an integration renders its own refusals, when the service chose
+/// (`on_rejection`): into its response type `R`. Cheap to clone, as the integration's
+/// configuration is.
+pub(crate) struct OnRejection<R>(Arc<dyn Fn(&crate::RateLimited) -> R + Send + Sync>);
+
+impl<R> OnRejection<R> {
+    pub(crate) fn new(
+        render: impl Fn(&crate::RateLimited) -> R + Send + Sync + 'static,
+    ) -> OnRejection<R> {
+        OnRejection(Arc::new(render))
+    }
+
+    /// The service's response to `rejection`.
+    pub(crate) fn render(&self, rejection: &crate::RateLimited) -> R {
+        (self.0)(rejection)
+    }
+}
+
+impl<R> Clone for OnRejection<R> {
+    fn clone(&self) -> Self {
+        OnRejection(Arc::clone(&self.0))
+    }
+}
+
+impl<R> std::fmt::Debug for OnRejection<R> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("OnRejection(..)")
+    }
+}
 
 #[cfg(all(test, any(feature = "axum", feature = "actix-web")))]
 pub(crate) mod test_support;

@@ -23,6 +23,7 @@ pub use call::{Call, Cost, Fixed, Holding, KeyArg, Taken};
 pub(crate) use local::Local;
 pub use one::{check, check_key};
 pub use several::check_all;
+#[cfg(any(feature = "axum", feature = "actix-web"))]
 pub(crate) use several::decide_all;
 
 use crate::registry::{LimitDeclaration, Warning};

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::LazyLock;
 
-use super::{LimitDeclaration, declared_limits, describe_names};
+use super::{LimitDeclaration, declared_in_source, describe_names};
 use crate::Error;
 
 /// What is wrong with one declaration.
@@ -25,7 +25,7 @@ pub(crate) enum Problem {
 /// The declarations of a program, judged once.
 #[derive(Debug)]
 pub(crate) struct Validation {
-    /// Every declaration judged, sorted as [`declared_limits`] sorts them.
+    /// Every declaration judged, sorted as [`declared_limits`](super::declared_limits) sorts them.
     all: Vec<&'static LimitDeclaration>,
     /// The declarations that declare a limit (not `shared` uses), by name.
     declaring: HashMap<&'static str, Vec<&'static LimitDeclaration>>,
@@ -33,9 +33,11 @@ pub(crate) struct Validation {
     error: Option<String>,
 }
 
-/// The declarations this program registered, judged on first use: they are fixed before
-/// `main` runs.
-static PROGRAM: LazyLock<Validation> = LazyLock::new(|| Validation::of(declared_limits()));
+/// The declarations the macros registered, judged on first use: they are fixed before `main`
+/// runs. A layer's limit built at run time is judged when it is built ([`super::runtime`]),
+/// and is never dangling nor duplicated: it is valid here (no declaration of the source has
+/// its name).
+static PROGRAM: LazyLock<Validation> = LazyLock::new(|| Validation::of(declared_in_source()));
 
 /// The judgement of the declarations this program registered.
 pub(crate) fn program() -> &'static Validation {
@@ -43,7 +45,7 @@ pub(crate) fn program() -> &'static Validation {
 }
 
 impl Validation {
-    /// Judges `all`, sorted as [`declared_limits`] sorts them.
+    /// Judges `all`, sorted as [`declared_limits`](super::declared_limits) sorts them.
     pub(crate) fn of(all: Vec<&'static LimitDeclaration>) -> Validation {
         let mut declaring: HashMap<&'static str, Vec<&'static LimitDeclaration>> = HashMap::new();
         for decl in all.iter().filter(|d| !d.is_shared_use()) {
@@ -172,7 +174,7 @@ impl fmt::Display for Described<'_> {
 }
 
 /// `a.rs:3`, `a.rs:3 and b.rs:9`, `a.rs:3, b.rs:9 and c.rs:1`.
-struct Places<'a>(&'a [&'static LimitDeclaration]);
+pub(super) struct Places<'a>(pub(super) &'a [&'static LimitDeclaration]);
 
 impl fmt::Display for Places<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
