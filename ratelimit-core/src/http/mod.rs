@@ -9,13 +9,14 @@
 pub(crate) mod actix;
 #[cfg(feature = "axum")]
 pub(crate) mod axum;
+mod layer_limit;
 pub(crate) mod layered;
 
 #[cfg(feature = "actix-web")]
 pub use self::actix::RateLimitActixService;
 #[cfg(feature = "axum")]
 pub use self::axum::{RateLimitService, ResponseFuture};
-pub use self::layered::LayerLimit;
+pub use self::layer_limit::LayerLimit;
 /// The status [`LayerLimit::count`] reads, from the `http` crate (version 1) that axum and
 /// [`RequestContext`](crate::RequestContext) use: actix-web's own is of an older version.
 pub use ::http::StatusCode;

@@ -24,7 +24,7 @@ use std::panic::Location;
 use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
 
 use super::validate::Places;
-use super::{LimitDeclaration, declared_in_source};
+use super::{Effective, LimitDeclaration, declared_in_source};
 use crate::{Error, Limit};
 
 /// The declarations built at run time, by name.
@@ -59,13 +59,15 @@ pub(crate) fn all() -> Vec<&'static LimitDeclaration> {
 
 /// The declaration of the limit `name`, of `limit`, keyed by the resolver `key` describes,
 /// built at `at`: the one built under that name before, when it has this limit and key;
-/// else a new one, listed from now on, with its limit in force resolved at once when enable
-/// has run (enable resolves it with the rest otherwise).
+/// else a new one, listed from now on, with its limit in force as `resolve` finds it (the
+/// overrides enable read, once it has run; enable resolves it with the rest otherwise).
+/// `resolve` is the caller's, so that the registry does not reach up to `startup`.
 pub(crate) fn declare(
     name: &str,
     limit: Limit,
     key: &str,
     at: &'static Location<'static>,
+    resolve: impl FnOnce(&LimitDeclaration) -> Result<Option<Effective>, Error>,
 ) -> Result<&'static LimitDeclaration, Error> {
     let here = At(at);
     ratelimit_vocab::check_name(name).map_err(|e| {
@@ -97,7 +99,7 @@ pub(crate) fn declare(
     in_source(name, here)?;
     let decl =
         LimitDeclaration::built_at_run_time(intern(name), limit, intern(key), at.file(), at.line());
-    if let Some(effective) = crate::startup::resolve_built(&decl)? {
+    if let Some(effective) = resolve(&decl)? {
         decl.set_effective(effective);
     }
     // Leaked, once per name (see the module's docs): the pipeline holds `&'static`s.
@@ -187,8 +189,18 @@ mod tests {
 
     use std::panic::Location;
 
-    use super::{all, declare, key_name};
+    use super::{LimitDeclaration, all, key_name};
     use crate::{Error, Ip, Limit, Route};
+
+    /// `super::declare` with nothing to resolve: enable has not run in these tests.
+    fn declare(
+        name: &str,
+        limit: Limit,
+        key: &str,
+        at: &'static Location<'static>,
+    ) -> Result<&'static LimitDeclaration, Error> {
+        super::declare(name, limit, key, at, |_| Ok(None))
+    }
 
     #[test]
     fn a_key_is_listed_by_its_type_without_paths() {
