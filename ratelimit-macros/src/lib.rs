@@ -681,7 +681,7 @@ pub fn enable_redis_rate_limit(options: TokenStream) -> TokenStream {
 ///   response: `exempt` is a predicate on the request (`Fn(&RequestContext) -> bool`: health
 ///   checks, internal callers), `tier` a function of it (`Fn(&RequestContext) -> T` where `T`
 ///   is a `Tier`, a `&'static Tier` or an `Option` of one: a plan read from the principal an
-///   authentication layer set, a header), and `count` a predicate on the response's status
+///   authentication layer set, never a header the client sets), and `count` a predicate on the response's status
 ///   (`Fn(&StatusCode) -> bool`, `redis_ratelimit::http::StatusCode`: only server errors, only
 ///   failed logins' 401s), under which a request that does not count gets its tokens back once
 ///   its response is made. `tiers` lists the tiers, as on a function.
@@ -701,8 +701,16 @@ pub fn enable_redis_rate_limit(options: TokenStream) -> TokenStream {
 ///
 /// const PRO: Tier = Tier::new("pro", Limit::per_minute(6000));
 ///
+/// /// The caller's plan, as the authentication layer (outside this one) found it and put it in
+/// /// the request's extensions: never read from what the client sends, or a client would pick
+/// /// its own rate.
+/// #[derive(Clone)]
+/// struct Plan {
+///     pro: bool,
+/// }
+///
 /// fn plan(request: &RequestContext) -> Option<Tier> {
-///     (request.headers().get("x-plan")?.to_str().ok()? == "pro").then_some(PRO)
+///     request.extensions().get::<Plan>()?.pro.then_some(PRO)
 /// }
 ///
 /// # async fn ok() -> &'static str { "ok" }

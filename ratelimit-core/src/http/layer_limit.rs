@@ -141,9 +141,10 @@ impl LayerLimit {
     }
 
     /// Decides each request under the tier `tier` picks from it (a plan read from the
-    /// principal an authentication layer put in the extensions, a header; a constant, or a
-    /// contract's tier built at run time by [`Tier::try_new`]): its limit in place of the
-    /// declared one, `None` for the declared one. The request keeps its bucket whatever
+    /// principal an authentication layer put in the extensions, never from a header the
+    /// client sets, or the client would pick its own rate; a constant, or a contract's tier
+    /// built at run time by [`Tier::try_new`]): its limit in place of the declared one,
+    /// `None` for the declared one. The request keeps its bucket whatever
     /// its tier; the headers, the rejection and the metrics name the tier. A tier's limit must
     /// be of the declaration's kind (a rate, or a concurrency limit), or the request is
     /// refused.
