@@ -260,6 +260,7 @@ pub(super) enum Before {
 
 /// Applies what `call` brings to its limit's `effective` state, before the key: one rule for
 /// one limit and for several.
+#[inline]
 pub(super) fn before_key(
     decl: &'static LimitDeclaration,
     call: &Call<'_>,

@@ -131,7 +131,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             return Step::Done(Ok(()));
         }
         Before::Decided(decision) => {
-            return Step::Done(conclude(decl, label.clone(), decision, None, None, |d| {
+            return Step::Done(conclude(decl, label, decision, None, None, |label, d| {
                 record_current(label, d, None);
             }));
         }
@@ -139,7 +139,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
     let (limiter, enabled) = limiter_or_unenabled(decl, limiter);
     if call.key_failed {
         let decision = limiter.decide_unresolved(&effective.limit, effective.cost);
-        return Step::Done(conclude(decl, label.clone(), decision, None, None, |d| {
+        return Step::Done(conclude(decl, label, decision, None, None, |label, d| {
             record_current(label, d, None);
         }));
     }
@@ -183,9 +183,9 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             decision,
             Some(bucket),
             call.taken,
-            |decision| {
+            |label, decision| {
                 if let Some(scope) = scope {
-                    scope.record(label.clone(), decision, None);
+                    scope.record(label, decision, None);
                 }
             },
         );
@@ -210,7 +210,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
                 &effective.limit,
                 effective.cost,
             );
-            Step::Done(conclude(decl, label.clone(), decision, None, None, |d| {
+            Step::Done(conclude(decl, label, decision, None, None, |label, d| {
                 record_if(in_scope, label, d);
             }))
         }
@@ -245,11 +245,11 @@ async fn ask(
     let decision = decided.unwrap_or_else(|e| cannot_check(decl, &effective, &e));
     conclude(
         decl,
-        label.clone(),
+        label,
         decision,
         Some(Bucket::Named(bucket)),
         taken.as_ref(),
-        |d| record_if(in_scope, label, d),
+        |label, d| record_if(in_scope, label, d),
     )
 }
 
@@ -290,14 +290,15 @@ impl Bucket<'_> {
 }
 
 /// What every decided one-limit call ends with: the decision described (span, metrics),
-/// handed to `record` for the response headers, and the rejection when it refused.
+/// handed with its label to `record` for the response headers, and the rejection when it
+/// refused. The label moves through (cloned only for a rejection).
 fn conclude(
     decl: &'static LimitDeclaration,
     label: Label,
     decision: Decision,
     bucket: Option<Bucket<'_>>,
     taken: Option<&Taken>,
-    record: impl FnOnce(Decision),
+    record: impl FnOnce(Label, Decision),
 ) -> Checked {
     // The key is shown only at TRACE, a rejection carries it, and a refund gives back to it:
     // named only then.
@@ -316,12 +317,12 @@ fn conclude(
     }
     decision.observe(label.observed(), bucket.as_deref());
     if decision.allowed {
-        record(decision);
+        record(label, decision);
         Ok(())
     } else {
         #[cfg(any(feature = "axum", feature = "actix-web"))]
         crate::http::layered::give_back_on_refusal();
-        record(decision.clone());
+        record(label.clone(), decision.clone());
         let key = bucket.map(Cow::into_owned).unwrap_or_default();
         Err(Box::new(
             RateLimited::new(decision, key)
