@@ -103,7 +103,7 @@ pub mod context {
 pub mod defaults {
     //! The values used when nothing else is said.
     pub use crate::deny_cache::DEFAULT_DENY_CACHE_CAPACITY;
-    pub use crate::limit::{DEFAULT_LEASE, MAX_CONCURRENT};
+    pub use crate::limit::{DEFAULT_LEASE, MAX_CONCURRENT, MAX_RUN_TIME_TIER_NAMES};
     pub use crate::limiter::DEFAULT_PREFIX;
     pub use crate::policy::{DEFAULT_COOLDOWN, DEFAULT_DEADLINE};
     pub use crate::startup::DEFAULT_REDIS_URL;

@@ -140,6 +140,17 @@ pub enum InvalidLimit {
         /// Its first forbidden character, after the byte offset it is at, if it has one.
         forbidden: Option<(usize, char)>,
     },
+    /// More distinct tier names were built at run time than a program may keep
+    /// ([`MAX_RUN_TIME_TIER_NAMES`](crate::defaults::MAX_RUN_TIME_TIER_NAMES)): each is kept
+    /// for the program's life, so that a tier costs its calls nothing.
+    #[error(
+        "more than {max} distinct tier names built at run time: each is kept for the program's \
+         life; build tiers from a bounded set of names (plans, contracts), not per request"
+    )]
+    TooManyTierNames {
+        /// The most a program may build.
+        max: usize,
+    },
 }
 
 /// The message of [`InvalidLimit::BadTierName`]; the name itself is not repeated, as it may
@@ -171,7 +182,7 @@ impl InvalidLimit {
             InvalidLimit::BadConcurrency { .. } => &["concurrent", "lease"],
             InvalidLimit::NotForConcurrency => &["concurrent"],
             InvalidLimit::NeedsSlot => &["concurrent"],
-            InvalidLimit::BadTierName { .. } => &["tier"],
+            InvalidLimit::BadTierName { .. } | InvalidLimit::TooManyTierNames { .. } => &["tier"],
         }
     }
 }
@@ -209,5 +220,6 @@ pub(crate) const fn invalid(e: &InvalidLimit) -> ! {
         InvalidLimit::BadTierName { .. } => {
             panic!("a tier name is 1 to 64 ASCII letters, digits, `-`, `_` or `.`")
         }
+        InvalidLimit::TooManyTierNames { .. } => panic!("too many tier names"),
     }
 }

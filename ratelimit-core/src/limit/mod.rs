@@ -21,8 +21,8 @@ mod words;
 pub use concurrent::{DEFAULT_LEASE, MAX_CONCURRENT};
 pub use invalid::InvalidLimit;
 pub(crate) use invalid::invalid;
-pub use tier::Tier;
 pub(crate) use tier::TierName;
+pub use tier::{MAX_RUN_TIME_TIER_NAMES, Tier};
 pub(crate) use words::deserialize_named;
 pub use words::{Algorithm, Refill, Unit, UnknownAlgorithm, UnknownRefill, UnknownUnit};
 

@@ -1,9 +1,10 @@
 //! Tiers: the limits one declared limit takes per caller (a plan: free, pro, a contract), and
 //! their names, which clients read in a header and metrics carry as a label.
 
+use std::collections::HashSet;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use ratelimit_vocab::{NameProblem, check_tier_name};
 
@@ -74,7 +75,7 @@ impl Tier {
     pub const fn new(name: &'static str, limit: Limit) -> Tier {
         match check_tier_name(name) {
             Ok(()) => Tier {
-                name: TierName::Static(name),
+                name: TierName(name),
                 limit,
             },
             Err(NameProblem::Empty) => panic!("a tier name must not be empty"),
@@ -87,8 +88,11 @@ impl Tier {
     }
 
     /// The tier `name`, whose calls are decided under `limit`, for a name known at run time
-    /// (a contract's, from a config file or a database): a `String`, a `&str`, or an
-    /// `Arc<str>` the program already shares, which the tier then shares too.
+    /// (a contract's, from a config file or a database): a `String`, a `&str` or an
+    /// `Arc<str>`. The name is kept once for the program's life, however many tiers are built
+    /// with it, so that carrying it costs a call nothing; at most
+    /// [`MAX_RUN_TIME_TIER_NAMES`] distinct names may be (build tiers from plans and
+    /// contracts, never per request).
     ///
     /// ```
     /// use ratelimit_core::{Limit, Tier};
@@ -105,7 +109,9 @@ impl Tier {
     /// # Errors
     /// [`InvalidLimit::BadTierName`] (which `?` turns into
     /// [`Error::InvalidLimit`](crate::Error::InvalidLimit)) if `name` is empty, longer than 64
-    /// bytes, or has a character other than an ASCII letter, a digit, `-`, `_` or `.`.
+    /// bytes, or has a character other than an ASCII letter, a digit, `-`, `_` or `.`;
+    /// [`InvalidLimit::TooManyTierNames`] for a name beyond the program's
+    /// [`MAX_RUN_TIME_TIER_NAMES`].
     pub fn try_new(name: impl Into<Arc<str>>, limit: Limit) -> Result<Tier, InvalidLimit> {
         let name = name.into();
         if let Err(problem) = check_tier_name(&name) {
@@ -119,7 +125,7 @@ impl Tier {
             });
         }
         Ok(Tier {
-            name: TierName::Shared(name),
+            name: TierName(intern(&name)?),
             limit,
         })
     }
@@ -141,33 +147,48 @@ impl Tier {
 }
 
 /// A tier's name, as every place a call's tier goes keeps it (its decision's label, the
-/// rejection, the recorded verdict, the headers, the metrics): a constant's literal, or a
-/// name read at run time, shared. Cloned per call, never copied: no allocation for either.
-/// Compared, hashed and shown as its text, whichever it is.
+/// rejection, the recorded verdict, the headers, the metrics): a constant's literal, or a name
+/// read at run time, interned. A plain `&'static str`: carried and dropped at no cost, on the
+/// path of every call, tiered or not (an enum that could hold an `Arc` gave every label and
+/// recorded verdict drop glue: docs/benchmarks.md, issue 34).
 #[derive(Clone)]
-pub(crate) enum TierName {
-    /// A constant's name, [`Tier::new`]'s.
-    Static(&'static str),
-    /// A name read at run time, [`Tier::try_new`]'s.
-    Shared(Arc<str>),
+pub(crate) struct TierName(&'static str);
+
+/// The most distinct tier names a program may build at run time ([`Tier::try_new`]): each is
+/// kept for the program's life (at most 64 bytes), so that a name costs nothing per call;
+/// the bound keeps that memory bounded (4 MiB at most) should a program build tiers from
+/// something unbounded.
+pub const MAX_RUN_TIME_TIER_NAMES: usize = 65_536;
+
+/// The name `name`, kept once for the program's life: the same `&'static str` for every tier
+/// built with it.
+fn intern(name: &str) -> Result<&'static str, InvalidLimit> {
+    static NAMES: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
+    let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+    let names = names.get_or_insert_with(HashSet::new);
+    if let Some(known) = names.get(name) {
+        return Ok(known);
+    }
+    if names.len() >= MAX_RUN_TIME_TIER_NAMES {
+        return Err(InvalidLimit::TooManyTierNames {
+            max: MAX_RUN_TIME_TIER_NAMES,
+        });
+    }
+    let kept: &'static str = Box::leak(Box::from(name));
+    names.insert(kept);
+    Ok(kept)
 }
 
 impl TierName {
     /// The name.
-    pub(crate) fn as_str(&self) -> &str {
-        match self {
-            TierName::Static(name) => name,
-            TierName::Shared(name) => name,
-        }
+    pub(crate) fn as_str(&self) -> &'static str {
+        self.0
     }
 
-    /// The name as a metrics label value, shared with the tier rather than copied.
+    /// The name as a metrics label value.
     #[cfg(feature = "metrics")]
     pub(crate) fn label(&self) -> metrics::SharedString {
-        match self {
-            TierName::Static(name) => metrics::SharedString::const_str(name),
-            TierName::Shared(name) => metrics::SharedString::from_shared(Arc::clone(name)),
-        }
+        metrics::SharedString::const_str(self.0)
     }
 }
 
@@ -205,16 +226,38 @@ mod tests {
     }
 
     #[test]
-    fn a_run_time_name_is_shared_not_copied() {
+    fn a_run_time_name_is_kept_once() {
         let name: Arc<str> = Arc::from("acme-gold");
         let tier = Tier::try_new(Arc::clone(&name), Limit::per_minute(5)).unwrap();
-        let copy = tier.clone();
-        for carried in [tier.tier_name(), copy.tier_name()] {
-            match carried {
-                TierName::Shared(shared) => assert!(Arc::ptr_eq(&shared, &name)),
-                TierName::Static(_) => panic!("a run-time name is shared"),
+        let again = Tier::try_new(String::from("acme-gold"), Limit::per_minute(9)).unwrap();
+        // One copy of the text, whatever the tiers built with it.
+        assert!(std::ptr::eq(
+            tier.tier_name().as_str(),
+            again.tier_name().as_str()
+        ));
+        assert_eq!(tier.name(), "acme-gold");
+    }
+
+    /// The names kept are bounded: past the bound a new name is refused, and the names kept
+    /// still build tiers. (This test fills the process's table: nextest runs it alone.)
+    #[test]
+    fn the_names_kept_are_bounded() {
+        let limit = Limit::per_minute(5);
+        Tier::try_new("kept-first", limit).unwrap();
+        let mut refused = None;
+        for i in 0..=MAX_RUN_TIME_TIER_NAMES {
+            if let Err(e) = Tier::try_new(format!("t{i}"), limit) {
+                refused = Some(e);
+                break;
             }
         }
+        assert_eq!(
+            refused,
+            Some(InvalidLimit::TooManyTierNames {
+                max: MAX_RUN_TIME_TIER_NAMES
+            })
+        );
+        assert!(Tier::try_new("kept-first", limit).is_ok());
     }
 
     #[test]
