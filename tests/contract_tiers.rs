@@ -222,25 +222,7 @@ async fn a_layer_decides_requests_under_a_contract_tier(server: Option<RedisServ
     );
 }
 
-/// Each case as two tests: `memory::case` and `redis::case`.
-macro_rules! on_both_stores {
-    ($($case:ident),*) => {
-        mod memory {
-            $(#[tokio::test]
-            async fn $case() {
-                super::$case(None).await;
-            })*
-        }
-        mod redis {
-            $(#[tokio::test]
-            async fn $case() {
-                super::$case(Some(testkit::RedisServer::start())).await;
-            })*
-        }
-    };
-}
-
-on_both_stores!(
+support::on_memory_and_redis!(
     a_contract_tier_decides_calls_and_is_named_everywhere,
     several_limits_name_the_contract_tier,
     a_layer_decides_requests_under_a_contract_tier

@@ -112,34 +112,6 @@ async fn left(limiter: &RateLimiter, user: &str) -> u64 {
         .remaining
 }
 
-/// A call of `f` that holds its slot until the sender it returns is used, or its refusal.
-type Held = Result<
-    (
-        oneshot::Sender<()>,
-        tokio::task::JoinHandle<Result<(), RateLimited>>,
-    ),
-    RateLimited,
->;
-
-async fn hold<F>(call: impl FnOnce(oneshot::Sender<()>, oneshot::Receiver<()>) -> F) -> Held
-where
-    F: Future<Output = Result<(), RateLimited>> + Send + 'static,
-{
-    let (running, started) = oneshot::channel();
-    let (end, ended) = oneshot::channel();
-    let task = tokio::spawn(call(running, ended));
-    match started.await {
-        Ok(()) => Ok((end, task)),
-        Err(_) => Err(task.await.unwrap().unwrap_err()),
-    }
-}
-
-async fn end(held: Held) {
-    let (end, task) = held.ok().unwrap();
-    end.send(()).unwrap();
-    task.await.unwrap().unwrap();
-}
-
 async fn a_shared_use_exempts_counts_and_has_its_own_empty_key_policy(server: Option<RedisServer>) {
     let limiter = init(server.as_ref()).await;
     // Exempt calls through the shared use take nothing from the quota.
@@ -174,24 +146,24 @@ async fn a_shared_use_exempts_counts_and_has_its_own_empty_key_policy(server: Op
 
 async fn a_concurrency_limit_exempts_and_has_its_own_empty_key_policy(server: Option<RedisServer>) {
     init(server.as_ref()).await;
-    let first = hold(|running, end| report(1, false, running, end)).await;
+    let first = support::hold(|running, end| report(1, false, running, end)).await;
     assert!(first.is_ok(), "the tenant's one slot");
-    let refused = hold(|running, end| report(1, false, running, end))
+    let refused = support::hold(|running, end| report(1, false, running, end))
         .await
         .err()
         .unwrap();
     assert_eq!(refused.decision().source, Source::Store);
     // An internal job runs beside the full key, and holds no slot.
-    let internal = hold(|running, end| report(1, true, running, end)).await;
+    let internal = support::hold(|running, end| report(1, true, running, end)).await;
     assert!(internal.is_ok(), "exempt");
-    end(internal).await;
-    end(first).await;
-    let again = hold(|running, end| report(1, false, running, end)).await;
+    support::end(internal).await;
+    support::end(first).await;
+    let again = support::hold(|running, end| report(1, false, running, end)).await;
     assert!(
         again.is_ok(),
         "the slot came back, and the exempt call took none"
     );
-    end(again).await;
+    support::end(again).await;
 
     // Keyless calls are let through, as many at once as come.
     let anonymous = || RequestContext::new().with_path("/export");
@@ -204,34 +176,16 @@ async fn a_concurrency_limit_exempts_and_has_its_own_empty_key_policy(server: Op
 
 async fn a_concurrency_limit_in_shadow_mode_never_refuses(server: Option<RedisServer>) {
     init(server.as_ref()).await;
-    let first = hold(shadow_sync).await;
+    let first = support::hold(shadow_sync).await;
     assert!(first.is_ok());
     // Over the max: let through all the same.
-    let second = hold(shadow_sync).await;
+    let second = support::hold(shadow_sync).await;
     assert!(second.is_ok(), "shadow mode lets the call through");
-    end(second).await;
-    end(first).await;
+    support::end(second).await;
+    support::end(first).await;
 }
 
-/// Each case as two tests: `memory::case` and `redis::case`.
-macro_rules! on_both_stores {
-    ($($case:ident),*) => {
-        mod memory {
-            $(#[tokio::test]
-            async fn $case() {
-                super::$case(None).await;
-            })*
-        }
-        mod redis {
-            $(#[tokio::test]
-            async fn $case() {
-                super::$case(Some(testkit::RedisServer::start())).await;
-            })*
-        }
-    };
-}
-
-on_both_stores!(
+support::on_memory_and_redis!(
     a_shared_use_exempts_counts_and_has_its_own_empty_key_policy,
     a_concurrency_limit_exempts_and_has_its_own_empty_key_policy,
     a_concurrency_limit_in_shadow_mode_never_refuses

@@ -18,6 +18,8 @@ use redis_ratelimit::{
 use testkit::RedisServer;
 use tower::ServiceExt as _;
 
+mod support;
+
 /// The pro plan: five requests a day instead of two.
 const PRO: Tier = Tier::new("pro", Limit::per_day(5));
 
@@ -254,25 +256,7 @@ async fn a_layer_limit_has_its_own_empty_key_policy_and_shadow_mode(server: Opti
     }
 }
 
-/// Each case as two tests: `memory::case` and `redis::case`.
-macro_rules! on_both_stores {
-    ($($case:ident),*) => {
-        mod memory {
-            $(#[tokio::test]
-            async fn $case() {
-                super::$case(None).await;
-            })*
-        }
-        mod redis {
-            $(#[tokio::test]
-            async fn $case() {
-                super::$case(Some(testkit::RedisServer::start())).await;
-            })*
-        }
-    };
-}
-
-on_both_stores!(
+support::on_memory_and_redis!(
     health_checks_are_exempt,
     each_request_is_decided_under_its_tier,
     only_the_responses_it_counts_take,

@@ -24,6 +24,8 @@ use redis_ratelimit::{
 use testkit::RedisServer;
 use tower::ServiceExt as _;
 
+mod support;
+
 /// The service's own configuration: its route groups and their quotas, as its config file
 /// holds them (read at run time: the program is not rebuilt to change them).
 const GROUPS: &str = "
@@ -386,25 +388,7 @@ fn a_name_that_clashes_is_refused_with_both_places() {
     assert!(declared("waits").is_empty());
 }
 
-/// Each case as two tests: `memory::case` and `redis::case`.
-macro_rules! on_both_stores {
-    ($($case:ident),*) => {
-        mod memory {
-            $(#[tokio::test]
-            async fn $case() {
-                super::$case(None).await;
-            })*
-        }
-        mod redis {
-            $(#[tokio::test]
-            async fn $case() {
-                super::$case(Some(testkit::RedisServer::start())).await;
-            })*
-        }
-    };
-}
-
-on_both_stores!(
+support::on_memory_and_redis!(
     a_limit_built_from_configuration_decides_requests,
     an_override_applies_to_a_limit_built_before_or_after_enable,
     the_layers_own_refusals_are_rendered_by_on_rejection

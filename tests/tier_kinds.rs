@@ -81,31 +81,9 @@ async fn init(server: Option<&RedisServer>) {
     let _ = LIMITER.set(limiter);
 }
 
-/// An export started: holding its slot (with what ends it), or refused.
-type Started = Result<
-    (
-        oneshot::Sender<()>,
-        tokio::task::JoinHandle<Result<(), RateLimited>>,
-    ),
-    RateLimited,
->;
-
 /// Starts an export of `tenant`'s and returns once it holds its slot, or with its refusal.
-async fn start_export(tenant: u32, plan: Plan) -> Started {
-    let (running, started) = oneshot::channel();
-    let (end, ended) = oneshot::channel();
-    let call = tokio::spawn(export(tenant, plan, running, ended));
-    match started.await {
-        Ok(()) => Ok((end, call)),
-        Err(_) => Err(call.await.unwrap().unwrap_err()),
-    }
-}
-
-/// Ends an export that holds its slot.
-async fn end_export(started: Started) {
-    let (end, call) = started.ok().unwrap();
-    end.send(()).unwrap();
-    call.await.unwrap().unwrap();
+async fn start_export(tenant: u32, plan: Plan) -> support::Held {
+    support::hold(move |running, end| export(tenant, plan, running, end)).await
 }
 
 async fn a_shared_use_decides_under_its_callers_tier(server: Option<RedisServer>) {
@@ -145,12 +123,12 @@ async fn a_concurrency_limit_holds_as_many_calls_as_the_plan(server: Option<Redi
     let refused = start_export(8, Plan::Free).await.err().unwrap();
     assert_eq!(refused.tier(), Some("free"));
     // A call that ends gives its slot back, under either tier.
-    end_export(free).await;
-    end_export(start_export(8, Plan::Free).await).await;
-    end_export(held.pop().unwrap()).await;
+    support::end(free).await;
+    support::end(start_export(8, Plan::Free).await).await;
+    support::end(held.pop().unwrap()).await;
     held.push(start_export(7, Plan::Pro).await);
     for started in held {
-        end_export(started).await;
+        support::end(started).await;
     }
 }
 
@@ -165,25 +143,7 @@ async fn a_tier_of_another_kind_refuses_its_calls(server: Option<RedisServer>) {
     }
 }
 
-/// Each case as two tests: `memory::case` and `redis::case`.
-macro_rules! on_both_stores {
-    ($($case:ident),*) => {
-        mod memory {
-            $(#[tokio::test]
-            async fn $case() {
-                super::$case(None).await;
-            })*
-        }
-        mod redis {
-            $(#[tokio::test]
-            async fn $case() {
-                super::$case(Some(testkit::RedisServer::start())).await;
-            })*
-        }
-    };
-}
-
-on_both_stores!(
+support::on_memory_and_redis!(
     a_shared_use_decides_under_its_callers_tier,
     a_concurrency_limit_holds_as_many_calls_as_the_plan,
     a_tier_of_another_kind_refuses_its_calls

@@ -274,3 +274,63 @@ macro_rules! serve_actix {
 }
 #[allow(unused_imports)]
 pub(crate) use serve_actix;
+
+/// Each `case(server)` of a test file as two tests, `memory::case` (`None`) and
+/// `redis::case` (a `redis-server` of its own): the cases of files whose functions use one
+/// static limiter, which each test (a process of its own under nextest) builds on its store.
+#[allow(unused_macros)]
+macro_rules! on_memory_and_redis {
+    ($($case:ident),*) => {
+        mod memory {
+            $(#[tokio::test]
+            async fn $case() {
+                super::$case(None).await;
+            })*
+        }
+        mod redis {
+            $(#[tokio::test]
+            async fn $case() {
+                super::$case(Some(testkit::RedisServer::start())).await;
+            })*
+        }
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use on_memory_and_redis;
+
+/// A call (given what it tells when it runs, and what tells it to end) that holds its
+/// concurrency slots until the sender returned is used; or its refusal.
+#[allow(dead_code)]
+pub(crate) type Held = Result<
+    (
+        tokio::sync::oneshot::Sender<()>,
+        tokio::task::JoinHandle<Result<(), redis_ratelimit::RateLimited>>,
+    ),
+    redis_ratelimit::RateLimited,
+>;
+
+/// Starts `call` and returns once its body runs (it holds its slots), or with its refusal:
+/// an event, never a wait for time to pass.
+#[allow(dead_code)]
+pub(crate) async fn hold<F>(
+    call: impl FnOnce(tokio::sync::oneshot::Sender<()>, tokio::sync::oneshot::Receiver<()>) -> F,
+) -> Held
+where
+    F: Future<Output = Result<(), redis_ratelimit::RateLimited>> + Send + 'static,
+{
+    let (running, started) = tokio::sync::oneshot::channel();
+    let (end, ended) = tokio::sync::oneshot::channel();
+    let task = tokio::spawn(call(running, ended));
+    match started.await {
+        Ok(()) => Ok((end, task)),
+        Err(_) => Err(task.await.unwrap().unwrap_err()),
+    }
+}
+
+/// Ends a call [`hold`] started, which held its slots.
+#[allow(dead_code)]
+pub(crate) async fn end(held: Held) {
+    let (end, task) = held.ok().unwrap();
+    end.send(()).unwrap();
+    task.await.unwrap().unwrap();
+}
