@@ -162,12 +162,26 @@ impl LayerLimit {
     /// count gets its tokens back once its response is made, through the store, where every
     /// instance sees them. As on a handler's limit, the tokens are taken before the request
     /// runs (so that concurrent requests cannot all pass), and only the buckets
-    /// (`token_bucket`, `leaky_bucket`) give back exactly.
+    /// (`token_bucket`, `leaky_bucket`) give back exactly. On a window, or on a concurrency
+    /// limit (whose slot comes back when the request ends, whatever its response), `count`
+    /// cannot mean anything: `layer_limit!` does not compile it, and here it is refused with
+    /// an error logged, every request counting.
     #[must_use]
     pub fn count(
         mut self,
         count: impl Fn(&StatusCode) -> bool + Send + Sync + 'static,
     ) -> LayerLimit {
+        let limit = self.decl.declared_limit();
+        if limit.is_concurrent() || limit.algorithm_kind().is_window() {
+            tracing::error!(target: "redis_ratelimit",
+                limit = self.decl.name(),
+                "`count` on the layer limit `{}` ({limit}) is refused, and every request \
+                 counts: only a bucket can give a request's tokens back, and a concurrency \
+                 slot comes back when the request ends anyway",
+                self.decl.name()
+            );
+            return self;
+        }
         self.count = Some(Arc::new(count));
         self
     }

@@ -590,6 +590,34 @@ mod tests {
         })
     }
 
+    /// `count` means something only on a bucket: on a window or a concurrency limit it is
+    /// refused (said, and every request counts), never kept to fail at each refund.
+    #[test]
+    fn count_is_kept_only_where_tokens_can_be_given_back() {
+        let with = |limit: crate::Limit| {
+            let decl: &'static LimitDeclaration = Box::leak(Box::new(LimitDeclaration::new(
+                "layered::counted",
+                limit,
+                1,
+                "Ip",
+                file!(),
+                line!(),
+            )));
+            LayerLimit::declared(decl, Ip)
+                .count(http::StatusCode::is_server_error)
+                .count
+                .is_some()
+        };
+        assert!(with(crate::Limit::per_minute(5)));
+        assert!(with(
+            crate::Limit::per_minute(5).algorithm(crate::Algorithm::LeakyBucket)
+        ));
+        assert!(!with(
+            crate::Limit::per_minute(5).algorithm(crate::Algorithm::FixedWindow)
+        ));
+        assert!(!with(crate::Limit::concurrent(2)));
+    }
+
     /// A client chooses its method; only HTTP's own are routes to remember.
     #[test]
     fn only_http_methods_are_learned() {
