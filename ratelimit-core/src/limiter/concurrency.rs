@@ -131,21 +131,9 @@ impl RateLimiter {
         &self,
         checks: &[(Option<&str>, &str, &Limit, u32)],
     ) -> Result<Entered, Error> {
-        let buckets: Vec<String> = checks
-            .iter()
-            .map(|&(name, key, ..)| bucket_key(&self.inner.prefix, name, key))
-            .collect();
-        let named: Vec<Check<'_>> = checks
-            .iter()
-            .zip(&buckets)
-            .map(|(&(_, _, limit, cost), bucket)| Check::new(bucket, limit, cost))
-            .collect();
-        let entered = self.enter_buckets(&named).await?;
-        for ((part, &(name, ..)), bucket) in
-            entered.decision.parts().iter().zip(checks).zip(&buckets)
-        {
-            part.observe(observed_name(name), Some(bucket));
-        }
+        let named = Named::new(&self.inner.prefix, checks.iter().copied());
+        let entered = self.enter_buckets(&named.checks()).await?;
+        named.observe(entered.decision.parts());
         Ok(entered)
     }
 

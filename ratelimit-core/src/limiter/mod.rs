@@ -305,34 +305,16 @@ impl RateLimiter {
         .await
     }
 
-    /// [`check_all`](Self::check_all) and [`check_all_named`](Self::check_all_named): each
-    /// check's bucket named, decided together, and each limit observed under its name.
+    /// [`check_all`](Self::check_all) and [`check_all_named`](Self::check_all_named): the
+    /// checks named, decided together, each limit observed under its name.
     async fn check_all_by_name<'a, T>(
         &self,
         checks: &'a [T],
         parts: impl Fn(&'a T) -> (Option<&'a str>, &'a str, &'a Limit, u32),
     ) -> Result<Decision, Error> {
-        // The checks are read twice (to name the buckets, then to observe under the names)
-        // rather than their names collected into a vector of their own.
-        let buckets: Vec<String> = checks
-            .iter()
-            .map(|c| {
-                let (name, key, ..) = parts(c);
-                bucket_key(&self.inner.prefix, name, key)
-            })
-            .collect();
-        let named: Vec<Check<'_>> = checks
-            .iter()
-            .zip(&buckets)
-            .map(|(c, bucket)| {
-                let (_, _, limit, cost) = parts(c);
-                Check::new(bucket, limit, cost)
-            })
-            .collect();
-        let decision = self.check_buckets(&named).await?;
-        for ((part, check), bucket) in decision.parts().iter().zip(checks).zip(&buckets) {
-            part.observe(observed_name(parts(check).0), Some(bucket));
-        }
+        let named = Named::new(&self.inner.prefix, checks.iter().map(parts));
+        let decision = self.check_buckets(&named.checks()).await?;
+        named.observe(decision.parts());
         Ok(decision)
     }
 
@@ -386,6 +368,50 @@ impl RateLimiter {
     /// How long a call waits for the store before its failure policy decides.
     pub(crate) fn deadline(&self) -> Option<Duration> {
         self.inner.resilience.deadline
+    }
+}
+
+/// The checks of a public several-limit method (`check_all*`, `enter_all*`): each
+/// `(name, key, limit, cost)` with its bucket named under the limiter's prefix, and the names
+/// to observe each limit's decision under.
+pub(crate) struct Named<'a> {
+    names: Vec<Option<&'a str>>,
+    buckets: Vec<String>,
+    limits: Vec<(&'a Limit, u32)>,
+}
+
+impl<'a> Named<'a> {
+    pub(crate) fn new(
+        prefix: &str,
+        checks: impl Iterator<Item = (Option<&'a str>, &'a str, &'a Limit, u32)>,
+    ) -> Named<'a> {
+        let (mut names, mut buckets, mut limits) = (Vec::new(), Vec::new(), Vec::new());
+        for (name, key, limit, cost) in checks {
+            names.push(name);
+            buckets.push(bucket_key(prefix, name, key));
+            limits.push((limit, cost));
+        }
+        Named {
+            names,
+            buckets,
+            limits,
+        }
+    }
+
+    /// The checks, in order.
+    pub(crate) fn checks(&self) -> Vec<Check<'_>> {
+        self.buckets
+            .iter()
+            .zip(&self.limits)
+            .map(|(bucket, &(limit, cost))| Check::new(bucket, limit, cost))
+            .collect()
+    }
+
+    /// Observes each limit's decision (span, metrics) under its name.
+    pub(crate) fn observe(&self, parts: &[Decision]) {
+        for ((part, name), bucket) in parts.iter().zip(&self.names).zip(&self.buckets) {
+            part.observe(observed_name(*name), Some(bucket));
+        }
     }
 }
 
