@@ -13,6 +13,8 @@ use redis_ratelimit::{
     layer_limit, rate_limit,
 };
 
+mod support;
+
 static REPORTS_RAN: AtomicUsize = AtomicUsize::new(0);
 static STATS_RAN: AtomicUsize = AtomicUsize::new(0);
 
@@ -26,20 +28,6 @@ async fn report() -> Result<&'static str, RateLimited> {
 async fn stats() -> &'static str {
     STATS_RAN.fetch_add(1, Ordering::SeqCst);
     "stats"
-}
-
-/// A GET of `path` from `client`, served by `app`.
-macro_rules! send {
-    ($app:expr, $client:expr, $path:expr) => {
-        test::call_service(
-            &$app,
-            test::TestRequest::get()
-                .uri($path)
-                .peer_addr(format!("{}:5000", $client).parse().unwrap())
-                .to_request(),
-        )
-        .await
-    };
 }
 
 fn header<B>(response: &ServiceResponse<B>, name: &str) -> String {
@@ -89,11 +77,11 @@ async fn the_middleware_decides_its_limits_before_the_handler_and_with_its_limit
     let a = "203.0.113.1";
 
     // The first request of a route: the middleware first, then the handler's own.
-    let ok = send!(app, a, "/report");
+    let ok = support::actix_get!(app, a, "/report");
     assert_eq!(ok.status(), 200);
     assert_eq!(site(Limit::per_day(5)).await, 4);
     // Learned: one decision for both; `reports` refuses, and `site` takes nothing.
-    let refused = send!(app, a, "/report");
+    let refused = support::actix_get!(app, a, "/report");
     assert_eq!(refused.status(), 429);
     assert!(
         header(&refused, "ratelimit").contains("\"reports\""),
@@ -104,10 +92,10 @@ async fn the_middleware_decides_its_limits_before_the_handler_and_with_its_limit
 
     // The scope's limit with the app's: all or nothing once the app's middleware has learned
     // that the scope's decides below it.
-    assert_eq!(send!(app, a, "/admin/stats").status(), 200);
+    assert_eq!(support::actix_get!(app, a, "/admin/stats").status(), 200);
     assert_eq!(site(Limit::per_day(5)).await, 3);
     for _ in 0..3 {
-        let refused = send!(app, a, "/admin/stats");
+        let refused = support::actix_get!(app, a, "/admin/stats");
         assert_eq!(refused.status(), 429);
         assert!(
             header(&refused, "ratelimit").contains("\"staff\""),
@@ -121,15 +109,15 @@ async fn the_middleware_decides_its_limits_before_the_handler_and_with_its_limit
     // (no route at all here: the middleware decides first, every time) spends it.
     let b = "203.0.113.2";
     for _ in 0..5 {
-        assert_eq!(send!(app, b, "/nowhere").status(), 404);
+        assert_eq!(support::actix_get!(app, b, "/nowhere").status(), 404);
     }
-    let refused = send!(app, b, "/nowhere");
+    let refused = support::actix_get!(app, b, "/nowhere");
     assert_eq!(refused.status(), 429);
     assert!(
         header(&refused, "ratelimit").contains("\"site\""),
         "{refused:?}"
     );
-    let refused = send!(app, b, "/report");
+    let refused = support::actix_get!(app, b, "/report");
     assert_eq!(refused.status(), 429);
     assert_eq!(REPORTS_RAN.load(Ordering::SeqCst), 1);
     assert_eq!(left(limiter, "site", b, Limit::per_day(5)).await, 0);

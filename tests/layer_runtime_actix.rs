@@ -11,22 +11,10 @@ use actix_web::{App, HttpResponse, test, web};
 use redis_ratelimit::http::LayerLimit;
 use redis_ratelimit::{Ip, Limit, RateLimitMiddleware, declared_limits, enable_redis_rate_limit};
 
+mod support;
+
 async fn stats() -> &'static str {
     "stats"
-}
-
-/// A GET of `path` from `client`, served by `app`.
-macro_rules! send {
-    ($app:expr, $client:expr, $path:expr) => {
-        test::call_service(
-            &$app,
-            test::TestRequest::get()
-                .uri($path)
-                .peer_addr(format!("{}:5000", $client).parse().unwrap())
-                .to_request(),
-        )
-        .await
-    };
 }
 
 fn header<B>(response: &ServiceResponse<B>, name: &str) -> String {
@@ -83,9 +71,9 @@ async fn a_limit_built_from_configuration_refuses_as_the_service_says() {
     .await;
     let a = "203.0.113.1";
     for _ in 0..2 {
-        assert_eq!(send!(app, a, "/stats").status(), 200);
+        assert_eq!(support::actix_get!(app, a, "/stats").status(), 200);
     }
-    let refused = send!(app, a, "/stats");
+    let refused = support::actix_get!(app, a, "/stats");
     assert_eq!(refused.status(), 429);
     assert_eq!(header(&refused, "x-refused-by"), "config");
     assert!(

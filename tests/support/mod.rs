@@ -334,3 +334,21 @@ pub(crate) async fn end(held: Held) {
     end.send(()).unwrap();
     task.await.unwrap().unwrap();
 }
+
+/// A GET of `path` from the client at `client` (its peer address, port 5000), served by the
+/// actix-web test service `app`: the response.
+#[allow(unused_macros)]
+macro_rules! actix_get {
+    ($app:expr, $client:expr, $path:expr) => {
+        actix_web::test::call_service(
+            &$app,
+            actix_web::test::TestRequest::get()
+                .uri($path)
+                .peer_addr(format!("{}:5000", $client).parse().unwrap())
+                .to_request(),
+        )
+        .await
+    };
+}
+#[allow(unused_imports)]
+pub(crate) use actix_get;
