@@ -176,7 +176,7 @@ pub enum KeyArg<'a> {
     Resolver(&'a dyn KeyResolver),
     /// A key computed from the call's arguments, or by an async resolver.
     Value(Fixed),
-    /// An [`AsyncKeyResolver`], to be settled.
+    /// An [`AsyncKeyResolver`](crate::key::AsyncKeyResolver), to be settled.
     Async(&'a dyn ErasedAsync),
     /// An async resolver failed, or did not answer in time.
     Failed,
@@ -193,7 +193,7 @@ impl KeyArg<'_> {
     }
 }
 
-/// An [`AsyncKeyResolver`]'s answer within `limiter`'s deadline: the key (none is an empty
+/// An [`AsyncKeyResolver`](crate::key::AsyncKeyResolver)'s answer within `limiter`'s deadline: the key (none is an empty
 /// one), or [`KeyArg::Failed`] when it failed or did not answer in time (said once per limit).
 pub(crate) async fn settle(
     resolver: &dyn ErasedAsync,
