@@ -193,8 +193,9 @@ impl KeyArg<'_> {
     }
 }
 
-/// An [`AsyncKeyResolver`](crate::key::AsyncKeyResolver)'s answer within `limiter`'s deadline: the key (none is an empty
-/// one), or [`KeyArg::Failed`] when it failed or did not answer in time (said once per limit).
+/// An [`AsyncKeyResolver`](crate::key::AsyncKeyResolver)'s answer within `limiter`'s
+/// deadline: the key (none is an empty one), or [`KeyArg::Failed`] when it failed or did not
+/// answer in time (said once per limit).
 pub(crate) async fn settle(
     resolver: &dyn ErasedAsync,
     decl: &'static LimitDeclaration,
