@@ -219,19 +219,27 @@ pub(crate) struct Brought<'a> {
 }
 
 impl<'a> Brought<'a> {
-    /// What the current request brings to `limits`.
+    /// What the current request brings to `limits`: the request is read (and a tier and an
+    /// exemption kept per limit) only when one of them reads it.
     pub(crate) fn new(limits: &'a [LayerLimit]) -> Brought<'a> {
-        let (tiers, exempt) = with_current(|ctx, _| {
-            let tiers = limits
-                .iter()
-                .map(|l| l.tier.as_ref().and_then(|tier| tier(ctx)))
-                .collect();
-            let exempt = limits
-                .iter()
-                .map(|l| l.exempt.as_ref().is_some_and(|exempt| exempt(ctx)))
-                .collect();
-            (tiers, exempt)
-        });
+        let reads = limits
+            .iter()
+            .any(|l| l.tier.is_some() || l.exempt.is_some());
+        let (tiers, exempt) = if !reads {
+            (Vec::new(), Vec::new())
+        } else {
+            with_current(|ctx, _| {
+                let tiers = limits
+                    .iter()
+                    .map(|l| l.tier.as_ref().and_then(|tier| tier(ctx)))
+                    .collect();
+                let exempt = limits
+                    .iter()
+                    .map(|l| l.exempt.as_ref().is_some_and(|exempt| exempt(ctx)))
+                    .collect();
+                (tiers, exempt)
+            })
+        };
         Brought {
             limits,
             keys: limits.iter().map(|l| KeyArg::Resolver(&*l.key)).collect(),
@@ -246,7 +254,7 @@ impl<'a> Brought<'a> {
         taken: &'b [Option<Taken>],
     ) -> impl Iterator<Item = (&'static LimitDeclaration, &'b KeyArg<'b>, Call<'b>)> {
         self.limits.iter().enumerate().map(move |(i, l)| {
-            let mut call = Call::NONE.with_exempt(self.exempt[i]);
+            let mut call = Call::NONE.with_exempt(self.exempt.get(i).copied().unwrap_or(false));
             if l.tier.is_some() {
                 call = call.with_tier(&self.tiers[i]);
             }

@@ -220,11 +220,14 @@ impl Plan {
             // What a limit takes is kept when it may have to be given back: by a layer that
             // decides first (if the handler then refuses), and for a limit that counts only
             // some responses.
-            taken: self
-                .limits
-                .iter()
-                .map(|l| (!self.deferred || l.count.is_some()).then(Taken::default))
-                .collect(),
+            // Nothing is allocated when nothing is kept (a learned route with no counting
+            // limit, the common case).
+            taken: (!self.deferred || self.limits.iter().any(|l| l.count.is_some())).then(|| {
+                self.limits
+                    .iter()
+                    .map(|l| (!self.deferred || l.count.is_some()).then(Taken::default))
+                    .collect()
+            }),
             first: RefCell::new(self.above.clone()),
         }
     }
@@ -263,7 +266,7 @@ pub(crate) struct LayerScope {
     /// back if a check of the handler refuses a request the layer decided first (all or
     /// nothing, on a route not learned yet), or once the response is made if the limit does
     /// not count it.
-    taken: Box<[Option<Taken>]>,
+    taken: Kept,
     /// The verdicts of the limits decided first, by the layers above and this one, before
     /// the handler's check: the response describes them with the handler's.
     first: RefCell<Vec<Recorded>>,
@@ -337,7 +340,16 @@ pub(crate) fn take_pending(limiter: Option<&RateLimiter>) -> Option<Pending> {
 #[derive(Debug)]
 pub(crate) struct Pending {
     pub(crate) limits: Arc<[LayerLimit]>,
-    pub(crate) taken: Box<[Option<Taken>]>,
+    pub(crate) taken: Kept,
+}
+
+/// What each of a scope's layer limits took, in the limits' order, where it is kept; `None`
+/// when none is (shared, not copied, by the checks that keep into it).
+pub(crate) type Kept = Option<Arc<[Option<Taken>]>>;
+
+/// The kept parts of `kept`, one per limit (none: nothing kept).
+pub(crate) fn kept(kept: &Kept) -> &[Option<Taken>] {
+    kept.as_deref().unwrap_or_default()
 }
 
 /// Keeps `slot` in the current request's layer scope, until the response is made; dropped
@@ -356,14 +368,13 @@ pub(crate) fn hold(slot: crate::Slot) {
 pub(crate) async fn decide(limits: &[LayerLimit], keep: Keep) -> Result<(), Box<RateLimited>> {
     let taken = match keep {
         Keep::Taken => CONTEXT
-            .try_with(|scope| scope.layer.as_ref().map(|l| l.taken.clone()))
+            .try_with(|scope| scope.layer.as_ref().and_then(|l| l.taken.clone()))
             .ok()
-            .flatten()
-            .unwrap_or_default(),
-        Keep::Nothing => Box::default(),
+            .flatten(),
+        Keep::Nothing => None,
     };
     let brought = Brought::new(limits);
-    let checks: Vec<_> = brought.checks(&taken).collect();
+    let checks: Vec<_> = brought.checks(kept(&taken)).collect();
     crate::pipeline::decide_all(&checks, registry::global()).await
 }
 
@@ -382,10 +393,13 @@ pub(crate) enum Keep {
 /// have counted).
 pub(crate) fn give_back_on_refusal() {
     let parts: Vec<_> = with_layer(|layer| {
-        layer
-            .decided
-            .get()
-            .then(|| layer.taken.iter().flatten().flat_map(Taken::take).collect())
+        layer.decided.get().then(|| {
+            kept(&layer.taken)
+                .iter()
+                .flatten()
+                .flat_map(Taken::take)
+                .collect()
+        })
     })
     .unwrap_or_default();
     let (Some(limiter), false) = (registry::global(), parts.is_empty()) else {
@@ -511,7 +525,7 @@ fn uncounted(
     layer
         .limits
         .iter()
-        .zip(layer.taken.iter())
+        .zip(kept(&layer.taken))
         .filter_map(|(limit, taken)| {
             let taken = taken.as_ref()?;
             (!limit.counts(&status)).then(|| (limit.decl, taken.clone()))

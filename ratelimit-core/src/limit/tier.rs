@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::fmt;
 use std::hash::{Hash, Hasher};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, PoisonError, RwLock};
 
 use ratelimit_vocab::{NameProblem, check_tier_name};
 
@@ -29,13 +29,13 @@ use super::{InvalidLimit, Limit};
 ///
 /// const FREE: Tier = Tier::new("free", Limit::per_hour(100));
 /// const PRO: Tier = Tier::new("pro", Limit::per_hour(10_000));
-/// # fn main() -> Result<(), ratelimit_core::Error> {
+/// # fn main() -> Result<(), Box<dyn std::error::Error>> {
 /// assert_eq!(PRO.limit().burst_capacity(), 10_000);
 ///
 /// // A contract's own limit and tier name, read at run time (here from a config's lines).
 /// let config = String::from("tier = acme-gold\nper_minute = 2500");
 /// let value = |key: &str| config.lines().find_map(|l| l.strip_prefix(key)?.strip_prefix(" = "));
-/// let per_minute: u32 = value("per_minute").unwrap_or("60").parse().unwrap();
+/// let per_minute: u32 = value("per_minute").unwrap_or("60").parse()?;
 /// let contract = Tier::try_new(value("tier").unwrap_or("contract"), Limit::per_minute(per_minute))?;
 /// assert_eq!(contract.name(), "acme-gold");
 /// assert_eq!(contract.limit(), Limit::per_minute(2_500));
@@ -163,8 +163,15 @@ pub const MAX_RUN_TIME_TIER_NAMES: usize = 65_536;
 /// The name `name`, kept once for the program's life: the same `&'static str` for every tier
 /// built with it.
 fn intern(name: &str) -> Result<&'static str, InvalidLimit> {
-    static NAMES: Mutex<Option<HashSet<&'static str>>> = Mutex::new(None);
-    let mut names = NAMES.lock().unwrap_or_else(PoisonError::into_inner);
+    static NAMES: RwLock<Option<HashSet<&'static str>>> = RwLock::new(None);
+    // A name built before is found under the shared lock: a program that builds a contract's
+    // tier on each call waits on no other.
+    let known = NAMES.read().unwrap_or_else(PoisonError::into_inner);
+    if let Some(known) = known.as_ref().and_then(|names| names.get(name)) {
+        return Ok(known);
+    }
+    drop(known);
+    let mut names = NAMES.write().unwrap_or_else(PoisonError::into_inner);
     let names = names.get_or_insert_with(HashSet::new);
     if let Some(known) = names.get(name) {
         return Ok(known);

@@ -375,9 +375,7 @@ impl RateLimiter {
 /// `(name, key, limit, cost)` with its bucket named under the limiter's prefix, and the names
 /// to observe each limit's decision under.
 pub(crate) struct Named<'a> {
-    names: Vec<Option<&'a str>>,
-    buckets: Vec<String>,
-    limits: Vec<(&'a Limit, u32)>,
+    checks: Vec<(Option<&'a str>, String, &'a Limit, u32)>,
 }
 
 impl<'a> Named<'a> {
@@ -385,31 +383,24 @@ impl<'a> Named<'a> {
         prefix: &str,
         checks: impl Iterator<Item = (Option<&'a str>, &'a str, &'a Limit, u32)>,
     ) -> Named<'a> {
-        let (mut names, mut buckets, mut limits) = (Vec::new(), Vec::new(), Vec::new());
-        for (name, key, limit, cost) in checks {
-            names.push(name);
-            buckets.push(bucket_key(prefix, name, key));
-            limits.push((limit, cost));
-        }
         Named {
-            names,
-            buckets,
-            limits,
+            checks: checks
+                .map(|(name, key, limit, cost)| (name, bucket_key(prefix, name, key), limit, cost))
+                .collect(),
         }
     }
 
     /// The checks, in order.
     pub(crate) fn checks(&self) -> Vec<Check<'_>> {
-        self.buckets
+        self.checks
             .iter()
-            .zip(&self.limits)
-            .map(|(bucket, &(limit, cost))| Check::new(bucket, limit, cost))
+            .map(|(_, bucket, limit, cost)| Check::new(bucket, limit, *cost))
             .collect()
     }
 
     /// Observes each limit's decision (span, metrics) under its name.
     pub(crate) fn observe(&self, parts: &[Decision]) {
-        for ((part, name), bucket) in parts.iter().zip(&self.names).zip(&self.buckets) {
+        for (part, (name, bucket, ..)) in parts.iter().zip(&self.checks) {
             part.observe(observed_name(*name), Some(bucket));
         }
     }

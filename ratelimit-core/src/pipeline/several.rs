@@ -22,7 +22,9 @@ pub async fn check_all(
     if let Some(pending) = crate::http::layered::take_pending(limiter) {
         // The layers' limits, left pending for this check: decided with these, together.
         let brought = crate::http::layered::Brought::new(&pending.limits);
-        let mut checks: Vec<_> = brought.checks(&pending.taken).collect();
+        let mut checks: Vec<_> = brought
+            .checks(crate::http::layered::kept(&pending.taken))
+            .collect();
         checks.extend_from_slice(limits);
         return decide_all(&checks, limiter).await;
     }
