@@ -204,8 +204,14 @@ impl DenyCache {
             if old.limit != d.limit {
                 self.drop_refusal(old);
                 old.limit = d.limit;
+                old.known = known;
+            } else if known.full_at >= old.known.full_at {
+                // Answers to calls in flight together arrive in any order: one sent before
+                // another call reserved its turn must not replace what that later answer said.
+                // Both are lower bounds on how far from full the bucket is; the stronger stays
+                // (a reset or a refund forgets the bucket, so it never stays too strong).
+                old.known = known;
             }
-            old.known = known;
             match (refusal, old.refusal) {
                 (None, _) => {}
                 // A smaller cost refused is the stronger statement; keep the one that refuses
@@ -336,6 +342,43 @@ mod tests {
         assert!(cache.check("other", &limit, 2).is_none());
         cache.forget("b");
         assert!(cache.check("b", &limit, 2).is_none());
+    }
+
+    /// Answers to calls in flight together arrive in any order: the answer to a call sent
+    /// before another reserved its turn, arriving last, does not replace what the later
+    /// answer said (the fallback would start a turn early); a forgotten bucket starts over.
+    #[test]
+    fn a_late_answer_does_not_weaken_what_is_known() {
+        let cache = DenyCache::new(100);
+        let limit = Limit::per_second(10).burst(1).wait(Duration::from_secs(10));
+        let reserved = |owed_ms: u64| {
+            Decision::new(
+                true,
+                0,
+                limit,
+                1,
+                Duration::from_millis(owed_ms),
+                Duration::from_millis(owed_ms + 100),
+            )
+        };
+        let now = Instant::now();
+        // The twentieth waiter's answer (owing 1.9 s) arrives first, the tenth's (0.9 s) last.
+        cache.remember("b", &reserved(1_900), now, now);
+        cache.remember("b", &reserved(900), now, now + Duration::from_millis(1));
+        let known = cache.known("b", &limit, now).unwrap();
+        assert_eq!(known.full_at, now + Duration::from_millis(2_000));
+        // A stronger answer replaces it; a forgotten bucket takes what comes next.
+        cache.remember("b", &reserved(2_900), now, now);
+        assert_eq!(
+            cache.known("b", &limit, now).unwrap().full_at,
+            now + Duration::from_millis(3_000)
+        );
+        cache.forget("b");
+        cache.remember("b", &reserved(500), now, now);
+        assert_eq!(
+            cache.known("b", &limit, now).unwrap().full_at,
+            now + Duration::from_millis(600)
+        );
     }
 
     #[test]
