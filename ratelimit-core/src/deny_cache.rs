@@ -205,12 +205,16 @@ impl DenyCache {
                 self.drop_refusal(old);
                 old.limit = d.limit;
                 old.known = known;
-            } else if known.full_at >= old.known.full_at {
+            } else {
                 // Answers to calls in flight together arrive in any order: one sent before
-                // another call reserved its turn must not replace what that later answer said.
-                // Both are lower bounds on how far from full the bucket is; the stronger stays
-                // (a reset or a refund forgets the bucket, so it never stays too strong).
-                old.known = known;
+                // another call took or reserved must not replace what that later answer said.
+                // Both are lower bounds on how far from full the bucket is, compared at this
+                // answer's arrival; the stronger stays (a reset or a refund forgets the
+                // bucket, so it never stays too strong).
+                let p = crate::algorithm::token_bucket::Params::of(&d.limit);
+                if known.short_of_full(&p, received) >= old.known.short_of_full(&p, received) {
+                    old.known = known;
+                }
             }
             match (refusal, old.refusal) {
                 (None, _) => {}
