@@ -130,7 +130,7 @@ pub fn set_headers(headers: &mut HeaderMap, name: &str, d: &Decision, families: 
 /// integrations render once the handler returns.
 #[cfg(any(feature = "axum", feature = "actix-web"))]
 pub(crate) fn render_verdict(
-    verdict: crate::http::layered::Verdict,
+    verdict: crate::verdict::Described,
     headers: &mut HeaderMap,
     families: HeaderFamilies,
 ) {
@@ -146,9 +146,9 @@ pub(crate) fn render_verdict(
 /// layers serving it, on a route they had not learned yet): one list, those first, as one
 /// decision of them all would be described.
 #[cfg(any(feature = "axum", feature = "actix-web"))]
-fn set_headers_after<'a>(
+pub(crate) fn set_headers_after<'a>(
     headers: &mut HeaderMap,
-    first: &'a [crate::context::Recorded],
+    first: &'a [crate::verdict::Recorded],
     parts: impl Iterator<Item = (Cow<'a, str>, &'a Decision)>,
     combined: &'a Decision,
     families: HeaderFamilies,
@@ -158,7 +158,7 @@ fn set_headers_after<'a>(
     }
     let all: Vec<_> = first
         .iter()
-        .flat_map(crate::context::Recorded::shown_parts)
+        .flat_map(crate::verdict::Recorded::shown_parts)
         .chain(parts)
         .collect();
     let combined = Decision::combined(all.iter().map(|&(_, d)| d.clone()).collect());
@@ -399,37 +399,9 @@ impl RateLimited {
         problem_type(&mut headers);
         headers
     }
-
-    /// The headers of this rejection as the response to the request being served: its
-    /// [rate-limit headers](RateLimited::served_rate_limit_headers), and the problem body's
-    /// content type.
-    #[cfg(any(feature = "axum", feature = "actix-web"))]
-    pub(crate) fn served_headers(&self) -> HeaderMap {
-        let mut headers = self.served_rate_limit_headers();
-        problem_type(&mut headers);
-        headers
-    }
-
-    /// The rate-limit headers of this rejection as the response to the request being served,
-    /// whatever its body: the families its integration sends, and the limits its layers
-    /// decided before the refusing check listed before this rejection's own. Taken from the
-    /// request's scope: the integration renders none over them.
-    #[cfg(any(feature = "axum", feature = "actix-web"))]
-    pub(crate) fn served_rate_limit_headers(&self) -> HeaderMap {
-        let (families, first) = crate::http::layered::rejection_rendering();
-        let mut headers = HeaderMap::new();
-        set_headers_after(
-            &mut headers,
-            &first,
-            self.shown_parts(),
-            self.decision(),
-            families,
-        );
-        headers
-    }
 }
 
-fn problem_type(headers: &mut HeaderMap) {
+pub(crate) fn problem_type(headers: &mut HeaderMap) {
     headers.insert(
         http::header::CONTENT_TYPE,
         HeaderValue::from_static("application/problem+json"),

@@ -75,6 +75,7 @@ mod resolvers;
 mod startup;
 pub mod store;
 pub mod tools;
+mod verdict;
 
 pub use client_ip::{ClientIpHeader, TrustedProxies};
 pub use decision::{Decision, RateLimited, Source};
@@ -97,7 +98,8 @@ pub mod context {
     //! the limited functions called within see, and [`scope_returning`] gives back with the
     //! output the verdict of the calls made in it ([`Recorded`]). The context is request data
     //! only: nothing a call decides is written into it.
-    pub use crate::request::{Recorded, scope, scope_returning};
+    pub use crate::pipeline::scope::{scope, scope_returning};
+    pub use crate::verdict::Recorded;
 }
 
 pub mod defaults {

@@ -28,9 +28,11 @@ use futures_util::future::LocalBoxFuture;
 
 use super::{Config, OnRejection, SharedConfig, config_methods};
 use crate::headers::{HeaderFamilies, render_verdict};
-use crate::http::layered::{self, Handoff, Plan, Refusing, Verdict, route_key};
+use crate::http::layered::{self, Handoff, Plan, Refusing, route_key};
 use crate::key::Principal;
-use crate::request::{CONTEXT, Origin, Scope};
+use crate::pipeline::scope::{CONTEXT, Scope, described_finished};
+use crate::request::Origin;
+use crate::verdict::Described;
 use crate::{RateLimited, RequestContext};
 
 type CopyExtension = fn(&actix_web::dev::Extensions, &mut http::Extensions);
@@ -187,7 +189,7 @@ where
                 let mut fut = std::pin::pin!(fut);
                 let mut response = (&mut fut).await?;
                 // A rejection's response took the verdict with it (`rejection_rendering`).
-                let verdict = Verdict::of_finished(fut.as_mut());
+                let verdict = described_finished(fut.as_mut());
                 render(verdict, response.headers_mut(), families);
                 Ok(response.map_into_left_body())
             });
@@ -244,14 +246,14 @@ fn refusal(
         return rejection.error_response();
     };
     // Rendered first: what `render` does with the rejection cannot take them from the scope.
-    let headers = rejection.served_rate_limit_headers();
+    let headers = super::served_rate_limit_headers(rejection);
     let mut response = on_rejection.render(rejection);
     copy_headers(&headers, response.headers_mut());
     response
 }
 
 /// The rate-limit headers of `verdict`, when there is one, added to a response's.
-fn render(verdict: Verdict, to: &mut ActixHeaders, families: HeaderFamilies) {
+fn render(verdict: Described, to: &mut ActixHeaders, families: HeaderFamilies) {
     if verdict.last.is_some() || !verdict.first.is_empty() {
         let mut headers = http::HeaderMap::new();
         render_verdict(verdict, &mut headers, families);
@@ -316,7 +318,7 @@ impl ResponseError for RateLimited {
     /// [`RateLimitMiddleware`] was configured with, or every family outside one.
     fn error_response(&self) -> HttpResponse {
         let mut response = HttpResponse::build(self.status_code()).body(self.problem_json());
-        copy_headers(&self.served_headers(), response.headers_mut());
+        copy_headers(&super::served_headers(self), response.headers_mut());
         response
     }
 }

@@ -26,8 +26,9 @@ use tokio::task::futures::TaskLocalFuture;
 
 use super::{Config, OnRejection, SharedConfig, config_methods};
 use crate::headers::{HeaderFamilies, render_verdict};
-use crate::http::layered::{self, Handoff, Plan, Verdict, route_key};
-use crate::request::{CONTEXT, Origin, Scope};
+use crate::http::layered::{self, Handoff, Plan, route_key};
+use crate::pipeline::scope::{CONTEXT, Scope, described_finished};
+use crate::request::Origin;
 use crate::{RateLimited, RequestContext};
 
 /// A tower layer that gives `#[rate_limit]` handlers below it their request context (method,
@@ -199,7 +200,7 @@ fn refusal(rejection: RateLimited, on_rejection: Option<&OnRejection<Response>>)
         return rejection.into_response();
     };
     // Rendered first: what `render` does with the rejection cannot take them from the scope.
-    let headers = rejection.served_rate_limit_headers();
+    let headers = super::served_rate_limit_headers(&rejection);
     let mut response = on_rejection.render(&rejection);
     response.headers_mut().extend(headers);
     response
@@ -244,7 +245,7 @@ where
         let result = std::task::ready!(inner.as_mut().poll(cx));
         Poll::Ready(result.map(|mut response| {
             // A rejection's response took the verdict with it (`rejection_rendering`).
-            let verdict = Verdict::of_finished(inner);
+            let verdict = described_finished(inner);
             render_verdict(verdict, response.headers_mut(), families);
             response
         }))
@@ -263,7 +264,12 @@ impl IntoResponse for RateLimited {
     /// [`RateLimitLayer`] (or actix middleware) was configured with, or every family when the
     /// rejection is turned into a response outside one.
     fn into_response(self) -> Response {
-        (self.status(), self.served_headers(), self.problem_json()).into_response()
+        (
+            self.status(),
+            super::served_headers(&self),
+            self.problem_json(),
+        )
+            .into_response()
     }
 }
 

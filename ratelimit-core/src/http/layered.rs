@@ -20,64 +20,19 @@
 //! decided first (on a route it had not learned yet) is handed down too, so that the response
 //! describes every limit that decided the request, whichever layer decided it.
 
-use std::cell::{Cell, RefCell};
-use std::collections::HashSet;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, OnceLock, PoisonError, RwLock};
+use std::sync::{Arc, OnceLock};
 
 use http::StatusCode;
 
-pub(crate) use super::layer_limit::Brought;
-use super::layer_limit::{IN_USE, LayerLimit};
 use super::{Config, SharedConfig};
 use crate::RateLimited;
-use crate::RateLimiter;
-use crate::headers::HeaderFamilies;
-use crate::pipeline::{Holding, Taken};
+use crate::pipeline::layer_scope::{LayerScope, Learners, kept};
+use crate::pipeline::scope::{CONTEXT, Scope, described, described_finished};
+use crate::pipeline::{LayerLimit, Taken};
 use crate::registry::{self, LimitDeclaration};
-use crate::request::{CONTEXT, Recorded, Scope};
-
-/// The most routes a layer remembers as checked by their handlers. Routes are the service's
-/// own patterns, not what clients send, so this bound is never reached by a real router; past
-/// it, a route is simply decided by the layer first.
-const MAX_LEARNED: usize = 4096;
-
-/// The routes (method and matched pattern) whose handlers were seen checking limits of their
-/// own: there the layer leaves its limits to the handler's check.
-#[derive(Debug, Default)]
-pub(crate) struct Learned(RwLock<HashSet<Box<str>>>);
-
-impl Learned {
-    pub(crate) fn knows(&self, route: &str) -> bool {
-        self.0
-            .read()
-            .unwrap_or_else(PoisonError::into_inner)
-            .contains(route)
-    }
-
-    /// Forgets `route`: its handler did not check (an extractor refused the request first,
-    /// or another router's handler of the same pattern has no limits), so the layer decides
-    /// first again until a check is seen.
-    fn forget(&self, route: &str) {
-        if self.knows(route) {
-            self.0
-                .write()
-                .unwrap_or_else(PoisonError::into_inner)
-                .remove(route);
-        }
-    }
-
-    fn learn(&self, route: &str) {
-        if self.knows(route) {
-            return;
-        }
-        let mut routes = self.0.write().unwrap_or_else(PoisonError::into_inner);
-        if routes.len() < MAX_LEARNED {
-            routes.insert(route.into());
-        }
-    }
-}
+use crate::verdict::{Described, Recorded};
 
 /// A route as a layer learns it: `GET /orders/{id}`. `None` for a method that is not one of
 /// HTTP's own: a client may send any token as a method, and on a route that takes every
@@ -109,10 +64,6 @@ pub(crate) struct Handoff {
 
 /// The verdicts of the limits layers decided first for a request, outermost first.
 type Decided = Arc<OnceLock<Vec<Recorded>>>;
-
-/// The layers that learn a route once a check below them is seen, each with the route as it
-/// saw it (an outer router sees a nested route by the nest's own pattern).
-type Learners = Arc<[(Arc<Learned>, Box<str>)]>;
 
 /// Whether two layers tell the client the same way: the same trusted proxies and header,
 /// and the same IPv6 grouping.
@@ -211,36 +162,23 @@ impl Plan {
 
     /// What the request's scope holds of this plan, for the handler's check.
     pub(crate) fn scope(&self) -> LayerScope {
-        LayerScope {
-            limits: Arc::clone(&self.limits),
-            learners: Arc::clone(&self.learners),
-            pending: Cell::new(self.deferred),
-            held: Holding::default(),
-            decided: Cell::new(false),
-            // What a limit takes is kept when it may have to be given back: by a layer that
-            // decides first (if the handler then refuses), and for a limit that counts only
-            // some responses.
-            // Nothing is allocated when nothing is kept (a learned route with no counting
-            // limit, the common case).
-            taken: (!self.deferred || self.limits.iter().any(|l| l.count.is_some())).then(|| {
-                self.limits
-                    .iter()
-                    .map(|l| (!self.deferred || l.count.is_some()).then(Taken::default))
-                    .collect()
-            }),
-            first: RefCell::new(self.above.clone()),
-        }
+        LayerScope::new(
+            Arc::clone(&self.limits),
+            Arc::clone(&self.learners),
+            self.deferred,
+            self.above.clone(),
+        )
     }
 
     /// Whether the limits are still to decide once the response is back: deferred, not taken
     /// over by a layer below, and not decided by the handler's check. Then the route is
     /// forgotten: its next request is decided by the layer first.
-    pub(crate) fn still_pending(&self, scope: Option<&crate::request::Scope>) -> bool {
+    pub(crate) fn still_pending(&self, scope: Option<&Scope>) -> bool {
         let pending = self.deferred
             && !self.taken.load(Ordering::Acquire)
             && scope
                 .and_then(|s| s.layer.as_ref())
-                .is_some_and(|l| l.pending.get());
+                .is_some_and(LayerScope::is_pending);
         if pending {
             for (learned, route) in self.learners.iter() {
                 learned.forget(route);
@@ -250,130 +188,18 @@ impl Plan {
     }
 }
 
-/// A layer's limits as the request's scope holds them.
-#[derive(Debug)]
-pub(crate) struct LayerScope {
-    limits: Arc<[LayerLimit]>,
-    learners: Learners,
-    /// The limits wait for the handler's check.
-    pending: Cell<bool>,
-    /// The concurrency slots taken for the request by a check that had nowhere else to keep
-    /// them: given back once the response is made.
-    held: Holding,
-    /// The layer decided them before calling the handler.
-    decided: Cell<bool>,
-    /// What each of the layer's limits took, where it is kept (see [`Plan::scope`]): given
-    /// back if a check of the handler refuses a request the layer decided first (all or
-    /// nothing, on a route not learned yet), or once the response is made if the limit does
-    /// not count it.
-    taken: Kept,
-    /// The verdicts of the limits decided first, by the layers above and this one, before
-    /// the handler's check: the response describes them with the handler's.
-    first: RefCell<Vec<Recorded>>,
-}
-
-impl LayerScope {
-    /// Marks the limits decided by the layer itself, before the handler, with their
-    /// `verdict`, which the response describes before the handler's; returns everything
-    /// decided first so far, for the layer below.
-    fn decided(&self, verdict: Option<Recorded>) -> Vec<Recorded> {
-        self.decided.set(true);
-        let mut first = self.first.borrow_mut();
-        first.extend(verdict);
-        first.clone()
-    }
-
-    /// For a handler's check on `limiter`: whether limits wait for it; and, when the layer
-    /// decided them already, the route learned, so that its next requests leave them to the
-    /// check. A check on another limiter than the global one (the limiter that decides layer
-    /// limits) sees none and learns nothing.
-    fn pending_for(&self, limiter: Option<&RateLimiter>) -> bool {
-        let same = match (limiter, registry::global()) {
-            (Some(a), Some(b)) => std::ptr::eq(a, b),
-            (None, None) => true,
-            _ => false,
-        };
-        if same && self.decided.get() {
-            for (learned, route) in self.learners.iter() {
-                learned.learn(route);
-            }
-        }
-        same && self.pending.get()
-    }
-}
-
-/// The current request's layer scope, to `f`, when this program made layer limits and the
-/// request has some.
-fn with_layer<R>(f: impl FnOnce(&LayerScope) -> Option<R>) -> Option<R> {
-    // Relaxed: a layer limit is made before the requests it serves are (the router is
-    // built, then serves), and those requests reach the check through the runtime, which
-    // orders them after it.
-    if !IN_USE.load(Ordering::Relaxed) {
-        return None;
-    }
-    crate::request::CONTEXT
-        .try_with(|scope| scope.layer.as_ref().and_then(f))
-        .ok()
-        .flatten()
-}
-
-/// Whether a handler's check on `limiter` has its layers' limits to decide with its own (then
-/// it goes the several-limit way, [`take_pending`]).
-pub(crate) fn has_pending(limiter: Option<&RateLimiter>) -> bool {
-    with_layer(|layer| layer.pending_for(limiter).then_some(())).is_some()
-}
-
-/// The layer limits a handler's check on `limiter` decides with its own: those its layer left
-/// pending, taken. `None` outside a layer with limits, and on every later check of the
-/// request.
-pub(crate) fn take_pending(limiter: Option<&RateLimiter>) -> Option<Pending> {
-    with_layer(|layer| {
-        (layer.pending_for(limiter) && layer.pending.replace(false)).then(|| Pending {
-            limits: Arc::clone(&layer.limits),
-            taken: layer.taken.clone(),
-        })
-    })
-}
-
-/// The layers' limits a handler's check decides with its own, and where each keeps what it
-/// takes (for those that count only some responses).
-#[derive(Debug)]
-pub(crate) struct Pending {
-    pub(crate) limits: Arc<[LayerLimit]>,
-    pub(crate) taken: Kept,
-}
-
-/// What each of a scope's layer limits took, in the limits' order, where it is kept; `None`
-/// when none is (shared, not copied, by the checks that keep into it).
-pub(crate) type Kept = Option<Arc<[Option<Taken>]>>;
-
-/// The kept parts of `kept`, one per limit (none: nothing kept).
-pub(crate) fn kept(kept: &Kept) -> &[Option<Taken>] {
-    kept.as_deref().unwrap_or_default()
-}
-
-/// Keeps `slot` in the current request's layer scope, until the response is made; dropped
-/// (given back) outside one.
-pub(crate) fn hold(slot: crate::Slot) {
-    let _ = crate::request::CONTEXT.try_with(move |scope| {
-        if let Some(layer) = &scope.layer {
-            layer.held.keep(slot);
-        }
-    });
-}
-
 /// Decides `limits` alone, in the current scope (their resolvers read its request, their
 /// verdict is recorded in it), on the global limiter: all or nothing, one round trip. What
 /// they take is kept in the scope when `keep` says so.
 pub(crate) async fn decide(limits: &[LayerLimit], keep: Keep) -> Result<(), Box<RateLimited>> {
     let taken = match keep {
         Keep::Taken => CONTEXT
-            .try_with(|scope| scope.layer.as_ref().and_then(|l| l.taken.clone()))
+            .try_with(|scope| scope.layer.as_ref().and_then(LayerScope::taken))
             .ok()
             .flatten(),
         Keep::Nothing => None,
     };
-    let brought = Brought::new(limits);
+    let brought = crate::pipeline::scope::brought(limits);
     let checks: Vec<_> = brought.checks(kept(&taken)).collect();
     crate::pipeline::decide_all(&checks, registry::global()).await
 }
@@ -384,41 +210,6 @@ pub(crate) async fn decide(limits: &[LayerLimit], keep: Keep) -> Result<(), Box<
 pub(crate) enum Keep {
     Taken,
     Nothing,
-}
-
-/// A check refused the request: when the layer decided its limits first (a route not
-/// learned yet), what they took is given back, through the store, so that the request takes
-/// nothing, as on a learned route where one script decides them all. Spawned: the refusal is
-/// not delayed by it (a give-back that fails leaves the tokens taken, as the request would
-/// have counted).
-pub(crate) fn give_back_on_refusal() {
-    let parts: Vec<_> = with_layer(|layer| {
-        layer.decided.get().then(|| {
-            kept(&layer.taken)
-                .iter()
-                .flatten()
-                .flat_map(Taken::take)
-                .collect()
-        })
-    })
-    .unwrap_or_default();
-    let (Some(limiter), false) = (registry::global(), parts.is_empty()) else {
-        return;
-    };
-    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-        return;
-    };
-    runtime.spawn(async move {
-        for part in parts {
-            let given = limiter
-                .refund_bucket(&part.bucket, &part.limit, part.cost, part.source)
-                .await;
-            if let Err(e) = given {
-                tracing::debug!(target: "redis_ratelimit", error = %e,
-                    "a layer's tokens for a refused request could not be given back");
-            }
-        }
-    });
 }
 
 /// What a refusal replaces: the request, refused before the service below saw it; or the
@@ -441,7 +232,7 @@ pub(crate) async fn serve<R, F, T, E>(
     inner: impl FnOnce(R) -> F,
     refused: impl FnOnce(Box<RateLimited>, Refusing<R, T>) -> T,
     status: impl Fn(&T) -> StatusCode,
-) -> (Result<T, E>, Verdict)
+) -> (Result<T, E>, Described)
 where
     F: Future<Output = Result<T, E>>,
 {
@@ -465,12 +256,12 @@ where
         let mut fut = std::pin::pin!(fut);
         let out = (&mut fut).await;
         let scope = fut.as_mut().take_value();
-        let verdict = scope.as_ref().map(Verdict::of).unwrap_or_default();
+        let verdict = scope.as_ref().map(described).unwrap_or_default();
         let uncounted = uncounted(scope.as_ref(), out.as_ref().ok().map(&status));
         give_back(uncounted).await;
         // A layer below took over: its response describes the request already.
         if plan.taken.load(Ordering::Acquire) {
-            return (out, Verdict::default());
+            return (out, Described::default());
         }
         return (out, verdict);
     }
@@ -479,12 +270,12 @@ where
     let mut fut = std::pin::pin!(fut);
     let out = (&mut fut).await;
     let Some(scope) = fut.as_mut().take_value() else {
-        return (out, Verdict::default());
+        return (out, Described::default());
     };
     let response = match out {
         Ok(response) if plan.still_pending(Some(&scope)) => response,
         out => {
-            let verdict = Verdict::of(&scope);
+            let verdict = described(&scope);
             let uncounted = uncounted(Some(&scope), out.as_ref().ok().map(&status));
             give_back(uncounted).await;
             return (out, verdict);
@@ -507,7 +298,7 @@ where
     });
     let mut after = std::pin::pin!(after);
     let response = (&mut after).await;
-    let verdict = Verdict::of_finished(after.as_mut());
+    let verdict = described_finished(after.as_mut());
     (Ok(response), verdict)
 }
 
@@ -523,9 +314,9 @@ fn uncounted(
         return Vec::new();
     };
     layer
-        .limits
+        .limits()
         .iter()
-        .zip(kept(&layer.taken))
+        .zip(kept(&layer.taken()))
         .filter_map(|(limit, taken)| {
             let taken = taken.as_ref()?;
             (!limit.counts(&status)).then(|| (limit.decl, taken.clone()))
@@ -538,54 +329,6 @@ async fn give_back(uncounted: Vec<(&'static LimitDeclaration, Taken)>) {
     for (decl, taken) in uncounted {
         crate::pipeline::refund(decl, &taken, registry::global()).await;
     }
-}
-
-/// What a request's response describes: the limits layers decided first (outermost first),
-/// then the last limited call's verdict. Empty once a rejection's response took them with it
-/// ([`rejection_rendering`]).
-#[derive(Debug, Default)]
-pub(crate) struct Verdict {
-    pub(crate) first: Vec<Recorded>,
-    pub(crate) last: Option<Recorded>,
-}
-
-impl Verdict {
-    /// What the scope of a request's future holds to describe, once the future is done.
-    pub(crate) fn of_finished<F: Future>(
-        fut: std::pin::Pin<&mut tokio::task::futures::TaskLocalFuture<Scope, F>>,
-    ) -> Verdict {
-        fut.take_value()
-            .as_ref()
-            .map(Verdict::of)
-            .unwrap_or_default()
-    }
-
-    /// What `scope` holds to describe.
-    fn of(scope: &Scope) -> Verdict {
-        let first = scope
-            .layer
-            .as_ref()
-            .map(|l| l.first.take())
-            .unwrap_or_default();
-        Verdict {
-            first,
-            last: scope.take_verdict(),
-        }
-    }
-}
-
-/// What a rejection's response describes, rendered in the current request's scope: the
-/// header families of the integration serving it (every family outside one) and the limits
-/// its layers decided first, taken with the verdict so that the integration does not render
-/// them again over the rejection's headers.
-pub(crate) fn rejection_rendering() -> (HeaderFamilies, Vec<Recorded>) {
-    let families = crate::request::rendering_rejection();
-    let first = CONTEXT
-        .try_with(|s| s.layer.as_ref().map(|l| l.first.take()))
-        .ok()
-        .flatten()
-        .unwrap_or_default();
-    (families, first)
 }
 
 #[cfg(test)]
@@ -604,34 +347,6 @@ mod tests {
         })
     }
 
-    /// `count` means something only on a bucket: on a window or a concurrency limit it is
-    /// refused (said, and every request counts), never kept to fail at each refund.
-    #[test]
-    fn count_is_kept_only_where_tokens_can_be_given_back() {
-        let with = |limit: crate::Limit| {
-            let decl: &'static LimitDeclaration = Box::leak(Box::new(LimitDeclaration::new(
-                "layered::counted",
-                limit,
-                1,
-                "Ip",
-                file!(),
-                line!(),
-            )));
-            LayerLimit::declared(decl, Ip)
-                .count(http::StatusCode::is_server_error)
-                .count
-                .is_some()
-        };
-        assert!(with(crate::Limit::per_minute(5)));
-        assert!(with(
-            crate::Limit::per_minute(5).algorithm(crate::Algorithm::LeakyBucket)
-        ));
-        assert!(!with(
-            crate::Limit::per_minute(5).algorithm(crate::Algorithm::FixedWindow)
-        ));
-        assert!(!with(crate::Limit::concurrent(2)));
-    }
-
     /// A client chooses its method; only HTTP's own are routes to remember.
     #[test]
     fn only_http_methods_are_learned() {
@@ -639,19 +354,6 @@ mod tests {
         assert_eq!(route_key("PATCH", "/a").as_deref(), Some("PATCH /a"));
         assert_eq!(route_key("XGET", "/a"), None);
         assert_eq!(route_key("get", "/a"), None);
-    }
-
-    /// However many routes a handler is seen checking on, the table stays bounded.
-    #[test]
-    fn the_learned_routes_are_bounded() {
-        let learned = Learned::default();
-        for i in 0..MAX_LEARNED + 100 {
-            learned.learn(&format!("GET /r{i}"));
-        }
-        assert_eq!(learned.0.read().unwrap().len(), MAX_LEARNED);
-        assert!(learned.knows("GET /r0"));
-        learned.forget("GET /r0");
-        assert!(!learned.knows("GET /r0"));
     }
 
     /// A layer takes over the limits handed down by one that tells the client as it does, and

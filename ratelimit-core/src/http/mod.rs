@@ -9,23 +9,22 @@
 pub(crate) mod actix;
 #[cfg(feature = "axum")]
 pub(crate) mod axum;
-mod layer_limit;
 pub(crate) mod layered;
 
 #[cfg(feature = "actix-web")]
 pub use self::actix::RateLimitActixService;
 #[cfg(feature = "axum")]
 pub use self::axum::{RateLimitService, ResponseFuture};
-pub use self::layer_limit::LayerLimit;
+pub use crate::pipeline::LayerLimit;
 /// The status [`LayerLimit::count`] reads, from the `http` crate (version 1) that axum and
 /// [`RequestContext`](crate::RequestContext) use: actix-web's own is of an older version.
 pub use ::http::StatusCode;
 
 use std::sync::Arc;
 
-use self::layered::Learned;
 use crate::TrustedProxies;
 use crate::headers::HeaderFamilies;
+use crate::pipeline::layer_scope::Learned;
 
 /// What both integrations are configured with.
 #[derive(Debug, Clone)]
@@ -88,7 +87,7 @@ impl Config {
         &self,
         mut ctx: crate::RequestContext,
         origin: crate::request::Origin,
-    ) -> crate::request::Scope {
+    ) -> crate::pipeline::scope::Scope {
         if let Some(peer) = ctx.peer() {
             let client = self.proxies.client_ip(peer.ip(), ctx.headers());
             ctx = ctx.with_client_ip(Some(client));
@@ -96,7 +95,7 @@ impl Config {
         if let Some(bits) = self.ipv6_prefix {
             ctx = ctx.with_ipv6_prefix(bits);
         }
-        crate::request::Scope::served_by(ctx, origin, self.families)
+        crate::pipeline::scope::Scope::served_by(ctx, origin, self.families)
     }
 }
 
@@ -142,6 +141,31 @@ impl<R> std::fmt::Debug for OnRejection<R> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("OnRejection(..)")
     }
+}
+
+/// The headers of `rejection` as the response to the request being served: its
+/// [rate-limit headers](served_rate_limit_headers), and the problem body's content type.
+pub(crate) fn served_headers(rejection: &crate::RateLimited) -> http::HeaderMap {
+    let mut headers = served_rate_limit_headers(rejection);
+    crate::headers::problem_type(&mut headers);
+    headers
+}
+
+/// The rate-limit headers of `rejection` as the response to the request being served,
+/// whatever its body: the families its integration sends, and the limits its layers decided
+/// before the refusing check listed before the rejection's own. Taken from the request's
+/// scope: the integration renders none over them.
+pub(crate) fn served_rate_limit_headers(rejection: &crate::RateLimited) -> http::HeaderMap {
+    let (families, first) = crate::pipeline::scope::rejection_rendering();
+    let mut headers = http::HeaderMap::new();
+    crate::headers::set_headers_after(
+        &mut headers,
+        &first,
+        rejection.shown_parts(),
+        rejection.decision(),
+        families,
+    );
+    headers
 }
 
 #[cfg(all(test, any(feature = "axum", feature = "actix-web")))]

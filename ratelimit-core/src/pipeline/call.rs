@@ -6,10 +6,11 @@
 use std::borrow::Cow;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::scope::with_current;
 use crate::async_key::ErasedAsync;
 use crate::decision::{Label, Source};
 use crate::registry::{Effective, LimitDeclaration, Warning};
-use crate::request::{resolving, with_current};
+use crate::request::resolving;
 use crate::{Decision, KeyResolver, Limit, RateLimiter, RequestContext, Tier};
 
 /// What one call brings to its limit's check, beside the declaration: a cost computed from

@@ -6,9 +6,14 @@
 //! forwarders) and the HTTP layers' own limits.
 
 mod call;
+#[cfg(any(feature = "axum", feature = "actix-web"))]
+mod layer_limit;
+#[cfg(any(feature = "axum", feature = "actix-web"))]
+pub(crate) mod layer_scope;
 mod local;
 mod one;
 mod remote;
+pub(crate) mod scope;
 mod several;
 #[cfg(test)]
 pub(crate) mod test_support;
@@ -20,6 +25,8 @@ mod without_store;
 use std::sync::LazyLock;
 
 pub use call::{Call, Cost, Fixed, Holding, KeyArg, Taken};
+#[cfg(any(feature = "axum", feature = "actix-web"))]
+pub use layer_limit::LayerLimit;
 pub(crate) use local::Local;
 pub use one::{check, check_key};
 pub use several::check_all;
@@ -27,8 +34,8 @@ pub use several::check_all;
 pub(crate) use several::decide_all;
 
 use crate::registry::{LimitDeclaration, Warning};
-use crate::request::missing_piece;
 use crate::{KeyResolver, RateLimiter};
+use scope::missing_piece;
 
 /// The limiter that decides `decl`'s calls, and whether it is enabled; before
 /// `enable_redis_rate_limit!` (or with its `limiter = ..` not initialised), one that decides

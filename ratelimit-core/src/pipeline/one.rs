@@ -8,12 +8,13 @@ use std::pin::Pin;
 
 use super::Local;
 use super::call::{Before, Call, KeyArg, Taken, before_key, settle};
+use super::scope::{record_current, with_current};
 use super::{check_all, limiter_or_unenabled, report_missing_piece};
 use crate::check::Check;
 use crate::decision::{Label, Source};
 use crate::naming::with_bucket_key;
 use crate::registry::{Effective, LimitDeclaration, Warning};
-use crate::request::{record_current, resolving, with_current};
+use crate::request::resolving;
 use crate::{Decision, KeyResolver, RateLimited, RateLimiter};
 
 /// The check every `#[rate_limit]` function starts with: resolves the key from the current
@@ -49,7 +50,7 @@ pub fn check_key<'a>(
     // A concurrency limit takes a slot and keeps it while the call runs, and the layers'
     // limits left pending for this check are decided with it: both the several-limit way.
     #[cfg(any(feature = "axum", feature = "actix-web"))]
-    let several = decl.is_concurrent() || crate::http::layered::has_pending(limiter);
+    let several = decl.is_concurrent() || super::scope::has_pending(limiter);
     #[cfg(not(any(feature = "axum", feature = "actix-web")))]
     let several = decl.is_concurrent();
     if several {
@@ -321,7 +322,7 @@ fn conclude(
         Ok(())
     } else {
         #[cfg(any(feature = "axum", feature = "actix-web"))]
-        crate::http::layered::give_back_on_refusal();
+        super::scope::give_back_on_refusal();
         record(label.clone(), decision.clone());
         let key = bucket.map(Cow::into_owned).unwrap_or_default();
         Err(Box::new(

@@ -3,11 +3,12 @@
 //! decided together, all or nothing, and concluded as one verdict.
 
 use super::call::{Before, Call, KeyArg, before_key, settle};
+use super::scope::{record_current, with_current};
 use super::{limiter_or_unenabled, report_missing_piece};
 use crate::check::Check;
 use crate::decision::{Label, Source};
 use crate::registry::{LimitDeclaration, Warning};
-use crate::request::{record_current, resolving, with_current};
+use crate::request::resolving;
 use crate::{Decision, RateLimited, RateLimiter};
 
 /// The check of a function with stacked `#[rate_limit]` attributes: every limit decided
@@ -19,11 +20,11 @@ pub async fn check_all(
     limiter: Option<&RateLimiter>,
 ) -> Result<(), Box<RateLimited>> {
     #[cfg(any(feature = "axum", feature = "actix-web"))]
-    if let Some(pending) = crate::http::layered::take_pending(limiter) {
+    if let Some(pending) = super::scope::take_pending(limiter) {
         // The layers' limits, left pending for this check: decided with these, together.
-        let brought = crate::http::layered::Brought::new(&pending.limits);
+        let brought = super::scope::brought(&pending.limits);
         let mut checks: Vec<_> = brought
-            .checks(crate::http::layered::kept(&pending.taken))
+            .checks(super::layer_scope::kept(&pending.taken))
             .collect();
         checks.extend_from_slice(limits);
         return decide_all(&checks, limiter).await;
@@ -190,7 +191,7 @@ pub(crate) async fn decide_all(
         Ok(())
     } else {
         #[cfg(any(feature = "axum", feature = "actix-web"))]
-        crate::http::layered::give_back_on_refusal();
+        super::scope::give_back_on_refusal();
         let (decl, key) = keys.swap_remove(decision.tightest());
         let status = decl.empty_key_status();
         Err(Box::new(
@@ -208,7 +209,7 @@ fn hold(slot: crate::Slot, limits: &[(&'static LimitDeclaration, &KeyArg<'_>, Ca
     match limits.iter().find_map(|(.., call)| call.holding) {
         Some(holding) => holding.keep(slot),
         #[cfg(any(feature = "axum", feature = "actix-web"))]
-        None => crate::http::layered::hold(slot),
+        None => super::scope::hold(slot),
         #[cfg(not(any(feature = "axum", feature = "actix-web")))]
         None => drop(slot),
     }

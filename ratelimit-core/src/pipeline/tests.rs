@@ -1,12 +1,12 @@
 //! The decision path of generated code: spans, recording, resolvers, missing pieces.
 #![allow(clippy::unwrap_used)]
 
+use super::scope::{CONTEXT, Scope, scope, with_current};
 use super::test_support::{Capture, declaration};
 use super::*;
 use crate::Limit;
 use crate::headers::HeaderFamilies;
-use crate::request::with_current;
-use crate::request::{CONTEXT, Origin, Scope, scope};
+use crate::request::Origin;
 use crate::{Header, Ip, RequestContext, Uri};
 use std::borrow::Cow;
 
@@ -120,7 +120,7 @@ fn a_decision_is_recorded_in_a_scope_and_nowhere_else() {
                 .is_ok()
         );
         assert!(with_current(|_, scope| scope.is_none()));
-        let (refused, recorded) = crate::request::scope_returning(RequestContext::new(), async {
+        let (refused, recorded) = super::scope::scope_returning(RequestContext::new(), async {
             check(decl, &crate::Global, Call::NONE, Some(&limiter)).await
         })
         .await;

@@ -1,7 +1,7 @@
 //! A limit an HTTP layer decides for every request it serves ([`LayerLimit`]), and what one
 //! request brings to it ([`Brought`]): its key, its tier and whether it is exempt, read from
 //! the request as a handler's limit reads its call's arguments. How the layer decides them is
-//! `layered.rs`'s.
+//! `http/layered.rs`'s; what a request's scope holds of them, `layer_scope.rs`'s.
 
 use std::fmt;
 use std::sync::Arc;
@@ -9,9 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use http::StatusCode;
 
-use crate::pipeline::{Call, KeyArg, Taken};
+use super::{Call, KeyArg, Taken};
 use crate::registry::{self, LimitDeclaration};
-use crate::request::with_current;
 use crate::{Error, KeyResolver, Limit, RequestContext, Tier};
 
 /// A limit an HTTP layer decides for every request it serves: declared by `layer_limit!` in
@@ -27,7 +26,7 @@ use crate::{Error, KeyResolver, Limit, RequestContext, Tier};
 /// them.
 #[derive(Clone)]
 pub struct LayerLimit {
-    pub(super) decl: &'static LimitDeclaration,
+    pub(crate) decl: &'static LimitDeclaration,
     key: Arc<dyn KeyResolver>,
     exempt: Option<Reads<RequestContext, bool>>,
     tier: Option<Reads<RequestContext, Option<Tier>>>,
@@ -186,8 +185,13 @@ impl LayerLimit {
         self
     }
 
+    /// Whether the limit reads the request itself (for a tier, or an exemption), beside its key.
+    pub(crate) fn reads_request(&self) -> bool {
+        self.tier.is_some() || self.exempt.is_some()
+    }
+
     /// Whether a request whose response has `status` counts under this limit.
-    pub(super) fn counts(&self, status: &StatusCode) -> bool {
+    pub(crate) fn counts(&self, status: &StatusCode) -> bool {
         self.count.as_ref().is_none_or(|count| count(status))
     }
 }
@@ -206,7 +210,7 @@ impl fmt::Debug for LayerLimit {
 
 /// Whether this program made any layer limit: until it does, a check does not look for
 /// pending ones (the task-local look costs every call a few nanoseconds).
-pub(super) static IN_USE: AtomicBool = AtomicBool::new(false);
+pub(crate) static IN_USE: AtomicBool = AtomicBool::new(false);
 
 /// What one request brings to its layers' limits, read from it once: each limit's key, its
 /// tier and whether the request is exempt. A layer's limit reads the request as a handler's
@@ -219,16 +223,13 @@ pub(crate) struct Brought<'a> {
 }
 
 impl<'a> Brought<'a> {
-    /// What the current request brings to `limits`: the request is read (and a tier and an
-    /// exemption kept per limit) only when one of them reads it.
-    pub(crate) fn new(limits: &'a [LayerLimit]) -> Brought<'a> {
-        let reads = limits
-            .iter()
-            .any(|l| l.tier.is_some() || l.exempt.is_some());
-        let (tiers, exempt) = if !reads {
-            (Vec::new(), Vec::new())
-        } else {
-            with_current(|ctx, _| {
+    /// What a request brings to `limits`, read from `ctx`: given only when one of them reads
+    /// the request ([`LayerLimit::reads_request`]), so that a tier and an exemption are kept
+    /// per limit only then.
+    pub(crate) fn new(limits: &'a [LayerLimit], ctx: Option<&RequestContext>) -> Brought<'a> {
+        let (tiers, exempt) = match ctx {
+            None => (Vec::new(), Vec::new()),
+            Some(ctx) => {
                 let tiers = limits
                     .iter()
                     .map(|l| l.tier.as_ref().and_then(|tier| tier(ctx)))
@@ -238,7 +239,7 @@ impl<'a> Brought<'a> {
                     .map(|l| l.exempt.as_ref().is_some_and(|exempt| exempt(ctx)))
                     .collect();
                 (tiers, exempt)
-            })
+            }
         };
         Brought {
             limits,
@@ -273,5 +274,39 @@ impl fmt::Debug for Brought<'_> {
             .field("tiers", &self.tiers)
             .field("exempt", &self.exempt)
             .finish_non_exhaustive()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Ip;
+
+    /// `count` means something only on a bucket: on a window or a concurrency limit it is
+    /// refused (said, and every request counts), never kept to fail at each refund.
+    #[test]
+    fn count_is_kept_only_where_tokens_can_be_given_back() {
+        let with = |limit: crate::Limit| {
+            let decl: &'static LimitDeclaration = Box::leak(Box::new(LimitDeclaration::new(
+                "layered::counted",
+                limit,
+                1,
+                "Ip",
+                file!(),
+                line!(),
+            )));
+            LayerLimit::declared(decl, Ip)
+                .count(http::StatusCode::is_server_error)
+                .count
+                .is_some()
+        };
+        assert!(with(crate::Limit::per_minute(5)));
+        assert!(with(
+            crate::Limit::per_minute(5).algorithm(crate::Algorithm::LeakyBucket)
+        ));
+        assert!(!with(
+            crate::Limit::per_minute(5).algorithm(crate::Algorithm::FixedWindow)
+        ));
+        assert!(!with(crate::Limit::concurrent(2)));
     }
 }
