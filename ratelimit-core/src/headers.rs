@@ -699,14 +699,14 @@ mod tests {
             "\"rate-limit\";r=0;t=34, \"rate-limit#2\";r=297;t=864, \"rate-limit#3\";r=0;t=1"
         );
         assert_eq!(h["retry-after"], "20");
-        let (combined, names) = Decision::combined_named(
+        let verdict = crate::verdict::Recorded::several(
             ["a", "b", "c"]
                 .map(Label::of)
                 .into_iter()
                 .zip(parts)
                 .collect(),
         );
-        let named = RateLimited::of_named(combined, names, "k".into());
+        let named = RateLimited::refused(verdict, "k".into(), None);
         assert_eq!(named.name(), Some("a"), "the tightest names the rejection");
         assert!(named.problem_json().contains("[\"a\",\"c\"]"));
     }

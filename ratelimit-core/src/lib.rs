@@ -78,7 +78,7 @@ pub mod tools;
 mod verdict;
 
 pub use client_ip::{ClientIpHeader, TrustedProxies};
-pub use decision::{Decision, RateLimited, Source};
+pub use decision::{Decision, Source};
 pub use errors::Error;
 #[cfg(feature = "actix-web")]
 pub use http::actix::RateLimitMiddleware;
@@ -91,6 +91,7 @@ pub use registry::{LimitDeclaration, declared_limits, validate_declared_limits};
 pub use request::RequestContext;
 pub use resolvers::{Global, Header, Ip, IpUri, KeyResolver, Route, Uri, User};
 pub use startup::reload_overrides;
+pub use verdict::RateLimited;
 
 pub mod context {
     //! Running code under a request's context without the HTTP integrations (tests, other

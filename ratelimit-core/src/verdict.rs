@@ -1,11 +1,75 @@
-//! What a call's limits decided, as a response describes it: the verdict a scope records
-//! ([`Recorded`]) and what a request's response describes ([`Described`]).
+//! What a call's limits decided, each told under its label: the pipeline's one output, the
+//! verdict ([`Recorded`], as a request's scope records it for the response), and the rejection
+//! a refused call returns ([`RateLimited`]), which carries it with the key; and what a
+//! request's response describes ([`Described`]). How limits are told (one, with its tier; or
+//! several, each by its label in its part's place) is [`Told`]'s alone.
 
-use crate::Decision;
-use crate::decision::{Label, Names, named_parts, shown_parts};
+use std::borrow::Cow;
+use std::fmt;
+use std::time::Duration;
+
+use crate::decision::{Decision, Label, Names, Source};
 use crate::limit::TierName;
 
-/// The verdict of the last limited call made in a scope: what the response headers describe.
+/// How a verdict's limits are told: a call under one limit by the tier it was given (its name
+/// is the verdict's), or a call under several by each limit's label, in its part's place.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Told {
+    One(Option<TierName>),
+    Several(Names),
+}
+
+impl Told {
+    /// The tier of the call (of several limits, the tightest's).
+    fn tier<'a>(&'a self, decision: &Decision) -> Option<&'a str> {
+        match self {
+            Told::One(tier) => tier.as_ref(),
+            Told::Several(names) => names.tightest(decision).tier.as_ref(),
+        }
+        .map(TierName::as_str)
+    }
+
+    /// Each part of `decision` with its limit's label; `None` for a call under one limit,
+    /// which the verdict names.
+    fn labels<'a>(
+        &'a self,
+        decision: &'a Decision,
+    ) -> impl Iterator<Item = (Option<&'a Label>, &'a Decision)> {
+        let labels = match self {
+            Told::One(_) => None,
+            Told::Several(names) => Some(names.labels()),
+        };
+        decision
+            .parts()
+            .iter()
+            .enumerate()
+            .map(move |(i, d)| (labels.and_then(|l| l.get(i)), d))
+    }
+
+    /// Each part of `decision` under the name it is described to clients with
+    /// ([`Label::shown`]): its label's, else `one` with the call's tier, else `rate-limit`.
+    fn shown<'a>(
+        &'a self,
+        decision: &'a Decision,
+        one: Option<&'a str>,
+    ) -> impl Iterator<Item = (Cow<'a, str>, &'a Decision)> {
+        let tier = match self {
+            Told::One(tier) => tier.as_ref().map(TierName::as_str),
+            Told::Several(_) => None,
+        };
+        self.labels(decision).map(move |(label, d)| {
+            let shown = match label {
+                Some(label) => Label::shown(label.name, label.tier.as_ref().map(TierName::as_str)),
+                None => Label::shown(one.unwrap_or("rate-limit"), tier),
+            };
+            (shown, d)
+        })
+    }
+}
+
+/// The verdict of a limited call: each of its limits' labels with its decision, and which one
+/// was tightest (its name here). What the pipeline returns for every call, what a request's
+/// scope records for the response headers (the last call's), and what a rejection carries.
 #[derive(Debug, Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct Recorded {
@@ -13,29 +77,44 @@ pub struct Recorded {
     pub name: &'static str,
     /// What it decided.
     pub decision: Decision,
-    /// Every limit's name, when there are several.
-    names: Option<Names>,
-    /// The tier the call was given (of several limits, the tightest's).
-    tier: Option<TierName>,
+    /// How each of its limits is told.
+    told: Told,
 }
 
 impl Recorded {
-    /// The verdict of a call decided under the limit `label` (of several, the tightest's, each
-    /// named in `names`).
-    pub(crate) fn new(label: Label, decision: Decision, names: Option<Names>) -> Recorded {
+    /// The verdict of a call decided under the one limit `label`.
+    pub(crate) fn one(label: Label, decision: Decision) -> Recorded {
         Recorded {
             name: label.name,
             decision,
-            names,
-            tier: label.tier,
+            told: Told::One(label.tier),
         }
+    }
+
+    /// The verdict of a call decided under several limits, each given with its label: their
+    /// decisions combined, the labels kept in the place of their own parts.
+    pub(crate) fn several(named: Vec<(Label, Decision)>) -> Recorded {
+        let (decision, names) = Decision::combined_named(named);
+        Recorded {
+            name: names.tightest(&decision).name,
+            decision,
+            told: Told::Several(names),
+        }
+    }
+
+    /// Each limit's label with its own decision, in order (of a call under one limit, none).
+    pub(crate) fn labelled(&self) -> impl Iterator<Item = (&Label, &Decision)> {
+        self.told
+            .labels(&self.decision)
+            .filter_map(|(label, d)| Some((label?, d)))
     }
 
     /// Each limit of the call, by name, with its own decision: one, unless the call was
     /// decided under several limits.
     pub fn parts(&self) -> impl Iterator<Item = (&'static str, &Decision)> {
         let one = self.name;
-        named_parts(&self.decision, self.names.as_ref())
+        self.told
+            .labels(&self.decision)
             .map(move |(label, d)| (label.map_or(one, |l| l.name), d))
     }
 
@@ -44,34 +123,237 @@ impl Recorded {
     /// one built at run time ([`Tier::try_new`](crate::Tier::try_new)), borrowed from the
     /// verdict.
     pub fn tier(&self) -> Option<&str> {
-        match &self.names {
-            Some(names) => names.tightest(&self.decision).tier.as_ref(),
-            None => self.tier.as_ref(),
-        }
-        .map(TierName::as_str)
+        self.told.tier(&self.decision)
     }
 
     /// Each limit of the call under the name it is described to clients with
     /// (`name[tier]` for a call given a tier).
     #[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
-    pub(crate) fn shown_parts(
-        &self,
-    ) -> impl Iterator<Item = (std::borrow::Cow<'_, str>, &Decision)> {
-        shown_parts(
-            &self.decision,
-            self.names.as_ref(),
-            Some(self.name),
-            self.tier.as_ref(),
-            "rate-limit",
-        )
+    pub(crate) fn shown_parts(&self) -> impl Iterator<Item = (Cow<'_, str>, &Decision)> {
+        self.told.shown(&self.decision, Some(self.name))
     }
 }
 
-/// What a request's response describes: the limits layers decided first (outermost first),
-/// then the last limited call's verdict. Empty once a rejection's response took them with it.
+/// A call that was refused by its rate limit. Handlers return it (through their error type's
+/// `From<RateLimited>`) instead of running; with the `axum` feature it becomes a 429 response.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimited {
+    decision: Decision,
+    key: String,
+    /// The limit's name (of several, the tightest's), unless the rejection was built unnamed.
+    name: Option<Cow<'static, str>>,
+    /// How each of its limits is told.
+    told: Told,
+    /// The HTTP status of a refusal for want of a key, when its limit chose one
+    /// (`#[rate_limit(empty_key_status = ..)]`).
+    empty_key_status: Option<u16>,
+}
+
+impl RateLimited {
+    /// A rejection of the call on `key` with `decision`.
+    pub fn new(decision: Decision, key: impl Into<String>) -> RateLimited {
+        RateLimited {
+            decision,
+            key: key.into(),
+            name: None,
+            told: Told::One(None),
+            empty_key_status: None,
+        }
+    }
+
+    /// The rejection of the call `verdict` refused, on `key`: answered with `empty_key_status`
+    /// when it is for want of a key and its limit chose one.
+    pub(crate) fn refused(
+        verdict: Recorded,
+        key: String,
+        empty_key_status: Option<u16>,
+    ) -> RateLimited {
+        RateLimited {
+            decision: verdict.decision,
+            key,
+            name: Some(Cow::Borrowed(verdict.name)),
+            told: verdict.told,
+            empty_key_status,
+        }
+    }
+
+    /// The [tier](crate::Tier) the refused call was given (of several limits, the tightest's):
+    /// the policy the response headers name, `name[tier]`. A constant's name or one built at
+    /// run time ([`Tier::try_new`](crate::Tier::try_new)), borrowed from the rejection.
+    pub fn tier(&self) -> Option<&str> {
+        self.told.tier(&self.decision)
+    }
+
+    /// Each limit of the call under the name it is described to clients with: its name, with
+    /// its tier (`name[tier]`), or `rate-limit` without a name.
+    pub(crate) fn shown_parts(&self) -> impl Iterator<Item = (Cow<'_, str>, &Decision)> {
+        self.told.shown(&self.decision, self.name.as_deref())
+    }
+
+    /// The status a refusal for want of a key is answered with, when its limit chose one.
+    pub(crate) fn empty_key_status(&self) -> Option<u16> {
+        self.empty_key_status
+    }
+
+    /// The same rejection, naming the limit that refused it.
+    #[must_use]
+    pub fn with_name(mut self, name: impl Into<Cow<'static, str>>) -> RateLimited {
+        self.name = Some(name.into());
+        self
+    }
+
+    /// Each limit of the call with its own decision, by name where the call had names (the
+    /// macro's); one, unless the call was decided under several limits.
+    pub fn parts(&self) -> impl Iterator<Item = (Option<&str>, &Decision)> {
+        let one = self.name.as_deref();
+        self.told
+            .labels(&self.decision)
+            .map(move |(label, d)| (label.map(|l| l.name).or(one), d))
+    }
+
+    /// The decision that refused the call.
+    pub fn decision(&self) -> &Decision {
+        &self.decision
+    }
+
+    /// The key whose bucket was empty.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// The limit's name, when the call was checked under one (always, through the macro).
+    pub fn name(&self) -> Option<&str> {
+        self.name.as_deref()
+    }
+
+    /// How long until the same call would be admitted.
+    pub fn retry_after(&self) -> Duration {
+        self.decision.retry_after
+    }
+}
+
+impl fmt::Display for RateLimited {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = &self.decision;
+        // Who refused says what happened: only a bucket that ran out "rate limits".
+        match d.source {
+            Source::NoKey => {
+                write!(f, "no rate-limit key for this call")?;
+                if let Some(name) = &self.name {
+                    write!(f, " under `{name}`")?;
+                }
+                return write!(f, " (empty-key policy: deny)");
+            }
+            Source::CostExceedsBurst => {
+                write!(f, "the call costs {} tokens", d.cost)?;
+                if d.cost == u32::MAX {
+                    write!(f, " or more")?;
+                }
+                write!(
+                    f,
+                    ", more than the burst of {} holds: no wait could admit it",
+                    d.limit.burst_capacity()
+                )?;
+                if let Some(name) = &self.name {
+                    write!(f, " under `{name}`")?;
+                }
+                return Ok(());
+            }
+            Source::FailClosed => {
+                write!(
+                    f,
+                    "rate-limit store unavailable; failure policy `deny` refused the call"
+                )?;
+                if let Some(name) = &self.name {
+                    write!(f, " under `{name}`")?;
+                }
+            }
+            _ => {
+                write!(f, "rate limited")?;
+                if let Some(name) = &self.name {
+                    write!(f, " by `{name}`")?;
+                }
+                write!(f, " ({})", d.limit)?;
+                if d.source == Source::Fallback {
+                    write!(
+                        f,
+                        ", by this instance's share while the store is unavailable"
+                    )?;
+                }
+            }
+        }
+        if d.retry_after.is_zero() {
+            Ok(())
+        } else {
+            write!(f, ": retry after {:?}", d.retry_after)
+        }
+    }
+}
+
+impl std::error::Error for RateLimited {}
+
 #[cfg(any(feature = "axum", feature = "actix-web"))]
 #[derive(Debug, Default)]
 pub(crate) struct Described {
     pub(crate) first: Vec<Recorded>,
     pub(crate) last: Option<Recorded>,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::RateLimited;
+    use crate::Limit;
+    use crate::{Decision, Source};
+
+    fn refused(source: Source, retry_after: Duration) -> RateLimited {
+        let limit = Limit::per_minute(3);
+        let d = Decision::new(false, 0, limit, 1, retry_after, Duration::ZERO);
+        RateLimited::new(d.with_source(source), "k").with_name("api::orders")
+    }
+
+    #[test]
+    fn each_refusal_says_what_happened() {
+        let second = Duration::from_secs(1);
+        assert_eq!(
+            refused(Source::Store, 20 * second).to_string(),
+            "rate limited by `api::orders` (3 per minute (burst 3)): retry after 20s"
+        );
+        assert_eq!(
+            refused(Source::NoKey, Duration::ZERO).to_string(),
+            "no rate-limit key for this call under `api::orders` (empty-key policy: deny)"
+        );
+        assert_eq!(
+            refused(Source::FailClosed, Duration::ZERO).to_string(),
+            "rate-limit store unavailable; failure policy `deny` refused the call under \
+             `api::orders`"
+        );
+        assert_eq!(
+            refused(Source::FailClosed, second / 5).to_string(),
+            "rate-limit store unavailable; failure policy `deny` refused the call under \
+             `api::orders`: retry after 200ms"
+        );
+        assert_eq!(
+            refused(Source::Fallback, 20 * second).to_string(),
+            "rate limited by `api::orders` (3 per minute (burst 3)), by this instance's share while the \
+             store is unavailable: retry after 20s"
+        );
+        let unnamed = RateLimited::new(
+            Decision::new(
+                false,
+                0,
+                Limit::per_minute(3),
+                1,
+                Duration::ZERO,
+                Duration::ZERO,
+            )
+            .with_source(Source::NoKey),
+            "",
+        );
+        assert_eq!(
+            unnamed.to_string(),
+            "no rate-limit key for this call (empty-key policy: deny)"
+        );
+    }
 }

@@ -15,6 +15,7 @@ use crate::decision::{Label, Source};
 use crate::naming::with_bucket_key;
 use crate::registry::{Effective, LimitDeclaration, Warning};
 use crate::request::resolving;
+use crate::verdict::Recorded;
 use crate::{Decision, KeyResolver, RateLimited, RateLimiter};
 
 /// The check every `#[rate_limit]` function starts with: resolves the key from the current
@@ -122,27 +123,23 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
     match before_key(decl, &call, &mut effective) {
         Before::Check => {}
         Before::Free => {
-            record_current(label, Decision::free(effective.limit), None);
+            record_current(Recorded::one(label, Decision::free(effective.limit)));
             return Step::Done(Ok(()));
         }
         Before::Decided(decision) if decision.source == Source::Disabled => {
             // Said, so that what reads the decision (the response, a log line) shows no limit
             // applied rather than a quota that does not hold.
-            record_current(label, decision, None);
+            record_current(Recorded::one(label, decision));
             return Step::Done(Ok(()));
         }
         Before::Decided(decision) => {
-            return Step::Done(conclude(decl, label, decision, None, None, |label, d| {
-                record_current(label, d, None);
-            }));
+            return Step::Done(conclude(decl, label, decision, None, None, record_current));
         }
     }
     let (limiter, enabled) = limiter_or_unenabled(decl, limiter);
     if call.key_failed {
         let decision = limiter.decide_unresolved(&effective.limit, effective.cost);
-        return Step::Done(conclude(decl, label, decision, None, None, |label, d| {
-            record_current(label, d, None);
-        }));
+        return Step::Done(conclude(decl, label, decision, None, None, record_current));
     }
     let (looked, in_scope) = with_current(|ctx, scope| {
         let in_scope = scope.is_some();
@@ -184,9 +181,9 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             decision,
             Some(bucket),
             call.taken,
-            |label, decision| {
+            |verdict| {
                 if let Some(scope) = scope {
-                    scope.record(label, decision, None);
+                    scope.record(verdict);
                 }
             },
         );
@@ -211,17 +208,17 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
                 &effective.limit,
                 effective.cost,
             );
-            Step::Done(conclude(decl, label, decision, None, None, |label, d| {
-                record_if(in_scope, label, d);
+            Step::Done(conclude(decl, label, decision, None, None, |verdict| {
+                record_if(in_scope, verdict);
             }))
         }
     }
 }
 
-/// Records `decision` for the response headers when the call runs in a scope.
-fn record_if(in_scope: bool, label: Label, decision: Decision) {
+/// Records `verdict` for the response headers when the call runs in a scope.
+fn record_if(in_scope: bool, verdict: Recorded) {
     if in_scope {
-        record_current(label, decision, None);
+        record_current(verdict);
     }
 }
 
@@ -250,7 +247,7 @@ async fn ask(
         decision,
         Some(Bucket::Named(bucket)),
         taken.as_ref(),
-        |label, d| record_if(in_scope, label, d),
+        |verdict| record_if(in_scope, verdict),
     )
 }
 
@@ -290,16 +287,16 @@ impl Bucket<'_> {
     }
 }
 
-/// What every decided one-limit call ends with: the decision described (span, metrics),
-/// handed with its label to `record` for the response headers, and the rejection when it
-/// refused. The label moves through (cloned only for a rejection).
+/// What every decided one-limit call ends with: the decision described (span, metrics), its
+/// verdict handed to `record` for the response headers, and the rejection when it refused.
+/// The verdict moves through (cloned only for a rejection).
 fn conclude(
     decl: &'static LimitDeclaration,
     label: Label,
     decision: Decision,
     bucket: Option<Bucket<'_>>,
     taken: Option<&Taken>,
-    record: impl FnOnce(Label, Decision),
+    record: impl FnOnce(Recorded),
 ) -> Checked {
     // The key is shown only at TRACE, a rejection carries it, and a refund gives back to it:
     // named only then.
@@ -317,19 +314,19 @@ fn conclude(
         taken.keep(|| bucket.clone().into_owned(), &decision);
     }
     decision.observe(label.observed(), bucket.as_deref());
-    if decision.allowed {
-        record(label, decision);
+    let verdict = Recorded::one(label, decision);
+    if verdict.decision.allowed {
+        record(verdict);
         Ok(())
     } else {
         #[cfg(any(feature = "axum", feature = "actix-web"))]
         super::scope::give_back_on_refusal();
-        record(label.clone(), decision.clone());
+        record(verdict.clone());
         let key = bucket.map(Cow::into_owned).unwrap_or_default();
-        Err(Box::new(
-            RateLimited::new(decision, key)
-                .with_name(label.name)
-                .with_tier(label.tier)
-                .with_empty_key_status(decl.empty_key_status()),
-        ))
+        Err(Box::new(RateLimited::refused(
+            verdict,
+            key,
+            decl.empty_key_status(),
+        )))
     }
 }

@@ -16,13 +16,12 @@ use super::layer_limit::{Brought, IN_USE, LayerLimit};
 use super::layer_scope::{LayerScope, Pending};
 #[cfg(any(feature = "axum", feature = "actix-web"))]
 use crate::RateLimiter;
-use crate::decision::{Label, Names};
 use crate::headers::HeaderFamilies;
 use crate::request::{MissingPiece, Origin};
 #[cfg(any(feature = "axum", feature = "actix-web"))]
 use crate::verdict::Described;
 use crate::verdict::Recorded;
-use crate::{Decision, KeyResolver, RequestContext};
+use crate::{KeyResolver, RequestContext};
 
 tokio::task_local! {
     pub(crate) static CONTEXT: Scope;
@@ -74,9 +73,8 @@ impl Scope {
     }
 
     /// Records the verdict of a call made in this scope (the last call's stands).
-    pub(crate) fn record(&self, label: Label, decision: Decision, names: Option<Names>) {
-        self.verdict
-            .set(Some(Recorded::new(label, decision, names)));
+    pub(crate) fn record(&self, verdict: Recorded) {
+        self.verdict.set(Some(verdict));
     }
 
     /// The verdict recorded, taken out.
@@ -121,11 +119,11 @@ pub(crate) fn with_current<R>(mut f: impl FnMut(&RequestContext, Option<&Scope>)
     f(&RequestContext::default(), None)
 }
 
-/// Records `decision` in the current scope's verdict for the response headers; outside a
+/// Records `verdict` in the current scope for the response headers; outside a
 /// scope no one reads it, so nothing is recorded (callers that know they are outside one,
 /// from [`with_current`], need not call this at all).
-pub(crate) fn record_current(label: Label, decision: Decision, names: Option<Names>) {
-    let _ = CONTEXT.try_with(|scope| scope.record(label, decision, names));
+pub(crate) fn record_current(verdict: Recorded) {
+    let _ = CONTEXT.try_with(|scope| scope.record(verdict));
 }
 
 /// What a rejection's response describes, rendered in the current request's scope: the
@@ -261,6 +259,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use crate::Decision;
+    use crate::decision::Label;
 
     /// A rejection rendered for an HTTP integration takes the verdict with it, so that the
     /// integration renders the call's headers once; in a caller's own scope the verdict stays
@@ -283,14 +283,14 @@ mod tests {
         let families = HeaderFamilies::ALL.without_spring();
         let served = Scope::served_by(RequestContext::new(), Origin::Axum, families);
         let (rendered, left) = runtime.block_on(CONTEXT.scope(served, async {
-            record_current(Label::of("t::served"), decision(), None);
+            record_current(Recorded::one(Label::of("t::served"), decision()));
             let (rendered, _) = rejection_rendering();
             (rendered, CONTEXT.with(Scope::take_verdict))
         }));
         assert_eq!((rendered, left), (families, None));
 
         let (rendered, left) = runtime.block_on(scope_returning(RequestContext::new(), async {
-            record_current(Label::of("t::own"), decision(), None);
+            record_current(Recorded::one(Label::of("t::own"), decision()));
             rejection_rendering().0
         }));
         assert_eq!(rendered, HeaderFamilies::ALL);

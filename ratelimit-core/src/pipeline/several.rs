@@ -9,6 +9,7 @@ use crate::check::Check;
 use crate::decision::{Label, Source};
 use crate::registry::{LimitDeclaration, Warning};
 use crate::request::resolving;
+use crate::verdict::Recorded;
 use crate::{Decision, RateLimited, RateLimiter};
 
 /// The check of a function with stacked `#[rate_limit]` attributes: every limit decided
@@ -162,10 +163,11 @@ pub(crate) async fn decide_all(
     if named.is_empty() {
         return Ok(());
     }
-    let (decision, names) = Decision::combined_named(named);
+    let verdict = Recorded::several(named);
+    let decision = &verdict.decision;
     // Each limit as the call left it (a limit that admitted a refused call is vetoed); one
     // the call cost nothing under decided nothing, and is not counted.
-    for ((label, part), (decl, bucket)) in names.pair(&decision).zip(&keys) {
+    for ((label, part), (decl, bucket)) in verdict.labelled().zip(&keys) {
         if part.source != Source::Free {
             part.observe(label.observed(), bucket.as_deref());
         }
@@ -180,24 +182,22 @@ pub(crate) async fn decide_all(
             taken.keep(|| bucket.clone(), part);
         }
     }
+    let (allowed, tightest) = (decision.allowed, decision.tightest());
     if in_scope {
-        record_current(
-            names.tightest(&decision).clone(),
-            decision.clone(),
-            Some(names.clone()),
-        );
+        record_current(verdict.clone());
     }
-    if decision.allowed {
+    if allowed {
         Ok(())
     } else {
         #[cfg(any(feature = "axum", feature = "actix-web"))]
         super::scope::give_back_on_refusal();
-        let (decl, key) = keys.swap_remove(decision.tightest());
+        let (decl, key) = keys.swap_remove(tightest);
         let status = decl.empty_key_status();
-        Err(Box::new(
-            RateLimited::of_named(decision, names, key.unwrap_or_default())
-                .with_empty_key_status(status),
-        ))
+        Err(Box::new(RateLimited::refused(
+            verdict,
+            key.unwrap_or_default(),
+            status,
+        )))
     }
 }
 
