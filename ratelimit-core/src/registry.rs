@@ -30,9 +30,16 @@ pub struct LimitDeclaration {
     /// swapped whole by [`reload_overrides`](crate::reload_overrides); read by every call
     /// without a lock.
     effective: ArcSwapOption<Effective>,
-    /// Whether `effective` was ever set: until then every call reads the declared limit
-    /// without touching the `ArcSwap` (whose load costs more than the rest of the lookup).
-    overridden: AtomicBool,
+    /// What a call must know before its limit, in one byte, so that the common call (a
+    /// valid declaration of its own, never overridden) reads it with one load ([`in_force`]):
+    /// [`VALID`] once a call found the declaration neither dangling nor duplicated
+    /// ([`validate`]; a declaration found wrong never sets it, and each of its calls is
+    /// refused); [`OVERRIDDEN`] once `effective` was set (until then no call touches the
+    /// `ArcSwap`, whose load costs more than the rest of the lookup); [`SHARES`] for a
+    /// shared use, from its construction.
+    ///
+    /// [`in_force`]: LimitDeclaration::in_force
+    state: AtomicU8,
     /// The bucket key of the first key this declaration's enabled limiter resolved, so that
     /// a key that repeats (always, for `Global`) is not named again on every call.
     bucket: OnceLock<CachedBucket>,
@@ -52,10 +59,6 @@ pub struct LimitDeclaration {
     shares: bool,
     /// The declaration this one shares, found by name on first use.
     target: OnceLock<Option<&'static LimitDeclaration>>,
-    /// Set by the first call that found this declaration neither dangling nor duplicated
-    /// ([`validate`]): from then on a call reads this flag alone. A declaration found wrong
-    /// never sets it, and each of its calls is refused.
-    valid: AtomicBool,
     /// Built at run time ([`runtime`]), not registered by a macro: `file` and `line` are
     /// those of the call that built it.
     built_at_run_time: bool,
@@ -114,7 +117,7 @@ impl LimitDeclaration {
             file,
             line,
             effective: ArcSwapOption::const_empty(),
-            overridden: AtomicBool::new(false),
+            state: AtomicU8::new(0),
             bucket: OnceLock::new(),
             varies: AtomicBool::new(false),
             warned: AtomicU8::new(0),
@@ -123,7 +126,6 @@ impl LimitDeclaration {
             tiers: &[],
             shares: false,
             target: OnceLock::new(),
-            valid: AtomicBool::new(false),
             built_at_run_time: false,
         }
     }
@@ -165,6 +167,7 @@ impl LimitDeclaration {
         // under this.
         let mut decl = LimitDeclaration::new(name, Limit::per_second(1), cost, key, file, line);
         decl.shares = true;
+        decl.state = AtomicU8::new(SHARES);
         decl
     }
 
@@ -263,7 +266,7 @@ impl LimitDeclaration {
             enabled: true,
         };
         // Acquire pairs with `set_effective`'s Release: seen set, the override is seen too.
-        if !self.overridden.load(Ordering::Acquire) {
+        if self.state.load(Ordering::Acquire) & OVERRIDDEN == 0 {
             return declared;
         }
         match &*self.effective.load() {
@@ -297,14 +300,40 @@ impl LimitDeclaration {
     ///
     /// `None` for a valid declaration, which costs its calls one relaxed load once the first
     /// call found it valid.
-    #[inline]
     pub(crate) fn refusal(&self) -> Option<Decision> {
         // Relaxed: the flag caches a judgement that never changes; a call that does not see it
         // set judges again, and comes to the same.
-        if self.valid.load(Ordering::Relaxed) {
+        if self.state.load(Ordering::Relaxed) & VALID != 0 {
             return None;
         }
         self.judged()
+    }
+
+    /// What a call of this declaration is decided under: the limit in force
+    /// ([`effective`](LimitDeclaration::effective)), or the refusal of a dangling or duplicated
+    /// declaration ([`refusal`](LimitDeclaration::refusal)). The common call (a valid
+    /// declaration of its own, never overridden) reads one byte for both.
+    #[inline]
+    pub(crate) fn in_force(&self) -> Result<Effective, Decision> {
+        // Acquire, as `effective`'s: a declaration seen overridden has its override seen.
+        if self.state.load(Ordering::Acquire) == VALID {
+            return Ok(Effective {
+                limit: self.limit,
+                cost: self.cost,
+                enabled: true,
+            });
+        }
+        self.in_force_judged()
+    }
+
+    /// [`in_force`](LimitDeclaration::in_force) of a declaration not yet judged valid, a
+    /// shared use, or one overridden.
+    #[cold]
+    fn in_force_judged(&self) -> Result<Effective, Decision> {
+        match self.refusal() {
+            Some(refused) => Err(refused),
+            None => Ok(self.effective()),
+        }
     }
 
     /// [`refusal`](LimitDeclaration::refusal) before this declaration is known to be valid:
@@ -313,7 +342,7 @@ impl LimitDeclaration {
     fn judged(&self) -> Option<Decision> {
         let validation = validate::program();
         let Some(problem) = validation.problem(self) else {
-            self.valid.store(true, Ordering::Relaxed);
+            self.state.fetch_or(VALID, Ordering::Relaxed);
             return None;
         };
         self.warn_once(
@@ -349,7 +378,7 @@ impl LimitDeclaration {
 
     pub(crate) fn set_effective(&self, effective: Effective) {
         self.effective.store(Some(Arc::new(effective)));
-        self.overridden.store(true, Ordering::Release);
+        self.state.fetch_or(OVERRIDDEN, Ordering::Release);
     }
 
     /// The key of `key`'s bucket under this limit on `limiter` when the declaration
@@ -396,6 +425,13 @@ impl LimitDeclaration {
         self.warned.load(Ordering::Relaxed) & (1u8 << (kind as u8)) != 0
     }
 }
+
+/// A declaration's `state`: found valid by a call.
+const VALID: u8 = 1;
+/// A declaration's `state`: overridden once.
+const OVERRIDDEN: u8 = 2;
+/// A declaration's `state`: a shared use.
+const SHARES: u8 = 4;
 
 /// The set-up mistakes a declaration logs, each once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -565,7 +601,7 @@ mod tests {
 
     use std::sync::atomic::Ordering;
 
-    use super::{Effective, LimitDeclaration, Warning};
+    use super::{Effective, LimitDeclaration, VALID, Warning};
     use crate::{Limit, RateLimiter, Source};
 
     fn declaration() -> &'static LimitDeclaration {
@@ -601,9 +637,9 @@ mod tests {
     #[test]
     fn a_dangling_use_is_refused_and_a_valid_declaration_judged_once() {
         let valid = declaration();
-        assert!(!valid.valid.load(Ordering::Relaxed));
+        assert_eq!(valid.state.load(Ordering::Relaxed) & VALID, 0);
         assert_eq!(valid.refusal(), None);
-        assert!(valid.valid.load(Ordering::Relaxed), "judged once");
+        assert_eq!(valid.state.load(Ordering::Relaxed), VALID, "judged once");
         assert_eq!(valid.refusal(), None);
         assert!(!valid.warned(Warning::Invalid));
 
@@ -622,7 +658,7 @@ mod tests {
             );
         }
         assert!(dangling.warned(Warning::Invalid));
-        assert!(!dangling.valid.load(Ordering::Relaxed));
+        assert_eq!(dangling.state.load(Ordering::Relaxed) & VALID, 0);
     }
 
     /// The remembered bucket key serves only the key and the prefix it was named from.

@@ -117,10 +117,10 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
     call: Call<'_>,
     limiter: Option<&'a RateLimiter>,
 ) -> Step<'a> {
-    let mut effective = decl.effective();
+    let (effective, before) = before_key(decl, &call);
     let name = decl.name();
     let label = call.label(name);
-    match before_key(decl, &call, &mut effective) {
+    match before {
         Before::Check => {}
         Before::Free => {
             record_current(Recorded::one(label, Decision::free(effective.limit)));
