@@ -35,7 +35,7 @@ impl RateLimiter {
                 return Poll::Ready(Err(e));
             }
             let prefix = &*self.inner.prefix;
-            let then = match self.decide_locally(limit, cost, |store| {
+            let reserved = match self.decide_locally(limit, cost, |store| {
                 with_bucket_key(prefix, name, key, |bucket| {
                     store.check_bytes(bucket, limit, cost)
                 })
@@ -44,17 +44,17 @@ impl RateLimiter {
                     observe_locally(&decision, prefix, name, key);
                     return Poll::Ready(Ok(decision));
                 }
-                Local::Reserved(decision) => Rest::Wait(bucket_key(prefix, name, key), decision),
-                Local::Elsewhere => Rest::Remote,
+                Local::Later(reserved) => reserved,
             };
-            rest.insert(self.decide_by_name(name, key, limit, cost, then))
+            rest.insert(self.decide_by_name(name, key, limit, cost, reserved))
                 .as_mut()
                 .poll(cx)
         })
     }
 
     /// The rest of [`check_n`](Self::check_n) and [`check_named`](Self::check_named) when
-    /// their first poll did not decide: the wait of a call that reserved, or the remote store.
+    /// their first poll did not decide: the wait of a call that `reserved` its tokens, or the
+    /// remote store.
     /// Boxed, and owning what it needs (a clone of the limiter, the key): inline, these paths
     /// made the memory path's future and its poll's stack frame (8 kB) several times larger
     /// (docs/benchmarks.md 4.6); a copy of the key is nothing beside a round trip or a wait.
@@ -64,24 +64,18 @@ impl RateLimiter {
         key: &str,
         limit: &Limit,
         cost: u32,
-        then: Rest,
+        reserved: Option<Decision>,
     ) -> BoxedAnswer<'static, Decision> {
         let limiter = self.clone();
         let name = name.map(str::to_owned);
         let key = key.to_owned();
         let limit = *limit;
         Box::pin(async move {
-            let (bucket, decision) = match then {
-                Rest::Wait(bucket, reserved) => {
-                    let check = Check::new(&bucket, &limit, cost);
-                    let decision = limiter.wait_one(check, reserved).await?;
-                    (bucket, decision)
-                }
-                Rest::Remote => {
-                    let bucket = bucket_key(&limiter.inner.prefix, name.as_deref(), &key);
-                    let decision = limiter.decide(Check::new(&bucket, &limit, cost)).await?;
-                    (bucket, decision)
-                }
+            let bucket = bucket_key(&limiter.inner.prefix, name.as_deref(), &key);
+            let check = Check::new(&bucket, &limit, cost);
+            let decision = match reserved {
+                Some(reserved) => limiter.wait_one(check, reserved).await?,
+                None => limiter.decide(check).await?,
             };
             decision.observe(observed_name(name.as_deref()), Some(&bucket));
             Ok(decision)
@@ -107,34 +101,26 @@ impl RateLimiter {
         check: impl FnOnce(&MemoryStore) -> Outcome<()>,
     ) -> Local {
         let Engine::Local(store) = &self.inner.engine else {
-            return Local::Elsewhere;
+            return Local::Later(None);
         };
         let mut decision = Decision::from_outcome(&check(store), *limit, cost);
         if must_wait(std::slice::from_mut(&mut decision)) {
-            Local::Reserved(decision)
+            Local::Later(Some(decision))
         } else {
             Local::Decided(decision)
         }
     }
 }
 
-/// What the local stage came to ([`RateLimiter::decide_locally`]).
+/// What the local stage came to ([`RateLimiter::decide_locally`]): the pipeline's one "not
+/// decided yet".
 pub(crate) enum Local {
     /// Decided and finished: the call goes, or is refused, now.
     Decided(Decision),
-    /// Admitted with tokens reserved: the call waits for them
-    /// ([`RateLimiter::wait_one`]).
-    Reserved(Decision),
-    /// Not a memory store: the remote stage decides ([`RateLimiter::decide`]).
-    Elsewhere,
-}
-
-/// Why a call on [`RateLimiter::check_n`]'s path was not decided in its first poll.
-pub(super) enum Rest {
-    /// Reserved: the call waits its turn on this bucket.
-    Wait(String, Decision),
-    /// Not a memory store: to be asked through [`RateLimiter::decide`].
-    Remote,
+    /// Left to a later poll: the wait of a call admitted with its tokens reserved in memory
+    /// (that decision, [`RateLimiter::wait_one`]), or, with none, the remote stage (not a
+    /// memory store: [`RateLimiter::decide`]).
+    Later(Option<Decision>),
 }
 
 /// Observes a decision of the memory store made on the stack-built bucket key, which is

@@ -170,10 +170,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
         });
         let decision = match local {
             Local::Decided(decision) => decision,
-            Local::Reserved(decision) => {
-                return (Looked::Ask(bucket.key(), Some(decision)), in_scope);
-            }
-            Local::Elsewhere => return (Looked::Ask(bucket.key(), None), in_scope),
+            Local::Later(reserved) => return (Looked::Ask(bucket.key(), reserved), in_scope),
         };
         let done = conclude(
             decl,
