@@ -31,14 +31,12 @@ pub struct LimitDeclaration {
     /// without a lock.
     effective: ArcSwapOption<Effective>,
     /// What a call must know before its limit, in one byte, so that the common call (a
-    /// valid declaration of its own, never overridden) reads it with one load ([`in_force`]):
+    /// valid declaration of its own, never overridden) reads one byte, twice:
     /// [`VALID`] once a call found the declaration neither dangling nor duplicated
     /// ([`validate`]; a declaration found wrong never sets it, and each of its calls is
     /// refused); [`OVERRIDDEN`] once `effective` was set (until then no call touches the
     /// `ArcSwap`, whose load costs more than the rest of the lookup); [`SHARES`] for a
     /// shared use, from its construction.
-    ///
-    /// [`in_force`]: LimitDeclaration::in_force
     state: AtomicU8,
     /// The bucket key of the first key this declaration's enabled limiter resolved, so that
     /// a key that repeats (always, for `Global`) is not named again on every call.
@@ -256,22 +254,34 @@ impl LimitDeclaration {
     /// A `shared = ".."` use of a name that no function declares has no limit in force: this
     /// is then a placeholder (1 per second), which no call is decided under, since every call
     /// of such a use is refused (see [`validate_declared_limits`]).
+    #[inline]
     pub fn effective(&self) -> Effective {
+        // One load for the common declaration, its own and never overridden. Acquire pairs
+        // with `set_effective`'s Release: seen set, the override is seen too.
+        if self.state.load(Ordering::Acquire) & (OVERRIDDEN | SHARES) == 0 {
+            return Effective {
+                limit: self.limit,
+                cost: self.cost,
+                enabled: true,
+            };
+        }
+        self.effective_elsewhere()
+    }
+
+    /// [`effective`](LimitDeclaration::effective) of a shared use, or of a declaration
+    /// overridden once.
+    #[cold]
+    fn effective_elsewhere(&self) -> Effective {
         if self.shares {
             return self.shared_effective();
         }
-        let declared = Effective {
-            limit: self.limit,
-            cost: self.cost,
-            enabled: true,
-        };
-        // Acquire pairs with `set_effective`'s Release: seen set, the override is seen too.
-        if self.state.load(Ordering::Acquire) & OVERRIDDEN == 0 {
-            return declared;
-        }
         match &*self.effective.load() {
             Some(effective) => **effective,
-            None => declared,
+            None => Effective {
+                limit: self.limit,
+                cost: self.cost,
+                enabled: true,
+            },
         }
     }
 
@@ -300,6 +310,7 @@ impl LimitDeclaration {
     ///
     /// `None` for a valid declaration, which costs its calls one relaxed load once the first
     /// call found it valid.
+    #[inline]
     pub(crate) fn refusal(&self) -> Option<Decision> {
         // Relaxed: the flag caches a judgement that never changes; a call that does not see it
         // set judges again, and comes to the same.
@@ -307,33 +318,6 @@ impl LimitDeclaration {
             return None;
         }
         self.judged()
-    }
-
-    /// What a call of this declaration is decided under: the limit in force
-    /// ([`effective`](LimitDeclaration::effective)), or the refusal of a dangling or duplicated
-    /// declaration ([`refusal`](LimitDeclaration::refusal)). The common call (a valid
-    /// declaration of its own, never overridden) reads one byte for both.
-    #[inline]
-    pub(crate) fn in_force(&self) -> Result<Effective, Decision> {
-        // Acquire, as `effective`'s: a declaration seen overridden has its override seen.
-        if self.state.load(Ordering::Acquire) == VALID {
-            return Ok(Effective {
-                limit: self.limit,
-                cost: self.cost,
-                enabled: true,
-            });
-        }
-        self.in_force_judged()
-    }
-
-    /// [`in_force`](LimitDeclaration::in_force) of a declaration not yet judged valid, a
-    /// shared use, or one overridden.
-    #[cold]
-    fn in_force_judged(&self) -> Result<Effective, Decision> {
-        match self.refusal() {
-            Some(refused) => Err(refused),
-            None => Ok(self.effective()),
-        }
     }
 
     /// [`refusal`](LimitDeclaration::refusal) before this declaration is known to be valid:

@@ -83,6 +83,7 @@ pub struct Recorded {
 
 impl Recorded {
     /// The verdict of a call decided under the one limit `label`.
+    #[inline]
     pub(crate) fn one(label: Label, decision: Decision) -> Recorded {
         Recorded {
             name: label.name,

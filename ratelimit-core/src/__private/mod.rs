@@ -107,24 +107,28 @@ pub trait AsLimiter {
 }
 
 impl AsLimiter for RateLimiter {
+    #[inline]
     fn as_limiter(&self) -> Option<&RateLimiter> {
         Some(self)
     }
 }
 
 impl AsLimiter for std::sync::OnceLock<RateLimiter> {
+    #[inline]
     fn as_limiter(&self) -> Option<&RateLimiter> {
         self.get()
     }
 }
 
 impl<F: FnOnce() -> RateLimiter> AsLimiter for LazyLock<RateLimiter, F> {
+    #[inline]
     fn as_limiter(&self) -> Option<&RateLimiter> {
         Some(self)
     }
 }
 
 impl<T: AsLimiter + ?Sized> AsLimiter for &T {
+    #[inline]
     fn as_limiter(&self) -> Option<&RateLimiter> {
         (**self).as_limiter()
     }

@@ -260,23 +260,18 @@ pub(super) enum Before {
     Free,
 }
 
-/// What a call of `decl` is decided under, and what `call` brings to it, before the key: its
-/// limit in force, with the call's tier and cost applied; and whether that decides the call
-/// already. One rule for one limit and for several.
+/// Applies what `call` brings to its limit's `effective` state, before the key: one rule for
+/// one limit and for several.
 #[inline]
-pub(super) fn before_key(decl: &'static LimitDeclaration, call: &Call<'_>) -> (Effective, Before) {
+pub(super) fn before_key(
+    decl: &'static LimitDeclaration,
+    call: &Call<'_>,
+    effective: &mut Effective,
+) -> Before {
     // A dangling or duplicated declaration's call is refused, by the name it was given.
-    let mut effective = match decl.in_force() {
-        Ok(effective) => effective,
-        Err(refused) => return (decl.effective(), Before::Decided(refused)),
-    };
-    let before = apply(decl, call, &mut effective);
-    (effective, before)
-}
-
-/// [`before_key`] of a declaration found valid, on its limit in force.
-#[inline]
-fn apply(decl: &'static LimitDeclaration, call: &Call<'_>, effective: &mut Effective) -> Before {
+    if let Some(refused) = decl.refusal() {
+        return Before::Decided(refused);
+    }
     if !effective.enabled {
         return Before::Decided(Decision::disabled(effective.limit, effective.cost));
     }

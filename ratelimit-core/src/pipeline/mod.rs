@@ -40,26 +40,31 @@ use scope::missing_piece;
 /// The limiter that decides `decl`'s calls, and whether it is enabled; before
 /// `enable_redis_rate_limit!` (or with its `limiter = ..` not initialised), one that decides
 /// by the failure policy as if Redis were down, said once per limit.
+#[inline]
 pub(crate) fn limiter_or_unenabled<'a>(
     decl: &'static LimitDeclaration,
     limiter: Option<&'a RateLimiter>,
 ) -> (&'a RateLimiter, bool) {
     match limiter {
         Some(l) => (l, true),
-        None => {
-            decl.warn_once(
-                Warning::NotEnabled,
-                &format_args!(
-                    "redis-ratelimit is not enabled: `{}` ran before \
-                     `enable_redis_rate_limit!().await` (or its `limiter = ..` is not \
-                     initialised); deciding it by its failure policy ({}) as if Redis were down",
-                    decl.name(),
-                    decl.effective().limit.failure_policy().unwrap_or_default()
-                ),
-            );
-            (&*UNENABLED, false)
-        }
+        None => (unenabled(decl), false),
     }
+}
+
+/// [`limiter_or_unenabled`] before enable: the limiter of the failure policy, said once.
+#[cold]
+fn unenabled(decl: &'static LimitDeclaration) -> &'static RateLimiter {
+    decl.warn_once(
+        Warning::NotEnabled,
+        &format_args!(
+            "redis-ratelimit is not enabled: `{}` ran before \
+             `enable_redis_rate_limit!().await` (or its `limiter = ..` is not \
+             initialised); deciding it by its failure policy ({}) as if Redis were down",
+            decl.name(),
+            decl.effective().limit.failure_policy().unwrap_or_default()
+        ),
+    );
+    &UNENABLED
 }
 
 /// Gives back what a call took under `decl` (kept in `taken` by its check), when the call's

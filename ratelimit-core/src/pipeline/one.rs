@@ -117,10 +117,10 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
     call: Call<'_>,
     limiter: Option<&'a RateLimiter>,
 ) -> Step<'a> {
-    let (effective, before) = before_key(decl, &call);
+    let mut effective = decl.effective();
     let name = decl.name();
     let label = call.label(name);
-    match before {
+    match before_key(decl, &call, &mut effective) {
         Before::Check => {}
         Before::Free => {
             record_current(Recorded::one(label, Decision::free(effective.limit)));
@@ -133,13 +133,13 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             return Step::Done(Ok(()));
         }
         Before::Decided(decision) => {
-            return Step::Done(conclude(decl, label, decision, None, None, record_current));
+            return Step::Done(conclude(decl, label, decision, None, None, record_one));
         }
     }
     let (limiter, enabled) = limiter_or_unenabled(decl, limiter);
     if call.key_failed {
         let decision = limiter.decide_unresolved(&effective.limit, effective.cost);
-        return Step::Done(conclude(decl, label, decision, None, None, record_current));
+        return Step::Done(conclude(decl, label, decision, None, None, record_one));
     }
     let (looked, in_scope) = with_current(|ctx, scope| {
         let in_scope = scope.is_some();
@@ -178,9 +178,9 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             decision,
             Some(bucket),
             call.taken,
-            |verdict| {
+            |label, decision| {
                 if let Some(scope) = scope {
-                    scope.record(verdict);
+                    scope.record(Recorded::one(label, decision));
                 }
             },
         );
@@ -205,20 +205,25 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
                 &effective.limit,
                 effective.cost,
             );
-            Step::Done(conclude(decl, label, decision, None, None, |verdict| {
-                record_if(in_scope, verdict);
+            Step::Done(conclude(decl, label, decision, None, None, |label, d| {
+                record_if(in_scope, label, d);
             }))
         }
     }
 }
 
-/// Records `verdict` for the response headers when the call runs in a scope.
-fn record_if(in_scope: bool, verdict: Recorded) {
+/// Records the verdict of a call decided under `label` for the response headers, when the
+/// call runs in a scope.
+fn record_if(in_scope: bool, label: Label, decision: Decision) {
     if in_scope {
-        record_current(verdict);
+        record_one(label, decision);
     }
 }
 
+/// Records the verdict of a call decided under `label` in the current scope, if any.
+fn record_one(label: Label, decision: Decision) {
+    record_current(Recorded::one(label, decision));
+}
 /// A call's decision from a store that does not answer at once, or by the failure policy
 /// before enable; or the wait of a call that `reserved` its tokens in memory.
 #[allow(clippy::too_many_arguments)]
@@ -244,7 +249,7 @@ async fn ask(
         decision,
         Some(Bucket::Named(bucket)),
         taken.as_ref(),
-        |verdict| record_if(in_scope, verdict),
+        |label, d| record_if(in_scope, label, d),
     )
 }
 
@@ -284,16 +289,18 @@ impl Bucket<'_> {
     }
 }
 
-/// What every decided one-limit call ends with: the decision described (span, metrics), its
-/// verdict handed to `record` for the response headers, and the rejection when it refused.
-/// The verdict moves through (cloned only for a rejection).
+/// What every decided one-limit call ends with: the decision described (span, metrics),
+/// handed with its label to `record` for the response headers (which makes the verdict only
+/// where a scope keeps it: built and moved for nothing, it cost an admitted call a copy), and
+/// the rejection, carrying the verdict, when it refused. The label moves through (cloned only
+/// for a rejection).
 fn conclude(
     decl: &'static LimitDeclaration,
     label: Label,
     decision: Decision,
     bucket: Option<Bucket<'_>>,
     taken: Option<&Taken>,
-    record: impl FnOnce(Recorded),
+    record: impl FnOnce(Label, Decision),
 ) -> Checked {
     // The key is shown only at TRACE, a rejection carries it, and a refund gives back to it:
     // named only then.
@@ -311,14 +318,14 @@ fn conclude(
         taken.keep(|| bucket.clone().into_owned(), &decision);
     }
     decision.observe(label.observed(), bucket.as_deref());
-    let verdict = Recorded::one(label, decision);
-    if verdict.decision.allowed {
-        record(verdict);
+    if decision.allowed {
+        record(label, decision);
         Ok(())
     } else {
         #[cfg(any(feature = "axum", feature = "actix-web"))]
         super::scope::give_back_on_refusal();
-        record(verdict.clone());
+        record(label.clone(), decision.clone());
+        let verdict = Recorded::one(label, decision);
         let key = bucket.map(Cow::into_owned).unwrap_or_default();
         Err(Box::new(RateLimited::refused(
             verdict,

@@ -73,6 +73,7 @@ impl Scope {
     }
 
     /// Records the verdict of a call made in this scope (the last call's stands).
+    #[inline]
     pub(crate) fn record(&self, verdict: Recorded) {
         self.verdict.set(Some(verdict));
     }

@@ -62,10 +62,12 @@ pub(crate) async fn decide_all(
             _ => limits[i].1,
         }
     };
-    let (effective, before): (Vec<_>, Vec<Before>) = limits
+    let mut effective: Vec<_> = limits.iter().map(|(decl, ..)| decl.effective()).collect();
+    let before: Vec<Before> = limits
         .iter()
-        .map(|(decl, _, call)| before_key(decl, call))
-        .unzip();
+        .zip(&mut effective)
+        .map(|((decl, _, call), e)| before_key(decl, call, e))
+        .collect();
     // Only the limits still to decide look at their keys.
     let (buckets, in_scope): (Vec<Option<String>>, bool) = with_current(|ctx, scope| {
         let buckets = limits
