@@ -357,4 +357,74 @@ mod tests {
             "no rate-limit key for this call (empty-key policy: deny)"
         );
     }
+
+    /// A verdict is told one way wherever it goes: the record a scope keeps and the
+    /// rejection that carries it name the same limits, the same tightest and the same tier,
+    /// and a call under one limit is named by the verdict, with its tier in the shown name.
+    #[test]
+    fn a_verdict_is_told_alike_by_the_record_and_the_rejection() {
+        use crate::decision::Label;
+        use crate::{Limit, Tier};
+
+        let limit = Limit::per_minute(3);
+        let admitted = Decision::new(true, 2, limit, 1, Duration::ZERO, Duration::ZERO);
+        let refused = Decision::new(false, 0, limit, 1, Duration::from_secs(20), Duration::ZERO);
+        let pro = Tier::new("pro", Limit::per_minute(30));
+        let labels = [
+            Label::of("api::list"),
+            Label {
+                name: "api::tenant",
+                tier: Some(pro.tier_name()),
+            },
+        ];
+        let several = crate::verdict::Recorded::several(
+            labels
+                .into_iter()
+                .zip([admitted.clone(), refused])
+                .collect(),
+        );
+        assert_eq!(
+            several.name, "api::tenant",
+            "the refusing limit is the tightest"
+        );
+        assert_eq!(several.tier(), Some("pro"));
+        let names: Vec<_> = several.parts().map(|(name, d)| (name, d.allowed)).collect();
+        assert_eq!(names, [("api::list", true), ("api::tenant", false)]);
+        let shown: Vec<_> = several.shown_parts().map(|(name, _)| name).collect();
+        assert_eq!(shown, ["api::list", "api::tenant[pro]"]);
+        let labelled: Vec<_> = several.labelled().map(|(l, _)| l.name).collect();
+        assert_eq!(labelled, ["api::list", "api::tenant"]);
+
+        let rejection = RateLimited::refused(several.clone(), "k".into(), Some(429));
+        assert_eq!(rejection.name(), Some(several.name));
+        assert_eq!(rejection.tier(), several.tier());
+        let told: Vec<_> = rejection
+            .parts()
+            .map(|(n, _)| n.map(str::to_owned))
+            .collect();
+        assert_eq!(told, [Some("api::list".into()), Some("api::tenant".into())]);
+        let shown_again: Vec<_> = rejection.shown_parts().map(|(name, _)| name).collect();
+        assert_eq!(shown_again, shown);
+        assert_eq!(rejection.empty_key_status(), Some(429));
+
+        let one = crate::verdict::Recorded::one(
+            Label {
+                name: "api::search",
+                tier: Some(pro.tier_name()),
+            },
+            admitted,
+        );
+        assert_eq!(
+            one.parts().map(|(n, _)| n).collect::<Vec<_>>(),
+            ["api::search"]
+        );
+        assert_eq!(one.tier(), Some("pro"));
+        let shown: Vec<_> = one.shown_parts().map(|(name, _)| name).collect();
+        assert_eq!(shown, ["api::search[pro]"]);
+        assert_eq!(
+            one.labelled().count(),
+            0,
+            "one limit is named by the verdict"
+        );
+    }
 }
