@@ -99,17 +99,6 @@ enum Step<'a> {
     Ask(Asking<'a>),
 }
 
-/// What a one-limit check's look at the request context came to.
-enum Looked {
-    /// Decided at once, described, and recorded in the context when it is a scope's.
-    Decided(Checked),
-    /// The key's bucket, for a store that does not answer at once; or for a call that
-    /// reserved its tokens in memory, with that decision, to wait for them.
-    Ask(Cow<'static, str>, Option<Decision>),
-    /// The call has no key.
-    NoKey,
-}
-
 /// [`check`]'s synchronous part: everything but a wait for the store.
 fn at_once<'a, K: KeyResolver + ?Sized>(
     decl: &'static LimitDeclaration,
@@ -141,12 +130,25 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
         let decision = limiter.decide_unresolved(&effective.limit, effective.cost);
         return Step::Done(conclude(decl, label, decision, None, None, record_one));
     }
-    let (looked, in_scope) = with_current(|ctx, scope| {
+    with_current(move |ctx, scope| {
         let in_scope = scope.is_some();
+        // Made only where a scope keeps it (built and moved for nothing, a verdict cost an
+        // admitted call a copy).
+        let record = |label, decision| {
+            if let Some(scope) = scope {
+                scope.record(Recorded::one(label, decision));
+            }
+        };
         // An empty key names nobody: it is no key (the empty-key policy), never one bucket
         // that every caller whose header is blank would share.
         let Some(resolved) = resolving(name, || key.resolve(ctx)).filter(|k| !k.is_empty()) else {
-            return (Looked::NoKey, in_scope);
+            report_missing_piece(decl, key);
+            let decision = limiter.decide_without_key(
+                decl.empty_key_policy(),
+                &effective.limit,
+                effective.cost,
+            );
+            return Step::Done(conclude(decl, label, decision, None, None, record));
         };
         let bucket = match decl.remembered_bucket(limiter, &resolved, enabled) {
             Some(bucket) => Bucket::Named(Cow::Borrowed(bucket)),
@@ -168,48 +170,27 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
                 })
             }
         });
-        let decision = match local {
-            Local::Decided(decision) => decision,
-            Local::Later(reserved) => return (Looked::Ask(bucket.key(), reserved), in_scope),
-        };
-        let done = conclude(
-            decl,
-            label.clone(),
-            decision,
-            Some(bucket),
-            call.taken,
-            |label, decision| {
-                if let Some(scope) = scope {
-                    scope.record(Recorded::one(label, decision));
-                }
-            },
-        );
-        (Looked::Decided(done), in_scope)
-    });
-    match looked {
-        Looked::Decided(done) => Step::Done(done),
-        Looked::Ask(bucket, reserved) => Step::Ask(Box::pin(ask(
-            decl,
-            label,
-            limiter,
-            bucket,
-            reserved,
-            effective,
-            in_scope,
-            call.taken.cloned(),
-        ))),
-        Looked::NoKey => {
-            report_missing_piece(decl, key);
-            let decision = limiter.decide_without_key(
-                decl.empty_key_policy(),
-                &effective.limit,
-                effective.cost,
-            );
-            Step::Done(conclude(decl, label, decision, None, None, |label, d| {
-                record_if(in_scope, label, d);
-            }))
+        match local {
+            Local::Decided(decision) => Step::Done(conclude(
+                decl,
+                label,
+                decision,
+                Some(bucket),
+                call.taken,
+                record,
+            )),
+            Local::Later(reserved) => Step::Ask(Box::pin(ask(
+                decl,
+                label,
+                limiter,
+                bucket.key(),
+                reserved,
+                effective,
+                in_scope,
+                call.taken.cloned(),
+            ))),
         }
-    }
+    })
 }
 
 /// Records the verdict of a call decided under `label` for the response headers, when the
