@@ -86,10 +86,7 @@ impl RateLimiter {
             Engine::Local(s) => s.peek_now(bucket, limit, cost),
             Engine::Remote(remote) => {
                 on_tokio()?;
-                match &remote.store {
-                    RemoteStore::Redis(s) => s.peek(bucket, limit, cost).await?,
-                    RemoteStore::Custom(s) => s.peek_dyn(bucket, limit, cost).await?,
-                }
+                remote.store.peek(bucket, limit, cost).await?
             }
             Engine::Unenabled => return Err(Error::NotEnabled),
         };
@@ -132,22 +129,13 @@ impl RateLimiter {
         }
         // A full bucket again: an outage that comes next does not go on from what it held.
         self.inner.resilience.forget(bucket);
-        match &remote.store {
-            RemoteStore::Redis(s) => {
-                on_tokio()?;
-                s.reset(bucket).await?;
-                // After the bucket is gone, so that an instance that hears of the reset and asks
-                // again finds it full; from a limiter that is no instance too.
-                match &remote.fleet {
-                    Some(member) => s.publish(member.channel(), bucket).await,
-                    None => {
-                        s.publish(&fleet::resets_channel(&self.inner.prefix), bucket)
-                            .await
-                    }
-                }
-            }
-            RemoteStore::Custom(s) => s.reset_dyn(bucket).await,
-        }
+        // The instances hear of it on the fleet's channel; from a limiter that is no instance
+        // too.
+        let channel = match &remote.fleet {
+            Some(member) => std::borrow::Cow::Borrowed(member.channel()),
+            None => std::borrow::Cow::Owned(fleet::resets_channel(&self.inner.prefix)),
+        };
+        remote.store.reset(bucket, &channel).await
     }
 
     /// The deny cache, on a remote store that keeps one.

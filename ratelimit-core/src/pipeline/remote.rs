@@ -7,7 +7,8 @@ use crate::deny_cache::DenyCache;
 use crate::limiter::{Engine, RateLimiter, Remote, RemoteStore, on_tokio};
 use crate::naming::key_slot;
 use crate::policy::{Gate, Resilience};
-use crate::{Decision, Error};
+use crate::store::Store as _;
+use crate::{Decision, Error, Limit};
 
 use super::waiting::{BoxedAnswer, must_wait};
 
@@ -213,9 +214,10 @@ impl RateLimiter {
     }
 }
 
+/// The one place a remote store's kind is dispatched on: a decision, several together, a
+/// peek and a reset. (What only Redis does, concurrency slots and refunds, is Redis's own.)
 impl RemoteStore {
-    /// Decides one check: the one place the store's kind is dispatched on, with
-    /// [`decide_all`](Self::decide_all).
+    /// Decides one check.
     async fn decide(&self, check: Check<'_>) -> Result<Decision, Error> {
         match self {
             RemoteStore::Redis(s) => s.check_one(check).await,
@@ -229,6 +231,34 @@ impl RemoteStore {
         match self {
             RemoteStore::Redis(s) => s.decide_all(checks).await,
             RemoteStore::Custom(s) => s.check_all_dyn(&crate::check::to_tuples(checks)).await,
+        }
+    }
+
+    /// What `bucket` holds for a call of `cost` under `limit`, taking nothing.
+    pub(crate) async fn peek(
+        &self,
+        bucket: &str,
+        limit: &Limit,
+        cost: u32,
+    ) -> Result<Decision, Error> {
+        match self {
+            RemoteStore::Redis(s) => s.peek(bucket, limit, cost).await,
+            RemoteStore::Custom(s) => s.peek_dyn(bucket, limit, cost).await,
+        }
+    }
+
+    /// Deletes `bucket` (a missing bucket is a full one); on Redis, then tells the other
+    /// instances on `channel`, so that each forgets what its deny cache knew of it.
+    pub(crate) async fn reset(&self, bucket: &str, channel: &str) -> Result<(), Error> {
+        match self {
+            RemoteStore::Redis(s) => {
+                on_tokio()?;
+                s.reset(bucket).await?;
+                // After the bucket is gone, so that an instance that hears of the reset and
+                // asks again finds it full.
+                s.publish(channel, bucket).await
+            }
+            RemoteStore::Custom(s) => s.reset_dyn(bucket).await,
         }
     }
 }
