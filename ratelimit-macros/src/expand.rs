@@ -169,18 +169,22 @@ fn expand(
         statics.extend(same_name_check(limits, earlier, later, sig));
     }
     // A function whose limits may hold concurrency slots (a `concurrent` limit, or a shared
-    // use, whose declaration may be one) keeps them in a local of its future: given back when
-    // that future ends, however it ends. The first limit's call carries it.
+    // use, whose declaration may be one) keeps them in a local of its future: given back, and
+    // waited for, once its body is done (so that its caller, an HTTP client, finds them free
+    // when the answer arrives), or in the background when the future is dropped first. The
+    // first limit's call carries it.
+    let mut holding = None;
     if limits
         .iter()
         .any(|l| l.args.concurrent.is_some() || l.args.shared.is_some())
         && let Some((.., call)) = checked.first_mut()
     {
-        let holding = Ident::new("__rl_holding", Span::mixed_site());
+        let held = Ident::new("__rl_holding", Span::mixed_site());
         keys.extend(quote! {
-            let #holding = ::redis_ratelimit::__private::Holding::default();
+            let #held = ::redis_ratelimit::__private::Holding::default();
         });
-        call.extend(quote!(.holding(&#holding)));
+        call.extend(quote!(.holding(&#held)));
+        holding = Some(held);
     }
     let check = match checked.as_slice() {
         [(decl, key_arg, call)] => {
@@ -209,6 +213,18 @@ fn expand(
         quote!(#user_body)
     } else {
         counting(&counted, &user_body, sig, &limiter)
+    };
+    let user_body = match &holding {
+        None => user_body,
+        Some(holding) => {
+            let output = Ident::new("__rl_released", Span::mixed_site());
+            let annotation = output_annotation(sig);
+            quote! {
+                let #output #annotation = async move { #user_body }.await;
+                #holding.release().await;
+                #output
+            }
+        }
     };
     let mut new_body = Group::new(
         Delimiter::Brace,
@@ -327,12 +343,7 @@ fn counting(
     limiter: &TokenStream,
 ) -> TokenStream {
     let output = Ident::new("__rl_output", Span::mixed_site());
-    // The output's type, where it can be named, so that `?` in the body knows its error type.
-    let annotation = match &sig.output {
-        ReturnType::Default => quote!(: ()),
-        ReturnType::Type(_, ty) if !has_impl_trait(ty) => quote!(: #ty),
-        ReturnType::Type(..) => quote!(),
-    };
+    let annotation = output_annotation(sig);
     let refunds = counted.iter().map(|(decl, taken, predicate)| {
         let span = at(predicate.span());
         let counts = quote_spanned! {span=>
@@ -348,6 +359,16 @@ fn counting(
         let #output #annotation = async move #user_body.await;
         #(#refunds)*
         #output
+    }
+}
+
+/// The type of the function's output for the `let` that holds it after its body ran in an
+/// `async` block, where it can be named, so that `?` in the body knows its error type.
+fn output_annotation(sig: &Signature) -> TokenStream {
+    match &sig.output {
+        ReturnType::Default => quote!(: ()),
+        ReturnType::Type(_, ty) if !has_impl_trait(ty) => quote!(: #ty),
+        ReturnType::Type(..) => quote!(),
     }
 }
 

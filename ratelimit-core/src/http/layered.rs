@@ -29,8 +29,8 @@ use http::StatusCode;
 use super::{Config, SharedConfig};
 use crate::RateLimited;
 use crate::pipeline::layer_scope::{LayerScope, Learners, kept};
-use crate::pipeline::scope::{CONTEXT, Scope, described, described_finished};
-use crate::pipeline::{LayerLimit, Taken};
+use crate::pipeline::scope::{CONTEXT, Scope, described};
+use crate::pipeline::{LayerLimit, Taken, release_all};
 use crate::registry::{self, LimitDeclaration};
 use crate::verdict::{Described, Recorded};
 
@@ -258,7 +258,9 @@ where
         let scope = fut.as_mut().take_value();
         let verdict = scope.as_ref().map(described).unwrap_or_default();
         let uncounted = uncounted(scope.as_ref(), out.as_ref().ok().map(&status));
+        let held = held(scope.as_ref());
         give_back(uncounted).await;
+        release_all(held).await;
         // A layer below took over: its response describes the request already.
         if plan.taken.load(Ordering::Acquire) {
             return (out, Described::default());
@@ -277,7 +279,9 @@ where
         out => {
             let verdict = described(&scope);
             let uncounted = uncounted(Some(&scope), out.as_ref().ok().map(&status));
+            let held = held(Some(&scope));
             give_back(uncounted).await;
+            release_all(held).await;
             return (out, verdict);
         }
     };
@@ -298,8 +302,20 @@ where
     });
     let mut after = std::pin::pin!(after);
     let response = (&mut after).await;
-    let verdict = described_finished(after.as_mut());
+    let scope = after.as_mut().take_value();
+    let verdict = scope.as_ref().map(described).unwrap_or_default();
+    let held = held(scope.as_ref());
+    release_all(held).await;
     (Ok(response), verdict)
+}
+
+/// The concurrency slots `scope` holds for its request, taken out: given back, and waited
+/// for, before the response leaves, so that the client finds them free when it arrives.
+fn held(scope: Option<&Scope>) -> Vec<crate::Slot> {
+    scope
+        .and_then(|s| s.layer.as_ref())
+        .map(LayerScope::take_held)
+        .unwrap_or_default()
 }
 
 /// What the limits kept in `scope` took for a request whose response has `status`, under

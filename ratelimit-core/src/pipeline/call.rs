@@ -108,18 +108,43 @@ impl<'t> Call<'t> {
 }
 
 /// The concurrency slots a call holds while its function runs (`#[rate_limit(concurrent =
-/// ..)]`, or a layer's concurrency limit decided with the function's): dropped with the
-/// function's future, which gives them back.
+/// ..)]`, or a layer's concurrency limit decided with the function's): given back, and
+/// waited for, once the function's body is done ([`release`](Holding::release)), so that
+/// whoever the function answers (an HTTP client) finds them free when the answer arrives;
+/// given back in the background if the function's future is dropped first (cancelled, or a
+/// panic).
 #[derive(Debug, Default)]
 pub struct Holding(Mutex<Vec<crate::Slot>>);
 
 impl Holding {
-    /// Keeps `slot` until this is dropped.
+    /// Keeps `slot` until it is released, or this is dropped.
     pub(crate) fn keep(&self, slot: crate::Slot) {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(slot);
+    }
+
+    /// The slots held, taken out (to release where `self` cannot be held across an await).
+    pub(crate) fn take(&self) -> Vec<crate::Slot> {
+        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Gives every slot back now, through its store, and waits until each is: what the code
+    /// `#[rate_limit]` generates awaits once the function's body is done.
+    pub async fn release(&self) {
+        release_all(self.take()).await;
+    }
+}
+
+/// Gives `slots` back, one after another, each through its store, waiting for each. A release
+/// that fails leaves the slot to its lease, as a dropped slot does.
+pub(crate) async fn release_all(slots: Vec<crate::Slot>) {
+    for slot in slots {
+        if let Err(e) = slot.release().await {
+            tracing::warn!(target: "redis_ratelimit", error = %e,
+                "redis-ratelimit could not give back a concurrency slot; its lease frees it");
+        }
     }
 }
 

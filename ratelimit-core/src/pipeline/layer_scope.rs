@@ -175,6 +175,12 @@ impl LayerScope {
         self.held.keep(slot);
     }
 
+    /// The slots held for the request, taken out, for the layer to give back (and wait for)
+    /// before its response leaves.
+    pub(crate) fn take_held(&self) -> Vec<crate::Slot> {
+        self.held.take()
+    }
+
     /// A check refused the request: when the layer decided its limits first (a route not
     /// learned yet), what they took is given back, through the store, so that the request
     /// takes nothing, as on a learned route where one script decides them all. Spawned: the

@@ -24,6 +24,8 @@ mod without_store;
 
 use std::sync::LazyLock;
 
+#[cfg(any(feature = "axum", feature = "actix-web"))]
+pub(crate) use call::release_all;
 pub use call::{Call, Cost, Fixed, Holding, KeyArg, Taken};
 #[cfg(any(feature = "axum", feature = "actix-web"))]
 pub use layer_limit::LayerLimit;
