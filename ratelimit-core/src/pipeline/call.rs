@@ -4,6 +4,7 @@
 //! at ([`before_key`]).
 
 use std::borrow::Cow;
+use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use super::scope::with_current;
@@ -132,19 +133,51 @@ impl Holding {
 
     /// Gives every slot back now, through its store, and waits until each is: what the code
     /// `#[rate_limit]` generates awaits once the function's body is done.
-    pub async fn release(&self) {
-        release_all(self.take()).await;
+    pub fn release(&self) -> Released {
+        release_all(self.take())
     }
 }
 
 /// Gives `slots` back, one after another, each through its store, waiting for each. A release
 /// that fails leaves the slot to its lease, as a dropped slot does.
-pub(crate) async fn release_all(slots: Vec<crate::Slot>) {
-    for slot in slots {
-        if let Err(e) = slot.release().await {
-            tracing::warn!(target: "redis_ratelimit", error = %e,
-                "redis-ratelimit could not give back a concurrency slot; its lease frees it");
+pub(crate) fn release_all(slots: Vec<crate::Slot>) -> Released {
+    if slots.is_empty() {
+        return Released(None);
+    }
+    Released(Some(Box::pin(async move {
+        for slot in slots {
+            if let Err(e) = slot.release().await {
+                tracing::warn!(target: "redis_ratelimit", error = %e,
+                    "redis-ratelimit could not give back a concurrency slot; its lease frees it");
+            }
         }
+    })))
+}
+
+/// The release of a call's slots, under way: boxed, so that the future of a function that
+/// awaits it has a layout the compiler finds at once (the store's futures inline made a
+/// `#[rate_limit]` function with a `shared` use overflow rustc's query depth), and nothing
+/// at all when no slot was held.
+#[must_use = "a release does nothing until awaited"]
+pub struct Released(Option<std::pin::Pin<Box<dyn Future<Output = ()> + Send>>>);
+
+impl Future for Released {
+    type Output = ();
+
+    fn poll(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        match &mut self.0 {
+            None => std::task::Poll::Ready(()),
+            Some(releasing) => releasing.as_mut().poll(cx),
+        }
+    }
+}
+
+impl fmt::Debug for Released {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Released").field(&self.0.is_some()).finish()
     }
 }
 
