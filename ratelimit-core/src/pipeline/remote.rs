@@ -234,31 +234,35 @@ impl RemoteStore {
         }
     }
 
-    /// What `bucket` holds for a call of `cost` under `limit`, taking nothing.
-    pub(crate) async fn peek(
-        &self,
-        bucket: &str,
-        limit: &Limit,
+    /// What `bucket` holds for a call of `cost` under `limit`, taking nothing. Boxed, as
+    /// the administrative calls' answers are: inline, the store's future one level deeper made
+    /// `RateLimiter::peek`'s future too deep for the compiler to lay out in a spawned task
+    /// (`tests/ui/pass/spawned_calls.rs`).
+    pub(crate) fn peek<'a>(
+        &'a self,
+        bucket: &'a str,
+        limit: &'a Limit,
         cost: u32,
-    ) -> Result<Decision, Error> {
+    ) -> BoxedAnswer<'a, Decision> {
         match self {
-            RemoteStore::Redis(s) => s.peek(bucket, limit, cost).await,
-            RemoteStore::Custom(s) => s.peek_dyn(bucket, limit, cost).await,
+            RemoteStore::Redis(s) => Box::pin(s.peek(bucket, limit, cost)),
+            RemoteStore::Custom(s) => s.peek_dyn(bucket, limit, cost),
         }
     }
 
     /// Deletes `bucket` (a missing bucket is a full one); on Redis, then tells the other
-    /// instances on `channel`, so that each forgets what its deny cache knew of it.
-    pub(crate) async fn reset(&self, bucket: &str, channel: &str) -> Result<(), Error> {
+    /// instances on `channel`, so that each forgets what its deny cache knew of it. Boxed, as
+    /// [`peek`](Self::peek).
+    pub(crate) fn reset<'a>(&'a self, bucket: &'a str, channel: &'a str) -> BoxedAnswer<'a, ()> {
         match self {
-            RemoteStore::Redis(s) => {
+            RemoteStore::Redis(s) => Box::pin(async move {
                 on_tokio()?;
                 s.reset(bucket).await?;
                 // After the bucket is gone, so that an instance that hears of the reset and
                 // asks again finds it full.
                 s.publish(channel, bucket).await
-            }
-            RemoteStore::Custom(s) => s.reset_dyn(bucket).await,
+            }),
+            RemoteStore::Custom(s) => s.reset_dyn(bucket),
         }
     }
 }
