@@ -130,7 +130,9 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
         let decision = limiter.decide_unresolved(&effective.limit, effective.cost);
         return Step::Done(conclude(decl, label, decision, None, None, record_one));
     }
-    with_current(move |ctx, scope| {
+    // The label is copied where a step keeps it (a name and a tier name, both `'static`):
+    // the closure may be called from either of two places, so it moves nothing out.
+    with_current(|ctx, scope| {
         let in_scope = scope.is_some();
         // Made only where a scope keeps it (built and moved for nothing, a verdict cost an
         // admitted call a copy).
@@ -148,7 +150,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
                 &effective.limit,
                 effective.cost,
             );
-            return Step::Done(conclude(decl, label, decision, None, None, record));
+            return Step::Done(conclude(decl, label.clone(), decision, None, None, record));
         };
         let bucket = match decl.remembered_bucket(limiter, &resolved, enabled) {
             Some(bucket) => Bucket::Named(Cow::Borrowed(bucket)),
@@ -173,7 +175,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
         match local {
             Local::Decided(decision) => Step::Done(conclude(
                 decl,
-                label,
+                label.clone(),
                 decision,
                 Some(bucket),
                 call.taken,
@@ -181,7 +183,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             )),
             Local::Later(reserved) => Step::Ask(Box::pin(ask(
                 decl,
-                label,
+                label.clone(),
                 limiter,
                 bucket.key(),
                 reserved,

@@ -106,23 +106,19 @@ pub async fn scope_returning<F: Future>(
 /// Calls `f` with the current request context and its scope, or outside any scope with an
 /// empty context and `None`: only a scope's verdict is read after the call, so only there is
 /// a decision recorded.
-pub(crate) fn with_current<R>(f: impl FnOnce(&RequestContext, Option<&Scope>) -> R) -> R {
+pub(crate) fn with_current<R>(mut f: impl FnMut(&RequestContext, Option<&Scope>) -> R) -> R {
     // One task-local lookup in a scope; outside one, this thread's empty context rather than
     // a new one built and dropped on every call. `try_with` runs its closure only when it
-    // succeeds: `f` is taken by the one that runs.
-    let mut f = Some(f);
-    let mut call = |ctx: &RequestContext, scope: Option<&Scope>| f.take().map(|f| f(ctx, scope));
-    if let Ok(Some(r)) = CONTEXT.try_with(|scope| call(&scope.ctx, Some(scope))) {
+    // succeeds, so `f` runs exactly once (an `FnOnce` would need an `Option` taken, and a
+    // path for the `None` no call can reach).
+    if let Ok(r) = CONTEXT.try_with(|scope| f(&scope.ctx, Some(scope))) {
         return r;
     }
-    if let Ok(Some(r)) = EMPTY.try_with(|ctx| call(ctx, None)) {
+    if let Ok(r) = EMPTY.try_with(|ctx| f(ctx, None)) {
         return r;
     }
     // This thread is being torn down: a context of its own for the last calls.
-    match call(&RequestContext::default(), None) {
-        Some(r) => r,
-        None => unreachable!("`with_current`'s closure runs once, and has not run"),
-    }
+    f(&RequestContext::default(), None)
 }
 
 /// Records `verdict` in the current scope for the response headers; outside a
