@@ -477,6 +477,8 @@ fn concurrency_scripts_equal_their_twin() {
     let keys = ["c0", "c1"];
     let mut twins: [Vec<concurrency::Entry>; 2] = [Vec::new(), Vec::new()];
     let (mut admitted, mut refused, mut queued) = (0, 0, 0);
+    // Renewals, and those whose writes had ended before they could be read.
+    let (mut renewals, mut unseen) = (0, 0);
     for step in 0..3000 {
         let k = usize::try_from(rng.below(2)).unwrap();
         let key = keys[k];
@@ -553,19 +555,29 @@ fn concurrency_scripts_equal_their_twin() {
                     .arg(lease_us)
                     .arg(3);
                 let (renewed, written, read_at): (u64, _, _) = then_read(&mut pipe, &mut con, key);
+                renewals += 1;
                 // A renewal writes the holder's slots whether or not they were live.
                 {
                     // The server time the script renewed at, from the leases it wrote.
                     let written = members_of(&written);
-                    let at = written
+                    let latest = written
                         .iter()
                         .filter(|e| {
                             matches!(e.0, concurrency::Member::Held { holder: h, .. } if h == holder)
                         })
                         .map(|e| e.1)
-                        .max()
-                        .unwrap()
-                        - lease_us;
+                        .max();
+                    let Some(latest) = latest else {
+                        // None of them left to read: the server was descheduled between the
+                        // renewal and the read for longer than the lease (2 ms or more) and
+                        // the key ended (a fresh-clone run beside other builds did). The
+                        // renewal's time is unknown, so this step is not compared; the twin
+                        // takes what Redis holds.
+                        unseen += 1;
+                        twins[k] = written;
+                        continue;
+                    };
+                    let at = latest - lease_us;
                     let twin = concurrency::renew(at, &mut twins[k], holder, 3, lease_us);
                     assert_eq!(renewed, twin, "step {step}");
                     assert_eq!(
@@ -580,8 +592,16 @@ fn concurrency_scripts_equal_their_twin() {
             std::thread::sleep(Duration::from_millis(rng.below(6)));
         }
     }
-    println!("concurrency: {admitted} admitted, {queued} queued, {refused} refused");
+    println!(
+        "concurrency: {admitted} admitted, {queued} queued, {refused} refused; \
+         {unseen} of {renewals} renewals ended before their read"
+    );
     assert!(admitted > 100 && queued > 100 && refused > 100);
+    // A renewal that wrote nothing would end up here every time: most are read.
+    assert!(
+        unseen * 2 < renewals,
+        "{unseen} of {renewals} renewals unseen"
+    );
     for way in [&acquire, &release, &renew] {
         way.check();
     }
