@@ -27,7 +27,7 @@
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 use redis_ratelimit::tools::algorithms::{
-    WindowParams, fixed_window, sliding_log, sliding_window, token_bucket,
+    OfLimit as _, WindowParams, fixed_window, sliding_log, sliding_window, token_bucket,
 };
 use redis_ratelimit::tools::scripts;
 use redis_ratelimit::{Algorithm, Limit};

@@ -6,7 +6,9 @@ use serde::Serialize;
 use crate::decide::{self, Decision};
 use crate::output::{Out, Style, duration_us};
 use crate::state::{self, View};
-use ratelimit_core::tools::{Decoded, Part, StateKind, Stored, decode_state, parse_bucket_key};
+use ratelimit_core::tools::{
+    Decoded, Part, StateKind, StateKindExt as _, Stored, decode_state, parse_bucket_key,
+};
 
 /// One bucket (the JSON fields of `inspect`, and of each of `top`'s buckets).
 #[derive(Debug, Clone, Serialize)]

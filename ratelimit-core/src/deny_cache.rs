@@ -23,6 +23,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use crate::algorithm::OfLimit as _;
 use crate::decision::Source;
 use crate::{Decision, Limit};
 

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::algorithm::OfLimit as _;
 use crate::check::Check;
 use crate::decision::Source;
 use crate::deny_cache::DenyCache;

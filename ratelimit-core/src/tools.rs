@@ -57,8 +57,10 @@
 //! assert_eq!(redact_url("redis://:s3cret@10.0.0.1:6379"), "redis://:***@10.0.0.1:6379");
 //! ```
 
+mod kind;
 mod state;
 
+pub use self::kind::StateKindExt;
 pub use self::state::{
     BucketState, Decoded, Peek, READ_SCRIPT, Stored, StoredValue, Undecidable, decode_state, peek,
 };
@@ -165,7 +167,7 @@ pub mod scripts {
 /// ```
 pub mod algorithms {
     pub use crate::algorithm::{
-        Outcome, WindowParams, concurrency, fixed_window, interval_bucket, sliding_log,
-        sliding_window, token_bucket,
+        OfConcurrentLimit, OfLimit, Outcome, WindowParams, concurrency, fixed_window,
+        interval_bucket, sliding_log, sliding_window, token_bucket,
     };
 }

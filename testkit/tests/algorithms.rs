@@ -22,10 +22,12 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use ratelimit_core::tools::algorithms::{
-    Outcome, WindowParams, concurrency, fixed_window, interval_bucket, sliding_log, sliding_window,
-    token_bucket,
+    OfLimit as _, Outcome, WindowParams, concurrency, fixed_window, interval_bucket, sliding_log,
+    sliding_window, token_bucket,
 };
-use ratelimit_core::tools::{self, BucketState, Decoded, StateKind, Stored, scripts};
+use ratelimit_core::tools::{
+    self, BucketState, Decoded, StateKind, StateKindExt as _, Stored, scripts,
+};
 use ratelimit_core::{Algorithm, Limit, Refill};
 use redis::{Connection, Script};
 use testkit::RedisServer;

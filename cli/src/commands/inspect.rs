@@ -8,7 +8,7 @@ use crate::failure::{self, Failure};
 use crate::output::{Out, Style, table};
 use crate::report::Report;
 use crate::state::Mode;
-use ratelimit_core::tools::{StateKind, instances_key};
+use ratelimit_core::tools::{StateKind, StateKindExt as _, instances_key};
 
 pub(crate) async fn run(args: Inspect, out: Out) -> Result<(), Failure> {
     let Inspect {

@@ -1,57 +1,49 @@
-//! The kinds of state the scripts keep, one per algorithm script: the one list of their ids,
-//! names and scripts, from which the Redis store picks a limit's script, the tools read a
-//! key, and `multi.lua` and `batch.lua` build their `ALGORITHMS` table.
+//! The scripts of the kinds of state ([`StateKind`], whose ids and names are
+//! `ratelimit-algorithms`'): the one list of each kind's script, from which the Redis store
+//! picks a limit's script and `multi.lua` and `batch.lua` build their `ALGORITHMS` table; and
+//! the kind an algorithm and a refill keep.
 
-use super::Kernel;
-use crate::{Algorithm, Limit, Refill};
+use crate::{Algorithm, Refill};
+use ratelimit_algorithms::StateKind;
 
-/// Defines [`StateKind`] from its list, each kind with its id (how a call's spec names its
+/// The scripts of [`StateKind`]'s list, each kind with its id (how a call's spec names its
 /// script to `multi.lua` and `batch.lua`), its name, its script's file (with, after `+`, a
 /// file of helpers that the script calls, defined once ahead of it rather than on every
 /// decision) and the Lua local that names its id there; and the scripts made of every
-/// algorithm's.
+/// algorithm's. The ids and names are written here as literals, for `concat!`; they are
+/// checked, when this compiles, to be `ratelimit-algorithms`' own, every kind's, in its order.
 macro_rules! state_kinds {
     (
-        $(#[$attr:meta])*
-        pub enum StateKind {
-            $(
-                $(#[$doc:meta])*
-                $kind:ident = $id:literal, $name:literal, $lua:literal $(+ $head:literal)?,
-                    $local:ident;
-            )*
-        }
+        $(
+            $kind:ident = $id:literal, $name:literal, $lua:literal $(+ $head:literal)?,
+                $local:ident;
+        )*
     ) => {
-        $(#[$attr])*
-        #[repr(u8)]
-        pub enum StateKind {
-            $($(#[$doc])* $kind = $id,)*
-        }
+        /// Each kind's script, with the shared prelude, as Redis runs it for one limit, in the
+        /// order of [`StateKind::ALL`].
+        const SCRIPTS: [&str; StateKind::ALL.len()] = [$(
+            concat!(
+                include_str!("../scripts/prelude.lua"),
+                $(include_str!(concat!("../scripts/", $head)),)?
+                include_str!("../scripts/clock.lua"),
+                include_str!(concat!("../scripts/", $lua)),
+            ),
+        )*];
 
-        impl StateKind {
-            /// Every kind, in the order of its id.
-            pub(crate) const ALL: [StateKind; [$($id),*].len()] = [$(StateKind::$kind),*];
-
-            /// Its name in `snake_case`: `token_bucket`, `interval_bucket`, `fixed_window`,
-            /// `sliding_window`, `sliding_log`, `concurrency`.
-            #[must_use]
-            pub const fn name(self) -> &'static str {
-                match self {
-                    $(StateKind::$kind => $name,)*
-                }
+        // The list is `StateKind::ALL` with its ids and names: a kind added there without a
+        // script, or an id or a name that differs, fails here.
+        const _: () = {
+            let kinds = [$((StateKind::$kind, $id, $name)),*];
+            assert!(kinds.len() == StateKind::ALL.len());
+            let mut i = 0;
+            while i < kinds.len() {
+                let (kind, id, name) = kinds[i];
+                assert!(kind.id() == StateKind::ALL[i].id());
+                assert!(kind.id() == id);
+                assert!(same_text(kind.name(), name));
+                i += 1;
             }
-
-            /// Its script, with the shared prelude, as Redis runs it for one limit.
-            pub(crate) const fn script(self) -> &'static str {
-                match self {
-                    $(StateKind::$kind => concat!(
-                        include_str!("../scripts/prelude.lua"),
-                        $(include_str!(concat!("../scripts/", $head)),)?
-                        include_str!("../scripts/clock.lua"),
-                        include_str!(concat!("../scripts/", $lua)),
-                    ),)*
-                }
-            }
-        }
+        };
 
         /// Several limits of one call in one script (see `multi.lua`).
         pub(crate) const MULTI_SCRIPT: &str =
@@ -125,81 +117,45 @@ macro_rules! with_algorithms {
 }
 
 state_kinds! {
-    /// Which script's state a key holds: the algorithms, with the token bucket's two refills
-    /// apart (their states differ) and the leaky bucket with the token bucket (they share one).
-    /// Public as [`tools::StateKind`](crate::tools::StateKind).
-    ///
-    /// ```
-    /// use ratelimit_core::tools::{StateKind, Stored, StoredValue};
-    /// use ratelimit_core::{Algorithm, Limit, Refill};
-    ///
-    /// let leaky = Limit::per_second(3).algorithm(Algorithm::LeakyBucket);
-    /// assert_eq!(StateKind::of(&leaky), StateKind::TokenBucket);
-    /// assert_eq!(
-    ///     StateKind::from_parts(Algorithm::TokenBucket, Refill::Interval),
-    ///     StateKind::IntervalBucket
-    /// );
-    /// assert_eq!(StateKind::SlidingWindow.name(), "sliding_window");
-    ///
-    /// // `window:previous:current` can only be a sliding window's.
-    /// let stored = Stored::new(0, StoredValue::Text("3:1:2".to_owned()), Some(9_000));
-    /// assert_eq!(StateKind::guess(&stored), Some((StateKind::SlidingWindow, true)));
-    /// ```
-    #[non_exhaustive]
-    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-    pub enum StateKind {
-        /// GCRA: the token bucket refilled smoothly, and the leaky bucket.
-        TokenBucket = 1, "token_bucket", "gcra.lua" + "gcra_head.lua", TOKEN_BUCKET;
-        /// The token bucket refilled at once each period.
-        IntervalBucket = 2, "interval_bucket", "interval_bucket.lua", INTERVAL_BUCKET;
-        /// The fixed window.
-        FixedWindow = 3, "fixed_window", "fixed_window.lua", FIXED_WINDOW;
-        /// The sliding window.
-        SlidingWindow = 4, "sliding_window", "sliding_window.lua", SLIDING_WINDOW;
-        /// The sliding log.
-        SlidingLog = 5, "sliding_log", "sliding_log.lua", SLIDING_LOG;
-        /// A concurrency limit's slots ([`Limit::concurrent`]).
-        Concurrency = 6, "concurrency", "concurrency.lua", CONCURRENCY;
-    }
+    TokenBucket = 1, "token_bucket", "gcra.lua" + "gcra_head.lua", TOKEN_BUCKET;
+    IntervalBucket = 2, "interval_bucket", "interval_bucket.lua", INTERVAL_BUCKET;
+    FixedWindow = 3, "fixed_window", "fixed_window.lua", FIXED_WINDOW;
+    SlidingWindow = 4, "sliding_window", "sliding_window.lua", SLIDING_WINDOW;
+    SlidingLog = 5, "sliding_log", "sliding_log.lua", SLIDING_LOG;
+    Concurrency = 6, "concurrency", "concurrency.lua", CONCURRENCY;
 }
 
-// The ids count from 1 in the order of `ALL`, which indexes by them.
-const _: () = {
+/// Whether `a` and `b` are the same text (`==` on `str` is not `const`).
+const fn same_text(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
     let mut i = 0;
-    while i < StateKind::ALL.len() {
-        assert!(StateKind::ALL[i] as usize == i + 1);
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
         i += 1;
     }
-};
+    true
+}
 
-impl StateKind {
-    /// The state `algorithm` keeps with `refill` (a rate limit's: a concurrency limit's is
-    /// [`StateKind::Concurrency`]).
-    #[must_use]
-    pub const fn from_parts(algorithm: Algorithm, refill: Refill) -> StateKind {
-        match (algorithm, refill) {
-            (Algorithm::TokenBucket, Refill::Interval) => StateKind::IntervalBucket,
-            (Algorithm::FixedWindow, _) => StateKind::FixedWindow,
-            (Algorithm::SlidingWindow, _) => StateKind::SlidingWindow,
-            (Algorithm::SlidingLog, _) => StateKind::SlidingLog,
-            // The leaky bucket refills smoothly: GCRA's state.
-            (Algorithm::TokenBucket | Algorithm::LeakyBucket, _) => StateKind::TokenBucket,
-        }
-    }
+/// `kind`'s script, with the shared prelude, as Redis runs it for one limit.
+pub(crate) const fn script(kind: StateKind) -> &'static str {
+    SCRIPTS[kind.index()]
+}
 
-    /// The state `limit`'s script reads and writes, as the limiter picks the script.
-    #[must_use]
-    pub fn of(limit: &Limit) -> StateKind {
-        Kernel::of(limit).kind()
-    }
-
-    /// The number a call's spec names this kind's script by.
-    pub(crate) const fn id(self) -> u8 {
-        self as u8
-    }
-
-    /// Its place in [`ALL`](StateKind::ALL).
-    pub(crate) const fn index(self) -> usize {
-        self as usize - 1
+/// The state `algorithm` keeps with `refill` (a rate limit's: a concurrency limit's is
+/// [`StateKind::Concurrency`]). Public as `StateKind::from_parts`
+/// ([`tools::StateKindExt`](crate::tools::StateKindExt)).
+pub(crate) const fn of_parts(algorithm: Algorithm, refill: Refill) -> StateKind {
+    match (algorithm, refill) {
+        (Algorithm::TokenBucket, Refill::Interval) => StateKind::IntervalBucket,
+        (Algorithm::FixedWindow, _) => StateKind::FixedWindow,
+        (Algorithm::SlidingWindow, _) => StateKind::SlidingWindow,
+        (Algorithm::SlidingLog, _) => StateKind::SlidingLog,
+        // The leaky bucket refills smoothly: GCRA's state.
+        (Algorithm::TokenBucket | Algorithm::LeakyBucket, _) => StateKind::TokenBucket,
     }
 }

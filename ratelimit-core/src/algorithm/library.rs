@@ -89,7 +89,7 @@ impl Lua {
     /// Its text, as `EVAL` runs it.
     pub(crate) const fn text(self) -> &'static str {
         match self {
-            Lua::Alone(kind) => kind.script(),
+            Lua::Alone(kind) => super::script(kind),
             Lua::Multi => super::MULTI_SCRIPT,
             Lua::Batch => super::BATCH_SCRIPT,
             Lua::Release => super::concurrency::RELEASE_SCRIPT,

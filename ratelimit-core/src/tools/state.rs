@@ -161,51 +161,6 @@ fn score(s: &str) -> Option<u64> {
     (f.is_finite() && f >= 0.0).then_some(f as u64)
 }
 
-impl StateKind {
-    /// Which script most likely wrote `stored`, and whether that is certain; `None` for a
-    /// value no script writes. The shape tells: a sorted set is a sliding log,
-    /// `window:previous:current` a sliding window, a negative integer a token bucket. A
-    /// positive integer is a token bucket's, a fixed window's count or an interval bucket's
-    /// slack: a token bucket's expiry falls on any millisecond, the counters' on their
-    /// window's boundary, which for periods of whole seconds is a whole second.
-    #[must_use]
-    pub fn guess(stored: &Stored) -> Option<(StateKind, bool)> {
-        let expire_ms = stored.expire_ms.unwrap_or(0);
-        let gcra = |v: &str| token_bucket::State::decode(v, expire_ms).is_some();
-        match &stored.value {
-            StoredValue::Absent | StoredValue::Other(_) => None,
-            // A concurrency limit's scores are when leases end, in the future; a sliding log's
-            // are admission times, in the past.
-            StoredValue::Scores(s) if s.iter().any(|&t| t > stored.now_us) => {
-                Some((StateKind::Concurrency, false))
-            }
-            StoredValue::Count { highest, .. } if *highest > stored.now_us => {
-                Some((StateKind::Concurrency, false))
-            }
-            StoredValue::Scores(_) | StoredValue::Count { .. } => {
-                Some((StateKind::SlidingLog, true))
-            }
-            StoredValue::Text(v) if sliding_window::State::decode(v).is_some() => {
-                Some((StateKind::SlidingWindow, true))
-            }
-            StoredValue::Text(v) if v.starts_with('-') => {
-                gcra(v).then_some((StateKind::TokenBucket, true))
-            }
-            StoredValue::Text(v) if v == "0" => Some((StateKind::IntervalBucket, true)),
-            StoredValue::Text(v) => {
-                let on_a_second = expire_ms > 0 && expire_ms.is_multiple_of(1000);
-                if gcra(v) && !on_a_second {
-                    Some((StateKind::TokenBucket, false))
-                } else if fixed_window::State::decode(v, expire_ms).is_some() {
-                    Some((StateKind::FixedWindow, false))
-                } else {
-                    None
-                }
-            }
-        }
-    }
-}
-
 /// A stored state decoded as one algorithm's script reads it: what the bucket holds.
 #[non_exhaustive]
 #[derive(Debug, Clone, PartialEq)]
@@ -516,7 +471,7 @@ pub fn peek(limit: &Limit, cost: u32, stored: &Stored) -> Result<Peek, Undecidab
     if stored.now_us >= MAX_TIME_US {
         return Err(Undecidable::Clock);
     }
-    let held = held(stored, StateKind::of(limit)).map_err(|()| Undecidable::Foreign)?;
+    let held = held(stored, Kernel::of(limit).kind()).map_err(|()| Undecidable::Foreign)?;
     let (now, c) = (stored.now_us, u64::from(cost));
     let outcome = match (Kernel::of(limit), held) {
         (Kernel::Bucket(p), None) => Outcome::peek(|c| token_bucket::decide(now, None, p, c), c),
@@ -599,6 +554,8 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use crate::algorithm::OfLimit as _;
+    use crate::tools::StateKindExt as _;
     use crate::{Algorithm, Refill};
 
     #[test]

@@ -302,7 +302,7 @@ impl OtherVersion {
         bucket: &str,
         limit: &Limit,
     ) -> bool {
-        use ratelimit_core::tools::algorithms::token_bucket;
+        use ratelimit_core::tools::algorithms::{OfLimit as _, token_bucket};
         let args = token_bucket::args(token_bucket::Params::of(limit), 1);
         let reply: Vec<u64> = redis::cmd("FCALL")
             .arg(format!("rl_{}_token_bucket", self.hash))

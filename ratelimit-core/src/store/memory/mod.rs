@@ -608,6 +608,7 @@ impl Store for MemoryStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::algorithm::OfLimit as _;
     use crate::clock::ManualClock;
     use std::time::Duration;
 

@@ -5,7 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::algorithm::token_bucket::{self, Params};
-use crate::algorithm::{Kernel, Outcome};
+use crate::algorithm::{Kernel, OfLimit as _, Outcome};
 use crate::algorithm::{concurrency, fixed_window, interval_bucket, sliding_log, sliding_window};
 use crate::check::Check;
 

@@ -87,7 +87,7 @@ mod tests {
     fn a_spec_is_written_as_the_scripts_read_it() {
         let limit = Limit::per_second(10).burst(20);
         let args = Kernel::of(&limit).script_args(3);
-        let id = u64::from(StateKind::of(&limit).id());
+        let id = u64::from(Kernel::of(&limit).kind().id());
         let written = |limit: &Limit| -> Vec<u64> {
             Spec::of(&Check::new("k", limit, 3))
                 .to_redis_args()
@@ -103,7 +103,7 @@ mod tests {
         assert_eq!(written(&limit.shadow()), expected);
         let shadowed = limit.shadow();
         let spec = Spec::of(&Check::new("k", &shadowed, 3));
-        assert_eq!(spec.alone(), Lua::Alone(StateKind::of(&limit)));
+        assert_eq!(spec.alone(), Lua::Alone(Kernel::of(&limit).kind()));
         assert_eq!(spec.args(), args.as_slice());
         assert_eq!(spec.num_of_args(), expected.len());
     }

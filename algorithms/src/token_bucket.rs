@@ -3,14 +3,8 @@
 //!
 //! This is the Rust twin of `scripts/gcra.lua`: the memory store runs it in process, the
 //! Redis store runs the script on the server, and the conformance tests hold both to the same
-//! results. See the script's header for the representation.
-
-use ratelimit_vocab::limits;
-
-use crate::{Algorithm, Limit};
-
-/// The script, with the shared prelude, as Redis runs it.
-pub const SCRIPT: &str = super::StateKind::TokenBucket.script();
+//! results. See the script's header for the representation. A limit's parameters are
+//! `Params::of` (`ratelimit_core::tools::algorithms::OfLimit`).
 
 /// The bucket arithmetic in "fine units" of `1 / per_micro` microseconds, chosen so that the
 /// time one token takes is an exact integer. Shared by the Lua script (as its arguments) and
@@ -44,47 +38,6 @@ pub struct Params {
 }
 
 impl Params {
-    /// The exact integer parameters of `limit`'s token bucket (smooth refill), with its
-    /// initial fill and its reservations: a leaky bucket is a token bucket of one token whose
-    /// calls reserve up to `burst` intervals ahead.
-    #[must_use]
-    pub const fn of(limit: &Limit) -> Params {
-        let (interval, per_micro) = limits::fine(limit.replenish(), limit.period_micros());
-        let burst = limit.burst_capacity() as u64;
-        let asked = match limit.max_wait() {
-            // Bounded by `hold` when the limit was built, so it fits.
-            #[allow(clippy::cast_possible_truncation)]
-            Some(wait) => wait.as_micros() as u64 * per_micro,
-            None => u64::MAX,
-        };
-        // From the fine units above: `hold` again would compute them twice on every call.
-        let hold = limits::hold_for(interval as u128 * burst as u128, per_micro as u128);
-        if matches!(limit.algorithm_kind(), Algorithm::LeakyBucket) {
-            let queue = burst * interval;
-            return Params {
-                interval,
-                per_micro,
-                tau: interval,
-                absent: 0,
-                forgotten: 0,
-                reach: if asked < queue { asked } else { queue },
-                hold: if hold > queue { hold } else { queue },
-                queue: true,
-            };
-        }
-        let absent = (burst - limit.initial_tokens() as u64) * interval;
-        Params {
-            interval,
-            per_micro,
-            tau: interval * burst,
-            absent,
-            forgotten: absent,
-            reach: if asked == u64::MAX { 0 } else { asked },
-            hold,
-            queue: false,
-        }
-    }
-
     /// One instance's share when `n` instances split the limit, for calls of `cost` tokens:
     /// the rate divided by `n`, and the burst too, exactly (a share may hold a fraction of a
     /// token: the shares add up to the limit, never more).
@@ -93,7 +46,8 @@ impl Params {
     /// then save up to `cost` tokens at the share's rate, but an absent bucket holds only the
     /// share of the burst, so no instance admits such a call before it has earned it, and
     /// every refusal's `retry_after` comes true.
-    pub(crate) fn shared(self, n: u32, cost: u32) -> Params {
+    #[must_use]
+    pub fn shared(self, n: u32, cost: u32) -> Params {
         if n <= 1 {
             return self;
         }
@@ -121,12 +75,6 @@ impl Params {
     }
 }
 
-/// The script's parameters for `limit` (a smooth refill), in fine units: [`Params::of`].
-#[must_use]
-pub const fn params(limit: &Limit) -> Params {
-    Params::of(limit)
-}
-
 /// A bucket that is not full: it is full again at `expire_ms` minus `remainder` fine units of
 /// `1 / per_micro` microsecond, and one token takes `interval` of those fine units. Exactly
 /// what Redis keeps: the key's expiry (ms) and its value, which carries the limit's interval
@@ -152,7 +100,7 @@ impl State {
     /// empty bucket and overwrites.
     ///
     /// ```
-    /// use ratelimit_core::tools::algorithms::token_bucket::State;
+    /// use ratelimit_algorithms::token_bucket::State;
     ///
     /// // One token every 20 s (3 per minute), full again 417 µs before the expiry.
     /// let s = State::decode("20000000417", 1_800_000_001_000).expect("a GCRA value");
@@ -172,13 +120,13 @@ impl State {
             interval,
         };
         let Some(digits) = value.strip_prefix('-') else {
-            if !crate::algorithm::canonical(value) || !(4..=19).contains(&value.len()) {
+            if !crate::canonical(value) || !(4..=19).contains(&value.len()) {
                 return None;
             }
             let (interval, r) = value.split_at(value.len() - 3);
             return Some(state(r.parse().ok()?, 1, interval.parse().ok()?));
         };
-        if !crate::algorithm::canonical(digits) {
+        if !crate::canonical(digits) {
             return None;
         }
         let n = digits.len();
@@ -218,7 +166,8 @@ impl State {
 
     /// What the bucket owes at `now` (microseconds), in the fine units it was written in
     /// (`gcra.lua`'s `x` before any conversion); 0 once full.
-    pub(crate) fn owed_at(&self, now: u128) -> u128 {
+    #[must_use]
+    pub fn owed_at(&self, now: u128) -> u128 {
         let until = i128::try_from(u128::from(self.expire_ms) * 1000).unwrap_or(i128::MAX)
             - i128::try_from(now).unwrap_or(i128::MAX);
         let owed = until.saturating_mul(i128::from(self.per_micro)) - i128::from(self.remainder);
@@ -229,7 +178,7 @@ impl State {
 /// The outcome of one decision: what the caller sees, and the state to store if it changed
 /// (`Some` always when admitted; when refused, only if the stored state had to be read
 /// differently from what it says, see [`decide`]).
-pub(crate) type Outcome = crate::algorithm::Outcome<State>;
+type Outcome = crate::Outcome<State>;
 
 /// The script's eight arguments for a call of `cost` under `p` (`gcra.lua`'s header names
 /// them); the script takes the first four alone when the rest are their defaults.
@@ -263,12 +212,7 @@ pub fn args(p: Params, cost: u64) -> [u64; 8] {
 /// that it cannot be reservations, only a clock stepped far back, and reads as empty, which
 /// is stored even when the call is refused, so that the refusal's `retry_after` comes true.
 #[inline]
-pub fn decide(
-    now_us: u64,
-    state: Option<State>,
-    p: Params,
-    cost: u64,
-) -> crate::algorithm::Outcome<State> {
+pub fn decide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outcome {
     match decide_narrow(now_us, state, p, cost) {
         Some(outcome) => outcome,
         None => decide_wide(now_us, state, p, cost),
@@ -422,8 +366,10 @@ fn decide_wide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outco
 }
 
 /// Gives `cost` tokens back to a bucket in `state` at `now_us` (a reservation its caller
-/// gave up): the bucket as it is now, less those tokens, floored at full. `None`: full.
-pub(crate) fn give_back(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Option<State> {
+/// gave up): the bucket as it is now, less those tokens, floored at full. `None`: full. What
+/// `gcra.lua` does for a negative cost.
+#[must_use]
+pub fn give_back(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Option<State> {
     let now = u128::from(now_us);
     let (x, _) = owed_wide(now, state, p);
     let x = x.saturating_sub(u128::from(cost) * u128::from(p.interval));

@@ -1,6 +1,15 @@
-use super::*;
+//! The token bucket's decisions under limits: `ratelimit-algorithms`' arithmetic, through
+//! the module [`tools::algorithms`](crate::tools::algorithms) makes public, with the
+//! parameters of each [`Limit`].
+
 use proptest::prelude::*;
 use std::time::Duration;
+
+use crate::algorithm::OfLimit as _;
+use crate::algorithm::token_bucket::{Params, State, decide, give_back};
+use crate::{Algorithm, Limit};
+
+type Outcome = crate::algorithm::Outcome<State>;
 
 fn run(limit: Limit, calls: &[(u64, u64)]) -> Vec<Outcome> {
     let mut state = None;
@@ -501,52 +510,6 @@ proptest! {
                     need * u128::from(p.interval) <= span + u128::from(p.per_micro),
                     "{} tokens in {} us", tokens, goes[j].0 - goes[i].0
                 );
-            }
-        }
-    }
-
-    /// The `u64` path gives the reference's answer whenever it answers, and answers for
-    /// every valid limit at the times a clock gives (below 2^62 µs) with the states it
-    /// stores.
-    #[test]
-    fn narrow_equals_wide(
-        replenish in prop_oneof![1u32..1000, 1u32..=u32::MAX],
-        burst in prop_oneof![1u32..1000, 1u32..=u32::MAX],
-        unit in 0usize..4,
-        // Whole milliseconds too, where the expiry's rounding up shows.
-        now in prop_oneof![0u64..(1 << 62), (0u64..(1 << 50)).prop_map(|ms| ms * 1000)],
-        state in prop::option::of((-(1i64 << 40)..(1i64 << 40), 0u64..(1 << 52))),
-        near in prop::option::of((0u64..(1 << 40), 0u64..(1 << 40))),
-        cost in 1u64..=u64::from(u32::MAX),
-    ) {
-        let Ok(limit) = Limit::try_new(replenish, burst, crate::Unit::ALL[unit]) else {
-            return Ok(());
-        };
-        let p = Params::of(&limit);
-        let cost = cost.min(u64::from(burst));
-        // Arbitrary states, and states a little after `now` (what a store holds).
-        let arbitrary = state.map(|(offset_us, remainder)| State {
-            expire_ms: now.saturating_add_signed(offset_us) / 1000,
-            remainder,
-            per_micro: if remainder % 3 == 0 { p.per_micro } else { 1 + remainder % 7 },
-            interval: if remainder % 5 == 0 { p.interval } else { 1 + remainder % 1_000_003 },
-        });
-        // A stored bucket is full again within `tau`, plus the expiry's rounding.
-        let refill_us = p.tau.div_ceil(p.per_micro) + 1000;
-        let stored = near.map(|(ahead, remainder)| State {
-            expire_ms: (now + ahead % refill_us) / 1000 + 1,
-            remainder: remainder % (1000 * p.per_micro),
-            per_micro: p.per_micro,
-            interval: p.interval,
-        });
-        for state in [None, arbitrary, stored] {
-            let wide = decide_wide(now, state, p, cost);
-            match decide_narrow(now, state, p, cost) {
-                Some(narrow) => prop_assert_eq!(narrow, wide),
-                None => prop_assert!(
-                    state == arbitrary && state.is_some(),
-                    "only a far-off arbitrary state may need the wide path"
-                ),
             }
         }
     }

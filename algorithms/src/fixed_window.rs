@@ -6,10 +6,7 @@
 //! coarsest: a client may take `limit` at the end of one window and `limit` again at the start
 //! of the next, 2 x `limit` within one period. A refusal waits for the next window.
 
-use super::{Outcome, WindowParams, next_boundary};
-
-/// The script, with the shared prelude, as Redis runs it.
-pub const SCRIPT: &str = super::StateKind::FixedWindow.script();
+use crate::{Outcome, WindowParams, next_boundary};
 
 /// The script's `ARGV` for a call of `cost` tokens.
 pub fn args(p: WindowParams, cost: u64) -> [u64; 3] {
@@ -33,7 +30,7 @@ impl State {
     #[must_use]
     pub fn decode(value: &str, expire_ms: u64) -> Option<State> {
         Some(State {
-            count: super::positive(value)?,
+            count: crate::positive(value)?,
             expire_ms,
         })
     }
@@ -79,7 +76,7 @@ pub fn decide(now_us: u64, state: Option<State>, p: WindowParams, cost: u64) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::tests::{T0, keep, replay};
+    use crate::tests::{T0, keep, replay};
     use proptest::prelude::*;
 
     fn step(state: &mut Option<State>, now: u64, p: WindowParams, cost: u64) -> Outcome<State> {
@@ -141,28 +138,6 @@ mod tests {
             (false, 0, 999_999)
         );
         assert!(step(&mut s, T0 + 1_000_000, lower, 1).allowed);
-    }
-
-    #[test]
-    fn params_need_a_millisecond_and_a_token() {
-        assert!(WindowParams::try_new(0, 1_000_000).is_none());
-        assert!(WindowParams::try_new(1, 999).is_none());
-        assert!(WindowParams::try_new(1, 1000).is_some());
-        // A fixed window counts to any limit; the sliding window's weights bound it.
-        assert!(WindowParams::try_new(1_000_000_000, 86_400_000_000).is_some());
-        assert!(
-            super::super::sliding_window::SlidingParams::try_new(1_000_000_000, 86_400_000_000)
-                .is_none()
-        );
-        assert!(
-            super::super::sliding_window::SlidingParams::try_new(6_000_000, 86_400_000_000)
-                .is_some()
-        );
-        let day = crate::Limit::per_day(1_000_000);
-        assert_eq!(
-            WindowParams::of(&day).map(|p| p.period_us()),
-            Some(86_400_000_000)
-        );
     }
 
     proptest! {

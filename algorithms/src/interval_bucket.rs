@@ -11,11 +11,7 @@
 //! refused clients of all keys come back together. With `burst = replenish` it is the fixed
 //! window, with its 2 x `limit` across a boundary.
 
-use super::{Outcome, next_boundary};
-use crate::Limit;
-
-/// The script, with the shared prelude, as Redis runs it.
-pub const SCRIPT: &str = super::StateKind::IntervalBucket.script();
+use crate::{Outcome, next_boundary};
 
 /// A bucket of `burst` tokens, `replenish` of them added every `period_us`, `initial` in a
 /// bucket the store does not hold.
@@ -44,16 +40,6 @@ impl IntervalParams {
             None
         }
     }
-
-    /// A [`Limit`]'s bucket with interval refill, starting with the limit's initial tokens.
-    pub fn of(limit: &Limit) -> Option<Self> {
-        IntervalParams::try_new(
-            u64::from(limit.replenish()),
-            u64::from(limit.burst_capacity()),
-            limit.period_micros(),
-            u64::from(limit.initial_tokens()),
-        )
-    }
 }
 
 /// The script's `ARGV` for a call of `cost` tokens.
@@ -77,7 +63,7 @@ impl State {
     /// value, which the script reads as an empty bucket and overwrites.
     ///
     /// ```
-    /// use ratelimit_core::tools::algorithms::interval_bucket::State;
+    /// use ratelimit_algorithms::interval_bucket::State;
     ///
     /// let s = State::decode("2", 1_800_000_060_000).expect("a slack");
     /// assert_eq!((s.slack, s.expire_ms), (2, 1_800_000_060_000));
@@ -87,7 +73,7 @@ impl State {
     #[must_use]
     pub fn decode(value: &str, expire_ms: u64) -> Option<State> {
         Some(State {
-            slack: super::digits(value)?,
+            slack: crate::digits(value)?,
             expire_ms,
         })
     }
@@ -140,12 +126,8 @@ pub fn decide(now_us: u64, state: Option<State>, p: IntervalParams, cost: u64) -
 /// Gives `cost` tokens back to a bucket in `state` at `now_us` (a refund): the bucket as it is
 /// now, less that debt, floored at full, as `interval_bucket.lua` does for a negative cost.
 /// `None`: full (forgotten, as Redis drops the key).
-pub(crate) fn give_back(
-    now_us: u64,
-    state: Option<State>,
-    p: IntervalParams,
-    cost: u64,
-) -> Option<State> {
+#[must_use]
+pub fn give_back(now_us: u64, state: Option<State>, p: IntervalParams, cost: u64) -> Option<State> {
     let (debt, _) = debt_of(now_us, state, p);
     let debt = debt.saturating_sub(cost);
     (debt > 0).then(|| stored(now_us, p, debt))
@@ -202,7 +184,7 @@ fn stored(now_us: u64, p: IntervalParams, debt: u64) -> State {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::tests::{T0, keep, replay};
+    use crate::tests::{T0, keep, replay};
     use proptest::prelude::*;
 
     fn step(state: &mut Option<State>, now: u64, p: IntervalParams, cost: u64) -> Outcome<State> {

@@ -1,6 +1,5 @@
-//! A concurrency limit ([`Limit::concurrent`](crate::Limit::concurrent)): at most `max` calls
-//! of one key in flight. The Rust twin of `concurrency.lua`, `concurrency_release.lua` and
-//! `concurrency_renew.lua`.
+//! A concurrency limit (`Limit::concurrent`): at most `max` calls of one key in flight. The
+//! Rust twin of `concurrency.lua`, `concurrency_release.lua` and `concurrency_renew.lua`.
 //!
 //! The state is a set of members, each with the instant its lease ends (in Redis, a sorted
 //! set scored by it, in server microseconds):
@@ -27,27 +26,7 @@
 //! until the earliest live lease ends (when a slot is certain to be free if its holder has
 //! died), at most [`RETRY_HINT_US`].
 
-use std::time::Duration;
-
-use super::{Outcome, ScriptArgs};
-use crate::Limit;
-
-/// The script of one acquire (after the prelude).
-pub const SCRIPT: &str = super::StateKind::Concurrency.script();
-
-/// The script that gives a holder's slots (and ticket) back.
-pub const RELEASE_SCRIPT: &str = concat!(
-    include_str!("../scripts/prelude.lua"),
-    include_str!("../scripts/clock.lua"),
-    include_str!("../scripts/concurrency_release.lua"),
-);
-
-/// The script that renews a holder's leases.
-pub const RENEW_SCRIPT: &str = concat!(
-    include_str!("../scripts/prelude.lua"),
-    include_str!("../scripts/clock.lua"),
-    include_str!("../scripts/concurrency_renew.lua"),
-);
+use crate::Outcome;
 
 /// The longest `retry_after` a refusal answers, in microseconds: a second.
 pub const RETRY_HINT_US: u64 = 1_000_000;
@@ -70,29 +49,15 @@ pub struct Params {
 }
 
 impl Params {
-    /// The parameters of a concurrency limit (`None` for a rate limit), for the call
-    /// `holder` (0 where no call holds a slot: a peek, a tool's read).
-    pub fn of(limit: &Limit, holder: u64) -> Option<Params> {
-        Some(Params {
-            max: u64::from(limit.max_in_flight()?),
-            lease_us: limit.lease_time().map_or(0, duration_us),
-            holder,
-            queue: limit.max_wait().is_some_and(|w| !w.is_zero()),
-        })
-    }
-
     /// The same limit shared by `instances` instances that cannot talk to each other (the
     /// fallback): each holds its whole part of the slots, at least one.
-    pub(crate) fn shared(self, instances: u32) -> Params {
+    #[must_use]
+    pub fn shared(self, instances: u32) -> Params {
         Params {
             max: (self.max / u64::from(instances.max(1))).max(1),
             ..self
         }
     }
-}
-
-fn duration_us(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// The script's arguments: max, lease (us), holder, queue (0 or 1), cost.
@@ -310,11 +275,6 @@ pub fn expire_ms(entries: &[Entry]) -> u64 {
         .max()
         .unwrap_or(0)
         .div_ceil(1000)
-}
-
-/// The script's arguments as [`Kernel::script_args`](super::Kernel::script_args) gives them.
-pub(crate) fn script_args(p: Params, cost: u64) -> ScriptArgs {
-    ScriptArgs::new(&args(p, cost))
 }
 
 #[cfg(test)]

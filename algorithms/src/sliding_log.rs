@@ -8,10 +8,7 @@
 //! one old period after its newest token, so a longer period may find it gone (Redis dropped
 //! it) where this twin, which keeps what it is given, still counts its tokens.
 
-use super::{Outcome, WindowParams};
-
-/// The script, with the shared prelude, as Redis runs it.
-pub const SCRIPT: &str = super::StateKind::SlidingLog.script();
+use crate::{Outcome, WindowParams};
 
 /// The script's `ARGV` for a call of `cost` tokens.
 pub fn args(p: WindowParams, cost: u64) -> [u64; 3] {
@@ -72,7 +69,7 @@ pub fn decide(now_us: u64, log: &[u64], p: WindowParams, cost: u64) -> Outcome<L
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::tests::{T0, replay};
+    use crate::tests::{T0, replay};
     use proptest::prelude::*;
 
     #[test]

@@ -8,11 +8,7 @@
 //! came early (never more than the fixed window's 2 x `limit`). Its `retry_after` is exact for
 //! the estimate: the first tick at which the same call passes if nothing else happens.
 
-use super::{Outcome, WindowParams};
-use crate::Limit;
-
-/// The script, with the shared prelude, as Redis runs it.
-pub const SCRIPT: &str = super::StateKind::SlidingWindow.script();
+use crate::{Outcome, WindowParams};
 
 /// A sliding window's limit: a window whose weighted count, `limit x period in ticks`, is
 /// exact in Lua (below 2^49: a daily window of up to about 6.5 million tokens).
@@ -36,11 +32,6 @@ impl SlidingParams {
         } else {
             None
         }
-    }
-
-    /// The sliding window of a [`Limit`]: `replenish` tokens per period.
-    pub fn of(limit: &Limit) -> Option<SlidingParams> {
-        SlidingParams::try_new(u64::from(limit.replenish()), limit.period_micros())
     }
 
     /// The limit and the period.
@@ -80,7 +71,7 @@ impl State {
     /// windows and overwrites.
     ///
     /// ```
-    /// use ratelimit_core::tools::algorithms::sliding_window::State;
+    /// use ratelimit_algorithms::sliding_window::State;
     ///
     /// let s = State::decode("30000:4:1").expect("a sliding window's state");
     /// assert_eq!((s.window, s.previous, s.current), (30_000, 4, 1));
@@ -89,7 +80,7 @@ impl State {
     /// ```
     #[must_use]
     pub fn decode(value: &str) -> Option<State> {
-        let mut parts = value.split(':').map(super::digits);
+        let mut parts = value.split(':').map(crate::digits);
         let (window, previous, current) = (parts.next()??, parts.next()??, parts.next()??);
         parts.next().is_none().then_some(State {
             window,
@@ -170,7 +161,7 @@ pub fn decide(now_us: u64, state: Option<State>, p: SlidingParams, cost: u64) ->
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::algorithm::tests::{T0, keep, replay};
+    use crate::tests::{T0, keep, replay};
     use proptest::prelude::*;
 
     fn step(state: &mut Option<State>, now: u64, p: SlidingParams, cost: u64) -> Outcome<State> {

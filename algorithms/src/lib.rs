@@ -1,0 +1,233 @@
+//! Every rate-limit algorithm's decision in exact integer arithmetic, and the form of its
+//! stored state: the one owner that redis-ratelimit's memory store, its Redis module, its
+//! command-line tool and the twin tests of its Lua scripts share.
+//!
+//! Each algorithm has a module: its parameters, its script's arguments (`args`), its decision
+//! (`decide`, the Rust twin of one atomic Lua script of `ratelimit-core/src/scripts/`), and
+//! its stored `State` (`decode` reads a key's value as the script does, `encode` writes it).
+//! [`StateKind`] names the kinds of state, with the ids by which a call names its script. The
+//! memory store runs these functions, the Redis store runs the scripts, and
+//! `testkit/tests/algorithms.rs` holds each script to its twin on a real `redis-server`. The
+//! parameters of a `Limit` (a type of `ratelimit-core`) come from
+//! `ratelimit_core::tools::algorithms::OfLimit`.
+//!
+//! Shared rules:
+//! * the server's clock (`TIME`, in microseconds) decides, never a node's;
+//! * a refusal's `retry_after`, waited exactly with nothing else happening, admits the same
+//!   call; it is never early;
+//! * a key expires when it carries no information, and a refusal writes nothing unless the
+//!   stored state must be read differently from what it says;
+//! * the decision never depends on whether Redis has already dropped a key whose expiry has
+//!   passed: Redis expires keys on a millisecond clock frozen when the script starts, while
+//!   the script reads `TIME` in microseconds, so a key may outlive its expiry by up to a
+//!   millisecond. Every state therefore says itself when it ends, and an ended state reads as
+//!   an absent one;
+//! * times are microseconds below 2^53 (the year 2255), where Lua's doubles are exact; the
+//!   parameters are validated so that every quantity stays there too;
+//! * every script replies `{allowed, remaining, retry_after_us, reset_after_us, now_us}`: the
+//!   last is the server time it decided at, which lets a test replay the twin at that instant.
+//!
+//! ```
+//! use ratelimit_algorithms::{StateKind, WindowParams, fixed_window};
+//!
+//! // 3 per second; 2 taken a quarter into a window.
+//! let p = WindowParams::try_new(3, 1_000_000).expect("a valid window");
+//! let (now, cost) = (1_800_000_000_250_000, 2);
+//! assert_eq!(fixed_window::args(p, cost), [3, 1_000_000, 2]);
+//! let first = fixed_window::decide(now, None, p, cost);
+//! assert!(first.allowed);
+//! let state = first.new_state.expect("a count to store");
+//! assert_eq!(state.encode(), "2");
+//! assert_eq!(fixed_window::State::decode("2", state.expire_ms), Some(state));
+//! assert!(!fixed_window::decide(now, Some(state), p, 2).allowed);
+//! assert_eq!(StateKind::from_id(3), Some(StateKind::FixedWindow));
+//! ```
+
+pub mod concurrency;
+pub mod fixed_window;
+pub mod interval_bucket;
+mod kind;
+pub mod sliding_log;
+pub mod sliding_window;
+pub mod token_bucket;
+
+pub use kind::StateKind;
+
+/// What a caller sees of one decision, and the state to store when it changed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome<S> {
+    /// Whether the call is admitted.
+    pub allowed: bool,
+    /// Calls of cost 1 that would still be admitted now.
+    pub remaining: u64,
+    /// When refused: microseconds until the same call would be admitted; 0 when admitted.
+    pub retry_after_us: u64,
+    /// Microseconds until the state carries no information any more (an idle key is gone).
+    pub reset_after_us: u64,
+    /// `Some` when the stored state changes.
+    pub new_state: Option<S>,
+}
+
+/// A window's limit: at most `limit` tokens per `period_us` microseconds. The windows have no
+/// burst of their own: a window admits `limit` tokens, so a limit's window (`WindowParams::of`
+/// in `ratelimit_core::tools::algorithms::OfLimit`) reads its `replenish` per `unit` and
+/// ignores its `burst`. Nor an initial fill: a window's count starts at 0 in every window, and
+/// no window is "full" at start.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowParams {
+    limit: u64,
+    period_us: u64,
+}
+
+impl WindowParams {
+    /// `limit` tokens per `period_us`; `None` when either is 0, either is beyond exact
+    /// arithmetic in Lua, or the period is shorter than a millisecond (Redis keeps expiries in
+    /// milliseconds, and a state is told apart from the next window's by its expiry). The
+    /// sliding window bounds its weighted count further: see
+    /// [`SlidingParams`](sliding_window::SlidingParams).
+    pub const fn try_new(limit: u64, period_us: u64) -> Option<WindowParams> {
+        if ratelimit_vocab::limits::window_is_exact(limit, period_us) {
+            Some(WindowParams { limit, period_us })
+        } else {
+            None
+        }
+    }
+
+    /// Tokens admitted per window.
+    pub const fn limit(self) -> u64 {
+        self.limit
+    }
+
+    /// The window's length in microseconds.
+    pub const fn period_us(self) -> u64 {
+        self.period_us
+    }
+}
+
+impl<S> Outcome<S> {
+    /// The same outcome with its state stored as `f` makes it (the memory store keeps each
+    /// algorithm's state in one enum).
+    #[doc(hidden)]
+    pub fn map_state<T>(self, f: impl FnOnce(S) -> T) -> Outcome<T> {
+        Outcome {
+            allowed: self.allowed,
+            remaining: self.remaining,
+            retry_after_us: self.retry_after_us,
+            reset_after_us: self.reset_after_us,
+            new_state: self.new_state.map(f),
+        }
+    }
+}
+
+impl Outcome<()> {
+    /// What a peek answers for a call of `cost`, with `decide` an algorithm's decision on the
+    /// bucket as it stands for a given cost: whether the call would be admitted and when
+    /// (`decide(cost)`), with `remaining` the whole tokens the bucket holds now, not those it
+    /// would keep after the call (`decide(0)`: every algorithm answers a cost of 0 taking
+    /// nothing), so that exactly `remaining` calls of cost 1 would be admitted now. Nothing is
+    /// stored.
+    pub fn peek<S>(decide: impl Fn(u64) -> Outcome<S>, cost: u64) -> Outcome<()> {
+        let call = decide(cost);
+        Outcome {
+            allowed: call.allowed,
+            remaining: decide(0).remaining,
+            retry_after_us: call.retry_after_us,
+            reset_after_us: call.reset_after_us,
+            new_state: None,
+        }
+    }
+}
+
+/// Whether `v` matches `^%d+$`.
+fn all_digits(v: &str) -> bool {
+    !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit())
+}
+
+/// Whether `v` matches `^[1-9]%d*$`: a whole number above 0 in canonical decimal, as the
+/// scripts match a stored count.
+pub fn canonical(v: &str) -> bool {
+    all_digits(v) && !v.starts_with('0')
+}
+
+/// The end of the scripts' time, in microseconds: Lua's doubles are exact below 2^53 (the
+/// year 2255). No script writes a count, a window or an expiry beyond it, and the twins are
+/// not asked to decide beyond it.
+pub const MAX_TIME_US: u64 = 1 << 53;
+
+/// `^%d+$`: a whole number as the scripts match it; `None` from 2^53 on, which no script
+/// writes.
+pub fn digits(v: &str) -> Option<u64> {
+    all_digits(v)
+        .then(|| v.parse().ok())
+        .flatten()
+        .filter(|&n| n < MAX_TIME_US)
+}
+
+/// `^[1-9]%d*$`: a whole number above 0 in canonical decimal, as the scripts match it;
+/// `None` from 2^53 on.
+pub fn positive(v: &str) -> Option<u64> {
+    if v.starts_with('0') { None } else { digits(v) }
+}
+
+/// The first microsecond of the window after the one holding `now_us`.
+fn next_boundary(now_us: u64, period_us: u64) -> u64 {
+    (now_us / period_us + 1) * period_us
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Outcome;
+    use proptest::test_runner::TestCaseError;
+
+    /// A second boundary, and a millisecond one.
+    pub(crate) const T0: u64 = 1_800_000_000_000_000;
+
+    /// Keeps the state `o` stores, and returns `o`.
+    pub(crate) fn keep<S: Clone>(state: &mut Option<S>, o: Outcome<S>) -> Outcome<S> {
+        if let Some(s) = &o.new_state {
+            *state = Some(s.clone());
+        }
+        o
+    }
+
+    /// Runs `calls` (microseconds since the last call, cost) from `initial` (at `T0`) through
+    /// `decide`, keeping what it stores; checks that every refusal's `retry_after`, waited
+    /// exactly with nothing else happening, admits the same call and a microsecond less does
+    /// not; returns the admitted calls (time, cost) for the kernel's own bound.
+    pub(crate) fn replay<S: Clone + std::fmt::Debug>(
+        initial: Option<S>,
+        calls: &[(u64, u64)],
+        decide: impl Fn(u64, Option<&S>, u64) -> Outcome<S>,
+    ) -> Result<Vec<(u64, u64)>, TestCaseError> {
+        let mut state = initial;
+        let mut now = T0;
+        let mut admitted = Vec::new();
+        for &(dt, cost) in calls {
+            now += dt;
+            let o = decide(now, state.as_ref(), cost);
+            let o = keep(&mut state, o);
+            if o.allowed {
+                admitted.push((now, cost));
+                continue;
+            }
+            let wait = o.retry_after_us;
+            if wait == 0 {
+                return Err(TestCaseError::fail(format!(
+                    "refused at {now} with no wait"
+                )));
+            }
+            if decide(now + wait - 1, state.as_ref(), cost).allowed {
+                return Err(TestCaseError::fail(format!(
+                    "admitted before retry_after at {now}"
+                )));
+            }
+            let later = decide(now + wait, state.as_ref(), cost);
+            if !later.allowed {
+                return Err(TestCaseError::fail(format!(
+                    "refused after waiting retry_after {wait} at {now}: {later:?} from {state:?}"
+                )));
+            }
+        }
+        Ok(admitted)
+    }
+}
