@@ -26,6 +26,8 @@
 //! until the earliest live lease ends (when a slot is certain to be free if its holder has
 //! died), at most [`RETRY_HINT_US`].
 
+use ratelimit_vocab::limits;
+
 use crate::Outcome;
 
 /// The longest `retry_after` a refusal answers, in microseconds: a second.
@@ -63,6 +65,44 @@ impl Params {
 /// The script's arguments: max, lease (us), holder, queue (0 or 1), cost.
 pub fn args(p: Params, cost: u64) -> [u64; 5] {
     [p.max, p.lease_us, p.holder, u64::from(p.queue), cost]
+}
+
+/// The parameters and the cost that `concurrency.lua` reads from `args`, its arguments as a
+/// Redis module receives them: the inverse of [`args`]. The holder is any `u64` (0 where no
+/// call holds a slot: a peek); the script uses it as text, which the limiter writes in
+/// canonical decimal. `None` for arguments that no valid limit sends: not five, a max of 0 or
+/// above `ratelimit_vocab::limits::MAX_CONCURRENT`, a lease outside a millisecond to a day
+/// (`MIN_LEASE_US` to `MAX_LEASE_US`), `queue` other than 0 or 1, or a cost above the max.
+///
+/// ```
+/// use ratelimit_algorithms::concurrency::{self, Params};
+///
+/// let p = Params { max: 2, lease_us: 30_000_000, holder: u64::MAX, queue: true };
+/// assert_eq!(concurrency::from_args(&concurrency::args(p, 1)), Some((p, 1)));
+/// assert_eq!(concurrency::from_args(&[2, 30_000_000, 7, 2, 1]), None, "queue is 0 or 1");
+/// ```
+#[must_use]
+pub fn from_args(args: &[u64]) -> Option<(Params, u64)> {
+    let &[max, lease_us, holder, queue, cost] = args else {
+        return None;
+    };
+    let queue = match queue {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    let slots = 1..=u64::from(limits::MAX_CONCURRENT);
+    let lease = limits::MIN_LEASE_US..=limits::MAX_LEASE_US;
+    if !slots.contains(&max) || !lease.contains(&lease_us) || cost > max {
+        return None;
+    }
+    let p = Params {
+        max,
+        lease_us,
+        holder,
+        queue,
+    };
+    Some((p, cost))
 }
 
 /// One member of the set.
@@ -428,5 +468,45 @@ mod tests {
             assert_eq!(Member::parse(&m.to_text()), Some(m));
         }
         assert_eq!(Member::parse("x:1"), None);
+    }
+
+    proptest::proptest! {
+        /// Every call's arguments read back as its parameters and cost, whatever the holder.
+        #[test]
+        fn args_read_back(
+            max in 1u64..=u64::from(limits::MAX_CONCURRENT),
+            lease_us in limits::MIN_LEASE_US..=limits::MAX_LEASE_US,
+            holder: u64,
+            queue: bool,
+            cost: u64,
+        ) {
+            let p = Params { max, lease_us, holder, queue };
+            let cost = cost % (max + 1);
+            proptest::prop_assert_eq!(from_args(&args(p, cost)), Some((p, cost)));
+        }
+    }
+
+    #[test]
+    fn arguments_no_limit_sends_are_refused() {
+        assert!(from_args(&[2, 1_000, 0, 0, 2]).is_some());
+        assert_eq!(from_args(&[2, 1_000, 0, 0]), None);
+        assert_eq!(from_args(&[0, 1_000, 1, 0, 0]), None, "no slot");
+        assert_eq!(
+            from_args(&[1_000_001, 1_000, 1, 0, 1]),
+            None,
+            "above MAX_CONCURRENT"
+        );
+        assert_eq!(
+            from_args(&[2, 999, 1, 0, 1]),
+            None,
+            "a lease under a millisecond"
+        );
+        assert_eq!(
+            from_args(&[2, 86_400_000_001, 1, 0, 1]),
+            None,
+            "a lease over a day"
+        );
+        assert_eq!(from_args(&[2, 1_000, 1, 2, 1]), None, "queue is 0 or 1");
+        assert_eq!(from_args(&[2, 1_000, 1, 0, 3]), None, "more than the max");
     }
 }

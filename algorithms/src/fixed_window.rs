@@ -13,6 +13,24 @@ pub fn args(p: WindowParams, cost: u64) -> [u64; 3] {
     [p.limit, p.period_us, cost]
 }
 
+/// The window and the cost that `fixed_window.lua` reads from `args`, its arguments as a Redis
+/// module receives them: the inverse of [`args`]. `None` for arguments that no valid limit
+/// sends: not three, a window [`WindowParams::try_new`] refuses, or a cost above the limit
+/// (which no window could ever admit).
+///
+/// ```
+/// use ratelimit_algorithms::{WindowParams, fixed_window};
+///
+/// let p = WindowParams::try_new(10, 60_000_000).expect("10 per minute");
+/// assert_eq!(fixed_window::from_args(&fixed_window::args(p, 3)), Some((p, 3)));
+/// assert_eq!(fixed_window::from_args(&[10, 999, 1]), None, "a period under a millisecond");
+/// assert_eq!(fixed_window::from_args(&[10, 60_000_000, 11]), None, "more than the limit");
+/// ```
+#[must_use]
+pub fn from_args(args: &[u64]) -> Option<(WindowParams, u64)> {
+    WindowParams::from_args(args)
+}
+
 /// Exactly what Redis keeps: the count (the key's value) and the key's expiry in
 /// milliseconds, which is the end of the count's window rounded up.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,7 @@
 //! refused clients of all keys come back together. With `burst = replenish` it is the fixed
 //! window, with its 2 x `limit` across a boundary.
 
-use crate::{Outcome, next_boundary};
+use crate::{Cost, Outcome, next_boundary};
 
 /// A bucket of `burst` tokens, `replenish` of them added every `period_us`, `initial` in a
 /// bucket the store does not hold.
@@ -45,6 +45,33 @@ impl IntervalParams {
 /// The script's `ARGV` for a call of `cost` tokens.
 pub fn args(p: IntervalParams, cost: u64) -> [u64; 5] {
     [p.replenish, p.burst, p.period_us, p.initial, cost]
+}
+
+/// The bucket and the cost that `interval_bucket.lua` reads from `args`, its arguments as a
+/// Redis module receives them: the inverse of [`args`]. The cost is negative when `call.lua`
+/// gives tokens back ([`Cost`]). `None` for arguments that no valid limit sends: not five, a
+/// negative parameter, a bucket [`IntervalParams::try_new`] refuses, or a cost of more tokens
+/// than the burst.
+///
+/// ```
+/// use ratelimit_algorithms::Cost;
+/// use ratelimit_algorithms::interval_bucket::{self, IntervalParams};
+///
+/// // 4 a second, up to 10, starting full.
+/// let p = IntervalParams::try_new(4, 10, 1_000_000, 10).expect("a valid bucket");
+/// assert_eq!(interval_bucket::from_args(&[4, 10, 1_000_000, 10, 3]), Some((p, Cost::Take(3))));
+/// assert_eq!(interval_bucket::from_args(&[4, 10, 1_000_000, 10, -3]), Some((p, Cost::GiveBack(3))));
+/// assert_eq!(interval_bucket::from_args(&[4, 10, 1_000_000, 11, 3]), None, "initial above burst");
+/// ```
+#[must_use]
+pub fn from_args(args: &[i64]) -> Option<(IntervalParams, Cost)> {
+    let &[replenish, burst, period_us, initial, cost] = args else {
+        return None;
+    };
+    let [replenish, burst, period_us, initial] =
+        crate::unsigned([replenish, burst, period_us, initial])?;
+    let p = IntervalParams::try_new(replenish, burst, period_us, initial)?;
+    Some((p, Cost::of_arg(cost, burst)?))
 }
 
 /// Exactly what Redis keeps: the slack of the refill that fills the bucket (the value), and
@@ -124,7 +151,8 @@ pub fn decide(now_us: u64, state: Option<State>, p: IntervalParams, cost: u64) -
 }
 
 /// Gives `cost` tokens back to a bucket in `state` at `now_us` (a refund): the bucket as it is
-/// now, less that debt, floored at full, as `interval_bucket.lua` does for a negative cost.
+/// now, less that debt, floored at full, as `interval_bucket.lua` does for a negative cost
+/// ([`Cost::GiveBack`]).
 /// `None`: full (forgotten, as Redis drops the key).
 #[must_use]
 pub fn give_back(now_us: u64, state: Option<State>, p: IntervalParams, cost: u64) -> Option<State> {
@@ -317,5 +345,59 @@ mod tests {
             let calls: Vec<_> = calls.into_iter().map(|(dt, c)| (dt, c.min(burst))).collect();
             replay(Some(initial), &calls, |now, s, cost| decide(now, s.copied(), p, cost))?;
         }
+    }
+
+    proptest! {
+        /// Every call's arguments read back as its bucket and cost, and a cost given back
+        /// (`call.lua`'s mode 3) as one.
+        #[test]
+        fn args_read_back(
+            replenish in prop_oneof![1u64..100, 1u64..(1 << 40)],
+            burst in prop_oneof![1u64..100, 1u64..(1 << 40)],
+            period_us in prop_oneof![(1u64..100_000).prop_map(|ms| ms * 1000), 1000u64..(1 << 40)],
+            initial in any::<u64>(),
+            cost in any::<u64>(),
+        ) {
+            let Some(p) = IntervalParams::try_new(replenish, burst, period_us, initial % (burst + 1))
+            else {
+                return Ok(());
+            };
+            let cost = cost % (burst + 1);
+            let mut args = args(p, cost).map(|a| i64::try_from(a).unwrap());
+            prop_assert_eq!(from_args(&args), Some((p, Cost::Take(cost))));
+            if cost > 0 {
+                args[4] = -args[4];
+                prop_assert_eq!(from_args(&args), Some((p, Cost::GiveBack(cost))));
+            }
+        }
+    }
+
+    #[test]
+    fn arguments_no_limit_sends_are_refused() {
+        assert!(from_args(&[4, 10, 1_000_000, 10, 10]).is_some());
+        assert_eq!(from_args(&[4, 10, 1_000_000, 10]), None);
+        assert_eq!(from_args(&[0, 10, 1_000_000, 10, 1]), None, "no refill");
+        assert_eq!(from_args(&[4, 0, 1_000_000, 0, 0]), None, "no burst");
+        assert_eq!(from_args(&[4, 10, 999, 10, 1]), None, "under a millisecond");
+        assert_eq!(
+            from_args(&[4, 10, 1_000_000, 11, 1]),
+            None,
+            "initial above burst"
+        );
+        assert_eq!(
+            from_args(&[4, 10, -1_000_000, 10, 1]),
+            None,
+            "a negative period"
+        );
+        assert_eq!(
+            from_args(&[4, 10, 1_000_000, 10, 11]),
+            None,
+            "more than the burst"
+        );
+        assert_eq!(
+            from_args(&[4, 10, 1_000_000, 10, -11]),
+            None,
+            "more than the burst back"
+        );
     }
 }

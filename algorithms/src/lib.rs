@@ -27,13 +27,21 @@
 //! * every script replies `{allowed, remaining, retry_after_us, reset_after_us, now_us}`: the
 //!   last is the server time it decided at, which lets a test replay the twin at that instant.
 //!
+//! A script's arguments are integers in canonical decimal, as the limiter writes them (a
+//! script reads some as text: the concurrency limit's holder, the fixed window's cost).
+//! `from_args`, in each module, reads them back as the module receives them: the two buckets'
+//! (`token_bucket`, `interval_bucket`) as `i64`, their cost being negative when tokens are
+//! given back ([`Cost`]); every other script's as `u64` (a concurrency limit's holder may be
+//! any `u64`). It answers `None` for arguments that no valid limit sends.
+//!
 //! ```
 //! use ratelimit_algorithms::{StateKind, WindowParams, fixed_window};
 //!
-//! // 3 per second; 2 taken a quarter into a window.
-//! let p = WindowParams::try_new(3, 1_000_000).expect("a valid window");
-//! let (now, cost) = (1_800_000_000_250_000, 2);
+//! // 3 per second; 2 taken a quarter into a window, as `fixed_window.lua` is asked.
+//! let (p, cost) = fixed_window::from_args(&[3, 1_000_000, 2]).expect("a valid call");
+//! assert_eq!(p, WindowParams::try_new(3, 1_000_000).unwrap());
 //! assert_eq!(fixed_window::args(p, cost), [3, 1_000_000, 2]);
+//! let now = 1_800_000_000_250_000;
 //! let first = fixed_window::decide(now, None, p, cost);
 //! assert!(first.allowed);
 //! let state = first.new_state.expect("a count to store");
@@ -102,6 +110,17 @@ impl WindowParams {
     pub const fn period_us(self) -> u64 {
         self.period_us
     }
+
+    /// The window and the cost of `[limit, period, cost]` (the fixed window's and the sliding
+    /// log's arguments), `None` beyond what a valid limit sends: see
+    /// [`fixed_window::from_args`].
+    fn from_args(args: &[u64]) -> Option<(WindowParams, u64)> {
+        let &[limit, period_us, cost] = args else {
+            return None;
+        };
+        let p = WindowParams::try_new(limit, period_us)?;
+        (cost <= limit).then_some((p, cost))
+    }
 }
 
 impl<S> Outcome<S> {
@@ -134,6 +153,42 @@ impl Outcome<()> {
             retry_after_us: call.retry_after_us,
             reset_after_us: call.reset_after_us,
             new_state: None,
+        }
+    }
+}
+
+/// A bucket's cost as its script reads it (`gcra.lua`, `interval_bucket.lua`): the tokens a
+/// call takes, or, written negative, tokens given back.
+///
+/// Only `call.lua` writes a negative cost: its mode 3 (`multi.lua`'s "give back", for the
+/// tokens a call reserved on one node when another node refused it) runs each bucket's script
+/// with the call's cost negated, and only on a key that exists (a bucket whose key is gone is
+/// full: there is nothing to give back). The script reads the bucket as a call would (a state
+/// of another limit converted, one owing too much read as empty), returns the tokens, floored
+/// at full, and stores the result: a bucket full again expires there and then, and reads as
+/// absent.
+/// The twin is the algorithm's `give_back` ([`token_bucket::give_back`],
+/// [`interval_bucket::give_back`]), whose `None` is that forgotten bucket; a call's own cost
+/// is `decide`'s.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cost {
+    /// A call takes this many tokens. 0 takes nothing: `call.lua` runs a script with it to
+    /// read a limit as it stands (a peek), and drops what it writes.
+    Take(u64),
+    /// This many tokens, at least 1, come back.
+    GiveBack(u64),
+}
+
+impl Cost {
+    /// The cost an argument says (`-n` gives `n` back), if its tokens are at most `most`.
+    fn of_arg(arg: i64, most: u64) -> Option<Cost> {
+        let tokens = arg.unsigned_abs();
+        if tokens > most {
+            None
+        } else if arg < 0 {
+            Some(Cost::GiveBack(tokens))
+        } else {
+            Some(Cost::Take(tokens))
         }
     }
 }
@@ -174,9 +229,19 @@ fn next_boundary(now_us: u64, period_us: u64) -> u64 {
     (now_us / period_us + 1) * period_us
 }
 
+/// `args` as unsigned values, `None` if any is negative.
+fn unsigned<const N: usize>(args: [i64; N]) -> Option<[u64; N]> {
+    let mut out = [0; N];
+    for (o, a) in out.iter_mut().zip(args) {
+        *o = u64::try_from(a).ok()?;
+    }
+    Some(out)
+}
+
 #[cfg(test)]
 mod tests {
-    use super::Outcome;
+    use super::{Outcome, WindowParams};
+    use proptest::prelude::*;
     use proptest::test_runner::TestCaseError;
 
     /// A second boundary, and a millisecond one.
@@ -229,5 +294,57 @@ mod tests {
             }
         }
         Ok(admitted)
+    }
+
+    /// Any window within exact arithmetic, briefly or widely.
+    fn any_window() -> impl Strategy<Value = WindowParams> {
+        let max = ratelimit_vocab::limits::MAX_EXACT;
+        (
+            prop_oneof![1u64..100, 1u64..=max],
+            prop_oneof![(1u64..100_000).prop_map(|ms| ms * 1000), 1000u64..=max],
+        )
+            .prop_map(|(limit, period_us)| WindowParams::try_new(limit, period_us).unwrap())
+    }
+
+    type FromArgs = fn(&[u64]) -> Option<(WindowParams, u64)>;
+    type Args = fn(WindowParams, u64) -> [u64; 3];
+
+    /// The fixed window's and the sliding log's: the same arguments.
+    const WINDOWS: [(FromArgs, Args); 2] = [
+        (crate::fixed_window::from_args, crate::fixed_window::args),
+        (crate::sliding_log::from_args, crate::sliding_log::args),
+    ];
+
+    proptest! {
+        /// Every window's arguments read back as its window and cost.
+        #[test]
+        fn window_args_read_back(p in any_window(), cost in any::<u64>()) {
+            let cost = cost % (p.limit() + 1);
+            for (from_args, args) in WINDOWS {
+                prop_assert_eq!(from_args(&args(p, cost)), Some((p, cost)));
+            }
+        }
+    }
+
+    #[test]
+    fn window_arguments_no_limit_sends_are_refused() {
+        for (from_args, _) in WINDOWS {
+            assert!(from_args(&[5, 1_000_000, 5]).is_some());
+            assert_eq!(from_args(&[5, 1_000_000]), None);
+            assert_eq!(from_args(&[5, 1_000_000, 1, 1]), None);
+            assert_eq!(from_args(&[0, 1_000_000, 0]), None, "no tokens");
+            assert_eq!(from_args(&[5, 999, 1]), None, "under a millisecond");
+            assert_eq!(
+                from_args(&[5, (1 << 51) + 1, 1]),
+                None,
+                "beyond exact arithmetic"
+            );
+            assert_eq!(
+                from_args(&[(1 << 51) + 1, 1_000_000, 1]),
+                None,
+                "beyond exact arithmetic"
+            );
+            assert_eq!(from_args(&[5, 1_000_000, 6]), None, "more than the limit");
+        }
     }
 }

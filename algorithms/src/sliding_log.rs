@@ -15,6 +15,15 @@ pub fn args(p: WindowParams, cost: u64) -> [u64; 3] {
     [p.limit, p.period_us, cost]
 }
 
+/// The window and the cost that `sliding_log.lua` reads from `args`, its arguments as a Redis
+/// module receives them: the inverse of [`args`], `None` for arguments that no valid limit
+/// sends (as [`fixed_window::from_args`](crate::fixed_window::from_args): the same
+/// arguments).
+#[must_use]
+pub fn from_args(args: &[u64]) -> Option<(WindowParams, u64)> {
+    WindowParams::from_args(args)
+}
+
 /// The admission times of the tokens a key holds, in microseconds, oldest first (the sorted
 /// set's scores; its members only keep equal times apart).
 pub type Log = Vec<u64>;

@@ -54,6 +54,28 @@ pub fn args(p: SlidingParams, cost: u64) -> [u64; 4] {
     [p.window.limit, p.window.period_us, p.tick_us, cost]
 }
 
+/// The window and the cost that `sliding_window.lua` reads from `args`, its arguments as a
+/// Redis module receives them: the inverse of [`args`]. `None` for arguments that no valid
+/// limit sends: not four, a window [`SlidingParams::try_new`] refuses, a tick other than the
+/// one it takes for the period ([`SlidingParams::tick_us`]), or a cost above the limit.
+///
+/// ```
+/// use ratelimit_algorithms::sliding_window::{self, SlidingParams};
+///
+/// let p = SlidingParams::try_new(10, 1_500).expect("10 per 1.5 ms");
+/// assert_eq!(sliding_window::args(p, 2), [10, 1_500, 1, 2]);
+/// assert_eq!(sliding_window::from_args(&[10, 1_500, 1, 2]), Some((p, 2)));
+/// assert_eq!(sliding_window::from_args(&[10, 1_500, 500, 2]), None, "another tick");
+/// ```
+#[must_use]
+pub fn from_args(args: &[u64]) -> Option<(SlidingParams, u64)> {
+    let &[limit, period_us, tick_us, cost] = args else {
+        return None;
+    };
+    let p = SlidingParams::try_new(limit, period_us)?;
+    (tick_us == p.tick_us && cost <= limit).then_some((p, cost))
+}
+
 /// Exactly what Redis keeps: the value `"window:previous:current"`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct State {
@@ -255,5 +277,40 @@ mod tests {
             let calls: Vec<_> = calls.into_iter().map(|(dt, c)| (dt, c.min(limit))).collect();
             replay(Some(initial), &calls, |now, s, cost| decide(now, s.copied(), p, cost))?;
         }
+    }
+
+    proptest! {
+        /// Every call's arguments read back as its window and cost.
+        #[test]
+        fn args_read_back(
+            limit in prop_oneof![1u64..100, 1u64..(1 << 49)],
+            period_us in prop_oneof![(1u64..100_000).prop_map(|ms| ms * 1000), 1000u64..(1 << 49)],
+            cost in any::<u64>(),
+        ) {
+            let Some(p) = SlidingParams::try_new(limit, period_us) else {
+                return Ok(());
+            };
+            let cost = cost % (limit + 1);
+            prop_assert_eq!(from_args(&args(p, cost)), Some((p, cost)));
+        }
+    }
+
+    #[test]
+    fn arguments_no_limit_sends_are_refused() {
+        assert!(from_args(&[10, 1_000_000, 1000, 10]).is_some());
+        assert_eq!(from_args(&[10, 1_000_000, 1000]), None);
+        assert_eq!(from_args(&[10, 1_000_000, 1, 1]), None, "another tick");
+        assert_eq!(from_args(&[10, 1_000_000, 0, 1]), None, "no tick");
+        assert_eq!(from_args(&[10, 999, 1, 1]), None, "under a millisecond");
+        assert_eq!(
+            from_args(&[1_000_000_000, 86_400_000_000, 1000, 1]),
+            None,
+            "a weighted count beyond exact arithmetic"
+        );
+        assert_eq!(
+            from_args(&[10, 1_000_000, 1000, 11]),
+            None,
+            "more than the limit"
+        );
     }
 }

@@ -6,6 +6,10 @@
 //! results. See the script's header for the representation. A limit's parameters are
 //! `Params::of` (`ratelimit_core::tools::algorithms::OfLimit`).
 
+use ratelimit_vocab::limits;
+
+use crate::Cost;
+
 /// The bucket arithmetic in "fine units" of `1 / per_micro` microseconds, chosen so that the
 /// time one token takes is an exact integer. Shared by the Lua script (as its arguments) and
 /// the memory store, so both compute the same decisions.
@@ -196,6 +200,75 @@ pub fn args(p: Params, cost: u64) -> [u64; 8] {
     ]
 }
 
+/// The parameters and the cost that `gcra.lua` reads from `args`, its arguments as a Redis
+/// module receives them (integers of the command's text): the inverse of [`args`], and of its
+/// first four alone, which the limiter sends when the rest are their defaults. The script
+/// takes any of arguments 5 to 8 as absent: `absent` and `reach` 0, `hold` what
+/// `ratelimit_vocab::limits::hold_for(tau, per_micro)` computes (as the script does), `queue`
+/// false. `forgotten` is `absent`, as for every limit (only the memory store's shares differ,
+/// and they are never sent). The cost is the fourth argument, negative when `call.lua` gives
+/// tokens back ([`Cost`]).
+///
+/// `None` for arguments that no valid limit sends: fewer than 4 or more than 8; a negative
+/// parameter; `interval`, `per_micro` or `tau` 0, or `tau` below `interval` (less than a
+/// token); a bucket beyond exact arithmetic (`2 * tau + 2048 * per_micro` above 2^51, as
+/// `ratelimit_vocab::limits::bucket_is_exact`); `absent` above `tau`; `hold` above 2^51 or
+/// `reach` above `hold`; `queue` other than 0 or 1; a cost of more tokens than the bucket holds
+/// (`tau`, or a leaky bucket's queue, at most `hold`). Within them the script's every sum stays
+/// below 2^53, exact in Lua.
+///
+/// ```
+/// use ratelimit_algorithms::Cost;
+/// use ratelimit_algorithms::token_bucket::{self, Params};
+///
+/// // 3 per second, burst 3, as the limiter sends it: 1/3 µs fine units.
+/// let (p, cost) = token_bucket::from_args(&[1_000_000, 3, 3_000_000, 1]).expect("valid");
+/// assert_eq!((p.interval, p.per_micro, p.tau, p.reach, p.queue), (1_000_000, 3, 3_000_000, 0, false));
+/// assert_eq!(cost, Cost::Take(1));
+/// assert_eq!(token_bucket::from_args(&token_bucket::args(p, 1).map(|a| a as i64)), Some((p, cost)));
+/// // `call.lua` giving the token back.
+/// assert_eq!(token_bucket::from_args(&[1_000_000, 3, 3_000_000, -1]), Some((p, Cost::GiveBack(1))));
+/// // More than the bucket holds.
+/// assert_eq!(token_bucket::from_args(&[1_000_000, 3, 3_000_000, 4]), None);
+/// ```
+#[must_use]
+pub fn from_args(args: &[i64]) -> Option<(Params, Cost)> {
+    let (&[interval, per_micro, tau, cost], rest) = args.split_first_chunk::<4>()?;
+    if rest.len() > 4 {
+        return None;
+    }
+    let [interval, per_micro, tau] = crate::unsigned([interval, per_micro, tau])?;
+    let exact = 2 * u128::from(tau) + 2048 * u128::from(per_micro) <= u128::from(limits::MAX_EXACT);
+    if interval == 0 || per_micro == 0 || tau < interval || !exact {
+        return None;
+    }
+    let optional = |i: usize| rest.get(i).map(|&a| u64::try_from(a).ok());
+    let absent = optional(0).unwrap_or(Some(0))?;
+    let reach = optional(1).unwrap_or(Some(0))?;
+    let hold = optional(2).unwrap_or(Some(limits::hold_for(tau.into(), per_micro.into())))?;
+    let queue = match optional(3).unwrap_or(Some(0))? {
+        0 => false,
+        1 => true,
+        _ => return None,
+    };
+    if absent > tau || hold > limits::MAX_EXACT || reach > hold {
+        return None;
+    }
+    let holds = if queue { hold.max(tau) } else { tau };
+    let cost = Cost::of_arg(cost, holds / interval)?;
+    let p = Params {
+        interval,
+        per_micro,
+        tau,
+        absent,
+        forgotten: absent,
+        reach,
+        hold,
+        queue,
+    };
+    Some((p, cost))
+}
+
 /// Decides one call of `cost` tokens at `now_us` on a bucket in `state` (`None`: full).
 /// The caller guarantees `1 <= cost <= burst`.
 ///
@@ -367,7 +440,7 @@ fn decide_wide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outco
 
 /// Gives `cost` tokens back to a bucket in `state` at `now_us` (a reservation its caller
 /// gave up): the bucket as it is now, less those tokens, floored at full. `None`: full. What
-/// `gcra.lua` does for a negative cost.
+/// `gcra.lua` does for a negative cost ([`Cost::GiveBack`]).
 #[must_use]
 pub fn give_back(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Option<State> {
     let now = u128::from(now_us);

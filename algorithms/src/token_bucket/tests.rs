@@ -1,9 +1,8 @@
-//! The token bucket's own paths held to each other. Its decisions under limits (which need
+//! The token bucket's own paths held to each other, and its arguments read back. Its decisions under limits (which need
 //! `ratelimit-core`'s `Limit`) are tested in `ratelimit-core/src/algorithm/tests/`.
 
 use super::*;
 use proptest::prelude::*;
-use ratelimit_vocab::limits;
 
 /// A second, a minute, an hour and a day, in microseconds (`Unit::ALL`'s periods).
 const UNITS: [u64; 4] = [1_000_000, 60_000_000, 3_600_000_000, 86_400_000_000];
@@ -74,4 +73,131 @@ proptest! {
             }
         }
     }
+}
+
+/// Parameters `from_args` reads: any exact bucket, with any initial fill, reach, hold and
+/// queue within the bounds a limit keeps (a leaky bucket is one token whose queue is in
+/// `hold`).
+fn any_params() -> impl Strategy<Value = Params> {
+    (
+        prop_oneof![1u64..1000, 1u64..(1 << 40)],
+        prop_oneof![1u64..4, 1u64..(1 << 30)],
+        prop_oneof![1u64..100, 1u64..(1 << 32)],
+        any::<bool>(),
+        any::<(u64, u64, u64)>(),
+    )
+        .prop_filter_map(
+            "an exact bucket",
+            |(interval, per_micro, burst, queue, r)| {
+                let tau = if queue {
+                    interval
+                } else {
+                    interval.checked_mul(burst)?
+                };
+                let queued = if queue {
+                    interval.checked_mul(burst)?
+                } else {
+                    0
+                };
+                let used = 2 * u128::from(tau.max(queued)) + 2048 * u128::from(per_micro);
+                if used > u128::from(limits::MAX_EXACT) {
+                    return None;
+                }
+                let hold = limits::hold_for(tau.into(), per_micro.into()).max(queued);
+                let hold = hold.max(r.0 % (limits::MAX_EXACT + 1));
+                let absent = if queue { 0 } else { r.1 % (tau + 1) };
+                Some(Params {
+                    interval,
+                    per_micro,
+                    tau,
+                    absent,
+                    forgotten: absent,
+                    reach: r.2 % (hold + 1),
+                    hold,
+                    queue,
+                })
+            },
+        )
+}
+
+/// `args` as the signed integers a module reads.
+fn signed(args: &[u64]) -> Vec<i64> {
+    args.iter().map(|&a| i64::try_from(a).unwrap()).collect()
+}
+
+proptest! {
+    /// Every call's arguments read back as its parameters and cost, in full and, with the
+    /// rest at their defaults, as the four the limiter then sends; a cost given back reads as
+    /// one.
+    #[test]
+    fn args_read_back(p in any_params(), cost in any::<u64>()) {
+        let most = if p.queue { p.hold } else { p.tau } / p.interval;
+        let cost = cost % (most + 1);
+        let mut args = signed(&args(p, cost));
+        prop_assert_eq!(from_args(&args), Some((p, Cost::Take(cost))));
+        let defaults = p.absent == 0
+            && p.reach == 0
+            && !p.queue
+            && p.hold == limits::hold_for(p.tau.into(), p.per_micro.into());
+        if defaults {
+            prop_assert_eq!(from_args(&args[..4]), Some((p, Cost::Take(cost))));
+        }
+        if cost > 0 {
+            args[3] = -args[3];
+            prop_assert_eq!(from_args(&args), Some((p, Cost::GiveBack(cost))));
+        }
+    }
+
+    /// Arguments 5 to 8 left out read as `gcra.lua` reads them: `absent` and `reach` 0, `hold`
+    /// as `hold_for` computes it, no queue.
+    #[test]
+    fn absent_arguments_take_the_scripts_defaults(p in any_params(), sent in 4usize..8) {
+        let args = signed(&args(p, 1));
+        let default_hold = limits::hold_for(p.tau.into(), p.per_micro.into());
+        if sent == 6 && p.reach > default_hold {
+            // No limit reaches beyond its hold.
+            prop_assert_eq!(from_args(&args[..sent]), None);
+            return Ok(());
+        }
+        let (read, _) = from_args(&args[..sent]).unwrap();
+        prop_assert_eq!(read.absent, if sent > 4 { p.absent } else { 0 });
+        prop_assert_eq!(read.forgotten, read.absent);
+        prop_assert_eq!(read.reach, if sent > 5 { p.reach } else { 0 });
+        prop_assert_eq!(read.hold, if sent > 6 { p.hold } else { default_hold });
+        prop_assert!(!read.queue);
+    }
+}
+
+#[test]
+fn arguments_no_limit_sends_are_refused() {
+    // 3 per second, burst 3: 1/3 µs fine units.
+    let valid = [1_000_000, 3, 3_000_000, 1, 0, 0, 1_000, 0];
+    assert!(from_args(&valid).is_some());
+    let with = |i: usize, v: i64| {
+        let mut args = valid;
+        args[i] = v;
+        from_args(&args)
+    };
+    assert_eq!(from_args(&valid[..3]), None, "three arguments");
+    assert_eq!(
+        from_args(&[1_000_000, 3, 3_000_000, 1, 0, 0, 1_000, 0, 0]),
+        None
+    );
+    assert_eq!(with(0, 0), None, "no interval");
+    assert_eq!(with(1, 0), None, "no fine unit");
+    assert_eq!(with(2, 999_999), None, "less than a token");
+    assert_eq!(with(0, -1_000_000), None, "a negative interval");
+    assert_eq!(with(2, 1 << 50), None, "beyond exact arithmetic");
+    assert_eq!(with(3, 4), None, "more than the burst");
+    assert_eq!(with(3, -4), None, "more than the burst given back");
+    assert_eq!(with(4, 3_000_001), None, "an absent bucket beyond empty");
+    assert_eq!(with(5, 1_001), None, "a reach beyond the hold");
+    assert_eq!(
+        with(6, (1 << 51) + 1),
+        None,
+        "a hold beyond exact arithmetic"
+    );
+    assert_eq!(with(7, 2), None, "queue is 0 or 1");
+    assert_eq!(with(7, 1).map(|(p, _)| p.queue), Some(true));
+    assert_eq!(with(3, i64::MIN), None);
 }
