@@ -47,6 +47,12 @@
 //! | [`overrides`] | quotas changed without a rebuild: the override file and environment |
 //! | [`store`] | where buckets live: [`store::RedisStore`], [`store::MemoryStore`], the [`store::Store`] trait |
 //! | [`tools`] | for tools that read what limiters keep in Redis (unstable) |
+//!
+//! Each algorithm's decision in exact integer arithmetic, the form of its stored state and its
+//! script's arguments are the `ratelimit-algorithms` crate's, which the CLI shares and a Redis
+//! module can use without this crate; this crate runs them in the memory store, sends their
+//! scripts to Redis, and makes them public, with their scripts and the parameters of a
+//! [`Limit`], in [`tools::algorithms`].
 
 #[doc(hidden)]
 pub mod __private;

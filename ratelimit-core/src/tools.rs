@@ -15,8 +15,9 @@
 //! - stored state: [`READ_SCRIPT`] reads a key without writing, [`Stored`] holds what it read
 //!   ([`Stored::from_reply`], or [`Stored::new`] from a tool's own reads), [`StateKind`] says
 //!   which algorithm's state it is (of a [`Limit`](crate::Limit), or guessed from its
-//!   shape), [`decode_state`] describes it ([`Decoded`], [`BucketState`]), and [`peek`]
-//!   says what a call would be told now ([`Peek`], [`Undecidable`]);
+//!   shape, by [`StateKindExt`]), [`decode_state`] describes it ([`Decoded`],
+//!   [`BucketState`]), and [`peek`] says what a call would be told now ([`Peek`],
+//!   [`Undecidable`]);
 //! - URLs: [`parse_redis_url`] says what a store URL names ([`RedisTarget`], whose `Debug`
 //!   hides passwords), [`node_url`] is the URL of one node of a cluster, and [`redact_url`]
 //!   hides a URL's password for messages;
@@ -24,8 +25,9 @@
 //!   without `CLIENT SETINFO`, so that a tool works under the least ACL of
 //!   docs/operations.md on every server;
 //! - [`scripts`]: the decision scripts' text, as the limiter loads them (for benchmarks and
-//!   measurements), and [`algorithms`]: each algorithm's decision in Rust, the twin the
-//!   conformance tests hold to its script, with its parameters and stored state.
+//!   measurements), and [`algorithms`]: each algorithm's decision in Rust (the
+//!   `ratelimit-algorithms` crate's), the twin the conformance tests hold to its script, with
+//!   its parameters, its script's arguments and its stored state.
 //!
 //! A bucket's Redis key is `<prefix>:{<n>:<name>:<key>}` for a named limit (`n` the written
 //! name's length in bytes) and `<prefix>:{:<key>}` for an unnamed one (`RateLimiter::check`).
@@ -150,8 +152,12 @@ pub mod scripts {
 /// Each algorithm's decision as a pure function in exact integer arithmetic: the Rust twin of
 /// its script, which the memory store runs and the conformance tests
 /// (`testkit/tests/algorithms.rs`) hold to the script on a real Redis. With each its
-/// parameters, its script's arguments, and its stored `State` (`decode` reads a key's value
-/// as the script does, `encode` writes it). **Unstable**. See `docs/algorithms.md`.
+/// parameters, its script's arguments (`args`, and `from_args` that reads them back), and its
+/// stored `State` (`decode` reads a key's value as the script does, `encode` writes it).
+/// Each module is the `ratelimit-algorithms` crate's, with its script (`SCRIPT`); a
+/// [`Limit`](crate::Limit)'s parameters are [`OfLimit`](algorithms::OfLimit)'s (import it to
+/// write `WindowParams::of(&limit)`) and [`OfConcurrentLimit`](algorithms::OfConcurrentLimit)'s.
+/// **Unstable**. See `docs/algorithms.md`.
 ///
 /// ```
 /// use ratelimit_core::tools::algorithms::{WindowParams, fixed_window};
