@@ -438,6 +438,51 @@ fn decide_wide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outco
     }
 }
 
+/// What a bucket's key holds, as `gcra.lua` reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read {
+    /// No key: a full bucket (or, with an initial fill, one that far from full).
+    Absent,
+    /// A state this algorithm wrote ([`State::decode`] of its value and expiry).
+    State(State),
+    /// A value the script never writes (another type, text, a number without an expiry):
+    /// read as an empty bucket, and overwritten with one whatever the decision, so that it
+    /// costs that key a refill, never an error for every call on it.
+    Unreadable,
+}
+
+/// [`decide`] on what a key holds: what `gcra.lua` decides and stores, for every value a
+/// key may hold. An [`Unreadable`](Read::Unreadable) one is an empty bucket stored at `now_us`
+/// in `p`'s terms (as the script's `tb_store` writes it), and that is stored even when the
+/// call is refused.
+///
+/// ```
+/// use ratelimit_algorithms::token_bucket::{self, Read};
+///
+/// // 1 per second, burst 2: from garbage, an empty bucket, refused for a second.
+/// let (p, _) = token_bucket::from_args(&[1_000_000, 1, 2_000_000, 1]).expect("valid");
+/// let now = 1_800_000_000_000_000;
+/// let o = token_bucket::decide_read(now, Read::Unreadable, p, 1);
+/// assert!(!o.allowed && o.retry_after_us == 1_000_000);
+/// let written = o.new_state.expect("overwritten even though refused");
+/// // Read back, it is that empty bucket: refused alike, and nothing more to store.
+/// let again = token_bucket::decide_read(now, Read::State(written), p, 1);
+/// assert_eq!((again.allowed, again.retry_after_us, again.new_state), (false, 1_000_000, None));
+/// ```
+#[must_use]
+pub fn decide_read(now_us: u64, read: Read, p: Params, cost: u64) -> Outcome {
+    match read {
+        Read::Absent => decide(now_us, None, p, cost),
+        Read::State(state) => decide(now_us, Some(state), p, cost),
+        Read::Unreadable => {
+            let empty = stored_wide(u128::from(now_us), u128::from(p.tau), p);
+            let mut outcome = decide(now_us, Some(empty), p, cost);
+            outcome.new_state.get_or_insert(empty);
+            outcome
+        }
+    }
+}
+
 /// Gives `cost` tokens back to a bucket in `state` at `now_us` (a reservation its caller
 /// gave up): the bucket as it is now, less those tokens, floored at full. `None`: full. What
 /// `gcra.lua` does for a negative cost ([`Cost::GiveBack`]).

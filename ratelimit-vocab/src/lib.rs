@@ -16,7 +16,8 @@
 //!   and the memory store can compute exactly, the longest wait, and [`limits::check`], the one
 //!   function that accepts or refuses a limit's parts;
 //! - which tier names exist, the names clients read in a header and metrics carry as a label
-//!   ([`check_tier_name`]).
+//!   ([`check_tier_name`]);
+//! - the names of the Redis module and its commands, versioned ([`native`]).
 //!
 //! It is an implementation detail of `redis-ratelimit`, with no dependencies so that the
 //! proc-macro crate can use it at compile time: users write `redis_ratelimit::Unit` and the
@@ -44,6 +45,7 @@ extern crate std;
 
 pub mod limits;
 mod names;
+pub mod native;
 mod wait;
 mod words;
 
