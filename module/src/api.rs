@@ -1,0 +1,531 @@
+//! The part of the Redis module API this module calls, and the only unsafe code of the crate.
+//!
+//! Redis hands a module its API as a table of functions looked up by name: the first word of
+//! the context `RedisModule_OnLoad` receives is `RedisModule_GetApi`, which fills a function
+//! pointer given the function's name (what `redismodule.h`'s `RedisModule_Init` does in C).
+//! [`Api::load`] looks up every function below once, at load; a server that lacks one
+//! refuses the module with a message naming it, rather than crashing on a call.
+//!
+//! Written from `redismodule.h` of Redis 7.0 (the oldest server the library supports), with
+//! no bindgen: the module needs a few dozen functions, and this way it builds with no C
+//! toolchain and no libclang. The safe wrappers ([`Ctx`], [`Key`]) are what the rest of
+//! the crate uses; every pointer they hold lives only while Redis runs one command.
+#![allow(unsafe_code)]
+
+use std::ffi::{CStr, c_char, c_int, c_long, c_longlong, c_void};
+use std::sync::OnceLock;
+
+/// `RedisModuleCtx`: opaque, only ever behind a pointer Redis passes.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RawCtx {
+    _opaque: [u8; 0],
+}
+/// `RedisModuleString`: opaque, only ever behind a pointer Redis passes.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RawString {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+struct RawKey {
+    _opaque: [u8; 0],
+}
+#[repr(C)]
+struct RawCommand {
+    _opaque: [u8; 0],
+}
+
+/// `REDISMODULE_OK`.
+pub(crate) const OK: c_int = 0;
+/// `REDISMODULE_ERR`.
+pub(crate) const ERR: c_int = 1;
+const APIVER_1: c_int = 1;
+const READ: c_int = 1 << 0;
+const WRITE: c_int = 1 << 1;
+const KEYTYPE_EMPTY: c_int = 0;
+const KEYTYPE_STRING: c_int = 1;
+const KEYTYPE_ZSET: c_int = 5;
+const NO_EXPIRE: c_longlong = -1;
+
+/// `RedisModuleCmdFunc`.
+pub(crate) type CommandFn =
+    unsafe extern "C" fn(ctx: *mut RawCtx, argv: *mut *mut RawString, argc: c_int) -> c_int;
+
+/// `RedisModuleCommandKeySpec` (7.0): where a command's keys are, so that Redis Cluster routes
+/// it and checks its slots, and the ACL checks its keys.
+#[repr(C)]
+struct KeySpec {
+    notes: *const c_char,
+    flags: u64,
+    begin_search_type: c_int,
+    bs: [usize; 2],
+    find_keys_type: c_int,
+    fk: [c_int; 3],
+}
+
+#[repr(C)]
+struct CommandInfoVersion {
+    version: c_int,
+    sizeof_historyentry: usize,
+    sizeof_keyspec: usize,
+    sizeof_arg: usize,
+}
+
+/// `RedisModuleCommandArg`, only for its size (no command declares its arguments).
+#[repr(C)]
+struct CommandArg {
+    name: *const c_char,
+    kind: c_int,
+    key_spec_index: c_int,
+    token: *const c_char,
+    summary: *const c_char,
+    since: *const c_char,
+    flags: c_int,
+    deprecated_since: *const c_char,
+    subargs: *mut CommandArg,
+    display_text: *const c_char,
+}
+
+#[repr(C)]
+struct CommandInfo {
+    version: *const CommandInfoVersion,
+    summary: *const c_char,
+    complexity: *const c_char,
+    since: *const c_char,
+    history: *mut c_void,
+    tips: *const c_char,
+    arity: c_int,
+    key_specs: *mut KeySpec,
+    args: *mut CommandArg,
+}
+
+const KSPEC_BS_INDEX: c_int = 2;
+const KSPEC_FK_KEYNUM: c_int = 3;
+const KEY_RW: u64 = 1 << 1;
+const KEY_ACCESS: u64 = 1 << 4;
+const KEY_UPDATE: u64 = 1 << 5;
+
+type GetApiFn = unsafe extern "C" fn(name: *const c_char, out: *mut c_void) -> c_int;
+
+/// Declares the table of API functions and its loader: each field is looked up by its name
+/// with the `RedisModule_` prefix.
+macro_rules! api {
+    ($($field:ident: fn($($arg:ty),*) $(-> $ret:ty)?;)*) => {
+        #[allow(non_snake_case)]
+        struct Api {
+            $($field: unsafe extern "C" fn($($arg),*) $(-> $ret)?,)*
+            Replicate: unsafe extern "C" fn(*mut RawCtx, *const c_char, *const c_char, ...) -> c_int,
+            Log: unsafe extern "C" fn(*mut RawCtx, *const c_char, *const c_char, ...),
+        }
+
+        impl Api {
+            /// Looks up every function; `Err` names the first the server does not have.
+            unsafe fn load(get: GetApiFn) -> Result<Api, &'static str> {
+                Ok(Api {
+                    $($field: unsafe {
+                        lookup(get, concat!("RedisModule_", stringify!($field), "\0"))?
+                    },)*
+                    Replicate: unsafe { lookup(get, "RedisModule_Replicate\0")? },
+                    Log: unsafe { lookup(get, "RedisModule_Log\0")? },
+                })
+            }
+        }
+    };
+}
+
+api! {
+    SetModuleAttribs: fn(*mut RawCtx, *const c_char, c_int, c_int);
+    IsModuleNameBusy: fn(*const c_char) -> c_int;
+    CreateCommand: fn(*mut RawCtx, *const c_char, CommandFn, *const c_char, c_int, c_int, c_int) -> c_int;
+    GetCommand: fn(*mut RawCtx, *const c_char) -> *mut RawCommand;
+    SetCommandInfo: fn(*mut RawCommand, *const CommandInfo) -> c_int;
+    ReplyWithLongLong: fn(*mut RawCtx, c_longlong) -> c_int;
+    ReplyWithError: fn(*mut RawCtx, *const c_char) -> c_int;
+    ReplyWithArray: fn(*mut RawCtx, c_long) -> c_int;
+    StringPtrLen: fn(*const RawString, *mut usize) -> *const c_char;
+    OpenKey: fn(*mut RawCtx, *mut RawString, c_int) -> *mut RawKey;
+    CloseKey: fn(*mut RawKey);
+    KeyType: fn(*mut RawKey) -> c_int;
+    StringDMA: fn(*mut RawKey, *mut usize, c_int) -> *mut c_char;
+    StringSet: fn(*mut RawKey, *mut RawString) -> c_int;
+    CreateString: fn(*mut RawCtx, *const c_char, usize) -> *mut RawString;
+    FreeString: fn(*mut RawCtx, *mut RawString);
+    GetAbsExpire: fn(*mut RawKey) -> c_longlong;
+    SetAbsExpire: fn(*mut RawKey, c_longlong) -> c_int;
+}
+
+/// One API function by its NUL-terminated name.
+unsafe fn lookup<F: Copy>(get: GetApiFn, name: &'static str) -> Result<F, &'static str> {
+    debug_assert_eq!(size_of::<F>(), size_of::<*mut c_void>());
+    let mut slot: *mut c_void = std::ptr::null_mut();
+    let found = unsafe { get(name.as_ptr().cast(), (&raw mut slot).cast()) };
+    if found != OK || slot.is_null() {
+        return Err(name.trim_end_matches('\0'));
+    }
+    // SAFETY: Redis filled `slot` with the function of that name, whose C signature `F`
+    // mirrors (redismodule.h), and a function pointer has the size of a data pointer here.
+    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&slot) })
+}
+
+static API: OnceLock<Api> = OnceLock::new();
+
+fn api() -> &'static Api {
+    // Commands are registered only after the table is set, so a command always finds it.
+    match API.get() {
+        Some(api) => api,
+        None => std::process::abort(),
+    }
+}
+
+/// What `RedisModule_OnLoad` does, in order: the API, the module's name and version, then
+/// `register` (which creates the commands). Returns `REDISMODULE_OK` or `REDISMODULE_ERR`.
+///
+/// # Safety
+/// `ctx` is the context Redis passed to `RedisModule_OnLoad`.
+unsafe fn on_load(
+    ctx: *mut RawCtx,
+    name: &CStr,
+    version: c_int,
+    register: impl FnOnce(&Registrar) -> Result<(), String>,
+) -> c_int {
+    // SAFETY: the first word of the load context is `RedisModule_GetApi` (redismodule.h).
+    let get: GetApiFn = unsafe { *ctx.cast::<GetApiFn>() };
+    let loaded = match unsafe { Api::load(get) } {
+        Ok(api) => api,
+        Err(_) => return ERR,
+    };
+    let api = API.get_or_init(|| loaded);
+    unsafe {
+        if (api.IsModuleNameBusy)(name.as_ptr()) != 0 {
+            return ERR;
+        }
+        (api.SetModuleAttribs)(ctx, name.as_ptr(), version, APIVER_1);
+    }
+    let registrar = Registrar { ctx };
+    match register(&registrar) {
+        Ok(()) => OK,
+        Err(why) => {
+            registrar.warn(&why);
+            ERR
+        }
+    }
+}
+
+/// Called by Redis when it loads the module: the API, the module's name and version, then
+/// the commands ([`crate::register`]).
+///
+/// # Safety
+/// Called by Redis only, with the load context.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn RedisModule_OnLoad(
+    ctx: *mut RawCtx,
+    _argv: *mut *mut RawString,
+    _argc: c_int,
+) -> c_int {
+    let Ok(name) = std::ffi::CString::new(ratelimit_vocab::native::MODULE_NAME) else {
+        return ERR;
+    };
+    // SAFETY: `ctx` is the load context Redis passed.
+    unsafe { on_load(ctx, &name, crate::MODULE_VERSION, crate::register) }
+}
+
+/// Creates the module's commands, at load.
+#[derive(Debug)]
+pub(crate) struct Registrar {
+    ctx: *mut RawCtx,
+}
+
+/// Where a command's keys are: `numkeys` at argument 1, then that many keys (as `FCALL`
+/// after its function's name, and `EVALSHA` after its hash).
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Command<'a> {
+    /// The command's name, NUL-terminated.
+    pub(crate) name: &'a CStr,
+    /// Redis's command flags (`"write deny-oom"`).
+    pub(crate) flags: &'a CStr,
+    /// One line for `COMMAND DOCS`.
+    pub(crate) summary: &'a CStr,
+}
+
+impl Registrar {
+    /// Creates `command`, run by `run`, with its key spec: the keys `numkeys` counts, read
+    /// and written.
+    pub(crate) fn command(&self, command: Command<'_>, run: CommandFn) -> Result<(), String> {
+        let api = api();
+        let name = command.name.to_string_lossy();
+        // firstkey 2, lastkey -1 would be wrong for `numkeys`; the legacy range says
+        // "keys from 2 on" only through the key spec, as `FCALL` does (0, 0, 0 here).
+        let created = unsafe {
+            (api.CreateCommand)(
+                self.ctx,
+                command.name.as_ptr(),
+                run,
+                command.flags.as_ptr(),
+                0,
+                0,
+                0,
+            )
+        };
+        if created != OK {
+            return Err(format!("could not create the command {name}"));
+        }
+        let handle = unsafe { (api.GetCommand)(self.ctx, command.name.as_ptr()) };
+        if handle.is_null() {
+            return Err(format!("could not find the command {name} just created"));
+        }
+        let version = CommandInfoVersion {
+            version: 1,
+            sizeof_historyentry: 2 * size_of::<*const c_char>(),
+            sizeof_keyspec: size_of::<KeySpec>(),
+            sizeof_arg: size_of::<CommandArg>(),
+        };
+        let mut specs = [
+            KeySpec {
+                notes: std::ptr::null(),
+                flags: KEY_RW | KEY_ACCESS | KEY_UPDATE,
+                begin_search_type: KSPEC_BS_INDEX,
+                bs: [1, 0],
+                find_keys_type: KSPEC_FK_KEYNUM,
+                // keynumidx 0 (argument 1 itself), first key 1 after it, step 1.
+                fk: [0, 1, 1],
+            },
+            // The list ends with a zeroed spec.
+            KeySpec {
+                notes: std::ptr::null(),
+                flags: 0,
+                begin_search_type: 0,
+                bs: [0, 0],
+                find_keys_type: 0,
+                fk: [0, 0, 0],
+            },
+        ];
+        let info = CommandInfo {
+            version: &raw const version,
+            summary: command.summary.as_ptr(),
+            complexity: std::ptr::null(),
+            since: std::ptr::null(),
+            history: std::ptr::null_mut(),
+            tips: std::ptr::null(),
+            // The name, numkeys: at least two arguments.
+            arity: -2,
+            key_specs: specs.as_mut_ptr(),
+            args: std::ptr::null_mut(),
+        };
+        if unsafe { (api.SetCommandInfo)(handle, &raw const info) } != OK {
+            return Err(format!("could not declare the keys of {name}"));
+        }
+        Ok(())
+    }
+
+    /// Logs `message` at `warning` in the server's log.
+    pub(crate) fn warn(&self, message: &str) {
+        log(self.ctx, c"warning", message);
+    }
+}
+
+fn log(ctx: *mut RawCtx, level: &CStr, message: &str) {
+    let mut text = Vec::with_capacity(message.len() + 1);
+    text.extend(message.bytes().filter(|&b| b != 0));
+    text.push(0);
+    unsafe { (api().Log)(ctx, level.as_ptr(), c"%s".as_ptr(), text.as_ptr()) };
+}
+
+/// One command's context: its arguments, its reply, and the keys it opens.
+#[derive(Debug)]
+pub(crate) struct Ctx {
+    raw: *mut RawCtx,
+}
+
+/// A command's argument as bytes, borrowed from Redis for the command's run.
+pub(crate) fn arg_bytes<'a>(arg: *mut RawString) -> &'a [u8] {
+    let mut len = 0usize;
+    let ptr = unsafe { (api().StringPtrLen)(arg, &raw mut len) };
+    if ptr.is_null() {
+        return &[];
+    }
+    // SAFETY: Redis keeps the argument alive, unchanged, while the command runs.
+    unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
+}
+
+/// The arguments of a command, borrowed for its run: `argv` and `argc` must be what Redis
+/// passed to the command (the commands' entry points are the only callers).
+pub(crate) fn args<'a>(argv: *mut *mut RawString, argc: c_int) -> &'a [*mut RawString] {
+    let n = usize::try_from(argc).unwrap_or(0);
+    if argv.is_null() || n == 0 {
+        return &[];
+    }
+    unsafe { std::slice::from_raw_parts(argv, n) }
+}
+
+impl Ctx {
+    /// The context Redis passed to a command.
+    pub(crate) fn new(raw: *mut RawCtx) -> Ctx {
+        Ctx { raw }
+    }
+
+    /// Replies with an integer.
+    pub(crate) fn reply_integer(&self, value: i64) {
+        unsafe { (api().ReplyWithLongLong)(self.raw, value) };
+    }
+
+    /// Starts an array reply of `len` elements.
+    pub(crate) fn reply_array(&self, len: usize) {
+        unsafe { (api().ReplyWithArray)(self.raw, c_long::try_from(len).unwrap_or(c_long::MAX)) };
+    }
+
+    /// Replies with an error: `message` starts with its code (`ERR ...`).
+    pub(crate) fn reply_error(&self, message: &str) {
+        let mut text = Vec::with_capacity(message.len() + 1);
+        text.extend(
+            message
+                .bytes()
+                .filter(|&b| b != 0 && b != b'\r' && b != b'\n'),
+        );
+        text.push(0);
+        unsafe { (api().ReplyWithError)(self.raw, text.as_ptr().cast()) };
+    }
+
+    /// Logs `message` at `warning` in the server's log.
+    pub(crate) fn warn(&self, message: &str) {
+        log(self.raw, c"warning", message);
+    }
+
+    /// Opens the key named by `name` (a command argument) for reading and writing.
+    pub(crate) fn open(&self, name: *mut RawString) -> Key<'_> {
+        let raw = unsafe { (api().OpenKey)(self.raw, name, READ | WRITE) };
+        Key {
+            ctx: self,
+            raw,
+            name,
+        }
+    }
+
+    /// Propagates `SET <key> <value> PXAT <expire_ms>` to the replicas and the AOF: the effect
+    /// of a decision, never the command, so that a replica or a restart from the AOF holds
+    /// what this server holds whatever its clock says when it replays it.
+    fn replicate_set(&self, key: *mut RawString, value: &[u8], expire_ms: &[u8]) {
+        unsafe {
+            (api().Replicate)(
+                self.raw,
+                c"SET".as_ptr(),
+                c"sbcb".as_ptr(),
+                key,
+                value.as_ptr().cast::<c_char>(),
+                value.len(),
+                c"PXAT".as_ptr(),
+                expire_ms.as_ptr().cast::<c_char>(),
+                expire_ms.len(),
+            )
+        };
+    }
+}
+
+/// What a key holds, as a decision reads it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Value<'a> {
+    /// No such key.
+    Absent,
+    /// A string, with its expiry (ms since the epoch, `None` without one).
+    String(&'a [u8], Option<u64>),
+    /// A sorted set.
+    SortedSet,
+    /// Any other type.
+    Other,
+}
+
+/// An open key, closed when dropped.
+#[derive(Debug)]
+pub(crate) struct Key<'c> {
+    ctx: &'c Ctx,
+    raw: *mut RawKey,
+    name: *mut RawString,
+}
+
+impl Key<'_> {
+    /// What the key holds now. A string is read in place (an integer-encoded one is decoded
+    /// by Redis first, as its DMA access requires).
+    pub(crate) fn read(&self) -> Value<'_> {
+        if self.raw.is_null() {
+            return Value::Absent;
+        }
+        let api = api();
+        match unsafe { (api.KeyType)(self.raw) } {
+            KEYTYPE_EMPTY => Value::Absent,
+            KEYTYPE_STRING => {
+                let mut len = 0usize;
+                let ptr = unsafe { (api.StringDMA)(self.raw, &raw mut len, READ) };
+                if ptr.is_null() {
+                    return Value::Other;
+                }
+                let expire = unsafe { (api.GetAbsExpire)(self.raw) };
+                // SAFETY: the key stays open and unwritten while the slice is used (it is
+                // dropped before any write: `set` takes `&mut self`).
+                let bytes = unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) };
+                let expire = (expire != NO_EXPIRE).then(|| u64::try_from(expire).unwrap_or(0));
+                Value::String(bytes, expire)
+            }
+            KEYTYPE_ZSET => Value::SortedSet,
+            _ => Value::Other,
+        }
+    }
+
+    /// Sets the key to `value`, expiring at `expire_ms` (ms since the epoch), and propagates
+    /// the same as `SET .. PXAT`.
+    pub(crate) fn set(&mut self, value: &[u8], expire_ms: u64) -> Result<(), &'static str> {
+        if self.raw.is_null() {
+            return Err("ERR the key could not be opened");
+        }
+        let api = api();
+        let ctx = self.ctx.raw;
+        let string = unsafe { (api.CreateString)(ctx, value.as_ptr().cast(), value.len()) };
+        if string.is_null() {
+            return Err("ERR out of memory");
+        }
+        let set = unsafe { (api.StringSet)(self.raw, string) };
+        unsafe { (api.FreeString)(ctx, string) };
+        if set != OK {
+            return Err("ERR the key could not be written");
+        }
+        let expire = c_longlong::try_from(expire_ms).unwrap_or(c_longlong::MAX);
+        if unsafe { (api.SetAbsExpire)(self.raw, expire) } != OK {
+            return Err("ERR the key's expiry could not be set");
+        }
+        let mut digits = itoa_buf();
+        let expire_text = write_u64(&mut digits, expire_ms);
+        self.ctx.replicate_set(self.name, value, expire_text);
+        Ok(())
+    }
+}
+
+impl Drop for Key<'_> {
+    fn drop(&mut self) {
+        if !self.raw.is_null() {
+            unsafe { (api().CloseKey)(self.raw) };
+        }
+    }
+}
+
+/// A buffer for a `u64`'s decimal digits.
+pub(crate) const fn itoa_buf() -> [u8; 20] {
+    [0; 20]
+}
+
+/// `v` in decimal, written at the end of `buf`.
+pub(crate) fn write_u64(buf: &mut [u8; 20], mut v: u64) -> &[u8] {
+    let mut at = buf.len();
+    loop {
+        at -= 1;
+        // A digit, below 10.
+        #[allow(clippy::cast_possible_truncation)]
+        let digit = (v % 10) as u8;
+        if let Some(slot) = buf.get_mut(at) {
+            *slot = b'0' + digit;
+        }
+        v /= 10;
+        if v == 0 || at == 0 {
+            break;
+        }
+    }
+    buf.get(at..).unwrap_or(&[])
+}

@@ -1,0 +1,182 @@
+//! A command's arguments as the Lua functions take them: `numkeys`, that many keys, then
+//! the arguments, read as integers in canonical decimal. Pure (no server), so that the
+//! parsing can be fuzzed and unit-tested; a malformed argument from any client is an
+//! [`ArgError`], which the command answers as an error reply.
+
+use std::fmt;
+
+/// Why a command's arguments were refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ArgError {
+    /// `numkeys` is not a count of the keys that follow, or not the count the command takes.
+    NumKeys,
+    /// An argument that should be an integer is not one (or is beyond 64 bits).
+    NotAnInteger,
+    /// The arguments are not a limit the library could have sent: too few, too many, or out
+    /// of the range the algorithm computes exactly.
+    BadLimit,
+}
+
+impl ArgError {
+    /// The error reply's text.
+    #[must_use]
+    pub const fn message(self) -> &'static str {
+        match self {
+            ArgError::NumKeys => "ERR ratelimit: numkeys must count the keys that follow",
+            ArgError::NotAnInteger => "ERR ratelimit: an argument is not an integer",
+            ArgError::BadLimit => {
+                "ERR ratelimit: the arguments are not a limit this version of the module decides"
+            }
+        }
+    }
+}
+
+impl fmt::Display for ArgError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+impl std::error::Error for ArgError {}
+
+/// The most numeric arguments a command reads at once (the token bucket's eight).
+pub const MAX_NUMBERS: usize = 8;
+
+/// A command's arguments after its name, split: its keys, and its other arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Args<'a, T> {
+    /// The keys `numkeys` counts.
+    pub keys: &'a [T],
+    /// What follows them.
+    pub rest: &'a [T],
+}
+
+impl<'a, T> Args<'a, T> {
+    /// Splits `argv` (the command's arguments, its name first) at `numkeys`, which must be
+    /// `keys` when the command takes a fixed number of keys.
+    ///
+    /// # Errors
+    /// [`ArgError::NumKeys`] when `numkeys` is missing, not a count, larger than what
+    /// follows, or not `keys`; [`ArgError::NotAnInteger`] when it is not a number.
+    pub fn split(
+        argv: &'a [T],
+        bytes: impl Fn(&T) -> &[u8],
+        keys: Option<usize>,
+    ) -> Result<Args<'a, T>, ArgError> {
+        let Some((numkeys, after)) = argv.get(1).zip(argv.get(2..)) else {
+            return Err(ArgError::NumKeys);
+        };
+        let n = usize::try_from(integer(bytes(numkeys))?).map_err(|_| ArgError::NumKeys)?;
+        if keys.is_some_and(|k| k != n) {
+            return Err(ArgError::NumKeys);
+        }
+        match (after.get(..n), after.get(n..)) {
+            (Some(keys), Some(rest)) => Ok(Args { keys, rest }),
+            _ => Err(ArgError::NumKeys),
+        }
+    }
+
+    /// The rest as integers, at least `min` of them and at most [`MAX_NUMBERS`]: the
+    /// values, and how many there are.
+    ///
+    /// # Errors
+    /// [`ArgError::NotAnInteger`] for one that is not an integer; [`ArgError::BadLimit`] for
+    /// too few or too many.
+    pub fn numbers(
+        &self,
+        bytes: impl Fn(&T) -> &[u8],
+        min: usize,
+    ) -> Result<([i64; MAX_NUMBERS], usize), ArgError> {
+        let n = self.rest.len();
+        if n < min || n > MAX_NUMBERS {
+            return Err(ArgError::BadLimit);
+        }
+        let mut out = [0i64; MAX_NUMBERS];
+        for (slot, arg) in out.iter_mut().zip(self.rest) {
+            *slot = integer(bytes(arg))?;
+        }
+        Ok((out, n))
+    }
+}
+
+/// An integer in decimal, as the library writes one: an optional `-`, then 1 to 19 digits,
+/// within 64 bits. Nothing else (no `+`, space, exponent or fraction), where Lua's
+/// `tonumber` would read more forms: the library never sends them.
+///
+/// # Errors
+/// [`ArgError::NotAnInteger`].
+pub fn integer(text: &[u8]) -> Result<i64, ArgError> {
+    let (negative, digits) = match text.split_first() {
+        Some((b'-', rest)) => (true, rest),
+        _ => (false, text),
+    };
+    if digits.is_empty() || digits.len() > 19 || !digits.iter().all(u8::is_ascii_digit) {
+        return Err(ArgError::NotAnInteger);
+    }
+    let mut value: i64 = 0;
+    for &d in digits {
+        value = value
+            .checked_mul(10)
+            .and_then(|v| v.checked_add(i64::from(d - b'0')))
+            .ok_or(ArgError::NotAnInteger)?;
+    }
+    Ok(if negative { -value } else { value })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn b<'x>(s: &'x &'static str) -> &'x [u8] {
+        s.as_bytes()
+    }
+
+    #[test]
+    fn integers_are_read_as_the_library_writes_them() {
+        assert_eq!(integer(b"0"), Ok(0));
+        assert_eq!(integer(b"-42"), Ok(-42));
+        assert_eq!(integer(b"9223372036854775807"), Ok(i64::MAX));
+        for bad in [
+            "",
+            "-",
+            "+1",
+            " 1",
+            "1 ",
+            "1e3",
+            "0x10",
+            "1.0",
+            "9223372036854775808",
+            "--1",
+        ] {
+            assert_eq!(
+                integer(bad.as_bytes()),
+                Err(ArgError::NotAnInteger),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn numkeys_splits_the_keys_from_the_rest() {
+        let argv = ["cmd", "1", "k", "10", "1"];
+        let args = Args::split(&argv, b, Some(1)).unwrap();
+        assert_eq!((args.keys, args.rest), (&["k"][..], &["10", "1"][..]));
+        assert_eq!(args.numbers(b, 2).unwrap().1, 2);
+        assert_eq!(args.numbers(b, 3), Err(ArgError::BadLimit));
+        for bad in [
+            &["cmd"][..],
+            &["cmd", "2", "k"],
+            &["cmd", "-1", "k"],
+            &["cmd", "x", "k"],
+        ] {
+            assert!(Args::split(bad, b, None).is_err(), "{bad:?}");
+        }
+        assert_eq!(Args::split(&argv, b, Some(2)), Err(ArgError::NumKeys));
+        let negative = ["cmd", "1", "k", "-3", "x"];
+        let args = Args::split(&negative, b, Some(1)).unwrap();
+        assert_eq!(args.numbers(b, 1), Err(ArgError::NotAnInteger));
+        let args = Args::split(&negative[..4], b, Some(1)).unwrap();
+        assert_eq!(args.numbers(b, 1).unwrap().0[0], -3);
+    }
+}

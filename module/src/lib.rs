@@ -1,0 +1,56 @@
+//! redis-ratelimit's Redis module: each decision of the limiter as a native command.
+//!
+//! The limiter decides by `FCALL` of a Lua function library, or `EVALSHA` of each script, on
+//! the Redis server's clock; running Lua at all costs Redis more than the whole decision does
+//! natively (docs/benchmarks.md). Loaded into the server (`loadmodule` in redis.conf, or
+//! `MODULE LOAD`), this module adds one command per function of the library, which takes the
+//! same keys and arguments, keeps the same state in the same keys, byte for byte, and answers
+//! the same reply: a bucket written by one path is read by the other, so a fleet may run
+//! servers with and without the module, and a rolling upgrade may add it or take it away.
+//! The limiter uses the commands when the server has this version of them (chosen when it is
+//! built) and falls back, per call, to `FCALL` where a server has lost them.
+//!
+//! The arithmetic is not here: each command parses its arguments, reads its keys, calls the
+//! algorithm's decision in `ratelimit-algorithms` (the one the memory store runs, and the
+//! twin the scripts are held to), writes what it decided, and replicates the writes as their
+//! effects (`SET .. PXAT`, `DEL`), never as the command, so that a replica or a restart from
+//! the AOF holds what this server holds. The names are `ratelimit-vocab`'s
+//! ([`ratelimit_vocab::native`]): the module `ratelimit_v1`, the commands
+//! `ratelimit.v1.<function>`.
+//!
+//! No panic crosses into the server: every command runs under `catch_unwind`, and a bad
+//! argument from any client is an error reply (the parsing is fuzzed: `fuzz/`).
+
+mod api;
+pub mod args;
+mod commands;
+
+use std::ffi::{CString, c_int};
+
+pub use api::{RawCtx, RawString, RedisModule_OnLoad};
+
+use api::{Command, Registrar};
+use ratelimit_vocab::native;
+
+/// The module's version in `MODULE LIST`: the protocol's.
+const MODULE_VERSION: c_int = 1;
+const _: () = assert!(MODULE_VERSION as u32 == native::PROTOCOL);
+
+/// Registers every command (at load, from `api::RedisModule_OnLoad`).
+fn register(registrar: &Registrar) -> Result<(), String> {
+    for command in commands::ALL {
+        let name = CString::new(format!("{}{}", native::COMMAND_PREFIX, command.short))
+            .map_err(|e| e.to_string())?;
+        let flags = CString::new(command.flags).map_err(|e| e.to_string())?;
+        let summary = CString::new(command.summary).map_err(|e| e.to_string())?;
+        registrar.command(
+            Command {
+                name: &name,
+                flags: &flags,
+                summary: &summary,
+            },
+            command.run,
+        )?;
+    }
+    Ok(())
+}
