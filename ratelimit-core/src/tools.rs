@@ -147,6 +147,23 @@ pub mod scripts {
     pub fn library() -> &'static Library {
         Library::get()
     }
+
+    /// The Redis module's commands this version calls where a server has the module
+    /// (`ratelimit.v1.token_bucket`, ...), each standing for the library's function of the
+    /// same short name: the list the module must register.
+    ///
+    /// ```
+    /// use ratelimit_core::tools::scripts;
+    ///
+    /// assert!(scripts::native_commands().contains(&"ratelimit.v1.token_bucket"));
+    /// ```
+    #[must_use]
+    pub fn native_commands() -> Vec<&'static str> {
+        crate::algorithm::library::NATIVE
+            .iter()
+            .filter_map(|lua| lua.native())
+            .collect()
+    }
 }
 
 /// Each algorithm's decision as a pure function in exact integer arithmetic: the Rust twin of

@@ -109,7 +109,30 @@ impl Lua {
     pub(crate) fn function(self) -> &'static str {
         &Library::get().functions[self.index()]
     }
+
+    /// Its command in the Redis module (`module/`), `ratelimit.v1.<its function's short
+    /// name>`, which takes the same keys and arguments and answers the same reply; `None`
+    /// where the module has none (see [`NATIVE`]).
+    pub(crate) fn native(self) -> Option<&'static str> {
+        static NAMES: LazyLock<[Option<String>; COUNT]> = LazyLock::new(|| {
+            Lua::ALL.map(|lua| {
+                NATIVE.contains(&lua).then(|| {
+                    format!(
+                        "{}{}",
+                        ratelimit_vocab::native::COMMAND_PREFIX,
+                        lua.short_name()
+                    )
+                })
+            })
+        });
+        NAMES[self.index()].as_deref()
+    }
 }
+
+/// The scripts the Redis module decides natively, this version's: the module registers a
+/// command for each and for no other (`testkit/tests/module.rs` holds the two lists equal on
+/// a server that loaded it). The others run by `FCALL` or `EVALSHA` on every server.
+pub(crate) const NATIVE: [Lua; 1] = [Lua::Alone(StateKind::TokenBucket)];
 
 /// Every decision script of this version of the crate as one library of Redis functions.
 ///

@@ -344,6 +344,31 @@ impl RateLimiter {
         self.inner.empty_key
     }
 
+    /// How decisions run on Redis now, for a limiter on Redis: as the Redis module's
+    /// commands where the server has the module ([`RedisPath::Module`]), else by `FCALL` of
+    /// the function library, else by `EVALSHA` of each script. Chosen when the limiter was
+    /// built, and changed for good (logged at WARN) when a node answers that it has lost
+    /// the module or refuses the functions. `None` on another store.
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ratelimit_core::Error> {
+    /// let limiter = ratelimit_core::RateLimiter::builder().memory().build().await?;
+    /// assert_eq!(limiter.redis_path(), None);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// [`RedisPath::Module`]: crate::store::RedisPath::Module
+    pub fn redis_path(&self) -> Option<crate::store::RedisPath> {
+        match &self.inner.engine {
+            Engine::Remote(Remote {
+                store: RemoteStore::Redis(s),
+                ..
+            }) => Some(s.path()),
+            _ => None,
+        }
+    }
+
     /// Whether the store is failing now (the failure policy is deciding).
     pub fn is_degraded(&self) -> bool {
         self.inner.resilience.is_degraded()

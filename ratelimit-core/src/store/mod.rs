@@ -7,7 +7,7 @@ pub(crate) mod redis;
 use std::future::Future;
 
 pub use self::memory::MemoryStore;
-pub use self::redis::RedisStore;
+pub use self::redis::{RedisPath, RedisStore};
 use crate::{Decision, Error, Limit};
 
 /// A place that keeps token buckets and decides calls atomically.

@@ -85,6 +85,35 @@ pub struct RedisStore {
     functions: Arc<std::sync::atomic::AtomicBool>,
     /// Whether a task is loading the library again (see `scripts::RedisStore::eval`).
     loading_library: Arc<std::sync::atomic::AtomicBool>,
+    /// Whether the scripts the Redis module decides run as its commands (chosen at
+    /// `connect`: where the server has this version's module and lets this client call it).
+    /// Turned off for good, in every clone, when a node answers that it has no such command
+    /// (a restart without the module, a failover to a node without it) or refuses it: that
+    /// call, and every later one, runs by `FCALL` or `EVALSHA` instead.
+    native: Arc<std::sync::atomic::AtomicBool>,
+}
+
+/// How a Redis store's decisions run on the server ([`RedisStore::path`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum RedisPath {
+    /// As commands of the Redis module (`module/`, `ratelimit.v1.*`), where the module has
+    /// them; the other scripts by `FCALL`, or `EVALSHA` where functions are refused.
+    Module,
+    /// By `FCALL` of this version's function library.
+    Functions,
+    /// By `EVALSHA` of each script.
+    Scripts,
+}
+
+impl fmt::Display for RedisPath {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            RedisPath::Module => "module",
+            RedisPath::Functions => "functions",
+            RedisPath::Scripts => "scripts",
+        })
+    }
 }
 
 /// How to reach a node for a pub/sub connection.
@@ -224,6 +253,7 @@ impl RedisStore {
             batch_limit: coalesce::DEFAULT_BATCH_LIMIT,
             functions: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             loading_library: Arc::default(),
+            native: Arc::default(),
         };
         let (info, db): (Value, i64) = store
             .run(|mut c| async move {
@@ -282,7 +312,34 @@ impl RedisStore {
             }
             Err(e) => return Err(store.not_loaded(e)),
         }
+        // The module's commands where the server has this version's and lets this client
+        // call them; a server without them is no error.
+        match store
+            .run(|mut c| async move { scripts::probe_module(&mut c).await })
+            .await
+        {
+            Ok(true) => store
+                .native
+                .store(true, std::sync::atomic::Ordering::Relaxed),
+            Ok(false) => {}
+            Err(e) => return Err(store.not_loaded(e)),
+        }
         Ok(store)
+    }
+
+    /// How this store's decisions run on the server now: as the Redis module's commands, by
+    /// `FCALL`, or by `EVALSHA` (chosen when it connected, and changed for good when a node
+    /// refuses the module's commands or `FCALL`).
+    #[must_use]
+    pub fn path(&self) -> RedisPath {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.native.load(Relaxed) {
+            RedisPath::Module
+        } else if self.functions.load(Relaxed) {
+            RedisPath::Functions
+        } else {
+            RedisPath::Scripts
+        }
     }
 
     /// What a failure to load the library (or the script) at `build()` says: the connection
@@ -542,10 +599,10 @@ impl fmt::Debug for RedisStore {
             .field("kind", &kind)
             .field(
                 "scripts",
-                &if self.functions.load(std::sync::atomic::Ordering::Relaxed) {
-                    Library::get().name()
-                } else {
-                    "EVALSHA"
+                &match self.path() {
+                    RedisPath::Module => ratelimit_vocab::native::MODULE_NAME,
+                    RedisPath::Functions => Library::get().name(),
+                    RedisPath::Scripts => "EVALSHA",
                 },
             )
             .finish_non_exhaustive()

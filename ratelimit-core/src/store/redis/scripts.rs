@@ -96,7 +96,22 @@ impl RedisStore {
         args: impl Fn(&mut redis::Cmd),
     ) -> Result<T, RedisError> {
         let functions = self.functions.load(std::sync::atomic::Ordering::Relaxed);
+        let native = lua
+            .native()
+            .filter(|_| self.native.load(std::sync::atomic::Ordering::Relaxed));
         self.run(|mut c| async move {
+            if let Some(command) = native {
+                let mut cmd = redis::cmd(command);
+                cmd.arg(keys.len()).arg(keys);
+                args(&mut cmd);
+                match cmd.query_async(&mut c).await {
+                    // The node has no such command (it restarted without the module, or a
+                    // failover reached a node without it), or refuses it: nothing ran, and
+                    // the same decision runs by the library or the script below.
+                    Err(e) if module_refused(&e) => self.stop_native(&e),
+                    answer => return answer,
+                }
+            }
             let mut first = redis::cmd(if functions { "FCALL" } else { "EVALSHA" });
             if functions {
                 first.arg(lua.function());
@@ -125,6 +140,20 @@ impl RedisStore {
             eval.query_async(&mut c).await
         })
         .await
+    }
+
+    /// Decides by `FCALL` or `EVALSHA` from now on, in every clone of this store: a node has
+    /// no module command, or refused one (`refused`). Said once, at WARN.
+    fn stop_native(&self, refused: &RedisError) {
+        if self.native.swap(false, std::sync::atomic::Ordering::AcqRel) {
+            tracing::warn!(
+                url = %self.url,
+                reason = %refused,
+                "a Redis node has no ratelimit module commands now, or refuses them (a restart \
+                 without the module, a failover to a node without it, an ACL): deciding by \
+                 the function library or the scripts from now on"
+            );
+        }
     }
 
     /// Decides by `EVALSHA` from now on, in every clone of this store: a node refused `FCALL`
@@ -207,6 +236,37 @@ pub(super) async fn call_library(c: &mut super::AnyConn) -> Result<(), RedisErro
     let mut empty = redis::cmd("FCALL");
     empty.arg(Lua::Batch.function()).arg(0).arg(0);
     c.send_to_a_master(empty).await.map(drop)
+}
+
+/// Whether the server has this version's Redis module and lets this client call its
+/// commands: one command called with no key, which the module refuses with its own error
+/// (nothing is read or written). `Ok(false)` when the server does not know the command or
+/// this client may not call it. On a cluster it asks a master.
+pub(super) async fn probe_module(c: &mut super::AnyConn) -> Result<bool, RedisError> {
+    let Some(command) = Lua::Alone(crate::algorithm::StateKind::TokenBucket).native() else {
+        return Ok(false);
+    };
+    let mut probe = redis::cmd(command);
+    probe.arg(0);
+    match c.send_to_a_master(probe).await {
+        // The module's own refusal of a call without its key: it is there.
+        Err(e) if e.to_string().contains(MODULE_ERROR) => Ok(true),
+        Err(e) if module_refused(&e) => Ok(false),
+        Err(e) => Err(e),
+        Ok(_) => Ok(true),
+    }
+}
+
+/// What every error the module answers starts with, after its code.
+const MODULE_ERROR: &str = "ratelimit:";
+
+/// Whether a node refused a module command as a command (unknown there, or denied by an
+/// ACL), not for one of its keys or arguments: nothing ran.
+fn module_refused(e: &RedisError) -> bool {
+    let text = e.to_string().to_ascii_lowercase();
+    !text.contains(MODULE_ERROR)
+        && (text.contains("unknown command")
+            || (e.code() == Some("NOPERM") && text.contains("command")))
 }
 
 /// Whether a script or function call failed for want of the script (`NOSCRIPT`) or the
