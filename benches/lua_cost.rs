@@ -1,17 +1,24 @@
-//! The Lua cost bench: what one decision costs Redis, for every script this crate runs (by
-//! `EVALSHA` of its text and by `FCALL` of its function in the library) and for the peers'
-//! scripts run verbatim, in one sitting on one `redis-server` this bench starts on a free
-//! loopback port. Two figures per script, each the median of `--rounds` (3) rounds of 128,000
-//! decisions on 10,000 buckets (every call admitted, every bucket written, commands pipelined
-//! 256 at a time on one connection, as under load):
+//! The Redis cost bench: what one decision costs Redis, for every script this crate runs (by
+//! `EVALSHA` of its text, by `FCALL` of its function in the library, and as the Redis
+//! module's command where the module decides it natively) and for the peers' scripts run
+//! verbatim, in one sitting on one `redis-server` this bench starts on a free loopback port
+//! with the module loaded. Commands are pipelined 256 at a time on one connection, as under
+//! load, every call admitted and every bucket written. Two ways to measure:
 //!
-//! * **script**: Redis's own execution time per decision (`INFO commandstats`, `usec` of the
-//!   command that ran, over the decisions it made);
-//! * **cpu**: the server's whole CPU per decision (`INFO cpu`, user + sys), which also counts
-//!   reading the commands and writing the replies: what sizes a fleet.
+//! * by default, time: the median of `--rounds` (3) rounds of 128,000 decisions on 10,000
+//!   buckets, two figures per case: **script**, Redis's own execution time per decision
+//!   (`INFO commandstats`, `usec` of the command that ran, over the decisions it made), and
+//!   **cpu**, the server's whole CPU per decision (`INFO cpu`, user + sys), which also counts
+//!   reading the commands and writing the replies: what sizes a fleet;
+//! * `--callgrind`: instructions, which repeat from run to run where this machine's noise
+//!   moves times by 10-50 %. The server runs under `valgrind --tool=callgrind` with
+//!   collection off; per case, 5,000 decisions on 10,000 buckets warm it, then collection is
+//!   switched on (`callgrind_control -i on`) over 5,000 more and the whole server process's
+//!   instructions are divided by them (median of `--rounds`). Needs `valgrind`.
 //!
 //! ```sh
 //! cargo bench -p redis-ratelimit-benches --bench lua_cost
+//! cargo bench -p redis-ratelimit-benches --bench lua_cost -- --callgrind
 //! # go-redis/redis_rate's allowN, which no registry here carries: its script from lua.go,
 //! # saved as a file (not in this repository), measured beside the rest
 //! cargo bench -p redis-ratelimit-benches --bench lua_cost -- --redis-rate /path/allow_n.lua
@@ -20,7 +27,7 @@
 //! ```
 //!
 //! The probes in `benches/lua-costs/` (what part of a token-bucket decision costs what) are
-//! measured too. Results in docs/benchmarks.md 3.11.
+//! measured too. Results in docs/benchmarks.md.
 
 #![allow(clippy::unwrap_used, clippy::print_stdout, missing_docs)]
 
@@ -49,10 +56,10 @@ type Decision = Box<dyn Fn(u64, &mut Vec<String>, &mut Vec<String>)>;
 /// One script as measured: how to call it, and the arguments of one decision on bucket `i`.
 struct Case {
     label: String,
-    /// `FCALL` or `EVALSHA`.
+    /// `FCALL`, `EVALSHA`, or the module's command.
     command: &'static str,
-    /// The function's name, or the script's SHA-1.
-    name: String,
+    /// The function's name, or the script's SHA-1; none for the module's command.
+    name: Option<String>,
     /// Decisions per command (a batch's size; 1 otherwise).
     per_command: u64,
     decision: Decision,
@@ -78,20 +85,10 @@ async fn info(c: &mut MultiplexedConnection, section: &str) -> String {
         .unwrap()
 }
 
-/// One round of `case`: (script µs, cpu µs) per decision.
-async fn round(c: &mut MultiplexedConnection, case: &Case) -> (f64, f64) {
-    redis::cmd("FLUSHDB")
-        .query_async::<()>(&mut *c)
-        .await
-        .unwrap();
-    redis::cmd("CONFIG")
-        .arg("RESETSTAT")
-        .query_async::<()>(&mut *c)
-        .await
-        .unwrap();
-    let cpu_before = testkit::cpu_seconds(&info(c, "cpu").await);
-    let mut i = 0;
-    while i < DECISIONS {
+/// Sends `n` decisions of `case`, from the `from`-th: pipelined, every reply checked.
+async fn send(c: &mut MultiplexedConnection, case: &Case, from: u64, n: u64) {
+    let mut i = from;
+    while i < from + n {
         let mut pipe = redis::pipe();
         for _ in 0..PIPELINE.div_ceil(case.per_command) {
             let (mut keys, mut args) = (Vec::new(), Vec::new());
@@ -102,7 +99,10 @@ async fn round(c: &mut MultiplexedConnection, case: &Case) -> (f64, f64) {
                 (case.decision)(i, &mut keys, &mut args);
                 i += 1;
             }
-            let cmd = pipe.cmd(case.command).arg(&case.name);
+            let cmd = pipe.cmd(case.command);
+            if let Some(name) = &case.name {
+                cmd.arg(name);
+            }
             if case.batch {
                 cmd.arg(1).arg(key(i - case.per_command));
             } else {
@@ -117,25 +117,147 @@ async fn round(c: &mut MultiplexedConnection, case: &Case) -> (f64, f64) {
             case.label
         );
     }
+}
+
+async fn flush_and_reset(c: &mut MultiplexedConnection) {
+    redis::cmd("FLUSHDB")
+        .query_async::<()>(&mut *c)
+        .await
+        .unwrap();
+    redis::cmd("CONFIG")
+        .arg("RESETSTAT")
+        .query_async::<()>(&mut *c)
+        .await
+        .unwrap();
+}
+
+/// One round of `case`: (script µs, cpu µs) per decision.
+async fn round(c: &mut MultiplexedConnection, case: &Case) -> (f64, f64) {
+    flush_and_reset(c).await;
+    let cpu_before = testkit::cpu_seconds(&info(c, "cpu").await);
+    send(c, case, 0, DECISIONS).await;
     let cpu = testkit::cpu_seconds(&info(c, "cpu").await) - cpu_before;
     let stats = info(c, "commandstats").await;
     let line = format!("cmdstat_{}", case.command.to_ascii_lowercase());
     let usec = testkit::info_number(&stats, &line, Some("usec")).unwrap();
     let calls = testkit::info_number(&stats, &line, Some("calls")).unwrap();
-    assert_eq!(calls * case.per_command, i, "{}", case.label);
-    (usec as f64 / i as f64, cpu * 1e6 / i as f64)
+    assert_eq!(calls * case.per_command, DECISIONS, "{}", case.label);
+    (usec as f64 / DECISIONS as f64, cpu * 1e6 / DECISIONS as f64)
 }
 
-/// Our algorithm `name` alone, by `command`, with `args` per decision.
+/// Decisions per window of `--callgrind`, after as many to warm up.
+const CALLGRIND_DECISIONS: u64 = 5_000;
+
+/// A `redis-server` under `valgrind --tool=callgrind`, collecting nothing until told.
+struct Callgrind {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Callgrind {
+    fn start(extra: &[String]) -> Callgrind {
+        let dir = tempfile::tempdir().unwrap();
+        let port = testkit::free_port();
+        let child = std::process::Command::new("valgrind")
+            .arg("--tool=callgrind")
+            .arg("--collect-atstart=no")
+            .arg(format!(
+                "--callgrind-out-file={}/callgrind.out.%p",
+                dir.path().display()
+            ))
+            .arg(testkit::redis_server_bin())
+            .args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
+            .args(["--save", "", "--appendonly", "no"])
+            .arg("--dir")
+            .arg(dir.path())
+            .args(extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("valgrind (the --callgrind measurement needs it)");
+        let started = std::time::Instant::now();
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(
+                started.elapsed() < std::time::Duration::from_secs(120),
+                "redis-server under callgrind never listened"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Callgrind { child, dir, port }
+    }
+
+    fn control(&self, args: &[&str]) {
+        let status = std::process::Command::new("callgrind_control")
+            .args(args)
+            .arg(self.child.id().to_string())
+            .stdout(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "callgrind_control {args:?}");
+    }
+
+    /// The instructions of the whole server while `work` runs, read from a dump of that
+    /// window alone.
+    async fn count<F: std::future::Future<Output = ()>>(&self, work: F) -> u64 {
+        self.control(&["-z"]);
+        self.control(&["-i", "on"]);
+        work.await;
+        self.control(&["-i", "off"]);
+        let before: std::collections::HashSet<_> = self.dumps().into_iter().collect();
+        self.control(&["-d"]);
+        let dump = self
+            .dumps()
+            .into_iter()
+            .find(|d| !before.contains(d))
+            .expect("a new dump");
+        let text = std::fs::read_to_string(&dump).unwrap();
+        text.lines()
+            .find_map(|l| {
+                l.strip_prefix("summary: ")
+                    .or_else(|| l.strip_prefix("totals: "))
+            })
+            .and_then(|n| n.split_whitespace().next()?.parse().ok())
+            .unwrap_or_else(|| panic!("no total in {}", dump.display()))
+    }
+
+    fn dumps(&self) -> Vec<std::path::PathBuf> {
+        std::fs::read_dir(self.dir.path())
+            .unwrap()
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.to_string_lossy().contains("callgrind.out"))
+            .collect()
+    }
+}
+
+impl Drop for Callgrind {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One `--callgrind` round of `case`: the server's instructions per decision.
+async fn instructions(c: &mut MultiplexedConnection, server: &Callgrind, case: &Case) -> f64 {
+    flush_and_reset(c).await;
+    send(c, case, 0, CALLGRIND_DECISIONS).await;
+    let total = server
+        .count(send(c, case, CALLGRIND_DECISIONS, CALLGRIND_DECISIONS))
+        .await;
+    total as f64 / CALLGRIND_DECISIONS as f64
+}
+
+/// Our algorithm `name` alone, by `command` (`FCALL`, `EVALSHA`, or the module's command),
+/// with `args` per decision.
 fn ours(name: &str, command: &'static str, sha: &str, args: Vec<u64>) -> Case {
     let function = scripts::library().function(name).unwrap().to_owned();
     Case {
-        label: format!("ours: {name}, {command}"),
+        label: format!("ours: {name}, {}", by(command)),
         command,
-        name: if command == "FCALL" {
-            function
-        } else {
-            sha.to_owned()
+        name: match command {
+            "FCALL" => Some(function),
+            "EVALSHA" => Some(sha.to_owned()),
+            _ => None,
         },
         per_command: 1,
         decision: Box::new(move |i, keys, argv| {
@@ -146,12 +268,32 @@ fn ours(name: &str, command: &'static str, sha: &str, args: Vec<u64>) -> Case {
     }
 }
 
+/// How a case's label says it runs: `FCALL`, `EVALSHA`, or `module`.
+fn by(command: &str) -> &str {
+    if command.starts_with("ratelimit.") {
+        "module"
+    } else {
+        command
+    }
+}
+
+/// The ways ours runs `name`: `EVALSHA`, `FCALL`, and the module's command where it has one.
+fn ways(name: &str) -> Vec<&'static str> {
+    let mut ways = vec!["EVALSHA", "FCALL"];
+    ways.extend(
+        scripts::native_commands()
+            .into_iter()
+            .filter(|command| command.rsplit('.').next() == Some(name)),
+    );
+    ways
+}
+
 /// A peer's script, by `EVALSHA`, with `keys` bucket keys and `args` per decision.
 fn peer(label: &str, sha: String, keys: usize, args: fn() -> Vec<String>) -> Case {
     Case {
         label: label.to_owned(),
         command: "EVALSHA",
-        name: sha,
+        name: Some(sha),
         per_command: 1,
         decision: Box::new(move |i, k, argv| {
             for n in 0..keys {
@@ -181,8 +323,20 @@ async fn main() {
             .and_then(|i| argv.get(i + 1).cloned())
     };
     let rounds: usize = value_of("--rounds").map_or(3, |r| r.parse().unwrap());
-    let server = testkit::RedisServer::start();
-    let client = redis::Client::open(server.url()).unwrap();
+    let callgrind = argv.iter().any(|a| a == "--callgrind");
+    let module = testkit::module::load_args();
+    let (server, cg) = if callgrind {
+        (None, Some(Callgrind::start(&module)))
+    } else {
+        let module: Vec<&str> = module.iter().map(String::as_str).collect();
+        (Some(testkit::RedisServer::start_with(&module)), None)
+    };
+    let url = match (&server, &cg) {
+        (Some(s), _) => s.url(),
+        (_, Some(cg)) => format!("redis://127.0.0.1:{}", cg.port),
+        _ => unreachable!(),
+    };
+    let client = redis::Client::open(url).unwrap();
     let mut c = client.get_multiplexed_async_connection().await.unwrap();
     redis::cmd("FUNCTION")
         .arg("LOAD")
@@ -214,7 +368,7 @@ async fn main() {
         ("sliding_log", scripts::SLIDING_LOG, &sl),
     ] {
         let sha = load(&mut c, text).await;
-        for command in ["EVALSHA", "FCALL"] {
+        for command in ways(name) {
             cases.push(ours(name, command, &sha, args.clone()));
         }
     }
@@ -225,11 +379,11 @@ async fn main() {
             cases.push(Case {
                 label: format!("ours: token_bucket in batches of {m}, {command}"),
                 command,
-                name: if command == "FCALL" {
+                name: Some(if command == "FCALL" {
                     scripts::library().function("batch").unwrap().to_owned()
                 } else {
                     batch_sha.clone()
-                },
+                }),
                 per_command: m,
                 // As the store sends one-limit calls of one limit: the batch's first as 1
                 // limit, its key, algorithm 1, the number of its arguments, them; each other
@@ -291,6 +445,7 @@ async fn main() {
     }
     // The probes: parts of a token-bucket decision.
     for (probe, text) in [
+        ("empty (return 1)", "return 1".to_owned()),
         (
             "time_only",
             include_str!("lua-costs/time_only.lua").to_owned(),
@@ -316,15 +471,43 @@ async fn main() {
     if let Some(only) = value_of("--only") {
         cases.retain(|c| c.label.contains(&only));
     }
+    let version = info(&mut c, "server")
+        .await
+        .lines()
+        .find(|l| l.starts_with("redis_version:"))
+        .unwrap_or("")
+        .trim()
+        .to_owned();
+    if let Some(cg) = &cg {
+        println!(
+            "Redis instructions per decision (whole server, callgrind), median [min, max] of \
+             {rounds} windows of {CALLGRIND_DECISIONS} decisions on {KEYS} buckets; {version}"
+        );
+        println!("{:<58} {:>30}", "script", "instructions");
+        let mut results: Vec<Vec<f64>> = vec![Vec::new(); cases.len()];
+        for _ in 0..rounds {
+            for (case, out) in cases.iter().zip(&mut results) {
+                out.push(instructions(&mut c, cg, case).await);
+            }
+        }
+        for (case, out) in cases.iter().zip(&mut results) {
+            out.sort_by(f64::total_cmp);
+            println!(
+                "{:<58} {:>30}",
+                case.label,
+                format!(
+                    "{:.0} [{:.0}, {:.0}]",
+                    out[out.len() / 2],
+                    out[0],
+                    out[out.len() - 1]
+                )
+            );
+        }
+        return;
+    }
     println!(
         "Redis µs per decision, median [min, max] of {rounds} rounds of {DECISIONS} decisions \
-         on {KEYS} buckets; {}",
-        info(&mut c, "server")
-            .await
-            .lines()
-            .find(|l| l.starts_with("redis_version:"))
-            .unwrap_or("")
-            .trim()
+         on {KEYS} buckets; {version}"
     );
     println!("{:<58} {:>22} {:>22}", "script", "script µs", "cpu µs");
     let mut results: Vec<Vec<(f64, f64)>> = vec![Vec::new(); cases.len()];

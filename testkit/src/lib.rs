@@ -14,6 +14,7 @@ pub mod cluster;
 pub mod font;
 pub mod hammer;
 pub mod logs;
+pub mod module;
 pub mod sentinel;
 pub mod tls;
 
@@ -256,5 +257,30 @@ pub(crate) fn launch(mut cmd: Command, dir: &Path, port: u16) -> Result<Child, S
             ));
         }
         std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// A small deterministic generator (xorshift64*) for the tests' random inputs, so that a
+/// failure can be replayed from its seed.
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A number below `n` (not 0).
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next_u64() % n
+    }
+
+    /// A random byte.
+    pub fn byte(&mut self) -> u8 {
+        self.next_u64().to_le_bytes()[0]
     }
 }

@@ -30,30 +30,27 @@ use ratelimit_core::tools::{
 };
 use ratelimit_core::{Algorithm, Limit, Refill};
 use redis::{Connection, Script};
-use testkit::RedisServer;
-
-/// A small deterministic generator (xorshift64*), so a failure can be replayed from its seed.
-#[derive(Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D) % n
-    }
-}
+use testkit::{RedisServer, Rng};
 
 /// One script reply: the decision's four fields and the server time it decided at.
-/// One script run both ways the store runs it, picked at random per call: by `EVALSHA` of its
-/// text and by `FCALL` of its function in the library (both loaded on the test's server). Both
-/// must equal the twin, and so each other on one key's state.
+/// One script run every way the store runs it, picked at random per call: by `EVALSHA` of
+/// its text, by `FCALL` of its function in the library (both loaded on the test's server),
+/// and by the Redis module's command where the module decides it (the test's servers load
+/// the module). All must equal the twin, and so each other on one key's state: a state one
+/// way wrote is read by the others.
 struct BothWays {
     sha: String,
     function: &'static str,
-    /// Calls made by `FCALL` and by `EVALSHA`.
-    counts: [u64; 2],
+    /// The module's command, where it has one.
+    native: Option<&'static str>,
+    /// Calls made by `FCALL`, by `EVALSHA` and by the module's command.
+    counts: [u64; 3],
+}
+
+/// A server for the differential tests: with the Redis module loaded.
+fn server() -> RedisServer {
+    let load = testkit::module::load_args();
+    RedisServer::start_with(&[load[0].as_str(), load[1].as_str()])
 }
 
 impl BothWays {
@@ -71,30 +68,37 @@ impl BothWays {
             .arg(text)
             .query(con)
             .unwrap();
+        let native = scripts::native_commands()
+            .into_iter()
+            .find(|command| command.rsplit('.').next() == Some(name));
         BothWays {
             sha,
             function: library.function(name).unwrap(),
-            counts: [0; 2],
+            native,
+            counts: [0; 3],
         }
     }
 
-    /// The command and its first argument for the next call: `FCALL <function>` or
-    /// `EVALSHA <sha>`.
-    fn pick(&mut self, rng: &mut Rng) -> (&'static str, &str) {
-        let by_function = rng.below(2) == 0;
-        self.counts[usize::from(!by_function)] += 1;
-        if by_function {
-            ("FCALL", self.function)
-        } else {
-            ("EVALSHA", &self.sha)
+    /// The command and its first argument for the next call: `FCALL <function>`,
+    /// `EVALSHA <sha>`, or the module's command and nothing (`None`).
+    fn pick(&mut self, rng: &mut Rng) -> (&'static str, Option<&str>) {
+        let ways = if self.native.is_some() { 3 } else { 2 };
+        let way = usize::try_from(rng.below(ways)).unwrap();
+        self.counts[way] += 1;
+        match (way, self.native) {
+            (0, _) => ("FCALL", Some(self.function)),
+            (1, _) => ("EVALSHA", Some(&self.sha)),
+            (_, Some(command)) => (command, None),
+            _ => unreachable!("a third way only with a module command"),
         }
     }
 
-    /// Both ways ran.
+    /// Every way ran.
     fn check(&self) {
+        let ways = if self.native.is_some() { 3 } else { 2 };
         assert!(
-            self.counts.iter().all(|&n| n > 0),
-            "FCALL and EVALSHA calls: {:?}",
+            self.counts[..ways].iter().all(|&n| n > 0),
+            "FCALL, EVALSHA and module calls: {:?}",
             self.counts
         );
     }
@@ -183,7 +187,7 @@ fn differential<S: Clone + Debug, P: Copy + Debug>(
     calls: usize,
     planting: bool,
 ) {
-    let server = RedisServer::start();
+    let server = server();
     let mut con = server.blocking_connection();
     let mut both = BothWays::load(&mut con, k.script, k.function);
     let mut rng = Rng(seed);
@@ -217,7 +221,7 @@ fn differential<S: Clone + Debug, P: Copy + Debug>(
         }
         let (command, name) = both.pick(&mut rng);
         let reply: Vec<u64> = redis::cmd(command)
-            .arg(name)
+            .arg(name.into_iter().collect::<Vec<_>>())
             .arg(1)
             .arg(key)
             .arg((k.args)(p, cost))
@@ -245,7 +249,7 @@ fn differential<S: Clone + Debug, P: Copy + Debug>(
     }
     both.check();
     println!(
-        "seed {seed}: {admitted} admitted, {refused} refused, all equal ({:?} by FCALL, EVALSHA)",
+        "seed {seed}: {admitted} admitted, {refused} refused, all equal ({:?} by FCALL, EVALSHA, module)",
         both.counts
     );
     // A floor only: on a loaded machine calls are slower, windows pass between them, and

@@ -17,31 +17,15 @@ use ratelimit_core::{
     Header, Ip, KeyResolver, Limit, RateLimiter, RequestContext, Source, store::MemoryStore,
     tools::MAX_PART_LEN,
 };
-use testkit::RedisServer;
+use testkit::{RedisServer, Rng};
 use testkit::cluster::RedisCluster;
-
-/// A small deterministic generator (xorshift64*), so a failure can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-
-    fn byte(&mut self) -> u8 {
-        self.next().to_le_bytes()[0]
-    }
-}
 
 /// Random printable keys of 1 to 64 characters, biased towards Redis-special characters.
 fn random_keys(rng: &mut Rng, n: usize) -> Vec<String> {
     const ALPHABET: &[u8] = b"abcdefghijklmnopqrstuvwxyz0123456789{}{}%:/ *?[]\\\"'\t";
     let mut set = BTreeSet::new();
     while set.len() < n {
-        let len = 1 + usize::try_from(rng.next() % 64).unwrap();
+        let len = 1 + usize::try_from(rng.next_u64() % 64).unwrap();
         let key: String = (0..len)
             .map(|_| char::from(ALPHABET[usize::from(rng.byte()) % ALPHABET.len()]))
             .collect();
@@ -102,7 +86,7 @@ fn brace_keys() -> Vec<String> {
 fn ip_keys(rng: &mut Rng, n: usize) -> Vec<String> {
     let mut set = BTreeSet::new();
     while set.len() < n {
-        let r = rng.next();
+        let r = rng.next_u64();
         let ip = if r.is_multiple_of(4) {
             IpAddr::V6(Ipv6Addr::from(u128::from(r) << 64 | 0x1234))
         } else {

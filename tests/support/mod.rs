@@ -69,6 +69,26 @@ impl Harness {
         }
     }
 
+    /// On a server that loaded the Redis module (`module/`), where the limiter decides by
+    /// its commands what the module decides natively, and by `FCALL` the rest.
+    pub(crate) async fn redis_module() -> Harness {
+        let load = testkit::module::load_args();
+        let load: Vec<&str> = load.iter().map(String::as_str).collect();
+        let server = RedisServer::start_with(&load);
+        let limiter = redis_limiter(&server, "test").await;
+        assert_eq!(
+            limiter.redis_path(),
+            Some(redis_ratelimit::store::RedisPath::Module),
+            "{limiter:?}"
+        );
+        Harness {
+            limiter,
+            clock: None,
+            memory: None,
+            server: Some(server),
+        }
+    }
+
     pub(crate) fn is_memory(&self) -> bool {
         self.clock.is_some()
     }
@@ -215,8 +235,10 @@ where
 /// Each `case(harness)` as two tests, `memory::case` and `redis::case`: on
 /// `<$harness>::memory()` under the attribute given (`#[tokio::test]`, or paused time for a
 /// harness on Tokio's clock), and on `<$harness>::redis()` on a multi-thread runtime. Without a
-/// harness, [`Harness`] under `#[tokio::test]`, and a third test, `evalsha::case`, on a server
-/// without functions ([`Harness::redis_evalsha`]). (Not every test file runs cases on both.)
+/// harness, [`Harness`] under `#[tokio::test]`, a third test, `evalsha::case`, on a server
+/// without functions ([`Harness::redis_evalsha`]), and a fourth, `module::case`, on a server
+/// with the Redis module ([`Harness::redis_module`]). (Not every test file runs cases on
+/// both.)
 #[allow(unused_macros)]
 macro_rules! on_both_stores {
     ($harness:ty, #[$memory:meta]: $($case:ident),* $(,)?) => {
@@ -245,6 +267,15 @@ macro_rules! on_both_stores {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $case() {
                     super::$case($crate::support::Harness::redis_evalsha().await).await;
+                }
+            )*
+        }
+        /// The same cases on a server with the Redis module, decided by its commands.
+        mod module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $case() {
+                    super::$case($crate::support::Harness::redis_module().await).await;
                 }
             )*
         }

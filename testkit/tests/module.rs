@@ -1,0 +1,305 @@
+//! The Redis module (`module/`) on real `redis-server` processes this test starts: the
+//! commands it registers are the ones the limiter calls, with key specs; a bad argument from
+//! any client is an error reply and the server lives on; its writes reach a replica and the
+//! AOF as their effects (a replica without the module holds what the master holds); and a
+//! limiter built on it uses it, and goes on by `FCALL` when the module is lost or refused.
+//! That each command decides exactly as its script and its twin, on one state, is
+//! `tests/algorithms.rs` (every call there picks `FCALL`, `EVALSHA` or the module's command).
+
+#![allow(clippy::unwrap_used)]
+
+use std::time::Duration;
+
+use ratelimit_core::store::RedisPath;
+use ratelimit_core::tools::algorithms::token_bucket;
+use ratelimit_core::tools::scripts;
+use ratelimit_core::{Limit, RateLimiter, Source};
+use redis::{Connection, Value};
+use testkit::{RedisServer, Rng};
+
+fn with_module(extra: &[&str]) -> RedisServer {
+    let load = testkit::module::load_args();
+    let mut args = vec![load[0].as_str(), load[1].as_str()];
+    args.extend_from_slice(extra);
+    RedisServer::start_with(&args)
+}
+
+/// `ratelimit.v1.token_bucket 1 <key>` for a call of `cost` under `limit`.
+fn token_bucket(con: &mut Connection, key: &str, limit: &Limit, cost: u64) -> Vec<u64> {
+    redis::cmd("ratelimit.v1.token_bucket")
+        .arg(1)
+        .arg(key)
+        .arg(token_bucket::args(token_bucket::params(limit), cost).to_vec())
+        .query(con)
+        .unwrap()
+}
+
+#[test]
+fn the_module_registers_the_commands_the_limiter_calls() {
+    let server = with_module(&[]);
+    let mut con = server.blocking_connection();
+    let mut registered: Vec<String> = redis::cmd("COMMAND")
+        .arg("LIST")
+        .arg("FILTERBY")
+        .arg("MODULE")
+        .arg(ratelimit_vocab_name())
+        .query(&mut con)
+        .unwrap();
+    registered.sort();
+    let mut expected: Vec<String> = scripts::native_commands()
+        .into_iter()
+        .map(str::to_owned)
+        .collect();
+    expected.sort();
+    assert_eq!(registered, expected);
+    // Each declares its key: Redis Cluster routes it by the bucket and the ACL checks it.
+    for command in &expected {
+        let keys: Vec<String> = redis::cmd("COMMAND")
+            .arg("GETKEYS")
+            .arg(command)
+            .arg(1)
+            .arg("app:{7:orders:alice}")
+            .arg(&[1, 1, 1, 1][..])
+            .query(&mut con)
+            .unwrap();
+        assert_eq!(keys, ["app:{7:orders:alice}"], "{command}");
+    }
+}
+
+/// The module's name as `MODULE LIST` and `COMMAND LIST FILTERBY MODULE` know it.
+fn ratelimit_vocab_name() -> &'static str {
+    "ratelimit_v1"
+}
+
+#[test]
+fn the_module_is_named_with_its_protocol_version() {
+    let server = with_module(&[]);
+    let mut con = server.blocking_connection();
+    let modules: Vec<Vec<Value>> = redis::cmd("MODULE").arg("LIST").query(&mut con).unwrap();
+    let text = format!("{modules:?}");
+    assert!(text.contains("ratelimit_v1"), "{text}");
+    // Every command carries the version too, so that another version loads beside it.
+    for command in scripts::native_commands() {
+        assert!(command.starts_with("ratelimit.v1."), "{command}");
+    }
+}
+
+/// What a client may send: every command with arguments from a hostile mix (missing,
+/// extra, negative, huge, not numbers, empty, binary), thousands of times. Each is answered
+/// (an error, or a decision when it happens to be a valid call), the server lives on, and
+/// nothing is written but bucket keys that expire.
+#[test]
+fn any_arguments_get_an_answer_and_the_server_lives_on() {
+    let server = with_module(&[]);
+    let mut con = server.blocking_connection();
+    let pieces: [&[u8]; 16] = [
+        b"0",
+        b"1",
+        b"2",
+        b"-1",
+        b"3",
+        b"1000",
+        b"18446744073709551615",
+        b"9223372036854775807",
+        b"-9223372036854775808",
+        b"99999999999999999999999",
+        b"",
+        b"x",
+        b"1e3",
+        b" 1",
+        b"\x00\xff",
+        b"app:{k}",
+    ];
+    // A valid call's arguments (1 key, 1 per second, burst 5, cost 1), to mutate.
+    let valid: [&[u8]; 6] = [b"1", b"app:{k}", b"1000000", b"1", b"5000000", b"1"];
+    let mut rng = Rng(0x0005_eed0_fa11);
+    let (mut errors, mut decisions) = (0, 0);
+    for _ in 0..3000 {
+        for command in scripts::native_commands() {
+            let mut args: Vec<&[u8]> = Vec::new();
+            if rng.below(2) == 0 {
+                // Anything at all.
+                for _ in 0..rng.below(11) {
+                    args.push(pieces[usize::try_from(rng.below(16)).unwrap()]);
+                }
+            } else {
+                // A valid call, one argument changed, dropped or added.
+                args.extend_from_slice(&valid);
+                let at = usize::try_from(rng.below(valid.len() as u64)).unwrap();
+                let piece = pieces[usize::try_from(rng.below(16)).unwrap()];
+                match rng.below(4) {
+                    0 => args[at] = piece,
+                    1 => drop(args.remove(at)),
+                    2 => args.insert(at, piece),
+                    _ => args.push(piece),
+                }
+            }
+            let mut cmd = redis::cmd(command);
+            for arg in args {
+                cmd.arg(arg);
+            }
+            match cmd.query::<Value>(&mut con) {
+                Ok(Value::Array(_)) => decisions += 1,
+                Ok(other) => panic!("{command}: neither an error nor a decision: {other:?}"),
+                Err(e) => {
+                    assert!(e.code() == Some("ERR"), "{command}: {e}");
+                    errors += 1;
+                }
+            }
+        }
+    }
+    assert!(
+        errors > 1000 && decisions > 0,
+        "{errors} errors, {decisions} decisions"
+    );
+    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    assert_eq!(pong, "PONG");
+    // Only keys that expire were written.
+    let keys: Vec<Vec<u8>> = redis::cmd("KEYS").arg("*").query(&mut con).unwrap();
+    assert!(!keys.is_empty(), "the valid calls wrote their buckets");
+    for key in keys {
+        let ttl: i64 = redis::cmd("PTTL").arg(&key).query(&mut con).unwrap();
+        assert!(ttl > 0, "{key:?} written without an expiry");
+    }
+}
+
+/// Reads `key`'s value and absolute expiry.
+fn state(con: &mut Connection, key: &str) -> (Option<String>, i64) {
+    redis::pipe()
+        .cmd("GET")
+        .arg(key)
+        .cmd("PEXPIRETIME")
+        .arg(key)
+        .query(con)
+        .unwrap()
+}
+
+/// A replica without the module holds exactly what the master holds after its decisions:
+/// the module replicates `SET .. PXAT` (what was decided, with the absolute expiry), never
+/// its own command, which such a replica would not know, and which would decide again on
+/// the replica's clock. The AOF holds the same effects.
+#[test]
+fn writes_reach_a_replica_and_the_aof_as_their_effects() {
+    let master = with_module(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    let mut m = master.blocking_connection();
+    let mut r = replica.blocking_connection();
+    wait_for_link(&mut r);
+    let limit = Limit::per_hour(7).burst(5);
+    let keys: Vec<String> = (0..20).map(|i| format!("app:{{r:{i}}}")).collect();
+    for (i, key) in keys.iter().enumerate() {
+        for _ in 0..=(i % 7) {
+            token_bucket(&mut m, key, &limit, 1);
+        }
+    }
+    let synced: i64 = redis::cmd("WAIT").arg(1).arg(5000).query(&mut m).unwrap();
+    assert_eq!(synced, 1, "the replica acknowledged the writes");
+    for key in &keys {
+        let on_master = state(&mut m, key);
+        assert!(
+            on_master.0.is_some() && on_master.1 > 0,
+            "{key}: {on_master:?}"
+        );
+        assert_eq!(state(&mut r, key), on_master, "{key}");
+    }
+    // The AOF holds the writes as `SET .. PXAT`, and no module command.
+    let mut aof = Vec::new();
+    let dir = master.dir().join("appendonlydir");
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.to_string_lossy().ends_with(".aof") {
+            aof.extend(std::fs::read(path).unwrap());
+        }
+    }
+    let aof = String::from_utf8_lossy(&aof).to_lowercase();
+    assert!(
+        !aof.contains("ratelimit.v1"),
+        "a module command reached the AOF"
+    );
+    assert!(
+        aof.contains("pxat"),
+        "the writes reached the AOF as SET .. PXAT"
+    );
+}
+
+fn wait_for_link(replica: &mut Connection) {
+    for _ in 0..500 {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(replica)
+            .unwrap();
+        if info.contains("master_link_status:up") {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("the replica never linked to its master");
+}
+
+/// A limiter built on a server with the module decides by it; when the server loses the
+/// module, the next call is decided by the function library on the same bucket (nothing
+/// lost, nothing given twice), and every later one too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_module_falls_back_per_call_on_the_same_bucket() {
+    let server = with_module(&["--enable-module-command", "yes"]);
+    let limiter = RateLimiter::builder()
+        .redis(server.url())
+        .prefix("app")
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(limiter.redis_path(), Some(RedisPath::Module));
+    let limit = Limit::per_hour(1).burst(4);
+    for remaining in [3, 2] {
+        let d = limiter.check_n("k", &limit, 1).await.unwrap();
+        assert_eq!(
+            (d.allowed, d.remaining, d.source),
+            (true, remaining, Source::Store)
+        );
+    }
+    let mut con = server.connection().await;
+    let _: () = redis::cmd("MODULE")
+        .arg("UNLOAD")
+        .arg("ratelimit_v1")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    for remaining in [1, 0] {
+        let d = limiter.check_n("k", &limit, 1).await.unwrap();
+        assert_eq!(
+            (d.allowed, d.remaining, d.source),
+            (true, remaining, Source::Store)
+        );
+        assert_eq!(limiter.redis_path(), Some(RedisPath::Functions));
+    }
+    let refused = limiter.check_n("k", &limit, 1).await.unwrap();
+    assert!(
+        !refused.allowed && refused.source == Source::Store,
+        "{refused:?}"
+    );
+}
+
+/// A client whose ACL does not grant the module's commands decides by `FCALL`, from the
+/// start: the module loaded is no reason to fail.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_refused_the_module_decides_by_functions() {
+    let server = with_module(&[]);
+    let mut admin = server.connection().await;
+    let mut acl = redis::cmd("ACL");
+    acl.arg("SETUSER").arg("ratelimit");
+    for rule in testkit::acl::least_acl() {
+        acl.arg(rule);
+    }
+    let _: () = acl.query_async(&mut admin).await.unwrap();
+    let url = format!("redis://ratelimit:pw@127.0.0.1:{}", server.port());
+    let limiter = RateLimiter::builder()
+        .redis(url)
+        .prefix("app")
+        .build()
+        .await
+        .unwrap();
+    assert_eq!(limiter.redis_path(), Some(RedisPath::Functions));
+    let d = limiter.check("k", &Limit::per_second(5)).await.unwrap();
+    assert!(d.allowed && d.source == Source::Store, "{d:?}");
+}
