@@ -12,9 +12,10 @@
 //!   reading the commands and writing the replies: what sizes a fleet;
 //! * `--callgrind`: instructions, which repeat from run to run where this machine's noise
 //!   moves times by 10-50 %. The server runs under `valgrind --tool=callgrind` with
-//!   collection off; per case, 5,000 decisions on 10,000 buckets warm it, then collection is
-//!   switched on (`callgrind_control -i on`) over 5,000 more and the whole server process's
-//!   instructions are divided by them (median of `--rounds`). Needs `valgrind`.
+//!   instrumentation off; per case, 10,000 decisions write each of the 10,000 buckets once,
+//!   then it is switched on (`callgrind_control -i on`) over 5,000 more, on buckets that
+//!   exist (a busy limiter's steady state), and the whole server process's instructions are
+//!   divided by them (median of `--rounds`). Needs `valgrind`.
 //!
 //! ```sh
 //! cargo bench -p redis-ratelimit-benches --bench lua_cost
@@ -22,7 +23,7 @@
 //! # go-redis/redis_rate's allowN, which no registry here carries: its script from lua.go,
 //! # saved as a file (not in this repository), measured beside the rest
 //! cargo bench -p redis-ratelimit-benches --bench lua_cost -- --redis-rate /path/allow_n.lua
-//! # only the cases whose label holds a text, more rounds
+//! # only the cases whose label holds a text (or any of several, separated by `|`), more rounds
 //! cargo bench -p redis-ratelimit-benches --bench lua_cost -- --only token_bucket --rounds 7
 //! ```
 //!
@@ -105,6 +106,9 @@ async fn send(c: &mut MultiplexedConnection, case: &Case, from: u64, n: u64) {
             }
             if case.batch {
                 cmd.arg(1).arg(key(i - case.per_command));
+            } else if case.name.is_none() {
+                // The module's command for one algorithm: its key alone.
+                cmd.arg(&keys);
             } else {
                 cmd.arg(keys.len()).arg(&keys);
             }
@@ -145,7 +149,7 @@ async fn round(c: &mut MultiplexedConnection, case: &Case) -> (f64, f64) {
     (usec as f64 / DECISIONS as f64, cpu * 1e6 / DECISIONS as f64)
 }
 
-/// Decisions per window of `--callgrind`, after as many to warm up.
+/// Decisions per window of `--callgrind`, after one on each bucket.
 const CALLGRIND_DECISIONS: u64 = 5_000;
 
 /// A `redis-server` under `valgrind --tool=callgrind`, collecting nothing until told.
@@ -161,7 +165,7 @@ impl Callgrind {
         let port = testkit::free_port();
         let child = std::process::Command::new("valgrind")
             .arg("--tool=callgrind")
-            .arg("--collect-atstart=no")
+            .arg("--instr-atstart=no")
             .arg(format!(
                 "--callgrind-out-file={}/callgrind.out.%p",
                 dir.path().display()
@@ -192,6 +196,7 @@ impl Callgrind {
             .args(args)
             .arg(self.child.id().to_string())
             .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
             .status()
             .unwrap();
         assert!(status.success(), "callgrind_control {args:?}");
@@ -213,10 +218,9 @@ impl Callgrind {
             .expect("a new dump");
         let text = std::fs::read_to_string(&dump).unwrap();
         text.lines()
-            .find_map(|l| {
-                l.strip_prefix("summary: ")
-                    .or_else(|| l.strip_prefix("totals: "))
-            })
+            // `totals:`, the sum of every cost in the dump (its `summary:` may say 0 after
+            // a zeroing).
+            .find_map(|l| l.strip_prefix("totals: "))
             .and_then(|n| n.split_whitespace().next()?.parse().ok())
             .unwrap_or_else(|| panic!("no total in {}", dump.display()))
     }
@@ -237,13 +241,13 @@ impl Drop for Callgrind {
     }
 }
 
-/// One `--callgrind` round of `case`: the server's instructions per decision.
+/// One `--callgrind` round of `case`: the server's instructions per decision, on buckets
+/// that exist (every one was written once before the window: the steady state of a busy
+/// limiter, where most calls find their bucket).
 async fn instructions(c: &mut MultiplexedConnection, server: &Callgrind, case: &Case) -> f64 {
     flush_and_reset(c).await;
-    send(c, case, 0, CALLGRIND_DECISIONS).await;
-    let total = server
-        .count(send(c, case, CALLGRIND_DECISIONS, CALLGRIND_DECISIONS))
-        .await;
+    send(c, case, 0, KEYS).await;
+    let total = server.count(send(c, case, KEYS, CALLGRIND_DECISIONS)).await;
     total as f64 / CALLGRIND_DECISIONS as f64
 }
 
@@ -337,7 +341,12 @@ async fn main() {
         _ => unreachable!(),
     };
     let client = redis::Client::open(url).unwrap();
-    let mut c = client.get_multiplexed_async_connection().await.unwrap();
+    // No response timeout: a server under callgrind runs some fifty times slower.
+    let config = redis::AsyncConnectionConfig::new().set_response_timeout(None);
+    let mut c = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await
+        .unwrap();
     redis::cmd("FUNCTION")
         .arg("LOAD")
         .arg("REPLACE")
@@ -468,8 +477,9 @@ async fn main() {
     }
 
     // `--only <text>`: the cases whose label holds it (a focused comparison, more rounds).
+    // Several texts, separated by `|`: the cases whose label holds any.
     if let Some(only) = value_of("--only") {
-        cases.retain(|c| c.label.contains(&only));
+        cases.retain(|c| only.split('|').any(|o| c.label.contains(o)));
     }
     let version = info(&mut c, "server")
         .await

@@ -157,6 +157,70 @@ impl Outcome<()> {
     }
 }
 
+/// A stored value written on the stack: at most 64 bytes of ASCII, as the states' `encoded`
+/// write them, for a writer that must not allocate per decision (the Redis module).
+#[derive(Clone, Copy)]
+pub struct Encoded {
+    buf: [u8; 64],
+    len: usize,
+}
+
+impl Encoded {
+    const fn new() -> Encoded {
+        Encoded {
+            buf: [0; 64],
+            len: 0,
+        }
+    }
+
+    /// The value's bytes.
+    #[must_use]
+    pub fn as_bytes(&self) -> &[u8] {
+        self.buf.get(..self.len).unwrap_or(&[])
+    }
+
+    /// The number of decimal digits of `v`.
+    fn digits(mut v: u64) -> usize {
+        let mut n = 1;
+        while v >= 10 {
+            v /= 10;
+            n += 1;
+        }
+        n
+    }
+
+    fn push_byte(&mut self, b: u8) {
+        if let Some(slot) = self.buf.get_mut(self.len) {
+            *slot = b;
+            self.len += 1;
+        }
+    }
+
+    /// `v` in decimal, zero-padded to at least `width` digits.
+    fn push(&mut self, mut v: u64, width: usize) {
+        let n = Encoded::digits(v).max(width);
+        let end = self.len + n;
+        let Some(out) = self.buf.get_mut(self.len..end) else {
+            return;
+        };
+        // Written from the last digit back, straight into place.
+        for slot in out.iter_mut().rev() {
+            // One digit: below 10.
+            #[allow(clippy::cast_possible_truncation)]
+            let digit = (v % 10) as u8;
+            *slot = b'0' + digit;
+            v /= 10;
+        }
+        self.len = end;
+    }
+}
+
+impl std::fmt::Debug for Encoded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
 /// A bucket's cost as its script reads it (`gcra.lua`, `interval_bucket.lua`): the tokens a
 /// call takes, or, written negative, tokens given back.
 ///

@@ -8,7 +8,7 @@
 
 use ratelimit_vocab::limits;
 
-use crate::Cost;
+use crate::{Cost, Encoded};
 
 /// The bucket arithmetic in "fine units" of `1 / per_micro` microseconds, chosen so that the
 /// time one token takes is an exact integer. Shared by the Lua script (as its arguments) and
@@ -117,34 +117,41 @@ impl State {
     /// ```
     #[must_use]
     pub fn decode(value: &str, expire_ms: u64) -> Option<State> {
+        State::decode_bytes(value.as_bytes(), expire_ms)
+    }
+
+    /// [`decode`](State::decode) of a value's bytes, as Redis hands them (any bytes: what
+    /// is not this form is `None`).
+    #[must_use]
+    pub fn decode_bytes(value: &[u8], expire_ms: u64) -> Option<State> {
         let state = |remainder, per_micro, interval| State {
             expire_ms,
             remainder,
             per_micro,
             interval,
         };
-        let Some(digits) = value.strip_prefix('-') else {
-            if !crate::canonical(value) || !(4..=19).contains(&value.len()) {
+        let Some(digits) = value.strip_prefix(b"-") else {
+            if !canonical_bytes(value) || !(4..=19).contains(&value.len()) {
                 return None;
             }
             let (interval, r) = value.split_at(value.len() - 3);
-            return Some(state(r.parse().ok()?, 1, interval.parse().ok()?));
+            return Some(state(number(r)?, 1, number(interval)?));
         };
-        if !crate::canonical(digits) {
+        if !canonical_bytes(digits) {
             return None;
         }
         let n = digits.len();
-        let k = usize::from(digits.as_bytes()[n - 1] - b'0') + 1;
+        let k = usize::from(digits.last()? - b'0') + 1;
         if n < 2 * k + 5 || n > 2 * k + 20 {
             return None;
         }
-        let unit_digits = &digits[n - 1 - k..n - 1];
-        if unit_digits.starts_with('0') {
+        let unit_digits = digits.get(n - 1 - k..n - 1)?;
+        if unit_digits.first() == Some(&b'0') {
             return None;
         }
-        let unit: u64 = unit_digits.parse().ok()?;
-        let r: u64 = digits[n - 4 - 2 * k..n - 1 - k].parse().ok()?;
-        let interval: u64 = digits[..n - 4 - 2 * k].parse().ok()?;
+        let unit = number(unit_digits)?;
+        let r = number(digits.get(n - 4 - 2 * k..n - 1 - k)?)?;
+        let interval = number(digits.get(..n - 4 - 2 * k)?)?;
         if unit < 2 || r >= 1000 * unit {
             return None;
         }
@@ -154,18 +161,26 @@ impl State {
     /// The key's value, as `gcra_head.lua`'s `tb_write` writes it (see [`State::decode`]).
     #[must_use]
     pub fn encode(&self) -> String {
+        String::from_utf8_lossy(self.encoded().as_bytes()).into_owned()
+    }
+
+    /// [`encode`](State::encode) on the stack, for a writer that must not allocate (the
+    /// Redis module).
+    #[must_use]
+    pub fn encoded(&self) -> Encoded {
+        let mut out = Encoded::new();
         if self.per_micro == 1 {
-            return format!("{}{:03}", self.interval, self.remainder);
+            out.push(self.interval, 1);
+            out.push(self.remainder, 3);
+            return out;
         }
-        let unit = self.per_micro.to_string();
-        let k = unit.len();
-        format!(
-            "-{}{:0w$}{unit}{}",
-            self.interval,
-            self.remainder,
-            k - 1,
-            w = k + 3
-        )
+        let k = Encoded::digits(self.per_micro);
+        out.push_byte(b'-');
+        out.push(self.interval, 1);
+        out.push(self.remainder, k + 3);
+        out.push(self.per_micro, 1);
+        out.push(k as u64 - 1, 1);
+        out
     }
 
     /// What the bucket owes at `now` (microseconds), in the fine units it was written in
@@ -177,6 +192,19 @@ impl State {
         let owed = until.saturating_mul(i128::from(self.per_micro)) - i128::from(self.remainder);
         u128::try_from(owed.max(0)).unwrap_or(0)
     }
+}
+
+/// Whether `v` is `^[1-9]%d*$` (canonical decimal above 0), as bytes.
+fn canonical_bytes(v: &[u8]) -> bool {
+    v.first().is_some_and(|&b| b != b'0') && v.iter().all(u8::is_ascii_digit)
+}
+
+/// The number ASCII digits `v` write, `None` beyond 64 bits.
+fn number(v: &[u8]) -> Option<u64> {
+    v.iter().try_fold(0u64, |n, &d| {
+        n.checked_mul(10)?
+            .checked_add(u64::from(d.checked_sub(b'0')?))
+    })
 }
 
 /// The outcome of one decision: what the caller sees, and the state to store if it changed

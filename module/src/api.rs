@@ -15,6 +15,8 @@
 use std::ffi::{CStr, c_char, c_int, c_long, c_longlong, c_void};
 use std::sync::OnceLock;
 
+use crate::args::Keys;
+
 /// `RedisModuleCtx`: opaque, only ever behind a pointer Redis passes.
 #[repr(C)]
 #[derive(Debug)]
@@ -101,6 +103,7 @@ struct CommandInfo {
 }
 
 const KSPEC_BS_INDEX: c_int = 2;
+const KSPEC_FK_RANGE: c_int = 2;
 const KSPEC_FK_KEYNUM: c_int = 3;
 const KEY_RW: u64 = 1 << 1;
 const KEY_ACCESS: u64 = 1 << 4;
@@ -148,9 +151,8 @@ api! {
     CloseKey: fn(*mut RawKey);
     KeyType: fn(*mut RawKey) -> c_int;
     StringDMA: fn(*mut RawKey, *mut usize, c_int) -> *mut c_char;
-    StringSet: fn(*mut RawKey, *mut RawString) -> c_int;
-    CreateString: fn(*mut RawCtx, *const c_char, usize) -> *mut RawString;
-    FreeString: fn(*mut RawCtx, *mut RawString);
+    StringTruncate: fn(*mut RawKey, usize) -> c_int;
+    DeleteKey: fn(*mut RawKey) -> c_int;
     GetAbsExpire: fn(*mut RawKey) -> c_longlong;
     SetAbsExpire: fn(*mut RawKey, c_longlong) -> c_int;
 }
@@ -236,10 +238,11 @@ pub(crate) struct Registrar {
     ctx: *mut RawCtx,
 }
 
-/// Where a command's keys are: `numkeys` at argument 1, then that many keys (as `FCALL`
-/// after its function's name, and `EVALSHA` after its hash).
+/// A command to create.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Command<'a> {
+    /// Where its keys are (its key spec).
+    pub(crate) keys: Keys,
     /// The command's name, NUL-terminated.
     pub(crate) name: &'a CStr,
     /// Redis's command flags (`"write deny-oom"`).
@@ -249,13 +252,12 @@ pub(crate) struct Command<'a> {
 }
 
 impl Registrar {
-    /// Creates `command`, run by `run`, with its key spec: the keys `numkeys` counts, read
-    /// and written.
+    /// Creates `command`, run by `run`, with its key spec: its key (argument 1), or the
+    /// keys `numkeys` (argument 1) counts, each read and written.
     pub(crate) fn command(&self, command: Command<'_>, run: CommandFn) -> Result<(), String> {
         let api = api();
         let name = command.name.to_string_lossy();
-        // firstkey 2, lastkey -1 would be wrong for `numkeys`; the legacy range says
-        // "keys from 2 on" only through the key spec, as `FCALL` does (0, 0, 0 here).
+        // No legacy key range (0, 0, 0, as `FCALL`): the key spec says where the keys are.
         let created = unsafe {
             (api.CreateCommand)(
                 self.ctx,
@@ -286,9 +288,16 @@ impl Registrar {
                 flags: KEY_RW | KEY_ACCESS | KEY_UPDATE,
                 begin_search_type: KSPEC_BS_INDEX,
                 bs: [1, 0],
-                find_keys_type: KSPEC_FK_KEYNUM,
-                // keynumidx 0 (argument 1 itself), first key 1 after it, step 1.
-                fk: [0, 1, 1],
+                find_keys_type: match command.keys {
+                    Keys::One => KSPEC_FK_RANGE,
+                    Keys::Counted => KSPEC_FK_KEYNUM,
+                },
+                fk: match command.keys {
+                    // The one key: last key 0 after it, step 1, no limit.
+                    Keys::One => [0, 1, 0],
+                    // keynumidx 0 (argument 1 itself), first key 1 after it, step 1.
+                    Keys::Counted => [0, 1, 1],
+                },
             },
             // The list ends with a zeroed spec.
             KeySpec {
@@ -307,8 +316,10 @@ impl Registrar {
             since: std::ptr::null(),
             history: std::ptr::null_mut(),
             tips: std::ptr::null(),
-            // The name, numkeys: at least two arguments.
-            arity: -2,
+            // Any number of arguments: the command answers a call without its key with an
+            // error of its own, after the ACL has checked that this client may call it
+            // (Redis checks the arity first), which the limiter's probe reads.
+            arity: -1,
             key_specs: specs.as_mut_ptr(),
             args: std::ptr::null_mut(),
         };
@@ -472,24 +483,37 @@ impl Key<'_> {
 
     /// Sets the key to `value`, expiring at `expire_ms` (ms since the epoch), and propagates
     /// the same as `SET .. PXAT`.
+    ///
+    /// Written in place: the value is resized (`StringTruncate`, a no-op when its length is
+    /// unchanged, as a bucket's mostly is) and its bytes copied (`StringDMA`), and the expiry
+    /// set, with no key deleted and added again (which `StringSet` does) and nothing
+    /// allocated when the key holds a string already. The value is kept as a raw string, so
+    /// that the next read is in place too (an integer-encoded value, as a script's `SET`
+    /// leaves it, is decoded on its first read).
     pub(crate) fn set(&mut self, value: &[u8], expire_ms: u64) -> Result<(), &'static str> {
         if self.raw.is_null() {
-            return Err("ERR the key could not be opened");
+            return Err("ERR ratelimit: the key could not be opened");
         }
         let api = api();
-        let ctx = self.ctx.raw;
-        let string = unsafe { (api.CreateString)(ctx, value.as_ptr().cast(), value.len()) };
-        if string.is_null() {
-            return Err("ERR out of memory");
+        let kind = unsafe { (api.KeyType)(self.raw) };
+        if kind != KEYTYPE_EMPTY && kind != KEYTYPE_STRING {
+            // Another type (what no script writes): replaced, as `SET` replaces it.
+            unsafe { (api.DeleteKey)(self.raw) };
         }
-        let set = unsafe { (api.StringSet)(self.raw, string) };
-        unsafe { (api.FreeString)(ctx, string) };
-        if set != OK {
-            return Err("ERR the key could not be written");
+        if unsafe { (api.StringTruncate)(self.raw, value.len()) } != OK {
+            return Err("ERR ratelimit: the key could not be written");
         }
+        let mut len = 0usize;
+        let ptr = unsafe { (api.StringDMA)(self.raw, &raw mut len, READ | WRITE) };
+        if ptr.is_null() || len != value.len() {
+            return Err("ERR ratelimit: the key could not be written");
+        }
+        // SAFETY: Redis gave `len` writable bytes of the key's value, which nothing else
+        // touches while the command runs.
+        unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), ptr.cast::<u8>(), len) };
         let expire = c_longlong::try_from(expire_ms).unwrap_or(c_longlong::MAX);
         if unsafe { (api.SetAbsExpire)(self.raw, expire) } != OK {
-            return Err("ERR the key's expiry could not be set");
+            return Err("ERR ratelimit: the key's expiry could not be set");
         }
         let mut digits = itoa_buf();
         let expire_text = write_u64(&mut digits, expire_ms);

@@ -1,5 +1,5 @@
-//! A command's arguments as the Lua functions take them: `numkeys`, that many keys, then
-//! the arguments, read as integers in canonical decimal. Pure (no server), so that the
+//! A command's arguments as the Lua functions take them: the key (or `numkeys` and that
+//! many keys), then the arguments, read as integers in decimal. Pure (no server), so that the
 //! parsing can be fuzzed and unit-tested; a malformed argument from any client is an
 //! [`ArgError`], which the command answers as an error reply.
 
@@ -9,7 +9,7 @@ use std::fmt;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ArgError {
-    /// `numkeys` is not a count of the keys that follow, or not the count the command takes.
+    /// No key, or a `numkeys` that is not a count of the keys that follow.
     NumKeys,
     /// An argument that should be an integer is not one (or is beyond 64 bits).
     NotAnInteger,
@@ -23,7 +23,9 @@ impl ArgError {
     #[must_use]
     pub const fn message(self) -> &'static str {
         match self {
-            ArgError::NumKeys => "ERR ratelimit: numkeys must count the keys that follow",
+            ArgError::NumKeys => {
+                "ERR ratelimit: a key is missing, or numkeys does not count the keys"
+            }
             ArgError::NotAnInteger => "ERR ratelimit: an argument is not an integer",
             ArgError::BadLimit => {
                 "ERR ratelimit: the arguments are not a limit this version of the module decides"
@@ -43,36 +45,50 @@ impl std::error::Error for ArgError {}
 /// The most numeric arguments a command reads at once (the token bucket's eight).
 pub const MAX_NUMBERS: usize = 8;
 
+/// Where a command's keys are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Keys {
+    /// One key, the first argument: one algorithm's decision (the Lua function's `KEYS[1]`,
+    /// without the `numkeys` of `FCALL`, which would cost Redis one more argument to read
+    /// and free on every decision).
+    One,
+    /// `numkeys`, then that many keys: several limits or calls at once.
+    Counted,
+}
+
 /// A command's arguments after its name, split: its keys, and its other arguments.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Args<'a, T> {
-    /// The keys `numkeys` counts.
+    /// The keys.
     pub keys: &'a [T],
     /// What follows them.
     pub rest: &'a [T],
 }
 
 impl<'a, T> Args<'a, T> {
-    /// Splits `argv` (the command's arguments, its name first) at `numkeys`, which must be
-    /// `keys` when the command takes a fixed number of keys.
+    /// Splits `argv` (the command's arguments, its name first) as `keys` says.
     ///
     /// # Errors
-    /// [`ArgError::NumKeys`] when `numkeys` is missing, not a count, larger than what
-    /// follows, or not `keys`; [`ArgError::NotAnInteger`] when it is not a number.
+    /// [`ArgError::NumKeys`] when there is no key, or `numkeys` is not a count of the keys
+    /// that follow; [`ArgError::NotAnInteger`] when it is not a number.
     pub fn split(
         argv: &'a [T],
         bytes: impl Fn(&T) -> &[u8],
-        keys: Option<usize>,
+        keys: Keys,
     ) -> Result<Args<'a, T>, ArgError> {
-        let Some((numkeys, after)) = argv.get(1).zip(argv.get(2..)) else {
-            return Err(ArgError::NumKeys);
+        let (n, after) = match keys {
+            Keys::One => (1, argv.get(1..)),
+            Keys::Counted => {
+                let Some((numkeys, after)) = argv.get(1).zip(argv.get(2..)) else {
+                    return Err(ArgError::NumKeys);
+                };
+                let n = usize::try_from(integer(bytes(numkeys))?).map_err(|_| ArgError::NumKeys)?;
+                (n, Some(after))
+            }
         };
-        let n = usize::try_from(integer(bytes(numkeys))?).map_err(|_| ArgError::NumKeys)?;
-        if keys.is_some_and(|k| k != n) {
-            return Err(ArgError::NumKeys);
-        }
+        let after = after.unwrap_or(&[]);
         match (after.get(..n), after.get(n..)) {
-            (Some(keys), Some(rest)) => Ok(Args { keys, rest }),
+            (Some(keys), Some(rest)) if !keys.is_empty() || n == 0 => Ok(Args { keys, rest }),
             _ => Err(ArgError::NumKeys),
         }
     }
@@ -158,25 +174,28 @@ mod tests {
     }
 
     #[test]
-    fn numkeys_splits_the_keys_from_the_rest() {
-        let argv = ["cmd", "1", "k", "10", "1"];
-        let args = Args::split(&argv, b, Some(1)).unwrap();
+    fn keys_are_split_from_the_rest() {
+        let one = ["cmd", "k", "10", "1"];
+        let args = Args::split(&one, b, Keys::One).unwrap();
         assert_eq!((args.keys, args.rest), (&["k"][..], &["10", "1"][..]));
         assert_eq!(args.numbers(b, 2).unwrap().1, 2);
         assert_eq!(args.numbers(b, 3), Err(ArgError::BadLimit));
+        assert_eq!(Args::split(&["cmd"], b, Keys::One), Err(ArgError::NumKeys));
+        let counted = ["cmd", "2", "k", "l", "7"];
+        let args = Args::split(&counted, b, Keys::Counted).unwrap();
+        assert_eq!((args.keys, args.rest), (&["k", "l"][..], &["7"][..]));
         for bad in [
             &["cmd"][..],
             &["cmd", "2", "k"],
             &["cmd", "-1", "k"],
             &["cmd", "x", "k"],
         ] {
-            assert!(Args::split(bad, b, None).is_err(), "{bad:?}");
+            assert!(Args::split(bad, b, Keys::Counted).is_err(), "{bad:?}");
         }
-        assert_eq!(Args::split(&argv, b, Some(2)), Err(ArgError::NumKeys));
-        let negative = ["cmd", "1", "k", "-3", "x"];
-        let args = Args::split(&negative, b, Some(1)).unwrap();
+        let negative = ["cmd", "k", "-3", "x"];
+        let args = Args::split(&negative, b, Keys::One).unwrap();
         assert_eq!(args.numbers(b, 1), Err(ArgError::NotAnInteger));
-        let args = Args::split(&negative[..4], b, Some(1)).unwrap();
+        let args = Args::split(&negative[..3], b, Keys::One).unwrap();
         assert_eq!(args.numbers(b, 1).unwrap().0[0], -3);
     }
 }

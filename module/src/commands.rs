@@ -9,13 +9,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use ratelimit_algorithms::{Cost, token_bucket};
 
 use crate::api::{self, CommandFn, Ctx, RawCtx, RawString, Value};
-use crate::args::{ArgError, Args};
+use crate::args::{ArgError, Args, Keys};
 
 /// One command: its short name (the Lua function's), Redis's flags for it, a summary, and
 /// the function Redis calls.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Spec {
     pub(crate) short: &'static str,
+    pub(crate) keys: Keys,
     pub(crate) flags: &'static str,
     pub(crate) summary: &'static str,
     pub(crate) run: CommandFn,
@@ -24,6 +25,7 @@ pub(crate) struct Spec {
 /// Every command of the module.
 pub(crate) const ALL: [Spec; 1] = [Spec {
     short: "token_bucket",
+    keys: Keys::One,
     flags: "write deny-oom fast",
     summary: "Decides one call on a token bucket (GCRA), as the library's `token_bucket` function",
     run: token_bucket_command,
@@ -93,10 +95,10 @@ extern "C" fn token_bucket_command(
     serve(ctx, argv, argc, token_bucket_decide)
 }
 
-/// `gcra.lua`: KEYS[1] the bucket; interval, d, tau, cost, then optionally absent, reach,
-/// hold and queue.
+/// `gcra.lua`: the bucket (its KEYS[1]); interval, d, tau, cost, then optionally absent,
+/// reach, hold and queue.
 fn token_bucket_decide(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
-    let args = Args::split(argv, arg, Some(1))?;
+    let args = Args::split(argv, arg, Keys::One)?;
     let (numbers, n) = args.numbers(arg, 4)?;
     // A give-back (a negative cost) runs only within `multi`, as `call.lua` runs it.
     let (p, cost) = match token_bucket::from_args(numbers.get(..n).unwrap_or(&[])) {
@@ -110,10 +112,10 @@ fn token_bucket_decide(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Fail
     let now = now_us();
     let read = match key.read() {
         Value::Absent => token_bucket::Read::Absent,
-        Value::String(bytes, Some(expire_ms)) => std::str::from_utf8(bytes)
-            .ok()
-            .and_then(|text| token_bucket::State::decode(text, expire_ms))
-            .map_or(token_bucket::Read::Unreadable, token_bucket::Read::State),
+        Value::String(bytes, Some(expire_ms)) => {
+            token_bucket::State::decode_bytes(bytes, expire_ms)
+                .map_or(token_bucket::Read::Unreadable, token_bucket::Read::State)
+        }
         Value::String(_, None) | Value::SortedSet | Value::Other => token_bucket::Read::Unreadable,
     };
     if read == token_bucket::Read::Unreadable {
@@ -124,7 +126,7 @@ fn token_bucket_decide(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Fail
     }
     let outcome = token_bucket::decide_read(now, read, p, cost);
     if let Some(state) = outcome.new_state {
-        key.set(state.encode().as_bytes(), state.expire_ms)
+        key.set(state.encoded().as_bytes(), state.expire_ms)
             .map_err(Failure::Store)?;
     }
     Ok(Reply::Integers([

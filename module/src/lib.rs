@@ -45,6 +45,7 @@ fn register(registrar: &Registrar) -> Result<(), String> {
         let summary = CString::new(command.summary).map_err(|e| e.to_string())?;
         registrar.command(
             Command {
+                keys: command.keys,
                 name: &name,
                 flags: &flags,
                 summary: &summary,

@@ -220,9 +220,14 @@ fn differential<S: Clone + Debug, P: Copy + Debug>(
             std::thread::sleep(Duration::from_micros(rng.below(4000)));
         }
         let (command, name) = both.pick(&mut rng);
-        let reply: Vec<u64> = redis::cmd(command)
-            .arg(name.into_iter().collect::<Vec<_>>())
-            .arg(1)
+        let mut call = redis::cmd(command);
+        match name {
+            // A script or function: its name, then numkeys.
+            Some(name) => call.arg(name).arg(1),
+            // The module's command: the key alone.
+            None => &mut call,
+        };
+        let reply: Vec<u64> = call
             .arg(key)
             .arg((k.args)(p, cost))
             .query(&mut con)

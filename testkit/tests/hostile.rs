@@ -17,8 +17,8 @@ use ratelimit_core::{
     Header, Ip, KeyResolver, Limit, RateLimiter, RequestContext, Source, store::MemoryStore,
     tools::MAX_PART_LEN,
 };
-use testkit::{RedisServer, Rng};
 use testkit::cluster::RedisCluster;
+use testkit::{RedisServer, Rng};
 
 /// Random printable keys of 1 to 64 characters, biased towards Redis-special characters.
 fn random_keys(rng: &mut Rng, n: usize) -> Vec<String> {

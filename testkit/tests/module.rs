@@ -24,10 +24,9 @@ fn with_module(extra: &[&str]) -> RedisServer {
     RedisServer::start_with(&args)
 }
 
-/// `ratelimit.v1.token_bucket 1 <key>` for a call of `cost` under `limit`.
+/// `ratelimit.v1.token_bucket <key> ..` for a call of `cost` under `limit`.
 fn token_bucket(con: &mut Connection, key: &str, limit: &Limit, cost: u64) -> Vec<u64> {
     redis::cmd("ratelimit.v1.token_bucket")
-        .arg(1)
         .arg(key)
         .arg(token_bucket::args(token_bucket::params(limit), cost).to_vec())
         .query(con)
@@ -57,7 +56,6 @@ fn the_module_registers_the_commands_the_limiter_calls() {
         let keys: Vec<String> = redis::cmd("COMMAND")
             .arg("GETKEYS")
             .arg(command)
-            .arg(1)
             .arg("app:{7:orders:alice}")
             .arg(&[1, 1, 1, 1][..])
             .query(&mut con)
@@ -111,7 +109,7 @@ fn any_arguments_get_an_answer_and_the_server_lives_on() {
         b"app:{k}",
     ];
     // A valid call's arguments (1 key, 1 per second, burst 5, cost 1), to mutate.
-    let valid: [&[u8]; 6] = [b"1", b"app:{k}", b"1000000", b"1", b"5000000", b"1"];
+    let valid: [&[u8]; 5] = [b"app:{k}", b"1000000", b"1", b"5000000", b"1"];
     let mut rng = Rng(0x0005_eed0_fa11);
     let (mut errors, mut decisions) = (0, 0);
     for _ in 0..3000 {
@@ -285,21 +283,64 @@ async fn a_lost_module_falls_back_per_call_on_the_same_bucket() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_refused_the_module_decides_by_functions() {
     let server = with_module(&[]);
+    let limiter = under_least_acl(&server, &[]).await;
+    assert_eq!(limiter.redis_path(), Some(RedisPath::Functions));
+    let d = limiter.check("k", &Limit::per_second(5)).await.unwrap();
+    assert!(d.allowed && d.source == Source::Store, "{d:?}");
+}
+
+/// The least ACL of docs/operations.md plus the module's commands (the line the docs give
+/// for a server with the module) lets a limiter decide by the module, with nothing refused in
+/// `ACL LOG`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_least_acl_with_the_module_commands_decides_by_the_module() {
+    let server = with_module(&[]);
+    let module_rules: Vec<String> = scripts::native_commands()
+        .into_iter()
+        .map(|command| format!("+{command}"))
+        .collect();
+    let limiter = under_least_acl(&server, &module_rules).await;
+    assert_eq!(limiter.redis_path(), Some(RedisPath::Module));
+    let mut admin = server.connection().await;
+    for _ in 0..3 {
+        let d = limiter.check("k", &Limit::per_second(5)).await.unwrap();
+        assert!(d.allowed && d.source == Source::Store, "{d:?}");
+    }
+    let log: Vec<Value> = redis::cmd("ACL")
+        .arg("LOG")
+        .query_async(&mut admin)
+        .await
+        .unwrap();
+    assert!(log.is_empty(), "{:?}", testkit::acl::log_entries(&log));
+    let mut con = server.connection().await;
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query_async(&mut con)
+        .await
+        .unwrap();
+    // Build's probe (refused by the module, as it asks) and the three decisions.
+    assert!(
+        stats.contains("cmdstat_ratelimit.v1.token_bucket:calls=4,")
+            && stats.contains("rejected_calls=0,failed_calls=1\r"),
+        "{stats}"
+    );
+}
+
+/// A limiter (prefix `app`) of the user `ratelimit`, set to the least ACL of
+/// docs/operations.md and `extra` rules.
+async fn under_least_acl(server: &RedisServer, extra: &[String]) -> RateLimiter {
     let mut admin = server.connection().await;
     let mut acl = redis::cmd("ACL");
     acl.arg("SETUSER").arg("ratelimit");
-    for rule in testkit::acl::least_acl() {
+    for rule in testkit::acl::least_acl().iter().chain(extra) {
         acl.arg(rule);
     }
     let _: () = acl.query_async(&mut admin).await.unwrap();
     let url = format!("redis://ratelimit:pw@127.0.0.1:{}", server.port());
-    let limiter = RateLimiter::builder()
+    RateLimiter::builder()
         .redis(url)
         .prefix("app")
         .build()
         .await
-        .unwrap();
-    assert_eq!(limiter.redis_path(), Some(RedisPath::Functions));
-    let d = limiter.check("k", &Limit::per_second(5)).await.unwrap();
-    assert!(d.allowed && d.source == Source::Store, "{d:?}");
+        .unwrap()
 }

@@ -111,8 +111,9 @@ impl Lua {
     }
 
     /// Its command in the Redis module (`module/`), `ratelimit.v1.<its function's short
-    /// name>`, which takes the same keys and arguments and answers the same reply; `None`
-    /// where the module has none (see [`NATIVE`]).
+    /// name>`, which takes the same arguments and answers the same reply; `None` where the
+    /// module has none (see [`NATIVE`]). Its keys: one algorithm's takes its key alone (no
+    /// `numkeys`), the others `numkeys` and the keys, as `FCALL` does.
     pub(crate) fn native(self) -> Option<&'static str> {
         static NAMES: LazyLock<[Option<String>; COUNT]> = LazyLock::new(|| {
             Lua::ALL.map(|lua| {

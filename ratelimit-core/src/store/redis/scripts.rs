@@ -102,7 +102,11 @@ impl RedisStore {
         self.run(|mut c| async move {
             if let Some(command) = native {
                 let mut cmd = redis::cmd(command);
-                cmd.arg(keys.len()).arg(keys);
+                // One algorithm's command takes its key alone, without `numkeys`.
+                match (lua, keys) {
+                    (Lua::Alone(_), [key]) => cmd.arg(key),
+                    _ => cmd.arg(keys.len()).arg(keys),
+                };
                 args(&mut cmd);
                 match cmd.query_async(&mut c).await {
                     // The node has no such command (it restarted without the module, or a
@@ -239,15 +243,15 @@ pub(super) async fn call_library(c: &mut super::AnyConn) -> Result<(), RedisErro
 }
 
 /// Whether the server has this version's Redis module and lets this client call its
-/// commands: one command called with no key, which the module refuses with its own error
-/// (nothing is read or written). `Ok(false)` when the server does not know the command or
-/// this client may not call it. On a cluster it asks a master.
+/// commands: one command called with no argument, which the ACL checks (for the command: no
+/// key is named) and the module refuses with its own error (nothing is read or written).
+/// `Ok(false)` when the server does not know the command or this client may not call it. On
+/// a cluster it asks a master.
 pub(super) async fn probe_module(c: &mut super::AnyConn) -> Result<bool, RedisError> {
     let Some(command) = Lua::Alone(crate::algorithm::StateKind::TokenBucket).native() else {
         return Ok(false);
     };
-    let mut probe = redis::cmd(command);
-    probe.arg(0);
+    let probe = redis::cmd(command);
     match c.send_to_a_master(probe).await {
         // The module's own refusal of a call without its key: it is there.
         Err(e) if e.to_string().contains(MODULE_ERROR) => Ok(true),
