@@ -107,8 +107,9 @@ async fn send(c: &mut MultiplexedConnection, case: &Case, from: u64, n: u64) {
             if case.batch {
                 cmd.arg(1).arg(key(i - case.per_command));
             } else if case.name.is_none() {
-                // The module's command for one algorithm: its key alone.
-                cmd.arg(&keys);
+                // The module's command for one algorithm: its key, the arguments packed.
+                cmd.arg(&keys).arg(args.join(" "));
+                continue;
             } else {
                 cmd.arg(keys.len()).arg(&keys);
             }

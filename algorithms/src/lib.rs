@@ -197,21 +197,17 @@ impl Encoded {
     }
 
     /// `v` in decimal, zero-padded to at least `width` digits.
-    fn push(&mut self, mut v: u64, width: usize) {
-        let n = Encoded::digits(v).max(width);
-        let end = self.len + n;
-        let Some(out) = self.buf.get_mut(self.len..end) else {
-            return;
-        };
-        // Written from the last digit back, straight into place.
-        for slot in out.iter_mut().rev() {
-            // One digit: below 10.
-            #[allow(clippy::cast_possible_truncation)]
-            let digit = (v % 10) as u8;
-            *slot = b'0' + digit;
-            v /= 10;
+    fn push(&mut self, v: u64, width: usize) {
+        let mut digits = [0u8; 20];
+        let digits = ratelimit_vocab::native::write_decimal(&mut digits, v);
+        for _ in digits.len()..width {
+            self.push_byte(b'0');
         }
-        self.len = end;
+        let end = self.len + digits.len();
+        if let Some(out) = self.buf.get_mut(self.len..end) {
+            out.copy_from_slice(digits);
+            self.len = end;
+        }
     }
 }
 

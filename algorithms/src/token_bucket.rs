@@ -131,7 +131,8 @@ impl State {
             interval,
         };
         let Some(digits) = value.strip_prefix(b"-") else {
-            if !canonical_bytes(value) || !(4..=19).contains(&value.len()) {
+            // `^[1-9]%d*$`, 4 to 19 digits: `number` checks each digit as it reads it.
+            if value.first() == Some(&b'0') || !(4..=19).contains(&value.len()) {
                 return None;
             }
             let (interval, r) = value.split_at(value.len() - 3);
@@ -199,12 +200,21 @@ fn canonical_bytes(v: &[u8]) -> bool {
     v.first().is_some_and(|&b| b != b'0') && v.iter().all(u8::is_ascii_digit)
 }
 
-/// The number ASCII digits `v` write, `None` beyond 64 bits.
+/// The number ASCII digits `v` write (at most 19, so within 64 bits), `None` for anything
+/// else.
 fn number(v: &[u8]) -> Option<u64> {
-    v.iter().try_fold(0u64, |n, &d| {
-        n.checked_mul(10)?
-            .checked_add(u64::from(d.checked_sub(b'0')?))
-    })
+    if v.is_empty() || v.len() > 19 {
+        return None;
+    }
+    let mut n = 0u64;
+    for &d in v {
+        let digit = d.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        n = n * 10 + u64::from(digit);
+    }
+    Some(n)
 }
 
 /// The outcome of one decision: what the caller sees, and the state to store if it changed

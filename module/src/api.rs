@@ -12,7 +12,7 @@
 //! the crate uses; every pointer they hold lives only while Redis runs one command.
 #![allow(unsafe_code)]
 
-use std::ffi::{CStr, c_char, c_int, c_long, c_longlong, c_void};
+use std::ffi::{CStr, c_char, c_int, c_longlong, c_void};
 use std::sync::OnceLock;
 
 use crate::args::Keys;
@@ -143,9 +143,8 @@ api! {
     CreateCommand: fn(*mut RawCtx, *const c_char, CommandFn, *const c_char, c_int, c_int, c_int) -> c_int;
     GetCommand: fn(*mut RawCtx, *const c_char) -> *mut RawCommand;
     SetCommandInfo: fn(*mut RawCommand, *const CommandInfo) -> c_int;
-    ReplyWithLongLong: fn(*mut RawCtx, c_longlong) -> c_int;
+    ReplyWithStringBuffer: fn(*mut RawCtx, *const c_char, usize) -> c_int;
     ReplyWithError: fn(*mut RawCtx, *const c_char) -> c_int;
-    ReplyWithArray: fn(*mut RawCtx, c_long) -> c_int;
     StringPtrLen: fn(*const RawString, *mut usize) -> *const c_char;
     OpenKey: fn(*mut RawCtx, *mut RawString, c_int) -> *mut RawKey;
     CloseKey: fn(*mut RawKey);
@@ -375,14 +374,23 @@ impl Ctx {
         Ctx { raw }
     }
 
-    /// Replies with an integer.
-    pub(crate) fn reply_integer(&self, value: i64) {
-        unsafe { (api().ReplyWithLongLong)(self.raw, value) };
-    }
-
-    /// Starts an array reply of `len` elements.
-    pub(crate) fn reply_array(&self, len: usize) {
-        unsafe { (api().ReplyWithArray)(self.raw, c_long::try_from(len).unwrap_or(c_long::MAX)) };
+    /// Replies with `values` in decimal, separated by spaces, as one bulk string
+    /// (`ratelimit_vocab::native::SEPARATOR`): copied as it is, where a status reply would be
+    /// copied again and scanned for line breaks.
+    pub(crate) fn reply_numbers(&self, values: &[u64; 5]) {
+        let mut text = [0u8; 5 * 21];
+        let mut at = 0;
+        for (i, &v) in values.iter().enumerate() {
+            if i > 0 {
+                if let Some(slot) = text.get_mut(at) {
+                    *slot = ratelimit_vocab::native::SEPARATOR;
+                }
+                at += 1;
+            }
+            at = put_u64(&mut text, at, v);
+        }
+        let text = text.get(..at).unwrap_or(&[]);
+        unsafe { (api().ReplyWithStringBuffer)(self.raw, text.as_ptr().cast(), text.len()) };
     }
 
     /// Replies with an error: `message` starts with its code (`ERR ...`).
@@ -404,11 +412,18 @@ impl Ctx {
 
     /// Opens the key named by `name` (a command argument) for reading and writing.
     pub(crate) fn open(&self, name: *mut RawString) -> Key<'_> {
-        let raw = unsafe { (api().OpenKey)(self.raw, name, READ | WRITE) };
+        let api = api();
+        let raw = unsafe { (api.OpenKey)(self.raw, name, READ | WRITE) };
+        let kind = if raw.is_null() {
+            KEYTYPE_EMPTY
+        } else {
+            unsafe { (api.KeyType)(raw) }
+        };
         Key {
             ctx: self,
             raw,
             name,
+            kind,
         }
     }
 
@@ -451,6 +466,8 @@ pub(crate) struct Key<'c> {
     ctx: &'c Ctx,
     raw: *mut RawKey,
     name: *mut RawString,
+    /// Its type when it was opened (`REDISMODULE_KEYTYPE_*`).
+    kind: c_int,
 }
 
 impl Key<'_> {
@@ -461,7 +478,7 @@ impl Key<'_> {
             return Value::Absent;
         }
         let api = api();
-        match unsafe { (api.KeyType)(self.raw) } {
+        match self.kind {
             KEYTYPE_EMPTY => Value::Absent,
             KEYTYPE_STRING => {
                 let mut len = 0usize;
@@ -495,8 +512,7 @@ impl Key<'_> {
             return Err("ERR ratelimit: the key could not be opened");
         }
         let api = api();
-        let kind = unsafe { (api.KeyType)(self.raw) };
-        if kind != KEYTYPE_EMPTY && kind != KEYTYPE_STRING {
+        if self.kind != KEYTYPE_EMPTY && self.kind != KEYTYPE_STRING {
             // Another type (what no script writes): replaced, as `SET` replaces it.
             unsafe { (api.DeleteKey)(self.raw) };
         }
@@ -530,26 +546,25 @@ impl Drop for Key<'_> {
     }
 }
 
+/// Writes `v` in decimal into `out` from `at`: where it ends. Nothing past `out`'s end.
+fn put_u64(out: &mut [u8], at: usize, v: u64) -> usize {
+    let mut digits = [0u8; 20];
+    let digits = ratelimit_vocab::native::write_decimal(&mut digits, v);
+    match out.get_mut(at..at + digits.len()) {
+        Some(slots) => {
+            slots.copy_from_slice(digits);
+            at + digits.len()
+        }
+        None => at,
+    }
+}
+
 /// A buffer for a `u64`'s decimal digits.
 pub(crate) const fn itoa_buf() -> [u8; 20] {
     [0; 20]
 }
 
 /// `v` in decimal, written at the end of `buf`.
-pub(crate) fn write_u64(buf: &mut [u8; 20], mut v: u64) -> &[u8] {
-    let mut at = buf.len();
-    loop {
-        at -= 1;
-        // A digit, below 10.
-        #[allow(clippy::cast_possible_truncation)]
-        let digit = (v % 10) as u8;
-        if let Some(slot) = buf.get_mut(at) {
-            *slot = b'0' + digit;
-        }
-        v /= 10;
-        if v == 0 || at == 0 {
-            break;
-        }
-    }
-    buf.get(at..).unwrap_or(&[])
+pub(crate) fn write_u64(buf: &mut [u8; 20], v: u64) -> &[u8] {
+    ratelimit_vocab::native::write_decimal(buf, v)
 }

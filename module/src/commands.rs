@@ -6,10 +6,10 @@ use std::ffi::c_int;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use ratelimit_algorithms::{Cost, token_bucket};
+use ratelimit_algorithms::{Cost, fixed_window, token_bucket};
 
 use crate::api::{self, CommandFn, Ctx, RawCtx, RawString, Value};
-use crate::args::{ArgError, Args, Keys};
+use crate::args::{ArgError, Args, Keys, MAX_NUMBERS};
 
 /// One command: its short name (the Lua function's), Redis's flags for it, a summary, and
 /// the function Redis calls.
@@ -23,18 +23,30 @@ pub(crate) struct Spec {
 }
 
 /// Every command of the module.
-pub(crate) const ALL: [Spec; 1] = [Spec {
-    short: "token_bucket",
-    keys: Keys::One,
-    flags: "write deny-oom fast",
-    summary: "Decides one call on a token bucket (GCRA), as the library's `token_bucket` function",
-    run: token_bucket_command,
-}];
+pub(crate) const ALL: [Spec; 2] = [
+    Spec {
+        short: "token_bucket",
+        keys: Keys::One,
+        flags: "write deny-oom fast",
+        summary: "Decides one call on a token bucket (GCRA), as the library's `token_bucket` \
+                  function",
+        run: token_bucket_command,
+    },
+    Spec {
+        short: "fixed_window",
+        keys: Keys::One,
+        flags: "write deny-oom fast",
+        summary: "Decides one call on a fixed window, as the library's `fixed_window` function",
+        run: fixed_window_command,
+    },
+];
 
 /// A command's answer, built before anything is replied, so that a failure never leaves a
 /// reply half written.
 enum Reply {
-    Integers([i64; 5]),
+    /// One decision: the Lua function's five integers, as one bulk string of the five
+    /// separated by spaces (one reply element instead of six: less for Redis to write).
+    Decision([u64; 5]),
 }
 
 /// Why a command answers an error.
@@ -59,12 +71,7 @@ fn serve(
     let ctx = Ctx::new(raw);
     let args = api::args(argv, argc);
     match catch_unwind(AssertUnwindSafe(|| decide(&ctx, args))) {
-        Ok(Ok(Reply::Integers(values))) => {
-            ctx.reply_array(values.len());
-            for v in values {
-                ctx.reply_integer(v);
-            }
-        }
+        Ok(Ok(Reply::Decision(values))) => ctx.reply_numbers(&values),
         Ok(Err(Failure::Args(e))) => ctx.reply_error(e.message()),
         Ok(Err(Failure::Store(message))) => ctx.reply_error(message),
         Err(_) => ctx.reply_error("ERR ratelimit: internal error (the module panicked)"),
@@ -79,36 +86,54 @@ fn now_us() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
-fn as_i64(v: u64) -> i64 {
-    i64::try_from(v).unwrap_or(i64::MAX)
-}
-
 fn arg(a: &*mut RawString) -> &[u8] {
     api::arg_bytes(*a)
 }
 
-extern "C" fn token_bucket_command(
-    ctx: *mut RawCtx,
-    argv: *mut *mut RawString,
-    argc: c_int,
-) -> c_int {
-    serve(ctx, argv, argc, token_bucket_decide)
+/// One algorithm's call: its key, and its numbers (at least `min`) with how many there are.
+fn one_key(
+    argv: &[*mut RawString],
+    min: usize,
+) -> Result<(*mut RawString, [i64; MAX_NUMBERS], usize), Failure> {
+    let args = Args::split(argv, arg, Keys::One)?;
+    let (numbers, n) = args.numbers(arg, min)?;
+    let name = *args.keys.first().ok_or(ArgError::NumKeys)?;
+    Ok((name, numbers, n))
 }
+
+/// The reply to one decision: what the Lua function returns.
+fn decided<S>(outcome: &ratelimit_algorithms::Outcome<S>, now: u64) -> Reply {
+    Reply::Decision([
+        u64::from(outcome.allowed),
+        outcome.remaining,
+        outcome.retry_after_us,
+        outcome.reset_after_us,
+        now,
+    ])
+}
+
+/// An entry point Redis calls for a command, running `decide` under [`serve`].
+macro_rules! entry_point {
+    ($name:ident, $decide:ident) => {
+        extern "C" fn $name(ctx: *mut RawCtx, argv: *mut *mut RawString, argc: c_int) -> c_int {
+            serve(ctx, argv, argc, $decide)
+        }
+    };
+}
+
+entry_point!(token_bucket_command, token_bucket_decide);
+entry_point!(fixed_window_command, fixed_window_decide);
 
 /// `gcra.lua`: the bucket (its KEYS[1]); interval, d, tau, cost, then optionally absent,
 /// reach, hold and queue.
 fn token_bucket_decide(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
-    let args = Args::split(argv, arg, Keys::One)?;
-    let (numbers, n) = args.numbers(arg, 4)?;
+    let (name, numbers, n) = one_key(argv, 4)?;
     // A give-back (a negative cost) runs only within `multi`, as `call.lua` runs it.
     let (p, cost) = match token_bucket::from_args(numbers.get(..n).unwrap_or(&[])) {
         Some((p, Cost::Take(cost))) => (p, cost),
         _ => return Err(ArgError::BadLimit.into()),
     };
-    let Some(name) = args.keys.first() else {
-        return Err(ArgError::NumKeys.into());
-    };
-    let mut key = ctx.open(*name);
+    let mut key = ctx.open(name);
     let now = now_us();
     let read = match key.read() {
         Value::Absent => token_bucket::Read::Absent,
@@ -129,11 +154,33 @@ fn token_bucket_decide(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Fail
         key.set(state.encoded().as_bytes(), state.expire_ms)
             .map_err(Failure::Store)?;
     }
-    Ok(Reply::Integers([
-        i64::from(outcome.allowed),
-        as_i64(outcome.remaining),
-        as_i64(outcome.retry_after_us),
-        as_i64(outcome.reset_after_us),
-        as_i64(now),
-    ]))
+    Ok(decided(&outcome, now))
+}
+
+/// `fixed_window.lua`: the counter (its KEYS[1]); limit, period (µs), cost.
+fn fixed_window_decide(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
+    let (name, numbers, n) = one_key(argv, 3)?;
+    let mut unsigned = [0u64; 3];
+    for (to, from) in unsigned.iter_mut().zip(numbers.get(..n).unwrap_or(&[])) {
+        *to = u64::try_from(*from).map_err(|_| ArgError::BadLimit)?;
+    }
+    let (p, cost) =
+        fixed_window::from_args(unsigned.get(..n).unwrap_or(&[])).ok_or(ArgError::BadLimit)?;
+    let mut key = ctx.open(name);
+    let now = now_us();
+    // Another type, text, no expiry: not a count, read as an empty window (and overwritten
+    // by the call it admits), as the script reads it.
+    let state = match key.read() {
+        Value::String(bytes, Some(expire_ms)) => std::str::from_utf8(bytes)
+            .ok()
+            .and_then(|text| fixed_window::State::decode(text, expire_ms)),
+        _ => None,
+    };
+    let outcome = fixed_window::decide(now, state, p, cost);
+    if let Some(state) = outcome.new_state {
+        let mut digits = api::itoa_buf();
+        key.set(api::write_u64(&mut digits, state.count), state.expire_ms)
+            .map_err(Failure::Store)?;
+    }
+    Ok(decided(&outcome, now))
 }

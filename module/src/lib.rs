@@ -3,9 +3,10 @@
 //! The limiter decides by `FCALL` of a Lua function library, or `EVALSHA` of each script, on
 //! the Redis server's clock; running Lua at all costs Redis more than the whole decision does
 //! natively (docs/benchmarks.md). Loaded into the server (`loadmodule` in redis.conf, or
-//! `MODULE LOAD`), this module adds one command per function of the library, which takes the
-//! same keys and arguments, keeps the same state in the same keys, byte for byte, and answers
-//! the same reply: a bucket written by one path is read by the other, so a fleet may run
+//! `MODULE LOAD`), this module adds a command for functions of the library, which takes the
+//! same key and arguments (packed into one argument, as `ratelimit_vocab::native` says),
+//! keeps the same state in the same keys, byte for byte, and answers the same numbers
+//! (packed the same way): a bucket written by one path is read by the other, so a fleet may run
 //! servers with and without the module, and a rolling upgrade may add it or take it away.
 //! The limiter uses the commands when the server has this version of them (chosen when it is
 //! built) and falls back, per call, to `FCALL` where a server has lost them.

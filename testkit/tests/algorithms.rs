@@ -114,6 +114,21 @@ fn invoke(con: &mut Connection, script: &Script, key: &str, args: &[u64]) -> ([u
     ([reply[0], reply[1], reply[2], reply[3]], reply[4])
 }
 
+/// The module's `command` on `key` with the script's `args`, packed as the limiter packs
+/// them (one argument, numbers separated by spaces), and its reply unpacked.
+fn native(con: &mut Connection, command: &str, key: &str, args: &[u64]) -> Vec<u64> {
+    let packed: Vec<String> = args.iter().map(u64::to_string).collect();
+    let reply: String = redis::cmd(command)
+        .arg(key)
+        .arg(packed.join(" "))
+        .query(con)
+        .unwrap();
+    reply
+        .split(' ')
+        .map(|n| n.parse().unwrap_or_else(|_| panic!("{reply:?}")))
+        .collect()
+}
+
 fn fields<S>(o: &Outcome<S>) -> [u64; 4] {
     [
         u64::from(o.allowed),
@@ -220,18 +235,19 @@ fn differential<S: Clone + Debug, P: Copy + Debug>(
             std::thread::sleep(Duration::from_micros(rng.below(4000)));
         }
         let (command, name) = both.pick(&mut rng);
-        let mut call = redis::cmd(command);
-        match name {
-            // A script or function: its name, then numkeys.
-            Some(name) => call.arg(name).arg(1),
-            // The module's command: the key alone.
-            None => &mut call,
+        let args = (k.args)(p, cost);
+        let reply: Vec<u64> = match name {
+            // A script or function: its name, numkeys, the key, the arguments.
+            Some(name) => redis::cmd(command)
+                .arg(name)
+                .arg(1)
+                .arg(key)
+                .arg(args)
+                .query(&mut con)
+                .unwrap(),
+            // The module's command: the key, the arguments packed, the reply packed.
+            None => native(&mut con, command, key, &args),
         };
-        let reply: Vec<u64> = call
-            .arg(key)
-            .arg((k.args)(p, cost))
-            .query(&mut con)
-            .unwrap();
         assert_eq!(reply.len(), 5, "{reply:?}");
         let (reply, now) = ([reply[0], reply[1], reply[2], reply[3]], reply[4]);
         let twin = (k.decide)(now, states[i].as_ref(), p, cost);

@@ -24,11 +24,13 @@ fn with_module(extra: &[&str]) -> RedisServer {
     RedisServer::start_with(&args)
 }
 
-/// `ratelimit.v1.token_bucket <key> ..` for a call of `cost` under `limit`.
-fn token_bucket(con: &mut Connection, key: &str, limit: &Limit, cost: u64) -> Vec<u64> {
+/// `ratelimit.v1.token_bucket <key> <args>` for a call of `cost` under `limit`: the reply,
+/// the five numbers separated by spaces.
+fn token_bucket(con: &mut Connection, key: &str, limit: &Limit, cost: u64) -> String {
+    let args = token_bucket::args(token_bucket::params(limit), cost).map(|a| a.to_string());
     redis::cmd("ratelimit.v1.token_bucket")
         .arg(key)
-        .arg(token_bucket::args(token_bucket::params(limit), cost).to_vec())
+        .arg(args.join(" "))
         .query(con)
         .unwrap()
 }
@@ -57,7 +59,7 @@ fn the_module_registers_the_commands_the_limiter_calls() {
             .arg("GETKEYS")
             .arg(command)
             .arg("app:{7:orders:alice}")
-            .arg(&[1, 1, 1, 1][..])
+            .arg("1 1 1 1")
             .query(&mut con)
             .unwrap();
         assert_eq!(keys, ["app:{7:orders:alice}"], "{command}");
@@ -90,7 +92,9 @@ fn the_module_is_named_with_its_protocol_version() {
 fn any_arguments_get_an_answer_and_the_server_lives_on() {
     let server = with_module(&[]);
     let mut con = server.blocking_connection();
-    let pieces: [&[u8]; 16] = [
+    let pieces: [&[u8]; 18] = [
+        b"1 1",
+        b"5 1000000 1",
         b"0",
         b"1",
         b"2",
@@ -108,8 +112,15 @@ fn any_arguments_get_an_answer_and_the_server_lives_on() {
         b"\x00\xff",
         b"app:{k}",
     ];
-    // A valid call's arguments (1 key, 1 per second, burst 5, cost 1), to mutate.
-    let valid: [&[u8]; 5] = [b"app:{k}", b"1000000", b"1", b"5000000", b"1"];
+    // A valid call's arguments for each command, to mutate: 1 per second with a burst of 5,
+    // or 5 per second in windows, cost 1.
+    let valid = |command: &str| -> Vec<&[u8]> {
+        match command.rsplit('.').next() {
+            Some("token_bucket") => vec![b"app:{k}", b"1000000 1 5000000 1"],
+            Some("fixed_window") => vec![b"app:{k}", b"5 1000000 1"],
+            other => panic!("no valid call written for {other:?}"),
+        }
+    };
     let mut rng = Rng(0x0005_eed0_fa11);
     let (mut errors, mut decisions) = (0, 0);
     for _ in 0..3000 {
@@ -118,13 +129,14 @@ fn any_arguments_get_an_answer_and_the_server_lives_on() {
             if rng.below(2) == 0 {
                 // Anything at all.
                 for _ in 0..rng.below(11) {
-                    args.push(pieces[usize::try_from(rng.below(16)).unwrap()]);
+                    args.push(pieces[usize::try_from(rng.below(18)).unwrap()]);
                 }
             } else {
                 // A valid call, one argument changed, dropped or added.
+                let valid = valid(command);
                 args.extend_from_slice(&valid);
                 let at = usize::try_from(rng.below(valid.len() as u64)).unwrap();
-                let piece = pieces[usize::try_from(rng.below(16)).unwrap()];
+                let piece = pieces[usize::try_from(rng.below(18)).unwrap()];
                 match rng.below(4) {
                     0 => args[at] = piece,
                     1 => drop(args.remove(at)),
@@ -137,7 +149,7 @@ fn any_arguments_get_an_answer_and_the_server_lives_on() {
                 cmd.arg(arg);
             }
             match cmd.query::<Value>(&mut con) {
-                Ok(Value::Array(_)) => decisions += 1,
+                Ok(Value::BulkString(_)) => decisions += 1,
                 Ok(other) => panic!("{command}: neither an error nor a decision: {other:?}"),
                 Err(e) => {
                     assert!(e.code() == Some("ERR"), "{command}: {e}");
@@ -241,12 +253,7 @@ fn wait_for_link(replica: &mut Connection) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_module_falls_back_per_call_on_the_same_bucket() {
     let server = with_module(&["--enable-module-command", "yes"]);
-    let limiter = RateLimiter::builder()
-        .redis(server.url())
-        .prefix("app")
-        .build()
-        .await
-        .unwrap();
+    let limiter = limiter_on(&server).await;
     assert_eq!(limiter.redis_path(), Some(RedisPath::Module));
     let limit = Limit::per_hour(1).burst(4);
     for remaining in [3, 2] {
@@ -312,18 +319,20 @@ async fn the_least_acl_with_the_module_commands_decides_by_the_module() {
         .await
         .unwrap();
     assert!(log.is_empty(), "{:?}", testkit::acl::log_entries(&log));
-    let mut con = server.connection().await;
+    // Build's probe (refused by the module, as it asks) and the three decisions.
+    assert_eq!(token_bucket_calls(&server).await, [4, 1]);
+}
+
+/// `ratelimit.v1.token_bucket`'s calls on `server`, and those that failed.
+async fn token_bucket_calls(server: &RedisServer) -> [u64; 2] {
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
-        .query_async(&mut con)
+        .query_async(&mut server.connection().await)
         .await
         .unwrap();
-    // Build's probe (refused by the module, as it asks) and the three decisions.
-    assert!(
-        stats.contains("cmdstat_ratelimit.v1.token_bucket:calls=4,")
-            && stats.contains("rejected_calls=0,failed_calls=1\r"),
-        "{stats}"
-    );
+    let line = "cmdstat_ratelimit.v1.token_bucket";
+    ["calls", "failed_calls"]
+        .map(|field| testkit::info_number(&stats, line, Some(field)).unwrap_or(0))
 }
 
 /// A limiter (prefix `app`) of the user `ratelimit`, set to the least ACL of
@@ -339,6 +348,35 @@ async fn under_least_acl(server: &RedisServer, extra: &[String]) -> RateLimiter 
     let url = format!("redis://ratelimit:pw@127.0.0.1:{}", server.port());
     RateLimiter::builder()
         .redis(url)
+        .prefix("app")
+        .build()
+        .await
+        .unwrap()
+}
+
+/// Concurrent calls the module decides go as its commands, each alone and pipelined, never
+/// gathered into a batch script (which costs Redis more per decision than the command).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_native_calls_are_not_batched_into_scripts() {
+    let server = with_module(&[]);
+    let limiter = limiter_on(&server).await;
+    let limit = Limit::per_second(1_000_000);
+    let calls = (0..256).map(|i| {
+        let limiter = limiter.clone();
+        tokio::spawn(async move { limiter.check(&format!("k{}", i % 32), &limit).await })
+    });
+    for call in calls.collect::<Vec<_>>() {
+        let d = call.await.unwrap().unwrap();
+        assert!(d.allowed && d.source == Source::Store, "{d:?}");
+    }
+    // The 256 decisions and build's probe.
+    assert_eq!(token_bucket_calls(&server).await, [257, 1]);
+}
+
+/// A limiter (prefix `app`) on `server`, as the default user.
+async fn limiter_on(server: &RedisServer) -> RateLimiter {
+    RateLimiter::builder()
+        .redis(server.url())
         .prefix("app")
         .build()
         .await

@@ -111,9 +111,9 @@ impl Lua {
     }
 
     /// Its command in the Redis module (`module/`), `ratelimit.v1.<its function's short
-    /// name>`, which takes the same arguments and answers the same reply; `None` where the
-    /// module has none (see [`NATIVE`]). Its keys: one algorithm's takes its key alone (no
-    /// `numkeys`), the others `numkeys` and the keys, as `FCALL` does.
+    /// name>`, which decides the same from the same arguments; `None` where the module has
+    /// none (see [`NATIVE`]). One algorithm's takes its key, then the arguments packed into
+    /// one, and answers its numbers packed the same way (`ratelimit_vocab::native`).
     pub(crate) fn native(self) -> Option<&'static str> {
         static NAMES: LazyLock<[Option<String>; COUNT]> = LazyLock::new(|| {
             Lua::ALL.map(|lua| {
@@ -133,7 +133,10 @@ impl Lua {
 /// The scripts the Redis module decides natively, this version's: the module registers a
 /// command for each and for no other (`testkit/tests/module.rs` holds the two lists equal on
 /// a server that loaded it). The others run by `FCALL` or `EVALSHA` on every server.
-pub(crate) const NATIVE: [Lua; 1] = [Lua::Alone(StateKind::TokenBucket)];
+pub(crate) const NATIVE: [Lua; 2] = [
+    Lua::Alone(StateKind::TokenBucket),
+    Lua::Alone(StateKind::FixedWindow),
+];
 
 /// Every decision script of this version of the crate as one library of Redis functions.
 ///

@@ -156,7 +156,9 @@ impl RedisStore {
     /// Decides `call` on `node`: at once if the node has room in flight, else in the next
     /// batch. The reply is what the call's own script returns.
     pub(super) async fn coalesced(&self, node: u32, call: Call<'_>) -> Result<Value, RedisError> {
-        if self.batch_limit <= 1 {
+        // A call the Redis module decides natively costs Redis less alone than within a
+        // batch script (docs/benchmarks.md): it is sent at once, pipelined with the others.
+        if self.batch_limit <= 1 || self.is_native(call) {
             return self.send_alone(call).await;
         }
         match self.lanes.enter(node, call) {

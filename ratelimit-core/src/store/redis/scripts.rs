@@ -101,19 +101,12 @@ impl RedisStore {
             .filter(|_| self.native.load(std::sync::atomic::Ordering::Relaxed));
         self.run(|mut c| async move {
             if let Some(command) = native {
-                let mut cmd = redis::cmd(command);
-                // One algorithm's command takes its key alone, without `numkeys`.
-                match (lua, keys) {
-                    (Lua::Alone(_), [key]) => cmd.arg(key),
-                    _ => cmd.arg(keys.len()).arg(keys),
-                };
-                args(&mut cmd);
-                match cmd.query_async(&mut c).await {
+                match native_call(command, keys, &args).query_async(&mut c).await {
                     // The node has no such command (it restarted without the module, or a
                     // failover reached a node without it), or refuses it: nothing ran, and
                     // the same decision runs by the library or the script below.
                     Err(e) if module_refused(&e) => self.stop_native(&e),
-                    answer => return answer,
+                    answer => return answer.and_then(|v| Ok(T::from_redis_value(unpacked(v))?)),
                 }
             }
             let mut first = redis::cmd(if functions { "FCALL" } else { "EVALSHA" });
@@ -144,6 +137,17 @@ impl RedisStore {
             eval.query_async(&mut c).await
         })
         .await
+    }
+
+    /// Whether `call` (one limit alone) runs as a command of the Redis module now.
+    pub(super) fn is_native(&self, call: Call<'_>) -> bool {
+        match call.specs {
+            [spec] => {
+                spec.alone().native().is_some()
+                    && self.native.load(std::sync::atomic::Ordering::Relaxed)
+            }
+            _ => false,
+        }
     }
 
     /// Decides by `FCALL` or `EVALSHA` from now on, in every clone of this store: a node has
@@ -240,6 +244,38 @@ pub(super) async fn call_library(c: &mut super::AnyConn) -> Result<(), RedisErro
     let mut empty = redis::cmd("FCALL");
     empty.arg(Lua::Batch.function()).arg(0).arg(0);
     c.send_to_a_master(empty).await.map(drop)
+}
+
+/// The module's `command` for one algorithm's decision on `keys` (its one key): the key,
+/// then the script's arguments that `args` adds, packed into one argument
+/// (`ratelimit_vocab::native`).
+fn native_call(command: &str, keys: &[&str], args: &impl Fn(&mut redis::Cmd)) -> redis::Cmd {
+    let mut script = redis::Cmd::new();
+    args(&mut script);
+    let mut packed = Vec::with_capacity(64);
+    for arg in script.args_iter() {
+        if let redis::Arg::Simple(bytes) = arg {
+            if !packed.is_empty() {
+                packed.push(ratelimit_vocab::native::SEPARATOR);
+            }
+            packed.extend_from_slice(bytes);
+        }
+    }
+    let mut cmd = redis::cmd(command);
+    cmd.arg(keys).arg(packed);
+    cmd
+}
+
+/// A native command's reply of numbers (`ratelimit_vocab::native`) as the array of integers
+/// the script answers; any other reply as it is.
+fn unpacked(reply: Value) -> Value {
+    let Value::BulkString(text) = &reply else {
+        return reply;
+    };
+    let numbers: Option<Vec<Value>> = ratelimit_vocab::native::numbers(text)
+        .map(|n| n.map(Value::Int))
+        .collect();
+    numbers.map_or(reply, Value::Array)
 }
 
 /// Whether the server has this version's Redis module and lets this client call its
