@@ -68,6 +68,8 @@ struct Node {
 /// A local Redis Cluster owned by one test.
 pub struct RedisCluster {
     nodes: Vec<Node>,
+    /// Extra `redis-server` arguments of every node (a module to load), kept for restarts.
+    extra: Vec<String>,
 }
 
 impl fmt::Debug for RedisCluster {
@@ -87,6 +89,16 @@ impl RedisCluster {
     /// # Panics
     /// When a node cannot start or the cluster does not form within 30 s.
     pub fn start() -> RedisCluster {
+        RedisCluster::start_with(&[])
+    }
+
+    /// [`start`](RedisCluster::start), every node with extra `redis-server` arguments
+    /// (`testkit::module::load_args()`), also when restarted.
+    ///
+    /// # Panics
+    /// As `start`.
+    pub fn start_with(extra: &[&str]) -> RedisCluster {
+        let extra: Vec<String> = extra.iter().map(|s| (*s).to_owned()).collect();
         let mut nodes: Vec<Node> = Vec::with_capacity(NODES);
         let mut taken = HashSet::new();
         while nodes.len() < NODES {
@@ -98,7 +110,7 @@ impl RedisCluster {
             let mut started = None;
             for _ in 0..20 {
                 let port = cluster_port(&taken);
-                match spawn_node(dir.path(), port) {
+                match spawn_node(dir.path(), port, &extra) {
                     Ok(child) => {
                         started = Some((port, child));
                         break;
@@ -116,7 +128,7 @@ impl RedisCluster {
                 child: Some(child),
             });
         }
-        let cluster = RedisCluster { nodes };
+        let cluster = RedisCluster { nodes, extra };
         cluster.create();
         cluster
             .wait_healthy(SETTLE)
@@ -328,8 +340,9 @@ impl RedisCluster {
     /// When it cannot start, or the cluster does not settle within 30 s.
     pub fn restart(&mut self, port: u16) -> Result<(), String> {
         self.kill(port);
+        let extra = self.extra.clone();
         let node = self.node_mut(port);
-        let child = crate::respawn(|| spawn_node(node.dir.path(), port))
+        let child = crate::respawn(|| spawn_node(node.dir.path(), port, &extra))
             .map_err(|e| format!("restart node {port}: {e}"))?;
         node.child = Some(child);
         self.wait_healthy(SETTLE)
@@ -524,7 +537,7 @@ impl Drop for RedisCluster {
     }
 }
 
-fn spawn_node(dir: &std::path::Path, port: u16) -> Result<Child, String> {
+fn spawn_node(dir: &std::path::Path, port: u16, extra: &[String]) -> Result<Child, String> {
     let mut cmd = Command::new(crate::redis_server_bin());
     cmd.args(["--port", &port.to_string(), "--bind", "127.0.0.1"])
         .args(["--save", "", "--appendonly", "no"])
@@ -535,7 +548,8 @@ fn spawn_node(dir: &std::path::Path, port: u16) -> Result<Child, String> {
         .arg("--logfile")
         .arg(dir.join("redis.log"))
         .arg("--dir")
-        .arg(dir);
+        .arg(dir)
+        .args(extra);
     crate::launch(cmd, dir, port)
 }
 

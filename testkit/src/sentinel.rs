@@ -47,9 +47,20 @@ impl SentinelSetup {
     /// # Panics
     /// When a process cannot start or the deployment does not form within 30 s.
     pub fn start() -> SentinelSetup {
-        let master = RedisServer::start();
+        SentinelSetup::start_with(&[])
+    }
+
+    /// [`start`](SentinelSetup::start), the master and the replica with extra `redis-server`
+    /// arguments (`testkit::module::load_args()`); not the sentinels.
+    ///
+    /// # Panics
+    /// As `start`.
+    pub fn start_with(extra: &[&str]) -> SentinelSetup {
+        let master = RedisServer::start_with(extra);
         let mport = master.port().to_string();
-        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &mport]);
+        let mut replica_args = vec!["--replicaof", "127.0.0.1", &mport];
+        replica_args.extend_from_slice(extra);
+        let replica = RedisServer::start_with(&replica_args);
         let mut setup = SentinelSetup {
             servers: vec![master, replica],
             sentinels: Vec::new(),

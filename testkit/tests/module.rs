@@ -375,10 +375,124 @@ async fn concurrent_native_calls_are_not_batched_into_scripts() {
 
 /// A limiter (prefix `app`) on `server`, as the default user.
 async fn limiter_on(server: &RedisServer) -> RateLimiter {
+    limiter_at(server.url()).await
+}
+
+/// A limiter (prefix `app`) at `url`.
+async fn limiter_at(url: String) -> RateLimiter {
     RateLimiter::builder()
-        .redis(server.url())
+        .redis(url)
         .prefix("app")
         .build()
         .await
         .unwrap()
+}
+
+/// The module's calls on the node listening on `port`, from `INFO commandstats`.
+fn module_calls_on(port: u16) -> u64 {
+    let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut con)
+        .unwrap();
+    testkit::info_number(&stats, "cmdstat_ratelimit.v1.token_bucket", Some("calls")).unwrap_or(0)
+}
+
+/// A Redis Cluster whose every node loaded the module: the limiter decides by it on every
+/// master (each master answers the calls of its slots), and the buckets hold exactly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn on_a_cluster_every_master_decides_by_the_module() {
+    let load = testkit::module::load_args();
+    let cluster = testkit::cluster::RedisCluster::start_with(&[load[0].as_str(), load[1].as_str()]);
+    let limiter = limiter_at(cluster.url()).await;
+    assert_eq!(limiter.redis_path(), Some(RedisPath::Module));
+    let limit = Limit::per_hour(1).burst(3);
+    // Keys on every master: 3 admitted each, the fourth refused.
+    let keys: Vec<String> = (0..24).map(|i| format!("user{i}")).collect();
+    for key in &keys {
+        for remaining in [2, 1, 0] {
+            let d = limiter.check_n(key, &limit, 1).await.unwrap();
+            assert_eq!(
+                (d.allowed, d.remaining, d.source),
+                (true, remaining, Source::Store)
+            );
+        }
+        let refused = limiter.check_n(key, &limit, 1).await.unwrap();
+        assert!(
+            !refused.allowed && refused.source == Source::Store,
+            "{refused:?}"
+        );
+    }
+    let masters = cluster.masters();
+    assert_eq!(masters.len(), 3);
+    for master in masters {
+        assert!(
+            module_calls_on(master) > 0,
+            "master {master} decided nothing natively"
+        );
+    }
+}
+
+/// Under Sentinel, with the module on the master and its replica: decided by the module,
+/// and after a failover (the replica promoted), by the module on the new master, on the
+/// state the old one replicated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn through_sentinel_the_module_decides_before_and_after_a_failover() {
+    let load = testkit::module::load_args();
+    let setup = testkit::sentinel::SentinelSetup::start_with(&[load[0].as_str(), load[1].as_str()]);
+    let limiter = limiter_at(setup.url()).await;
+    assert_eq!(limiter.redis_path(), Some(RedisPath::Module));
+    let limit = Limit::per_hour(1).burst(4);
+    for remaining in [3, 2] {
+        let d = limiter.check_n("k", &limit, 1).await.unwrap();
+        assert_eq!(
+            (d.allowed, d.remaining, d.source),
+            (true, remaining, Source::Store)
+        );
+    }
+    // What the replica holds is what the master decided: wait for it before the failover.
+    let old = setup.master_port().unwrap();
+    let mut master = setup.server(old).blocking_connection();
+    let synced: i64 = redis::cmd("WAIT")
+        .arg(1)
+        .arg(5000)
+        .query(&mut master)
+        .unwrap();
+    assert_eq!(synced, 1);
+    setup.force_failover().unwrap();
+    let mut new = old;
+    for _ in 0..300 {
+        match setup.master_port() {
+            Some(port) if port != old => {
+                new = port;
+                break;
+            }
+            _ => std::thread::sleep(std::time::Duration::from_millis(50)),
+        }
+    }
+    // Calls go on: the first ones may still reach the old master (which takes writes until
+    // the sentinels turn it into a replica, and then loses them) or fall to the failure
+    // policy, until the limiter follows the new master, which decides by its module.
+    assert_ne!(new, old, "the sentinels named a new master");
+    for _ in 0..100 {
+        let d = limiter.check_n("k", &limit, 1).await.unwrap();
+        // Wherever it was decided, the bucket held the two calls before the failover.
+        assert!(d.source != Source::Store || d.remaining <= 1, "{d:?}");
+        if module_calls_on(new) > 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(
+        module_calls_on(new) > 0,
+        "the new master decided by its module"
+    );
+    assert_eq!(limiter.redis_path(), Some(RedisPath::Module));
+    // On the state the old master replicated: its two calls, and at least the one the new
+    // master decided, are taken.
+    let now = limiter.peek("k", &limit).await.unwrap();
+    assert!(now.remaining <= 1, "{now:?}");
 }
