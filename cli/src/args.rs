@@ -48,6 +48,12 @@ pub(crate) enum Command {
     /// samples the buckets' state, not the decisions made between samples.
     #[command(after_help = AFTER_HELP)]
     Watch(Watch),
+    /// Say how a limiter decides on each server (each master of a cluster): by the Redis
+    /// module's commands, by `FCALL` of the function library, or by `EVALSHA`. It asks as a
+    /// limiter's `build()` does, which loads this version's function library where the
+    /// server allows it.
+    #[command(after_help = AFTER_HELP)]
+    Servers(Servers),
 }
 
 /// Where the buckets are, and how to answer.
@@ -149,6 +155,12 @@ impl LimitArgs {
         .map(Some)
         .map_err(|e| Failure::Usage(format!("invalid limit: {e}")))
     }
+}
+
+#[derive(Debug, Args)]
+pub(crate) struct Servers {
+    #[command(flatten)]
+    pub(crate) common: Common,
 }
 
 #[derive(Debug, Args)]

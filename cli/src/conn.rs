@@ -150,6 +150,18 @@ impl Redis {
         })
     }
 
+    /// Each server that holds buckets, by address, with its own URL (`url`'s credentials):
+    /// the one server, or each master of a cluster.
+    pub(crate) fn servers(&self, url: &str) -> Vec<(String, String)> {
+        match &self.deployment {
+            Deployment::Single(_) => vec![(self.shown.clone(), url.to_owned())],
+            Deployment::Cluster { masters, .. } => masters
+                .iter()
+                .map(|(address, _)| (address.clone(), node_url(url, address)))
+                .collect(),
+        }
+    }
+
     /// Reads `key` as it stands (one atomic script, writing nothing).
     pub(crate) async fn read(&self, key: &str, mode: Mode) -> Result<Stored, Failure> {
         let mut invocation = self.script.key(key);

@@ -124,5 +124,9 @@ async fn run(command: Command) -> Result<(), Failure> {
             let out = Out::new(args.common.json);
             commands::watch::run(args, out).await
         }
+        Command::Servers(args) => {
+            let out = Out::new(args.common.json);
+            commands::servers::run(args, out).await
+        }
     }
 }

@@ -1215,3 +1215,28 @@ fn the_cli_reads_through_the_least_acl() {
     assert!(log.is_empty(), "{log:#?}");
     drop(limiter);
 }
+
+/// `servers` says how a limiter decides on each server, as the library's own choice does: by
+/// the module where the server loaded it, by the function library where it did not.
+#[test]
+fn servers_says_how_each_server_decides() {
+    let load = testkit::module::load_args();
+    let with = RedisServer::start_with(&[load[0].as_str(), load[1].as_str()]);
+    let without = RedisServer::start();
+    for (server, path, runs) in [
+        (&with, "module", "ratelimit_v1".to_owned()),
+        (
+            &without,
+            "functions",
+            ratelimit_core::tools::scripts::library().name().to_owned(),
+        ),
+    ] {
+        let doc = json(server, &["servers"]);
+        let servers = doc["servers"].as_array().unwrap();
+        assert_eq!(servers.len(), 1, "{doc}");
+        assert_eq!(servers[0]["path"], path, "{doc}");
+        assert_eq!(servers[0]["runs"], runs.as_str(), "{doc}");
+        let text = stdout(&run(server, &["servers"], false));
+        assert!(text.contains(&format!("{path} ({runs})")), "{text}");
+    }
+}

@@ -148,6 +148,12 @@ pub mod scripts {
         Library::get()
     }
 
+    /// The Redis module's name this version calls (`MODULE LIST`): `ratelimit_v1`.
+    #[must_use]
+    pub fn native_module() -> &'static str {
+        ratelimit_vocab::native::MODULE_NAME
+    }
+
     /// The Redis module's commands this version calls where a server has the module
     /// (`ratelimit.v1.token_bucket`, ...), each standing for the library's function of the
     /// same short name: the list the module must register.

@@ -3,6 +3,7 @@
 pub(crate) mod inspect;
 pub(crate) mod reset;
 pub(crate) mod scan;
+pub(crate) mod servers;
 pub(crate) mod top;
 pub(crate) mod watch;
 
