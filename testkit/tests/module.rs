@@ -477,10 +477,13 @@ async fn through_sentinel_the_module_decides_before_and_after_a_failover() {
     // the sentinels turn it into a replica, and then loses them) or fall to the failure
     // policy, until the limiter follows the new master, which decides by its module.
     assert_ne!(new, old, "the sentinels named a new master");
-    for _ in 0..100 {
+    let mut last = None;
+    for _ in 0..300 {
         let d = limiter.check_n("k", &limit, 1).await.unwrap();
         // Wherever it was decided, the bucket held the two calls before the failover.
         assert!(d.source != Source::Store || d.remaining <= 1, "{d:?}");
+        assert_eq!(limiter.redis_path(), Some(RedisPath::Module), "after {d:?}");
+        last = Some(d);
         if module_calls_on(new) > 0 {
             break;
         }
@@ -488,7 +491,9 @@ async fn through_sentinel_the_module_decides_before_and_after_a_failover() {
     }
     assert!(
         module_calls_on(new) > 0,
-        "the new master decided by its module"
+        "the new master decided by its module; the last call: {last:?}; old master {old}: \
+         {} module calls",
+        module_calls_on(old)
     );
     assert_eq!(limiter.redis_path(), Some(RedisPath::Module));
     // On the state the old master replicated: its two calls, and at least the one the new
