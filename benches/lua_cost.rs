@@ -35,10 +35,11 @@
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 use redis_ratelimit::tools::algorithms::{
-    OfLimit as _, WindowParams, fixed_window, sliding_log, sliding_window, token_bucket,
+    OfLimit as _, WindowParams, fixed_window, interval_bucket, sliding_log, sliding_window,
+    token_bucket,
 };
 use redis_ratelimit::tools::scripts;
-use redis_ratelimit::{Algorithm, Limit};
+use redis_ratelimit::{Algorithm, Limit, Refill};
 
 /// Decisions per measurement.
 const DECISIONS: u64 = 128_000;
@@ -369,6 +370,11 @@ async fn main() {
     )
     .to_vec();
     let sl = sliding_log::args(window(Algorithm::SlidingLog), 1).to_vec();
+    let ib = interval_bucket::args(
+        interval_bucket::IntervalParams::of(&limit.refill(Refill::Interval)).unwrap(),
+        1,
+    )
+    .to_vec();
 
     let mut cases = Vec::new();
     for (name, text, args) in [
@@ -376,6 +382,7 @@ async fn main() {
         ("fixed_window", scripts::FIXED_WINDOW, &fw),
         ("sliding_window", scripts::SLIDING_WINDOW, &sw),
         ("sliding_log", scripts::SLIDING_LOG, &sl),
+        ("interval_bucket", scripts::INTERVAL_BUCKET, &ib),
     ] {
         let sha = load(&mut c, text).await;
         for command in ways(name) {

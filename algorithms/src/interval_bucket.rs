@@ -11,7 +11,7 @@
 //! refused clients of all keys come back together. With `burst = replenish` it is the fixed
 //! window, with its 2 x `limit` across a boundary.
 
-use crate::{Cost, Outcome, next_boundary};
+use crate::{Cost, Outcome, Read, next_boundary};
 
 /// A bucket of `burst` tokens, `replenish` of them added every `period_us`, `initial` in a
 /// bucket the store does not hold.
@@ -105,23 +105,61 @@ impl State {
         })
     }
 
+    /// [`decode`](State::decode) of a value's bytes, as Redis hands them (any bytes: what
+    /// is not this form is `None`).
+    #[must_use]
+    pub fn decode_bytes(value: &[u8], expire_ms: u64) -> Option<State> {
+        State::decode(std::str::from_utf8(value).ok()?, expire_ms)
+    }
+
     /// The key's value.
     #[must_use]
     pub fn encode(&self) -> String {
-        self.slack.to_string()
+        String::from_utf8_lossy(self.encoded().as_bytes()).into_owned()
+    }
+
+    /// [`encode`](State::encode) on the stack, for a writer that must not allocate (the
+    /// Redis module).
+    #[must_use]
+    pub fn encoded(&self) -> crate::Encoded {
+        let mut out = crate::Encoded::new();
+        out.push(self.slack, 1);
+        out
     }
 }
 
 /// Decides a call of `cost` tokens at `now_us` on a bucket in `state` (`None`: absent). The
 /// caller guarantees `1 <= cost <= burst`.
 pub fn decide(now_us: u64, state: Option<State>, p: IntervalParams, cost: u64) -> Outcome<State> {
+    decide_read(now_us, state.map_or(Read::Absent, Read::State), p, cost)
+}
+
+/// [`decide`] on what a key holds: what `interval_bucket.lua` decides and stores for every
+/// value a key may hold. An [`Unreadable`](Read::Unreadable) one is an empty bucket (the
+/// script cannot know what was taken), stored even when the call is refused, so that the
+/// refusal's `retry_after` comes true.
+///
+/// ```
+/// use ratelimit_algorithms::Read;
+/// use ratelimit_algorithms::interval_bucket::{self, IntervalParams};
+///
+/// // 5 a minute, up to 5: from garbage, an empty bucket until the next minute.
+/// let p = IntervalParams::try_new(5, 5, 60_000_000, 5).expect("a valid bucket");
+/// let now = 1_800_000_010_000_000;
+/// let o = interval_bucket::decide_read(now, Read::Unreadable, p, 1);
+/// assert!(!o.allowed && o.retry_after_us == 50_000_000);
+/// let written = o.new_state.expect("overwritten even though refused");
+/// let again = interval_bucket::decide_read(now, Read::State(written), p, 1);
+/// assert_eq!((again.allowed, again.retry_after_us, again.new_state), (false, 50_000_000, None));
+/// ```
+pub fn decide_read(now_us: u64, read: Read<State>, p: IntervalParams, cost: u64) -> Outcome<State> {
     let IntervalParams {
         replenish,
         burst,
         period_us: period,
         ..
     } = p;
-    let (debt, stale) = debt_of(now_us, state, p);
+    let (debt, stale) = debt_of(now_us, read, p);
     let next = next_boundary(now_us, period);
     let reset_after = |d: u64| {
         if d == 0 {
@@ -156,14 +194,14 @@ pub fn decide(now_us: u64, state: Option<State>, p: IntervalParams, cost: u64) -
 /// `None`: full (forgotten, as Redis drops the key).
 #[must_use]
 pub fn give_back(now_us: u64, state: Option<State>, p: IntervalParams, cost: u64) -> Option<State> {
-    let (debt, _) = debt_of(now_us, state, p);
+    let (debt, _) = debt_of(now_us, state.map_or(Read::Absent, Read::State), p);
     let debt = debt.saturating_sub(cost);
     (debt > 0).then(|| stored(now_us, p, debt))
 }
 
 /// The tokens a bucket in `state` lacks at `now_us`, and whether what is stored must be
 /// written again (it reads otherwise than it says: absent and not full, foreign, stale).
-fn debt_of(now_us: u64, state: Option<State>, p: IntervalParams) -> (u64, bool) {
+fn debt_of(now_us: u64, read: Read<State>, p: IntervalParams) -> (u64, bool) {
     let IntervalParams {
         replenish,
         burst,
@@ -171,9 +209,10 @@ fn debt_of(now_us: u64, state: Option<State>, p: IntervalParams) -> (u64, bool) 
         initial,
     } = p;
     let absent = (burst - initial, initial < burst);
-    match state {
-        None => absent,
-        Some(s) => {
+    match read {
+        Read::Absent => absent,
+        Read::Unreadable => (burst, true),
+        Read::State(s) => {
             let full_at = s.expire_ms.saturating_mul(1000) / period * period;
             let due = (full_at / period).saturating_sub(now_us / period);
             if full_at <= now_us {

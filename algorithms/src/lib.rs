@@ -157,6 +157,19 @@ impl Outcome<()> {
     }
 }
 
+/// What a key holds, as an algorithm's script reads it, for a reader that sees the key's raw
+/// value (the Redis module): the `Option<State>` of `decide`, plus the values no script
+/// writes. Each algorithm's `decide_read` says what it makes of those.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Read<S> {
+    /// No key.
+    Absent,
+    /// A state this algorithm wrote (its `State::decode` of the value and expiry).
+    State(S),
+    /// A value the script never writes (another type, text, a number without an expiry).
+    Unreadable,
+}
+
 /// A stored value written on the stack: at most 64 bytes of ASCII, as the states' `encoded`
 /// write them, for a writer that must not allocate per decision (the Redis module).
 #[derive(Clone, Copy)]

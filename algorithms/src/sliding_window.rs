@@ -111,10 +111,30 @@ impl State {
         })
     }
 
+    /// [`decode`](State::decode) of a value's bytes, as Redis hands them (any bytes: what
+    /// is not this form is `None`, read as empty windows).
+    #[must_use]
+    pub fn decode_bytes(value: &[u8]) -> Option<State> {
+        State::decode(std::str::from_utf8(value).ok()?)
+    }
+
     /// The key's value.
     #[must_use]
     pub fn encode(&self) -> String {
-        format!("{}:{}:{}", self.window, self.previous, self.current)
+        String::from_utf8_lossy(self.encoded().as_bytes()).into_owned()
+    }
+
+    /// [`encode`](State::encode) on the stack, for a writer that must not allocate (the
+    /// Redis module).
+    #[must_use]
+    pub fn encoded(&self) -> crate::Encoded {
+        let mut out = crate::Encoded::new();
+        out.push(self.window, 1);
+        out.push_byte(b':');
+        out.push(self.previous, 1);
+        out.push_byte(b':');
+        out.push(self.current, 1);
+        out
     }
 
     /// The key's expiry in milliseconds: the end of the window after `window`.

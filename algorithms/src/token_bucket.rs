@@ -476,18 +476,11 @@ fn decide_wide(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Outco
     }
 }
 
-/// What a bucket's key holds, as `gcra.lua` reads it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Read {
-    /// No key: a full bucket (or, with an initial fill, one that far from full).
-    Absent,
-    /// A state this algorithm wrote ([`State::decode`] of its value and expiry).
-    State(State),
-    /// A value the script never writes (another type, text, a number without an expiry):
-    /// read as an empty bucket, and overwritten with one whatever the decision, so that it
-    /// costs that key a refill, never an error for every call on it.
-    Unreadable,
-}
+/// What a bucket's key holds, as `gcra.lua` reads it: an
+/// [`Unreadable`](crate::Read::Unreadable) value is an empty bucket, overwritten with one
+/// whatever the decision, so that it costs that key a refill, never an error for every call
+/// on it.
+pub type Read = crate::Read<State>;
 
 /// [`decide`] on what a key holds: what `gcra.lua` decides and stores, for every value a
 /// key may hold. An [`Unreadable`](Read::Unreadable) one is an empty bucket stored at `now_us`

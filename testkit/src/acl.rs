@@ -27,6 +27,24 @@ pub fn least_acl() -> Vec<String> {
         .collect()
 }
 
+/// The rules docs/operations.md adds to the least ACL on a server with the Redis module
+/// ("The Redis module", the ACL): one `+ratelimit.v1.<command>` per native command.
+///
+/// # Panics
+/// When docs/operations.md cannot be read or gives no such line.
+#[must_use]
+pub fn module_rules() -> Vec<String> {
+    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/operations.md");
+    let docs = std::fs::read_to_string(path).unwrap_or_else(|e| panic!("{path}: {e}"));
+    let prefix = format!("+{}", ratelimit_vocab::native::COMMAND_PREFIX);
+    let line = docs
+        .lines()
+        .map(str::trim)
+        .find(|l| l.starts_with(&prefix))
+        .expect("docs/operations.md gives the module's ACL rules");
+    line.split_whitespace().map(str::to_owned).collect()
+}
+
 /// An `ACL LOG` reply as one line per entry (what was refused, and where).
 #[must_use]
 pub fn log_entries(log: &[redis::Value]) -> Vec<String> {

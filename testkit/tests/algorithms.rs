@@ -873,52 +873,76 @@ fn stored_states_read_back_through_tools() {
 /// A key holding what no script writes (another type, text, a count without expiry) costs
 /// that key its state, never an error: the windows read it as empty, the interval bucket as
 /// an empty bucket (it cannot know what was taken), and each script overwrites it with a
-/// state of its own that expires.
+/// state of its own that expires. The module's commands read it alike.
 #[test]
 fn foreign_values_are_overwritten_not_errors() {
-    let server = RedisServer::start();
+    let server = server();
     let mut con = server.blocking_connection();
     let w = WindowParams::try_new(5, 60_000_000).unwrap();
     let sw = sliding_window::SlidingParams::try_new(5, 60_000_000).unwrap();
     let ib = interval_bucket::IntervalParams::try_new(5, 5, 60_000_000, 5).unwrap();
-    let scripts: [(&str, Vec<u64>, u64); 4] = [
-        (fixed_window::SCRIPT, fixed_window::args(w, 1).to_vec(), 1),
+    let scripts: [(&str, &str, Vec<u64>, u64); 4] = [
+        (
+            fixed_window::SCRIPT,
+            "fixed_window",
+            fixed_window::args(w, 1).to_vec(),
+            1,
+        ),
         (
             sliding_window::SCRIPT,
+            "sliding_window",
             sliding_window::args(sw, 1).to_vec(),
             1,
         ),
-        (sliding_log::SCRIPT, sliding_log::args(w, 1).to_vec(), 1),
+        (
+            sliding_log::SCRIPT,
+            "sliding_log",
+            sliding_log::args(w, 1).to_vec(),
+            1,
+        ),
         (
             interval_bucket::SCRIPT,
+            "interval_bucket",
             interval_bucket::args(ib, 1).to_vec(),
             0,
         ),
     ];
-    for (text, args, allowed) in scripts {
+    let mut natively = 0;
+    for (text, name, args, allowed) in scripts {
         let script = Script::new(text);
-        for (i, foreign) in ["list", "text", "no expiry"].into_iter().enumerate() {
-            let key = format!("foreign:{i}");
-            redis::cmd("DEL").arg(&key).query::<()>(&mut con).unwrap();
-            match foreign {
-                "list" => redis::cmd("RPUSH").arg(&key).arg("x").query::<()>(&mut con),
-                "text" => redis::cmd("SET")
-                    .arg(&key)
-                    .arg("1:2:x")
-                    .query::<()>(&mut con),
-                _ => redis::cmd("SET").arg(&key).arg("3").query::<()>(&mut con),
+        let command = scripts::native_commands()
+            .into_iter()
+            .find(|command| command.rsplit('.').next() == Some(name));
+        let ways = if command.is_some() { 2 } else { 1 };
+        for way in 0..ways {
+            for (i, foreign) in ["list", "text", "no expiry"].into_iter().enumerate() {
+                let key = format!("foreign:{i}");
+                redis::cmd("DEL").arg(&key).query::<()>(&mut con).unwrap();
+                match foreign {
+                    "list" => redis::cmd("RPUSH").arg(&key).arg("x").query::<()>(&mut con),
+                    "text" => redis::cmd("SET")
+                        .arg(&key)
+                        .arg("1:2:x")
+                        .query::<()>(&mut con),
+                    _ => redis::cmd("SET").arg(&key).arg("3").query::<()>(&mut con),
+                }
+                .unwrap();
+                let call = |con: &mut Connection| match (way, command) {
+                    (1, Some(command)) => native(con, command, &key, &args)[0],
+                    _ => invoke(con, &script, &key, &args).0[0],
+                };
+                assert_eq!(call(&mut con), allowed, "{name} ({way}), {foreign}");
+                assert!(
+                    pexpiretime(&mut con, &key) > 0,
+                    "{name} ({way}), {foreign}: overwritten with an expiry"
+                );
+                // And the state written reads back: a second call answers too.
+                call(&mut con);
+                natively += way;
             }
-            .unwrap();
-            let (reply, _) = invoke(&mut con, &script, &key, &args);
-            assert_eq!(reply[0], allowed, "{foreign}: {reply:?}");
-            assert!(
-                pexpiretime(&mut con, &key) > 0,
-                "{foreign}: overwritten with an expiry"
-            );
-            // And the state written reads back: a second call answers too.
-            invoke(&mut con, &script, &key, &args);
         }
     }
+    assert!(natively >= 9, "the module's commands ran too: {natively}");
 }
 
 /// gcra.lua's optional fifth argument: an absent bucket starts with `initial` tokens. A limit

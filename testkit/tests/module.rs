@@ -113,20 +113,49 @@ fn any_arguments_get_an_answer_and_the_server_lives_on() {
         b"app:{k}",
     ];
     // A valid call's arguments for each command, to mutate: 1 per second with a burst of 5,
-    // or 5 per second in windows, cost 1.
+    // 5 per second in windows, or 4 per second up to 10 at intervals, cost 1.
     let valid = |command: &str| -> Vec<&[u8]> {
         match command.rsplit('.').next() {
             Some("token_bucket") => vec![b"app:{k}", b"1000000 1 5000000 1"],
             Some("fixed_window") => vec![b"app:{k}", b"5 1000000 1"],
+            Some("sliding_window") => vec![b"app:{k}", b"5 1000000 1000 1"],
+            Some("interval_bucket") => vec![b"app:{k}", b"4 10 1000000 10 1"],
             other => panic!("no valid call written for {other:?}"),
         }
     };
+    // Numbers at the edges of what an algorithm computes, to put in place of one of a valid
+    // call's numbers.
+    let edges = [
+        "0",
+        "1",
+        "-1",
+        "2",
+        "999",
+        "1000",
+        "1001",
+        "4294967296",
+        "9007199254740992",
+        "9223372036854775807",
+        "-9223372036854775808",
+    ];
     let mut rng = Rng(0x0005_eed0_fa11);
     let (mut errors, mut decisions) = (0, 0);
     for _ in 0..3000 {
         for command in scripts::native_commands() {
             let mut args: Vec<&[u8]> = Vec::new();
-            if rng.below(2) == 0 {
+            let edged;
+            if rng.below(3) == 0 {
+                // A valid call with one of its numbers at an edge (a cost of 0, a period of
+                // a microsecond, one beyond exact arithmetic).
+                let valid = valid(command);
+                let mut numbers: Vec<&str> =
+                    std::str::from_utf8(valid[1]).unwrap().split(' ').collect();
+                let at = usize::try_from(rng.below(numbers.len() as u64)).unwrap();
+                numbers[at] = edges[usize::try_from(rng.below(edges.len() as u64)).unwrap()];
+                edged = numbers.join(" ");
+                args.push(valid[0]);
+                args.push(edged.as_bytes());
+            } else if rng.below(2) == 0 {
                 // Anything at all.
                 for _ in 0..rng.below(11) {
                     args.push(pieces[usize::try_from(rng.below(18)).unwrap()]);
@@ -305,10 +334,13 @@ async fn a_client_refused_the_module_decides_by_functions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_least_acl_with_the_module_commands_decides_by_the_module() {
     let server = with_module(&[]);
-    let module_rules: Vec<String> = scripts::native_commands()
-        .into_iter()
-        .map(|command| format!("+{command}"))
-        .collect();
+    // The rules docs/operations.md gives, which name every command the limiter calls.
+    let module_rules = testkit::acl::module_rules();
+    let mut documented: Vec<&str> = module_rules.iter().map(|r| &r[1..]).collect();
+    let mut called = scripts::native_commands();
+    documented.sort_unstable();
+    called.sort_unstable();
+    assert_eq!(documented, called, "docs/operations.md's module ACL rules");
     let limiter = under_least_acl(&server, &module_rules).await;
     assert_eq!(limiter.redis_path(), Some(RedisPath::Module));
     let mut admin = server.connection().await;

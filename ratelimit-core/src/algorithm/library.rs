@@ -133,9 +133,11 @@ impl Lua {
 /// The scripts the Redis module decides natively, this version's: the module registers a
 /// command for each and for no other (`testkit/tests/module.rs` holds the two lists equal on
 /// a server that loaded it). The others run by `FCALL` or `EVALSHA` on every server.
-pub(crate) const NATIVE: [Lua; 2] = [
+pub(crate) const NATIVE: [Lua; 4] = [
     Lua::Alone(StateKind::TokenBucket),
     Lua::Alone(StateKind::FixedWindow),
+    Lua::Alone(StateKind::SlidingWindow),
+    Lua::Alone(StateKind::IntervalBucket),
 ];
 
 /// Every decision script of this version of the crate as one library of Redis functions.
