@@ -389,6 +389,43 @@ async fn main() {
             cases.push(ours(name, command, &sha, args.clone()));
         }
     }
+    // Two limits of one call (a token bucket and a fixed window on two keys), all or
+    // nothing: `multi` by FCALL, or the module's `multi`.
+    let multi_sha = load(&mut c, scripts::MULTI).await;
+    let specs: Vec<String> = [1, tb.len() as u64]
+        .into_iter()
+        .chain(tb.iter().copied())
+        .chain([3, fw.len() as u64])
+        .chain(fw.iter().copied())
+        .map(|v| v.to_string())
+        .collect();
+    for command in ways("multi") {
+        let specs = specs.clone();
+        let native = command.starts_with("ratelimit.");
+        cases.push(Case {
+            label: format!("ours: token_bucket + fixed_window (multi), {}", by(command)),
+            command,
+            name: match command {
+                "FCALL" => Some(scripts::library().function("multi").unwrap().to_owned()),
+                "EVALSHA" => Some(multi_sha.clone()),
+                _ => None,
+            },
+            per_command: 1,
+            decision: Box::new(move |i, keys, argv| {
+                let (first, second) = (key(i), format!("{}:w", key(i)));
+                if native {
+                    // numkeys and the keys; then the mode and the specs, packed.
+                    keys.extend(["2".to_owned(), first, second]);
+                    argv.push("0".to_owned());
+                } else {
+                    keys.push(first.clone());
+                    argv.extend(["2".to_owned(), "0".to_owned(), first, second]);
+                }
+                argv.extend(specs.iter().cloned());
+            }),
+            batch: false,
+        });
+    }
     let batch_sha = load(&mut c, scripts::BATCH).await;
     for m in [1, 4, 16, 64] {
         for command in ["EVALSHA", "FCALL"] {

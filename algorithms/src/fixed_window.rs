@@ -56,7 +56,22 @@ impl State {
     /// The key's value.
     #[must_use]
     pub fn encode(&self) -> String {
-        self.count.to_string()
+        String::from_utf8_lossy(self.encoded().as_bytes()).into_owned()
+    }
+
+    /// [`encode`](State::encode) on the stack, for a writer that must not allocate (the
+    /// Redis module).
+    #[must_use]
+    pub fn encoded(&self) -> crate::Encoded {
+        let mut out = crate::Encoded::new();
+        out.push(self.count, 1);
+        out
+    }
+
+    /// [`decode`](State::decode) of a value's bytes, as Redis hands them.
+    #[must_use]
+    pub fn decode_bytes(value: &[u8], expire_ms: u64) -> Option<State> {
+        State::decode(std::str::from_utf8(value).ok()?, expire_ms)
     }
 }
 

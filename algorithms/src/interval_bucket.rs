@@ -194,7 +194,20 @@ pub fn decide_read(now_us: u64, read: Read<State>, p: IntervalParams, cost: u64)
 /// `None`: full (forgotten, as Redis drops the key).
 #[must_use]
 pub fn give_back(now_us: u64, state: Option<State>, p: IntervalParams, cost: u64) -> Option<State> {
-    let (debt, _) = debt_of(now_us, state.map_or(Read::Absent, Read::State), p);
+    give_back_read(now_us, state.map_or(Read::Absent, Read::State), p, cost)
+}
+
+/// [`give_back`] on what a key holds, as `call.lua` runs `interval_bucket.lua` with a negative
+/// cost on a key that exists: an [`Unreadable`](Read::Unreadable) value is an empty bucket,
+/// given the tokens back and stored. `None`: full (the key goes).
+#[must_use]
+pub fn give_back_read(
+    now_us: u64,
+    read: Read<State>,
+    p: IntervalParams,
+    cost: u64,
+) -> Option<State> {
+    let (debt, _) = debt_of(now_us, read, p);
     let debt = debt.saturating_sub(cost);
     (debt > 0).then(|| stored(now_us, p, debt))
 }

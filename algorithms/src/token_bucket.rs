@@ -525,6 +525,21 @@ pub fn give_back(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Opt
     (x > 0).then(|| stored_wide(now, x, p))
 }
 
+/// [`give_back`] on what a key holds, as `call.lua` runs `gcra.lua` with a negative cost on a
+/// key that exists: an [`Unreadable`](crate::Read::Unreadable) value is an empty bucket, given
+/// the tokens back and stored. `None`: full (the key goes). The caller gives nothing back to
+/// an [`Absent`](crate::Read::Absent) key (a full bucket), which this reads as `give_back`
+/// reads `None`.
+#[must_use]
+pub fn give_back_read(now_us: u64, read: Read, p: Params, cost: u64) -> Option<State> {
+    let state = match read {
+        Read::Absent => None,
+        Read::State(s) => Some(s),
+        Read::Unreadable => Some(stored_wide(u128::from(now_us), u128::from(p.tau), p)),
+    };
+    give_back(now_us, state, p, cost)
+}
+
 fn stored_wide(now: u128, x: u128, p: Params) -> State {
     let d = u128::from(p.per_micro);
     let expire_ms = (now + x.div_ceil(d)).div_ceil(1000);

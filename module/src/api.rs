@@ -376,9 +376,27 @@ impl Ctx {
 
     /// Replies with `values` in decimal, separated by spaces, as one bulk string
     /// (`ratelimit_vocab::native::SEPARATOR`): copied as it is, where a status reply would be
-    /// copied again and scanned for line breaks.
-    pub(crate) fn reply_numbers(&self, values: &[u64; 5]) {
-        let mut text = [0u8; 5 * 21];
+    /// copied again and scanned for line breaks. At most [`MAX_REPLY_NUMBERS`] (more are an
+    /// error reply, never a reply cut short).
+    pub(crate) fn reply_numbers(&self, values: &[u64]) {
+        if values.len() <= MAX_REPLY_NUMBERS {
+            self.reply_packed::<{ MAX_REPLY_NUMBERS * 21 }>(values);
+        } else {
+            self.reply_error("ERR ratelimit: internal error (a reply of too many numbers)");
+        }
+    }
+
+    /// [`reply_numbers`](Ctx::reply_numbers) of one decision's five numbers (every call of
+    /// one algorithm), in a buffer that fits them: zeroing one sized for `multi` costs a
+    /// tenth of such a decision's own work.
+    pub(crate) fn reply_decision(&self, values: &[u64; 5]) {
+        self.reply_packed::<{ 5 * 21 }>(values);
+    }
+
+    /// [`reply_numbers`](Ctx::reply_numbers) in a buffer of `B` bytes, which holds them.
+    #[inline(always)]
+    fn reply_packed<const B: usize>(&self, values: &[u64]) {
+        let mut text = [0u8; B];
         let mut at = 0;
         for (i, &v) in values.iter().enumerate() {
             if i > 0 {
@@ -427,25 +445,45 @@ impl Ctx {
         }
     }
 
-    /// Propagates `SET <key> <value> PXAT <expire_ms>` to the replicas and the AOF: the effect
-    /// of a decision, never the command, so that a replica or a restart from the AOF holds
-    /// what this server holds whatever its clock says when it replays it.
-    fn replicate_set(&self, key: *mut RawString, value: &[u8], expire_ms: &[u8]) {
+    /// Propagates `SET <key> <value> PXAT <expire_ms>` (without an expiry: `SET <key>
+    /// <value>`) to the replicas and the AOF: the effect of a decision, never the command, so
+    /// that a replica or a restart from the AOF holds what this server holds whatever its
+    /// clock says when it replays it.
+    fn replicate_set(&self, key: *mut RawString, value: &[u8], expire_ms: Option<&[u8]>) {
+        let (value_ptr, value_len) = (value.as_ptr().cast::<c_char>(), value.len());
         unsafe {
-            (api().Replicate)(
-                self.raw,
-                c"SET".as_ptr(),
-                c"sbcb".as_ptr(),
-                key,
-                value.as_ptr().cast::<c_char>(),
-                value.len(),
-                c"PXAT".as_ptr(),
-                expire_ms.as_ptr().cast::<c_char>(),
-                expire_ms.len(),
-            )
+            match expire_ms {
+                Some(expire_ms) => (api().Replicate)(
+                    self.raw,
+                    c"SET".as_ptr(),
+                    c"sbcb".as_ptr(),
+                    key,
+                    value_ptr,
+                    value_len,
+                    c"PXAT".as_ptr(),
+                    expire_ms.as_ptr().cast::<c_char>(),
+                    expire_ms.len(),
+                ),
+                None => (api().Replicate)(
+                    self.raw,
+                    c"SET".as_ptr(),
+                    c"sb".as_ptr(),
+                    key,
+                    value_ptr,
+                    value_len,
+                ),
+            }
         };
     }
+
+    /// Propagates `DEL <key>`.
+    fn replicate_del(&self, key: *mut RawString) {
+        unsafe { (api().Replicate)(self.raw, c"DEL".as_ptr(), c"s".as_ptr(), key) };
+    }
 }
+
+/// The most numbers one reply holds: `multi`'s, six per limit and the server time.
+pub(crate) const MAX_REPLY_NUMBERS: usize = 6 * ratelimit_vocab::native::MAX_LIMITS + 1;
 
 /// What a key holds, as a decision reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -508,6 +546,39 @@ impl Key<'_> {
     /// that the next read is in place too (an integer-encoded value, as a script's `SET`
     /// leaves it, is decoded on its first read).
     pub(crate) fn set(&mut self, value: &[u8], expire_ms: u64) -> Result<(), &'static str> {
+        self.write(value, Some(expire_ms))
+    }
+
+    /// Sets the key, a string, to `value`, keeping its expiry (or its lack of one), as
+    /// `SET .. KEEPTTL` and `INCRBY` do; propagated as `SET .. PXAT` with that expiry.
+    pub(crate) fn set_keeping_expiry(&mut self, value: &[u8]) -> Result<(), &'static str> {
+        if self.raw.is_null() || self.kind != KEYTYPE_STRING {
+            return Err("ERR ratelimit: the key holds no string to update");
+        }
+        let expire = unsafe { (api().GetAbsExpire)(self.raw) };
+        self.write(
+            value,
+            (expire != NO_EXPIRE).then(|| u64::try_from(expire).unwrap_or(0)),
+        )
+    }
+
+    /// Deletes the key, if it is there, and propagates `DEL`.
+    pub(crate) fn delete(&mut self) -> Result<(), &'static str> {
+        if self.raw.is_null() {
+            return Err("ERR ratelimit: the key could not be opened");
+        }
+        if self.kind == KEYTYPE_EMPTY {
+            return Ok(());
+        }
+        if unsafe { (api().DeleteKey)(self.raw) } != OK {
+            return Err("ERR ratelimit: the key could not be deleted");
+        }
+        self.kind = KEYTYPE_EMPTY;
+        self.ctx.replicate_del(self.name);
+        Ok(())
+    }
+
+    fn write(&mut self, value: &[u8], expire_ms: Option<u64>) -> Result<(), &'static str> {
         if self.raw.is_null() {
             return Err("ERR ratelimit: the key could not be opened");
         }
@@ -519,6 +590,7 @@ impl Key<'_> {
         if unsafe { (api.StringTruncate)(self.raw, value.len()) } != OK {
             return Err("ERR ratelimit: the key could not be written");
         }
+        self.kind = KEYTYPE_STRING;
         let mut len = 0usize;
         let ptr = unsafe { (api.StringDMA)(self.raw, &raw mut len, READ | WRITE) };
         if ptr.is_null() || len != value.len() {
@@ -527,12 +599,17 @@ impl Key<'_> {
         // SAFETY: Redis gave `len` writable bytes of the key's value, which nothing else
         // touches while the command runs.
         unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), ptr.cast::<u8>(), len) };
-        let expire = c_longlong::try_from(expire_ms).unwrap_or(c_longlong::MAX);
-        if unsafe { (api.SetAbsExpire)(self.raw, expire) } != OK {
-            return Err("ERR ratelimit: the key's expiry could not be set");
-        }
         let mut digits = itoa_buf();
-        let expire_text = write_u64(&mut digits, expire_ms);
+        let expire_text = match expire_ms {
+            Some(expire_ms) => {
+                let expire = c_longlong::try_from(expire_ms).unwrap_or(c_longlong::MAX);
+                if unsafe { (api.SetAbsExpire)(self.raw, expire) } != OK {
+                    return Err("ERR ratelimit: the key's expiry could not be set");
+                }
+                Some(write_u64(&mut digits, expire_ms))
+            }
+            None => None,
+        };
         self.ctx.replicate_set(self.name, value, expire_text);
         Ok(())
     }

@@ -43,7 +43,7 @@ impl fmt::Display for ArgError {
 impl std::error::Error for ArgError {}
 
 /// The most numeric arguments a command reads at once (the token bucket's eight).
-pub const MAX_NUMBERS: usize = 8;
+pub const MAX_NUMBERS: usize = ratelimit_vocab::native::MAX_ARGUMENTS;
 
 /// Where a command's keys are.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -94,37 +94,27 @@ impl<'a, T> Args<'a, T> {
     }
 
     /// The rest: one argument holding the script's arguments as integers separated by single
-    /// spaces (`"1000000 3 3000000 1"`), at least `min` of them and at most [`MAX_NUMBERS`]:
-    /// the values, and how many there are. One argument, not one per number: each argument
-    /// costs Redis an object to make and free per call, a third of a decision's work here.
+    /// spaces (`"1000000 3 3000000 1"`), read into `out`: how many there are (at most
+    /// `out.len()`). One argument, not one per number: each argument costs Redis an object to
+    /// make and free per call, a third of a decision's work here.
     ///
     /// # Errors
     /// [`ArgError::NotAnInteger`] for one that is not an integer (or an empty one: two
-    /// spaces, or a space at an end); [`ArgError::BadLimit`] for too few or too many, or not
-    /// one argument.
-    pub fn numbers(
-        &self,
-        bytes: impl Fn(&T) -> &[u8],
-        min: usize,
-    ) -> Result<([i64; MAX_NUMBERS], usize), ArgError> {
+    /// spaces, or a space at an end); [`ArgError::BadLimit`] for more than `out` holds, or
+    /// not one argument.
+    pub fn numbers(&self, bytes: impl Fn(&T) -> &[u8], out: &mut [i64]) -> Result<usize, ArgError> {
         let [packed] = self.rest else {
             return Err(ArgError::BadLimit);
         };
         let text = bytes(packed);
-        let mut out = [0i64; MAX_NUMBERS];
-        let Some(n) = ratelimit_vocab::native::read_numbers(text, &mut out) else {
+        ratelimit_vocab::native::read_numbers(text, out).ok_or_else(|| {
             // Which: too many, or one that is not a number.
-            let too_many = ratelimit_vocab::native::numbers(text).count() > MAX_NUMBERS;
-            return Err(if too_many {
+            if ratelimit_vocab::native::numbers(text).count() > out.len() {
                 ArgError::BadLimit
             } else {
                 ArgError::NotAnInteger
-            });
-        };
-        if n < min {
-            return Err(ArgError::BadLimit);
-        }
-        Ok((out, n))
+            }
+        })
     }
 }
 
@@ -174,20 +164,26 @@ mod tests {
         let one = ["cmd", "k", "10 1"];
         let args = Args::split(&one, b, Keys::One).unwrap();
         assert_eq!((args.keys, args.rest), (&["k"][..], &["10 1"][..]));
-        assert_eq!(args.numbers(b, 2).unwrap(), ([10, 1, 0, 0, 0, 0, 0, 0], 2));
-        assert_eq!(args.numbers(b, 3), Err(ArgError::BadLimit));
+        let mut out = [0i64; MAX_NUMBERS];
+        assert_eq!(args.numbers(b, &mut out), Ok(2));
+        assert_eq!(out[..2], [10, 1]);
+        assert_eq!(args.numbers(b, &mut [0i64; 1]), Err(ArgError::BadLimit));
         for bad in ["10  1", " 10 1", "10 1 ", "10,1", ""] {
             let packed = ["cmd", "k", bad];
             let args = Args::split(&packed, b, Keys::One).unwrap();
-            assert_eq!(args.numbers(b, 1), Err(ArgError::NotAnInteger), "{bad:?}");
+            assert_eq!(
+                args.numbers(b, &mut out),
+                Err(ArgError::NotAnInteger),
+                "{bad:?}"
+            );
         }
         let nine = ["cmd", "k", "1 2 3 4 5 6 7 8 9"];
         let args = Args::split(&nine, b, Keys::One).unwrap();
-        assert_eq!(args.numbers(b, 1), Err(ArgError::BadLimit));
+        assert_eq!(args.numbers(b, &mut out), Err(ArgError::BadLimit));
         let two = ["cmd", "k", "1", "2"];
         let args = Args::split(&two, b, Keys::One).unwrap();
         assert_eq!(
-            args.numbers(b, 1),
+            args.numbers(b, &mut out),
             Err(ArgError::BadLimit),
             "one argument, packed"
         );
@@ -205,9 +201,10 @@ mod tests {
         }
         let negative = ["cmd", "k", "-3 x"];
         let args = Args::split(&negative, b, Keys::One).unwrap();
-        assert_eq!(args.numbers(b, 1), Err(ArgError::NotAnInteger));
+        assert_eq!(args.numbers(b, &mut out), Err(ArgError::NotAnInteger));
         let negative = ["cmd", "k", "-3"];
         let args = Args::split(&negative, b, Keys::One).unwrap();
-        assert_eq!(args.numbers(b, 1).unwrap().0[0], -3);
+        assert_eq!(args.numbers(b, &mut out), Ok(1));
+        assert_eq!(out[0], -3);
     }
 }

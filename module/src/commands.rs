@@ -6,12 +6,12 @@ use std::ffi::c_int;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use ratelimit_algorithms::{
-    Cost, Encoded, Outcome, Read, fixed_window, interval_bucket, sliding_window, token_bucket,
-};
+use ratelimit_algorithms::{Cost, StateKind};
+use ratelimit_vocab::native::{MAX_ARGUMENTS, MAX_LIMITS};
 
-use crate::api::{self, CommandFn, Ctx, RawCtx, RawString, Value};
-use crate::args::{ArgError, Args, Keys, MAX_NUMBERS};
+use crate::api::{self, CommandFn, Ctx, RawCtx, RawString};
+use crate::args::{ArgError, Args, Keys};
+use crate::kernel::{Answer, Kernel, State, Write};
 
 /// One command: its short name (the Lua function's), Redis's flags for it, a summary, and
 /// the function Redis calls.
@@ -25,7 +25,7 @@ pub(crate) struct Spec {
 }
 
 /// Every command of the module.
-pub(crate) const ALL: [Spec; 4] = [
+pub(crate) const ALL: [Spec; 5] = [
     Spec {
         short: "token_bucket",
         keys: Keys::One,
@@ -57,6 +57,14 @@ pub(crate) const ALL: [Spec; 4] = [
                   `interval_bucket` function",
         run: interval_bucket_command,
     },
+    Spec {
+        short: "multi",
+        keys: Keys::Counted,
+        flags: "write deny-oom",
+        summary: "Decides the limits of one call all or nothing, as the library's `multi` \
+                  function (each limit's key declared: on a cluster, all in one slot)",
+        run: multi_command,
+    },
 ];
 
 /// A command's answer, built before anything is replied, so that a failure never leaves a
@@ -65,6 +73,35 @@ enum Reply {
     /// One decision: the Lua function's five integers, as one bulk string of the five
     /// separated by spaces (one reply element instead of six: less for Redis to write).
     Decision([u64; 5]),
+    /// `multi`'s numbers, packed the same way (boxed: the one decision's reply, on every
+    /// call, stays small).
+    Numbers(Box<Numbers>),
+}
+
+/// Up to [`api::MAX_REPLY_NUMBERS`] numbers, on the stack.
+struct Numbers {
+    values: [u64; api::MAX_REPLY_NUMBERS],
+    len: usize,
+}
+
+impl Numbers {
+    fn new() -> Numbers {
+        Numbers {
+            values: [0; api::MAX_REPLY_NUMBERS],
+            len: 0,
+        }
+    }
+
+    fn push(&mut self, v: u64) {
+        if let Some(slot) = self.values.get_mut(self.len) {
+            *slot = v;
+            self.len += 1;
+        }
+    }
+
+    fn as_slice(&self) -> &[u64] {
+        self.values.get(..self.len).unwrap_or(&[])
+    }
 }
 
 /// Why a command answers an error.
@@ -89,7 +126,8 @@ fn serve(
     let ctx = Ctx::new(raw);
     let args = api::args(argv, argc);
     match catch_unwind(AssertUnwindSafe(|| decide(&ctx, args))) {
-        Ok(Ok(Reply::Decision(values))) => ctx.reply_numbers(&values),
+        Ok(Ok(Reply::Decision(values))) => ctx.reply_decision(&values),
+        Ok(Ok(Reply::Numbers(numbers))) => ctx.reply_numbers(numbers.as_slice()),
         Ok(Err(Failure::Args(e))) => ctx.reply_error(e.message()),
         Ok(Err(Failure::Store(message))) => ctx.reply_error(message),
         Err(_) => ctx.reply_error("ERR ratelimit: internal error (the module panicked)"),
@@ -108,52 +146,60 @@ fn arg(a: &*mut RawString) -> &[u8] {
     api::arg_bytes(*a)
 }
 
-/// One algorithm's call: its key, and its numbers (at least `min`) with how many there are.
-fn one_key(
-    argv: &[*mut RawString],
-    min: usize,
-) -> Result<(*mut RawString, [i64; MAX_NUMBERS], usize), Failure> {
+/// An entry point Redis calls for a command, running `decide` under [`serve`].
+macro_rules! entry_point {
+    ($name:ident, $decide:expr) => {
+        extern "C" fn $name(ctx: *mut RawCtx, argv: *mut *mut RawString, argc: c_int) -> c_int {
+            serve(ctx, argv, argc, $decide)
+        }
+    };
+}
+
+/// The entry point of the command of one algorithm, `kind`'s.
+macro_rules! one_limit {
+    ($name:ident, $kind:ident) => {
+        entry_point!($name, |ctx, argv| one(ctx, argv, StateKind::$kind));
+    };
+}
+
+one_limit!(token_bucket_command, TokenBucket);
+one_limit!(fixed_window_command, FixedWindow);
+one_limit!(sliding_window_command, SlidingWindow);
+one_limit!(interval_bucket_command, IntervalBucket);
+entry_point!(multi_command, multi);
+
+/// One algorithm's function (`gcra.lua`, `fixed_window.lua`, ...): its key, then its
+/// arguments packed; the five numbers the function returns.
+///
+/// Inlined into each command's entry point, so that each is compiled for its own algorithm
+/// (`kind` a constant there: no dispatch on it per call).
+#[inline(always)]
+fn one(ctx: &Ctx, argv: &[*mut RawString], kind: StateKind) -> Result<Reply, Failure> {
     let args = Args::split(argv, arg, Keys::One)?;
-    let (numbers, n) = args.numbers(arg, min)?;
     let name = *args.keys.first().ok_or(ArgError::NumKeys)?;
-    Ok((name, numbers, n))
-}
-
-/// A bucket's call (token bucket, interval bucket): its key, and what `from_args` reads from
-/// its numbers, which must be a cost to take: a give-back (a negative cost) runs only within
-/// `multi`, as `call.lua` runs it.
-fn bucket_call<P>(
-    argv: &[*mut RawString],
-    min: usize,
-    from_args: fn(&[i64]) -> Option<(P, Cost)>,
-) -> Result<(*mut RawString, P, u64), Failure> {
-    let (name, numbers, n) = one_key(argv, min)?;
-    match from_args(numbers.get(..n).unwrap_or(&[])) {
-        Some((p, Cost::Take(cost))) => Ok((name, p, cost)),
-        _ => Err(ArgError::BadLimit.into()),
+    let mut numbers = [0i64; MAX_ARGUMENTS];
+    let n = args.numbers(arg, &mut numbers)?;
+    // A give-back (a negative cost) runs only within `multi`, as `call.lua` runs it.
+    let (kernel, cost) = match Kernel::from_args(kind, numbers.get(..n).unwrap_or(&[])) {
+        Some((kernel, Cost::Take(cost))) => (kernel, cost),
+        _ => return Err(ArgError::BadLimit.into()),
+    };
+    let mut key = ctx.open(name);
+    let now = now_us();
+    let state = kernel.read(&key.read());
+    warn_if_unreadable(ctx, &state);
+    let answer = kernel.decide(now, &state, cost);
+    if let Some(write) = &answer.write {
+        apply(&mut key, write)?;
     }
+    let [allowed, remaining, retry, reset] = answer.numbers();
+    Ok(Reply::Decision([allowed, remaining, retry, reset, now]))
 }
 
-/// A window's call (fixed, sliding): its key, and what `from_args` reads from its numbers,
-/// none of which may be negative.
-fn window_call<P>(
-    argv: &[*mut RawString],
-    min: usize,
-    from_args: fn(&[u64]) -> Option<(P, u64)>,
-) -> Result<(*mut RawString, P, u64), Failure> {
-    let (name, numbers, n) = one_key(argv, min)?;
-    let mut unsigned = [0u64; MAX_NUMBERS];
-    for (to, from) in unsigned.iter_mut().zip(numbers.get(..n).unwrap_or(&[])) {
-        *to = u64::try_from(*from).map_err(|_| ArgError::BadLimit)?;
-    }
-    let (p, cost) = from_args(unsigned.get(..n).unwrap_or(&[])).ok_or(ArgError::BadLimit)?;
-    Ok((name, p, cost))
-}
-
-/// A value a bucket's script never writes: warned about, as the script cannot, then read as
-/// the algorithm's `decide_read` says.
-fn warn_unreadable<S>(ctx: &Ctx, read: &Read<S>) {
-    if matches!(read, Read::Unreadable) {
+/// A value a bucket's script never writes: warned about, as the script does, then read as the
+/// algorithm's `decide_read` says.
+fn warn_if_unreadable(ctx: &Ctx, state: &State) {
+    if Kernel::unreadable(state) {
         ctx.warn(
             "redis-ratelimit: a bucket key held a value it never writes; read as an empty \
              bucket and overwritten",
@@ -161,145 +207,166 @@ fn warn_unreadable<S>(ctx: &Ctx, read: &Read<S>) {
     }
 }
 
-/// A string with an expiry read by `decode` (`None`: not this algorithm's form); any other
-/// value unreadable.
-fn read_expiring<S>(value: &Value<'_>, decode: fn(&[u8], u64) -> Option<S>) -> Read<S> {
-    match *value {
-        Value::Absent => Read::Absent,
-        Value::String(bytes, Some(expire_ms)) => {
-            decode(bytes, expire_ms).map_or(Read::Unreadable, Read::State)
-        }
-        Value::String(_, None) | Value::SortedSet | Value::Other => Read::Unreadable,
+/// Makes `write` on `key`, replicated as its effect.
+fn apply(key: &mut api::Key<'_>, write: &Write) -> Result<(), Failure> {
+    match write {
+        Write::Set(value, expire_ms) => key.set(value.as_bytes(), *expire_ms),
+        Write::Keep(value) => key.set_keeping_expiry(value.as_bytes()),
+        Write::Delete => key.delete(),
     }
+    .map_err(Failure::Store)
 }
 
-/// The reply to one decision: what the Lua function returns.
-fn decided<S>(outcome: &Outcome<S>, now: u64) -> Reply {
-    Reply::Decision([
-        u64::from(outcome.allowed),
-        outcome.remaining,
-        outcome.retry_after_us,
-        outcome.reset_after_us,
-        now,
-    ])
+/// What `multi` does (`multi.lua`'s modes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// 0: decide.
+    Decide,
+    /// 1: decide, and also answer what each limit held before the call.
+    Reserve,
+    /// 2: another part of the call refused it: answer, take nothing.
+    Veto,
+    /// 3: give back what a reservation took at this server time (µs).
+    GiveBack(u64),
+    /// 4: answer as `Decide` would, with each limit's remaining as it stands; write nothing.
+    Peek,
 }
 
-/// An entry point Redis calls for a command, running `decide` under [`serve`].
-macro_rules! entry_point {
-    ($name:ident, $decide:ident) => {
-        extern "C" fn $name(ctx: *mut RawCtx, argv: *mut *mut RawString, argc: c_int) -> c_int {
-            serve(ctx, argv, argc, $decide)
-        }
+/// One limit of a `multi` call: its kernel, its cost, and whether it is in shadow mode (its
+/// refusal does not refuse the call).
+#[derive(Debug, Clone, Copy)]
+struct Limit {
+    kernel: Kernel,
+    cost: u64,
+    shadow: bool,
+}
+
+/// The numbers `multi` reads at most: the mode, each limit's algorithm, count and arguments,
+/// and a give-back's reservation time.
+const MULTI_NUMBERS: usize = 2 + MAX_LIMITS * (2 + MAX_ARGUMENTS);
+
+/// `multi.lua`: `numkeys`, every limit's key, then packed: the mode; per limit its
+/// algorithm's id (plus 8 in shadow mode), the number of its arguments and them; in mode 3
+/// the reservation's server time. Answers four numbers per limit and the server time (in
+/// mode 1, when every limit admits, two more per limit: its remaining and reset before the
+/// call); mode 3 answers the number of limits.
+///
+/// Every key is read before any is written, and the call's writes are made once every limit
+/// has decided: all of them if all admit, else only those of the limits that refused (a
+/// refusal writes only a state that must be read otherwise than it says), as `multi.lua`.
+fn multi(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
+    let args = Args::split(argv, arg, Keys::Counted)?;
+    let n = args.keys.len();
+    if n == 0 || n > MAX_LIMITS {
+        return Err(ArgError::BadLimit.into());
+    }
+    let mut numbers = [0i64; MULTI_NUMBERS];
+    let count = args.numbers(arg, &mut numbers)?;
+    let (mode, limits) = read_multi(numbers.get(..count).unwrap_or(&[]), n)?;
+    let now = now_us();
+    let mut states: [Option<State>; MAX_LIMITS] = [None; MAX_LIMITS];
+    for ((state, limit), &name) in states
+        .iter_mut()
+        .zip(limits.iter().flatten())
+        .zip(args.keys)
+    {
+        *state = Some(limit.kernel.read(&ctx.open(name).read()));
+    }
+    let each = || {
+        limits
+            .iter()
+            .zip(&states)
+            .zip(args.keys)
+            .filter_map(|((limit, state), &name)| Some((limit.as_ref()?, state.as_ref()?, name)))
     };
-}
-
-entry_point!(token_bucket_command, token_bucket_decide);
-entry_point!(fixed_window_command, fixed_window_decide);
-entry_point!(sliding_window_command, sliding_window_decide);
-entry_point!(interval_bucket_command, interval_bucket_decide);
-
-/// `gcra.lua`: the bucket (its KEYS[1]); interval, d, tau, cost, then optionally absent,
-/// reach, hold and queue.
-fn token_bucket_decide(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
-    bucket(
-        ctx,
-        argv,
-        &Bucket {
-            min: 4,
-            from_args: token_bucket::from_args,
-            decode: token_bucket::State::decode_bytes,
-            decide: token_bucket::decide_read,
-            stored: |s| (s.encoded(), s.expire_ms),
-        },
-    )
-}
-
-/// `interval_bucket.lua`: the bucket (its KEYS[1]); replenish, burst, period (µs), initial,
-/// cost.
-fn interval_bucket_decide(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
-    bucket(
-        ctx,
-        argv,
-        &Bucket {
-            min: 5,
-            from_args: interval_bucket::from_args,
-            decode: interval_bucket::State::decode_bytes,
-            decide: interval_bucket::decide_read,
-            stored: |s| (s.encoded(), s.expire_ms),
-        },
-    )
-}
-
-/// One of the two buckets, whose state is a string that expires when the bucket is full:
-/// how its call and its state are read, decided and written.
-struct Bucket<P, S> {
-    /// The fewest numbers its call has.
-    min: usize,
-    from_args: fn(&[i64]) -> Option<(P, Cost)>,
-    decode: fn(&[u8], u64) -> Option<S>,
-    decide: fn(u64, Read<S>, P, u64) -> Outcome<S>,
-    /// The value and the expiry (ms) to write.
-    stored: fn(&S) -> (Encoded, u64),
-}
-
-/// A bucket's decision: a value it never writes is warned about (the script cannot) and read
-/// as its `decide_read` says.
-fn bucket<P: Copy, S>(
-    ctx: &Ctx,
-    argv: &[*mut RawString],
-    b: &Bucket<P, S>,
-) -> Result<Reply, Failure> {
-    let (name, p, cost) = bucket_call(argv, b.min, b.from_args)?;
-    let mut key = ctx.open(name);
-    let now = now_us();
-    let read = read_expiring(&key.read(), b.decode);
-    warn_unreadable(ctx, &read);
-    let outcome = (b.decide)(now, read, p, cost);
-    if let Some(state) = &outcome.new_state {
-        let (value, expire_ms) = (b.stored)(state);
-        key.set(value.as_bytes(), expire_ms)
-            .map_err(Failure::Store)?;
+    for (_, state, _) in each() {
+        warn_if_unreadable(ctx, state);
     }
-    Ok(decided(&outcome, now))
+    let mut reply = Numbers::new();
+    if let Mode::GiveBack(reserved_at) = mode {
+        for (limit, state, name) in each() {
+            if let Some(write) = limit.kernel.give_back(now, state, limit.cost, reserved_at) {
+                apply(&mut ctx.open(name), &write)?;
+            }
+        }
+        reply.push(u64::try_from(n).unwrap_or(0));
+        return Ok(Reply::Numbers(Box::new(reply)));
+    }
+    let mut answers: [Option<Answer>; MAX_LIMITS] = [None; MAX_LIMITS];
+    let mut all = mode != Mode::Veto;
+    for (answer, (limit, state, _)) in answers.iter_mut().zip(each()) {
+        let decided = limit.kernel.decide(now, state, limit.cost);
+        all &= decided.allowed || limit.shadow;
+        *answer = Some(decided);
+    }
+    // A limit's remaining and reset as they stand: a cost of 0, its writes dropped.
+    let peek = |limit: &Limit, state: &State| limit.kernel.decide(now, state, 0);
+    for (answer, (limit, state, name)) in answers.iter_mut().zip(each()) {
+        let Some(answer) = answer.as_mut() else {
+            continue;
+        };
+        if !all && answer.allowed {
+            let now_held = peek(limit, state);
+            answer.remaining = now_held.remaining;
+            answer.reset_after_us = now_held.reset_after_us;
+        }
+        if mode == Mode::Peek {
+            answer.remaining = peek(limit, state).remaining;
+        } else if let Some(write) = answer.write.as_ref().filter(|_| all || !answer.allowed) {
+            apply(&mut ctx.open(name), write)?;
+        }
+        for v in answer.numbers() {
+            reply.push(v);
+        }
+    }
+    reply.push(now);
+    if mode == Mode::Reserve && all {
+        for (limit, state, _) in each() {
+            let before = peek(limit, state);
+            reply.push(before.remaining);
+            reply.push(before.reset_after_us);
+        }
+    }
+    Ok(Reply::Numbers(Box::new(reply)))
 }
 
-/// `fixed_window.lua`: the counter (its KEYS[1]); limit, period (µs), cost.
-fn fixed_window_decide(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
-    let (name, p, cost) = window_call(argv, 3, fixed_window::from_args)?;
-    let mut key = ctx.open(name);
-    let now = now_us();
-    // Another type, text, no expiry: not a count, read as an empty window (and overwritten
-    // by the call it admits), as the script reads it.
-    let state = match key.read() {
-        Value::String(bytes, Some(expire_ms)) => std::str::from_utf8(bytes)
+/// `multi`'s packed numbers for `n` limits: its mode and its limits.
+fn read_multi(numbers: &[i64], n: usize) -> Result<(Mode, [Option<Limit>; MAX_LIMITS]), ArgError> {
+    let bad = ArgError::BadLimit;
+    let (&mode, mut rest) = numbers.split_first().ok_or(bad)?;
+    let mut limits: [Option<Limit>; MAX_LIMITS] = [None; MAX_LIMITS];
+    for slot in limits.iter_mut().take(n) {
+        let (&id, after) = rest.split_first().ok_or(bad)?;
+        let (&count, after) = after.split_first().ok_or(bad)?;
+        let count = usize::try_from(count).map_err(|_| bad)?;
+        let (args, after) = after.split_at_checked(count).ok_or(bad)?;
+        rest = after;
+        let id = u8::try_from(id)
             .ok()
-            .and_then(|text| fixed_window::State::decode(text, expire_ms)),
-        _ => None,
-    };
-    let outcome = fixed_window::decide(now, state, p, cost);
-    if let Some(state) = outcome.new_state {
-        let mut digits = api::itoa_buf();
-        key.set(api::write_u64(&mut digits, state.count), state.expire_ms)
-            .map_err(Failure::Store)?;
+            .filter(|&id| id < 2 * SHADOW)
+            .ok_or(bad)?;
+        let kind = StateKind::from_id(id % SHADOW).ok_or(bad)?;
+        let (kernel, cost) = Kernel::from_args(kind, args).ok_or(bad)?;
+        // A negative cost runs only as mode 3's give-back, which negates the spec's own.
+        let Cost::Take(cost) = cost else {
+            return Err(bad);
+        };
+        *slot = Some(Limit {
+            kernel,
+            cost,
+            shadow: id >= SHADOW,
+        });
     }
-    Ok(decided(&outcome, now))
+    let mode = match (mode, rest) {
+        (0, []) => Mode::Decide,
+        (1, []) => Mode::Reserve,
+        (2, []) => Mode::Veto,
+        (3, &[at]) => Mode::GiveBack(u64::try_from(at).map_err(|_| bad)?),
+        (4, []) => Mode::Peek,
+        _ => return Err(bad),
+    };
+    Ok((mode, limits))
 }
 
-/// `sliding_window.lua`: the state (its KEYS[1]); limit, period (µs), tick (µs), cost.
-fn sliding_window_decide(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
-    let (name, p, cost) = window_call(argv, 4, sliding_window::from_args)?;
-    let mut key = ctx.open(name);
-    let now = now_us();
-    // Any value not "window:previous:current", of any type, with or without an expiry: empty
-    // windows (overwritten by the call it admits), as the script reads it.
-    let state = match key.read() {
-        Value::String(bytes, _) => sliding_window::State::decode_bytes(bytes),
-        _ => None,
-    };
-    let outcome = sliding_window::decide(now, state, p, cost);
-    if let Some(state) = outcome.new_state {
-        key.set(state.encoded().as_bytes(), state.expire_ms(p))
-            .map_err(Failure::Store)?;
-    }
-    Ok(decided(&outcome, now))
-}
+/// What `multi.lua` adds to a limit's algorithm id in shadow mode.
+const SHADOW: u8 = 8;

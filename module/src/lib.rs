@@ -25,6 +25,7 @@
 mod api;
 pub mod args;
 mod commands;
+mod kernel;
 
 use std::ffi::{CString, c_int};
 

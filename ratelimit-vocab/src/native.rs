@@ -24,6 +24,13 @@ pub const COMMAND_PREFIX: &str = "ratelimit.v1.";
 pub const OTHER_COMMANDS: [&str; 4] =
     ["multi", "batch", "concurrency_release", "concurrency_renew"];
 
+/// The most limits one call of `multi` decides natively: the module refuses more, and the
+/// limiter sends a call of more by `FCALL` (a call of one or two limits is the usual).
+pub const MAX_LIMITS: usize = 16;
+
+/// The most arguments one algorithm's call takes (the token bucket's eight).
+pub const MAX_ARGUMENTS: usize = 8;
+
 /// What separates the numbers the native commands take and answer. A command for one
 /// algorithm takes its key, then the Lua function's arguments as one argument, integers in
 /// decimal separated by single spaces (`"1000000 3 3000000 1"`), and answers the function's
@@ -39,22 +46,40 @@ pub fn numbers(text: &[u8]) -> impl Iterator<Item = Option<i64>> + '_ {
     text.split(|&b| b == SEPARATOR).map(integer)
 }
 
-/// The numbers of `text` into `out`, as [`numbers`] reads them, in one pass over the bytes:
-/// how many there are, `None` when one is not an integer or there are more than `out` holds.
-/// (The module's hot path: a decision's arguments, on every call.)
+/// The numbers of `text` into `out`, as [`numbers`] reads them, in one pass over the bytes
+/// (each digit read once, as it is accumulated): how many there are, `None` when one is not an
+/// integer or there are more than `out` holds. (The module's hot path: a decision's
+/// arguments, on every call.)
 #[must_use]
 pub fn read_numbers(text: &[u8], out: &mut [i64]) -> Option<usize> {
-    let mut n = 0;
-    let mut start = 0;
-    for (i, &b) in text.iter().enumerate() {
-        if b == SEPARATOR {
-            *out.get_mut(n)? = integer(text.get(start..i)?)?;
-            n += 1;
-            start = i + 1;
+    let mut at = 0;
+    for (n, slot) in out.iter_mut().enumerate() {
+        let negative = text.get(at) == Some(&b'-');
+        at += usize::from(negative);
+        let start = at;
+        let mut value = 0u64;
+        while let Some(digit) = text
+            .get(at)
+            .map(|b| b.wrapping_sub(b'0'))
+            .filter(|&d| d <= 9)
+        {
+            // Wrapping past 19 digits, which are refused below.
+            value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
+            at += 1;
+        }
+        if at == start || at - start > 19 {
+            return None;
+        }
+        let value = i64::try_from(value).ok()?;
+        *slot = if negative { -value } else { value };
+        match text.get(at) {
+            None => return Some(n + 1),
+            Some(&SEPARATOR) => at += 1,
+            Some(_) => return None,
         }
     }
-    *out.get_mut(n)? = integer(text.get(start..)?)?;
-    Some(n + 1)
+    // More numbers than `out` holds.
+    None
 }
 
 /// `v` in decimal, written at the end of `buf`: the digits (two at a time, from a table).
@@ -151,6 +176,52 @@ mod tests {
         assert_eq!(out, [7, -8, 9]);
         for bad in &["7 8 9 10", "7  8", " 7", "7 ", "", "x"] {
             assert_eq!(read_numbers(bad.as_bytes(), &mut out), None, "{bad:?}");
+        }
+    }
+
+    /// `read_numbers` reads every text as `numbers` does: every text of up to 6 bytes over
+    /// digits, `-`, space and another byte, and numbers at the edges of 64 bits.
+    #[test]
+    fn one_pass_reads_as_numbers_does() {
+        fn both(text: &[u8]) {
+            let mut out = [0i64; 4];
+            let expected: Option<std::vec::Vec<i64>> = numbers(text).collect();
+            let expected = expected.filter(|v| v.len() <= out.len());
+            let got = read_numbers(text, &mut out).map(|n| out[..n].to_vec());
+            assert_eq!(
+                got,
+                expected,
+                "{:?}",
+                std::string::String::from_utf8_lossy(text)
+            );
+        }
+        const ALPHABET: [u8; 6] = [b'0', b'1', b'9', b'-', b' ', b'x'];
+        let mut text = std::vec::Vec::new();
+        for len in 0..=6u32 {
+            for mut code in 0..6usize.pow(len) {
+                text.clear();
+                for _ in 0..len {
+                    text.push(ALPHABET[code % 6]);
+                    code /= 6;
+                }
+                both(&text);
+            }
+        }
+        for edge in [
+            "9223372036854775807",
+            "-9223372036854775807",
+            "9223372036854775808",
+            "-9223372036854775808",
+            "18446744073709551615",
+            "18446744073709551616",
+            "99999999999999999999",
+            "1000000000000000000",
+            "0000000000000000001",
+            "00000000000000000001",
+            "1 2 3 4",
+            "1 2 3 4 5",
+        ] {
+            both(edge.as_bytes());
         }
     }
 

@@ -1110,3 +1110,373 @@ fn memory_per_active_key() {
         println!("{label:40} {bytes:7.1} bytes per key");
     }
 }
+
+/// One limit of a `multi` call in [`multi_by_the_module_and_by_fcall_equal_the_twins`]: its
+/// kind of state and parameters.
+#[derive(Debug, Clone, Copy)]
+enum MultiLimit {
+    Token(token_bucket::Params),
+    Interval(interval_bucket::IntervalParams),
+    Fixed(WindowParams),
+    Sliding(sliding_window::SlidingParams),
+}
+
+/// A state one of those limits keeps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum MultiState {
+    Token(token_bucket::State),
+    Interval(interval_bucket::State),
+    Fixed(fixed_window::State),
+    Sliding(sliding_window::State),
+}
+
+impl MultiLimit {
+    /// Its id and script arguments for a call of `cost`, as `multi.lua` takes them.
+    fn spec(self, cost: u64) -> (StateKind, Vec<u64>) {
+        match self {
+            MultiLimit::Token(p) => (StateKind::TokenBucket, token_bucket::args(p, cost).to_vec()),
+            MultiLimit::Interval(p) => (
+                StateKind::IntervalBucket,
+                interval_bucket::args(p, cost).to_vec(),
+            ),
+            MultiLimit::Fixed(p) => (StateKind::FixedWindow, fixed_window::args(p, cost).to_vec()),
+            MultiLimit::Sliding(p) => (
+                StateKind::SlidingWindow,
+                sliding_window::args(p, cost).to_vec(),
+            ),
+        }
+    }
+
+    /// The twin's decision (its state `None`: absent).
+    fn decide(self, now: u64, state: Option<MultiState>, cost: u64) -> Outcome<MultiState> {
+        match (self, state) {
+            (MultiLimit::Token(p), s) => {
+                let s = s.map(|s| match s {
+                    MultiState::Token(s) => s,
+                    other => panic!("{other:?}"),
+                });
+                token_bucket::decide(now, s, p, cost).map_state(MultiState::Token)
+            }
+            (MultiLimit::Interval(p), s) => {
+                let s = s.map(|s| match s {
+                    MultiState::Interval(s) => s,
+                    other => panic!("{other:?}"),
+                });
+                interval_bucket::decide(now, s, p, cost).map_state(MultiState::Interval)
+            }
+            (MultiLimit::Fixed(p), s) => {
+                let s = s.map(|s| match s {
+                    MultiState::Fixed(s) => s,
+                    other => panic!("{other:?}"),
+                });
+                fixed_window::decide(now, s, p, cost).map_state(MultiState::Fixed)
+            }
+            (MultiLimit::Sliding(p), s) => {
+                let s = s.map(|s| match s {
+                    MultiState::Sliding(s) => s,
+                    other => panic!("{other:?}"),
+                });
+                sliding_window::decide(now, s, p, cost).map_state(MultiState::Sliding)
+            }
+        }
+    }
+
+    /// What `multi.lua`'s give-back (mode 3) leaves of `state` at `now`, for `cost` tokens a
+    /// reservation took at `at`: `None` the key goes, else the state kept.
+    fn give_back(
+        self,
+        now: u64,
+        state: Option<MultiState>,
+        cost: u64,
+        at: u64,
+    ) -> Option<MultiState> {
+        match (self, state?) {
+            (MultiLimit::Token(p), MultiState::Token(s)) => {
+                token_bucket::give_back(now, Some(s), p, cost).map(MultiState::Token)
+            }
+            (MultiLimit::Interval(p), MultiState::Interval(s)) => {
+                interval_bucket::give_back(now, Some(s), p, cost).map(MultiState::Interval)
+            }
+            (MultiLimit::Fixed(p), MultiState::Fixed(s)) => {
+                let window = at / p.period_us();
+                if window != now / p.period_us()
+                    || s.expire_ms != ((window + 1) * p.period_us()).div_ceil(1000)
+                {
+                    return Some(MultiState::Fixed(s));
+                }
+                (s.count > cost).then_some(MultiState::Fixed(fixed_window::State {
+                    count: s.count - cost,
+                    ..s
+                }))
+            }
+            (MultiLimit::Sliding(p), MultiState::Sliding(mut s)) => {
+                let window = at / p.window().period_us();
+                if s.window == window {
+                    s.current = s.current.saturating_sub(cost);
+                }
+                if s.window == window + 1 {
+                    s.previous = s.previous.saturating_sub(cost);
+                }
+                Some(MultiState::Sliding(s))
+            }
+            (limit, state) => panic!("{limit:?} on {state:?}"),
+        }
+    }
+
+    /// Whether `state` has ended at `now` (a bucket full, a window over): it reads as absent.
+    fn ended(self, state: MultiState, now: u64) -> bool {
+        match (self, state) {
+            (_, MultiState::Token(s)) => s.owed_at(u128::from(now)) == 0,
+            (MultiLimit::Interval(p), MultiState::Interval(s)) => {
+                let period = interval_bucket::args(p, 0)[2];
+                s.expire_ms * 1000 / period * period <= now
+            }
+            (_, MultiState::Fixed(s)) => s.expire_ms * 1000 <= now,
+            (MultiLimit::Sliding(p), MultiState::Sliding(s)) => s.expire_ms(p) * 1000 <= now,
+            (limit, state) => panic!("{limit:?} on {state:?}"),
+        }
+    }
+
+    /// The value and expiry (ms) Redis keeps for `state`.
+    fn stored(self, state: MultiState) -> (String, u64) {
+        match (self, state) {
+            (_, MultiState::Token(s)) => (s.encode(), s.expire_ms),
+            (_, MultiState::Interval(s)) => (s.encode(), s.expire_ms),
+            (_, MultiState::Fixed(s)) => (s.encode(), s.expire_ms),
+            (MultiLimit::Sliding(p), MultiState::Sliding(s)) => (s.encode(), s.expire_ms(p)),
+            (limit, state) => panic!("{limit:?} on {state:?}"),
+        }
+    }
+}
+
+/// Several limits of one call (`multi.lua`, by `FCALL`, and the Redis module's `multi`,
+/// picked at random per call) in every mode (decide, reserve, veto, give back, peek), some in
+/// shadow mode, on keys of the four algorithms the module decides, against a model of the
+/// script built on the twins, replayed at the server time of each reply: every number of
+/// every reply equal, and after each call every key holds exactly the model's state. A give
+/// back answers no time: its effect is checked against the model at the instants before and
+/// after it (a boundary may pass between them), and what Redis holds is kept.
+#[test]
+fn multi_by_the_module_and_by_fcall_equal_the_twins() {
+    let server = server();
+    let mut con = server.blocking_connection();
+    let library = scripts::library();
+    let _: () = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(library.text())
+        .query(&mut con)
+        .unwrap();
+    let function = library.function("multi").unwrap();
+    let command = scripts::native_commands()
+        .into_iter()
+        .find(|c| c.ends_with(".multi"))
+        .expect("the module decides several limits");
+    let mut rng = Rng(0x3017_1b1e_5eed);
+    let ms = |n: u64| Duration::from_micros(1000 * n);
+    // Eight keys, two of each algorithm, with limits of a few milliseconds.
+    let limits: Vec<MultiLimit> = (0..8u64)
+        .map(|i| {
+            let limit = Limit::per(1 + (i % 3) as u32 * 2, ms(2 + i % 5));
+            let limit = if i % 4 < 2 {
+                limit.try_burst(2 + (i % 4) as u32).unwrap()
+            } else {
+                limit
+            };
+            match i % 4 {
+                0 => MultiLimit::Token(token_bucket::params(&limit)),
+                1 => MultiLimit::Interval(
+                    interval_bucket::IntervalParams::of(&limit.refill(Refill::Interval)).unwrap(),
+                ),
+                2 => MultiLimit::Fixed(
+                    WindowParams::of(&limit.algorithm(Algorithm::FixedWindow)).unwrap(),
+                ),
+                _ => MultiLimit::Sliding(
+                    sliding_window::SlidingParams::of(&limit.algorithm(Algorithm::SlidingWindow))
+                        .unwrap(),
+                ),
+            }
+        })
+        .collect();
+    let keys: Vec<String> = (0..8).map(|i| format!("app:{{m}}:{i}")).collect();
+    let mut states: Vec<Option<MultiState>> = vec![None; keys.len()];
+    // The last reservation that every limit admitted: its limits, costs and server time.
+    let mut reserved: Option<(Vec<usize>, Vec<u64>, u64)> = None;
+    let (mut by_module, mut by_fcall, mut modes) = (0, 0, [0u32; 5]);
+    for n in 0..3000 {
+        let give_back = reserved.is_some() && rng.below(6) == 0;
+        let (chosen, costs, mode, at) = if give_back {
+            let (chosen, costs, at) = reserved.take().unwrap();
+            (chosen, costs, 3u8, Some(at))
+        } else {
+            let count = 1 + usize::try_from(rng.below(3)).unwrap();
+            let mut chosen: Vec<usize> = Vec::new();
+            while chosen.len() < count {
+                let i = usize::try_from(rng.below(8)).unwrap();
+                if !chosen.contains(&i) {
+                    chosen.push(i);
+                }
+            }
+            // 1 or 2 tokens; 1 under a window of 1 (a call costs at most the limit).
+            let costs = chosen
+                .iter()
+                .map(|&i| 1 + rng.below(if i % 4 >= 2 && i % 3 == 0 { 1 } else { 2 }))
+                .collect();
+            let mode: u8 = [0, 0, 0, 1, 1, 2, 4][usize::try_from(rng.below(7)).unwrap()];
+            (chosen, costs, mode, None)
+        };
+        modes[usize::from(mode)] += 1;
+        let shadow: Vec<bool> = chosen.iter().map(|_| rng.below(8) == 0).collect();
+        let call_keys: Vec<&str> = chosen.iter().map(|&i| keys[i].as_str()).collect();
+        let mut specs: Vec<u64> = Vec::new();
+        for ((&i, &cost), &shadow) in chosen.iter().zip(&costs).zip(&shadow) {
+            let (kind, args) = limits[i].spec(cost);
+            specs.push(u64::from(kind.id()) + if shadow { 8 } else { 0 });
+            specs.push(args.len() as u64);
+            specs.extend(args);
+        }
+        specs.extend(at);
+        if rng.below(8) == 0 {
+            std::thread::sleep(Duration::from_micros(rng.below(3000)));
+        }
+        let before = server_now(&mut con);
+        let natively = rng.below(2) == 0;
+        let reply: Vec<u64> = if natively {
+            by_module += 1;
+            let packed: Vec<String> = std::iter::once(u64::from(mode))
+                .chain(specs.iter().copied())
+                .map(|v| v.to_string())
+                .collect();
+            let text: String = redis::cmd(command)
+                .arg(call_keys.len())
+                .arg(&call_keys)
+                .arg(packed.join(" "))
+                .query(&mut con)
+                .unwrap();
+            text.split(' ').map(|v| v.parse().unwrap()).collect()
+        } else {
+            by_fcall += 1;
+            // Mode 3 answers one integer, the others an array of them.
+            let reply: redis::Value = redis::cmd("FCALL")
+                .arg(function)
+                .arg(1)
+                .arg(call_keys[0])
+                .arg(call_keys.len())
+                .arg(mode)
+                .arg(&call_keys)
+                .arg(&specs)
+                .query(&mut con)
+                .unwrap();
+            match reply {
+                redis::Value::Int(n) => vec![u64::try_from(n).unwrap()],
+                other => redis::from_redis_value(other).unwrap(),
+            }
+        };
+        let how = if natively { "module" } else { "FCALL" };
+        let context = format!("call {n} by {how}, mode {mode}, keys {chosen:?}, costs {costs:?}");
+        if let Some(at) = at {
+            assert_eq!(reply, [chosen.len() as u64], "{context}");
+            let after = server_now(&mut con);
+            for (&i, &cost) in chosen.iter().zip(&costs) {
+                // A state that has ended reads as an absent one: the script may write one
+                // (a bucket given back to full expires within the millisecond), the module
+                // deletes the key.
+                let live = |s: Option<MultiState>| {
+                    s.filter(|&s| !limits[i].ended(s, after))
+                        .map(|s| limits[i].stored(s))
+                };
+                let held = read_multi_state(&mut con, &keys[i], limits[i]);
+                let expected =
+                    [before, after].map(|now| live(limits[i].give_back(now, states[i], cost, at)));
+                let actual = live(held);
+                assert!(
+                    expected.contains(&actual),
+                    "{context}: {} holds {actual:?}, the model {expected:?} from {:?}",
+                    keys[i],
+                    states[i]
+                );
+                states[i] = held;
+            }
+            continue;
+        }
+        let m = chosen.len();
+        assert!(
+            reply.len() == 4 * m + 1 || reply.len() == 6 * m + 1,
+            "{context}: {reply:?}"
+        );
+        let now = reply[4 * m];
+        let outcomes: Vec<Outcome<MultiState>> = chosen
+            .iter()
+            .zip(&costs)
+            .map(|(&i, &cost)| limits[i].decide(now, states[i], cost))
+            .collect();
+        let peek = |i: usize| limits[i].decide(now, states[i], 0);
+        let all = mode != 2
+            && outcomes
+                .iter()
+                .zip(&shadow)
+                .all(|(o, &shadow)| o.allowed || shadow);
+        let mut expected: Vec<u64> = Vec::new();
+        for (&i, o) in chosen.iter().zip(&outcomes) {
+            let mut fields = fields(o);
+            if !all && o.allowed {
+                let p = peek(i);
+                fields[1] = p.remaining;
+                fields[3] = p.reset_after_us;
+            }
+            if mode == 4 {
+                fields[1] = peek(i).remaining;
+            }
+            expected.extend(fields);
+        }
+        expected.push(now);
+        if mode == 1 && all {
+            for &i in &chosen {
+                let p = peek(i);
+                expected.extend([p.remaining, p.reset_after_us]);
+            }
+        }
+        assert_eq!(
+            reply,
+            expected,
+            "{context}, states {:?}",
+            chosen.iter().map(|&i| states[i]).collect::<Vec<_>>()
+        );
+        for (&i, o) in chosen.iter().zip(&outcomes) {
+            if let Some(s) = o.new_state.filter(|_| mode != 4 && (all || !o.allowed)) {
+                let (value, expire_ms) = limits[i].stored(s);
+                holds(&mut con, &keys[i], Some(&value), expire_ms);
+                states[i] = Some(s);
+            }
+        }
+        if mode == 1 && all {
+            reserved = Some((chosen, costs, now));
+        }
+    }
+    println!("{by_module} calls by the module, {by_fcall} by FCALL, by mode {modes:?}");
+    assert!(
+        by_module > 1000 && by_fcall > 1000 && modes.iter().all(|&n| n > 50),
+        "{modes:?}"
+    );
+}
+
+/// The server's clock, in microseconds.
+fn server_now(con: &mut Connection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
+    secs * 1_000_000 + micros
+}
+
+/// The state `key` holds for `limit`, as its script reads it (`None`: absent, or not one).
+fn read_multi_state(con: &mut Connection, key: &str, limit: MultiLimit) -> Option<MultiState> {
+    let value: Option<String> = redis::cmd("GET").arg(key).query(con).unwrap();
+    let expire = u64::try_from(pexpiretime(con, key)).ok()?;
+    let value = value?;
+    match limit {
+        MultiLimit::Token(_) => token_bucket::State::decode(&value, expire).map(MultiState::Token),
+        MultiLimit::Interval(_) => {
+            interval_bucket::State::decode(&value, expire).map(MultiState::Interval)
+        }
+        MultiLimit::Fixed(_) => fixed_window::State::decode(&value, expire).map(MultiState::Fixed),
+        MultiLimit::Sliding(_) => sliding_window::State::decode(&value).map(MultiState::Sliding),
+    }
+}

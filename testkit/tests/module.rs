@@ -53,16 +53,22 @@ fn the_module_registers_the_commands_the_limiter_calls() {
         .collect();
     expected.sort();
     assert_eq!(registered, expected);
-    // Each declares its key: Redis Cluster routes it by the bucket and the ACL checks it.
+    // Each declares its keys: Redis Cluster routes it by the bucket and the ACL checks it.
+    // One algorithm's command takes its key first; `multi`, numkeys and every limit's key.
+    let bucket = "app:{7:orders:alice}";
     for command in &expected {
-        let keys: Vec<String> = redis::cmd("COMMAND")
-            .arg("GETKEYS")
-            .arg(command)
-            .arg("app:{7:orders:alice}")
-            .arg("1 1 1 1")
-            .query(&mut con)
-            .unwrap();
-        assert_eq!(keys, ["app:{7:orders:alice}"], "{command}");
+        let mut getkeys = redis::cmd("COMMAND");
+        getkeys.arg("GETKEYS").arg(command);
+        let expected_keys: Vec<String> = if command.ends_with(".multi") {
+            let keys = [bucket.to_owned(), format!("{bucket}:day")];
+            getkeys.arg(2).arg(&keys);
+            keys.to_vec()
+        } else {
+            getkeys.arg(bucket);
+            vec![bucket.to_owned()]
+        };
+        let keys: Vec<String> = getkeys.arg("1 1 1 1").query(&mut con).unwrap();
+        assert_eq!(keys, expected_keys, "{command}");
     }
 }
 
@@ -120,6 +126,13 @@ fn any_arguments_get_an_answer_and_the_server_lives_on() {
             Some("fixed_window") => vec![b"app:{k}", b"5 1000000 1"],
             Some("sliding_window") => vec![b"app:{k}", b"5 1000000 1000 1"],
             Some("interval_bucket") => vec![b"app:{k}", b"4 10 1000000 10 1"],
+            // Two limits of one call: a token bucket and a fixed window, on two keys.
+            Some("multi") => vec![
+                b"2",
+                b"app:{k}",
+                b"app:{k}:w",
+                b"0 1 4 1000000 1 5000000 1 3 3 5 1000000 1",
+            ],
             other => panic!("no valid call written for {other:?}"),
         }
     };
@@ -148,12 +161,13 @@ fn any_arguments_get_an_answer_and_the_server_lives_on() {
                 // A valid call with one of its numbers at an edge (a cost of 0, a period of
                 // a microsecond, one beyond exact arithmetic).
                 let valid = valid(command);
+                let (packed, keys) = valid.split_last().unwrap();
                 let mut numbers: Vec<&str> =
-                    std::str::from_utf8(valid[1]).unwrap().split(' ').collect();
+                    std::str::from_utf8(packed).unwrap().split(' ').collect();
                 let at = usize::try_from(rng.below(numbers.len() as u64)).unwrap();
                 numbers[at] = edges[usize::try_from(rng.below(edges.len() as u64)).unwrap()];
                 edged = numbers.join(" ");
-                args.push(valid[0]);
+                args.extend_from_slice(keys);
                 args.push(edged.as_bytes());
             } else if rng.below(2) == 0 {
                 // Anything at all.
@@ -360,14 +374,48 @@ async fn the_least_acl_with_the_module_commands_decides_by_the_module() {
 
 /// `ratelimit.v1.token_bucket`'s calls on `server`, and those that failed.
 async fn token_bucket_calls(server: &RedisServer) -> [u64; 2] {
+    calls_of(server, "ratelimit.v1.token_bucket").await
+}
+
+/// `command`'s calls on `server`, and those that failed (`INFO commandstats`).
+async fn calls_of(server: &RedisServer, command: &str) -> [u64; 2] {
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
         .query_async(&mut server.connection().await)
         .await
         .unwrap();
-    let line = "cmdstat_ratelimit.v1.token_bucket";
+    let line = format!("cmdstat_{command}");
     ["calls", "failed_calls"]
-        .map(|field| testkit::info_number(&stats, line, Some(field)).unwrap_or(0))
+        .map(|field| testkit::info_number(&stats, &line, Some(field)).unwrap_or(0))
+}
+
+/// Several limits of one call (a token bucket and a fixed window) are one command of the
+/// module, all or nothing: the call the bucket refuses takes nothing from the window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn several_limits_of_a_call_are_one_module_command() {
+    let server = with_module(&[]);
+    let limiter = limiter_on(&server).await;
+    let bucket = Limit::per_hour(2);
+    let window = Limit::per_hour(3).algorithm(ratelimit_core::Algorithm::FixedWindow);
+    let both = [("k:bucket", &bucket, 1), ("k:window", &window, 1)];
+    let mut seen = Vec::new();
+    for _ in 0..4 {
+        let d = limiter.check_all(&both).await.unwrap();
+        assert_eq!(d.source, Source::Store, "{d:?}");
+        seen.push((d.allowed, d.remaining));
+    }
+    // Two admitted; then the bucket is empty, and the window keeps the one it has left.
+    assert_eq!(seen, [(true, 1), (true, 0), (false, 0), (false, 0)]);
+    let left = limiter.peek("k:window", &window).await.unwrap();
+    assert_eq!(
+        left.remaining, 1,
+        "the refused calls took nothing from the window"
+    );
+    let multi = format!("{}multi", ratelimit_vocab::native::COMMAND_PREFIX);
+    // The four calls, and the peek (`multi`'s peek mode, of one limit): each answered by the
+    // module (a call it did not answer would have gone by `FCALL` only after the module
+    // refused it, and every limiter decision here is the store's).
+    assert_eq!(calls_of(&server, &multi).await, [5, 0]);
 }
 
 /// A limiter (prefix `app`) of the user `ratelimit`, set to the least ACL of
@@ -461,6 +509,24 @@ async fn on_a_cluster_every_master_decides_by_the_module() {
             "{refused:?}"
         );
     }
+    // Several limits of one call, whose buckets are in other slots (each bucket's slot is its
+    // name's and key's): decided by `multi.lua`, which reaches keys of any slot its node
+    // serves (the module's `multi` declares every key, so a cluster takes it only for keys of
+    // one slot), across the masters as one all-or-nothing call.
+    let window = Limit::per_hour(2).algorithm(ratelimit_core::Algorithm::FixedWindow);
+    let both = [("user0", &limit, 1), ("user0:w", &window, 1)];
+    assert_ne!(
+        ratelimit_core::tools::key_slot(b"app:{:user0}"),
+        ratelimit_core::tools::key_slot(b"app:{:user0:w}")
+    );
+    let d = limiter.check_all(&both).await.unwrap();
+    assert!(
+        !d.allowed && d.source == Source::Store,
+        "user0's bucket is empty: {d:?}"
+    );
+    let fresh = [("fresh", &limit, 1), ("fresh:w", &window, 1)];
+    let d = limiter.check_all(&fresh).await.unwrap();
+    assert!(d.allowed && d.source == Source::Store, "{d:?}");
     let masters = cluster.masters();
     assert_eq!(masters.len(), 3);
     for master in masters {

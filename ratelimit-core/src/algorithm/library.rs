@@ -133,11 +133,16 @@ impl Lua {
 /// The scripts the Redis module decides natively, this version's: the module registers a
 /// command for each and for no other (`testkit/tests/module.rs` holds the two lists equal on
 /// a server that loaded it). The others run by `FCALL` or `EVALSHA` on every server.
-pub(crate) const NATIVE: [Lua; 4] = [
+///
+/// `multi` decides natively only calls whose every limit's algorithm is native, of at most
+/// `ratelimit_vocab::native::MAX_LIMITS` limits, and declares every key (on a cluster, all
+/// of one slot): the store checks each call ([`RedisStore`](crate::store::RedisStore)).
+pub(crate) const NATIVE: [Lua; 5] = [
     Lua::Alone(StateKind::TokenBucket),
     Lua::Alone(StateKind::FixedWindow),
     Lua::Alone(StateKind::SlidingWindow),
     Lua::Alone(StateKind::IntervalBucket),
+    Lua::Multi,
 ];
 
 /// Every decision script of this version of the crate as one library of Redis functions.

@@ -259,12 +259,7 @@ impl RedisStore {
                 })
                 .await
             }
-            (keys, specs) => {
-                self.eval(Lua::Multi, &keys[..1], |cmd| {
-                    cmd.arg(keys.len()).arg(0).arg(keys).arg(specs);
-                })
-                .await
-            }
+            (keys, specs) => self.multi(keys, specs, 0, None).await,
         }
     }
 

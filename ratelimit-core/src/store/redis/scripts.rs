@@ -93,15 +93,34 @@ impl RedisStore {
         &self,
         lua: Lua,
         keys: &[&str],
-        args: impl Fn(&mut redis::Cmd),
+        args: impl Fn(&mut redis::Cmd) + Sync,
+    ) -> Result<T, RedisError> {
+        let native = match lua {
+            Lua::Alone(_) => lua.native().map(|command| Native {
+                command,
+                keys,
+                counted: false,
+                args: &args,
+            }),
+            _ => None,
+        };
+        self.eval_or_native(lua, keys, &args, native).await
+    }
+
+    /// [`eval`](RedisStore::eval), or first, while the node has the Redis module, `native`:
+    /// its command, which decides the same from its own form of the arguments.
+    async fn eval_or_native<T: redis::FromRedisValue>(
+        &self,
+        lua: Lua,
+        keys: &[&str],
+        args: &(dyn Fn(&mut redis::Cmd) + Sync),
+        native: Option<Native<'_>>,
     ) -> Result<T, RedisError> {
         let functions = self.functions.load(std::sync::atomic::Ordering::Relaxed);
-        let native = lua
-            .native()
-            .filter(|_| self.native.load(std::sync::atomic::Ordering::Relaxed));
+        let native = native.filter(|_| self.native.load(std::sync::atomic::Ordering::Relaxed));
         self.run(|mut c| async move {
-            if let Some(command) = native {
-                match native_call(command, keys, &args).query_async(&mut c).await {
+            if let Some(native) = native {
+                match native.cmd().query_async(&mut c).await {
                     // The node has no such command (it restarted without the module, or a
                     // failover reached a node without it), or refuses it: nothing ran, and
                     // the same decision runs by the library or the script below.
@@ -139,15 +158,65 @@ impl RedisStore {
         .await
     }
 
-    /// Whether `call` (one limit alone) runs as a command of the Redis module now.
+    /// Whether `call` runs as a command of the Redis module now: one limit alone, or several
+    /// by `multi` ([`multi_is_native`](RedisStore::multi_is_native)).
     pub(super) fn is_native(&self, call: Call<'_>) -> bool {
-        match call.specs {
-            [spec] => {
-                spec.alone().native().is_some()
-                    && self.native.load(std::sync::atomic::Ordering::Relaxed)
+        self.native.load(std::sync::atomic::Ordering::Relaxed)
+            && match call.specs {
+                [spec] => spec.alone().native().is_some(),
+                specs => self.multi_is_native(call.keys, specs),
             }
-            _ => false,
-        }
+    }
+
+    /// Whether the module's `multi` decides these limits: each of an algorithm the module
+    /// decides, at most `MAX_LIMITS` of them, and on a cluster every key in one slot (the
+    /// command declares every key, and a cluster node refuses keys of several slots, where
+    /// `multi.lua` declares the first only and reaches the others as the node serves them).
+    fn multi_is_native(&self, keys: &[&str], specs: &[Spec]) -> bool {
+        Lua::Multi.native().is_some()
+            && specs.len() <= ratelimit_vocab::native::MAX_LIMITS
+            && specs.iter().all(|spec| spec.alone().native().is_some())
+            && (!self.is_cluster() || {
+                let slot = |key: &str| crate::naming::key_slot(key.as_bytes());
+                keys.iter()
+                    .all(|key| Some(slot(key)) == keys.first().map(|k| slot(k)))
+            })
+    }
+
+    /// `multi.lua` (`FCALL` or `EVALSHA`) on `keys` with `specs` in `mode` (its number; a
+    /// give-back's reservation time after the specs), or the module's `multi` where it
+    /// decides them.
+    pub(super) async fn multi<T: redis::FromRedisValue>(
+        &self,
+        keys: &[&str],
+        specs: &[Spec],
+        mode: u8,
+        reserved_at: Option<u64>,
+    ) -> Result<T, RedisError> {
+        let script = |cmd: &mut redis::Cmd| {
+            cmd.arg(keys.len()).arg(mode).arg(keys).arg(specs);
+            if let Some(at) = reserved_at {
+                cmd.arg(at);
+            }
+        };
+        let native = |cmd: &mut redis::Cmd| {
+            cmd.arg(mode).arg(specs);
+            if let Some(at) = reserved_at {
+                cmd.arg(at);
+            }
+        };
+        let native = self
+            .multi_is_native(keys, specs)
+            .then(|| Lua::Multi.native())
+            .flatten()
+            .map(|command| Native {
+                command,
+                keys,
+                counted: true,
+                args: &native,
+            });
+        self.eval_or_native(Lua::Multi, keys.get(..1).unwrap_or(&[]), &script, native)
+            .await
     }
 
     /// Decides by `FCALL` or `EVALSHA` from now on, in every clone of this store: a node has
@@ -246,24 +315,37 @@ pub(super) async fn call_library(c: &mut super::AnyConn) -> Result<(), RedisErro
     c.send_to_a_master(empty).await.map(drop)
 }
 
-/// The module's `command` for one algorithm's decision on `keys` (its one key): the key,
+/// A call of a command of the Redis module: its keys (with `counted`, after their number),
 /// then the script's arguments that `args` adds, packed into one argument
 /// (`ratelimit_vocab::native`).
-fn native_call(command: &str, keys: &[&str], args: &impl Fn(&mut redis::Cmd)) -> redis::Cmd {
-    let mut script = redis::Cmd::new();
-    args(&mut script);
-    let mut packed = Vec::with_capacity(64);
-    for arg in script.args_iter() {
-        if let redis::Arg::Simple(bytes) = arg {
-            if !packed.is_empty() {
-                packed.push(ratelimit_vocab::native::SEPARATOR);
+#[derive(Clone, Copy)]
+struct Native<'a> {
+    command: &'static str,
+    keys: &'a [&'a str],
+    counted: bool,
+    args: &'a (dyn Fn(&mut redis::Cmd) + Sync),
+}
+
+impl Native<'_> {
+    fn cmd(&self) -> redis::Cmd {
+        let mut script = redis::Cmd::new();
+        (self.args)(&mut script);
+        let mut packed = Vec::with_capacity(64);
+        for arg in script.args_iter() {
+            if let redis::Arg::Simple(bytes) = arg {
+                if !packed.is_empty() {
+                    packed.push(ratelimit_vocab::native::SEPARATOR);
+                }
+                packed.extend_from_slice(bytes);
             }
-            packed.extend_from_slice(bytes);
         }
+        let mut cmd = redis::cmd(self.command);
+        if self.counted {
+            cmd.arg(self.keys.len());
+        }
+        cmd.arg(self.keys).arg(packed);
+        cmd
     }
-    let mut cmd = redis::cmd(command);
-    cmd.arg(keys).arg(packed);
-    cmd
 }
 
 /// A native command's reply of numbers (`ratelimit_vocab::native`) as the array of integers
@@ -421,15 +503,12 @@ impl RedisStore {
             Mode::GiveBack(_) => 3,
             Mode::Peek => 4,
         };
-        let reply: Value = self
-            .eval(Lua::Multi, &keys[..1], |cmd| {
-                cmd.arg(keys.len()).arg(code).arg(&keys).arg(&specs);
-                // After the specs, a give-back's reservation time.
-                if let Mode::GiveBack(reserved_at) = mode {
-                    cmd.arg(reserved_at);
-                }
-            })
-            .await?;
+        // After the specs, a give-back's reservation time.
+        let reserved_at = match mode {
+            Mode::GiveBack(at) => Some(at),
+            _ => None,
+        };
+        let reply: Value = self.multi(&keys, &specs, code, reserved_at).await?;
         match mode {
             Mode::GiveBack(_) => Ok(GroupReply::default()),
             _ => parse_group(&reply, checks.len()),
