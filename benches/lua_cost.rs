@@ -117,11 +117,25 @@ async fn send(c: &mut MultiplexedConnection, case: &Case, from: u64, n: u64) {
             cmd.arg(&args);
         }
         let replies: Vec<Value> = pipe.query_async(c).await.unwrap();
+        // No error anywhere: not as a reply, nor as a batch's entry (an error's text, from
+        // `batch.lua`; an error, from the module's `batch`).
         assert!(
-            replies.iter().all(|r| !matches!(r, Value::ServerError(_))),
-            "{}: {replies:?}",
-            case.label
+            !replies.iter().any(failed),
+            "{}: {:?}",
+            case.label,
+            replies.iter().find(|r| failed(r))
         );
+    }
+}
+
+/// Whether `reply` is or holds an error: an error reply, or text that is not numbers (a
+/// script's entry for a call whose decision raised one).
+fn failed(reply: &Value) -> bool {
+    match reply {
+        Value::ServerError(_) => true,
+        Value::BulkString(text) => !text.iter().all(|b| b.is_ascii_digit() || b" -".contains(b)),
+        Value::Array(items) => items.iter().any(failed),
+        _ => false,
     }
 }
 
@@ -442,8 +456,9 @@ async fn main() {
                 // As the store sends one-limit calls of one limit: the batch's first as 1
                 // limit, its key, algorithm 1, the number of its arguments, them; each other
                 // as 0 and its key.
+                // (The first of a command: only the batch's size is in its arguments yet.)
                 decision: Box::new(move |i, _, argv| {
-                    if i % m == 0 {
+                    if argv.len() == 1 {
                         argv.extend(["1".to_owned(), key(i), "1".to_owned(), tb.len().to_string()]);
                         argv.extend(tb.iter().map(u64::to_string));
                     } else {
@@ -451,6 +466,35 @@ async fn main() {
                     }
                 }),
                 batch: true,
+            });
+        }
+    }
+    // The module's `batch`, as the store sends a batch of one-limit calls of one limit: every
+    // key declared after their number; packed, the number of calls, the first call as 1 limit
+    // (algorithm 1, the number of its arguments, them), each other as 0.
+    for command in ways("batch")
+        .into_iter()
+        .filter(|c| c.starts_with("ratelimit."))
+    {
+        for m in [16, 64] {
+            let tb = tb.clone();
+            cases.push(Case {
+                label: format!("ours: token_bucket in batches of {m}, module"),
+                command,
+                name: None,
+                per_command: m,
+                decision: Box::new(move |i, keys, argv| {
+                    if keys.is_empty() {
+                        keys.push(m.to_string());
+                        argv.extend([m.to_string(), "1".to_owned(), "1".to_owned()]);
+                        argv.push(tb.len().to_string());
+                        argv.extend(tb.iter().map(u64::to_string));
+                    } else {
+                        argv.push("0".to_owned());
+                    }
+                    keys.push(key(i));
+                }),
+                batch: false,
             });
         }
     }

@@ -145,6 +145,7 @@ api! {
     SetCommandInfo: fn(*mut RawCommand, *const CommandInfo) -> c_int;
     ReplyWithStringBuffer: fn(*mut RawCtx, *const c_char, usize) -> c_int;
     ReplyWithError: fn(*mut RawCtx, *const c_char) -> c_int;
+    ReplyWithArray: fn(*mut RawCtx, std::ffi::c_long) -> c_int;
     StringPtrLen: fn(*const RawString, *mut usize) -> *const c_char;
     OpenKey: fn(*mut RawCtx, *mut RawString, c_int) -> *mut RawKey;
     CloseKey: fn(*mut RawKey);
@@ -409,6 +410,12 @@ impl Ctx {
         }
         let text = text.get(..at).unwrap_or(&[]);
         unsafe { (api().ReplyWithStringBuffer)(self.raw, text.as_ptr().cast(), text.len()) };
+    }
+
+    /// Starts an array reply of `len` elements: the next `len` replies are its elements.
+    pub(crate) fn reply_array(&self, len: usize) {
+        let len = std::ffi::c_long::try_from(len).unwrap_or(0);
+        unsafe { (api().ReplyWithArray)(self.raw, len) };
     }
 
     /// Replies with an error: `message` starts with its code (`ERR ...`).

@@ -93,6 +93,20 @@ impl<'a, T> Args<'a, T> {
         }
     }
 
+    /// The rest, one argument of packed numbers, to read one at a time.
+    ///
+    /// # Errors
+    /// [`ArgError::BadLimit`] when the rest is not one argument.
+    pub fn packed(&self, bytes: impl Fn(&T) -> &[u8]) -> Result<Packed<'a>, ArgError>
+    where
+        T: 'a,
+    {
+        match self.rest {
+            [packed] => Ok(Packed::new(bytes(packed))),
+            _ => Err(ArgError::BadLimit),
+        }
+    }
+
     /// The rest: one argument holding the script's arguments as integers separated by single
     /// spaces (`"1000000 3 3000000 1"`), read into `out`: how many there are (at most
     /// `out.len()`). One argument, not one per number: each argument costs Redis an object to
@@ -115,6 +129,61 @@ impl<'a, T> Args<'a, T> {
                 ArgError::NotAnInteger
             }
         })
+    }
+}
+
+/// The packed numbers of a command's last argument, read one at a time: `multi`'s and a
+/// batch's, whose count the numbers themselves say.
+#[derive(Debug, Clone)]
+pub struct Packed<'a> {
+    text: &'a [u8],
+    /// Where the next number starts; `None` after the last.
+    at: Option<usize>,
+}
+
+impl<'a> Packed<'a> {
+    /// The numbers of `text` (numbers separated by single spaces).
+    #[must_use]
+    pub fn new(text: &'a [u8]) -> Packed<'a> {
+        Packed { text, at: Some(0) }
+    }
+
+    /// The next number.
+    ///
+    /// # Errors
+    /// [`ArgError::BadLimit`] when there is none left; [`ArgError::NotAnInteger`] for one
+    /// that is not an integer.
+    pub fn next_number(&mut self) -> Result<i64, ArgError> {
+        let at = self.at.ok_or(ArgError::BadLimit)?;
+        let (value, next) =
+            ratelimit_vocab::native::read_number(self.text, at).ok_or(ArgError::NotAnInteger)?;
+        self.at = next;
+        Ok(value)
+    }
+
+    /// The next number, a count (not negative).
+    ///
+    /// # Errors
+    /// As [`next_number`](Packed::next_number), and [`ArgError::BadLimit`] for a negative one.
+    pub fn next_count(&mut self) -> Result<usize, ArgError> {
+        usize::try_from(self.next_number()?).map_err(|_| ArgError::BadLimit)
+    }
+
+    /// The next `out.len()` numbers, into `out`.
+    ///
+    /// # Errors
+    /// As [`next_number`](Packed::next_number).
+    pub fn fill(&mut self, out: &mut [i64]) -> Result<(), ArgError> {
+        for slot in out {
+            *slot = self.next_number()?;
+        }
+        Ok(())
+    }
+
+    /// Whether every number has been read.
+    #[must_use]
+    pub fn is_done(&self) -> bool {
+        self.at.is_none()
     }
 }
 

@@ -7,10 +7,10 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ratelimit_algorithms::{Cost, StateKind};
-use ratelimit_vocab::native::{MAX_ARGUMENTS, MAX_LIMITS};
+use ratelimit_vocab::native::{MAX_ARGUMENTS, MAX_BATCH, MAX_LIMITS};
 
 use crate::api::{self, CommandFn, Ctx, RawCtx, RawString};
-use crate::args::{ArgError, Args, Keys};
+use crate::args::{ArgError, Args, Keys, Packed};
 use crate::kernel::{Answer, Kernel, State, Write};
 
 /// One command: its short name (the Lua function's), Redis's flags for it, a summary, and
@@ -25,7 +25,7 @@ pub(crate) struct Spec {
 }
 
 /// Every command of the module.
-pub(crate) const ALL: [Spec; 5] = [
+pub(crate) const ALL: [Spec; 6] = [
     Spec {
         short: "token_bucket",
         keys: Keys::One,
@@ -65,6 +65,14 @@ pub(crate) const ALL: [Spec; 5] = [
                   function (each limit's key declared: on a cluster, all in one slot)",
         run: multi_command,
     },
+    Spec {
+        short: "batch",
+        keys: Keys::Counted,
+        flags: "write deny-oom",
+        summary: "Decides several calls, each as alone, in order, as the library's `batch` \
+                  function (every call's keys declared: on a cluster, all in one slot)",
+        run: batch_command,
+    },
 ];
 
 /// A command's answer, built before anything is replied, so that a failure never leaves a
@@ -76,6 +84,8 @@ enum Reply {
     /// `multi`'s numbers, packed the same way (boxed: the one decision's reply, on every
     /// call, stays small).
     Numbers(Box<Numbers>),
+    /// The command has replied already (a batch, entry by entry).
+    Sent,
 }
 
 /// Up to [`api::MAX_REPLY_NUMBERS`] numbers, on the stack.
@@ -128,12 +138,16 @@ fn serve(
     match catch_unwind(AssertUnwindSafe(|| decide(&ctx, args))) {
         Ok(Ok(Reply::Decision(values))) => ctx.reply_decision(&values),
         Ok(Ok(Reply::Numbers(numbers))) => ctx.reply_numbers(numbers.as_slice()),
+        Ok(Ok(Reply::Sent)) => {}
         Ok(Err(Failure::Args(e))) => ctx.reply_error(e.message()),
         Ok(Err(Failure::Store(message))) => ctx.reply_error(message),
-        Err(_) => ctx.reply_error("ERR ratelimit: internal error (the module panicked)"),
+        // (A batch's calls are each under their own `catch_unwind`, after its reply began.)
+        Err(_) => ctx.reply_error(PANICKED),
     }
     api::OK
 }
+
+const PANICKED: &str = "ERR ratelimit: internal error (the module panicked)";
 
 /// The server's wall clock in microseconds, as `TIME` reads it (the host's clock).
 fn now_us() -> u64 {
@@ -167,6 +181,7 @@ one_limit!(fixed_window_command, FixedWindow);
 one_limit!(sliding_window_command, SlidingWindow);
 one_limit!(interval_bucket_command, IntervalBucket);
 entry_point!(multi_command, multi);
+entry_point!(batch_command, batch);
 
 /// One algorithm's function (`gcra.lua`, `fixed_window.lua`, ...): its key, then its
 /// arguments packed; the five numbers the function returns.
@@ -184,8 +199,20 @@ fn one(ctx: &Ctx, argv: &[*mut RawString], kind: StateKind) -> Result<Reply, Fai
         Some((kernel, Cost::Take(cost))) => (kernel, cost),
         _ => return Err(ArgError::BadLimit.into()),
     };
+    decide_one(ctx, name, kernel, cost, now_us()).map(Reply::Decision)
+}
+
+/// One limit's call of `cost` on the key `name` at `now`, as its script runs it alone: the
+/// script's five numbers.
+#[inline(always)]
+fn decide_one(
+    ctx: &Ctx,
+    name: *mut RawString,
+    kernel: Kernel,
+    cost: u64,
+    now: u64,
+) -> Result<[u64; 5], Failure> {
     let mut key = ctx.open(name);
-    let now = now_us();
     let state = kernel.read(&key.read());
     warn_if_unreadable(ctx, &state);
     let answer = kernel.decide(now, &state, cost);
@@ -193,7 +220,7 @@ fn one(ctx: &Ctx, argv: &[*mut RawString], kind: StateKind) -> Result<Reply, Fai
         apply(&mut key, write)?;
     }
     let [allowed, remaining, retry, reset] = answer.numbers();
-    Ok(Reply::Decision([allowed, remaining, retry, reset, now]))
+    Ok([allowed, remaining, retry, reset, now])
 }
 
 /// A value a bucket's script never writes: warned about, as the script does, then read as the
@@ -241,48 +268,90 @@ struct Limit {
     shadow: bool,
 }
 
-/// The numbers `multi` reads at most: the mode, each limit's algorithm, count and arguments,
-/// and a give-back's reservation time.
-const MULTI_NUMBERS: usize = 2 + MAX_LIMITS * (2 + MAX_ARGUMENTS);
-
 /// `multi.lua`: `numkeys`, every limit's key, then packed: the mode; per limit its
 /// algorithm's id (plus 8 in shadow mode), the number of its arguments and them; in mode 3
 /// the reservation's server time. Answers four numbers per limit and the server time (in
 /// mode 1, when every limit admits, two more per limit: its remaining and reset before the
 /// call); mode 3 answers the number of limits.
-///
-/// Every key is read before any is written, and the call's writes are made once every limit
-/// has decided: all of them if all admit, else only those of the limits that refused (a
-/// refusal writes only a state that must be read otherwise than it says), as `multi.lua`.
 fn multi(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
     let args = Args::split(argv, arg, Keys::Counted)?;
     let n = args.keys.len();
     if n == 0 || n > MAX_LIMITS {
         return Err(ArgError::BadLimit.into());
     }
-    let mut numbers = [0i64; MULTI_NUMBERS];
-    let count = args.numbers(arg, &mut numbers)?;
-    let (mode, limits) = read_multi(numbers.get(..count).unwrap_or(&[]), n)?;
-    let now = now_us();
+    let mut packed = args.packed(arg)?;
+    let mode = packed.next_number()?;
+    let mut limits = [None; MAX_LIMITS];
+    for slot in limits.iter_mut().take(n) {
+        *slot = Some(read_limit(&mut packed)?);
+    }
+    let mode = match mode {
+        0 => Mode::Decide,
+        1 => Mode::Reserve,
+        2 => Mode::Veto,
+        3 => Mode::GiveBack(u64::try_from(packed.next_number()?).map_err(|_| ArgError::BadLimit)?),
+        4 => Mode::Peek,
+        _ => return Err(ArgError::BadLimit.into()),
+    };
+    if !packed.is_done() {
+        return Err(ArgError::BadLimit.into());
+    }
+    let limits = limits.get(..n).unwrap_or(&[]);
+    decide_several(ctx, args.keys, limits, mode, now_us()).map(Reply::Numbers)
+}
+
+/// One limit of `multi` or a batch: its algorithm's id (plus 8 in shadow mode), the number of
+/// its arguments, and them.
+fn read_limit(packed: &mut Packed<'_>) -> Result<Limit, ArgError> {
+    let bad = ArgError::BadLimit;
+    let id = u8::try_from(packed.next_number()?)
+        .ok()
+        .filter(|&id| id < 2 * SHADOW)
+        .ok_or(bad)?;
+    let count = packed.next_count()?;
+    let mut args = [0i64; MAX_ARGUMENTS];
+    let args = args.get_mut(..count).ok_or(bad)?;
+    packed.fill(args)?;
+    let kind = StateKind::from_id(id % SHADOW).ok_or(bad)?;
+    let (kernel, cost) = Kernel::from_args(kind, args).ok_or(bad)?;
+    // A negative cost runs only as mode 3's give-back, which negates the spec's own.
+    let Cost::Take(cost) = cost else {
+        return Err(bad);
+    };
+    Ok(Limit {
+        kernel,
+        cost,
+        shadow: id >= SHADOW,
+    })
+}
+
+/// Several limits of one call on `keys` (one per limit) at `now`, in `mode`, as `multi.lua`
+/// decides them: every key is read before any is written, and the call's writes are made
+/// once every limit has decided: all of them if all admit, else only those of the limits
+/// that refused (a refusal writes only a state that must be read otherwise than it says).
+fn decide_several(
+    ctx: &Ctx,
+    keys: &[*mut RawString],
+    limits: &[Option<Limit>],
+    mode: Mode,
+    now: u64,
+) -> Result<Box<Numbers>, Failure> {
+    let n = limits.iter().flatten().count();
     let mut states: [Option<State>; MAX_LIMITS] = [None; MAX_LIMITS];
-    for ((state, limit), &name) in states
-        .iter_mut()
-        .zip(limits.iter().flatten())
-        .zip(args.keys)
-    {
+    for ((state, limit), &name) in states.iter_mut().zip(limits.iter().flatten()).zip(keys) {
         *state = Some(limit.kernel.read(&ctx.open(name).read()));
     }
     let each = || {
         limits
             .iter()
             .zip(&states)
-            .zip(args.keys)
+            .zip(keys)
             .filter_map(|((limit, state), &name)| Some((limit.as_ref()?, state.as_ref()?, name)))
     };
     for (_, state, _) in each() {
         warn_if_unreadable(ctx, state);
     }
-    let mut reply = Numbers::new();
+    let mut reply = Box::new(Numbers::new());
     if let Mode::GiveBack(reserved_at) = mode {
         for (limit, state, name) in each() {
             if let Some(write) = limit.kernel.give_back(now, state, limit.cost, reserved_at) {
@@ -290,7 +359,7 @@ fn multi(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
             }
         }
         reply.push(u64::try_from(n).unwrap_or(0));
-        return Ok(Reply::Numbers(Box::new(reply)));
+        return Ok(reply);
     }
     let mut answers: [Option<Answer>; MAX_LIMITS] = [None; MAX_LIMITS];
     let mut all = mode != Mode::Veto;
@@ -327,45 +396,98 @@ fn multi(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
             reply.push(before.reset_after_us);
         }
     }
-    Ok(Reply::Numbers(Box::new(reply)))
+    Ok(reply)
 }
 
-/// `multi`'s packed numbers for `n` limits: its mode and its limits.
-fn read_multi(numbers: &[i64], n: usize) -> Result<(Mode, [Option<Limit>; MAX_LIMITS]), ArgError> {
-    let bad = ArgError::BadLimit;
-    let (&mode, mut rest) = numbers.split_first().ok_or(bad)?;
-    let mut limits: [Option<Limit>; MAX_LIMITS] = [None; MAX_LIMITS];
-    for slot in limits.iter_mut().take(n) {
-        let (&id, after) = rest.split_first().ok_or(bad)?;
-        let (&count, after) = after.split_first().ok_or(bad)?;
-        let count = usize::try_from(count).map_err(|_| bad)?;
-        let (args, after) = after.split_at_checked(count).ok_or(bad)?;
-        rest = after;
-        let id = u8::try_from(id)
-            .ok()
-            .filter(|&id| id < 2 * SHADOW)
-            .ok_or(bad)?;
-        let kind = StateKind::from_id(id % SHADOW).ok_or(bad)?;
-        let (kernel, cost) = Kernel::from_args(kind, args).ok_or(bad)?;
-        // A negative cost runs only as mode 3's give-back, which negates the spec's own.
-        let Cost::Take(cost) = cost else {
-            return Err(bad);
-        };
-        *slot = Some(Limit {
-            kernel,
-            cost,
-            shadow: id >= SHADOW,
-        });
+/// `batch.lua`: `numkeys`, every call's keys in order, then packed: the number of calls; per
+/// call, the number of its limits and each limit as `multi` takes it (its id, the number of
+/// its arguments, them), or 0 for a call of one limit whose spec is the previous one-limit
+/// call's. Each call is decided exactly as alone, in order (a later call sees what an earlier
+/// one took), at one server time; its entry in the reply is what its own command answers
+/// (one limit: five numbers; several: `multi`'s in mode 0), or its error. A call that cannot
+/// be read ends the batch: it and every call after it answer that error, the calls before it
+/// stand.
+///
+/// Replies as it goes: an array of exactly as many entries as the first number says, every
+/// call under its own `catch_unwind`, so that a failure leaves no reply half written.
+fn batch(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
+    let args = Args::split(argv, arg, Keys::Counted)?;
+    let mut packed = args.packed(arg)?;
+    let calls = packed.next_count()?;
+    if calls == 0 || calls > MAX_BATCH {
+        return Err(ArgError::BadLimit.into());
     }
-    let mode = match (mode, rest) {
-        (0, []) => Mode::Decide,
-        (1, []) => Mode::Reserve,
-        (2, []) => Mode::Veto,
-        (3, &[at]) => Mode::GiveBack(u64::try_from(at).map_err(|_| bad)?),
-        (4, []) => Mode::Peek,
-        _ => return Err(bad),
+    ctx.reply_array(calls);
+    let now = now_us();
+    let mut keys = args.keys;
+    let mut previous: Option<Limit> = None;
+    let mut unreadable: Option<ArgError> = None;
+    for _ in 0..calls {
+        if let Some(e) = unreadable {
+            ctx.reply_error(e.message());
+            continue;
+        }
+        let entry = catch_unwind(AssertUnwindSafe(|| {
+            batch_call(ctx, &mut packed, &mut keys, &mut previous, now)
+        }));
+        match entry {
+            Ok(Ok(Reply::Decision(values))) => ctx.reply_decision(&values),
+            Ok(Ok(Reply::Numbers(numbers))) => ctx.reply_numbers(numbers.as_slice()),
+            // (A call does not reply itself.)
+            Ok(Ok(Reply::Sent)) => ctx.reply_error(PANICKED),
+            Ok(Err(Failure::Args(e))) => {
+                ctx.reply_error(e.message());
+                unreadable = Some(e);
+            }
+            Ok(Err(Failure::Store(message))) => ctx.reply_error(message),
+            Err(_) => {
+                ctx.reply_error(PANICKED);
+                unreadable = Some(ArgError::BadLimit);
+            }
+        }
+    }
+    if unreadable.is_none() && (!packed.is_done() || !keys.is_empty()) {
+        ctx.warn("redis-ratelimit: a batch held more numbers or keys than its calls read");
+    }
+    Ok(Reply::Sent)
+}
+
+/// One call of a batch: its limits read from `packed`, its keys taken from the front of
+/// `keys`, decided at `now`.
+fn batch_call(
+    ctx: &Ctx,
+    packed: &mut Packed<'_>,
+    keys: &mut &[*mut RawString],
+    previous: &mut Option<Limit>,
+    now: u64,
+) -> Result<Reply, Failure> {
+    let n = packed.next_count()?;
+    if n > MAX_LIMITS {
+        return Err(ArgError::BadLimit.into());
+    }
+    let (mine, rest) = keys.split_at_checked(n.max(1)).ok_or(ArgError::NumKeys)?;
+    *keys = rest;
+    let one = |limit: Limit| {
+        let name = *mine.first().ok_or(ArgError::NumKeys)?;
+        decide_one(ctx, name, limit.kernel, limit.cost, now).map(Reply::Decision)
     };
-    Ok((mode, limits))
+    match n {
+        // The previous one-limit call's limit, on another key.
+        0 => one(previous.ok_or(ArgError::BadLimit)?),
+        1 => {
+            let limit = read_limit(packed)?;
+            *previous = Some(limit);
+            one(limit)
+        }
+        _ => {
+            let mut limits = [None; MAX_LIMITS];
+            for slot in limits.iter_mut().take(n) {
+                *slot = Some(read_limit(packed)?);
+            }
+            let limits = limits.get(..n).unwrap_or(&[]);
+            decide_several(ctx, mine, limits, Mode::Decide, now).map(Reply::Numbers)
+        }
+    }
 }
 
 /// What `multi.lua` adds to a limit's algorithm id in shadow mode.

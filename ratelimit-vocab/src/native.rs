@@ -28,6 +28,10 @@ pub const OTHER_COMMANDS: [&str; 4] =
 /// limiter sends a call of more by `FCALL` (a call of one or two limits is the usual).
 pub const MAX_LIMITS: usize = 16;
 
+/// The most calls one `batch` decides: the module refuses more, and the limiter sends a
+/// larger batch by `FCALL` (its batches are of 64 calls by default).
+pub const MAX_BATCH: usize = 1024;
+
 /// The most arguments one algorithm's call takes (the token bucket's eight).
 pub const MAX_ARGUMENTS: usize = 8;
 
@@ -54,32 +58,46 @@ pub fn numbers(text: &[u8]) -> impl Iterator<Item = Option<i64>> + '_ {
 pub fn read_numbers(text: &[u8], out: &mut [i64]) -> Option<usize> {
     let mut at = 0;
     for (n, slot) in out.iter_mut().enumerate() {
-        let negative = text.get(at) == Some(&b'-');
-        at += usize::from(negative);
-        let start = at;
-        let mut value = 0u64;
-        while let Some(digit) = text
-            .get(at)
-            .map(|b| b.wrapping_sub(b'0'))
-            .filter(|&d| d <= 9)
-        {
-            // Wrapping past 19 digits, which are refused below.
-            value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
-            at += 1;
-        }
-        if at == start || at - start > 19 {
-            return None;
-        }
-        let value = i64::try_from(value).ok()?;
-        *slot = if negative { -value } else { value };
-        match text.get(at) {
+        let (value, next) = read_number(text, at)?;
+        *slot = value;
+        match next {
+            Some(next) => at = next,
             None => return Some(n + 1),
-            Some(&SEPARATOR) => at += 1,
-            Some(_) => return None,
         }
     }
     // More numbers than `out` holds.
     None
+}
+
+/// The number of `text` that starts at `at`, as [`integer`] reads it, and where the next one
+/// starts (`None`: it was the last). `None` when it is not an integer, or is followed by
+/// anything but [`SEPARATOR`] and another number. Each digit is read once, as it is
+/// accumulated: the module reads a call's arguments, or a batch's, with it.
+#[must_use]
+pub fn read_number(text: &[u8], mut at: usize) -> Option<(i64, Option<usize>)> {
+    let negative = text.get(at) == Some(&b'-');
+    at += usize::from(negative);
+    let start = at;
+    let mut value = 0u64;
+    while let Some(digit) = text
+        .get(at)
+        .map(|b| b.wrapping_sub(b'0'))
+        .filter(|&d| d <= 9)
+    {
+        // Wrapping past 19 digits, which are refused below.
+        value = value.wrapping_mul(10).wrapping_add(u64::from(digit));
+        at += 1;
+    }
+    if at == start || at - start > 19 {
+        return None;
+    }
+    let value = i64::try_from(value).ok()?;
+    let value = if negative { -value } else { value };
+    match text.get(at) {
+        None => Some((value, None)),
+        Some(&SEPARATOR) => Some((value, Some(at + 1))),
+        Some(_) => None,
+    }
 }
 
 /// `v` in decimal, written at the end of `buf`: the digits (two at a time, from a table).

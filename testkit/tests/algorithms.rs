@@ -1111,7 +1111,8 @@ fn memory_per_active_key() {
     }
 }
 
-/// One limit of a `multi` call in [`multi_by_the_module_and_by_fcall_equal_the_twins`]: its
+/// One limit of a `multi` call in
+/// [`several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins`]: its
 /// kind of state and parameters.
 #[derive(Debug, Clone, Copy)]
 enum MultiLimit {
@@ -1255,9 +1256,12 @@ impl MultiLimit {
 /// script built on the twins, replayed at the server time of each reply: every number of
 /// every reply equal, and after each call every key holds exactly the model's state. A give
 /// back answers no time: its effect is checked against the model at the instants before and
-/// after it (a boundary may pass between them), and what Redis holds is kept.
+/// after it (a boundary may pass between them), and what Redis holds is kept. One step in
+/// six is instead a batch of the module's (`batch`) of two to four such calls in mode 0, some
+/// on the previous call's limit again (sent as 0): each entry is the model's for that call,
+/// decided in order at the batch's one server time.
 #[test]
-fn multi_by_the_module_and_by_fcall_equal_the_twins() {
+fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
     let server = server();
     let mut con = server.blocking_connection();
     let library = scripts::library();
@@ -1272,6 +1276,10 @@ fn multi_by_the_module_and_by_fcall_equal_the_twins() {
         .into_iter()
         .find(|c| c.ends_with(".multi"))
         .expect("the module decides several limits");
+    let batch_command = scripts::native_commands()
+        .into_iter()
+        .find(|c| c.ends_with(".batch"))
+        .expect("the module decides batches");
     let mut rng = Rng(0x3017_1b1e_5eed);
     let ms = |n: u64| Duration::from_micros(1000 * n);
     // Eight keys, two of each algorithm, with limits of a few milliseconds.
@@ -1303,25 +1311,78 @@ fn multi_by_the_module_and_by_fcall_equal_the_twins() {
     // The last reservation that every limit admitted: its limits, costs and server time.
     let mut reserved: Option<(Vec<usize>, Vec<u64>, u64)> = None;
     let (mut by_module, mut by_fcall, mut modes) = (0, 0, [0u32; 5]);
+    let mut batches = 0;
     for n in 0..3000 {
+        if rng.below(6) == 0 {
+            // The module's `batch`: two to four calls, each decided as alone, in order, at
+            // one server time; a one-limit call on the previous one's limit goes as 0.
+            let mut call_keys: Vec<&str> = Vec::new();
+            let mut packed: Vec<u64> = Vec::new();
+            let mut calls: Vec<(Vec<usize>, Vec<u64>, Vec<bool>)> = Vec::new();
+            let count = 2 + rng.below(3);
+            packed.push(count);
+            let mut previous: Option<(usize, u64)> = None;
+            for _ in 0..count {
+                let again = previous.filter(|_| rng.below(3) == 0);
+                let (chosen, costs) = if let Some((i, cost)) = again {
+                    packed.push(0);
+                    (vec![i], vec![cost])
+                } else {
+                    let (chosen, costs) = pick_limits(&mut rng);
+                    packed.push(chosen.len() as u64);
+                    for (&i, &cost) in chosen.iter().zip(&costs) {
+                        let (kind, args) = limits[i].spec(cost);
+                        packed.push(u64::from(kind.id()));
+                        packed.push(args.len() as u64);
+                        packed.extend(args);
+                    }
+                    (chosen, costs)
+                };
+                previous = (chosen.len() == 1).then(|| (chosen[0], costs[0]));
+                call_keys.extend(chosen.iter().map(|&i| keys[i].as_str()));
+                let shadow = vec![false; chosen.len()];
+                calls.push((chosen, costs, shadow));
+            }
+            let text: Vec<String> = packed.iter().map(u64::to_string).collect();
+            let reply: Vec<String> = redis::cmd(batch_command)
+                .arg(call_keys.len())
+                .arg(&call_keys)
+                .arg(text.join(" "))
+                .query(&mut con)
+                .unwrap();
+            assert_eq!(reply.len(), calls.len(), "call {n}: a batch of {packed:?}");
+            let entries: Vec<Vec<u64>> = reply
+                .iter()
+                .map(|e| e.split(' ').map(|v| v.parse().unwrap()).collect())
+                .collect();
+            let now = *entries[0].last().unwrap();
+            // What each key holds after the whole batch: its last write.
+            let mut last: Vec<Option<(String, u64)>> = vec![None; keys.len()];
+            for (k, ((chosen, costs, shadow), entry)) in calls.iter().zip(&entries).enumerate() {
+                let (expected, written, _) =
+                    model_call(&limits, &mut states, chosen, costs, shadow, 0, now);
+                assert_eq!(
+                    entry, &expected,
+                    "call {n}: batch entry {k} of {packed:?}, limits {chosen:?}"
+                );
+                for (i, value, expire_ms) in written {
+                    last[i] = Some((value, expire_ms));
+                }
+            }
+            for (i, held) in last.into_iter().enumerate() {
+                if let Some((value, expire_ms)) = held {
+                    holds(&mut con, &keys[i], Some(&value), expire_ms);
+                }
+            }
+            batches += 1;
+            continue;
+        }
         let give_back = reserved.is_some() && rng.below(6) == 0;
         let (chosen, costs, mode, at) = if give_back {
             let (chosen, costs, at) = reserved.take().unwrap();
             (chosen, costs, 3u8, Some(at))
         } else {
-            let count = 1 + usize::try_from(rng.below(3)).unwrap();
-            let mut chosen: Vec<usize> = Vec::new();
-            while chosen.len() < count {
-                let i = usize::try_from(rng.below(8)).unwrap();
-                if !chosen.contains(&i) {
-                    chosen.push(i);
-                }
-            }
-            // 1 or 2 tokens; 1 under a window of 1 (a call costs at most the limit).
-            let costs = chosen
-                .iter()
-                .map(|&i| 1 + rng.below(if i % 4 >= 2 && i % 3 == 0 { 1 } else { 2 }))
-                .collect();
+            let (chosen, costs) = pick_limits(&mut rng);
             let mode: u8 = [0, 0, 0, 1, 1, 2, 4][usize::try_from(rng.below(7)).unwrap()];
             (chosen, costs, mode, None)
         };
@@ -1405,59 +1466,97 @@ fn multi_by_the_module_and_by_fcall_equal_the_twins() {
             "{context}: {reply:?}"
         );
         let now = reply[4 * m];
-        let outcomes: Vec<Outcome<MultiState>> = chosen
-            .iter()
-            .zip(&costs)
-            .map(|(&i, &cost)| limits[i].decide(now, states[i], cost))
-            .collect();
-        let peek = |i: usize| limits[i].decide(now, states[i], 0);
-        let all = mode != 2
-            && outcomes
-                .iter()
-                .zip(&shadow)
-                .all(|(o, &shadow)| o.allowed || shadow);
-        let mut expected: Vec<u64> = Vec::new();
-        for (&i, o) in chosen.iter().zip(&outcomes) {
-            let mut fields = fields(o);
-            if !all && o.allowed {
-                let p = peek(i);
-                fields[1] = p.remaining;
-                fields[3] = p.reset_after_us;
-            }
-            if mode == 4 {
-                fields[1] = peek(i).remaining;
-            }
-            expected.extend(fields);
-        }
-        expected.push(now);
-        if mode == 1 && all {
-            for &i in &chosen {
-                let p = peek(i);
-                expected.extend([p.remaining, p.reset_after_us]);
-            }
-        }
-        assert_eq!(
-            reply,
-            expected,
-            "{context}, states {:?}",
-            chosen.iter().map(|&i| states[i]).collect::<Vec<_>>()
-        );
-        for (&i, o) in chosen.iter().zip(&outcomes) {
-            if let Some(s) = o.new_state.filter(|_| mode != 4 && (all || !o.allowed)) {
-                let (value, expire_ms) = limits[i].stored(s);
-                holds(&mut con, &keys[i], Some(&value), expire_ms);
-                states[i] = Some(s);
-            }
+        let (expected, written, all) =
+            model_call(&limits, &mut states, &chosen, &costs, &shadow, mode, now);
+        assert_eq!(reply, expected, "{context}");
+        for (i, value, expire_ms) in written {
+            holds(&mut con, &keys[i], Some(&value), expire_ms);
         }
         if mode == 1 && all {
             reserved = Some((chosen, costs, now));
         }
     }
-    println!("{by_module} calls by the module, {by_fcall} by FCALL, by mode {modes:?}");
-    assert!(
-        by_module > 1000 && by_fcall > 1000 && modes.iter().all(|&n| n > 50),
-        "{modes:?}"
+    println!(
+        "{by_module} calls by the module, {by_fcall} by FCALL, by mode {modes:?}, {batches} \
+         batches"
     );
+    assert!(
+        by_module > 800 && by_fcall > 800 && batches > 300 && modes.iter().all(|&n| n > 50),
+        "{modes:?}, {batches} batches"
+    );
+}
+
+/// One to three of the eight keys of the multi test, distinct, and a cost for each: 1 or 2
+/// tokens, 1 under a window of 1 (a call costs at most the limit).
+fn pick_limits(rng: &mut Rng) -> (Vec<usize>, Vec<u64>) {
+    let count = 1 + usize::try_from(rng.below(3)).unwrap();
+    let mut chosen: Vec<usize> = Vec::new();
+    while chosen.len() < count {
+        let i = usize::try_from(rng.below(8)).unwrap();
+        if !chosen.contains(&i) {
+            chosen.push(i);
+        }
+    }
+    let costs = chosen
+        .iter()
+        .map(|&i| 1 + rng.below(if i % 4 >= 2 && i % 3 == 0 { 1 } else { 2 }))
+        .collect();
+    (chosen, costs)
+}
+
+/// What `multi.lua` answers for one call of the limits `chosen` (not a give-back) in `mode`
+/// at `now`, by the model on `states`, which it updates with what the call writes: the
+/// reply, each write (the key's index, its value and expiry), and whether every limit
+/// admitted the call.
+fn model_call(
+    limits: &[MultiLimit],
+    states: &mut [Option<MultiState>],
+    chosen: &[usize],
+    costs: &[u64],
+    shadow: &[bool],
+    mode: u8,
+    now: u64,
+) -> (Vec<u64>, Vec<(usize, String, u64)>, bool) {
+    let outcomes: Vec<Outcome<MultiState>> = chosen
+        .iter()
+        .zip(costs)
+        .map(|(&i, &cost)| limits[i].decide(now, states[i], cost))
+        .collect();
+    let peek = |i: usize| limits[i].decide(now, states[i], 0);
+    let all = mode != 2
+        && outcomes
+            .iter()
+            .zip(shadow)
+            .all(|(o, &shadow)| o.allowed || shadow);
+    let mut expected: Vec<u64> = Vec::new();
+    for (&i, o) in chosen.iter().zip(&outcomes) {
+        let mut fields = fields(o);
+        if !all && o.allowed {
+            let p = peek(i);
+            fields[1] = p.remaining;
+            fields[3] = p.reset_after_us;
+        }
+        if mode == 4 {
+            fields[1] = peek(i).remaining;
+        }
+        expected.extend(fields);
+    }
+    expected.push(now);
+    if mode == 1 && all {
+        for &i in chosen {
+            let p = peek(i);
+            expected.extend([p.remaining, p.reset_after_us]);
+        }
+    }
+    let mut written = Vec::new();
+    for (&i, o) in chosen.iter().zip(&outcomes) {
+        if let Some(s) = o.new_state.filter(|_| mode != 4 && (all || !o.allowed)) {
+            let (value, expire_ms) = limits[i].stored(s);
+            written.push((i, value, expire_ms));
+            states[i] = Some(s);
+        }
+    }
+    (expected, written, all)
 }
 
 /// The server's clock, in microseconds.

@@ -10,7 +10,7 @@
 
 use std::time::Duration;
 
-use ratelimit_core::store::RedisPath;
+use ratelimit_core::store::{RedisPath, RedisStore};
 use ratelimit_core::tools::algorithms::token_bucket;
 use ratelimit_core::tools::scripts;
 use ratelimit_core::{Limit, RateLimiter, Source};
@@ -59,14 +59,15 @@ fn the_module_registers_the_commands_the_limiter_calls() {
     for command in &expected {
         let mut getkeys = redis::cmd("COMMAND");
         getkeys.arg("GETKEYS").arg(command);
-        let expected_keys: Vec<String> = if command.ends_with(".multi") {
-            let keys = [bucket.to_owned(), format!("{bucket}:day")];
-            getkeys.arg(2).arg(&keys);
-            keys.to_vec()
-        } else {
-            getkeys.arg(bucket);
-            vec![bucket.to_owned()]
-        };
+        let expected_keys: Vec<String> =
+            if command.ends_with(".multi") || command.ends_with(".batch") {
+                let keys = [bucket.to_owned(), format!("{bucket}:day")];
+                getkeys.arg(2).arg(&keys);
+                keys.to_vec()
+            } else {
+                getkeys.arg(bucket);
+                vec![bucket.to_owned()]
+            };
         let keys: Vec<String> = getkeys.arg("1 1 1 1").query(&mut con).unwrap();
         assert_eq!(keys, expected_keys, "{command}");
     }
@@ -133,6 +134,16 @@ fn any_arguments_get_an_answer_and_the_server_lives_on() {
                 b"app:{k}:w",
                 b"0 1 4 1000000 1 5000000 1 3 3 5 1000000 1",
             ],
+            // Three calls: one limit, the same limit on another key (0), two limits.
+            Some("batch") => vec![
+                b"5",
+                b"app:{k}",
+                b"app:{k}:2",
+                b"app:{k}:3",
+                b"app:{k}:w",
+                b"app:{k}:4",
+                b"3 1 1 4 1000000 1 5000000 1 0 2 1 4 1000000 1 5000000 1 3 3 5 1000000 1 0",
+            ],
             other => panic!("no valid call written for {other:?}"),
         }
     };
@@ -193,6 +204,21 @@ fn any_arguments_get_an_answer_and_the_server_lives_on() {
             }
             match cmd.query::<Value>(&mut con) {
                 Ok(Value::BulkString(_)) => decisions += 1,
+                // A batch: each call's decision or error.
+                Ok(Value::Array(entries)) if command.ends_with(".batch") => {
+                    for entry in entries {
+                        match entry {
+                            Value::BulkString(_) => decisions += 1,
+                            Value::ServerError(e) => {
+                                assert!(e.code() == "ERR", "{command}: {e:?}");
+                                errors += 1;
+                            }
+                            other => panic!(
+                                "{command}: an entry neither an error nor a decision: {other:?}"
+                            ),
+                        }
+                    }
+                }
                 Ok(other) => panic!("{command}: neither an error nor a decision: {other:?}"),
                 Err(e) => {
                     assert!(e.code() == Some("ERR"), "{command}: {e}");
@@ -437,13 +463,23 @@ async fn under_least_acl(server: &RedisServer, extra: &[String]) -> RateLimiter 
         .unwrap()
 }
 
-/// Concurrent calls the module decides go as its commands, each alone and pipelined, never
-/// gathered into a batch script (which costs Redis more per decision than the command).
+/// Concurrent calls the module decides are gathered only among themselves, into the
+/// module's `batch` command (a batch script costs Redis more per decision than the commands):
+/// each decided exactly once (8 admitted per key, the ninth refused), none by a script.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn concurrent_native_calls_are_not_batched_into_scripts() {
+async fn concurrent_native_calls_are_batched_by_the_module() {
     let server = with_module(&[]);
-    let limiter = limiter_on(&server).await;
-    let limit = Limit::per_second(1_000_000);
+    let store = RedisStore::connect(&server.url()).await.unwrap();
+    // No instance heartbeat: every script call after build's is a decision's.
+    let limiter = RateLimiter::builder()
+        .redis_store(store.clone())
+        .prefix("app")
+        .instance(false)
+        .build()
+        .await
+        .unwrap();
+    let scripts = server.script_calls().await;
+    let limit = Limit::per_hour(8);
     let calls = (0..256).map(|i| {
         let limiter = limiter.clone();
         tokio::spawn(async move { limiter.check(&format!("k{}", i % 32), &limit).await })
@@ -452,8 +488,26 @@ async fn concurrent_native_calls_are_not_batched_into_scripts() {
         let d = call.await.unwrap().unwrap();
         assert!(d.allowed && d.source == Source::Store, "{d:?}");
     }
-    // The 256 decisions and build's probe.
-    assert_eq!(token_bucket_calls(&server).await, [257, 1]);
+    for key in 0..32 {
+        let d = limiter.check(&format!("k{key}"), &limit).await.unwrap();
+        assert!(!d.allowed && d.source == Source::Store, "k{key}: {d:?}");
+    }
+    assert_eq!(
+        server.script_calls().await,
+        scripts,
+        "a decision went by a script"
+    );
+    let sizes = store.batch_sizes();
+    let batches = calls_of(&server, "ratelimit.v1.batch").await;
+    assert_eq!(
+        batches,
+        [sizes[1..].iter().sum::<u64>(), 0],
+        "every batch by the module: {sizes:?}"
+    );
+    assert!(
+        batches[0] > 0,
+        "256 calls at once rode in batches: {sizes:?}"
+    );
 }
 
 /// A limiter (prefix `app`) on `server`, as the default user.

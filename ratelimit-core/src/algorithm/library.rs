@@ -137,12 +137,17 @@ impl Lua {
 /// `multi` decides natively only calls whose every limit's algorithm is native, of at most
 /// `ratelimit_vocab::native::MAX_LIMITS` limits, and declares every key (on a cluster, all
 /// of one slot): the store checks each call ([`RedisStore`](crate::store::RedisStore)).
-pub(crate) const NATIVE: [Lua; 5] = [
+///
+/// `batch` decides natively only batches whose every call the module decides, on one server
+/// or through Sentinel (it declares every key: a cluster would refuse keys of several
+/// slots), of at most `ratelimit_vocab::native::MAX_BATCH` calls.
+pub(crate) const NATIVE: [Lua; 6] = [
     Lua::Alone(StateKind::TokenBucket),
     Lua::Alone(StateKind::FixedWindow),
     Lua::Alone(StateKind::SlidingWindow),
     Lua::Alone(StateKind::IntervalBucket),
     Lua::Multi,
+    Lua::Batch,
 ];
 
 /// Every decision script of this version of the crate as one library of Redis functions.

@@ -23,6 +23,7 @@ use redis::{RedisError, Value};
 use tokio::sync::oneshot;
 
 use super::RedisStore;
+use super::scripts::{Native, unpacked_each};
 use super::spec::{Call, Spec};
 use crate::algorithm::library::Lua;
 
@@ -36,6 +37,9 @@ pub(super) const MAX_IN_FLIGHT: usize = 16;
 /// The batch limit by default: the most calls one `batch.lua` call decides (see
 /// [`RedisStore::batch_limit`]; docs/benchmarks.md measures the choice).
 pub(crate) const DEFAULT_BATCH_LIMIT: usize = 64;
+
+/// Marks a node's lane of calls the Redis module decides (a node's number is below 2^17).
+const NATIVE_LANE: u32 = 1 << 30;
 
 /// A call waiting in a node's queue: owned, and the way back to its caller.
 struct Queued {
@@ -156,11 +160,21 @@ impl RedisStore {
     /// Decides `call` on `node`: at once if the node has room in flight, else in the next
     /// batch. The reply is what the call's own script returns.
     pub(super) async fn coalesced(&self, node: u32, call: Call<'_>) -> Result<Value, RedisError> {
-        // A call the Redis module decides natively costs Redis less alone than within a
-        // batch script (docs/benchmarks.md): it is sent at once, pipelined with the others.
-        if self.batch_limit <= 1 || self.is_native(call) {
+        if self.batch_limit <= 1 {
             return self.send_alone(call).await;
         }
+        // A call the Redis module decides natively is gathered only with calls the module
+        // decides (in a lane of their own), into one `batch` command of the module: a batch
+        // script costs Redis more per decision than the command alone. On a cluster, where a
+        // batch command would name keys of several slots, it is sent alone, pipelined.
+        let node = if self.is_native(call) {
+            if self.is_cluster() {
+                return self.send_alone(call).await;
+            }
+            node | NATIVE_LANE
+        } else {
+            node
+        };
         match self.lanes.enter(node, call) {
             None => {
                 let _place = Place { store: self, node };
@@ -193,7 +207,7 @@ impl RedisStore {
                         let _ = one.reply.send(reply);
                     }
                 }
-                _ => match self.send_batch(&batch).await {
+                _ => match self.send_batch(&batch, node & NATIVE_LANE != 0).await {
                     Ok(replies) => {
                         for (queued, reply) in batch.drain(..).zip(replies) {
                             let _ = queued.reply.send(call_reply(reply));
@@ -263,34 +277,60 @@ impl RedisStore {
         }
     }
 
-    /// One `batch.lua` call for `batch`, routed by its first key.
-    async fn send_batch(&self, batch: &[Queued]) -> Result<Vec<Value>, RedisError> {
+    /// One `batch.lua` call for `batch`, routed by its first key; with `native` (calls the
+    /// Redis module decides), the module's `batch` command instead, which declares every
+    /// call's keys and answers each call's numbers packed (`ratelimit_vocab::native`), with
+    /// `batch.lua` as its fallback where the node has lost the module.
+    async fn send_batch(&self, batch: &[Queued], native: bool) -> Result<Vec<Value>, RedisError> {
         let first: &str = batch
             .first()
             .and_then(|q| q.keys.first())
             .map_or("", |k| &**k);
-        let reply: Value = self
-            .eval(Lua::Batch, &[first], |cmd| {
-                cmd.arg(batch.len());
-                // A one-limit call under the previous one-limit call's limit (the usual case:
-                // one limit, many keys) goes as 0 and its key: its spec is in place.
-                let mut previous: Option<&[Spec]> = None;
-                for queued in batch {
-                    match queued.keys.as_slice() {
-                        [key] if previous == Some(queued.specs.as_slice()) => {
-                            cmd.arg(0).arg(&**key);
+        // A one-limit call under the previous one-limit call's limit (the usual case: one
+        // limit, many keys) goes as 0 and its key: its spec is in place. `with_keys`: each
+        // call's keys among the arguments (`batch.lua`), else declared (the module's).
+        let calls = |cmd: &mut redis::Cmd, with_keys: bool| {
+            cmd.arg(batch.len());
+            let mut previous: Option<&[Spec]> = None;
+            for queued in batch {
+                match queued.keys.as_slice() {
+                    [key] if previous == Some(queued.specs.as_slice()) => {
+                        cmd.arg(0);
+                        if with_keys {
+                            cmd.arg(&**key);
                         }
-                        keys => {
-                            cmd.arg(keys.len());
+                    }
+                    keys => {
+                        cmd.arg(keys.len());
+                        if with_keys {
                             for key in keys {
                                 cmd.arg(&**key);
                             }
-                            cmd.arg(queued.specs.as_slice());
-                            previous = (keys.len() == 1).then_some(queued.specs.as_slice());
                         }
+                        cmd.arg(queued.specs.as_slice());
+                        previous = (keys.len() == 1).then_some(queued.specs.as_slice());
                     }
                 }
-            })
+            }
+        };
+        let script = |cmd: &mut redis::Cmd| calls(cmd, true);
+        let packed = |cmd: &mut redis::Cmd| calls(cmd, false);
+        let keys: Vec<&str> = batch
+            .iter()
+            .flat_map(|q| q.keys.iter().map(|k| &**k))
+            .collect();
+        let native = Lua::Batch
+            .native()
+            .filter(|_| native && batch.len() <= ratelimit_vocab::native::MAX_BATCH)
+            .map(|command| Native {
+                command,
+                keys: &keys,
+                counted: true,
+                args: &packed,
+                reply: unpacked_each,
+            });
+        let reply: Value = self
+            .eval_or_native(Lua::Batch, &[first], &script, native)
             .await?;
         match reply {
             Value::Array(items) if items.len() == batch.len() => Ok(items),
@@ -314,6 +354,8 @@ fn call_reply(item: Value) -> Result<Value, RedisError> {
         ))
     };
     match item {
+        // The module's `batch` answers a call's error as an error.
+        Value::ServerError(e) => Err(e.into()),
         Value::BulkString(text) => Err(failed(String::from_utf8_lossy(&text).into_owned())),
         Value::SimpleString(text) => Err(failed(text)),
         reply => Ok(reply),

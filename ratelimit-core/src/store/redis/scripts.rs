@@ -101,6 +101,7 @@ impl RedisStore {
                 keys,
                 counted: false,
                 args: &args,
+                reply: unpacked,
             }),
             _ => None,
         };
@@ -109,7 +110,7 @@ impl RedisStore {
 
     /// [`eval`](RedisStore::eval), or first, while the node has the Redis module, `native`:
     /// its command, which decides the same from its own form of the arguments.
-    async fn eval_or_native<T: redis::FromRedisValue>(
+    pub(super) async fn eval_or_native<T: redis::FromRedisValue>(
         &self,
         lua: Lua,
         keys: &[&str],
@@ -125,7 +126,9 @@ impl RedisStore {
                     // failover reached a node without it), or refuses it: nothing ran, and
                     // the same decision runs by the library or the script below.
                     Err(e) if module_refused(&e) => self.stop_native(&e),
-                    answer => return answer.and_then(|v| Ok(T::from_redis_value(unpacked(v))?)),
+                    answer => {
+                        return answer.and_then(|v| Ok(T::from_redis_value((native.reply)(v))?));
+                    }
                 }
             }
             let mut first = redis::cmd(if functions { "FCALL" } else { "EVALSHA" });
@@ -214,6 +217,7 @@ impl RedisStore {
                 keys,
                 counted: true,
                 args: &native,
+                reply: unpacked,
             });
         self.eval_or_native(Lua::Multi, keys.get(..1).unwrap_or(&[]), &script, native)
             .await
@@ -319,11 +323,13 @@ pub(super) async fn call_library(c: &mut super::AnyConn) -> Result<(), RedisErro
 /// then the script's arguments that `args` adds, packed into one argument
 /// (`ratelimit_vocab::native`).
 #[derive(Clone, Copy)]
-struct Native<'a> {
-    command: &'static str,
-    keys: &'a [&'a str],
-    counted: bool,
-    args: &'a (dyn Fn(&mut redis::Cmd) + Sync),
+pub(super) struct Native<'a> {
+    pub(super) command: &'static str,
+    pub(super) keys: &'a [&'a str],
+    pub(super) counted: bool,
+    pub(super) args: &'a (dyn Fn(&mut redis::Cmd) + Sync),
+    /// Its reply as the script's: [`unpacked`], or [`unpacked_each`] for a batch's.
+    pub(super) reply: fn(Value) -> Value,
 }
 
 impl Native<'_> {
@@ -350,7 +356,7 @@ impl Native<'_> {
 
 /// A native command's reply of numbers (`ratelimit_vocab::native`) as the array of integers
 /// the script answers; any other reply as it is.
-fn unpacked(reply: Value) -> Value {
+pub(super) fn unpacked(reply: Value) -> Value {
     let Value::BulkString(text) = &reply else {
         return reply;
     };
@@ -358,6 +364,15 @@ fn unpacked(reply: Value) -> Value {
         .map(|n| n.map(Value::Int))
         .collect();
     numbers.map_or(reply, Value::Array)
+}
+
+/// A native batch's reply as `batch.lua`'s: each call's numbers as the array of integers its
+/// script answers (an entry the module answered with an error stays that error).
+pub(super) fn unpacked_each(reply: Value) -> Value {
+    match reply {
+        Value::Array(items) => Value::Array(items.into_iter().map(unpacked).collect()),
+        other => other,
+    }
 }
 
 /// Whether the server has this version's Redis module and lets this client call its
