@@ -357,6 +357,69 @@ async fn a_lost_module_falls_back_per_call_on_the_same_bucket() {
     );
 }
 
+/// The module lost while calls flood in (batched by the module's `batch`, several limits by
+/// its `multi`): the calls that meet its loss run by `FCALL` (`batch.lua`, `multi.lua`) on the
+/// same buckets, and each bucket takes exactly its burst, before and across the loss.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_module_lost_under_a_flood_loses_no_decision() {
+    let server = with_module(&["--enable-module-command", "yes"]);
+    let limiter = limiter_on(&server).await;
+    let one = Limit::per_hour(6);
+    let window = Limit::per_hour(6).algorithm(ratelimit_core::Algorithm::FixedWindow);
+    let round = |pairs: bool| flood_round(&limiter, &one, &window, pairs);
+    // Before: 3 of 6 taken from each key, by the module.
+    assert_eq!(round(false).await, 48);
+    assert_eq!(limiter.redis_path(), Some(RedisPath::Module));
+    let batches = calls_of(&server, "ratelimit.v1.batch").await;
+    assert!(
+        batches[0] > 0 && batches[1] == 0,
+        "48 calls at once rode in batches: {batches:?}"
+    );
+    let _: () = redis::cmd("MODULE")
+        .arg("UNLOAD")
+        .arg("ratelimit_v1")
+        .query_async(&mut server.connection().await)
+        .await
+        .unwrap();
+    // Across the loss: pairs (each takes one from a key and one from its window), then the
+    // buckets' last tokens; nothing more.
+    assert_eq!(round(true).await, 48);
+    assert_eq!(limiter.redis_path(), Some(RedisPath::Functions));
+    assert_eq!(round(false).await, 0, "each key had 6 and gave 6");
+    for key in 0..16 {
+        let left = limiter.peek(&format!("k{key}:w"), &window).await.unwrap();
+        assert_eq!(left.remaining, 3, "k{key}:w took the pairs' 3 only");
+    }
+}
+
+/// 16 keys, 3 calls per key at once: of `one` alone, or with `pairs` of `one` and `window` (on
+/// the key and `<key>:w`). How many were admitted, every decision the store's.
+async fn flood_round(limiter: &RateLimiter, one: &Limit, window: &Limit, pairs: bool) -> u32 {
+    let calls: Vec<_> = (0..48)
+        .map(|i| {
+            let (limiter, one, window) = (limiter.clone(), *one, *window);
+            tokio::spawn(async move {
+                let key = format!("k{}", i % 16);
+                if pairs {
+                    let w = format!("{key}:w");
+                    limiter
+                        .check_all(&[(&key, &one, 1), (&w, &window, 1)])
+                        .await
+                } else {
+                    limiter.check(&key, &one).await
+                }
+            })
+        })
+        .collect();
+    let mut admitted = 0;
+    for call in calls {
+        let d = call.await.unwrap().unwrap();
+        assert_eq!(d.source, Source::Store, "{d:?}");
+        admitted += u32::from(d.allowed);
+    }
+    admitted
+}
+
 /// A client whose ACL does not grant the module's commands decides by `FCALL`, from the
 /// start: the module loaded is no reason to fail.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -625,7 +688,7 @@ async fn through_sentinel_the_module_decides_before_and_after_a_failover() {
                 new = port;
                 break;
             }
-            _ => std::thread::sleep(std::time::Duration::from_millis(50)),
+            _ => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
         }
     }
     // Calls go on: the first ones may still reach the old master (which takes writes until
