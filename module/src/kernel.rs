@@ -243,3 +243,97 @@ fn read_expiring<S>(value: &Value<'_>, decode: fn(&[u8], u64) -> Option<S>) -> R
         Value::String(_, None) | Value::SortedSet | Value::Other => Read::Unreadable,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::indexing_slicing)]
+
+    use super::*;
+    use proptest::collection::vec;
+    use proptest::prelude::*;
+
+    /// Numbers as a hostile client sends them: small, near the limits' bounds, any at all.
+    fn number() -> impl Strategy<Value = i64> {
+        prop_oneof![
+            0i64..12,
+            -3i64..3,
+            0i64..5_000_000,
+            999_000i64..1_001_000,
+            Just(i64::MAX),
+            Just(i64::MIN),
+            any::<i64>(),
+        ]
+    }
+
+    /// A key's value as a hostile client may have left it: a state's digits and separators,
+    /// or any bytes, with or without an expiry; or no key.
+    fn value() -> impl Strategy<Value = Option<(Vec<u8>, Option<u64>)>> {
+        let bytes = prop_oneof![
+            vec(prop_oneof![Just(b'-'), Just(b':'), b'0'..=b'9'], 0..30),
+            vec(any::<u8>(), 0..30),
+        ];
+        let expiry = prop_oneof![
+            Just(None),
+            (0u64..(1 << 45)).prop_map(Some),
+            any::<u64>().prop_map(Some)
+        ];
+        prop::option::of((bytes, expiry))
+    }
+
+    /// A valid call's arguments for each kind (1 per second, burst 5; 4 per second up to 10 at
+    /// intervals; 5 per second in windows), one of them replaced by `number()`'s, or any
+    /// arguments at all.
+    fn arguments() -> impl Strategy<Value = (u8, Vec<i64>)> {
+        let templates: [(u8, &[i64]); 5] = [
+            (1, &[1_000_000, 1, 5_000_000, 1]),
+            (1, &[333_334, 3, 1_666_667, 2, 1, 2_000_000, 0, 1]),
+            (2, &[4, 10, 1_000_000, 10, 1]),
+            (3, &[5, 1_000_000, 1]),
+            (4, &[5, 1_000_000, 1000, 1]),
+        ];
+        prop_oneof![
+            (0..templates.len(), any::<prop::sample::Index>(), number()).prop_map(
+                move |(t, at, v)| {
+                    let (kind, args) = templates[t];
+                    let mut args = args.to_vec();
+                    let i = at.index(args.len());
+                    args[i] = v;
+                    (kind, args)
+                }
+            ),
+            (1u8..=6, vec(number(), 0..10)),
+        ]
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(20_000))]
+
+        /// Whatever arguments a command's parsing admits and whatever its key holds, deciding
+        /// (at any cost up to the call's, a peek included) and giving back never panic: in
+        /// this build an overflow panics, where the module's release build would wrap.
+        #[test]
+        fn every_admitted_call_decides_on_any_value(
+            (kind, args) in arguments(),
+            held in value(),
+            now in 0u64..(1 << 53),
+            at in 0u64..(1 << 53),
+        ) {
+            let Some(kind) = StateKind::from_id(kind) else { return Ok(()) };
+            let Some((kernel, cost)) = Kernel::from_args(kind, &args) else { return Ok(()) };
+            let value = match &held {
+                None => Value::Absent,
+                Some((bytes, expiry)) => Value::String(bytes, *expiry),
+            };
+            let state = kernel.read(&value);
+            let cost = match cost {
+                Cost::Take(cost) | Cost::GiveBack(cost) => cost,
+            };
+            for c in [cost, 0] {
+                // A refusal says when to retry.
+                let answer = kernel.decide(now, &state, c);
+                prop_assert!(answer.allowed || answer.retry_after_us > 0, "{answer:?}");
+            }
+            let _ = kernel.give_back(now, &state, cost, at);
+        }
+    }
+}
