@@ -18,9 +18,10 @@
 
 #[path = "callgrind.rs"]
 mod callgrind;
+#[path = "loadgen/flexible_dir.rs"]
+mod flexible_dir;
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -56,16 +57,6 @@ async fn ours(limiter: &RateLimiter, limit: Limit, n: u64) {
     for task in tasks {
         task.await.unwrap();
     }
-}
-
-/// Where the load generator installs rate-limiter-flexible.
-fn flexible_dir() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |t| root.join(t));
-    target.join("loadgen-flexible")
 }
 
 /// The server's calls of `command` since its statistics were reset.
@@ -145,7 +136,7 @@ fn main() {
             );
         }
         let ours_median = median(&mut per_decision);
-        let dir = flexible_dir();
+        let dir = flexible_dir::flexible_dir();
         if !dir.join("node_modules").is_dir() {
             println!(
                 "rate-limiter-flexible left out: not installed in {} (run the loadgen bench once)",

@@ -34,6 +34,8 @@
 mod args;
 #[path = "loadgen/flexible.rs"]
 mod flexible;
+#[path = "loadgen/flexible_dir.rs"]
+mod flexible_dir;
 #[path = "loadgen/load.rs"]
 mod load;
 #[path = "loadgen/plot.rs"]

@@ -58,7 +58,7 @@ pub(crate) fn prepare(args: &Args, port: u16) -> Result<Flexible, String> {
             version.trim()
         ));
     }
-    let dir = cache_dir();
+    let dir = crate::flexible_dir::flexible_dir();
     install(&dir)?;
     let pkg = |name: &str| -> String {
         std::fs::read_to_string(dir.join("node_modules").join(name).join("package.json"))
@@ -86,16 +86,6 @@ pub(crate) fn prepare(args: &Args, port: u16) -> Result<Flexible, String> {
         port,
         versions,
     })
-}
-
-/// `target/loadgen-flexible` (or under `$CARGO_TARGET_DIR`): the source tree stays clean.
-fn cache_dir() -> PathBuf {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map_or_else(|| PathBuf::from("."), Path::to_path_buf);
-    let target =
-        std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), |t| root.join(t));
-    target.join("loadgen-flexible")
 }
 
 /// Copies the project into `dir` and runs `npm ci` there when its lock file is new to it.
