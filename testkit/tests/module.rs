@@ -364,11 +364,13 @@ async fn a_lost_module_falls_back_per_call_on_the_same_bucket() {
 async fn a_module_lost_under_a_flood_loses_no_decision() {
     let server = with_module(&["--enable-module-command", "yes"]);
     let limiter = limiter_on(&server).await;
-    let one = Limit::per_hour(6);
+    let one = Limit::per_hour(9);
     let window = Limit::per_hour(6).algorithm(ratelimit_core::Algorithm::FixedWindow);
     let round = |pairs: bool| flood_round(&limiter, &one, &window, pairs);
-    // Before: 3 of 6 taken from each key, by the module.
+    // Before: 3 of 9 taken from each key alone, then 3 more with 3 of 6 from its window, by
+    // the module (batched: several limits of one call ride in its batches too).
     assert_eq!(round(false).await, 48);
+    assert_eq!(round(true).await, 48);
     assert_eq!(limiter.redis_path(), Some(RedisPath::Module));
     let batches = calls_of(&server, "ratelimit.v1.batch").await;
     assert!(
@@ -381,14 +383,15 @@ async fn a_module_lost_under_a_flood_loses_no_decision() {
         .query_async(&mut server.connection().await)
         .await
         .unwrap();
-    // Across the loss: pairs (each takes one from a key and one from its window), then the
-    // buckets' last tokens; nothing more.
+    // Across the loss: pairs again (each takes one from a key and one from its window), the
+    // buckets' last tokens and the windows'; nothing more.
     assert_eq!(round(true).await, 48);
     assert_eq!(limiter.redis_path(), Some(RedisPath::Functions));
-    assert_eq!(round(false).await, 0, "each key had 6 and gave 6");
+    assert_eq!(round(false).await, 0, "each key had 9 and gave 9");
+    assert_eq!(round(true).await, 0);
     for key in 0..16 {
         let left = limiter.peek(&format!("k{key}:w"), &window).await.unwrap();
-        assert_eq!(left.remaining, 3, "k{key}:w took the pairs' 3 only");
+        assert_eq!(left.remaining, 0, "k{key}:w gave its 6 to the pairs");
     }
 }
 
