@@ -37,6 +37,10 @@ struct RawKey {
 struct RawCommand {
     _opaque: [u8; 0],
 }
+#[repr(C)]
+struct RawCallReply {
+    _opaque: [u8; 0],
+}
 
 /// `REDISMODULE_OK`.
 pub(crate) const OK: c_int = 0;
@@ -120,6 +124,7 @@ macro_rules! api {
             $($field: unsafe extern "C" fn($($arg),*) $(-> $ret)?,)*
             Replicate: unsafe extern "C" fn(*mut RawCtx, *const c_char, *const c_char, ...) -> c_int,
             Log: unsafe extern "C" fn(*mut RawCtx, *const c_char, *const c_char, ...),
+            Call: unsafe extern "C" fn(*mut RawCtx, *const c_char, *const c_char, ...) -> *mut RawCallReply,
         }
 
         impl Api {
@@ -131,6 +136,7 @@ macro_rules! api {
                     },)*
                     Replicate: unsafe { lookup(get, "RedisModule_Replicate\0")? },
                     Log: unsafe { lookup(get, "RedisModule_Log\0")? },
+                    Call: unsafe { lookup(get, "RedisModule_Call\0")? },
                 })
             }
         }
@@ -155,6 +161,14 @@ api! {
     DeleteKey: fn(*mut RawKey) -> c_int;
     GetAbsExpire: fn(*mut RawKey) -> c_longlong;
     SetAbsExpire: fn(*mut RawKey, c_longlong) -> c_int;
+    CreateString: fn(*mut RawCtx, *const c_char, usize) -> *mut RawString;
+    FreeString: fn(*mut RawCtx, *mut RawString);
+    CallReplyType: fn(*mut RawCallReply) -> c_int;
+    CallReplyInteger: fn(*mut RawCallReply) -> c_longlong;
+    CallReplyLength: fn(*mut RawCallReply) -> usize;
+    CallReplyArrayElement: fn(*mut RawCallReply, usize) -> *mut RawCallReply;
+    CallReplyStringPtr: fn(*mut RawCallReply, *mut usize) -> *const c_char;
+    FreeCallReply: fn(*mut RawCallReply);
 }
 
 /// One API function by its NUL-terminated name.
@@ -412,6 +426,40 @@ impl Ctx {
         unsafe { (api().ReplyWithStringBuffer)(self.raw, text.as_ptr().cast(), text.len()) };
     }
 
+    /// Calls `command` on the key `key` (a command argument) followed by `args`, as a client
+    /// would, but on this node only and without the ACL (the command's own keys were checked);
+    /// with `replicate`, the call is propagated as it is to the replicas and the AOF (a call
+    /// whose arguments are its effect: absolute scores and instants). `None` when Redis
+    /// refuses the call (an unknown command, a wrong type).
+    pub(crate) fn call(
+        &self,
+        command: &CStr,
+        key: *mut RawString,
+        args: &[&[u8]],
+        replicate: bool,
+    ) -> Option<CallReply> {
+        let api = api();
+        let mut strings: Vec<*mut RawString> = args
+            .iter()
+            .map(|a| unsafe { (api.CreateString)(self.raw, a.as_ptr().cast::<c_char>(), a.len()) })
+            .collect();
+        let format = if replicate { c"!sv" } else { c"sv" };
+        let raw = unsafe {
+            (api.Call)(
+                self.raw,
+                command.as_ptr(),
+                format.as_ptr(),
+                key,
+                strings.as_mut_ptr(),
+                strings.len(),
+            )
+        };
+        for string in strings {
+            unsafe { (api.FreeString)(self.raw, string) };
+        }
+        (!raw.is_null()).then_some(CallReply { raw })
+    }
+
     /// Starts an array reply of `len` elements: the next `len` replies are its elements.
     pub(crate) fn reply_array(&self, len: usize) {
         let len = std::ffi::c_long::try_from(len).unwrap_or(0);
@@ -491,6 +539,78 @@ impl Ctx {
 
 /// The most numbers one reply holds: `multi`'s, six per limit and the server time.
 pub(crate) const MAX_REPLY_NUMBERS: usize = 6 * ratelimit_vocab::native::MAX_LIMITS + 1;
+
+/// `REDISMODULE_REPLY_*`: the kinds of reply a call returns.
+const REPLY_STRING: c_int = 0;
+const REPLY_INTEGER: c_int = 2;
+const REPLY_ARRAY: c_int = 3;
+
+/// The reply of a command the module called ([`Ctx::call`]), freed when dropped.
+#[derive(Debug)]
+pub(crate) struct CallReply {
+    raw: *mut RawCallReply,
+}
+
+/// An element of a [`CallReply`]'s array, borrowed from it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Element<'r> {
+    raw: *mut RawCallReply,
+    _reply: std::marker::PhantomData<&'r CallReply>,
+}
+
+impl CallReply {
+    /// The reply as an element, to read it.
+    pub(crate) fn get(&self) -> Element<'_> {
+        Element {
+            raw: self.raw,
+            _reply: std::marker::PhantomData,
+        }
+    }
+}
+
+impl Drop for CallReply {
+    fn drop(&mut self) {
+        if !self.raw.is_null() {
+            unsafe { (api().FreeCallReply)(self.raw) };
+        }
+    }
+}
+
+impl<'r> Element<'r> {
+    /// An integer reply's value.
+    pub(crate) fn integer(self) -> Option<i64> {
+        if self.raw.is_null() || unsafe { (api().CallReplyType)(self.raw) } != REPLY_INTEGER {
+            return None;
+        }
+        Some(unsafe { (api().CallReplyInteger)(self.raw) })
+    }
+
+    /// An array reply's element `i`.
+    pub(crate) fn at(self, i: usize) -> Option<Element<'r>> {
+        if self.raw.is_null() || unsafe { (api().CallReplyType)(self.raw) } != REPLY_ARRAY {
+            return None;
+        }
+        if i >= unsafe { (api().CallReplyLength)(self.raw) } {
+            return None;
+        }
+        let raw = unsafe { (api().CallReplyArrayElement)(self.raw, i) };
+        (!raw.is_null()).then_some(Element {
+            raw,
+            _reply: std::marker::PhantomData,
+        })
+    }
+
+    /// A string reply's bytes.
+    pub(crate) fn bytes(self) -> Option<&'r [u8]> {
+        if self.raw.is_null() || unsafe { (api().CallReplyType)(self.raw) } != REPLY_STRING {
+            return None;
+        }
+        let mut len = 0usize;
+        let ptr = unsafe { (api().CallReplyStringPtr)(self.raw, &raw mut len) };
+        // SAFETY: the bytes live as long as the reply, which `'r` borrows.
+        (!ptr.is_null()).then(|| unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) })
+    }
+}
 
 /// What a key holds, as a decision reads it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

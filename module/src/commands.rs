@@ -25,7 +25,7 @@ pub(crate) struct Spec {
 }
 
 /// Every command of the module.
-pub(crate) const ALL: [Spec; 6] = [
+pub(crate) const ALL: [Spec; 7] = [
     Spec {
         short: "token_bucket",
         keys: Keys::One,
@@ -56,6 +56,13 @@ pub(crate) const ALL: [Spec; 6] = [
         summary: "Decides one call on a token bucket refilled at intervals, as the library's \
                   `interval_bucket` function",
         run: interval_bucket_command,
+    },
+    Spec {
+        short: "sliding_log",
+        keys: Keys::One,
+        flags: "write deny-oom",
+        summary: "Decides one call on a sliding log, as the library's `sliding_log` function",
+        run: sliding_log_command,
     },
     Spec {
         short: "multi",
@@ -180,6 +187,7 @@ one_limit!(token_bucket_command, TokenBucket);
 one_limit!(fixed_window_command, FixedWindow);
 one_limit!(sliding_window_command, SlidingWindow);
 one_limit!(interval_bucket_command, IntervalBucket);
+entry_point!(sliding_log_command, sliding_log);
 entry_point!(multi_command, multi);
 entry_point!(batch_command, batch);
 
@@ -242,6 +250,181 @@ fn apply(key: &mut api::Key<'_>, write: &Write) -> Result<(), Failure> {
         Write::Delete => key.delete(),
     }
     .map_err(Failure::Store)
+}
+
+/// `sliding_log.lua`: the log (its KEYS[1], a sorted set of one entry per admitted token,
+/// scored by its admission time); limit, period (µs), cost. The same commands on the same
+/// key as the script's, in the same order (`ZCOUNT`, `ZRANGE`, `ZREMRANGEBYSCORE`, `ZADD`,
+/// `PEXPIREAT`), the writes propagated as they are (their scores and instants are absolute:
+/// they are their own effects), so the log holds exactly what the script would write. Not
+/// in `multi` or a batch: those run by `FCALL` with a sliding log among their limits.
+fn sliding_log(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
+    let args = Args::split(argv, arg, Keys::One)?;
+    let name = *args.keys.first().ok_or(ArgError::NumKeys)?;
+    let mut numbers = [0i64; MAX_ARGUMENTS];
+    let n = args.numbers(arg, &mut numbers)?;
+    let (p, cost) = match numbers.get(..n) {
+        Some(&[limit, period, cost]) => {
+            let unsigned = |v: i64| u64::try_from(v).map_err(|_| ArgError::BadLimit);
+            ratelimit_algorithms::sliding_log::from_args(&[
+                unsigned(limit)?,
+                unsigned(period)?,
+                unsigned(cost)?,
+            ])
+            .ok_or(ArgError::BadLimit)?
+        }
+        _ => return Err(ArgError::BadLimit.into()),
+    };
+    let (limit, period) = (p.limit(), p.period_us());
+    let now = now_us();
+    {
+        let mut key = ctx.open(name);
+        if !matches!(key.read(), api::Value::Absent | api::Value::SortedSet) {
+            ctx.warn("redis-ratelimit: a sliding-log key held another type; dropped");
+            key.delete().map_err(Failure::Store)?;
+        }
+    }
+    let failed = || Failure::Store("ERR ratelimit: the sliding log could not be read");
+    let since = now.saturating_sub(period);
+    let mut open_from = Decimal::with_prefix(b'(');
+    let open_from = open_from.of(since);
+    let live = ctx
+        .call(c"ZCOUNT", name, &[open_from, b"+inf"], false)
+        .and_then(|r| r.get().integer())
+        .and_then(|v| u64::try_from(v).ok())
+        .ok_or_else(failed)?;
+    // The newest token's admission time.
+    let newest = || -> Option<u64> {
+        let reply = ctx.call(c"ZRANGE", name, &[b"-1", b"-1", b"WITHSCORES"], false)?;
+        score(reply.get().at(1)?.bytes()?)
+    };
+    if live + cost > limit {
+        // The (live + cost - limit)-th oldest live token must leave: then limit - cost remain.
+        let mut offset = Decimal::new();
+        let offset = offset.of(live + cost - limit - 1);
+        let reply = ctx
+            .call(
+                c"ZRANGE",
+                name,
+                &[
+                    open_from,
+                    b"+inf",
+                    b"BYSCORE",
+                    b"LIMIT",
+                    offset,
+                    b"1",
+                    b"WITHSCORES",
+                ],
+                false,
+            )
+            .ok_or_else(failed)?;
+        let nth = reply
+            .get()
+            .at(1)
+            .and_then(|s| score(s.bytes()?))
+            .ok_or_else(failed)?;
+        let newest = newest().ok_or_else(failed)?;
+        return Ok(Reply::Decision([
+            0,
+            limit.saturating_sub(live),
+            (nth + period).saturating_sub(now),
+            (newest + period).saturating_sub(now),
+            now,
+        ]));
+    }
+    let before = newest();
+    let mut through = Decimal::new();
+    ctx.call(
+        c"ZREMRANGEBYSCORE",
+        name,
+        &[b"-inf", through.of(since)],
+        true,
+    )
+    .ok_or_else(failed)?;
+    // One entry per token, `<now>:<its rank among the live ones>`, at most 1,000 per `ZADD`.
+    let mut at = Decimal::new();
+    let at = at.of(now);
+    let mut added = 0;
+    while added < cost {
+        let chunk = (cost - added).min(1000);
+        let mut members: Vec<Vec<u8>> = Vec::with_capacity(usize::try_from(chunk).unwrap_or(0));
+        for j in added + 1..=added + chunk {
+            let mut member = at.to_vec();
+            member.push(b':');
+            member.extend_from_slice(Decimal::new().of(live + j));
+            members.push(member);
+        }
+        let mut zadd: Vec<&[u8]> = Vec::with_capacity(members.len() * 2);
+        for member in &members {
+            zadd.push(at);
+            zadd.push(member);
+        }
+        ctx.call(c"ZADD", name, &zadd, true).ok_or_else(failed)?;
+        added += chunk;
+    }
+    let last = before.map_or(now, |b| b.max(now));
+    let mut expire = Decimal::new();
+    let expire = expire.of((last + period).div_ceil(1000));
+    ctx.call(c"PEXPIREAT", name, &[expire], true)
+        .ok_or_else(failed)?;
+    Ok(Reply::Decision([
+        1,
+        limit - live - cost,
+        0,
+        last + period - now,
+        now,
+    ]))
+}
+
+/// A score as Redis answers it (`%.17g` of an integer below 2^53: its digits), read as Lua's
+/// `tonumber` reads it.
+fn score(text: &[u8]) -> Option<u64> {
+    let value: f64 = std::str::from_utf8(text).ok()?.parse().ok()?;
+    // Scores are admission times below 2^53: exact in a double.
+    (0.0..9_007_199_254_740_992.0).contains(&value).then(|| {
+        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
+        let v = value as u64;
+        v
+    })
+}
+
+/// A number in decimal on the stack, with an optional one-byte prefix (`(` for an open
+/// interval).
+struct Decimal {
+    buf: [u8; 22],
+    prefix: Option<u8>,
+}
+
+impl Decimal {
+    fn new() -> Decimal {
+        Decimal {
+            buf: [0; 22],
+            prefix: None,
+        }
+    }
+
+    fn with_prefix(prefix: u8) -> Decimal {
+        Decimal {
+            buf: [0; 22],
+            prefix: Some(prefix),
+        }
+    }
+
+    /// `v`, after the prefix.
+    fn of(&mut self, v: u64) -> &[u8] {
+        let mut digits = [0u8; 20];
+        let digits = ratelimit_vocab::native::write_decimal(&mut digits, v);
+        let start = usize::from(self.prefix.is_some());
+        if let (Some(p), Some(first)) = (self.prefix, self.buf.first_mut()) {
+            *first = p;
+        }
+        let end = start + digits.len();
+        match self.buf.get_mut(start..end) {
+            Some(out) => out.copy_from_slice(digits),
+            None => return &[],
+        }
+        self.buf.get(..end).unwrap_or(&[])
+    }
 }
 
 /// What `multi` does (`multi.lua`'s modes).

@@ -161,12 +161,15 @@ impl RedisStore {
         .await
     }
 
-    /// Whether `call` runs as a command of the Redis module now: one limit alone, or several
-    /// by `multi` ([`multi_is_native`](RedisStore::multi_is_native)).
+    /// Whether `call` runs as a command of the Redis module now, in its batches when gathered
+    /// with others: one limit the module decides together with others, or several by `multi`
+    /// ([`multi_is_native`](RedisStore::multi_is_native)). (A sliding log alone runs as its
+    /// command too, by [`eval`](RedisStore::eval), but is never batched by the module.)
     pub(super) fn is_native(&self, call: Call<'_>) -> bool {
         self.native.load(std::sync::atomic::Ordering::Relaxed)
             && match call.specs {
-                [spec] => spec.alone().native().is_some(),
+                // (Alone, any the module decides; in its batches, those it decides together.)
+                [spec] => spec.alone().native_together(),
                 specs => self.multi_is_native(call.keys, specs),
             }
     }
@@ -178,7 +181,7 @@ impl RedisStore {
     fn multi_is_native(&self, keys: &[&str], specs: &[Spec]) -> bool {
         Lua::Multi.native().is_some()
             && specs.len() <= ratelimit_vocab::native::MAX_LIMITS
-            && specs.iter().all(|spec| spec.alone().native().is_some())
+            && specs.iter().all(|spec| spec.alone().native_together())
             && (!self.is_cluster() || {
                 let slot = |key: &str| crate::naming::key_slot(key.as_bytes());
                 keys.iter()
