@@ -255,9 +255,11 @@ fn state(con: &mut Connection, key: &str) -> (Option<String>, i64) {
 }
 
 /// A replica without the module holds exactly what the master holds after its decisions:
-/// the module replicates `SET .. PXAT` (what was decided, with the absolute expiry), never
-/// its own command, which such a replica would not know, and which would decide again on
-/// the replica's clock. The AOF holds the same effects.
+/// the module replicates `SET .. PXAT` (what was decided, with the absolute expiry) and `DEL`,
+/// or a sliding log's own sorted-set commands (absolute scores and instants), never its own
+/// command, which such a replica would not know, and which would decide again on the
+/// replica's clock; so for one limit, a batch of several limits, and a give-back. The AOF
+/// holds the same effects.
 #[test]
 fn writes_reach_a_replica_and_the_aof_as_their_effects() {
     let master = with_module(&["--appendonly", "yes", "--appendfsync", "always"]);
@@ -273,9 +275,39 @@ fn writes_reach_a_replica_and_the_aof_as_their_effects() {
             token_bucket(&mut m, key, &limit, 1);
         }
     }
+    // The sliding log (a sorted set, written by the script's own commands) and a batch with
+    // several limits of one call (a bucket and a window, given back in part by `multi`).
+    let log = "app:{r:log}";
+    for _ in 0..3 {
+        let reply: String = redis::cmd("ratelimit.v1.sliding_log")
+            .arg(log)
+            .arg("6 3600000000 2")
+            .query(&mut m)
+            .unwrap();
+        assert!(reply.starts_with("1 "), "{reply}");
+    }
+    let two = "1 4 1000000 1 5000000 1 3 3 5 3600000000 2";
+    let entries: Vec<String> = redis::cmd("ratelimit.v1.batch")
+        .arg(4)
+        .arg(&["app:{r:b}", "app:{r:b}:w", "app:{r:c}", "app:{r:c}:w"][..])
+        .arg(format!("2 2 {two} 2 {two}"))
+        .query(&mut m)
+        .unwrap();
+    assert_eq!(entries.len(), 2, "{entries:?}");
+    let now: u64 = entries[0].rsplit(' ').next().unwrap().parse().unwrap();
+    let _: String = redis::cmd("ratelimit.v1.multi")
+        .arg(2)
+        .arg(&["app:{r:c}", "app:{r:c}:w"][..])
+        .arg(format!("3 {two} {now}"))
+        .query(&mut m)
+        .unwrap();
     let synced: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut m).unwrap();
     assert_eq!(synced, 1, "the replica acknowledged the writes");
-    for key in &keys {
+    for key in keys
+        .iter()
+        .map(String::as_str)
+        .chain(["app:{r:b}", "app:{r:b}:w"])
+    {
         let on_master = state(&mut m, key);
         assert!(
             on_master.0.is_some() && on_master.1 > 0,
@@ -283,6 +315,24 @@ fn writes_reach_a_replica_and_the_aof_as_their_effects() {
         );
         assert_eq!(state(&mut r, key), on_master, "{key}");
     }
+    // The bucket and the window given all their tokens back are gone on both.
+    for key in ["app:{r:c}", "app:{r:c}:w"] {
+        assert_eq!(state(&mut m, key), (None, -2), "{key}");
+        assert_eq!(state(&mut r, key), (None, -2), "{key}");
+    }
+    let entries_of = |c: &mut Connection| -> Vec<(String, u64)> {
+        redis::cmd("ZRANGE")
+            .arg(log)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query(c)
+            .unwrap()
+    };
+    let on_master = entries_of(&mut m);
+    assert_eq!(on_master.len(), 6, "{on_master:?}");
+    assert_eq!(entries_of(&mut r), on_master);
+    assert_eq!(pexpiretime(&mut r, log), pexpiretime(&mut m, log));
     // The AOF holds the writes as `SET .. PXAT`, and no module command.
     let mut aof = Vec::new();
     let dir = master.dir().join("appendonlydir");
@@ -301,6 +351,10 @@ fn writes_reach_a_replica_and_the_aof_as_their_effects() {
         aof.contains("pxat"),
         "the writes reached the AOF as SET .. PXAT"
     );
+}
+
+fn pexpiretime(con: &mut Connection, key: &str) -> i64 {
+    redis::cmd("PEXPIRETIME").arg(key).query(con).unwrap()
 }
 
 /// Waits for the replica to report its link to the master up: a full sync, which a loaded
