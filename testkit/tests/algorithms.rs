@@ -1437,8 +1437,14 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
         let context = format!("call {n} by {how}, mode {mode}, keys {chosen:?}, costs {costs:?}");
         if let Some(at) = at {
             assert_eq!(reply, [chosen.len() as u64], "{context}");
+            // What each key holds, read before the instant `after`, which is then at or after
+            // every read (a state that ended between the give-back and its read is absent).
+            let held: Vec<Option<MultiState>> = chosen
+                .iter()
+                .map(|&i| read_multi_state(&mut con, &keys[i], limits[i]))
+                .collect();
             let after = server_now(&mut con);
-            for (&i, &cost) in chosen.iter().zip(&costs) {
+            for ((&i, &cost), held) in chosen.iter().zip(&costs).zip(held) {
                 // A state that has ended reads as an absent one: the script may write one
                 // (a bucket given back to full expires within the millisecond), the module
                 // deletes the key.
@@ -1446,7 +1452,6 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
                     s.filter(|&s| !limits[i].ended(s, after))
                         .map(|s| limits[i].stored(s))
                 };
-                let held = read_multi_state(&mut con, &keys[i], limits[i]);
                 let expected =
                     [before, after].map(|now| live(limits[i].give_back(now, states[i], cost, at)));
                 let actual = live(held);
