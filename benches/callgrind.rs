@@ -11,7 +11,7 @@ pub(crate) struct Callgrind {
 
 impl Callgrind {
     /// Starts one, with `extra` arguments (the module's `--loadmodule`).
-    pub(crate) fn start(extra: &[String]) -> Callgrind {
+    pub(crate) fn start(extra: &[&str]) -> Callgrind {
         let dir = tempfile::tempdir().unwrap();
         let port = testkit::free_port();
         let child = std::process::Command::new("valgrind")

@@ -263,7 +263,6 @@ async fn main() {
     let (server, cg) = if callgrind {
         (None, Some(Callgrind::start(&module)))
     } else {
-        let module: Vec<&str> = module.iter().map(String::as_str).collect();
         (Some(testkit::RedisServer::start_with(&module)), None)
     };
     let url = match (&server, &cg) {

@@ -1220,8 +1220,7 @@ fn the_cli_reads_through_the_least_acl() {
 /// the module where the server loaded it, by the function library where it did not.
 #[test]
 fn servers_says_how_each_server_decides() {
-    let load = testkit::module::load_args();
-    let with = RedisServer::start_with(&[load[0].as_str(), load[1].as_str()]);
+    let with = RedisServer::start_with(&testkit::module::load_args());
     let without = RedisServer::start();
     for (server, path, runs) in [
         (&with, "module", "ratelimit_v1".to_owned()),

@@ -21,9 +21,14 @@ pub fn path() -> PathBuf {
     }
 }
 
-/// `["--loadmodule", <path>]`: the arguments that load the module into a `redis-server`.
-pub fn load_args() -> [String; 2] {
-    ["--loadmodule".to_owned(), path().display().to_string()]
+/// `["--loadmodule", <path>]`: the arguments that load the module into a `redis-server`, as
+/// the servers' `start_with` take them.
+pub fn load_args() -> [&'static str; 2] {
+    static PATH: OnceLock<String> = OnceLock::new();
+    [
+        "--loadmodule",
+        PATH.get_or_init(|| path().display().to_string()),
+    ]
 }
 
 fn find_or_build() -> Result<PathBuf, String> {

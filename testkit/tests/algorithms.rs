@@ -49,8 +49,7 @@ struct BothWays {
 
 /// A server for the differential tests: with the Redis module loaded.
 fn server() -> RedisServer {
-    let load = testkit::module::load_args();
-    RedisServer::start_with(&[load[0].as_str(), load[1].as_str()])
+    RedisServer::start_with(&testkit::module::load_args())
 }
 
 impl BothWays {

@@ -18,8 +18,7 @@ use redis::{Connection, Value};
 use testkit::{RedisServer, Rng};
 
 fn with_module(extra: &[&str]) -> RedisServer {
-    let load = testkit::module::load_args();
-    let mut args = vec![load[0].as_str(), load[1].as_str()];
+    let mut args = testkit::module::load_args().to_vec();
     args.extend_from_slice(extra);
     RedisServer::start_with(&args)
 }
@@ -532,10 +531,18 @@ async fn token_bucket_calls(server: &RedisServer) -> [u64; 2] {
 
 /// `command`'s calls on `server`, and those that failed (`INFO commandstats`).
 async fn calls_of(server: &RedisServer, command: &str) -> [u64; 2] {
+    calls_on(server.port(), command)
+}
+
+/// `command`'s calls on the node listening on `port`, and those that failed.
+fn calls_on(port: u16, command: &str) -> [u64; 2] {
+    let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .unwrap()
+        .get_connection()
+        .unwrap();
     let stats: String = redis::cmd("INFO")
         .arg("commandstats")
-        .query_async(&mut server.connection().await)
-        .await
+        .query(&mut con)
         .unwrap();
     let line = format!("cmdstat_{command}");
     ["calls", "failed_calls"]
@@ -652,25 +659,16 @@ async fn limiter_at(url: String) -> RateLimiter {
         .unwrap()
 }
 
-/// The module's calls on the node listening on `port`, from `INFO commandstats`.
+/// The module's token-bucket calls on the node listening on `port`.
 fn module_calls_on(port: u16) -> u64 {
-    let mut con = redis::Client::open(format!("redis://127.0.0.1:{port}"))
-        .unwrap()
-        .get_connection()
-        .unwrap();
-    let stats: String = redis::cmd("INFO")
-        .arg("commandstats")
-        .query(&mut con)
-        .unwrap();
-    testkit::info_number(&stats, "cmdstat_ratelimit.v1.token_bucket", Some("calls")).unwrap_or(0)
+    calls_on(port, "ratelimit.v1.token_bucket")[0]
 }
 
 /// A Redis Cluster whose every node loaded the module: the limiter decides by it on every
 /// master (each master answers the calls of its slots), and the buckets hold exactly.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn on_a_cluster_every_master_decides_by_the_module() {
-    let load = testkit::module::load_args();
-    let cluster = testkit::cluster::RedisCluster::start_with(&[load[0].as_str(), load[1].as_str()]);
+    let cluster = testkit::cluster::RedisCluster::start_with(&testkit::module::load_args());
     let limiter = limiter_at(cluster.url()).await;
     assert_eq!(limiter.redis_path(), Some(RedisPath::Module));
     let limit = Limit::per_hour(1).burst(3);
@@ -723,8 +721,7 @@ async fn on_a_cluster_every_master_decides_by_the_module() {
 /// state the old one replicated.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn through_sentinel_the_module_decides_before_and_after_a_failover() {
-    let load = testkit::module::load_args();
-    let setup = testkit::sentinel::SentinelSetup::start_with(&[load[0].as_str(), load[1].as_str()]);
+    let setup = testkit::sentinel::SentinelSetup::start_with(&testkit::module::load_args());
     let limiter = limiter_at(setup.url()).await;
     assert_eq!(limiter.redis_path(), Some(RedisPath::Module));
     let limit = Limit::per_hour(1).burst(4);
@@ -745,20 +742,12 @@ async fn through_sentinel_the_module_decides_before_and_after_a_failover() {
         .unwrap();
     assert_eq!(synced, 1);
     setup.force_failover().unwrap();
-    let mut new = old;
-    for _ in 0..300 {
-        match setup.master_port() {
-            Some(port) if port != old => {
-                new = port;
-                break;
-            }
-            _ => tokio::time::sleep(std::time::Duration::from_millis(50)).await,
-        }
-    }
+    // The sentinels name a new master, which says it is one.
+    let new = tokio::task::block_in_place(|| setup.wait_new_master(old, Duration::from_secs(30)))
+        .unwrap();
     // Calls go on: the first ones may still reach the old master (which takes writes until
     // the sentinels turn it into a replica, and then loses them) or fall to the failure
     // policy, until the limiter follows the new master, which decides by its module.
-    assert_ne!(new, old, "the sentinels named a new master");
     let mut last = None;
     for _ in 0..300 {
         let d = limiter.check_n("k", &limit, 1).await.unwrap();
@@ -769,7 +758,7 @@ async fn through_sentinel_the_module_decides_before_and_after_a_failover() {
         if module_calls_on(new) > 0 {
             break;
         }
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert!(
         module_calls_on(new) > 0,

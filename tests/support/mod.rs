@@ -72,9 +72,7 @@ impl Harness {
     /// On a server that loaded the Redis module (`module/`), where the limiter decides by
     /// its commands what the module decides natively, and by `FCALL` the rest.
     pub(crate) async fn redis_module() -> Harness {
-        let load = testkit::module::load_args();
-        let load: Vec<&str> = load.iter().map(String::as_str).collect();
-        let server = RedisServer::start_with(&load);
+        let server = RedisServer::start_with(&testkit::module::load_args());
         let limiter = redis_limiter(&server, "test").await;
         assert_eq!(
             limiter.redis_path(),

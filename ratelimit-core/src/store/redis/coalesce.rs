@@ -19,11 +19,11 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
-use redis::{RedisError, Value};
+use redis::{RedisError, RedisWrite, ToRedisArgs, Value};
 use tokio::sync::oneshot;
 
 use super::RedisStore;
-use super::scripts::{Native, unpacked_each};
+use super::scripts::{Native, PackedArgs, unpacked_each};
 use super::spec::{Call, Spec};
 use crate::algorithm::library::Lua;
 
@@ -267,12 +267,7 @@ impl RedisStore {
     /// several.
     pub(super) async fn send_alone(&self, call: Call<'_>) -> Result<Value, RedisError> {
         match (call.keys, call.specs) {
-            ([key], [spec]) => {
-                self.eval(spec.alone(), &[key], |cmd| {
-                    cmd.arg(spec.args());
-                })
-                .await
-            }
+            ([key], [spec]) => self.alone(key, spec).await,
             (keys, specs) => self.multi(keys, specs, 0, None).await,
         }
     }
@@ -289,36 +284,18 @@ impl RedisStore {
         // A one-limit call under the previous one-limit call's limit (the usual case: one
         // limit, many keys) goes as 0 and its key: its spec is in place. `with_keys`: each
         // call's keys among the arguments (`batch.lua`), else declared (the module's).
-        let calls = |cmd: &mut redis::Cmd, with_keys: bool| {
-            cmd.arg(batch.len());
-            let mut previous: Option<&[Spec]> = None;
-            for queued in batch {
-                match queued.keys.as_slice() {
-                    [key] if previous == Some(queued.specs.as_slice()) => {
-                        cmd.arg(0);
-                        if with_keys {
-                            cmd.arg(&**key);
-                        }
-                    }
-                    keys => {
-                        cmd.arg(keys.len());
-                        if with_keys {
-                            for key in keys {
-                                cmd.arg(&**key);
-                            }
-                        }
-                        cmd.arg(queued.specs.as_slice());
-                        previous = (keys.len() == 1).then_some(queued.specs.as_slice());
-                    }
-                }
-            }
+        let script = |cmd: &mut redis::Cmd| write_calls(cmd, batch, true);
+        let packed = |out: &mut PackedArgs| write_calls(out, batch, false);
+        // Every call's keys, declared: only for the module's command (empty, unallocated,
+        // for `batch.lua`).
+        let keys: Vec<&str> = if native {
+            batch
+                .iter()
+                .flat_map(|q| q.keys.iter().map(|k| &**k))
+                .collect()
+        } else {
+            Vec::new()
         };
-        let script = |cmd: &mut redis::Cmd| calls(cmd, true);
-        let packed = |cmd: &mut redis::Cmd| calls(cmd, false);
-        let keys: Vec<&str> = batch
-            .iter()
-            .flat_map(|q| q.keys.iter().map(|k| &**k))
-            .collect();
         let native = Lua::Batch
             .native()
             .filter(|_| native && batch.len() <= ratelimit_vocab::native::MAX_BATCH)
@@ -339,6 +316,36 @@ impl RedisStore {
                 "batch.lua answered in an unexpected shape",
                 format!("{other:?}"),
             ))),
+        }
+    }
+}
+
+/// A batch's calls as `batch.lua` and the module's `batch` read them: their number, then per
+/// call the number of its limits and its specs; a one-limit call under the previous
+/// one-limit call's limit (the usual case: one limit, many keys) goes as 0, its spec being in
+/// place. `with_keys`: each call's keys among them (`batch.lua`), else declared apart (the
+/// module's).
+fn write_calls<W: RedisWrite + ?Sized>(out: &mut W, batch: &[Queued], with_keys: bool) {
+    batch.len().write_redis_args(out);
+    let mut previous: Option<&[Spec]> = None;
+    for queued in batch {
+        match queued.keys.as_slice() {
+            [key] if previous == Some(queued.specs.as_slice()) => {
+                0.write_redis_args(out);
+                if with_keys {
+                    out.write_arg(key.as_bytes());
+                }
+            }
+            keys => {
+                keys.len().write_redis_args(out);
+                if with_keys {
+                    for key in keys {
+                        out.write_arg(key.as_bytes());
+                    }
+                }
+                queued.specs.as_slice().write_redis_args(out);
+                previous = (keys.len() == 1).then_some(queued.specs.as_slice());
+            }
         }
     }
 }

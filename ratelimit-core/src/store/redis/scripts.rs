@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use redis::{RedisError, Value};
+use redis::{RedisError, ToRedisArgs as _, Value};
 
 use super::RedisStore;
 use super::spec::{Call, Spec};
@@ -95,17 +95,26 @@ impl RedisStore {
         keys: &[&str],
         args: impl Fn(&mut redis::Cmd) + Sync,
     ) -> Result<T, RedisError> {
-        let native = match lua {
-            Lua::Alone(_) => lua.native().map(|command| Native {
-                command,
-                keys,
-                counted: false,
-                args: &args,
-                reply: unpacked,
-            }),
-            _ => None,
+        self.eval_or_native(lua, keys, &args, None).await
+    }
+
+    /// One algorithm's call of one limit on `key`: the module's command while the node has
+    /// it, else its function or script, with the same arguments.
+    pub(super) async fn alone(&self, key: &str, spec: &Spec) -> Result<Value, RedisError> {
+        let keys = [key];
+        let script = |cmd: &mut redis::Cmd| {
+            cmd.arg(spec.args());
         };
-        self.eval_or_native(lua, keys, &args, native).await
+        let packed = |out: &mut PackedArgs| spec.args().write_redis_args(out);
+        let native = spec.alone().native().map(|command| Native {
+            command,
+            keys: &keys,
+            counted: false,
+            args: &packed,
+            reply: unpacked,
+        });
+        self.eval_or_native(spec.alone(), &keys, &script, native)
+            .await
     }
 
     /// [`eval`](RedisStore::eval), or first, while the node has the Redis module, `native`:
@@ -205,10 +214,11 @@ impl RedisStore {
                 cmd.arg(at);
             }
         };
-        let native = |cmd: &mut redis::Cmd| {
-            cmd.arg(mode).arg(specs);
+        let native = |out: &mut PackedArgs| {
+            mode.write_redis_args(out);
+            specs.write_redis_args(out);
             if let Some(at) = reserved_at {
-                cmd.arg(at);
+                at.write_redis_args(out);
             }
         };
         let native = self
@@ -330,30 +340,42 @@ pub(super) struct Native<'a> {
     pub(super) command: &'static str,
     pub(super) keys: &'a [&'a str],
     pub(super) counted: bool,
-    pub(super) args: &'a (dyn Fn(&mut redis::Cmd) + Sync),
+    pub(super) args: &'a (dyn Fn(&mut PackedArgs) + Sync),
     /// Its reply as the script's: [`unpacked`], or [`unpacked_each`] for a batch's.
     pub(super) reply: fn(Value) -> Value,
 }
 
 impl Native<'_> {
     fn cmd(&self) -> redis::Cmd {
-        let mut script = redis::Cmd::new();
-        (self.args)(&mut script);
-        let mut packed = Vec::with_capacity(64);
-        for arg in script.args_iter() {
-            if let redis::Arg::Simple(bytes) = arg {
-                if !packed.is_empty() {
-                    packed.push(ratelimit_vocab::native::SEPARATOR);
-                }
-                packed.extend_from_slice(bytes);
-            }
-        }
+        let mut packed = PackedArgs(Vec::with_capacity(64));
+        (self.args)(&mut packed);
         let mut cmd = redis::cmd(self.command);
         if self.counted {
             cmd.arg(self.keys.len());
         }
-        cmd.arg(self.keys).arg(packed);
+        cmd.arg(self.keys).arg(packed.0);
         cmd
+    }
+}
+
+/// A native command's last argument: the script's arguments written one after the other,
+/// separated by `ratelimit_vocab::native::SEPARATOR`, straight from what would have been
+/// its arguments (anything `ToRedisArgs` writes).
+pub(super) struct PackedArgs(Vec<u8>);
+
+impl redis::RedisWrite for PackedArgs {
+    fn write_arg(&mut self, arg: &[u8]) {
+        if !self.0.is_empty() {
+            self.0.push(ratelimit_vocab::native::SEPARATOR);
+        }
+        self.0.extend_from_slice(arg);
+    }
+
+    fn writer_for_next_arg(&mut self) -> impl std::io::Write + '_ {
+        if !self.0.is_empty() {
+            self.0.push(ratelimit_vocab::native::SEPARATOR);
+        }
+        &mut self.0
     }
 }
 
