@@ -226,7 +226,15 @@ impl Encoded {
 
 impl std::fmt::Debug for Encoded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&String::from_utf8_lossy(self.as_bytes()))
+        f.write_str(&self.to_text())
+    }
+}
+
+impl Encoded {
+    /// The value as text (it is ASCII): what each state's `encode` returns.
+    #[must_use]
+    pub fn to_text(&self) -> String {
+        String::from_utf8_lossy(self.as_bytes()).into_owned()
     }
 }
 

@@ -121,7 +121,7 @@ impl State {
     /// The key's value.
     #[must_use]
     pub fn encode(&self) -> String {
-        String::from_utf8_lossy(self.encoded().as_bytes()).into_owned()
+        self.encoded().to_text()
     }
 
     /// [`encode`](State::encode) on the stack, for a writer that must not allocate (the
