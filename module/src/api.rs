@@ -152,6 +152,7 @@ api! {
     ReplyWithStringBuffer: fn(*mut RawCtx, *const c_char, usize) -> c_int;
     ReplyWithError: fn(*mut RawCtx, *const c_char) -> c_int;
     ReplyWithArray: fn(*mut RawCtx, std::ffi::c_long) -> c_int;
+    ReplyWithLongLong: fn(*mut RawCtx, c_longlong) -> c_int;
     StringPtrLen: fn(*const RawString, *mut usize) -> *const c_char;
     OpenKey: fn(*mut RawCtx, *mut RawString, c_int) -> *mut RawKey;
     CloseKey: fn(*mut RawKey);
@@ -458,6 +459,28 @@ impl Ctx {
             unsafe { (api.FreeString)(self.raw, string) };
         }
         (!raw.is_null()).then_some(CallReply { raw })
+    }
+
+    /// `PUBLISH <channel> <key>` on this node, not propagated (the channel's listeners are
+    /// the limiter's instances, connected to the master). `None` when Redis refuses it.
+    pub(crate) fn publish(&self, channel: &[u8], key: *mut RawString) -> Option<CallReply> {
+        let raw = unsafe {
+            (api().Call)(
+                self.raw,
+                c"PUBLISH".as_ptr(),
+                c"bs".as_ptr(),
+                channel.as_ptr().cast::<c_char>(),
+                channel.len(),
+                key,
+            )
+        };
+        (!raw.is_null()).then_some(CallReply { raw })
+    }
+
+    /// Replies with an integer.
+    pub(crate) fn reply_integer(&self, value: u64) {
+        let value = c_longlong::try_from(value).unwrap_or(c_longlong::MAX);
+        unsafe { (api().ReplyWithLongLong)(self.raw, value) };
     }
 
     /// Starts an array reply of `len` elements: the next `len` replies are its elements.

@@ -130,6 +130,29 @@ impl<'a, T> Args<'a, T> {
             }
         })
     }
+
+    /// The rest as [`numbers`](Args::numbers) reads it, each number an unsigned one in
+    /// canonical decimal ([`ratelimit_vocab::native::unsigned`]): the arguments of the
+    /// algorithms kept in sorted sets, whose holder may be any `u64`.
+    ///
+    /// # Errors
+    /// As [`numbers`](Args::numbers).
+    pub fn unsigned(
+        &self,
+        bytes: impl Fn(&T) -> &[u8],
+        out: &mut [u64],
+    ) -> Result<usize, ArgError> {
+        let [packed] = self.rest else {
+            return Err(ArgError::BadLimit);
+        };
+        let mut n = 0;
+        for field in bytes(packed).split(|&b| b == ratelimit_vocab::native::SEPARATOR) {
+            let slot = out.get_mut(n).ok_or(ArgError::BadLimit)?;
+            *slot = ratelimit_vocab::native::unsigned(field).ok_or(ArgError::NotAnInteger)?;
+            n += 1;
+        }
+        Ok(n)
+    }
 }
 
 /// The packed numbers of a command's last argument, read one at a time: `multi`'s and a
@@ -157,6 +180,20 @@ impl<'a> Packed<'a> {
         let at = self.at.ok_or(ArgError::BadLimit)?;
         let (value, next) =
             ratelimit_vocab::native::read_number(self.text, at).ok_or(ArgError::NotAnInteger)?;
+        self.at = next;
+        Ok(value)
+    }
+
+    /// The next number, an unsigned one in canonical decimal
+    /// ([`ratelimit_vocab::native::unsigned`]).
+    ///
+    /// # Errors
+    /// [`ArgError::BadLimit`] when there is none left; [`ArgError::NotAnInteger`] for one
+    /// that is not such a number.
+    pub fn next_unsigned(&mut self) -> Result<u64, ArgError> {
+        let at = self.at.ok_or(ArgError::BadLimit)?;
+        let (value, next) =
+            ratelimit_vocab::native::read_unsigned(self.text, at).ok_or(ArgError::NotAnInteger)?;
         self.at = next;
         Ok(value)
     }
@@ -229,6 +266,28 @@ mod tests {
     }
 
     #[test]
+    fn unsigned_numbers_are_canonical_and_within_64_bits() {
+        let mut out = [0u64; 5];
+        let ok = ["cmd", "k", "2 30000000 18446744073709551615 1 0"];
+        let args = Args::split(&ok, b, Keys::One).unwrap();
+        assert_eq!(args.unsigned(b, &mut out), Ok(5));
+        assert_eq!(out, [2, 30_000_000, u64::MAX, 1, 0]);
+        assert_eq!(args.unsigned(b, &mut [0u64; 4]), Err(ArgError::BadLimit));
+        for bad in ["1 -1", "1 01", "1  1", "1 1 ", "18446744073709551616", ""] {
+            let packed = ["cmd", "k", bad];
+            let args = Args::split(&packed, b, Keys::One).unwrap();
+            assert_eq!(
+                args.unsigned(b, &mut out),
+                Err(ArgError::NotAnInteger),
+                "{bad:?}"
+            );
+        }
+        let two = ["cmd", "k", "1", "2"];
+        let args = Args::split(&two, b, Keys::One).unwrap();
+        assert_eq!(args.unsigned(b, &mut out), Err(ArgError::BadLimit));
+    }
+
+    #[test]
     fn keys_are_split_from_the_rest() {
         let one = ["cmd", "k", "10 1"];
         let args = Args::split(&one, b, Keys::One).unwrap();
@@ -275,5 +334,63 @@ mod tests {
         let args = Args::split(&negative, b, Keys::One).unwrap();
         assert_eq!(args.numbers(b, &mut out), Ok(1));
         assert_eq!(out[0], -3);
+    }
+
+    /// A byte from a mix that makes numbers, separators, signs and junk likely.
+    fn byte() -> impl proptest::strategy::Strategy<Value = u8> {
+        proptest::prop_oneof![
+            4 => b'0'..=b'9',
+            2 => proptest::strategy::Just(b' '),
+            1 => proptest::strategy::Just(b'-'),
+            1 => proptest::prelude::any::<u8>(),
+        ]
+    }
+
+    #[allow(clippy::ptr_arg)] // The readers take the type of the arguments they split.
+    fn bytes(a: &Vec<u8>) -> &[u8] {
+        a
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(20_000))]
+
+        /// Any arguments at all: every reader answers (a value or an error, never a panic),
+        /// and a packed text read number by number gives what the readers of the whole give.
+        #[test]
+        fn any_arguments_are_read_or_refused(
+            argv in proptest::collection::vec(proptest::collection::vec(byte(), 0..40), 0..6),
+            counted in proptest::prelude::any::<bool>(),
+        ) {
+            let keys = if counted { Keys::Counted } else { Keys::One };
+            if let Ok(args) = Args::split(&argv, bytes, keys) {
+                let mut signed = [0i64; MAX_NUMBERS];
+                let mut unsigned = [0u64; 5];
+                let whole_signed = args.numbers(bytes, &mut signed);
+                let whole_unsigned = args.unsigned(bytes, &mut unsigned);
+                if let Ok(mut packed) = args.packed(bytes) {
+                    let mut one_by_one = Vec::new();
+                    let mut next = packed.clone();
+                    while let Ok(v) = packed.next_number() {
+                        one_by_one.push(v);
+                        if packed.is_done() {
+                            break;
+                        }
+                    }
+                    if let Ok(n) = whole_signed {
+                        proptest::prop_assert_eq!(signed.get(..n), Some(&one_by_one[..]));
+                    }
+                    let mut unsigned_one_by_one = Vec::new();
+                    while let Ok(v) = next.next_unsigned() {
+                        unsigned_one_by_one.push(v);
+                        if next.is_done() {
+                            break;
+                        }
+                    }
+                    if let Ok(n) = whole_unsigned {
+                        proptest::prop_assert_eq!(unsigned.get(..n), Some(&unsigned_one_by_one[..]));
+                    }
+                }
+            }
+        }
     }
 }

@@ -6,12 +6,13 @@ use std::ffi::c_int;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use ratelimit_algorithms::{Cost, StateKind};
+use ratelimit_algorithms::{Cost, StateKind, WindowParams, concurrency};
 use ratelimit_vocab::native::{MAX_ARGUMENTS, MAX_BATCH, MAX_LIMITS};
 
 use crate::api::{self, CommandFn, Ctx, RawCtx, RawString};
 use crate::args::{ArgError, Args, Keys, Packed};
-use crate::kernel::{Answer, Kernel, State, Write};
+use crate::kernel::{Kernel, State, Write};
+use crate::zset;
 
 /// One command: its short name (the Lua function's), Redis's flags for it, a summary, and
 /// the function Redis calls.
@@ -25,7 +26,7 @@ pub(crate) struct Spec {
 }
 
 /// Every command of the module.
-pub(crate) const ALL: [Spec; 7] = [
+pub(crate) const ALL: [Spec; 10] = [
     Spec {
         short: "token_bucket",
         keys: Keys::One,
@@ -65,6 +66,31 @@ pub(crate) const ALL: [Spec; 7] = [
         run: sliding_log_command,
     },
     Spec {
+        short: "concurrency",
+        keys: Keys::One,
+        flags: "write deny-oom",
+        summary: "Decides one call on a concurrency limit (a slot, or a ticket to wait for one), \
+                  as the library's `concurrency` function",
+        run: concurrency_command,
+    },
+    Spec {
+        short: "concurrency_release",
+        keys: Keys::One,
+        // Not deny-oom: giving slots back frees memory, and must work when Redis is full.
+        flags: "write",
+        summary: "Gives back a call's concurrency slots and ticket, as the library's \
+                  `concurrency_release` function",
+        run: concurrency_release_command,
+    },
+    Spec {
+        short: "concurrency_renew",
+        keys: Keys::One,
+        flags: "write deny-oom",
+        summary: "Renews the leases of a call's concurrency slots, as the library's \
+                  `concurrency_renew` function",
+        run: concurrency_renew_command,
+    },
+    Spec {
         short: "multi",
         keys: Keys::Counted,
         flags: "write deny-oom",
@@ -91,6 +117,8 @@ enum Reply {
     /// `multi`'s numbers, packed the same way (boxed: the one decision's reply, on every
     /// call, stays small).
     Numbers(Box<Numbers>),
+    /// An integer (a concurrency limit's release and renewal).
+    Integer(u64),
     /// The command has replied already (a batch, entry by entry).
     Sent,
 }
@@ -145,6 +173,7 @@ fn serve(
     match catch_unwind(AssertUnwindSafe(|| decide(&ctx, args))) {
         Ok(Ok(Reply::Decision(values))) => ctx.reply_decision(&values),
         Ok(Ok(Reply::Numbers(numbers))) => ctx.reply_numbers(numbers.as_slice()),
+        Ok(Ok(Reply::Integer(value))) => ctx.reply_integer(value),
         Ok(Ok(Reply::Sent)) => {}
         Ok(Err(Failure::Args(e))) => ctx.reply_error(e.message()),
         Ok(Err(Failure::Store(message))) => ctx.reply_error(message),
@@ -188,6 +217,9 @@ one_limit!(fixed_window_command, FixedWindow);
 one_limit!(sliding_window_command, SlidingWindow);
 one_limit!(interval_bucket_command, IntervalBucket);
 entry_point!(sliding_log_command, sliding_log);
+entry_point!(concurrency_command, concurrency);
+entry_point!(concurrency_release_command, concurrency_release);
+entry_point!(concurrency_renew_command, concurrency_renew);
 entry_point!(multi_command, multi);
 entry_point!(batch_command, batch);
 
@@ -252,179 +284,87 @@ fn apply(key: &mut api::Key<'_>, write: &Write) -> Result<(), Failure> {
     .map_err(Failure::Store)
 }
 
-/// `sliding_log.lua`: the log (its KEYS[1], a sorted set of one entry per admitted token,
-/// scored by its admission time); limit, period (µs), cost. The same commands on the same
-/// key as the script's, in the same order (`ZCOUNT`, `ZRANGE`, `ZREMRANGEBYSCORE`, `ZADD`,
-/// `PEXPIREAT`), the writes propagated as they are (their scores and instants are absolute:
-/// they are their own effects), so the log holds exactly what the script would write. Not
-/// in `multi` or a batch: those run by `FCALL` with a sliding log among their limits.
+/// `sliding_log.lua`: the log (its KEYS[1]); limit, period (µs), cost ([`zset::sliding_log`]).
 fn sliding_log(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
     let args = Args::split(argv, arg, Keys::One)?;
     let name = *args.keys.first().ok_or(ArgError::NumKeys)?;
-    let mut numbers = [0i64; MAX_ARGUMENTS];
-    let n = args.numbers(arg, &mut numbers)?;
-    let (p, cost) = match numbers.get(..n) {
-        Some(&[limit, period, cost]) => {
-            let unsigned = |v: i64| u64::try_from(v).map_err(|_| ArgError::BadLimit);
-            ratelimit_algorithms::sliding_log::from_args(&[
-                unsigned(limit)?,
-                unsigned(period)?,
-                unsigned(cost)?,
-            ])
-            .ok_or(ArgError::BadLimit)?
-        }
+    let mut numbers = [0u64; 3];
+    let (p, cost) = match args.unsigned(arg, &mut numbers)? {
+        3 => ratelimit_algorithms::sliding_log::from_args(&numbers).ok_or(ArgError::BadLimit)?,
         _ => return Err(ArgError::BadLimit.into()),
     };
-    let (limit, period) = (p.limit(), p.period_us());
-    let now = now_us();
-    {
-        let mut key = ctx.open(name);
-        if !matches!(key.read(), api::Value::Absent | api::Value::SortedSet) {
-            ctx.warn("redis-ratelimit: a sliding-log key held another type; dropped");
-            key.delete().map_err(Failure::Store)?;
-        }
-    }
-    let failed = || Failure::Store("ERR ratelimit: the sliding log could not be read");
-    let since = now.saturating_sub(period);
-    let mut open_from = Decimal::with_prefix(b'(');
-    let open_from = open_from.of(since);
-    let live = ctx
-        .call(c"ZCOUNT", name, &[open_from, b"+inf"], false)
-        .and_then(|r| r.get().integer())
-        .and_then(|v| u64::try_from(v).ok())
-        .ok_or_else(failed)?;
-    // The newest token's admission time.
-    let newest = || -> Option<u64> {
-        let reply = ctx.call(c"ZRANGE", name, &[b"-1", b"-1", b"WITHSCORES"], false)?;
-        score(reply.get().at(1)?.bytes()?)
+    zset::sliding_log(ctx, name, p, cost, now_us(), &mut zset::Writes::Now)
+        .map(Reply::Decision)
+        .map_err(Failure::Store)
+}
+
+/// `concurrency.lua`: the set (its KEYS[1]); max, lease (µs), holder, queue (0 or 1), cost
+/// ([`zset::concurrency`]).
+fn concurrency(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
+    let args = Args::split(argv, arg, Keys::One)?;
+    let name = *args.keys.first().ok_or(ArgError::NumKeys)?;
+    let mut numbers = [0u64; 5];
+    let (p, cost) = match args.unsigned(arg, &mut numbers)? {
+        5 => concurrency::from_args(&numbers).ok_or(ArgError::BadLimit)?,
+        _ => return Err(ArgError::BadLimit.into()),
     };
-    if live + cost > limit {
-        // The (live + cost - limit)-th oldest live token must leave: then limit - cost remain.
-        let mut offset = Decimal::new();
-        let offset = offset.of(live + cost - limit - 1);
-        let reply = ctx
-            .call(
-                c"ZRANGE",
-                name,
-                &[
-                    open_from,
-                    b"+inf",
-                    b"BYSCORE",
-                    b"LIMIT",
-                    offset,
-                    b"1",
-                    b"WITHSCORES",
-                ],
-                false,
-            )
-            .ok_or_else(failed)?;
-        let nth = reply
-            .get()
-            .at(1)
-            .and_then(|s| score(s.bytes()?))
-            .ok_or_else(failed)?;
-        let newest = newest().ok_or_else(failed)?;
-        return Ok(Reply::Decision([
-            0,
-            limit.saturating_sub(live),
-            (nth + period).saturating_sub(now),
-            (newest + period).saturating_sub(now),
-            now,
-        ]));
-    }
-    let before = newest();
-    let mut through = Decimal::new();
-    ctx.call(
-        c"ZREMRANGEBYSCORE",
-        name,
-        &[b"-inf", through.of(since)],
-        true,
-    )
-    .ok_or_else(failed)?;
-    // One entry per token, `<now>:<its rank among the live ones>`, at most 1,000 per `ZADD`.
-    let mut at = Decimal::new();
-    let at = at.of(now);
-    let mut added = 0;
-    while added < cost {
-        let chunk = (cost - added).min(1000);
-        let mut members: Vec<Vec<u8>> = Vec::with_capacity(usize::try_from(chunk).unwrap_or(0));
-        for j in added + 1..=added + chunk {
-            let mut member = at.to_vec();
-            member.push(b':');
-            member.extend_from_slice(Decimal::new().of(live + j));
-            members.push(member);
-        }
-        let mut zadd: Vec<&[u8]> = Vec::with_capacity(members.len() * 2);
-        for member in &members {
-            zadd.push(at);
-            zadd.push(member);
-        }
-        ctx.call(c"ZADD", name, &zadd, true).ok_or_else(failed)?;
-        added += chunk;
-    }
-    let last = before.map_or(now, |b| b.max(now));
-    let mut expire = Decimal::new();
-    let expire = expire.of((last + period).div_ceil(1000));
-    ctx.call(c"PEXPIREAT", name, &[expire], true)
-        .ok_or_else(failed)?;
-    Ok(Reply::Decision([
-        1,
-        limit - live - cost,
-        0,
-        last + period - now,
-        now,
-    ]))
+    zset::concurrency(ctx, name, p, cost, now_us(), &mut zset::Writes::Now)
+        .map(Reply::Decision)
+        .map_err(Failure::Store)
 }
 
-/// A score as Redis answers it (`%.17g` of an integer below 2^53: its digits), read as Lua's
-/// `tonumber` reads it.
-fn score(text: &[u8]) -> Option<u64> {
-    let value: f64 = std::str::from_utf8(text).ok()?.parse().ok()?;
-    // Scores are admission times below 2^53: exact in a double.
-    (0.0..9_007_199_254_740_992.0).contains(&value).then(|| {
-        #[allow(clippy::cast_possible_truncation, clippy::cast_sign_loss)]
-        let v = value as u64;
-        v
-    })
+/// The holder and a count of slots that a release or a renewal names: the holder any `u64`,
+/// the slots at most a concurrency limit's most.
+fn holder_and_slots(holder: u64, slots: u64) -> Result<(u64, u64), ArgError> {
+    let most = u64::from(ratelimit_vocab::limits::MAX_CONCURRENT);
+    (slots <= most)
+        .then_some((holder, slots))
+        .ok_or(ArgError::BadLimit)
 }
 
-/// A number in decimal on the stack, with an optional one-byte prefix (`(` for an open
-/// interval).
-struct Decimal {
-    buf: [u8; 22],
-    prefix: Option<u8>,
+/// `concurrency_release.lua`: the set; holder and cost packed; optionally the fleet's
+/// channel, a third argument ([`zset::release`]).
+fn concurrency_release(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
+    let args = Args::split(argv, arg, Keys::One)?;
+    let name = *args.keys.first().ok_or(ArgError::NumKeys)?;
+    let (packed, channel) = match args.rest {
+        [packed] => (std::slice::from_ref(packed), None),
+        [packed, channel] => (std::slice::from_ref(packed), Some(arg(channel))),
+        _ => return Err(ArgError::BadLimit.into()),
+    };
+    let packed = Args {
+        keys: args.keys,
+        rest: packed,
+    };
+    let mut numbers = [0u64; 2];
+    let [holder, cost] = match packed.unsigned(arg, &mut numbers)? {
+        2 => numbers,
+        _ => return Err(ArgError::BadLimit.into()),
+    };
+    let (holder, cost) = holder_and_slots(holder, cost)?;
+    zset::release(ctx, name, holder, cost, channel, now_us())
+        .map(Reply::Integer)
+        .map_err(Failure::Store)
 }
 
-impl Decimal {
-    fn new() -> Decimal {
-        Decimal {
-            buf: [0; 22],
-            prefix: None,
-        }
+/// `concurrency_renew.lua`: the set; holder, lease (µs) and cost packed
+/// ([`zset::renew`]).
+fn concurrency_renew(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
+    let args = Args::split(argv, arg, Keys::One)?;
+    let name = *args.keys.first().ok_or(ArgError::NumKeys)?;
+    let mut numbers = [0u64; 3];
+    let [holder, lease_us, cost] = match args.unsigned(arg, &mut numbers)? {
+        3 => numbers,
+        _ => return Err(ArgError::BadLimit.into()),
+    };
+    let leases = ratelimit_vocab::limits::MIN_LEASE_US..=ratelimit_vocab::limits::MAX_LEASE_US;
+    if !leases.contains(&lease_us) {
+        return Err(ArgError::BadLimit.into());
     }
-
-    fn with_prefix(prefix: u8) -> Decimal {
-        Decimal {
-            buf: [0; 22],
-            prefix: Some(prefix),
-        }
-    }
-
-    /// `v`, after the prefix.
-    fn of(&mut self, v: u64) -> &[u8] {
-        let mut digits = [0u8; 20];
-        let digits = ratelimit_vocab::native::write_decimal(&mut digits, v);
-        let start = usize::from(self.prefix.is_some());
-        if let (Some(p), Some(first)) = (self.prefix, self.buf.first_mut()) {
-            *first = p;
-        }
-        let end = start + digits.len();
-        match self.buf.get_mut(start..end) {
-            Some(out) => out.copy_from_slice(digits),
-            None => return &[],
-        }
-        self.buf.get(..end).unwrap_or(&[])
-    }
+    let (holder, cost) = holder_and_slots(holder, cost)?;
+    zset::renew(ctx, name, holder, lease_us, cost, now_us())
+        .map(Reply::Integer)
+        .map_err(Failure::Store)
 }
 
 /// What `multi` does (`multi.lua`'s modes).
@@ -442,13 +382,151 @@ enum Mode {
     Peek,
 }
 
-/// One limit of a `multi` call: its kernel, its cost, and whether it is in shadow mode (its
+/// One limit of a `multi` call: its algorithm, its cost, and whether it is in shadow mode (its
 /// refusal does not refuse the call).
 #[derive(Debug, Clone, Copy)]
 struct Limit {
-    kernel: Kernel,
+    algorithm: Algorithm,
     cost: u64,
     shadow: bool,
+}
+
+/// A limit's algorithm: one whose state is a string ([`Kernel`]: read once, decided in
+/// memory), or one kept in a sorted set, decided by the script's own commands ([`zset`]).
+#[derive(Debug, Clone, Copy)]
+enum Algorithm {
+    Kernel(Kernel),
+    SlidingLog(WindowParams),
+    Concurrency(concurrency::Params),
+}
+
+/// One limit's decision within `multi`: the script's four numbers, and what it would write.
+struct Decided {
+    allowed: bool,
+    remaining: u64,
+    retry_after_us: u64,
+    reset_after_us: u64,
+    write: Pending,
+}
+
+/// What a decision would write, not made yet.
+enum Pending {
+    Nothing,
+    Kernel(Write),
+    Commands(zset::Writes),
+}
+
+impl Decided {
+    fn numbers(&self) -> [u64; 4] {
+        [
+            u64::from(self.allowed),
+            self.remaining,
+            self.retry_after_us,
+            self.reset_after_us,
+        ]
+    }
+
+    /// From a sorted-set algorithm's five numbers and its writes kept.
+    fn of_zset(numbers: [u64; 5], writes: zset::Writes) -> Decided {
+        let [allowed, remaining, retry_after_us, reset_after_us, _now] = numbers;
+        Decided {
+            allowed: allowed == 1,
+            remaining,
+            retry_after_us,
+            reset_after_us,
+            write: Pending::Commands(writes),
+        }
+    }
+}
+
+impl Limit {
+    /// Decides a call of `cost` at `now` on the key `name` (a string's state read already,
+    /// `state`), writing nothing: its writes are kept in the answer.
+    fn decide(
+        &self,
+        ctx: &Ctx,
+        name: *mut RawString,
+        state: Option<&State>,
+        cost: u64,
+        now: u64,
+    ) -> Result<Decided, Failure> {
+        match self.algorithm {
+            Algorithm::Kernel(kernel) => {
+                let state = state.ok_or(Failure::Store(PANICKED))?;
+                let answer = kernel.decide(now, state, cost);
+                Ok(Decided {
+                    allowed: answer.allowed,
+                    remaining: answer.remaining,
+                    retry_after_us: answer.retry_after_us,
+                    reset_after_us: answer.reset_after_us,
+                    write: answer.write.map_or(Pending::Nothing, Pending::Kernel),
+                })
+            }
+            Algorithm::SlidingLog(p) => {
+                let mut writes = zset::Writes::later();
+                let numbers = zset::sliding_log(ctx, name, p, cost, now, &mut writes)
+                    .map_err(Failure::Store)?;
+                Ok(Decided::of_zset(numbers, writes))
+            }
+            Algorithm::Concurrency(p) => {
+                let mut writes = zset::Writes::later();
+                let numbers = zset::concurrency(ctx, name, p, cost, now, &mut writes)
+                    .map_err(Failure::Store)?;
+                Ok(Decided::of_zset(numbers, writes))
+            }
+        }
+    }
+
+    /// Decides a call of this limit alone on the key `name` at `now`, writing at once, as its
+    /// own command does: the script's five numbers.
+    fn decide_alone(&self, ctx: &Ctx, name: *mut RawString, now: u64) -> Result<[u64; 5], Failure> {
+        match self.algorithm {
+            Algorithm::Kernel(kernel) => decide_one(ctx, name, kernel, self.cost, now),
+            Algorithm::SlidingLog(p) => {
+                zset::sliding_log(ctx, name, p, self.cost, now, &mut zset::Writes::Now)
+                    .map_err(Failure::Store)
+            }
+            Algorithm::Concurrency(p) => {
+                zset::concurrency(ctx, name, p, self.cost, now, &mut zset::Writes::Now)
+                    .map_err(Failure::Store)
+            }
+        }
+    }
+
+    /// Gives back what a reservation at `reserved_at` took, as `multi.lua`'s mode 3.
+    fn give_back(
+        &self,
+        ctx: &Ctx,
+        name: *mut RawString,
+        state: Option<&State>,
+        now: u64,
+        reserved_at: u64,
+    ) -> Result<(), Failure> {
+        match self.algorithm {
+            Algorithm::Kernel(kernel) => {
+                let state = state.ok_or(Failure::Store(PANICKED))?;
+                match kernel.give_back(now, state, self.cost, reserved_at) {
+                    Some(write) => apply(&mut ctx.open(name), &write),
+                    None => Ok(()),
+                }
+            }
+            Algorithm::SlidingLog(_) => {
+                zset::give_back_log(ctx, name, self.cost, reserved_at).map_err(Failure::Store)
+            }
+            Algorithm::Concurrency(p) => {
+                zset::give_back_slots(ctx, name, p.holder, self.cost).map_err(Failure::Store)
+            }
+        }
+    }
+}
+
+/// Makes `write` on the key `name`.
+fn make(ctx: &Ctx, name: *mut RawString, write: Pending) -> Result<(), Failure> {
+    match write {
+        Pending::Nothing => Ok(()),
+        Pending::Kernel(write) => apply(&mut ctx.open(name), &write),
+        Pending::Commands(writes) => writes.make_kept(ctx, name).map_err(Failure::Store),
+    }
 }
 
 /// `multi.lua`: `numkeys`, every limit's key, then packed: the mode; per limit its
@@ -492,19 +570,41 @@ fn read_limit(packed: &mut Packed<'_>) -> Result<Limit, ArgError> {
         .filter(|&id| id < 2 * SHADOW)
         .ok_or(bad)?;
     let count = packed.next_count()?;
-    let mut args = [0i64; MAX_ARGUMENTS];
-    let args = args.get_mut(..count).ok_or(bad)?;
-    packed.fill(args)?;
     let kind = StateKind::from_id(id % SHADOW).ok_or(bad)?;
-    let (kernel, cost) = Kernel::from_args(kind, args).ok_or(bad)?;
-    // A negative cost runs only as mode 3's give-back, which negates the spec's own.
-    let Cost::Take(cost) = cost else {
-        return Err(bad);
+    let shadow = id >= SHADOW;
+    // The sorted sets' arguments are unsigned (a holder may be any `u64`).
+    let mut unsigned = [0u64; 5];
+    let (algorithm, cost) = match kind {
+        StateKind::SlidingLog | StateKind::Concurrency => {
+            let args = unsigned.get_mut(..count).ok_or(bad)?;
+            for slot in args.iter_mut() {
+                *slot = packed.next_unsigned()?;
+            }
+            let args = &*args;
+            if kind == StateKind::SlidingLog {
+                let (p, cost) = ratelimit_algorithms::sliding_log::from_args(args).ok_or(bad)?;
+                (Algorithm::SlidingLog(p), cost)
+            } else {
+                let (p, cost) = concurrency::from_args(args).ok_or(bad)?;
+                (Algorithm::Concurrency(p), cost)
+            }
+        }
+        _ => {
+            let mut args = [0i64; MAX_ARGUMENTS];
+            let args = args.get_mut(..count).ok_or(bad)?;
+            packed.fill(args)?;
+            let (kernel, cost) = Kernel::from_args(kind, args).ok_or(bad)?;
+            // A negative cost runs only as mode 3's give-back, which negates the spec's own.
+            let Cost::Take(cost) = cost else {
+                return Err(bad);
+            };
+            (Algorithm::Kernel(kernel), cost)
+        }
     };
     Ok(Limit {
-        kernel,
+        algorithm,
         cost,
-        shadow: id >= SHADOW,
+        shadow,
     })
 }
 
@@ -512,6 +612,8 @@ fn read_limit(packed: &mut Packed<'_>) -> Result<Limit, ArgError> {
 /// decides them: every key is read before any is written, and the call's writes are made
 /// once every limit has decided: all of them if all admit, else only those of the limits
 /// that refused (a refusal writes only a state that must be read otherwise than it says).
+/// (A string's state is read once, up front; a sorted set is read by its algorithm's
+/// commands as it decides, and its writes kept until the end, as `multi.lua` keeps them.)
 fn decide_several(
     ctx: &Ctx,
     keys: &[*mut RawString],
@@ -522,50 +624,65 @@ fn decide_several(
     let n = limits.iter().flatten().count();
     let mut states: [Option<State>; MAX_LIMITS] = [None; MAX_LIMITS];
     for ((state, limit), &name) in states.iter_mut().zip(limits.iter().flatten()).zip(keys) {
-        *state = Some(limit.kernel.read(&ctx.open(name).read()));
+        if let Algorithm::Kernel(kernel) = limit.algorithm {
+            *state = Some(kernel.read(&ctx.open(name).read()));
+        }
     }
     let each = || {
         limits
             .iter()
             .zip(&states)
             .zip(keys)
-            .filter_map(|((limit, state), &name)| Some((limit.as_ref()?, state.as_ref()?, name)))
+            .filter_map(|((limit, state), &name)| Some((limit.as_ref()?, state.as_ref(), name)))
     };
-    for (_, state, _) in each() {
+    for state in each().filter_map(|(_, state, _)| state) {
         warn_if_unreadable(ctx, state);
     }
     let mut reply = Box::new(Numbers::new());
     if let Mode::GiveBack(reserved_at) = mode {
         for (limit, state, name) in each() {
-            if let Some(write) = limit.kernel.give_back(now, state, limit.cost, reserved_at) {
-                apply(&mut ctx.open(name), &write)?;
-            }
+            limit.give_back(ctx, name, state, now, reserved_at)?;
         }
         reply.push(u64::try_from(n).unwrap_or(0));
         return Ok(reply);
     }
-    let mut answers: [Option<Answer>; MAX_LIMITS] = [None; MAX_LIMITS];
+    let mut answers: [Option<Decided>; MAX_LIMITS] = Default::default();
     let mut all = mode != Mode::Veto;
-    for (answer, (limit, state, _)) in answers.iter_mut().zip(each()) {
-        let decided = limit.kernel.decide(now, state, limit.cost);
+    for (answer, (limit, state, name)) in answers.iter_mut().zip(each()) {
+        let decided = limit.decide(ctx, name, state, limit.cost, now)?;
         all &= decided.allowed || limit.shadow;
         *answer = Some(decided);
     }
     // A limit's remaining and reset as they stand: a cost of 0, its writes dropped.
-    let peek = |limit: &Limit, state: &State| limit.kernel.decide(now, state, 0);
+    let peek = |limit: &Limit, state: Option<&State>, name| limit.decide(ctx, name, state, 0, now);
     for (answer, (limit, state, name)) in answers.iter_mut().zip(each()) {
         let Some(answer) = answer.as_mut() else {
             continue;
         };
         if !all && answer.allowed {
-            let now_held = peek(limit, state);
+            let now_held = peek(limit, state, name)?;
             answer.remaining = now_held.remaining;
             answer.reset_after_us = now_held.reset_after_us;
         }
         if mode == Mode::Peek {
-            answer.remaining = peek(limit, state).remaining;
-        } else if let Some(write) = answer.write.as_ref().filter(|_| all || !answer.allowed) {
-            apply(&mut ctx.open(name), write)?;
+            answer.remaining = peek(limit, state, name)?.remaining;
+        }
+    }
+    // Reserve's numbers as they stood before the call: read before any write.
+    let mut before = [(0, 0); MAX_LIMITS];
+    if mode == Mode::Reserve && all {
+        for (slot, (limit, state, name)) in before.iter_mut().zip(each()) {
+            let p = peek(limit, state, name)?;
+            *slot = (p.remaining, p.reset_after_us);
+        }
+    }
+    for (answer, (_, _, name)) in answers.iter_mut().zip(each()) {
+        let Some(answer) = answer.as_mut() else {
+            continue;
+        };
+        let write = std::mem::replace(&mut answer.write, Pending::Nothing);
+        if mode != Mode::Peek && (all || !answer.allowed) {
+            make(ctx, name, write)?;
         }
         for v in answer.numbers() {
             reply.push(v);
@@ -573,10 +690,9 @@ fn decide_several(
     }
     reply.push(now);
     if mode == Mode::Reserve && all {
-        for (limit, state, _) in each() {
-            let before = peek(limit, state);
-            reply.push(before.remaining);
-            reply.push(before.reset_after_us);
+        for &(remaining, reset) in before.iter().take(n) {
+            reply.push(remaining);
+            reply.push(reset);
         }
     }
     Ok(reply)
@@ -616,8 +732,8 @@ fn batch(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
         match entry {
             Ok(Ok(Reply::Decision(values))) => ctx.reply_decision(&values),
             Ok(Ok(Reply::Numbers(numbers))) => ctx.reply_numbers(numbers.as_slice()),
-            // (A call does not reply itself.)
-            Ok(Ok(Reply::Sent)) => ctx.reply_error(PANICKED),
+            // (A call does not reply itself, nor answer an integer.)
+            Ok(Ok(Reply::Sent | Reply::Integer(_))) => ctx.reply_error(PANICKED),
             Ok(Err(Failure::Args(e))) => {
                 ctx.reply_error(e.message());
                 unreadable = Some(e);
@@ -652,7 +768,7 @@ fn batch_call(
     *keys = rest;
     let one = |limit: Limit| {
         let name = *mine.first().ok_or(ArgError::NumKeys)?;
-        decide_one(ctx, name, limit.kernel, limit.cost, now).map(Reply::Decision)
+        limit.decide_alone(ctx, name, now).map(Reply::Decision)
     };
     match n {
         // The previous one-limit call's limit, on another key.

@@ -19,13 +19,22 @@
 //! ([`ratelimit_vocab::native`]): the module `ratelimit_v1`, the commands
 //! `ratelimit.v1.<function>`.
 //!
+//! The sorted sets (the sliding log, the concurrency set) are the exception: they are decided
+//! by the scripts' own sorted-set commands, called from the module in the scripts' order, on
+//! what those commands answer (`zset`), and their writes propagated as they are (absolute
+//! scores and instants are their own effects). The differential tests hold every command to
+//! the script and the twin on shared state (`testkit/tests/algorithms.rs`).
+//!
 //! No panic crosses into the server: every command runs under `catch_unwind`, and a bad
-//! argument from any client is an error reply (the parsing is fuzzed: `fuzz/`).
+//! argument from any client is an error reply (the argument readers are property-tested over
+//! arbitrary bytes here, the commands over thousands of hostile argument vectors on a real
+//! server in `testkit/tests/module.rs`).
 
 mod api;
 pub mod args;
 mod commands;
 mod kernel;
+mod zset;
 
 use std::ffi::{CString, c_int};
 

@@ -156,9 +156,82 @@ pub fn integer(text: &[u8]) -> Option<i64> {
     Some(if negative { -value } else { value })
 }
 
+/// The number of `text` that starts at `at`, as [`unsigned`] reads it, and where the next one
+/// starts (`None`: it was the last), as [`read_number`] says.
+#[must_use]
+pub fn read_unsigned(text: &[u8], at: usize) -> Option<(u64, Option<usize>)> {
+    let rest = text.get(at..)?;
+    let end = rest.iter().position(|&b| b == SEPARATOR);
+    let value = unsigned(rest.get(..end.unwrap_or(rest.len()))?)?;
+    match end {
+        None => Some((value, None)),
+        Some(end) if at + end + 1 < text.len() => Some((value, Some(at + end + 1))),
+        // A separator at the end: no number after it.
+        Some(_) => None,
+    }
+}
+
+/// An unsigned integer as [`write_decimal`] writes one (canonical decimal: 1 to 20 digits
+/// within 64 bits, no leading zero but in `0` itself), `None` otherwise. The arguments of
+/// the algorithms whose scripts use a number as text as well (a concurrency limit's holder,
+/// which names its members, may be any `u64`): only the canonical text is read, so that the
+/// module names a member exactly as the script does.
+#[must_use]
+pub fn unsigned(text: &[u8]) -> Option<u64> {
+    match text {
+        [] | [b'0', _, ..] => return None,
+        _ if text.len() > 20 => return None,
+        _ => {}
+    }
+    let mut value: u64 = 0;
+    for &d in text {
+        let digit = d.wrapping_sub(b'0');
+        if digit > 9 {
+            return None;
+        }
+        value = value.checked_mul(10)?.checked_add(u64::from(digit))?;
+    }
+    Some(value)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn read_unsigned_walks_the_numbers() {
+        let text = b"0 18446744073709551615 7";
+        assert_eq!(read_unsigned(text, 0), Some((0, Some(2))));
+        assert_eq!(read_unsigned(text, 2), Some((u64::MAX, Some(23))));
+        assert_eq!(read_unsigned(text, 23), Some((7, None)));
+        assert_eq!(read_unsigned(b"1  2", 2), None, "an empty number");
+        for bad in [&b"1 "[..], b"-1", b" 1", b"", b"1,2"] {
+            assert_eq!(read_unsigned(bad, 0), None, "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn unsigned_reads_exactly_what_write_decimal_writes() {
+        let mut buf = [0; 20];
+        for v in [0, 1, 9, 10, 99, 1 << 53, u64::MAX - 7, u64::MAX] {
+            assert_eq!(unsigned(write_decimal(&mut buf, v)), Some(v));
+        }
+        for text in [
+            &b""[..],
+            b"-1",
+            b"+1",
+            b"01",
+            b"00",
+            b" 1",
+            b"1 ",
+            b"1.0",
+            b"18446744073709551616",
+            b"99999999999999999999",
+            b"000000000000000000001",
+        ] {
+            assert_eq!(unsigned(text), None, "{text:?}");
+        }
+    }
 
     #[test]
     fn the_names_hold_the_protocol() {

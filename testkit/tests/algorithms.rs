@@ -92,6 +92,21 @@ impl BothWays {
         }
     }
 
+    /// Adds the next call to `pipe`, by a way picked at random: `FCALL` or `EVALSHA` with
+    /// `key` and `args`, or the module's command with `key` and `args` packed. Its reply is
+    /// read by [`numbers_of`] (a packed reply) or as the script's.
+    fn push(&mut self, rng: &mut Rng, pipe: &mut redis::Pipeline, key: &str, args: &[u64]) {
+        match self.pick(rng) {
+            (command, Some(name)) => {
+                pipe.cmd(command).arg(name).arg(1).arg(key).arg(args);
+            }
+            (command, None) => {
+                let packed: Vec<String> = args.iter().map(u64::to_string).collect();
+                pipe.cmd(command).arg(key).arg(packed.join(" "));
+            }
+        }
+    }
+
     /// Every way ran.
     fn check(&self) {
         let ways = if self.native.is_some() { 3 } else { 2 };
@@ -111,6 +126,18 @@ fn invoke(con: &mut Connection, script: &Script, key: &str, args: &[u64]) -> ([u
     let reply: Vec<u64> = call.invoke(con).unwrap();
     assert_eq!(reply.len(), 5, "{reply:?}");
     ([reply[0], reply[1], reply[2], reply[3]], reply[4])
+}
+
+/// A reply of numbers, the script's (an array) or the module's (packed into one string).
+fn numbers_of(reply: &redis::Value) -> Vec<u64> {
+    match reply {
+        redis::Value::BulkString(text) => std::str::from_utf8(text)
+            .unwrap()
+            .split(' ')
+            .map(|n| n.parse().unwrap_or_else(|_| panic!("{reply:?}")))
+            .collect(),
+        other => redis::FromRedisValue::from_redis_value(other.clone()).unwrap(),
+    }
 }
 
 /// The module's `command` on `key` with the script's `args`, packed as the limiter packs
@@ -139,6 +166,51 @@ fn fields<S>(o: &Outcome<S>) -> [u64; 4] {
 
 fn pexpiretime(con: &mut Connection, key: &str) -> i64 {
     redis::cmd("PEXPIRETIME").arg(key).query(con).unwrap()
+}
+
+/// A sorted set's members and scores (`ZRANGE .. WITHSCORES`), and its key's expiry (ms;
+/// -2 when the key is gone), read together.
+fn set_and_expiry(con: &mut Connection, key: &str) -> (Written, i64) {
+    redis::pipe()
+        .cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .cmd("PEXPIRETIME")
+        .arg(key)
+        .query(con)
+        .unwrap()
+}
+
+/// [`holds`] for what a state keeps: a string, or a sorted set's scores or members.
+fn holds_kept(con: &mut Connection, key: &str, kept: &Kept, expire_ms: u64) {
+    let Kept::String(value) = kept else {
+        let (scores, expiry): (Written, i64) = set_and_expiry(con, key);
+        if expiry == -2 || scores.is_empty() {
+            let (secs, micros): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
+            assert!(
+                secs * 1000 + micros / 1000 >= expire_ms,
+                "{key} gone before {expire_ms}"
+            );
+            return;
+        }
+        let held = match kept {
+            Kept::Scores(_) => Kept::Scores(scores.iter().map(|s| s.1).collect()),
+            _ => {
+                let mut members = scores;
+                members.sort();
+                Kept::Members(members)
+            }
+        };
+        assert_eq!(
+            (&held, expiry),
+            (kept, i64::try_from(expire_ms).unwrap()),
+            "{key}"
+        );
+        return;
+    };
+    holds(con, key, Some(value), expire_ms);
 }
 
 /// Checks that Redis holds `value` under `key` until exactly `expire_ms`, or has dropped the
@@ -386,16 +458,7 @@ fn sliding_log_script_equals_its_twin() {
         stored: |con, key, log, p| {
             let expire_ms = sliding_log::expire_ms(log, p).unwrap();
             // The members and scores as written, unless the whole log has expired since.
-            let (scores, expiry): (Vec<(String, u64)>, i64) = redis::pipe()
-                .cmd("ZRANGE")
-                .arg(key)
-                .arg(0)
-                .arg(-1)
-                .arg("WITHSCORES")
-                .cmd("PEXPIRETIME")
-                .arg(key)
-                .query(con)
-                .unwrap();
+            let (scores, expiry): (Vec<(String, u64)>, i64) = set_and_expiry(con, key);
             if expiry != -2 {
                 let times: Vec<u64> = scores.iter().map(|(_, t)| *t).collect();
                 assert_eq!(&times, log);
@@ -444,25 +507,28 @@ fn live_members(entries: &[concurrency::Entry], now: u64) -> Vec<(String, u64)> 
 /// A concurrency set as `ZRANGE .. WITHSCORES` answers it.
 type Written = Vec<(String, u64)>;
 
-/// Runs `pipe` (one script call, in a transaction) followed by a read of the set `key` and
-/// the server time of that read (µs): the script's reply, the set, the time. On a loaded
-/// machine the server can be descheduled between the script and the read, long enough for a
-/// lease of a few milliseconds to end and its key to go: what is live is compared then.
+/// Runs `pipe` (one script call, in a transaction) followed by a read of the set `key`, its
+/// expiry (ms, negative without one) and the server time of that read (µs): the script's
+/// reply, the set, the expiry, the time. On a loaded machine the server can be descheduled
+/// between the script and the read, long enough for a lease of a few milliseconds to end and
+/// its key to go: what is live is compared then.
 fn then_read<T: redis::FromRedisValue>(
     pipe: &mut redis::Pipeline,
     con: &mut Connection,
     key: &str,
-) -> (T, Written, u64) {
-    let (reply, written, (secs, micros)): (T, Written, (u64, u64)) = pipe
+) -> (T, Written, i64, u64) {
+    let (reply, written, expiry, (secs, micros)): (T, Written, i64, (u64, u64)) = pipe
         .cmd("ZRANGE")
         .arg(key)
         .arg(0)
         .arg(-1)
         .arg("WITHSCORES")
+        .cmd("PEXPIRETIME")
+        .arg(key)
         .cmd("TIME")
         .query(con)
         .unwrap();
-    (reply, written, secs * 1_000_000 + micros)
+    (reply, written, expiry, secs * 1_000_000 + micros)
 }
 
 /// The members of a concurrency set as `ZRANGE .. WITHSCORES` answered them.
@@ -493,7 +559,7 @@ fn members_of(scores: &[(String, u64)]) -> Vec<concurrency::Entry> {
 /// live members Redis holds equal to the twin's after every call.
 #[test]
 fn concurrency_scripts_equal_their_twin() {
-    let server = RedisServer::start();
+    let server = server();
     let mut con = server.blocking_connection();
     // Loaded up front: the decision and the renewal run inside transactions.
     let mut acquire = BothWays::load(&mut con, concurrency::SCRIPT, "concurrency");
@@ -522,14 +588,12 @@ fn concurrency_scripts_equal_their_twin() {
                 let cost = rng.below(3).min(p.max);
                 // The decision and a read of what it wrote in one transaction, as for a
                 // renewal below.
-                let (command, name) = acquire.pick(&mut rng);
                 let mut pipe = redis::pipe();
-                pipe.atomic().cmd(command).arg(name).arg(1).arg(key);
-                for a in concurrency::args(p, cost) {
-                    pipe.arg(a);
-                }
-                let (reply, written, read_at): (Vec<u64>, _, _) =
+                pipe.atomic();
+                acquire.push(&mut rng, &mut pipe, key, &concurrency::args(p, cost));
+                let (reply, written, expiry, read_at): (redis::Value, _, _, _) =
                     then_read(&mut pipe, &mut con, key);
+                let reply = numbers_of(&reply);
                 assert_eq!(reply.len(), 5, "{reply:?}");
                 let (reply, now) = ([reply[0], reply[1], reply[2], reply[3]], reply[4]);
                 let o = concurrency::decide(now, &twins[k], p, cost);
@@ -545,6 +609,13 @@ fn concurrency_scripts_equal_their_twin() {
                     (false, false) => refused += 1,
                 }
                 if let Some(next) = o.new_state {
+                    // Written in this transaction: the key's expiry is the last lease end
+                    // the reply counts (the latest before the call, the call's own one
+                    // included where it renews a slot of a longer lease, or its new one).
+                    if !written.is_empty() {
+                        let last_end = (now + reply[3]).div_ceil(1000);
+                        assert_eq!(expiry, i64::try_from(last_end).unwrap(), "step {step}");
+                    }
                     twins[k] = next;
                 }
                 assert_eq!(
@@ -555,32 +626,20 @@ fn concurrency_scripts_equal_their_twin() {
             }
             6 | 7 => {
                 // Every slot a holder may hold (cost at most 3).
-                let (command, name) = release.pick(&mut rng);
-                let _: u64 = redis::cmd(command)
-                    .arg(name)
-                    .arg(1)
-                    .arg(key)
-                    .arg(holder)
-                    .arg(3)
-                    .query(&mut con)
-                    .unwrap();
+                let mut pipe = redis::pipe();
+                release.push(&mut rng, &mut pipe, key, &[holder, 3]);
+                let (_removed,): (u64,) = pipe.query(&mut con).unwrap();
                 // What the twin drops besides the holder's is ended already.
                 twins[k] = concurrency::release(0, &twins[k], holder, 3);
             }
             _ => {
                 // The renewal and a read of what it wrote in one transaction: a lease of a
                 // few milliseconds may end (and the key with it) before a later read.
-                let (command, name) = renew.pick(&mut rng);
                 let mut pipe = redis::pipe();
-                pipe.atomic()
-                    .cmd(command)
-                    .arg(name)
-                    .arg(1)
-                    .arg(key)
-                    .arg(holder)
-                    .arg(lease_us)
-                    .arg(3);
-                let (renewed, written, read_at): (u64, _, _) = then_read(&mut pipe, &mut con, key);
+                pipe.atomic();
+                renew.push(&mut rng, &mut pipe, key, &[holder, lease_us, 3]);
+                let (renewed, written, expiry, read_at): (u64, _, _, _) =
+                    then_read(&mut pipe, &mut con, key);
                 renewals += 1;
                 // A renewal writes the holder's slots whether or not they were live.
                 {
@@ -606,6 +665,8 @@ fn concurrency_scripts_equal_their_twin() {
                     let at = latest - lease_us;
                     let twin = concurrency::renew(at, &mut twins[k], holder, 3, lease_us);
                     assert_eq!(renewed, twin, "step {step}");
+                    let twin_expiry = i64::try_from(concurrency::expire_ms(&twins[k])).unwrap();
+                    assert_eq!(expiry, twin_expiry, "step {step}: the key's expiry");
                     assert_eq!(
                         live_members(&written, read_at.max(at)),
                         live_members(&twins[k], read_at.max(at)),
@@ -1119,15 +1180,39 @@ enum MultiLimit {
     Interval(interval_bucket::IntervalParams),
     Fixed(WindowParams),
     Sliding(sliding_window::SlidingParams),
+    Log(WindowParams),
+    /// A concurrency limit, with the holder of the call at hand.
+    Slots(concurrency::Params),
 }
 
-/// A state one of those limits keeps.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// Every limit of the multi test as they stood for one call (the holders of its concurrency
+/// limits are that call's).
+type Limits = Vec<MultiLimit>;
+
+/// One call of a batch in the multi test: its limits (indices), their costs, which are in
+/// shadow mode, and every limit as it stood for it.
+type BatchCall = (Vec<usize>, Vec<u64>, Vec<bool>, Limits);
+
+/// A state one of those limits keeps (a sorted set's with its key's expiry, ms: a
+/// concurrency set's is the last lease end its script counted, which the set alone may not
+/// say).
+#[derive(Debug, Clone, PartialEq, Eq)]
 enum MultiState {
     Token(token_bucket::State),
     Interval(interval_bucket::State),
     Fixed(fixed_window::State),
     Sliding(sliding_window::State),
+    Log(Vec<u64>, u64),
+    Slots(Vec<concurrency::Entry>, u64),
+}
+
+/// What Redis keeps for a state: a string, a sliding log's scores in order (its members'
+/// names are the script's own), or a concurrency set's members and scores sorted by member.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Kept {
+    String(String),
+    Scores(Vec<u64>),
+    Members(Vec<(String, u64)>),
 }
 
 impl MultiLimit {
@@ -1144,11 +1229,14 @@ impl MultiLimit {
                 StateKind::SlidingWindow,
                 sliding_window::args(p, cost).to_vec(),
             ),
+            MultiLimit::Log(p) => (StateKind::SlidingLog, sliding_log::args(p, cost).to_vec()),
+            MultiLimit::Slots(p) => (StateKind::Concurrency, concurrency::args(p, cost).to_vec()),
         }
     }
 
     /// The twin's decision (its state `None`: absent).
-    fn decide(self, now: u64, state: Option<MultiState>, cost: u64) -> Outcome<MultiState> {
+    fn decide(self, now: u64, state: Option<&MultiState>, cost: u64) -> Outcome<MultiState> {
+        let state = state.cloned();
         match (self, state) {
             (MultiLimit::Token(p), s) => {
                 let s = s.map(|s| match s {
@@ -1177,6 +1265,26 @@ impl MultiLimit {
                     other => panic!("{other:?}"),
                 });
                 sliding_window::decide(now, s, p, cost).map_state(MultiState::Sliding)
+            }
+            (MultiLimit::Log(p), s) => {
+                let log = match s {
+                    Some(MultiState::Log(log, _)) => log,
+                    None => Vec::new(),
+                    Some(other) => panic!("{other:?}"),
+                };
+                let o = sliding_log::decide(now, &log, p, cost);
+                let expire_ms = (now + o.reset_after_us).div_ceil(1000);
+                o.map_state(|log| MultiState::Log(log, expire_ms))
+            }
+            (MultiLimit::Slots(p), s) => {
+                let entries = match s {
+                    Some(MultiState::Slots(entries, _)) => entries,
+                    None => Vec::new(),
+                    Some(other) => panic!("{other:?}"),
+                };
+                let o = concurrency::decide(now, &entries, p, cost);
+                let expire_ms = (now + o.reset_after_us).div_ceil(1000);
+                o.map_state(|entries| MultiState::Slots(entries, expire_ms))
             }
         }
     }
@@ -1219,14 +1327,37 @@ impl MultiLimit {
                 }
                 Some(MultiState::Sliding(s))
             }
+            (MultiLimit::Log(_), MultiState::Log(mut log, expire_ms)) => {
+                // Up to `cost` entries of the reservation's instant go (any are its tokens).
+                for _ in 0..cost {
+                    if let Some(at) = log.iter().position(|&t| t == at) {
+                        log.remove(at);
+                    }
+                }
+                (!log.is_empty()).then_some(MultiState::Log(log, expire_ms))
+            }
+            (MultiLimit::Slots(p), MultiState::Slots(entries, expire_ms)) => {
+                // The holder's slots go; its ticket stays (a reservation holds no ticket).
+                let entries: Vec<concurrency::Entry> = entries
+                    .into_iter()
+                    .filter(|e| {
+                        !matches!(e.0, concurrency::Member::Held { holder, n }
+                            if holder == p.holder && n <= cost)
+                    })
+                    .collect();
+                (!entries.is_empty()).then_some(MultiState::Slots(entries, expire_ms))
+            }
             (limit, state) => panic!("{limit:?} on {state:?}"),
         }
     }
 
     /// Whether `state` has ended at `now` (a bucket full, a window over): it reads as absent.
-    fn ended(self, state: MultiState, now: u64) -> bool {
+    fn ended(self, state: &MultiState, now: u64) -> bool {
         match (self, state) {
             (_, MultiState::Token(s)) => s.owed_at(u128::from(now)) == 0,
+            (_, MultiState::Log(_, expire_ms) | MultiState::Slots(_, expire_ms)) => {
+                *expire_ms * 1000 <= now
+            }
             (MultiLimit::Interval(p), MultiState::Interval(s)) => {
                 let period = interval_bucket::args(p, 0)[2];
                 s.expire_ms * 1000 / period * period <= now
@@ -1238,12 +1369,29 @@ impl MultiLimit {
     }
 
     /// The value and expiry (ms) Redis keeps for `state`.
-    fn stored(self, state: MultiState) -> (String, u64) {
+    fn stored(self, state: MultiState) -> (Kept, u64) {
         match (self, state) {
-            (_, MultiState::Token(s)) => (s.encode(), s.expire_ms),
-            (_, MultiState::Interval(s)) => (s.encode(), s.expire_ms),
-            (_, MultiState::Fixed(s)) => (s.encode(), s.expire_ms),
-            (MultiLimit::Sliding(p), MultiState::Sliding(s)) => (s.encode(), s.expire_ms(p)),
+            (_, MultiState::Token(s)) => (Kept::String(s.encode()), s.expire_ms),
+            (_, MultiState::Interval(s)) => (Kept::String(s.encode()), s.expire_ms),
+            (_, MultiState::Fixed(s)) => (Kept::String(s.encode()), s.expire_ms),
+            (MultiLimit::Sliding(p), MultiState::Sliding(s)) => {
+                (Kept::String(s.encode()), s.expire_ms(p))
+            }
+            (_, MultiState::Log(log, expire_ms)) => (Kept::Scores(log), expire_ms),
+            (_, MultiState::Slots(entries, expire_ms)) => {
+                let mut members: Vec<(String, u64)> = entries
+                    .iter()
+                    .map(|&(m, end)| {
+                        let score = match m {
+                            concurrency::Member::Waiting { .. } => end + concurrency::TICKET,
+                            concurrency::Member::Held { .. } => end,
+                        };
+                        (m.to_text(), score)
+                    })
+                    .collect();
+                members.sort();
+                (Kept::Members(members), expire_ms)
+            }
             (limit, state) => panic!("{limit:?} on {state:?}"),
         }
     }
@@ -1251,7 +1399,8 @@ impl MultiLimit {
 
 /// Several limits of one call (`multi.lua`, by `FCALL`, and the Redis module's `multi`,
 /// picked at random per call) in every mode (decide, reserve, veto, give back, peek), some in
-/// shadow mode, on keys of the four algorithms the module decides, against a model of the
+/// shadow mode, on keys of every algorithm (two sorted sets' among them: sliding logs and
+/// concurrency limits, whose holder changes per call), against a model of the
 /// script built on the twins, replayed at the server time of each reply: every number of
 /// every reply equal, and after each call every key holds exactly the model's state. A give
 /// back answers no time: its effect is checked against the model at the instants before and
@@ -1281,8 +1430,10 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
         .expect("the module decides batches");
     let mut rng = Rng(0x3017_1b1e_5eed);
     let ms = |n: u64| Duration::from_micros(1000 * n);
-    // Eight keys, two of each algorithm, with limits of a few milliseconds.
-    let limits: Vec<MultiLimit> = (0..8u64)
+    // Eight keys, two of each algorithm of a string, with limits of a few milliseconds; then
+    // two sliding logs and two concurrency limits (leases of a few milliseconds, one
+    // queueing), whose holder is drawn per call.
+    let mut limits: Vec<MultiLimit> = (0..8u64)
         .map(|i| {
             let limit = Limit::per(1 + (i % 3) as u32 * 2, ms(2 + i % 5));
             let limit = if i % 4 < 2 {
@@ -1305,10 +1456,33 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
             }
         })
         .collect();
-    let keys: Vec<String> = (0..8).map(|i| format!("app:{{m}}:{i}")).collect();
+    limits.extend([
+        MultiLimit::Log(
+            WindowParams::of(&Limit::per(3, ms(3)).algorithm(Algorithm::SlidingLog)).unwrap(),
+        ),
+        MultiLimit::Log(
+            WindowParams::of(&Limit::per(2, ms(5)).algorithm(Algorithm::SlidingLog)).unwrap(),
+        ),
+        MultiLimit::Slots(concurrency::Params {
+            max: 2,
+            lease_us: 3_000,
+            holder: 1,
+            queue: false,
+        }),
+        MultiLimit::Slots(concurrency::Params {
+            max: 3,
+            lease_us: 5_000,
+            holder: 1,
+            queue: true,
+        }),
+    ]);
+    let keys: Vec<String> = (0..limits.len())
+        .map(|i| format!("app:{{m}}:{i}"))
+        .collect();
     let mut states: Vec<Option<MultiState>> = vec![None; keys.len()];
-    // The last reservation that every limit admitted: its limits, costs and server time.
-    let mut reserved: Option<(Vec<usize>, Vec<u64>, u64)> = None;
+    // The last reservation that every limit admitted: its limits, costs and server time, and
+    // the limits as they were (the holders of its concurrency limits).
+    let mut reserved: Option<(Vec<usize>, Vec<u64>, u64, Limits)> = None;
     let (mut by_module, mut by_fcall, mut modes) = (0, 0, [0u32; 5]);
     let mut batches = 0;
     for n in 0..3000 {
@@ -1317,7 +1491,7 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
             // one server time; a one-limit call on the previous one's limit goes as 0.
             let mut call_keys: Vec<&str> = Vec::new();
             let mut packed: Vec<u64> = Vec::new();
-            let mut calls: Vec<(Vec<usize>, Vec<u64>, Vec<bool>)> = Vec::new();
+            let mut calls: Vec<BatchCall> = Vec::new();
             let count = 2 + rng.below(3);
             packed.push(count);
             let mut previous: Option<(usize, u64)> = None;
@@ -1327,7 +1501,7 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
                     packed.push(0);
                     (vec![i], vec![cost])
                 } else {
-                    let (chosen, costs) = pick_limits(&mut rng);
+                    let (chosen, costs) = pick_limits(&mut rng, &mut limits);
                     packed.push(chosen.len() as u64);
                     for (&i, &cost) in chosen.iter().zip(&costs) {
                         let (kind, args) = limits[i].spec(cost);
@@ -1340,7 +1514,7 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
                 previous = (chosen.len() == 1).then(|| (chosen[0], costs[0]));
                 call_keys.extend(chosen.iter().map(|&i| keys[i].as_str()));
                 let shadow = vec![false; chosen.len()];
-                calls.push((chosen, costs, shadow));
+                calls.push((chosen, costs, shadow, limits.clone()));
             }
             let text: Vec<String> = packed.iter().map(u64::to_string).collect();
             let reply: Vec<String> = redis::cmd(batch_command)
@@ -1356,21 +1530,23 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
                 .collect();
             let now = *entries[0].last().unwrap();
             // What each key holds after the whole batch: its last write.
-            let mut last: Vec<Option<(String, u64)>> = vec![None; keys.len()];
-            for (k, ((chosen, costs, shadow), entry)) in calls.iter().zip(&entries).enumerate() {
+            let mut last: Vec<Option<(Kept, u64)>> = vec![None; keys.len()];
+            for (k, ((chosen, costs, shadow, limits), entry)) in
+                calls.iter().zip(&entries).enumerate()
+            {
                 let (expected, written, _) =
-                    model_call(&limits, &mut states, chosen, costs, shadow, 0, now);
+                    model_call(limits, &mut states, chosen, costs, shadow, 0, now);
                 assert_eq!(
                     entry, &expected,
                     "call {n}: batch entry {k} of {packed:?}, limits {chosen:?}"
                 );
-                for (i, value, expire_ms) in written {
-                    last[i] = Some((value, expire_ms));
+                for (i, kept, expire_ms) in written {
+                    last[i] = Some((kept, expire_ms));
                 }
             }
             for (i, held) in last.into_iter().enumerate() {
-                if let Some((value, expire_ms)) = held {
-                    holds(&mut con, &keys[i], Some(&value), expire_ms);
+                if let Some((kept, expire_ms)) = held {
+                    holds_kept(&mut con, &keys[i], &kept, expire_ms);
                 }
             }
             batches += 1;
@@ -1378,10 +1554,11 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
         }
         let give_back = reserved.is_some() && rng.below(6) == 0;
         let (chosen, costs, mode, at) = if give_back {
-            let (chosen, costs, at) = reserved.take().unwrap();
+            let (chosen, costs, at, then) = reserved.take().unwrap();
+            limits = then;
             (chosen, costs, 3u8, Some(at))
         } else {
-            let (chosen, costs) = pick_limits(&mut rng);
+            let (chosen, costs) = pick_limits(&mut rng, &mut limits);
             let mode: u8 = [0, 0, 0, 1, 1, 2, 4][usize::try_from(rng.below(7)).unwrap()];
             (chosen, costs, mode, None)
         };
@@ -1448,12 +1625,12 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
                 // (a bucket given back to full expires within the millisecond), the module
                 // deletes the key.
                 let live = |s: Option<MultiState>| {
-                    s.filter(|&s| !limits[i].ended(s, after))
+                    s.filter(|s| !limits[i].ended(s, after))
                         .map(|s| limits[i].stored(s))
                 };
-                let expected =
-                    [before, after].map(|now| live(limits[i].give_back(now, states[i], cost, at)));
-                let actual = live(held);
+                let expected = [before, after]
+                    .map(|now| live(limits[i].give_back(now, states[i].clone(), cost, at)));
+                let actual = live(held.clone());
                 assert!(
                     expected.contains(&actual),
                     "{context}: {} holds {actual:?}, the model {expected:?} from {:?}",
@@ -1473,11 +1650,11 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
         let (expected, written, all) =
             model_call(&limits, &mut states, &chosen, &costs, &shadow, mode, now);
         assert_eq!(reply, expected, "{context}");
-        for (i, value, expire_ms) in written {
-            holds(&mut con, &keys[i], Some(&value), expire_ms);
+        for (i, kept, expire_ms) in written {
+            holds_kept(&mut con, &keys[i], &kept, expire_ms);
         }
         if mode == 1 && all {
-            reserved = Some((chosen, costs, now));
+            reserved = Some((chosen, costs, now, limits.clone()));
         }
     }
     println!(
@@ -1490,20 +1667,32 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
     );
 }
 
-/// One to three of the eight keys of the multi test, distinct, and a cost for each: 1 or 2
-/// tokens, 1 under a window of 1 (a call costs at most the limit).
-fn pick_limits(rng: &mut Rng) -> (Vec<usize>, Vec<u64>) {
+/// One to three of the twelve keys of the multi test, distinct, and a cost for each: 1 or 2
+/// tokens, 1 under a window of 1 (a call costs at most the limit); a concurrency limit's
+/// holder drawn anew (from a few, one above 2^63: holders are text to the scripts).
+fn pick_limits(rng: &mut Rng, limits: &mut [MultiLimit]) -> (Vec<usize>, Vec<u64>) {
     let count = 1 + usize::try_from(rng.below(3)).unwrap();
     let mut chosen: Vec<usize> = Vec::new();
     while chosen.len() < count {
-        let i = usize::try_from(rng.below(8)).unwrap();
+        let i = usize::try_from(rng.below(limits.len() as u64)).unwrap();
         if !chosen.contains(&i) {
             chosen.push(i);
         }
     }
+    for &i in &chosen {
+        if let MultiLimit::Slots(p) = &mut limits[i] {
+            p.holder = [1, 2, 3, u64::MAX - 7][usize::try_from(rng.below(4)).unwrap()];
+        }
+    }
     let costs = chosen
         .iter()
-        .map(|&i| 1 + rng.below(if i % 4 >= 2 && i % 3 == 0 { 1 } else { 2 }))
+        .map(|&i| {
+            1 + rng.below(if i < 8 && i % 4 >= 2 && i % 3 == 0 {
+                1
+            } else {
+                2
+            })
+        })
         .collect();
     (chosen, costs)
 }
@@ -1520,13 +1709,13 @@ fn model_call(
     shadow: &[bool],
     mode: u8,
     now: u64,
-) -> (Vec<u64>, Vec<(usize, String, u64)>, bool) {
+) -> (Vec<u64>, Vec<(usize, Kept, u64)>, bool) {
     let outcomes: Vec<Outcome<MultiState>> = chosen
         .iter()
         .zip(costs)
-        .map(|(&i, &cost)| limits[i].decide(now, states[i], cost))
+        .map(|(&i, &cost)| limits[i].decide(now, states[i].as_ref(), cost))
         .collect();
-    let peek = |i: usize| limits[i].decide(now, states[i], 0);
+    let peek = |i: usize| limits[i].decide(now, states[i].as_ref(), 0);
     let all = mode != 2
         && outcomes
             .iter()
@@ -1553,10 +1742,10 @@ fn model_call(
         }
     }
     let mut written = Vec::new();
-    for (&i, o) in chosen.iter().zip(&outcomes) {
+    for (&i, o) in chosen.iter().zip(outcomes) {
         if let Some(s) = o.new_state.filter(|_| mode != 4 && (all || !o.allowed)) {
-            let (value, expire_ms) = limits[i].stored(s);
-            written.push((i, value, expire_ms));
+            let (kept, expire_ms) = limits[i].stored(s.clone());
+            written.push((i, kept, expire_ms));
             states[i] = Some(s);
         }
     }
@@ -1571,6 +1760,17 @@ fn server_now(con: &mut Connection) -> u64 {
 
 /// The state `key` holds for `limit`, as its script reads it (`None`: absent, or not one).
 fn read_multi_state(con: &mut Connection, key: &str, limit: MultiLimit) -> Option<MultiState> {
+    if let MultiLimit::Log(_) | MultiLimit::Slots(_) = limit {
+        let (scores, expire): (Written, i64) = set_and_expiry(con, key);
+        let expire = u64::try_from(expire).ok()?;
+        if scores.is_empty() {
+            return None;
+        }
+        return Some(match limit {
+            MultiLimit::Log(_) => MultiState::Log(scores.iter().map(|s| s.1).collect(), expire),
+            _ => MultiState::Slots(members_of(&scores), expire),
+        });
+    }
     let value: Option<String> = redis::cmd("GET").arg(key).query(con).unwrap();
     let expire = u64::try_from(pexpiretime(con, key)).ok()?;
     let value = value?;
@@ -1581,5 +1781,6 @@ fn read_multi_state(con: &mut Connection, key: &str, limit: MultiLimit) -> Optio
         }
         MultiLimit::Fixed(_) => fixed_window::State::decode(&value, expire).map(MultiState::Fixed),
         MultiLimit::Sliding(_) => sliding_window::State::decode(&value).map(MultiState::Sliding),
+        MultiLimit::Log(_) | MultiLimit::Slots(_) => unreachable!("read above"),
     }
 }

@@ -119,7 +119,7 @@ fn any_arguments_get_an_answer_and_the_server_lives_on() {
         b"app:{k}",
     ];
     // A valid call's arguments for each command, to mutate: 1 per second with a burst of 5,
-    // 5 per second in windows, or 4 per second up to 10 at intervals, cost 1.
+    // 5 per second in windows, 4 per second up to 10 at intervals, or 3 in flight, cost 1.
     let valid = |command: &str| -> Vec<&[u8]> {
         match command.rsplit('.').next() {
             Some("token_bucket") => vec![b"app:{k}", b"1000000 1 5000000 1"],
@@ -127,6 +127,10 @@ fn any_arguments_get_an_answer_and_the_server_lives_on() {
             Some("sliding_window") => vec![b"app:{k}", b"5 1000000 1000 1"],
             Some("interval_bucket") => vec![b"app:{k}", b"4 10 1000000 10 1"],
             Some("sliding_log") => vec![b"app:{k}", b"5 1000000 1"],
+            // At most 3 in flight, leases of a second, holder 7, queueing, one slot.
+            Some("concurrency") => vec![b"app:{k}", b"3 1000000 7 1 1"],
+            Some("concurrency_renew") => vec![b"app:{k}", b"7 1000000 1"],
+            Some("concurrency_release") => vec![b"app:{k}", b"7 1"],
             // Two limits of one call: a token bucket and a fixed window, on two keys.
             Some("multi") => vec![
                 b"2",
@@ -204,6 +208,14 @@ fn any_arguments_get_an_answer_and_the_server_lives_on() {
             }
             match cmd.query::<Value>(&mut con) {
                 Ok(Value::BulkString(_)) => decisions += 1,
+                // A concurrency limit's release or renewal: a count.
+                Ok(Value::Int(n))
+                    if command.ends_with(".concurrency_release")
+                        || command.ends_with(".concurrency_renew") =>
+                {
+                    assert!((0..=1_000_000).contains(&n), "{command}: {n}");
+                    decisions += 1;
+                }
                 // A batch: each call's decision or error.
                 Ok(Value::Array(entries)) if command.ends_with(".batch") => {
                     for entry in entries {
@@ -255,10 +267,11 @@ fn state(con: &mut Connection, key: &str) -> (Option<String>, i64) {
 
 /// A replica without the module holds exactly what the master holds after its decisions:
 /// the module replicates `SET .. PXAT` (what was decided, with the absolute expiry) and `DEL`,
-/// or a sliding log's own sorted-set commands (absolute scores and instants), never its own
-/// command, which such a replica would not know, and which would decide again on the
-/// replica's clock; so for one limit, a batch of several limits, and a give-back. The AOF
-/// holds the same effects.
+/// or a sorted set's own commands (a sliding log's, a concurrency set's: absolute scores and
+/// instants), never its own command, which such a replica would not know, and which would
+/// decide again on the replica's clock; so for one limit, a batch of several limits, a
+/// give-back, and a concurrency limit's slots, ticket, renewal and release. The AOF holds the
+/// same effects.
 #[test]
 fn writes_reach_a_replica_and_the_aof_as_their_effects() {
     let master = with_module(&["--appendonly", "yes", "--appendfsync", "always"]);
@@ -300,6 +313,39 @@ fn writes_reach_a_replica_and_the_aof_as_their_effects() {
         .arg(format!("3 {two} {now}"))
         .query(&mut m)
         .unwrap();
+    // A concurrency set: two holders take slots (one by a batch with a sliding log beside
+    // it), one renews, the other gives back, a third queues a ticket.
+    let slots = "app:{r:slots}";
+    let hour = 3_600_000_000u64;
+    let acquire = |m: &mut Connection, holder: u64| -> String {
+        redis::cmd("ratelimit.v1.concurrency")
+            .arg(slots)
+            .arg(format!("2 {hour} {holder} 1 1"))
+            .query(m)
+            .unwrap()
+    };
+    assert!(acquire(&mut m, 18_446_744_073_709_551_615).starts_with("1 "));
+    let entries: Vec<String> = redis::cmd("ratelimit.v1.batch")
+        .arg(2)
+        .arg(&[slots, "app:{r:log2}"][..])
+        .arg(format!("1 2 6 5 2 {hour} 7 1 1 5 3 6 {hour} 2"))
+        .query(&mut m)
+        .unwrap();
+    assert!(entries[0].starts_with("1 "), "{entries:?}");
+    assert!(acquire(&mut m, 9).starts_with("0 "), "queued");
+    let renewed: u64 = redis::cmd("ratelimit.v1.concurrency_renew")
+        .arg(slots)
+        .arg(format!("7 {hour} 1"))
+        .query(&mut m)
+        .unwrap();
+    assert_eq!(renewed, 1);
+    let released: u64 = redis::cmd("ratelimit.v1.concurrency_release")
+        .arg(slots)
+        .arg("18446744073709551615 1")
+        .arg("a-channel")
+        .query(&mut m)
+        .unwrap();
+    assert_eq!(released, 1);
     let synced: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut m).unwrap();
     assert_eq!(synced, 1, "the replica acknowledged the writes");
     for key in keys
@@ -319,19 +365,29 @@ fn writes_reach_a_replica_and_the_aof_as_their_effects() {
         assert_eq!(state(&mut m, key), (None, -2), "{key}");
         assert_eq!(state(&mut r, key), (None, -2), "{key}");
     }
-    let entries_of = |c: &mut Connection| -> Vec<(String, u64)> {
+    let entries_of = |c: &mut Connection, key: &str| -> Vec<(String, u64)> {
         redis::cmd("ZRANGE")
-            .arg(log)
+            .arg(key)
             .arg(0)
             .arg(-1)
             .arg("WITHSCORES")
             .query(c)
             .unwrap()
     };
-    let on_master = entries_of(&mut m);
+    let on_master = entries_of(&mut m, log);
     assert_eq!(on_master.len(), 6, "{on_master:?}");
-    assert_eq!(entries_of(&mut r), on_master);
+    assert_eq!(entries_of(&mut r, log), on_master);
     assert_eq!(pexpiretime(&mut r, log), pexpiretime(&mut m, log));
+    // Holder 7's slot and holder 9's ticket; the other holder's slot given back.
+    let on_master = entries_of(&mut m, slots);
+    let members: Vec<&str> = on_master.iter().map(|(m, _)| m.as_str()).collect();
+    assert_eq!(members.len(), 2, "{on_master:?}");
+    assert!(members.contains(&"h:7:1"), "{on_master:?}");
+    assert!(members.iter().any(|m| m.starts_with("w:")), "{on_master:?}");
+    for key in [slots, "app:{r:log2}"] {
+        assert_eq!(entries_of(&mut r, key), entries_of(&mut m, key), "{key}");
+        assert_eq!(pexpiretime(&mut r, key), pexpiretime(&mut m, key), "{key}");
+    }
     // The AOF holds the writes as `SET .. PXAT`, and no module command.
     let mut aof = Vec::new();
     let dir = master.dir().join("appendonlydir");

@@ -141,31 +141,25 @@ impl Lua {
 /// `batch` decides natively only batches whose every call the module decides, on one server
 /// or through Sentinel (it declares every key: a cluster would refuse keys of several
 /// slots), of at most `ratelimit_vocab::native::MAX_BATCH` calls.
-pub(crate) const NATIVE: [Lua; 7] = [
+pub(crate) const NATIVE: [Lua; 10] = [
     Lua::Alone(StateKind::TokenBucket),
     Lua::Alone(StateKind::FixedWindow),
     Lua::Alone(StateKind::SlidingWindow),
     Lua::Alone(StateKind::IntervalBucket),
     Lua::Alone(StateKind::SlidingLog),
+    Lua::Alone(StateKind::Concurrency),
     Lua::Multi,
     Lua::Batch,
-];
-
-/// The algorithms the module also decides among several limits (`multi`) and in batches
-/// (`batch`); a call or a batch with any other limit (the sliding log, which the module
-/// decides alone only, or a concurrency limit) runs by `FCALL` whole.
-const NATIVE_TOGETHER: [StateKind; 4] = [
-    StateKind::TokenBucket,
-    StateKind::FixedWindow,
-    StateKind::SlidingWindow,
-    StateKind::IntervalBucket,
+    Lua::Release,
+    Lua::Renew,
 ];
 
 impl Lua {
-    /// Whether the module decides this algorithm within `multi` and `batch` too.
+    /// Whether the module decides this algorithm within `multi` and `batch` too: every
+    /// algorithm it decides alone (the sorted sets' by their scripts' own commands, their
+    /// writes kept until every limit of the call has decided, as `multi.lua` keeps them).
     pub(crate) fn native_together(self) -> bool {
-        matches!(self, Lua::Alone(kind) if NATIVE_TOGETHER.contains(&kind))
-            && self.native().is_some()
+        matches!(self, Lua::Alone(_)) && self.native().is_some()
     }
 }
 

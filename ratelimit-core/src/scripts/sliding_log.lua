@@ -59,5 +59,7 @@ while i < cost do
   i = i + 1000
 end
 local last = math.max(before or now, now)
+-- A call of no tokens (a peek of multi.lua) adds none: the newest live token's, as before.
+if cost == 0 and before and before > now - period then last = before end
 redis.call('PEXPIREAT', key, int(div_ceil(last + period, 1000)))
 return {1, limit - live - cost, 0, last + period - now, now}

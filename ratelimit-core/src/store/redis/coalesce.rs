@@ -304,6 +304,7 @@ impl RedisStore {
                 keys: &keys,
                 counted: true,
                 args: &packed,
+                after: &[],
                 reply: unpacked_each,
             });
         let reply: Value = self

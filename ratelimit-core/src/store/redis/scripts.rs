@@ -24,10 +24,22 @@ impl RedisStore {
         cost: u64,
         channel: &str,
     ) -> Result<u64, Error> {
+        let keys = [key];
+        let packed = |out: &mut PackedArgs| (holder, cost).write_redis_args(out);
+        let after = [channel];
+        let native = Lua::Release.native().map(|command| Native {
+            command,
+            keys: &keys,
+            counted: false,
+            args: &packed,
+            after: &after,
+            reply: std::convert::identity,
+        });
+        let script = |cmd: &mut redis::Cmd| {
+            cmd.arg(holder).arg(cost).arg(channel);
+        };
         Ok(self
-            .eval(Lua::Release, &[key], |cmd| {
-                cmd.arg(holder).arg(cost).arg(channel);
-            })
+            .eval_or_native(Lua::Release, &keys, &script, native)
             .await?)
     }
 
@@ -40,10 +52,21 @@ impl RedisStore {
         cost: u64,
         lease_us: u64,
     ) -> Result<u64, Error> {
+        let keys = [key];
+        let packed = |out: &mut PackedArgs| (holder, lease_us, cost).write_redis_args(out);
+        let native = Lua::Renew.native().map(|command| Native {
+            command,
+            keys: &keys,
+            counted: false,
+            args: &packed,
+            after: &[],
+            reply: std::convert::identity,
+        });
+        let script = |cmd: &mut redis::Cmd| {
+            cmd.arg(holder).arg(lease_us).arg(cost);
+        };
         Ok(self
-            .eval(Lua::Renew, &[key], |cmd| {
-                cmd.arg(holder).arg(lease_us).arg(cost);
-            })
+            .eval_or_native(Lua::Renew, &keys, &script, native)
             .await?)
     }
 }
@@ -111,6 +134,7 @@ impl RedisStore {
             keys: &keys,
             counted: false,
             args: &packed,
+            after: &[],
             reply: unpacked,
         });
         self.eval_or_native(spec.alone(), &keys, &script, native)
@@ -172,8 +196,7 @@ impl RedisStore {
 
     /// Whether `call` runs as a command of the Redis module now, in its batches when gathered
     /// with others: one limit the module decides together with others, or several by `multi`
-    /// ([`multi_is_native`](RedisStore::multi_is_native)). (A sliding log alone runs as its
-    /// command too, by [`eval`](RedisStore::eval), but is never batched by the module.)
+    /// ([`multi_is_native`](RedisStore::multi_is_native)).
     pub(super) fn is_native(&self, call: Call<'_>) -> bool {
         self.native.load(std::sync::atomic::Ordering::Relaxed)
             && match call.specs {
@@ -230,6 +253,7 @@ impl RedisStore {
                 keys,
                 counted: true,
                 args: &native,
+                after: &[],
                 reply: unpacked,
             });
         self.eval_or_native(Lua::Multi, keys.get(..1).unwrap_or(&[]), &script, native)
@@ -341,6 +365,8 @@ pub(super) struct Native<'a> {
     pub(super) keys: &'a [&'a str],
     pub(super) counted: bool,
     pub(super) args: &'a (dyn Fn(&mut PackedArgs) + Sync),
+    /// Arguments after the packed one, as they are (a release's channel: text).
+    pub(super) after: &'a [&'a str],
     /// Its reply as the script's: [`unpacked`], or [`unpacked_each`] for a batch's.
     pub(super) reply: fn(Value) -> Value,
 }
@@ -353,7 +379,7 @@ impl Native<'_> {
         if self.counted {
             cmd.arg(self.keys.len());
         }
-        cmd.arg(self.keys).arg(packed.0);
+        cmd.arg(self.keys).arg(packed.0).arg(self.after);
         cmd
     }
 }
