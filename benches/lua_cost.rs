@@ -39,8 +39,8 @@ use callgrind::Callgrind;
 use redis::Value;
 use redis::aio::MultiplexedConnection;
 use redis_ratelimit::tools::algorithms::{
-    OfLimit as _, WindowParams, fixed_window, interval_bucket, sliding_log, sliding_window,
-    token_bucket,
+    OfLimit as _, WindowParams, concurrency, fixed_window, interval_bucket, sliding_log,
+    sliding_window, token_bucket,
 };
 use redis_ratelimit::tools::scripts;
 use redis_ratelimit::{Algorithm, Limit, Refill};
@@ -304,6 +304,22 @@ async fn main() {
     )
     .to_vec();
 
+    // A concurrency limit of 1,000 in flight, leases of an hour: one call's holder takes its
+    // slot on each key again and again (each decision reads the set and writes the slot),
+    // and renews it.
+    let lease_us = 3_600_000_000;
+    let cc = concurrency::args(
+        concurrency::Params {
+            max: 1000,
+            lease_us,
+            holder: 7,
+            queue: false,
+        },
+        1,
+    )
+    .to_vec();
+    let renew = vec![7, lease_us, 1];
+
     let mut cases = Vec::new();
     for (name, text, args) in [
         ("token_bucket", scripts::TOKEN_BUCKET, &tb),
@@ -311,6 +327,8 @@ async fn main() {
         ("sliding_window", scripts::SLIDING_WINDOW, &sw),
         ("sliding_log", scripts::SLIDING_LOG, &sl),
         ("interval_bucket", scripts::INTERVAL_BUCKET, &ib),
+        ("concurrency", scripts::CONCURRENCY, &cc),
+        ("concurrency_renew", scripts::CONCURRENCY_RENEW, &renew),
     ] {
         let sha = load(&mut c, text).await;
         for command in ways(name) {
