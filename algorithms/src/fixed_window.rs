@@ -6,6 +6,7 @@
 //! coarsest: a client may take `limit` at the end of one window and `limit` again at the start
 //! of the next, 2 x `limit` within one period. A refusal waits for the next window.
 
+use crate::calendar::Calendar;
 use crate::{Outcome, WindowParams, next_boundary};
 
 /// The script's `ARGV` for a call of `cost` tokens.
@@ -75,10 +76,86 @@ impl State {
     }
 }
 
+/// The script's `ARGV` for a call of `cost` tokens on windows that are `calendar`'s periods:
+/// the window's, the calendar's ([`Calendar::args`]) before the cost (the last argument of
+/// every window, as `call.lua` reads it).
+pub fn calendar_args(p: WindowParams, calendar: Calendar, cost: u64) -> [u64; 6] {
+    let [period, anchor, offset] = calendar.args();
+    [p.limit, p.period_us, period, anchor, offset, cost]
+}
+
+/// The window, its calendar (`None`: windows aligned to multiples of the period) and the
+/// cost of a fixed window's arguments, [`args`] or [`calendar_args`]; `None` for arguments no
+/// valid limit sends (a calendar's period longer than the window's `period_us` among them:
+/// the period bounds every window's length).
+#[must_use]
+pub fn from_any_args(args: &[u64]) -> Option<(WindowParams, Option<Calendar>, u64)> {
+    match *args {
+        [limit, period, cost] => {
+            let (p, cost) = from_args(&[limit, period, cost])?;
+            Some((p, None, cost))
+        }
+        [limit, period, kind, anchor, offset, cost] => {
+            let (p, cost) = from_args(&[limit, period, cost])?;
+            let calendar = Calendar::from_args(&[kind, anchor, offset])?;
+            (calendar.longest_us() <= p.period_us).then_some((p, Some(calendar), cost))
+        }
+        _ => None,
+    }
+}
+
+/// The end of the window holding `now_us` (µs): the next multiple of the period, or the end
+/// of `calendar`'s period.
+#[must_use]
+pub fn window_end(now_us: u64, p: WindowParams, calendar: Option<Calendar>) -> u64 {
+    window_end_in_frame(now_us, p, calendar, 0)
+}
+
+/// [`window_end`] on a clock `utc_shift` µs behind UTC (a process's monotonic clock): a
+/// calendar's periods are found on UTC, the end told on the clock's own frame.
+fn window_end_in_frame(
+    now_us: u64,
+    p: WindowParams,
+    calendar: Option<Calendar>,
+    utc_shift: i64,
+) -> u64 {
+    match calendar {
+        Some(c) => {
+            let utc = now_us.saturating_add_signed(utc_shift);
+            c.window(utc).1.saturating_add_signed(-utc_shift)
+        }
+        None => next_boundary(now_us, p.period_us),
+    }
+}
+
 /// Decides a call of `cost` tokens at `now_us` on a counter in `state` (`None`: absent).
 /// The caller guarantees `1 <= cost <= limit`.
 pub fn decide(now_us: u64, state: Option<State>, p: WindowParams, cost: u64) -> Outcome<State> {
-    let stop = next_boundary(now_us, p.period_us);
+    decide_in(now_us, state, p, None, cost)
+}
+
+/// [`decide`] on windows that are `calendar`'s periods where it is `Some`.
+pub fn decide_in(
+    now_us: u64,
+    state: Option<State>,
+    p: WindowParams,
+    calendar: Option<Calendar>,
+    cost: u64,
+) -> Outcome<State> {
+    decide_in_frame(now_us, state, p, calendar, 0, cost)
+}
+
+/// [`decide_in`] on a clock `utc_shift` µs behind UTC (the memory store's monotonic clock):
+/// the calendar's periods are found on UTC, and the state (its expiry) kept on the clock.
+pub fn decide_in_frame(
+    now_us: u64,
+    state: Option<State>,
+    p: WindowParams,
+    calendar: Option<Calendar>,
+    utc_shift: i64,
+    cost: u64,
+) -> Outcome<State> {
+    let stop = window_end_in_frame(now_us, p, calendar, utc_shift);
     let expire_ms = stop.div_ceil(1000);
     let left = stop - now_us;
     // Periods of a millisecond or more end on distinct milliseconds: the expiry names the
@@ -106,6 +183,31 @@ pub fn decide(now_us: u64, state: Option<State>, p: WindowParams, cost: u64) -> 
     }
 }
 
+/// What giving back `cost` tokens that a reservation took at `reserved_at` (µs) leaves, at
+/// `now_us`, of `state`, as `call.lua`'s give-back does: only the reservation's window gets
+/// them, while it is the current one and the key still holds its count (a later window never
+/// had them). `None`: nothing to write; `Some(None)`: the key goes (no token left in it);
+/// `Some(Some(s))`: the count left, its expiry kept.
+#[must_use]
+pub fn give_back(
+    now_us: u64,
+    state: Option<State>,
+    p: WindowParams,
+    calendar: Option<Calendar>,
+    cost: u64,
+    reserved_at: u64,
+) -> Option<Option<State>> {
+    let s = state?;
+    let end = window_end(reserved_at, p, calendar);
+    let current = end == window_end(now_us, p, calendar) && s.expire_ms == end.div_ceil(1000);
+    current.then(|| {
+        (s.count > cost).then_some(State {
+            count: s.count - cost,
+            expire_ms: s.expire_ms,
+        })
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +216,59 @@ mod tests {
 
     fn step(state: &mut Option<State>, now: u64, p: WindowParams, cost: u64) -> Outcome<State> {
         keep(state, decide(now, *state, p, cost))
+    }
+
+    #[test]
+    fn a_monthly_quota_resets_at_the_month_and_tells_when() {
+        let month = Calendar::month(1, 0).unwrap();
+        let p = WindowParams::try_new(3, 31 * crate::calendar::DAY_US).unwrap();
+        let at = |y, m, d| Calendar::midnight_utc_us(y, m, d).unwrap();
+        let args = calendar_args(p, month, 2);
+        assert_eq!(from_any_args(&args), Some((p, Some(month), 2)));
+        assert_eq!(from_any_args(&args[..3]), Some((p, None, 2)));
+        // A week's calendar needs a period of a week at least; a month's, of 31 days.
+        let short = WindowParams::try_new(3, 30 * crate::calendar::DAY_US).unwrap();
+        assert_eq!(from_any_args(&calendar_args(short, month, 1)), None);
+        // A key first seen in the last second of February 2028 (a leap year).
+        let last_second = at(2028, 3, 1) - 1_000_000;
+        let mut s = None;
+        let first = decide_in(last_second, s, p, Some(month), 3);
+        let first = keep(&mut s, first);
+        assert!(first.allowed);
+        assert_eq!((first.remaining, first.reset_after_us), (0, 1_000_000));
+        let refused = decide_in(last_second + 500_000, s, p, Some(month), 1);
+        assert!(!refused.allowed);
+        assert_eq!(
+            refused.retry_after_us, 500_000,
+            "the true time to the reset"
+        );
+        // March: a new window, the whole quota.
+        let march = decide_in(at(2028, 3, 1), s, p, Some(month), 3);
+        assert!(march.allowed);
+        assert_eq!(march.reset_after_us, 31 * crate::calendar::DAY_US);
+        // A limit raised mid-period keeps the period's count.
+        let mut s = None;
+        let taken = decide_in(at(2028, 3, 5), s, p, Some(month), 3);
+        keep(&mut s, taken);
+        let raised = WindowParams::try_new(5, 31 * crate::calendar::DAY_US).unwrap();
+        let more = decide_in(at(2028, 3, 20), s, raised, Some(month), 1);
+        assert_eq!((more.allowed, more.remaining), (true, 1));
+        // A give-back reaches the reservation's window only.
+        assert_eq!(
+            give_back(at(2028, 3, 6), s, p, Some(month), 2, at(2028, 3, 5)),
+            Some(Some(State {
+                count: 1,
+                expire_ms: at(2028, 4, 1) / 1000
+            }))
+        );
+        assert_eq!(
+            give_back(at(2028, 4, 1), s, p, Some(month), 2, at(2028, 3, 5)),
+            None
+        );
+        assert_eq!(
+            give_back(at(2028, 3, 6), s, p, Some(month), 3, at(2028, 3, 5)),
+            Some(None)
+        );
     }
 
     #[test]

@@ -51,6 +51,7 @@
 //! assert_eq!(StateKind::from_id(3), Some(StateKind::FixedWindow));
 //! ```
 
+pub mod calendar;
 pub mod concurrency;
 pub mod fixed_window;
 pub mod interval_bucket;

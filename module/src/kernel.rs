@@ -2,6 +2,7 @@
 //! function's arguments), how it reads its key, decides, and what it writes. The commands of
 //! one algorithm and `multi` share it, so that both read, decide and write alike.
 
+use ratelimit_algorithms::calendar::Calendar;
 use ratelimit_algorithms::{
     Cost, Encoded, Outcome, Read, StateKind, WindowParams, fixed_window, interval_bucket,
     sliding_window, token_bucket,
@@ -14,7 +15,8 @@ use crate::api::Value;
 pub(crate) enum Kernel {
     TokenBucket(token_bucket::Params),
     IntervalBucket(interval_bucket::IntervalParams),
-    FixedWindow(WindowParams),
+    /// A window, and its calendar where its windows are calendar periods.
+    FixedWindow(WindowParams, Option<Calendar>),
     SlidingWindow(sliding_window::SlidingParams),
 }
 
@@ -83,8 +85,14 @@ impl Kernel {
             StateKind::IntervalBucket => {
                 interval_bucket::from_args(args).map(|(p, cost)| (Kernel::IntervalBucket(p), cost))
             }
-            StateKind::FixedWindow => fixed_window::from_args(&unsigned::<3>(args)?)
-                .map(|(p, cost)| (Kernel::FixedWindow(p), Cost::Take(cost))),
+            StateKind::FixedWindow => {
+                let window = match args.len() {
+                    3 => fixed_window::from_any_args(&unsigned::<3>(args)?),
+                    _ => fixed_window::from_any_args(&unsigned::<6>(args)?),
+                };
+                window
+                    .map(|(p, calendar, cost)| (Kernel::FixedWindow(p, calendar), Cost::Take(cost)))
+            }
             StateKind::SlidingWindow => sliding_window::from_args(&unsigned::<4>(args)?)
                 .map(|(p, cost)| (Kernel::SlidingWindow(p), Cost::Take(cost))),
             // The sliding log, concurrency limits, and any kind of a later version.
@@ -104,7 +112,7 @@ impl Kernel {
             }
             // Another type, text, no expiry: not a count, read as an empty window (and
             // overwritten by the call it admits), as the script reads it.
-            Kernel::FixedWindow(_) => State::FixedWindow(match *value {
+            Kernel::FixedWindow(..) => State::FixedWindow(match *value {
                 Value::String(bytes, Some(expire_ms)) => {
                     fixed_window::State::decode_bytes(bytes, expire_ms)
                 }
@@ -134,8 +142,8 @@ impl Kernel {
                     Write::Set(s.encoded(), s.expire_ms)
                 })
             }
-            (Kernel::FixedWindow(p), State::FixedWindow(s)) => {
-                Answer::of(&fixed_window::decide(now, s, p, cost), |s| {
+            (Kernel::FixedWindow(p, calendar), State::FixedWindow(s)) => {
+                Answer::of(&fixed_window::decide_in(now, s, p, calendar, cost), |s| {
                     Write::Set(s.encoded(), s.expire_ms)
                 })
             }
@@ -180,23 +188,11 @@ impl Kernel {
                 let s = interval_bucket::give_back_read(now, read, p, cost);
                 Some(bucket(s.map(|s| s.encoded()), s.map_or(0, |s| s.expire_ms)))
             }
-            (Kernel::FixedWindow(p), State::FixedWindow(Some(s))) => {
+            (Kernel::FixedWindow(p, calendar), State::FixedWindow(s)) => {
                 // Only the count of the reservation's window, still current, with the expiry
                 // that window writes.
-                let window = reserved_at / p.period_us();
-                let current = window == now / p.period_us()
-                    && s.expire_ms == ((window + 1) * p.period_us()).div_ceil(1000);
-                current.then(|| {
-                    if s.count > cost {
-                        let left = fixed_window::State {
-                            count: s.count - cost,
-                            expire_ms: s.expire_ms,
-                        };
-                        Write::Keep(left.encoded())
-                    } else {
-                        Write::Delete
-                    }
-                })
+                fixed_window::give_back(now, s, p, calendar, cost, reserved_at)
+                    .map(|left| left.map_or(Write::Delete, |left| Write::Keep(left.encoded())))
             }
             (Kernel::SlidingWindow(p), State::SlidingWindow(Some(mut s))) => {
                 let window = reserved_at / p.window().period_us();

@@ -10,6 +10,20 @@ use std::time::Duration;
 pub trait Clock: Send + Sync + 'static {
     /// Microseconds since an arbitrary, fixed origin.
     fn now_micros(&self) -> u64;
+
+    /// The wall clock now, in microseconds since the Unix epoch (UTC): where a quota by
+    /// calendar period (`Limit::per_month`) finds its windows. The system's clock by default;
+    /// a [`ManualClock`] tells its own.
+    fn utc_micros(&self) -> u64 {
+        system_utc_micros()
+    }
+}
+
+/// The system's wall clock, in microseconds since the Unix epoch.
+fn system_utc_micros() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
 /// The process's monotonic clock (immune to wall-clock steps).
@@ -65,13 +79,33 @@ impl Clock for MonotonicClock {
 #[derive(Clone)]
 pub struct ManualClock {
     micros: Arc<AtomicU64>,
+    /// The wall clock (µs since the epoch, UTC) at the origin.
+    utc_at_origin: u64,
 }
 
 impl ManualClock {
-    /// A clock at an arbitrary, fixed starting time.
+    /// A clock at an arbitrary, fixed starting time, whose wall clock starts at the system's
+    /// now.
     pub fn new() -> ManualClock {
+        ManualClock::starting_at_utc(system_utc_micros())
+    }
+
+    /// A clock whose wall clock starts at `utc_micros` (µs since the Unix epoch, UTC): a
+    /// quota by calendar period tested at any date, its month's last second included.
+    ///
+    /// ```
+    /// use ratelimit_core::clock::{Clock, ManualClock};
+    /// use std::time::Duration;
+    ///
+    /// // 2028-02-29 23:59:59 UTC.
+    /// let clock = ManualClock::starting_at_utc(1_835_481_599_000_000);
+    /// clock.advance(Duration::from_secs(1));
+    /// assert_eq!(clock.utc_micros(), 1_835_481_600_000_000);
+    /// ```
+    pub fn starting_at_utc(utc_micros: u64) -> ManualClock {
         ManualClock {
             micros: Arc::new(AtomicU64::new(ORIGIN_MICROS)),
+            utc_at_origin: utc_micros,
         }
     }
 
@@ -99,5 +133,9 @@ impl fmt::Debug for ManualClock {
 impl Clock for ManualClock {
     fn now_micros(&self) -> u64 {
         self.micros.load(Ordering::SeqCst)
+    }
+
+    fn utc_micros(&self) -> u64 {
+        self.utc_at_origin + (self.now_micros() - ORIGIN_MICROS)
     }
 }

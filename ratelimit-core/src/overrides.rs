@@ -612,11 +612,30 @@ impl Overrides {
                 (None, true) => None,
                 (None, false) => limit.initial_tokens_set(),
             };
-            let period = o.unit.map_or(limit.period(), Unit::as_duration);
             let policy = o.policy.or(limit.failure_policy());
             let shadow = o.shadow.unwrap_or(limit.is_shadow());
             let wait = limit.max_wait();
-            limit = Limit::from_parts(replenish, burst, period, algorithm, refill, initial)
+            // A unit named anew is built as a unit (a week or a month is a calendar period);
+            // a quota by calendar period keeps its period, and its anchor and clock where the
+            // override leaves its unit as it was.
+            let rebuilt = match (o.unit, limit.calendar()) {
+                (Some(unit), _) => {
+                    Limit::from_unit(replenish, burst, unit, algorithm, refill, initial)
+                }
+                (None, Some(calendar)) => Limit::from_unit(
+                    replenish,
+                    burst,
+                    limit.unit().unwrap_or(Unit::Month),
+                    algorithm,
+                    refill,
+                    initial,
+                )
+                .map(|l| l.keeping_calendar(calendar)),
+                (None, None) => {
+                    Limit::from_parts(replenish, burst, limit.period(), algorithm, refill, initial)
+                }
+            };
+            limit = rebuilt
                 .map_err(|e| fail(e.fields(), &e))?
                 .with_failure_policy(policy)
                 .with_shadow(shadow);
@@ -678,8 +697,61 @@ mod tests {
         3,
     );
 
+    static QUOTA: LimitDeclaration = LimitDeclaration::new(
+        "api::quota",
+        Limit::per_month(10_000).anchor(15).utc_offset(120),
+        1,
+        "User",
+        "src/api.rs",
+        9,
+    );
+
     fn decls() -> Vec<&'static LimitDeclaration> {
-        vec![&ORDERS, &SEARCH, &FETCH]
+        vec![&ORDERS, &SEARCH, &FETCH, &QUOTA]
+    }
+
+    #[test]
+    fn a_quota_by_calendar_period_keeps_its_calendar_or_is_made_one() {
+        // A new count keeps the month, its billing day and its clock: never 31 days on end.
+        let o = load_from(
+            None,
+            env(&[("RATE_LIMIT_OVERRIDE_API__QUOTA", "replenish=20000")]),
+            &decls(),
+        )
+        .unwrap();
+        let quota = o.apply(&QUOTA).unwrap().limit;
+        assert_eq!(quota.replenish(), 20_000);
+        assert_eq!(quota.calendar(), QUOTA.declared_limit().calendar());
+        // A week instead: a calendar week, from Monday.
+        let f = file("[limits.\"api::quota\"]\nunit = \"week\"\n");
+        let o = load_from(Some(&f.0), env(&[]), &decls()).unwrap();
+        let weekly = o.apply(&QUOTA).unwrap().limit;
+        assert_eq!(
+            weekly.calendar(),
+            ratelimit_algorithms::calendar::Calendar::week(1, 0)
+        );
+        // A day's limit made a month's: a fixed window of months.
+        let o = load_from(
+            None,
+            env(&[(
+                "RATE_LIMIT_OVERRIDE_SHOP__SEARCH",
+                "unit=month,algorithm=fixed_window",
+            )]),
+            &decls(),
+        )
+        .unwrap();
+        let search = o.apply(&SEARCH).unwrap().limit;
+        assert_eq!(search.unit(), Some(Unit::Month));
+        assert!(search.calendar().is_some());
+        // A calendar period counted otherwise is refused, naming the fields.
+        let o = load_from(
+            None,
+            env(&[("RATE_LIMIT_OVERRIDE_API__QUOTA", "algorithm=token_bucket")]),
+            &decls(),
+        )
+        .unwrap();
+        let err = o.apply(&QUOTA).unwrap_err().to_string();
+        assert!(err.contains("calendar period"), "{err}");
     }
 
     #[test]
@@ -931,7 +1003,7 @@ mod tests {
         for (value, message) in [
             (
                 "unit=fortnight",
-                "field `unit`: unknown unit `fortnight`; expected one of `second`, `minute`, `hour`, `day`",
+                "field `unit`: unknown unit `fortnight`; expected one of `second`, `minute`, `hour`, `day`, `week`, `month`",
             ),
             (
                 "policy=sometimes",
@@ -960,11 +1032,11 @@ mod tests {
             ("policy = 3", "expected one of `fallback`, `allow`, `deny`"),
             (
                 "unit = \"fortnight\"",
-                "unknown unit `fortnight`; expected one of `second`, `minute`, `hour`, `day`",
+                "unknown unit `fortnight`; expected one of `second`, `minute`, `hour`, `day`, `week`, `month`",
             ),
             (
                 "unit = 60",
-                "expected one of `second`, `minute`, `hour`, `day`",
+                "expected one of `second`, `minute`, `hour`, `day`, `week`, `month`",
             ),
         ] {
             let f = file(&format!("[limits.\"shop::search\"]\n{text}\n"));

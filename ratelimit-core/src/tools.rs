@@ -196,7 +196,7 @@ pub mod scripts {
 /// ```
 pub mod algorithms {
     pub use crate::algorithm::{
-        OfConcurrentLimit, OfLimit, Outcome, WindowParams, concurrency, fixed_window,
+        OfConcurrentLimit, OfLimit, Outcome, WindowParams, calendar, concurrency, fixed_window,
         interval_bucket, sliding_log, sliding_window, token_bucket,
     };
 }

@@ -500,10 +500,13 @@ pub(crate) fn declaration(
         Some(b) => quote!(::core::option::Option::Some(#b)),
         None => quote!(::core::option::Option::None),
     };
-    let algorithm = crate::args::variant(
-        args.algorithm
-            .unwrap_or((Algorithm::TokenBucket, Span::call_site())),
-    );
+    // A calendar period's limit is a fixed window (another algorithm was refused).
+    let default = if args.unit.is_some_and(|(unit, _)| unit.is_calendar()) {
+        Algorithm::FixedWindow
+    } else {
+        Algorithm::TokenBucket
+    };
+    let algorithm = crate::args::variant(args.algorithm.unwrap_or((default, Span::call_site())));
     let refill = crate::args::variant(args.refill.unwrap_or((Refill::Smooth, Span::call_site())));
     // May be 0, so not bound like the counts: a constant's type error lands on it.
     let initial = match &args.initial {

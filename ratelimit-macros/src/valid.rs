@@ -79,7 +79,26 @@ pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut
             ),
         );
     }
-    let algorithm = args.algorithm.map(|(algorithm, _)| algorithm);
+    // A week or a month is a calendar period: a fixed window counts it, and nothing else.
+    if unit.is_calendar()
+        && let Some((algorithm, span)) = args.algorithm
+        && algorithm != Algorithm::FixedWindow
+    {
+        errors.at(
+            span,
+            format_args!(
+                "`unit = \"{}\"` is a calendar period, counted by a fixed window whose windows \
+                 are its periods: remove `algorithm` (or write `\"fixed_window\"`), or use a \
+                 unit of a fixed length (`\"day\"`)",
+                unit.name()
+            ),
+        );
+        return;
+    }
+    let algorithm = args
+        .algorithm
+        .map(|(algorithm, _)| algorithm)
+        .or(unit.is_calendar().then_some(Algorithm::FixedWindow));
     let window = algorithm.filter(|a| a.is_window());
     let interval = matches!(args.refill, Some((Refill::Interval, _)));
     if let Some((Some(_), span)) = args.wait

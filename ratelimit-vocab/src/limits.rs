@@ -165,6 +165,8 @@ pub struct Parts {
     pub initial: Option<u32>,
     /// The longest a call may wait, in microseconds; `None`: no wait.
     pub wait_us: Option<u64>,
+    /// Whether the period is a calendar period (a week, a month: `Unit::is_calendar`).
+    pub calendar: bool,
 }
 
 /// What makes a limit's parts no limit, in the order [`check`] looks.
@@ -193,6 +195,8 @@ pub enum Problem {
     },
     /// The limit needs more than the exact arithmetic holds.
     TooFine,
+    /// A calendar period (a week, a month) counted otherwise than by a fixed window.
+    CalendarWindowOnly,
 }
 
 /// Accepts a limit's parts, or names the first thing wrong with them: the one place that says
@@ -209,6 +213,9 @@ pub const fn check(p: &Parts) -> Result<(), Problem> {
     }
     if p.burst == 0 {
         return Err(Problem::ZeroBurst);
+    }
+    if p.calendar && !matches!(p.algorithm, Algorithm::FixedWindow) {
+        return Err(Problem::CalendarWindowOnly);
     }
     if p.algorithm.is_window() && p.burst != p.replenish {
         return Err(Problem::BurstOfWindow);
@@ -272,6 +279,7 @@ mod tests {
             refill: Refill::Smooth,
             initial: None,
             wait_us: None,
+            calendar: false,
         }
     }
 

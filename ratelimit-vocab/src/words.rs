@@ -92,11 +92,17 @@ words! {
         Hour = "hour",
         /// Twenty-four hours.
         Day = "day",
+        /// A calendar week, from Monday 00:00 UTC: a calendar period, whose windows a fixed
+        /// window counts (a quota that resets each week).
+        Week = "week",
+        /// A calendar month, from the 1st at 00:00 UTC: a calendar period, whose windows a
+        /// fixed window counts (a quota that resets each month).
+        Month = "month",
     }
 }
 
 impl Unit {
-    /// The unit's length in microseconds.
+    /// The unit's length in microseconds; a calendar period's longest (a week, 31 days).
     #[inline]
     pub const fn micros(self) -> u64 {
         match self {
@@ -104,10 +110,21 @@ impl Unit {
             Unit::Minute => 60_000_000,
             Unit::Hour => 3_600_000_000,
             Unit::Day => 86_400_000_000,
+            Unit::Week => 7 * 86_400_000_000,
+            Unit::Month => 31 * 86_400_000_000,
         }
     }
 
-    /// The unit exactly `micros` long, if there is one.
+    /// Whether the unit is a calendar period (a week, a month), whose windows start at
+    /// calendar instants rather than at multiples of a length: counted by a fixed window
+    /// only.
+    #[inline]
+    pub const fn is_calendar(self) -> bool {
+        matches!(self, Unit::Week | Unit::Month)
+    }
+
+    /// The unit of a fixed length exactly `micros` long, if there is one (never a calendar
+    /// period: a limit of 7 days is a week of any seven days, not a calendar week).
     pub const fn of_micros(micros: u64) -> Option<Unit> {
         match micros {
             1_000_000 => Some(Unit::Second),
@@ -187,7 +204,7 @@ words! {
 }
 
 /// A name that is none of a vocabulary's; its message lists them: ``unknown unit `minutes`;
-/// expected one of `second`, `minute`, `hour`, `day` ``.
+/// expected one of `second`, `minute`, `hour`, `day`, `week`, `month` ``.
 #[derive(Clone, Copy, PartialEq, Eq)]
 pub struct Unknown<'a, W> {
     /// The name as written.
@@ -282,7 +299,12 @@ mod tests {
         round_trips::<Refill>();
         round_trips::<FailurePolicy>();
         round_trips::<EmptyKeyPolicy>();
-        assert_eq!(Unit::NAMES, ["second", "minute", "hour", "day"]);
+        assert_eq!(
+            Unit::NAMES,
+            ["second", "minute", "hour", "day", "week", "month"]
+        );
+        assert_eq!(Unit::of_micros(Unit::Week.micros()), None);
+        assert!(Unit::Month.is_calendar() && !Unit::Day.is_calendar());
     }
 
     #[test]
@@ -290,7 +312,7 @@ mod tests {
         let e = Unit::from_name("minutes").unwrap_err();
         assert_eq!(
             e.to_string(),
-            "unknown unit `minutes`; expected one of `second`, `minute`, `hour`, `day`"
+            "unknown unit `minutes`; expected one of `second`, `minute`, `hour`, `day`, `week`, `month`"
         );
         assert_eq!(
             FailurePolicy::from_name("fail-open")
@@ -312,7 +334,8 @@ mod tests {
     #[test]
     fn units_know_their_periods() {
         for &unit in <Unit as Word>::ALL {
-            assert_eq!(Unit::of_micros(unit.micros()), Some(unit));
+            let fixed = (!unit.is_calendar()).then_some(unit);
+            assert_eq!(Unit::of_micros(unit.micros()), fixed);
         }
         assert_eq!(Unit::of_micros(2_000_000), None);
         assert_eq!(Unit::Day.micros(), 24 * Unit::Hour.micros());

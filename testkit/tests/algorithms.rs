@@ -22,8 +22,8 @@ use std::fmt::Debug;
 use std::time::Duration;
 
 use ratelimit_core::tools::algorithms::{
-    OfLimit as _, Outcome, WindowParams, concurrency, fixed_window, interval_bucket, sliding_log,
-    sliding_window, token_bucket,
+    OfLimit as _, Outcome, WindowParams, calendar, concurrency, fixed_window, interval_bucket,
+    sliding_log, sliding_window, token_bucket,
 };
 use ratelimit_core::tools::{
     self, BucketState, Decoded, StateKind, StateKindExt as _, Stored, scripts,
@@ -391,6 +391,93 @@ fn window(rng: &mut Rng) -> ([WindowParams; 2], u64) {
     (limits, a.min(b).min(3))
 }
 
+/// Where `fixed_window_head.lua` ends a window holding an instant, against the twin
+/// (`fixed_window::window_end`), at 10,000 instants: random ones from 1971 to 2250 and the
+/// microseconds around the ends of their windows, for weeks from every weekday and months
+/// from every day (the 29th to the 31st across February in leap and common years), at offsets
+/// from UTC-14:00 to UTC+14:00; and windows of a fixed period. The script reads no clock
+/// here: the instants are its arguments, so any date can be checked on today's server.
+#[test]
+fn calendar_windows_end_where_the_twin_says() {
+    let server = RedisServer::start();
+    let mut con = server.blocking_connection();
+    let script = Script::new(concat!(
+        include_str!("../../ratelimit-core/src/scripts/prelude.lua"),
+        include_str!("../../ratelimit-core/src/scripts/fixed_window_head.lua"),
+        "local out = {}\n",
+        "for i = 1, #ARGV, 7 do\n",
+        "  local args = {ARGV[i + 1], ARGV[i + 2], ARGV[i + 3], ARGV[i + 4], ARGV[i + 5], ARGV[i + 6]}\n",
+        "  if ARGV[i + 3] == '0' then args = {ARGV[i + 1], ARGV[i + 2], ARGV[i + 6]} end\n",
+        "  out[#out + 1] = int(window_end(tonumber(ARGV[i]), args))\n",
+        "end\n",
+        "return out\n",
+    ));
+    let mut rng = Rng(0xca1e_da25);
+    let from = calendar::Calendar::midnight_utc_us(1971, 1, 1).unwrap();
+    let to = calendar::Calendar::midnight_utc_us(2250, 1, 1).unwrap();
+    let month = WindowParams::try_new(100, 31 * calendar::DAY_US).unwrap();
+    let (mut checked, mut months) = (0, 0);
+    for _ in 0..100 {
+        // 100 instants per script call, each with its own calendar (or none).
+        let mut argv: Vec<u64> = Vec::new();
+        let mut expected: Vec<u64> = Vec::new();
+        for _ in 0..100 {
+            let offset = i32::try_from(rng.below(1681)).unwrap() - 840;
+            let (p, c) = match rng.below(5) {
+                0 => (
+                    WindowParams::try_new(7, 1000 * (1 + rng.below(100_000))).unwrap(),
+                    None,
+                ),
+                1 => (
+                    month,
+                    calendar::Calendar::week(1 + u8::try_from(rng.below(7)).unwrap(), offset),
+                ),
+                _ => {
+                    months += 1;
+                    let day = [1, 15, 28, 29, 30, 31][usize::try_from(rng.below(6)).unwrap()];
+                    (month, calendar::Calendar::month(day, offset))
+                }
+            };
+            let mut at = from + rng.below(to - from);
+            // Around a window's end: the last microsecond of a window, or the first of the
+            // next; or a February's end.
+            match rng.below(4) {
+                0 => at = fixed_window::window_end(at, p, c) - 1,
+                1 => at = fixed_window::window_end(at, p, c),
+                2 => {
+                    let year = 1971 + i64::try_from(rng.below(270)).unwrap();
+                    let march = calendar::Calendar::midnight_utc_us(year, 3, 1).unwrap();
+                    at = march - rng.below(2 * calendar::DAY_US);
+                }
+                _ => {}
+            }
+            let args = match c {
+                Some(c) => fixed_window::calendar_args(p, c, 1).to_vec(),
+                None => {
+                    let a = fixed_window::args(p, 1);
+                    vec![a[0], a[1], 0, 0, 0, a[2]]
+                }
+            };
+            argv.push(at);
+            argv.extend(args);
+            expected.push(fixed_window::window_end(at, p, c));
+        }
+        let mut call = script.prepare_invoke();
+        for a in &argv {
+            call.arg(*a);
+        }
+        let ends: Vec<u64> = call.invoke(&mut con).unwrap();
+        for (i, (end, want)) in ends.iter().zip(&expected).enumerate() {
+            assert_eq!(end, want, "{:?}", &argv[i * 7..i * 7 + 7]);
+            checked += 1;
+        }
+    }
+    assert!(
+        checked == 10_000 && months > 4000,
+        "{checked} checked, {months} months"
+    );
+}
+
 const CALLS: usize = 3000;
 const SEEDS: [u64; 2] = [0x9E37_79B9_7F4A_7C15, 0xD1B5_4A32_D192_ED03];
 
@@ -413,6 +500,55 @@ fn fixed_window_script_equals_its_twin() {
             count: 1 + rng.below(3 * p.limit()),
             expire_ms: ((periods_around(rng, now, p.period_us()) + 1) * p.period_us())
                 .div_ceil(1000),
+        },
+        write: |con, key, s, _| set_pxat(con, key, &s.encode(), s.expire_ms),
+    });
+}
+
+/// Windows that are calendar periods (weeks, months; in UTC and at offsets; anchored on
+/// days the month may lack), by the fixed window's script, function and module command,
+/// against the twin. At today's clock a call rarely meets a window's end: the ends
+/// themselves are held to the twin at every date by `calendar_windows_end_where_the_twin_says`;
+/// here the arguments, the count, the expiry that names the window, a limit changed within
+/// one, and planted states of other windows.
+#[test]
+fn calendar_windows_by_the_fixed_window_equal_the_twin() {
+    type P = (WindowParams, calendar::Calendar);
+    run_all(&Kernel::<fixed_window::State, P> {
+        script: fixed_window::SCRIPT,
+        function: "fixed_window",
+        params: |rng| {
+            let offset = i32::try_from(rng.below(1681)).unwrap() - 840;
+            let c = if rng.below(3) == 0 {
+                calendar::Calendar::week(1 + u8::try_from(rng.below(7)).unwrap(), offset)
+            } else {
+                calendar::Calendar::month(1 + u8::try_from(rng.below(31)).unwrap(), offset)
+            }
+            .unwrap();
+            let (a, b) = (1 + rng.below(9), 1 + rng.below(9));
+            let p = |limit| {
+                (
+                    WindowParams::try_new(limit, 31 * calendar::DAY_US).unwrap(),
+                    c,
+                )
+            };
+            ([p(a), p(b)], a.min(b).min(3))
+        },
+        args: |(p, c), cost| fixed_window::calendar_args(p, c, cost).to_vec(),
+        decide: |now, s, (p, c), cost| fixed_window::decide_in(now, s.copied(), p, Some(c), cost),
+        stored: |con, key, s, _| holds(con, key, Some(&s.encode()), s.expire_ms),
+        // Another window's count: the one before, this one, or the next.
+        plant: |rng, now, (p, c)| {
+            let end = fixed_window::window_end(now, p, Some(c));
+            let end = match rng.below(3) {
+                0 => c.window(now).0,
+                1 => end,
+                _ => fixed_window::window_end(end, p, Some(c)),
+            };
+            fixed_window::State {
+                count: 1 + rng.below(3 * p.limit()),
+                expire_ms: end.div_ceil(1000),
+            }
         },
         write: |con, key, s, _| set_pxat(con, key, &s.encode(), s.expire_ms),
     });

@@ -119,7 +119,7 @@ macro_rules! with_algorithms {
 state_kinds! {
     TokenBucket = 1, "token_bucket", "gcra.lua" + "gcra_head.lua", TOKEN_BUCKET;
     IntervalBucket = 2, "interval_bucket", "interval_bucket.lua", INTERVAL_BUCKET;
-    FixedWindow = 3, "fixed_window", "fixed_window.lua", FIXED_WINDOW;
+    FixedWindow = 3, "fixed_window", "fixed_window.lua" + "fixed_window_head.lua", FIXED_WINDOW;
     SlidingWindow = 4, "sliding_window", "sliding_window.lua", SLIDING_WINDOW;
     SlidingLog = 5, "sliding_log", "sliding_log.lua", SLIDING_LOG;
     Concurrency = 6, "concurrency", "concurrency.lua", CONCURRENCY;

@@ -50,6 +50,11 @@ pub mod interval_bucket {
     pub const SCRIPT: &str = super::script(super::StateKind::IntervalBucket);
 }
 
+/// Calendar periods (weeks, months) as windows: [`ratelimit_algorithms::calendar`].
+pub mod calendar {
+    pub use ratelimit_algorithms::calendar::*;
+}
+
 /// The fixed window: [`ratelimit_algorithms::fixed_window`], with its script.
 pub mod fixed_window {
     pub use ratelimit_algorithms::fixed_window::*;
@@ -104,7 +109,8 @@ pub(crate) enum Kernel {
     /// The token bucket refilled at once each period.
     Interval(interval_bucket::IntervalParams),
     /// The fixed window.
-    Fixed(WindowParams),
+    /// A fixed window, its windows a calendar's periods where it has one.
+    Fixed(WindowParams, Option<calendar::Calendar>),
     /// The sliding window.
     Sliding(sliding_window::SlidingParams),
     /// The sliding log.
@@ -131,7 +137,9 @@ impl Kernel {
             StateKind::IntervalBucket => {
                 interval_bucket::IntervalParams::of(limit).map(Kernel::Interval)
             }
-            StateKind::FixedWindow => WindowParams::of(limit).map(Kernel::Fixed),
+            StateKind::FixedWindow => {
+                WindowParams::of(limit).map(|p| Kernel::Fixed(p, limit.calendar()))
+            }
             StateKind::SlidingWindow => {
                 sliding_window::SlidingParams::of(limit).map(Kernel::Sliding)
             }
@@ -150,7 +158,7 @@ impl Kernel {
         match self {
             Kernel::Bucket(_) => StateKind::TokenBucket,
             Kernel::Interval(_) => StateKind::IntervalBucket,
-            Kernel::Fixed(_) => StateKind::FixedWindow,
+            Kernel::Fixed(..) => StateKind::FixedWindow,
             Kernel::Sliding(_) => StateKind::SlidingWindow,
             Kernel::Log(_) => StateKind::SlidingLog,
             Kernel::Concurrency(_) => StateKind::Concurrency,
@@ -174,7 +182,8 @@ impl Kernel {
             }
             Kernel::Bucket(p) => ScriptArgs::new(&token_bucket::args(p, cost)),
             Kernel::Interval(p) => ScriptArgs::new(&interval_bucket::args(p, cost)),
-            Kernel::Fixed(p) => ScriptArgs::new(&fixed_window::args(p, cost)),
+            Kernel::Fixed(p, None) => ScriptArgs::new(&fixed_window::args(p, cost)),
+            Kernel::Fixed(p, Some(c)) => ScriptArgs::new(&fixed_window::calendar_args(p, c, cost)),
             Kernel::Sliding(p) => ScriptArgs::new(&sliding_window::args(p, cost)),
             Kernel::Log(p) => ScriptArgs::new(&sliding_log::args(p, cost)),
             Kernel::Concurrency(p) => ScriptArgs::new(&concurrency::args(p, cost)),

@@ -82,6 +82,7 @@ impl Limit {
             shadow: false,
             jitter_us: 0,
             concurrent: true,
+            calendar: None,
         })
     }
 

@@ -40,6 +40,37 @@ pub enum InvalidLimit {
         /// The requested algorithm.
         algorithm: Algorithm,
     },
+    /// A quota by calendar period (a week, a month) with an algorithm other than the fixed
+    /// window: its windows are the calendar's.
+    #[error(
+        "a week or a month is a calendar period, counted by a fixed window whose windows are \
+         its periods; a {algorithm} cannot count it (use `algorithm = \"fixed_window\"`, or a \
+         unit of a fixed length: `day`, or a `Duration`)"
+    )]
+    CalendarWindowOnly {
+        /// The requested algorithm.
+        algorithm: Algorithm,
+    },
+    /// A calendar setting (`utc_offset`, `anchor`) on a limit whose unit is no calendar
+    /// period.
+    #[error(
+        "`utc_offset` and `anchor` place a calendar period's windows: the limit's unit must \
+         be a week or a month (`Limit::per_week`, `Limit::per_month`)"
+    )]
+    NotCalendar,
+    /// A calendar's anchor or offset out of range.
+    #[error(
+        "a calendar period starts on a day of the month from 1 to 31, or a weekday from 1 \
+         (Monday) to 7 (Sunday), on a clock at most 14 hours from UTC (-840 to 840 minutes); \
+         got {}an offset of {offset_minutes} minutes",
+        match anchor { Some(a) => format!("an anchor of {a} and "), None => String::new() }
+    )]
+    BadCalendar {
+        /// The anchor asked for, where one was.
+        anchor: Option<u8>,
+        /// The offset from UTC, in minutes.
+        offset_minutes: i32,
+    },
     /// A window algorithm was given a burst other than its `replenish`.
     #[error(
         "a {algorithm} admits `replenish` ({replenish}) tokens per window and has no burst of \
@@ -183,6 +214,8 @@ impl InvalidLimit {
             InvalidLimit::NotForConcurrency => &["concurrent"],
             InvalidLimit::NeedsSlot => &["concurrent"],
             InvalidLimit::BadTierName { .. } | InvalidLimit::TooManyTierNames { .. } => &["tier"],
+            InvalidLimit::CalendarWindowOnly { .. } => &["unit", "algorithm"],
+            InvalidLimit::NotCalendar | InvalidLimit::BadCalendar { .. } => &["unit"],
         }
     }
 }
@@ -221,5 +254,15 @@ pub(crate) const fn invalid(e: &InvalidLimit) -> ! {
             panic!("a tier name is 1 to 64 ASCII letters, digits, `-`, `_` or `.`")
         }
         InvalidLimit::TooManyTierNames { .. } => panic!("too many tier names"),
+        InvalidLimit::CalendarWindowOnly { .. } => {
+            panic!("a week or a month is a calendar period, counted by a fixed window only")
+        }
+        InvalidLimit::NotCalendar => {
+            panic!("`utc_offset` and `anchor` are a calendar period's (a week, a month)")
+        }
+        InvalidLimit::BadCalendar { .. } => panic!(
+            "a calendar period starts on a day 1 to 31 (a month) or a weekday 1 to 7 (a week), \
+             at most 840 minutes from UTC"
+        ),
     }
 }

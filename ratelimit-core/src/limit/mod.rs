@@ -7,6 +7,7 @@
 use std::num::NonZeroU32;
 use std::time::Duration;
 
+use ratelimit_algorithms::calendar::Calendar;
 use ratelimit_vocab::limits::{self, Parts, Problem};
 
 use crate::FailurePolicy;
@@ -94,6 +95,9 @@ pub struct Limit {
     /// A concurrency limit ([`Limit::concurrent`]): `replenish` and `burst` are its max, and
     /// `period_us` its lease.
     concurrent: bool,
+    /// A quota by calendar period (`unit` a week or a month): where its fixed window's
+    /// windows start; `period_us` is its longest window.
+    calendar: Option<Calendar>,
 }
 
 /// `Limit::wait_us` when no wait was set.
@@ -163,6 +167,41 @@ impl Limit {
         Limit::new(n, Unit::Day)
     }
 
+    /// A quota of `n` tokens per calendar week, from Monday 00:00 UTC: a fixed window whose
+    /// windows are the weeks (`#[rate_limit(replenish = n, unit = "week")]`). Its clock and its
+    /// first weekday can be moved ([`utc_offset`](Limit::utc_offset),
+    /// [`anchor`](Limit::anchor)).
+    ///
+    /// # Panics
+    /// If `n` is 0 (a compile error in `const` context).
+    pub const fn per_week(n: u32) -> Limit {
+        Limit::new(n, Unit::Week)
+    }
+
+    /// A quota of `n` tokens per calendar month, from the 1st at 00:00 UTC: a fixed window
+    /// whose windows are the months (`#[rate_limit(replenish = n, unit = "month")]`), each
+    /// resetting at the month's first instant, which its `retry_after` and reset say. Its clock
+    /// and its first day can be moved ([`utc_offset`](Limit::utc_offset),
+    /// [`anchor`](Limit::anchor): a billing day).
+    ///
+    /// ```
+    /// use ratelimit_core::{Algorithm, Limit, Unit};
+    ///
+    /// // 10,000 calls a month, resetting on the 15th at midnight in UTC+02:00.
+    /// const PLAN: Limit = Limit::per_month(10_000).anchor(15).utc_offset(120);
+    /// assert_eq!(PLAN.unit(), Some(Unit::Month));
+    /// assert_eq!(PLAN.algorithm_kind(), Algorithm::FixedWindow);
+    /// assert!(PLAN.calendar().is_some());
+    /// // A month counts by a fixed window only.
+    /// assert!(Limit::per_month(10).try_algorithm(Algorithm::SlidingWindow).is_err());
+    /// ```
+    ///
+    /// # Panics
+    /// If `n` is 0 (a compile error in `const` context).
+    pub const fn per_month(n: u32) -> Limit {
+        Limit::new(n, Unit::Month)
+    }
+
     /// `n` tokens per `period`, any whole number of microseconds (`Limit::per(1000,
     /// Duration::from_secs(3))`), with a burst of `n`.
     ///
@@ -206,14 +245,74 @@ impl Limit {
         // Checked just above: below 2^51.
         #[allow(clippy::cast_possible_truncation)]
         let period_us = micros as u64;
+        // A period of a unit's length is that unit, never a calendar period's (a limit of 7
+        // days is any seven days).
         let mut unit = None;
         let mut i = 0;
         while i < Unit::ALL.len() {
-            if Unit::ALL[i].as_micros() == period_us {
+            if Unit::ALL[i].as_micros() == period_us && !Unit::ALL[i].is_calendar() {
                 unit = Some(Unit::ALL[i]);
             }
             i += 1;
         }
+        Limit::from_period(
+            replenish, burst, period_us, unit, None, algorithm, refill, initial,
+        )
+    }
+
+    /// `replenish` tokens per `unit` counted by `algorithm`, checked as
+    /// [`from_parts`](Limit::from_parts) checks them; a week or a month is a calendar period,
+    /// counted by a fixed window only.
+    ///
+    /// # Errors
+    /// Every [`InvalidLimit`].
+    pub const fn from_unit(
+        replenish: u32,
+        burst: u32,
+        unit: Unit,
+        algorithm: Algorithm,
+        refill: Refill,
+        initial: Option<u32>,
+    ) -> Result<Limit, InvalidLimit> {
+        let calendar = match unit {
+            Unit::Week => Calendar::week(1, 0),
+            Unit::Month => Calendar::month(1, 0),
+            _ => None,
+        };
+        if calendar.is_none() {
+            return Limit::from_parts(
+                replenish,
+                burst,
+                unit.as_duration(),
+                algorithm,
+                refill,
+                initial,
+            );
+        }
+        Limit::from_period(
+            replenish,
+            burst,
+            unit.as_micros(),
+            Some(unit),
+            calendar,
+            algorithm,
+            refill,
+            initial,
+        )
+    }
+
+    /// The limit of these parts, checked.
+    #[allow(clippy::too_many_arguments)]
+    const fn from_period(
+        replenish: u32,
+        burst: u32,
+        period_us: u64,
+        unit: Option<Unit>,
+        calendar: Option<Calendar>,
+        algorithm: Algorithm,
+        refill: Refill,
+        initial: Option<u32>,
+    ) -> Result<Limit, InvalidLimit> {
         let Some(replenish) = NonZeroU32::new(replenish) else {
             return Err(InvalidLimit::ZeroReplenish);
         };
@@ -233,22 +332,125 @@ impl Limit {
             shadow: false,
             jitter_us: 0,
             concurrent: false,
+            calendar,
         })
     }
 
-    /// Builds a limit from values known at run time.
+    /// Builds a limit from values known at run time: a token bucket, or for a week or a
+    /// month a fixed window of calendar periods (whose `burst` is its `replenish`).
     ///
     /// # Errors
     /// [`InvalidLimit`] when a value is 0 or the limit is too fine-grained.
     pub const fn try_new(replenish: u32, burst: u32, unit: Unit) -> Result<Limit, InvalidLimit> {
-        Limit::from_parts(
-            replenish,
-            burst,
-            unit.as_duration(),
-            Algorithm::TokenBucket,
-            Refill::Smooth,
-            None,
-        )
+        let algorithm = if unit.is_calendar() {
+            Algorithm::FixedWindow
+        } else {
+            Algorithm::TokenBucket
+        };
+        Limit::from_unit(replenish, burst, unit, algorithm, Refill::Smooth, None)
+    }
+
+    /// Where a quota by calendar period ([`per_week`](Limit::per_week),
+    /// [`per_month`](Limit::per_month)) starts its windows; `None` for any other limit.
+    pub const fn calendar(&self) -> Option<Calendar> {
+        self.calendar
+    }
+
+    /// The same limit with `calendar` where it is a quota by calendar period of the same
+    /// period (a month's anchor and clock kept when an override changes its count).
+    pub(crate) const fn keeping_calendar(self, calendar: Calendar) -> Limit {
+        use ratelimit_algorithms::calendar::Period;
+        match (self.calendar, calendar.period()) {
+            (Some(own), theirs)
+                if matches!(
+                    (own.period(), theirs),
+                    (Period::Month { .. }, Period::Month { .. })
+                        | (Period::Week { .. }, Period::Week { .. })
+                ) =>
+            {
+                Limit {
+                    calendar: Some(calendar),
+                    ..self
+                }
+            }
+            _ => self,
+        }
+    }
+
+    /// The same quota by calendar period, read on a clock `minutes` east of UTC (`120`:
+    /// UTC+02:00, whose midnight is 22:00 UTC; from -840 to 840).
+    ///
+    /// # Panics
+    /// If [`try_utc_offset`](Limit::try_utc_offset) fails (a compile error in `const`).
+    pub const fn utc_offset(self, minutes: i32) -> Limit {
+        match self.try_utc_offset(minutes) {
+            Ok(limit) => limit,
+            Err(e) => invalid(&e),
+        }
+    }
+
+    /// [`utc_offset`](Limit::utc_offset) for values known at run time.
+    ///
+    /// # Errors
+    /// [`InvalidLimit::NotCalendar`] for a limit that is no calendar period's;
+    /// [`InvalidLimit::BadCalendar`] for an offset beyond 14 hours.
+    pub const fn try_utc_offset(self, minutes: i32) -> Result<Limit, InvalidLimit> {
+        let Some(calendar) = self.calendar else {
+            return Err(InvalidLimit::NotCalendar);
+        };
+        let moved = match calendar.period() {
+            ratelimit_algorithms::calendar::Period::Week { first_weekday } => {
+                Calendar::week(first_weekday, minutes)
+            }
+            ratelimit_algorithms::calendar::Period::Month { anchor_day } => {
+                Calendar::month(anchor_day, minutes)
+            }
+        };
+        match moved {
+            Some(calendar) => Ok(Limit {
+                calendar: Some(calendar),
+                ..self
+            }),
+            None => Err(InvalidLimit::BadCalendar {
+                anchor: None,
+                offset_minutes: minutes,
+            }),
+        }
+    }
+
+    /// The same quota by calendar period, its windows starting on `anchor`: a month's on
+    /// that day of the month (1 to 31; a month without it starts on its last day, so a
+    /// billing day of the 31st is February's 28th or 29th), a week's on that weekday (1
+    /// Monday to 7 Sunday).
+    ///
+    /// # Panics
+    /// If [`try_anchor`](Limit::try_anchor) fails (a compile error in `const`).
+    pub const fn anchor(self, anchor: u8) -> Limit {
+        match self.try_anchor(anchor) {
+            Ok(limit) => limit,
+            Err(e) => invalid(&e),
+        }
+    }
+
+    /// [`anchor`](Limit::anchor) for values known at run time.
+    ///
+    /// # Errors
+    /// [`InvalidLimit::NotCalendar`] for a limit that is no calendar period's;
+    /// [`InvalidLimit::BadCalendar`] for an anchor out of its period's range.
+    pub const fn try_anchor(self, anchor: u8) -> Result<Limit, InvalidLimit> {
+        let Some(calendar) = self.calendar else {
+            return Err(InvalidLimit::NotCalendar);
+        };
+        match calendar.anchored(anchor) {
+            Some(calendar) => Ok(Limit {
+                calendar: Some(calendar),
+                ..self
+            }),
+            None => Err(InvalidLimit::BadCalendar {
+                anchor: Some(anchor),
+                offset_minutes: calendar.offset_minutes(),
+            }),
+        }
     }
 
     /// Checks every field against the others, by the vocabulary's [`limits::check`]: the
@@ -272,6 +474,7 @@ impl Limit {
             } else {
                 Some(limit.wait_us)
             },
+            calendar: limit.calendar.is_some(),
         };
         let algorithm = limit.algorithm;
         let wait = Duration::from_micros(limit.wait_us);
@@ -316,6 +519,7 @@ impl Limit {
                 period,
                 algorithm,
             },
+            Problem::CalendarWindowOnly => InvalidLimit::CalendarWindowOnly { algorithm },
         })
     }
 
@@ -429,14 +633,7 @@ impl Limit {
             Some(burst) => burst,
             None => replenish,
         };
-        match Limit::from_parts(
-            replenish,
-            burst,
-            unit.as_duration(),
-            algorithm,
-            refill,
-            initial,
-        ) {
+        match Limit::from_unit(replenish, burst, unit, algorithm, refill, initial) {
             Ok(limit) => limit,
             Err(e) => invalid(&e),
         }
@@ -459,9 +656,80 @@ mod tests {
         assert_eq!(
             format!("{search:?}"),
             "Limit { replenish: 3, burst: 3, period: 60s, unit: Some(Minute), \
-             algorithm: TokenBucket, refill: Smooth, initial: None, jitter: None, \
+             algorithm: TokenBucket, calendar: None, refill: Smooth, initial: None, jitter: None, \
              wait: Some(2s), shadow: false, on_failure: None }"
         );
+    }
+
+    #[test]
+    fn quotas_by_calendar_period_are_fixed_windows_of_weeks_and_months() {
+        let month = Limit::per_month(10_000);
+        assert_eq!(
+            (month.unit(), month.algorithm_kind(), month.burst_capacity()),
+            (Some(Unit::Month), Algorithm::FixedWindow, 10_000)
+        );
+        assert_eq!(month.calendar(), Calendar::month(1, 0));
+        assert_eq!(Limit::new(10_000, Unit::Month), month);
+        assert_eq!(Limit::per_week(5).calendar(), Calendar::week(1, 0));
+        assert_eq!(month.to_string(), "10000 per month (fixed window)");
+        let billing = month.anchor(31).utc_offset(-330);
+        assert_eq!(billing.calendar(), Calendar::month(31, -330));
+        assert_eq!(
+            billing.to_string(),
+            "10000 per month from day 31 at UTC-05:30 (fixed window)"
+        );
+        // The offset and the anchor keep each other.
+        assert_eq!(
+            month.utc_offset(60).anchor(2).calendar(),
+            Calendar::month(2, 60)
+        );
+        // Seven days are any seven days, not a calendar week.
+        let days = Limit::per(5, Duration::from_secs(7 * 86_400));
+        assert_eq!((days.unit(), days.calendar()), (None, None));
+        assert_eq!(days.try_anchor(1), Err(InvalidLimit::NotCalendar));
+        assert_eq!(
+            Limit::per_day(5).try_utc_offset(60),
+            Err(InvalidLimit::NotCalendar)
+        );
+        assert_eq!(
+            month.try_anchor(32),
+            Err(InvalidLimit::BadCalendar {
+                anchor: Some(32),
+                offset_minutes: 0
+            })
+        );
+        assert_eq!(
+            Limit::per_week(5).try_anchor(8),
+            Err(InvalidLimit::BadCalendar {
+                anchor: Some(8),
+                offset_minutes: 0
+            })
+        );
+        assert!(matches!(
+            month.try_utc_offset(841),
+            Err(InvalidLimit::BadCalendar { anchor: None, .. })
+        ));
+        for algorithm in [
+            Algorithm::TokenBucket,
+            Algorithm::LeakyBucket,
+            Algorithm::SlidingWindow,
+            Algorithm::SlidingLog,
+        ] {
+            assert_eq!(
+                month.try_algorithm(algorithm),
+                Err(InvalidLimit::CalendarWindowOnly { algorithm })
+            );
+        }
+        assert!(matches!(
+            month.try_burst(20_000),
+            Err(InvalidLimit::BurstOfWindow { .. })
+        ));
+        assert!(matches!(
+            Limit::try_new(10, 20, Unit::Week),
+            Err(InvalidLimit::BurstOfWindow { .. })
+        ));
+        // A config file's unit names a calendar period as well.
+        assert_eq!("month".parse(), Ok(Unit::Month));
     }
 
     #[test]
@@ -539,7 +807,7 @@ mod tests {
         let err = "minutes".parse::<Unit>().unwrap_err();
         assert_eq!(
             err.to_string(),
-            "unknown unit `minutes`; expected one of `second`, `minute`, `hour`, `day`"
+            "unknown unit `minutes`; expected one of `second`, `minute`, `hour`, `day`, `week`, `month`"
         );
     }
 }

@@ -155,6 +155,7 @@ impl fmt::Debug for Limit {
                 .field("period", &self.period())
                 .field("unit", &self.unit)
                 .field("algorithm", &self.algorithm)
+                .field("calendar", &self.calendar)
                 .field("refill", &self.refill)
                 .field("initial", &self.initial)
                 .field("jitter", &self.max_jitter());
@@ -190,6 +191,20 @@ impl fmt::Display for Limit {
         match self.unit {
             Some(unit) => write!(f, "{unit}")?,
             None => write!(f, "{:?}", self.period())?,
+        }
+        if let Some(calendar) = self.calendar {
+            use ratelimit_algorithms::calendar::Period;
+            match calendar.period() {
+                Period::Month { anchor_day: 1 } | Period::Week { first_weekday: 1 } => {}
+                Period::Month { anchor_day } => write!(f, " from day {anchor_day}")?,
+                Period::Week { first_weekday } => write!(f, " from weekday {first_weekday}")?,
+            }
+            let offset = calendar.offset_minutes();
+            if offset != 0 {
+                let sign = if offset < 0 { '-' } else { '+' };
+                let minutes = offset.unsigned_abs();
+                write!(f, " at UTC{sign}{:02}:{:02}", minutes / 60, minutes % 60)?;
+            }
         }
         match self.algorithm {
             Algorithm::TokenBucket => write!(f, " (burst {})", self.burst)?,

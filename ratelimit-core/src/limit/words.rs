@@ -17,15 +17,34 @@ pub enum Unit {
     Hour,
     /// Twenty-four hours.
     Day,
+    /// A calendar week, from Monday 00:00 UTC: a quota's period, counted by a fixed window
+    /// whose windows are the weeks ([`Limit::per_week`](crate::Limit::per_week)).
+    Week,
+    /// A calendar month, from the 1st at 00:00 UTC: a quota's period, counted by a fixed
+    /// window whose windows are the months ([`Limit::per_month`](crate::Limit::per_month)).
+    Month,
 }
 
 impl Unit {
     /// Every unit, shortest first.
-    pub const ALL: [Unit; 4] = [Unit::Second, Unit::Minute, Unit::Hour, Unit::Day];
+    pub const ALL: [Unit; 6] = [
+        Unit::Second,
+        Unit::Minute,
+        Unit::Hour,
+        Unit::Day,
+        Unit::Week,
+        Unit::Month,
+    ];
 
-    /// The unit's length in microseconds.
+    /// The unit's length in microseconds; a calendar period's longest (a week, 31 days).
     pub const fn as_micros(self) -> u64 {
         self.word().micros()
+    }
+
+    /// Whether the unit is a calendar period (a week, a month), whose windows start at
+    /// calendar instants: counted by a fixed window only.
+    pub const fn is_calendar(self) -> bool {
+        self.word().is_calendar()
     }
 
     /// The unit's length.
@@ -45,6 +64,8 @@ impl Unit {
             Unit::Minute => ratelimit_vocab::Unit::Minute,
             Unit::Hour => ratelimit_vocab::Unit::Hour,
             Unit::Day => ratelimit_vocab::Unit::Day,
+            Unit::Week => ratelimit_vocab::Unit::Week,
+            Unit::Month => ratelimit_vocab::Unit::Month,
         }
     }
 }
@@ -55,7 +76,7 @@ impl fmt::Display for Unit {
     }
 }
 
-/// A unit name that is none of `second`, `minute`, `hour`, `day`.
+/// A unit name that is none of `second`, `minute`, `hour`, `day`, `week`, `month`.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{}", Unknown::<ratelimit_vocab::Unit>::new(.0))]
 pub struct UnknownUnit(pub String);

@@ -44,12 +44,11 @@ local function decide(mode, keys, specs, reserved_at)
         -- A bucket whose key is gone is full (or forgotten): nothing to give back.
         if real.call('EXISTS', key) == 1 then run(i, -cost, real) end
       elseif algorithm == FIXED_WINDOW then
-        local period = tonumber(args[2])
-        local window = div_floor(reserved_at, period)
+        local stop = window_end(reserved_at, args)
         local got = real.call('GET', key)
-        if window == div_floor(now, period) and type(got) == 'string'
+        if stop == window_end(now, args) and type(got) == 'string'
             and string.find(got, '^[1-9]%d*$')
-            and real.call('PEXPIRETIME', key) == div_ceil((window + 1) * period, 1000) then
+            and real.call('PEXPIRETIME', key) == div_ceil(stop, 1000) then
           if tonumber(got) > cost then
             real.call('INCRBY', key, -cost)
           else

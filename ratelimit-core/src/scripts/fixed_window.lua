@@ -7,18 +7,22 @@
 -- over. Known weakness, by definition: 2 x limit calls may pass within one period, across a
 -- window boundary.
 --
+-- Or windows that are calendar periods (weeks, months), which end where fixed_window_head.lua
+-- says (`window_end`); the state is the same.
+--
 -- KEYS[1]  the counter
 -- ARGV[1]  limit: tokens per window
--- ARGV[2]  period: the window's length, microseconds
--- ARGV[3]  cost: tokens this call takes
+-- ARGV[2]  period: the window's length, microseconds (a calendar's: its longest window)
+-- ARGV[3..5] (optional) the calendar: its period, anchor and offset (fixed_window_head.lua)
+-- ARGV[#ARGV]  cost: tokens this call takes
 -- Returns {allowed (0|1), remaining, retry_after us, reset_after us, now us}.
 
 local key = KEYS[1]
 local limit = tonumber(ARGV[1])
-local period = tonumber(ARGV[2])
-local cost = tonumber(ARGV[3])
+local cost_text = ARGV[#ARGV]
+local cost = tonumber(cost_text)
 
-local stop = (div_floor(now, period) + 1) * period
+local stop = window_end(now, ARGV)
 local expire_ms = div_ceil(stop, 1000)
 local left = stop - now
 
@@ -36,7 +40,7 @@ if count + cost > limit then
 end
 if count > 0 then
   -- The argument's own text: a Lua number would be written out again (prelude.lua).
-  redis.call('INCRBY', key, ARGV[3])
+  redis.call('INCRBY', key, cost_text)
 else
   redis.call('SET', key, int(cost), 'PXAT', int(expire_ms))
 end

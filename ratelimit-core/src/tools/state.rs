@@ -486,13 +486,13 @@ pub fn peek(limit: &Limit, cost: u32, stored: &Stored) -> Result<Peek, Undecidab
             };
             Outcome::peek(|c| interval_bucket::decide(now, s, p, c), c)
         }
-        (Kernel::Fixed(p), s) => {
+        (Kernel::Fixed(p, calendar), s) => {
             let s = match s {
                 None => None,
                 Some(Held::FixedWindow(s)) => Some(s),
                 Some(_) => return Err(Undecidable::Foreign),
             };
-            Outcome::peek(|c| fixed_window::decide(now, s, p, c), c)
+            Outcome::peek(|c| fixed_window::decide_in(now, s, p, calendar, c), c)
         }
         (Kernel::Sliding(p), s) => {
             let s = match s {

@@ -99,7 +99,9 @@ fn read_back(kernel: Kernel, cost: u64) -> Result<(), TestCaseError> {
                 prop_assert_eq!(back, Some((p, Cost::GiveBack(cost))));
             }
         }
-        Kernel::Fixed(p) => prop_assert_eq!(fixed_window::from_args(args), Some((p, cost))),
+        Kernel::Fixed(p, c) => {
+            prop_assert_eq!(fixed_window::from_any_args(args), Some((p, c, cost)));
+        }
         Kernel::Sliding(p) => prop_assert_eq!(sliding_window::from_args(args), Some((p, cost))),
         Kernel::Log(p) => prop_assert_eq!(sliding_log::from_args(args), Some((p, cost))),
         Kernel::Concurrency(p) => prop_assert_eq!(concurrency::from_args(args), Some((p, cost))),

@@ -64,6 +64,11 @@ struct Inner {
     /// Whether full buckets are kept (the fallback's shares, where an absent bucket is not a
     /// full one); they are then dropped only at the bound, or by [`MemoryStore::clear`].
     keep_full: AtomicBool,
+    /// How far UTC is ahead of the clock (µs), read once, at the first decision of a quota by
+    /// calendar period: constant, so that a window's end on the clock, which names its count,
+    /// is the same at every call (a shift read per call would move it by the time between two
+    /// clock reads). A wall clock stepped later does not move the windows of this process.
+    utc_shift: std::sync::OnceLock<i64>,
 }
 
 /// The store's clock: the monotonic one called directly (inlined on the hot path), any other
@@ -81,6 +86,14 @@ impl TimeSource {
         match self {
             TimeSource::Monotonic(c) => c.now_micros(),
             TimeSource::Other(c) => c.now_micros(),
+        }
+    }
+
+    /// The wall clock, µs since the epoch (UTC).
+    fn utc_micros(&self) -> u64 {
+        match self {
+            TimeSource::Monotonic(c) => c.utc_micros(),
+            TimeSource::Other(c) => c.utc_micros(),
         }
     }
 }
@@ -150,6 +163,7 @@ impl MemoryStore {
                 clock,
                 evicted: AtomicU64::new(0),
                 keep_full: AtomicBool::new(false),
+                utc_shift: std::sync::OnceLock::new(),
             }),
         }
     }
@@ -220,7 +234,8 @@ impl MemoryStore {
         let shard = read(&inner.shards[inner.shard_of(hash)]);
         let slot = shard.table.find(hash, |e| &*e.0 == key).map(|e| &e.1);
         let kernel = Kernel::of(limit);
-        let outcome = Outcome::peek(|c| decide(kernel, now, slot, c), u64::from(cost));
+        let shift = inner.utc_shift(&kernel, now);
+        let outcome = Outcome::peek(|c| decide(kernel, now, shift, slot, c), u64::from(cost));
         drop(shard);
         Decision::from_outcome(&outcome, *limit, cost)
     }
@@ -257,15 +272,16 @@ impl MemoryStore {
         let inner = &*self.inner;
         let now = inner.clock.now_micros();
         let hash = inner.hash(key);
+        let shift = inner.utc_shift(&kernel, now);
         let mut shard = lock(&inner.shards[inner.shard_of(hash)]);
         match shard.table.find_mut(hash, |e| &*e.0 == key) {
             Some(entry) => {
                 let slot = stricter(kernel, now, Some(&entry.1));
-                let outcome = decide(kernel, now, slot, u64::from(cost));
+                let outcome = decide(kernel, now, shift, slot, u64::from(cost));
                 outcome.map_state(|new_state| entry.1 = new_state)
             }
             None => {
-                let outcome = decide(kernel, now, None, u64::from(cost));
+                let outcome = decide(kernel, now, shift, None, u64::from(cost));
                 outcome.map_state(|new_state| inner.insert(&mut shard, hash, key, new_state, now))
             }
         }
@@ -411,7 +427,7 @@ impl MemoryStore {
             } else {
                 slot
             };
-            decide(kernel, now, slot, cost)
+            decide(kernel, now, inner.utc_shift(&kernel, now), slot, cost)
         };
         let mut outcomes: Vec<Outcome<Slot>> = (0..checks.len())
             .map(|i| decide_at(i, u64::from(checks[i].cost)))
@@ -467,14 +483,15 @@ impl MemoryStore {
         }
         let mut shard = lock(shard);
 
+        let shift = inner.utc_shift(&kernel, now);
         // One probe of the table: a bucket that exists is updated in place.
         let outcome = match shard.table.find_mut(hash, |e| &*e.0 == key) {
             Some(entry) => {
-                let outcome = decide(kernel, now, Some(&entry.1), u64::from(cost));
+                let outcome = decide(kernel, now, shift, Some(&entry.1), u64::from(cost));
                 outcome.map_state(|new_state| entry.1 = new_state)
             }
             None => {
-                let outcome = decide(kernel, now, None, u64::from(cost));
+                let outcome = decide(kernel, now, shift, None, u64::from(cost));
                 outcome.map_state(|new_state| inner.insert(&mut shard, hash, key, new_state, now))
             }
         };
@@ -484,6 +501,20 @@ impl MemoryStore {
 }
 
 impl Inner {
+    /// How far UTC is ahead of the store's clock, in µs, where `kernel` needs it (a quota by
+    /// calendar period finds its windows on the wall clock and keeps its state on the store's):
+    /// read once per store ([`Inner::utc_shift`]'s field). 0 for every other kernel.
+    #[inline]
+    fn utc_shift(&self, kernel: &Kernel, now: u64) -> i64 {
+        if !matches!(kernel, Kernel::Fixed(_, Some(_))) {
+            return 0;
+        }
+        *self.utc_shift.get_or_init(|| {
+            let utc = i64::try_from(self.clock.utc_micros()).unwrap_or(i64::MAX);
+            utc - i64::try_from(now).unwrap_or(i64::MAX)
+        })
+    }
+
     fn hash(&self, key: &[u8]) -> u64 {
         hash_bytes(&self.hasher, key)
     }

@@ -203,9 +203,17 @@ impl Slot {
 }
 
 /// Decides one call of `cost` tokens at `now` on `slot` (`None`: absent) with `kernel`. A slot
-/// another algorithm wrote (the limit's algorithm changed) reads as absent.
+/// another algorithm wrote (the limit's algorithm changed) reads as absent. `utc_shift`: how
+/// far UTC is ahead of the store's clock (µs), where a quota by calendar period finds its
+/// windows; its state stays on the store's clock.
 #[inline]
-pub(super) fn decide(kernel: Kernel, now: u64, slot: Option<&Slot>, cost: u64) -> Outcome<Slot> {
+pub(super) fn decide(
+    kernel: Kernel,
+    now: u64,
+    utc_shift: i64,
+    slot: Option<&Slot>,
+    cost: u64,
+) -> Outcome<Slot> {
     match kernel {
         Kernel::Bucket(p) => {
             let state = match slot {
@@ -222,12 +230,13 @@ pub(super) fn decide(kernel: Kernel, now: u64, slot: Option<&Slot>, cost: u64) -
             };
             interval_bucket::decide(now, state, p, cost).map_state(Slot::Interval)
         }
-        Kernel::Fixed(p) => {
+        Kernel::Fixed(p, calendar) => {
             let state = match slot {
                 Some(Slot::Fixed(s)) => Some(*s),
                 _ => None,
             };
-            fixed_window::decide(now, state, p, cost).map_state(Slot::Fixed)
+            fixed_window::decide_in_frame(now, state, p, calendar, utc_shift, cost)
+                .map_state(Slot::Fixed)
         }
         Kernel::Sliding(p) => {
             let state = match slot {
@@ -300,8 +309,9 @@ pub(super) fn share_kernel(
 /// stricter (further from full), as after an outage when the fleet drained the bucket since.
 pub(super) fn stricter(kernel: Kernel, now: u64, slot: Option<&Slot>) -> Option<&Slot> {
     let there = slot?;
-    let as_is = decide(kernel, now, Some(there), 0);
-    let seeded = decide(kernel, now, None, 0);
+    // (A share's kernel is a bucket's: no calendar, no wall clock.)
+    let as_is = decide(kernel, now, 0, Some(there), 0);
+    let seeded = decide(kernel, now, 0, None, 0);
     if seeded.reset_after_us > as_is.reset_after_us {
         None
     } else {
