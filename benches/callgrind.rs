@@ -67,6 +67,11 @@ impl Callgrind {
             .into_iter()
             .find(|d| !before.contains(d))
             .expect("a new dump");
+        // `CALLGRIND_KEEP=<dir>`: each window's dump kept there, for `callgrind_annotate`.
+        if let Some(keep) = std::env::var_os("CALLGRIND_KEEP") {
+            let name = dump.file_name().unwrap_or_default();
+            let _ = std::fs::copy(&dump, std::path::Path::new(&keep).join(name));
+        }
         let text = std::fs::read_to_string(&dump).unwrap();
         text.lines()
             // `totals:`, the sum of every cost in the dump (its `summary:` may say 0 after

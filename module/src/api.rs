@@ -712,6 +712,29 @@ impl Key<'_> {
         )
     }
 
+    /// Sets the key, a string holding a count, to `value`, `by` more than it holds, keeping
+    /// its expiry; propagates `INCRBY <key> <by>` (its effect: the replica holds the same
+    /// count, and the same expiry, which the key had already).
+    pub(crate) fn add(&mut self, value: &[u8], by: u64) -> Result<(), &'static str> {
+        if self.raw.is_null() || self.kind != KEYTYPE_STRING {
+            return Err("ERR ratelimit: the key holds no count to add to");
+        }
+        self.write_in_place(value)?;
+        let mut digits = itoa_buf();
+        let by = write_u64(&mut digits, by);
+        unsafe {
+            (api().Replicate)(
+                self.ctx.raw,
+                c"INCRBY".as_ptr(),
+                c"sb".as_ptr(),
+                self.name,
+                by.as_ptr().cast::<c_char>(),
+                by.len(),
+            )
+        };
+        Ok(())
+    }
+
     /// Deletes the key, if it is there, and propagates `DEL`.
     pub(crate) fn delete(&mut self) -> Result<(), &'static str> {
         if self.raw.is_null() {
@@ -737,18 +760,7 @@ impl Key<'_> {
             // Another type (what no script writes): replaced, as `SET` replaces it.
             unsafe { (api.DeleteKey)(self.raw) };
         }
-        if unsafe { (api.StringTruncate)(self.raw, value.len()) } != OK {
-            return Err("ERR ratelimit: the key could not be written");
-        }
-        self.kind = KEYTYPE_STRING;
-        let mut len = 0usize;
-        let ptr = unsafe { (api.StringDMA)(self.raw, &raw mut len, READ | WRITE) };
-        if ptr.is_null() || len != value.len() {
-            return Err("ERR ratelimit: the key could not be written");
-        }
-        // SAFETY: Redis gave `len` writable bytes of the key's value, which nothing else
-        // touches while the command runs.
-        unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), ptr.cast::<u8>(), len) };
+        self.write_in_place(value)?;
         let mut digits = itoa_buf();
         let expire_text = match expire_ms {
             Some(expire_ms) => {
@@ -761,6 +773,26 @@ impl Key<'_> {
             None => None,
         };
         self.ctx.replicate_set(self.name, value, expire_text);
+        Ok(())
+    }
+}
+
+impl Key<'_> {
+    /// The key's value, a string, made `value` in place (resized, then its bytes copied).
+    fn write_in_place(&mut self, value: &[u8]) -> Result<(), &'static str> {
+        let api = api();
+        if unsafe { (api.StringTruncate)(self.raw, value.len()) } != OK {
+            return Err("ERR ratelimit: the key could not be written");
+        }
+        self.kind = KEYTYPE_STRING;
+        let mut len = 0usize;
+        let ptr = unsafe { (api.StringDMA)(self.raw, &raw mut len, READ | WRITE) };
+        if ptr.is_null() || len != value.len() {
+            return Err("ERR ratelimit: the key could not be written");
+        }
+        // SAFETY: Redis gave `len` writable bytes of the key's value, which nothing else
+        // touches while the command runs.
+        unsafe { std::ptr::copy_nonoverlapping(value.as_ptr(), ptr.cast::<u8>(), len) };
         Ok(())
     }
 }

@@ -280,6 +280,7 @@ fn apply(key: &mut api::Key<'_>, write: &Write) -> Result<(), Failure> {
         Write::Set(value, expire_ms) => key.set(value.as_bytes(), *expire_ms),
         Write::Keep(value) => key.set_keeping_expiry(value.as_bytes()),
         Write::Delete => key.delete(),
+        Write::Add(value, by) => key.add(value.as_bytes(), *by),
     }
     .map_err(Failure::Store)
 }

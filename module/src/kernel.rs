@@ -38,6 +38,9 @@ pub(crate) enum Write {
     Keep(Encoded),
     /// The key goes.
     Delete,
+    /// The value, `by` more than the count the key holds, its expiry kept: a window's count
+    /// within its window (propagated as `INCRBY`, as `fixed_window.lua` writes it).
+    Add(Encoded, u64),
 }
 
 /// One limit's answer, as its script returns it (less the server time), and its write.
@@ -142,10 +145,19 @@ impl Kernel {
                     Write::Set(s.encoded(), s.expire_ms)
                 })
             }
-            (Kernel::FixedWindow(p, calendar), State::FixedWindow(s)) => {
-                Answer::of(&fixed_window::decide_in(now, s, p, calendar, cost), |s| {
-                    Write::Set(s.encoded(), s.expire_ms)
-                })
+            (Kernel::FixedWindow(p, calendar), State::FixedWindow(held)) => {
+                Answer::of(
+                    &fixed_window::decide_in(now, held, p, calendar, cost),
+                    |s| {
+                        match held {
+                            // The window's count, its expiry as it is.
+                            Some(h) if h.expire_ms == s.expire_ms && h.count < s.count => {
+                                Write::Add(s.encoded(), s.count - h.count)
+                            }
+                            _ => Write::Set(s.encoded(), s.expire_ms),
+                        }
+                    },
+                )
             }
             (Kernel::SlidingWindow(p), State::SlidingWindow(s)) => {
                 Answer::of(&sliding_window::decide(now, s, p, cost), |s| {

@@ -313,6 +313,16 @@ fn writes_reach_a_replica_and_the_aof_as_their_effects() {
         .arg(format!("3 {two} {now}"))
         .query(&mut m)
         .unwrap();
+    // A window's count, taken three times in one window: written in place and propagated as
+    // `INCRBY` after the first.
+    for _ in 0..3 {
+        let reply: String = redis::cmd("ratelimit.v1.fixed_window")
+            .arg("app:{r:fw}")
+            .arg("10 3600000000 2")
+            .query(&mut m)
+            .unwrap();
+        assert!(reply.starts_with("1 "), "{reply}");
+    }
     // A concurrency set: two holders take slots (one by a batch with a sliding log beside
     // it), one renews, the other gives back, a third queues a ticket.
     let slots = "app:{r:slots}";
@@ -351,7 +361,7 @@ fn writes_reach_a_replica_and_the_aof_as_their_effects() {
     for key in keys
         .iter()
         .map(String::as_str)
-        .chain(["app:{r:b}", "app:{r:b}:w"])
+        .chain(["app:{r:b}", "app:{r:b}:w", "app:{r:fw}"])
     {
         let on_master = state(&mut m, key);
         assert!(
@@ -406,6 +416,11 @@ fn writes_reach_a_replica_and_the_aof_as_their_effects() {
         aof.contains("pxat"),
         "the writes reached the AOF as SET .. PXAT"
     );
+    assert!(
+        aof.contains("incrby"),
+        "a window's count reached the AOF as INCRBY"
+    );
+    assert_eq!(state(&mut m, "app:{r:fw}").0.as_deref(), Some("6"));
 }
 
 fn pexpiretime(con: &mut Connection, key: &str) -> i64 {
