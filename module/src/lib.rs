@@ -27,8 +27,8 @@
 //!
 //! No panic crosses into the server: every command runs under `catch_unwind`, and a bad
 //! argument from any client is an error reply (the argument readers are property-tested over
-//! arbitrary bytes here, the commands over thousands of hostile argument vectors on a real
-//! server in `testkit/tests/module.rs`).
+//! arbitrary bytes here and fuzzed, `fuzz/run module_args`; the commands are run with
+//! thousands of hostile argument vectors on a real server in `testkit/tests/module.rs`).
 
 mod api;
 pub mod args;
