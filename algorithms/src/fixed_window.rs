@@ -183,6 +183,37 @@ pub fn decide_in_frame(
     }
 }
 
+/// Takes `extra` more tokens from the window holding `now_us`, whatever it counts: a call that
+/// took an estimate settles a larger actual cost (issue 36). The count may go above the
+/// limit, into debt, by at most `max_debt` tokens (what it takes beyond that is not taken);
+/// the calls after it in the window are refused until it ends, and the next window starts at
+/// 0 (a window's debt ends with it: what a period admits is at most its limit plus the debt).
+/// The window's count then, and the tokens taken.
+#[must_use]
+pub fn take_over(
+    now_us: u64,
+    state: Option<State>,
+    p: WindowParams,
+    calendar: Option<Calendar>,
+    extra: u64,
+    max_debt: u64,
+) -> (State, u64) {
+    let expire_ms = window_end(now_us, p, calendar).div_ceil(1000);
+    let count = match state {
+        Some(s) if s.expire_ms == expire_ms => s.count,
+        _ => 0,
+    };
+    let most = p.limit.saturating_add(max_debt);
+    let taken = extra.min(most.saturating_sub(count));
+    (
+        State {
+            count: count + taken,
+            expire_ms,
+        },
+        taken,
+    )
+}
+
 /// What giving back `cost` tokens that a reservation took at `reserved_at` (µs) leaves, at
 /// `now_us`, of `state`, as `call.lua`'s give-back does: only the reservation's window gets
 /// them, while it is the current one and the key still holds its count (a later window never
@@ -364,6 +395,54 @@ mod tests {
             let initial = State { count, expire_ms: end.div_ceil(1000) };
             let calls: Vec<_> = calls.into_iter().map(|(dt, c)| (dt, c.min(limit))).collect();
             replay(Some(initial), &calls, |now, s, cost| decide(now, s.copied(), p, cost))?;
+        }
+    }
+
+    proptest! {
+        /// A settlement's overdraft on a window (issue 36), a calendar month's or a fixed
+        /// period's: the count never passes the limit plus the debt allowed; what is taken is
+        /// what was asked, up to that; the calls after it in the window are refused until its
+        /// end, whose first instant admits them again; a month's total is at most its limit
+        /// plus the debt, whatever mix of calls and overdrafts it saw.
+        #[test]
+        fn an_overdraft_stays_in_its_window_and_within_the_debt(
+            limit in 1u64..100,
+            max_debt in 0u64..100,
+            calls in prop::collection::vec((0u64..3 * 86_400_000_000, 0u64..3, 0u64..200), 1..60),
+            month in any::<bool>(),
+        ) {
+            let period = 31 * crate::calendar::DAY_US;
+            let p = WindowParams::try_new(limit, period).unwrap();
+            let calendar = month.then(|| Calendar::month(1, 0).unwrap());
+            let mut now = Calendar::midnight_utc_us(2028, 2, 25).unwrap();
+            let mut state: Option<State> = None;
+            let mut totals: std::collections::HashMap<u64, u64> = Default::default();
+            for (dt, cost, extra) in calls {
+                now += dt;
+                let end = window_end(now, p, calendar);
+                let taken = if cost > 0 {
+                    let o = decide_in(now, state, p, calendar, cost.min(limit));
+                    if !o.allowed {
+                        prop_assert_eq!(o.retry_after_us, end - now);
+                        prop_assert!(decide_in(end, state, p, calendar, cost.min(limit)).allowed);
+                    }
+                    if let Some(s) = o.new_state {
+                        state = Some(s);
+                    }
+                    if o.allowed { cost.min(limit) } else { 0 }
+                } else {
+                    let (s, taken) = take_over(now, state, p, calendar, extra, max_debt);
+                    prop_assert!(taken <= extra);
+                    prop_assert!(s.count <= limit + max_debt);
+                    prop_assert_eq!(s.expire_ms, end.div_ceil(1000));
+                    state = Some(s);
+                    taken
+                };
+                *totals.entry(end).or_default() += taken;
+            }
+            for (end, total) in totals {
+                prop_assert!(total <= limit + max_debt, "{} taken in the window ending {}", total, end);
+            }
         }
     }
 }

@@ -525,6 +525,33 @@ pub fn give_back(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Opt
     (x > 0).then(|| stored_wide(now, x, p))
 }
 
+/// Takes `extra` more tokens from a bucket in `state` at `now_us`, whatever it holds: a call
+/// that took an estimate settles a larger actual cost (issue 36). The bucket may go below
+/// empty, into debt, by at most `max_debt` tokens (what it takes beyond that is not taken);
+/// the calls after it wait until the debt has come back and their own tokens with it, which
+/// their `retry_after` says. The debt is bounded by the bucket's `hold` too (a state owing
+/// more than `tau + hold` reads as a clock stepped back, see [`Params::hold`]). What the
+/// bucket then holds, and the tokens taken.
+#[must_use]
+pub fn take_over(
+    now_us: u64,
+    state: Option<State>,
+    p: Params,
+    extra: u64,
+    max_debt: u64,
+) -> (State, u64) {
+    let now = u128::from(now_us);
+    let (owed, _) = owed_wide(now, state, p);
+    let interval = u128::from(p.interval);
+    let debt = (u128::from(max_debt) * interval).min(u128::from(p.hold));
+    let most = u128::from(p.tau) + debt;
+    // Whole tokens only: what fits of `extra` below the bound.
+    let room = most.saturating_sub(owed) / interval;
+    let taken = u128::from(extra).min(room);
+    let owed = owed + taken * interval;
+    (stored_wide(now, owed, p), narrow(taken))
+}
+
 /// [`give_back`] on what a key holds, as `call.lua` runs `gcra.lua` with a negative cost on a
 /// key that exists: an [`Unreadable`](crate::Read::Unreadable) value is an empty bucket, given
 /// the tokens back and stored. `None`: full (the key goes). The caller gives nothing back to

@@ -201,3 +201,62 @@ fn arguments_no_limit_sends_are_refused() {
     assert_eq!(with(7, 1).map(|(p, _)| p.queue), Some(true));
     assert_eq!(with(3, i64::MIN), None);
 }
+
+proptest! {
+    /// A settlement's overdraft (issue 36): whatever the bucket held, `take_over` takes at most
+    /// what was asked and never leaves the bucket owing more than a full bucket plus the
+    /// debt allowed (and `hold`); the tokens it takes are owed exactly; the call after it is
+    /// refused until its `retry_after`, which comes true; and an estimate taken then settled
+    /// lower by giving the difference back leaves what taking the actual cost would have.
+    #[test]
+    fn an_overdraft_is_bounded_owed_exactly_and_waited_out(
+        replenish in 1u32..1000,
+        burst in 1u32..500,
+        unit in 0usize..4,
+        before in 0u64..600,
+        extra in 0u64..2000,
+        max_debt in 0u64..1000,
+        estimate in 1u64..500,
+        actual in 0u64..500,
+    ) {
+        let Some(p) = smooth(replenish, burst, UNITS[unit]) else {
+            return Ok(());
+        };
+        let now = 1_800_000_000_000_000;
+        // A bucket after `before` calls at `now`, each taking what it could.
+        let mut state = None;
+        for _ in 0..before {
+            if let Some(s) = decide(now, state, p, 1).new_state {
+                state = Some(s);
+            }
+        }
+        let owed = |s: Option<State>| s.map_or(0, |s| s.owed_at(u128::from(now)));
+        let (after, taken) = take_over(now, state, p, extra, max_debt);
+        prop_assert!(taken <= extra);
+        let bound = u128::from(p.tau)
+            + (u128::from(max_debt) * u128::from(p.interval)).min(u128::from(p.hold));
+        prop_assert!(owed(Some(after)) <= bound.max(owed(state)));
+        prop_assert_eq!(
+            owed(Some(after)),
+            owed(state) + u128::from(taken) * u128::from(p.interval)
+        );
+        // All of `extra` was taken, or the bound is less than a token away.
+        prop_assert!(
+            taken == extra
+                || bound.saturating_sub(owed(Some(after))) < u128::from(p.interval)
+        );
+        let next = decide(now, Some(after), p, 1);
+        if !next.allowed {
+            let later = now + next.retry_after_us;
+            prop_assert!(decide(later, Some(after), p, 1).allowed);
+            prop_assert!(!decide(later - 1, Some(after), p, 1).allowed);
+        }
+        // An estimate, settled lower: the difference comes back, no more.
+        let estimate = estimate.min(u64::from(burst));
+        let actual = actual.min(estimate);
+        let (took, _) = take_over(now, None, p, estimate, 0);
+        let settled = give_back(now, Some(took), p, estimate - actual);
+        let direct = take_over(now, None, p, actual, 0).0;
+        prop_assert_eq!(owed(settled), owed(Some(direct)).min(owed(Some(took))));
+    }
+}
