@@ -128,6 +128,16 @@ fn window_end_in_frame(
     }
 }
 
+/// The count `state` holds for the window that expires at `expire_ms`: 0 for another
+/// window's, or none. (An absent state is read as an ended window's, every byte defined: the
+/// optimiser may compare a state's expiry before it looks whether there is one, which
+/// memcheck reports as a jump on an uninitialised value when the `None`'s payload is
+/// compared.)
+fn window_count(state: Option<State>, expire_ms: u64) -> u64 {
+    let (count, held_until) = state.map_or((0, 0), |s| (s.count, s.expire_ms));
+    if held_until == expire_ms { count } else { 0 }
+}
+
 /// Decides a call of `cost` tokens at `now_us` on a counter in `state` (`None`: absent).
 /// The caller guarantees `1 <= cost <= limit`.
 pub fn decide(now_us: u64, state: Option<State>, p: WindowParams, cost: u64) -> Outcome<State> {
@@ -160,10 +170,7 @@ pub fn decide_in_frame(
     let left = stop - now_us;
     // Periods of a millisecond or more end on distinct milliseconds: the expiry names the
     // window.
-    let count = match state {
-        Some(s) if s.expire_ms == expire_ms => s.count,
-        _ => 0,
-    };
+    let count = window_count(state, expire_ms);
     if count.saturating_add(cost) > p.limit {
         return Outcome {
             allowed: false,
@@ -199,10 +206,7 @@ pub fn take_over(
     max_debt: u64,
 ) -> (State, u64) {
     let expire_ms = window_end(now_us, p, calendar).div_ceil(1000);
-    let count = match state {
-        Some(s) if s.expire_ms == expire_ms => s.count,
-        _ => 0,
-    };
+    let count = window_count(state, expire_ms);
     let most = p.limit.saturating_add(max_debt);
     let taken = extra.min(most.saturating_sub(count));
     (

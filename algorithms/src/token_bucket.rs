@@ -552,6 +552,24 @@ pub fn take_over(
     (stored_wide(now, owed, p), narrow(taken))
 }
 
+/// [`take_over`] on what a key holds, as `call.lua` reads it: an
+/// [`Unreadable`](crate::Read::Unreadable) value is an empty bucket.
+#[must_use]
+pub fn take_over_read(
+    now_us: u64,
+    read: Read,
+    p: Params,
+    extra: u64,
+    max_debt: u64,
+) -> (State, u64) {
+    let state = match read {
+        Read::Absent => None,
+        Read::State(s) => Some(s),
+        Read::Unreadable => Some(stored_wide(u128::from(now_us), u128::from(p.tau), p)),
+    };
+    take_over(now_us, state, p, extra, max_debt)
+}
+
 /// [`give_back`] on what a key holds, as `call.lua` runs `gcra.lua` with a negative cost on a
 /// key that exists: an [`Unreadable`](crate::Read::Unreadable) value is an empty bucket, given
 /// the tokens back and stored. `None`: full (the key goes). The caller gives nothing back to

@@ -46,6 +46,8 @@ for r in range(600):
     for mode in [0, 1, 2, 4]:
         out.append(f'ratelimit.v1.multi 2 app:{{m}}{r % 5} app:{{m}}{r % 5}:w "{mode} {two}"')
     out.append(f'ratelimit.v1.multi 2 app:{{m}}{r % 5} app:{{m}}{r % 5}:w "3 {two} 1800000000000000"')
+    # A settlement: the bucket's call cost 3 (1 taken, into a debt of 2), the window's 0.
+    out.append(f'ratelimit.v1.multi 2 app:{{m}}{r % 5} app:{{m}}{r % 5}:w "5 {two} 1800000000000000 3 2 0 0"')
     out.append('ratelimit.v1.batch 5 app:{b}1 app:{b}2 app:{b}3 app:{b}w app:{b}4 '
                f'"3 1 1 4 1000000 1 5000000 1 0 2 {two}"')
     for mode in [0, 1, 2, 4]:

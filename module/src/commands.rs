@@ -553,6 +553,20 @@ fn multi(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
         2 => Mode::Veto,
         3 => Mode::GiveBack(u64::try_from(packed.next_number()?).map_err(|_| ArgError::BadLimit)?),
         4 => Mode::Peek,
+        5 => {
+            let reserved_at = packed.next_unsigned()?;
+            let mut settle = [(0, 0); MAX_LIMITS];
+            for slot in settle.iter_mut().take(n) {
+                *slot = (packed.next_unsigned()?, packed.next_unsigned()?);
+            }
+            if !packed.is_done() {
+                return Err(ArgError::BadLimit.into());
+            }
+            let limits = limits.get(..n).unwrap_or(&[]);
+            let settle = settle.get(..n).unwrap_or(&[]);
+            return settle_several(ctx, args.keys, limits, reserved_at, settle, now_us())
+                .map(Reply::Numbers);
+        }
         _ => return Err(ArgError::BadLimit.into()),
     };
     if !packed.is_done() {
@@ -560,6 +574,49 @@ fn multi(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
     }
     let limits = limits.get(..n).unwrap_or(&[]);
     decide_several(ctx, args.keys, limits, mode, now_us()).map(Reply::Numbers)
+}
+
+/// `multi.lua`'s mode 5, settle: each limit's call took its cost (an estimate) at
+/// `reserved_at`; each limit's actual cost (`settle`: actual, debt allowed) gives the
+/// difference back, as mode 3, or takes it at once, into debt up to that bound. Answers, per
+/// limit, the tokens taken and those given back, then the server time. Only the token bucket
+/// and the fixed window
+/// settle (an error for any other limit, which the limiter never sends).
+fn settle_several(
+    ctx: &Ctx,
+    keys: &[*mut RawString],
+    limits: &[Option<Limit>],
+    reserved_at: u64,
+    settle: &[(u64, u64)],
+    now: u64,
+) -> Result<Box<Numbers>, Failure> {
+    let mut reply = Box::new(Numbers::new());
+    for ((limit, &name), &(actual, debt)) in limits.iter().flatten().zip(keys).zip(settle) {
+        let Algorithm::Kernel(kernel) = limit.algorithm else {
+            return Err(ArgError::BadLimit.into());
+        };
+        let state = kernel.read(&ctx.open(name).read());
+        warn_if_unreadable(ctx, &state);
+        let (mut taken, mut given) = (0, 0);
+        if actual < limit.cost {
+            given = limit.cost - actual;
+            if let Some(write) = kernel.give_back(now, &state, given, reserved_at) {
+                apply(&mut ctx.open(name), &write)?;
+            }
+        } else if actual > limit.cost {
+            let (write, took) = kernel
+                .take_over(now, &state, actual - limit.cost, debt)
+                .ok_or(ArgError::BadLimit)?;
+            if let Some(write) = write {
+                apply(&mut ctx.open(name), &write)?;
+            }
+            taken = took;
+        }
+        reply.push(taken);
+        reply.push(given);
+    }
+    reply.push(now);
+    Ok(reply)
 }
 
 /// One limit of `multi` or a batch: its algorithm's id (plus 8 in shadow mode), the number of

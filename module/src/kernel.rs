@@ -220,6 +220,36 @@ impl Kernel {
         }
     }
 
+    /// What taking `extra` more tokens at `now` writes, into debt up to `debt` tokens, as
+    /// `call.lua`'s settlement does (mode 5), and the tokens taken; `None` for a limit that
+    /// cannot settle (the limiter never asks it to).
+    pub(crate) fn take_over(
+        &self,
+        now: u64,
+        state: &State,
+        extra: u64,
+        debt: u64,
+    ) -> Option<(Option<Write>, u64)> {
+        match (*self, *state) {
+            (Kernel::TokenBucket(p), State::TokenBucket(read)) => {
+                let (s, taken) = token_bucket::take_over_read(now, read, p, extra, debt);
+                Some((Some(Write::Set(s.encoded(), s.expire_ms)), taken))
+            }
+            (Kernel::FixedWindow(p, calendar), State::FixedWindow(held)) => {
+                let (s, taken) = fixed_window::take_over(now, held, p, calendar, extra, debt);
+                let write = match held {
+                    _ if taken == 0 => None,
+                    Some(h) if h.expire_ms == s.expire_ms && h.count < s.count => {
+                        Some(Write::Add(s.encoded(), taken))
+                    }
+                    _ => Some(Write::Set(s.encoded(), s.expire_ms)),
+                };
+                Some((write, taken))
+            }
+            _ => None,
+        }
+    }
+
     /// Whether a bucket read a value its script never writes (the script logs it).
     pub(crate) fn unreadable(state: &State) -> bool {
         matches!(

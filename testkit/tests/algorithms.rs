@@ -1487,6 +1487,36 @@ impl MultiLimit {
         }
     }
 
+    /// What a settlement's overdraft of `extra` tokens at `now` leaves of `state`, into debt up
+    /// to `debt` tokens (`call.lua`'s mode 5), and the tokens taken: the twins'.
+    fn take_over(
+        self,
+        now: u64,
+        state: Option<&MultiState>,
+        extra: u64,
+        debt: u64,
+    ) -> (Option<MultiState>, u64) {
+        match (self, state) {
+            (MultiLimit::Token(p), None | Some(MultiState::Token(_))) => {
+                let s = state.map(|s| match s {
+                    MultiState::Token(s) => *s,
+                    _ => unreachable!(),
+                });
+                let (s, taken) = token_bucket::take_over(now, s, p, extra, debt);
+                (Some(MultiState::Token(s)), taken)
+            }
+            (MultiLimit::Fixed(p), None | Some(MultiState::Fixed(_))) => {
+                let s = state.map(|s| match s {
+                    MultiState::Fixed(s) => *s,
+                    _ => unreachable!(),
+                });
+                let (s, taken) = fixed_window::take_over(now, s, p, None, extra, debt);
+                (Some(MultiState::Fixed(s)), taken)
+            }
+            (limit, state) => panic!("{limit:?} cannot settle on {state:?}"),
+        }
+    }
+
     /// Whether `state` has ended at `now` (a bucket full, a window over): it reads as absent.
     fn ended(self, state: &MultiState, now: u64) -> bool {
         match (self, state) {
@@ -1619,7 +1649,8 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
     // The last reservation that every limit admitted: its limits, costs and server time, and
     // the limits as they were (the holders of its concurrency limits).
     let mut reserved: Option<(Vec<usize>, Vec<u64>, u64, Limits)> = None;
-    let (mut by_module, mut by_fcall, mut modes) = (0, 0, [0u32; 5]);
+    let (mut by_module, mut by_fcall, mut modes) = (0, 0, [0u32; 6]);
+    let mut settlements = 0;
     let mut batches = 0;
     for n in 0..3000 {
         if rng.below(6) == 0 {
@@ -1689,10 +1720,18 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
             continue;
         }
         let give_back = reserved.is_some() && rng.below(6) == 0;
+        // A settlement (mode 5) of the reservation's limits, where they all can settle: the
+        // token buckets and the fixed windows.
+        let settles = |chosen: &[usize]| chosen.iter().all(|&i| i < 8 && i % 2 == 0);
         let (chosen, costs, mode, at) = if give_back {
             let (chosen, costs, at, then) = reserved.take().unwrap();
             limits = then;
-            (chosen, costs, 3u8, Some(at))
+            let mode = if settles(&chosen) && rng.below(3) > 0 {
+                5u8
+            } else {
+                3u8
+            };
+            (chosen, costs, mode, Some(at))
         } else {
             let (chosen, costs) = pick_limits(&mut rng, &mut limits);
             let mode: u8 = [0, 0, 0, 1, 1, 2, 4][usize::try_from(rng.below(7)).unwrap()];
@@ -1709,6 +1748,15 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
             specs.extend(args);
         }
         specs.extend(at);
+        // A settlement's actual cost and debt allowed, per limit.
+        let settled: Vec<(u64, u64)> = chosen
+            .iter()
+            .zip(&costs)
+            .map(|(_, &cost)| (rng.below(cost + 4), rng.below(4)))
+            .collect();
+        if mode == 5 {
+            specs.extend(settled.iter().flat_map(|&(actual, debt)| [actual, debt]));
+        }
         if rng.below(8) == 0 {
             std::thread::sleep(Duration::from_micros(rng.below(3000)));
         }
@@ -1747,6 +1795,48 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
         };
         let how = if natively { "module" } else { "FCALL" };
         let context = format!("call {n} by {how}, mode {mode}, keys {chosen:?}, costs {costs:?}");
+        if mode == 5 {
+            let at = at.unwrap();
+            assert_eq!(reply.len(), 2 * chosen.len() + 1, "{context}: {reply:?}");
+            let now = *reply.last().unwrap();
+            let mut expected = Vec::new();
+            for ((&i, &cost), &(actual, debt)) in chosen.iter().zip(&costs).zip(&settled) {
+                if actual < cost {
+                    states[i] = limits[i].give_back(now, states[i].clone(), cost - actual, at);
+                    expected.extend([0, cost - actual]);
+                } else if actual > cost {
+                    let (state, taken) =
+                        limits[i].take_over(now, states[i].as_ref(), actual - cost, debt);
+                    states[i] = state;
+                    expected.extend([taken, 0]);
+                } else {
+                    expected.extend([0, 0]);
+                }
+            }
+            expected.push(now);
+            assert_eq!(reply, expected, "{context}: settled {settled:?}");
+            // What each key holds, against the model, as a state that has not ended.
+            let held: Vec<Option<MultiState>> = chosen
+                .iter()
+                .map(|&i| read_multi_state(&mut con, &keys[i], limits[i]))
+                .collect();
+            let after = server_now(&mut con);
+            for (&i, held) in chosen.iter().zip(held) {
+                let live = |s: Option<MultiState>| {
+                    s.filter(|s| !limits[i].ended(s, after))
+                        .map(|s| limits[i].stored(s))
+                };
+                assert_eq!(
+                    live(held.clone()),
+                    live(states[i].clone()),
+                    "{context}: {} after settling {settled:?}",
+                    keys[i]
+                );
+                states[i] = held;
+            }
+            settlements += 1;
+            continue;
+        }
         if let Some(at) = at {
             assert_eq!(reply, [chosen.len() as u64], "{context}");
             // What each key holds, read before the instant `after`, which is then at or after
@@ -1789,17 +1879,23 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
         for (i, kept, expire_ms) in written {
             holds_kept(&mut con, &keys[i], &kept, expire_ms);
         }
-        if mode == 1 && all {
+        // A reservation to give back, or any call every limit admitted to settle (its tokens
+        // taken at `now`: estimates).
+        if (mode == 1 || (mode == 0 && settles(&chosen))) && all {
             reserved = Some((chosen, costs, now, limits.clone()));
         }
     }
     println!(
-        "{by_module} calls by the module, {by_fcall} by FCALL, by mode {modes:?}, {batches} \
-         batches"
+        "{by_module} calls by the module, {by_fcall} by FCALL, by mode {modes:?} \
+         ({settlements} settled), {batches} batches"
     );
     assert!(
-        by_module > 800 && by_fcall > 800 && batches > 300 && modes.iter().all(|&n| n > 50),
-        "{modes:?}, {batches} batches"
+        by_module > 800
+            && by_fcall > 800
+            && batches > 300
+            && modes[..5].iter().all(|&n| n > 50)
+            && settlements > 40,
+        "{modes:?}, {settlements} settled, {batches} batches"
     );
 }
 

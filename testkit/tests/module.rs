@@ -158,6 +158,7 @@ fn any_arguments_get_an_answer_and_the_server_lives_on() {
         "1",
         "-1",
         "2",
+        "5",
         "999",
         "1000",
         "1001",

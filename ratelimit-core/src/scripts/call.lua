@@ -21,8 +21,9 @@ local function parse(n, at)
 end
 
 -- Decides one call's limits (the keys `keys`, the specs `specs`) in `mode` (see multi.lua);
--- in mode 3, `reserved_at` is the server time (us) at which mode 1 reserved.
-local function decide(mode, keys, specs, reserved_at)
+-- in modes 3 and 5, `reserved_at` is the server time (us) at which the call took its tokens;
+-- in mode 5, `settle` holds each limit's {actual cost, debt allowed}.
+local function decide(mode, keys, specs, reserved_at, settle)
   local n = #keys
   -- Limit i's script with another cost, its writes made through `proxy`.
   local function run(i, cost, proxy)
@@ -32,61 +33,118 @@ local function decide(mode, keys, specs, reserved_at)
     return ALGORITHMS[specs[i][1]]({keys[i]}, args, proxy)
   end
 
-  if mode == 3 then
-    -- Give back: return each limit's tokens, as they are now, not a snapshot, so that calls
-    -- made in between keep what they took. Tokens commute in a bucket (its own script for a
-    -- negative cost, floored at full); a window gives them back only to the window that
-    -- counted them (a later window never had them).
-    for i = 1, n do
-      local algorithm, args, key = specs[i][1], specs[i][2], keys[i]
-      local cost = tonumber(args[specs[i][3]])
-      if algorithm == TOKEN_BUCKET or algorithm == INTERVAL_BUCKET then
-        -- A bucket whose key is gone is full (or forgotten): nothing to give back.
-        if real.call('EXISTS', key) == 1 then run(i, -cost, real) end
-      elseif algorithm == FIXED_WINDOW then
-        local stop = window_end(reserved_at, args)
-        local got = real.call('GET', key)
-        if stop == window_end(now, args) and type(got) == 'string'
-            and string.find(got, '^[1-9]%d*$')
-            and real.call('PEXPIRETIME', key) == div_ceil(stop, 1000) then
-          if tonumber(got) > cost then
-            real.call('INCRBY', key, -cost)
-          else
-            real.call('DEL', key)
-          end
+  -- Limit i gives back `cost` tokens that a call took at `reserved_at`: tokens commute in a
+  -- bucket (its own script for a negative cost, floored at full); a window gives them back
+  -- only to the window that counted them (a later window never had them).
+  local function give_back(i, cost)
+    local algorithm, args, key = specs[i][1], specs[i][2], keys[i]
+    if algorithm == TOKEN_BUCKET or algorithm == INTERVAL_BUCKET then
+      -- A bucket whose key is gone is full (or forgotten): nothing to give back.
+      if real.call('EXISTS', key) == 1 then run(i, -cost, real) end
+    elseif algorithm == FIXED_WINDOW then
+      local stop = window_end(reserved_at, args)
+      local got = real.call('GET', key)
+      if stop == window_end(now, args) and type(got) == 'string'
+          and string.find(got, '^[1-9]%d*$')
+          and real.call('PEXPIRETIME', key) == div_ceil(stop, 1000) then
+        if tonumber(got) > cost then
+          real.call('INCRBY', key, -cost)
+        else
+          real.call('DEL', key)
         end
-      elseif algorithm == SLIDING_WINDOW then
-        local window = div_floor(reserved_at, tonumber(args[2]))
-        local got = real.call('GET', key)
-        if type(got) == 'string' then
-          local w, p, c = string.match(got, '^(%d+):(%d+):(%d+)$')
-          if w then
-            w, p, c = tonumber(w), tonumber(p), tonumber(c)
-            if w == window then c = math.max(c - cost, 0) end
-            if w == window + 1 then p = math.max(p - cost, 0) end
-            real.call('SET', key, int(w) .. ':' .. int(p) .. ':' .. int(c), 'KEEPTTL')
-          end
+      end
+    elseif algorithm == SLIDING_WINDOW then
+      local window = div_floor(reserved_at, tonumber(args[2]))
+      local got = real.call('GET', key)
+      if type(got) == 'string' then
+        local w, p, c = string.match(got, '^(%d+):(%d+):(%d+)$')
+        if w then
+          w, p, c = tonumber(w), tonumber(p), tonumber(c)
+          if w == window then c = math.max(c - cost, 0) end
+          if w == window + 1 then p = math.max(p - cost, 0) end
+          real.call('SET', key, int(w) .. ':' .. int(p) .. ':' .. int(c), 'KEEPTTL')
         end
-      elseif algorithm == SLIDING_LOG then
-        -- The tokens reserved are `cost` entries at the instant of the reservation; any
-        -- entries of that instant are the same tokens.
-        local taken = real.call('ZRANGE', key, int(reserved_at), int(reserved_at), 'BYSCORE',
-          'LIMIT', 0, cost)
-        if #taken > 0 then real.call('ZREM', key, unpack(taken)) end
-      elseif algorithm == CONCURRENCY then
-        -- The slots are the holder's own members, h:<holder>:1 .. h:<holder>:cost.
-        if real.call('TYPE', key).ok == 'zset' then
-          local mine = {}
-          for j = 1, cost do mine[#mine + 1] = 'h:' .. args[3] .. ':' .. int(j) end
-          local i = 0
-          while i < #mine do
-            real.call('ZREM', key, unpack(mine, i + 1, math.min(#mine, i + 1000)))
-            i = i + 1000
-          end
+      end
+    elseif algorithm == SLIDING_LOG then
+      -- The tokens reserved are `cost` entries at the instant of the reservation; any
+      -- entries of that instant are the same tokens.
+      local taken = real.call('ZRANGE', key, int(reserved_at), int(reserved_at), 'BYSCORE',
+        'LIMIT', 0, cost)
+      if #taken > 0 then real.call('ZREM', key, unpack(taken)) end
+    elseif algorithm == CONCURRENCY then
+      -- The slots are the holder's own members, h:<holder>:1 .. h:<holder>:cost.
+      if real.call('TYPE', key).ok == 'zset' then
+        local mine = {}
+        for j = 1, cost do mine[#mine + 1] = 'h:' .. args[3] .. ':' .. int(j) end
+        local i = 0
+        while i < #mine do
+          real.call('ZREM', key, unpack(mine, i + 1, math.min(#mine, i + 1000)))
+          i = i + 1000
         end
       end
     end
+  end
+
+  -- Limit i takes `extra` more tokens, whatever it holds: into debt, up to `debt` tokens
+  -- beyond empty (a bucket's, up to its hold too). Returns the tokens taken. The twins:
+  -- `token_bucket::take_over`, `fixed_window::take_over`.
+  local function take_over(i, extra, debt)
+    local algorithm, args, key = specs[i][1], specs[i][2], keys[i]
+    if algorithm == TOKEN_BUCKET then
+      local interval, d, tau, absent, _, _, hold = tb_params(args)
+      local x, stale = tb_owed(real, key, now, tau, hold, absent, d, interval)
+      local most = tau + math.min(debt * interval, hold)
+      local taken = 0
+      if most > x then taken = math.min(extra, div_floor(most - x, interval)) end
+      if taken > 0 or stale then tb_store(real, key, x + taken * interval, d, interval, now) end
+      return taken
+    elseif algorithm == FIXED_WINDOW then
+      local limit = tonumber(args[1])
+      local expire_ms = div_ceil(window_end(now, args), 1000)
+      local count = 0
+      local got = real.pcall('GET', key)
+      if type(got) == 'string' and string.find(got, '^[1-9]%d*$')
+          and real.call('PEXPIRETIME', key) == expire_ms then
+        count = tonumber(got)
+      end
+      local taken = math.max(math.min(extra, limit + debt - count), 0)
+      if taken > 0 then
+        if count > 0 then
+          real.call('INCRBY', key, int(taken))
+        else
+          real.call('SET', key, int(taken), 'PXAT', int(expire_ms))
+        end
+      end
+      return taken
+    end
+    error('redis-ratelimit: a limit of this algorithm cannot settle a cost after the call')
+  end
+
+  if mode == 3 then
+    for i = 1, n do give_back(i, tonumber(specs[i][2][specs[i][3]])) end
     return n
+  end
+
+  if mode == 5 then
+    -- Settle: each limit's call took its cost (an estimate) at `reserved_at`; the actual
+    -- cost comes back or is taken, as it differs. Returns, per limit, the tokens taken and
+    -- the tokens given back (one of them 0), then the server time.
+    local out = {}
+    for i = 1, n do
+      local estimate = tonumber(specs[i][2][specs[i][3]])
+      local actual, debt = settle[i][1], settle[i][2]
+      local taken, given = 0, 0
+      if actual < estimate then
+        given = estimate - actual
+        give_back(i, given)
+      elseif actual > estimate then
+        taken = take_over(i, actual - estimate, debt)
+      end
+      out[#out + 1] = taken
+      out[#out + 1] = given
+    end
+    out[#out + 1] = now
+    return out
   end
 
   local replies, pending = {}, {}

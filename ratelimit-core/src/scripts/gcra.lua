@@ -1,6 +1,6 @@
 -- One token-bucket decision, atomically, on the Redis server's clock (after prelude.lua, which
 -- gives div_floor, div_ceil, int and `now` in microseconds, and gcra_head.lua, which gives
--- tb_read, tb_write, tb_convert and tb_store).
+-- tb_params, tb_owed, tb_read, tb_write, tb_convert and tb_store).
 --
 -- The bucket is kept as GCRA's theoretical arrival time (TAT): the instant at which the
 -- bucket is full again. It is split across the key's own expiry and its value:
@@ -52,55 +52,9 @@
 -- it decided at (us, for the differential tests)}.
 
 local key = KEYS[1]
-local interval = tonumber(ARGV[1])
-local d = tonumber(ARGV[2])
-local tau = tonumber(ARGV[3])
+local interval, d, tau, absent, reach, queue, hold = tb_params(ARGV)
 local cost = tonumber(ARGV[4])
--- The optional ones read only when sent (most calls send four).
-local absent, reach, queue, hold = 0, 0, false, nil
-if ARGV[5] then
-  absent = tonumber(ARGV[5]) or 0
-  reach = tonumber(ARGV[6] or '0') or 0
-  queue = ARGV[8] == '1'
-  hold = tonumber(ARGV[7] or '')
-end
-if not hold then
-  hold = math.max(2251799813685248 - 2 * tau - 2048 * d, 0)
-  hold = math.min(86400000000 * d, hold)
-end
-
--- x: fine units until the bucket is full again (0 = full). stale: what is stored is not
--- what the current limit reads, so it is rewritten whatever the decision.
-local x = absent
--- An absent bucket that is not full is stored even when refused: read again, it would not
--- have drained.
-local stale = absent > 0
-local got = redis.pcall('GET', key)
-if got then
-  local e = redis.call('PEXPIRETIME', key)
-  stale = false
-  local r, unit, iv = nil, nil, nil
-  if type(got) == 'string' and e > 0 then r, unit, iv = tb_read(got) end
-  if r == nil then
-    x = tau
-    stale = true
-    redis.log(redis.LOG_WARNING, 'redis-ratelimit: a bucket key held a value it never writes; read as an empty bucket and overwritten')
-  else
-    x = (e * 1000 - now) * unit - r
-    if x <= 0 then
-      -- Full: an ended state reads as an absent one, whether or not Redis dropped it yet.
-      x = absent
-      stale = absent > 0
-    elseif unit ~= d or iv ~= interval then
-      x = tb_convert(x, iv, tau, hold, interval)
-      stale = true
-    end
-  end
-  if x > tau + hold then
-    x = tau
-    stale = true
-  end
-end
+local x, stale = tb_owed(redis, key, now, tau, hold, absent, d, interval)
 
 local new_x = x + cost * interval
 local room = tau + reach

@@ -68,3 +68,61 @@ local function tb_store(redis, key, new_x, d, interval, now)
   redis.call('SET', key, tb_write(remainder, d, interval), 'PXAT', string.format('%d', expire_ms))
   return reset
 end
+
+-- The limit's numbers from gcra.lua's arguments (see its header): interval, d, tau, absent,
+-- reach, queue and hold (by default what ratelimit-vocab's `limits::hold_for` computes).
+local function tb_params(args)
+  local interval = tonumber(args[1])
+  local d = tonumber(args[2])
+  local tau = tonumber(args[3])
+  -- The optional ones read only when sent (most calls send four).
+  local absent, reach, queue, hold = 0, 0, false, nil
+  if args[5] then
+    absent = tonumber(args[5]) or 0
+    reach = tonumber(args[6] or '0') or 0
+    queue = args[8] == '1'
+    hold = tonumber(args[7] or '')
+  end
+  if not hold then
+    hold = math.max(2251799813685248 - 2 * tau - 2048 * d, 0)
+    hold = math.min(86400000000 * d, hold)
+  end
+  return interval, d, tau, absent, reach, queue, hold
+end
+
+-- x, the fine units until the bucket at `key` is full again at `now` (0: full), as this limit
+-- reads it, and whether what is stored is not what it reads (to be rewritten whatever the
+-- decision): see gcra.lua's header.
+local function tb_owed(redis, key, now, tau, hold, absent, d, interval)
+  local x = absent
+  -- An absent bucket that is not full is stored even when refused: read again, it would not
+  -- have drained.
+  local stale = absent > 0
+  local got = redis.pcall('GET', key)
+  if got then
+    local e = redis.call('PEXPIRETIME', key)
+    stale = false
+    local r, unit, iv = nil, nil, nil
+    if type(got) == 'string' and e > 0 then r, unit, iv = tb_read(got) end
+    if r == nil then
+      x = tau
+      stale = true
+      redis.log(redis.LOG_WARNING, 'redis-ratelimit: a bucket key held a value it never writes; read as an empty bucket and overwritten')
+    else
+      x = (e * 1000 - now) * unit - r
+      if x <= 0 then
+        -- Full: an ended state reads as an absent one, whether or not Redis dropped it yet.
+        x = absent
+        stale = absent > 0
+      elseif unit ~= d or iv ~= interval then
+        x = tb_convert(x, iv, tau, hold, interval)
+        stale = true
+      end
+    end
+    if x > tau + hold then
+      x = tau
+      stale = true
+    end
+  end
+  return x, stale
+end
