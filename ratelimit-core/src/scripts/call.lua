@@ -101,12 +101,7 @@ local function decide(mode, keys, specs, reserved_at, settle)
     elseif algorithm == FIXED_WINDOW then
       local limit = tonumber(args[1])
       local expire_ms = div_ceil(window_end(now, args), 1000)
-      local count = 0
-      local got = real.pcall('GET', key)
-      if type(got) == 'string' and string.find(got, '^[1-9]%d*$')
-          and real.call('PEXPIRETIME', key) == expire_ms then
-        count = tonumber(got)
-      end
+      local count = fw_count(real, key, expire_ms)
       local taken = math.max(math.min(extra, limit + debt - count), 0)
       if taken > 0 then
         if count > 0 then

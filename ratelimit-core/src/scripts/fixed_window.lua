@@ -26,13 +26,7 @@ local stop = window_end(now, ARGV)
 local expire_ms = div_ceil(stop, 1000)
 local left = stop - now
 
--- Another type, text, no expiry or another window's expiry: not this window's count.
-local count = 0
-local got = redis.pcall('GET', key)
-if type(got) == 'string' and string.find(got, '^[1-9]%d*$')
-    and redis.call('PEXPIRETIME', key) == expire_ms then
-  count = tonumber(got)
-end
+local count = fw_count(redis, key, expire_ms)
 
 if count + cost > limit then
   -- The next window starts empty and `cost <= limit`: it admits this call.

@@ -1,7 +1,19 @@
 -- The fixed window's helpers (after prelude.lua), defined once ahead of every script that
--- runs it: where its windows end. The twin of ratelimit-algorithms' `fixed_window::window_end`
--- and `calendar.rs`, whose comments say the rules.
+-- runs it: the count a key holds for a window, and where its windows end (the twins of
+-- ratelimit-algorithms' `fixed_window::window_count` and `window_end`, and `calendar.rs`, whose
+-- comments say the rules). fixed_window.lua and call.lua's settlement share them.
 --
+-- The count `key` holds for the window that expires at `expire_ms`: 0 for another type, text,
+-- no expiry or another window's expiry (not this window's count).
+local function fw_count(redis, key, expire_ms)
+  local got = redis.pcall('GET', key)
+  if type(got) == 'string' and string.find(got, '^[1-9]%d*$')
+      and redis.call('PEXPIRETIME', key) == expire_ms then
+    return tonumber(got)
+  end
+  return 0
+end
+
 -- A window's arguments are {limit, period, cost}, or {limit, period, calendar period (1 a
 -- week, 2 a month), anchor (the first weekday, 1 Monday to 7 Sunday; the day of the month,
 -- 1 to 31), offset (minutes east of UTC, plus 840), cost} for windows that are calendar
