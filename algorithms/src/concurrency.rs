@@ -142,7 +142,7 @@ impl Member {
                 arrival,
                 holder,
                 cost,
-            } => format!("w:{arrival:017}:{holder:020}:{cost}"),
+            } => format!("w:{arrival:017}:{}:{cost}", padded_holder(holder)),
         }
     }
 
@@ -163,6 +163,13 @@ impl Member {
         };
         parts.next().is_none().then_some(member)
     }
+}
+
+/// A holder as a ticket names it: 20 digits, zero-padded (the scripts find a holder's
+/// ticket by these 20 bytes of its member).
+#[must_use]
+pub fn padded_holder(holder: u64) -> String {
+    format!("{holder:020}")
 }
 
 /// A member and the instant (us) its lease ends.

@@ -294,26 +294,11 @@ fn sub(s: &[u8], i: usize, j: usize) -> &[u8] {
     s.get((i - 1).min(end)..end).unwrap_or(&[])
 }
 
-/// A holder as the scripts pad it in a ticket: 20 digits.
-fn padded(holder: u64) -> [u8; 20] {
-    let mut digits = [0u8; 20];
-    let text = ratelimit_vocab::native::write_decimal(&mut digits, holder);
-    let mut out = [b'0'; 20];
-    let start = 20 - text.len();
-    if let Some(tail) = out.get_mut(start..) {
-        tail.copy_from_slice(text);
-    }
-    out
-}
-
-/// `h:<holder>:<n>`, a slot's member.
+/// `h:<holder>:<n>`, a slot's member, as the algorithms' [`concurrency::Member`] names it.
 fn slot_member(holder: u64, n: u64) -> Vec<u8> {
-    let mut member = Vec::with_capacity(44);
-    member.extend_from_slice(b"h:");
-    member.extend_from_slice(Decimal::new().of(holder));
-    member.push(b':');
-    member.extend_from_slice(Decimal::new().of(n));
-    member
+    concurrency::Member::Held { holder, n }
+        .to_text()
+        .into_bytes()
 }
 
 /// The score of the first member by score from `from` to `to` (`ZRANGE <key> <from> <to>
@@ -385,7 +370,8 @@ pub(crate) fn concurrency(
     // The earliest and the latest lease end of the slots held.
     let mut earliest = edge_score(ctx, name, open_now, open_ticket, false)?;
     let mut latest = edge_score(ctx, name, open_ticket, open_now, true)?;
-    let padded = padded(p.holder);
+    let padded = concurrency::padded_holder(p.holder);
+    let padded = padded.as_bytes();
     let tickets = ctx
         .call(
             c"ZRANGE",
@@ -471,25 +457,22 @@ pub(crate) fn concurrency(
                 .and_then(|t| t.parse::<u64>().ok())
                 .ok_or(UNREADABLE)
         };
-        let at = match last {
-            Some(last) => now.max(arrival_of(last)? + 1),
-            None => now,
+        let arrival = match (mine, last) {
+            (Some(mine), _) => arrival_of(mine)?,
+            (None, Some(last)) => now.max(arrival_of(last)? + 1),
+            (None, None) => now,
         };
-        let mut member = Vec::with_capacity(48);
-        member.extend_from_slice(b"w:");
-        match mine {
-            Some(mine) => member.extend_from_slice(sub(mine, 1, 17)),
-            None => member.extend_from_slice(format!("{at:017}").as_bytes()),
+        let member = concurrency::Member::Waiting {
+            arrival,
+            holder: p.holder,
+            cost,
         }
-        member.push(b':');
-        member.extend_from_slice(&padded);
-        member.push(b':');
-        member.extend_from_slice(Decimal::new().of(cost));
+        .to_text();
         latest = later(latest, Some(until));
         let mut score = Decimal::new();
         write(
             writes,
-            &[vec![score.of(TICKET + until), &member]],
+            &[vec![score.of(TICKET + until), member.as_bytes()]],
             latest.unwrap_or(until),
         )?;
     }
@@ -510,7 +493,8 @@ pub(crate) fn release(
     if ctx.open(name).read() != api::Value::SortedSet {
         return Ok(0);
     }
-    let padded = padded(holder);
+    let padded = concurrency::padded_holder(holder);
+    let padded = padded.as_bytes();
     let mut gone: Vec<Vec<u8>> = (1..=cost).map(|n| slot_member(holder, n)).collect();
     let mut from = Decimal::with_prefix(b'(');
     let tickets = ctx
