@@ -153,14 +153,7 @@ support::on_both_stores!(
 
 /// A limiter on `server` with its deny cache, as a service runs one.
 async fn instance(server: &RedisServer) -> RateLimiter {
-    RateLimiter::builder()
-        .redis(server.url())
-        .prefix("fleet")
-        .failure_policy(FailurePolicy::Deny)
-        .deadline(Some(Duration::from_secs(10)))
-        .build()
-        .await
-        .unwrap()
+    support::fleet_instance(server, FailurePolicy::Deny).await
 }
 
 /// A refund through instance A reaches instance B: B's deny cache, which remembered a

@@ -205,7 +205,22 @@ pub fn take_over(
     extra: u64,
     max_debt: u64,
 ) -> (State, u64) {
-    let expire_ms = window_end(now_us, p, calendar).div_ceil(1000);
+    take_over_in_frame(now_us, state, p, calendar, 0, extra, max_debt)
+}
+
+/// [`take_over`] on a clock `utc_shift` µs behind UTC (the memory store's, as
+/// [`decide_in_frame`]).
+#[must_use]
+pub fn take_over_in_frame(
+    now_us: u64,
+    state: Option<State>,
+    p: WindowParams,
+    calendar: Option<Calendar>,
+    utc_shift: i64,
+    extra: u64,
+    max_debt: u64,
+) -> (State, u64) {
+    let expire_ms = window_end_in_frame(now_us, p, calendar, utc_shift).div_ceil(1000);
     let count = window_count(state, expire_ms);
     let most = p.limit.saturating_add(max_debt);
     let taken = extra.min(most.saturating_sub(count));
@@ -232,9 +247,25 @@ pub fn give_back(
     cost: u64,
     reserved_at: u64,
 ) -> Option<Option<State>> {
+    give_back_in_frame(now_us, state, p, calendar, 0, cost, reserved_at)
+}
+
+/// [`give_back`] on a clock `utc_shift` µs behind UTC (the memory store's, as
+/// [`decide_in_frame`]); `reserved_at` is on that clock too.
+#[must_use]
+pub fn give_back_in_frame(
+    now_us: u64,
+    state: Option<State>,
+    p: WindowParams,
+    calendar: Option<Calendar>,
+    utc_shift: i64,
+    cost: u64,
+    reserved_at: u64,
+) -> Option<Option<State>> {
     let s = state?;
-    let end = window_end(reserved_at, p, calendar);
-    let current = end == window_end(now_us, p, calendar) && s.expire_ms == end.div_ceil(1000);
+    let end = window_end_in_frame(reserved_at, p, calendar, utc_shift);
+    let current = end == window_end_in_frame(now_us, p, calendar, utc_shift)
+        && s.expire_ms == end.div_ceil(1000);
     current.then(|| {
         (s.count > cost).then_some(State {
             count: s.count - cost,

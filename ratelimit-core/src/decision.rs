@@ -44,7 +44,23 @@ pub struct Decision {
     /// this one's fields come from.
     /// One pointer, so that a one-limit decision grows by 8 bytes only.
     parts: Option<Arc<Parts>>,
+    /// When the store decided, on its clock (the Redis server's), when it said so.
+    decided_at: DecidedAt,
 }
+
+/// The store's time of a decision, µs (0: not told), which a window's
+/// [settlement](crate::Usage::settle) needs to find the window the call took from. Not part of
+/// what was decided: two decisions alike but for it are equal.
+#[derive(Debug, Clone, Copy, Default)]
+struct DecidedAt(u64);
+
+impl PartialEq for DecidedAt {
+    fn eq(&self, _: &DecidedAt) -> bool {
+        true
+    }
+}
+
+impl Eq for DecidedAt {}
 
 /// The limits of a call decided under several.
 #[derive(Debug, PartialEq, Eq)]
@@ -158,7 +174,21 @@ impl Decision {
             shadowed: false,
             vetoed: false,
             parts: None,
+            decided_at: DecidedAt(0),
         }
+    }
+
+    /// The same decision, told to have been made at `at_us` on the store's clock.
+    #[must_use]
+    pub(crate) fn decided_at(mut self, at_us: u64) -> Decision {
+        self.decided_at = DecidedAt(at_us);
+        self
+    }
+
+    /// When the store made this decision, µs on its clock, if it said (the Redis scripts
+    /// and the module do).
+    pub(crate) fn decided_at_us(&self) -> Option<u64> {
+        (self.decided_at.0 != 0).then_some(self.decided_at.0)
     }
 
     /// The decision of a call under a limit disabled by configuration: admitted, no limit

@@ -84,6 +84,23 @@ pub enum Error {
     )]
     RefundNeedsBucket(Limit),
 
+    /// A call that settles its cost afterwards ([`check_estimate`](crate::RateLimiter::check_estimate))
+    /// was asked under a limit that cannot settle.
+    #[error(
+        "cannot settle under the limit {0}: a settlement needs the token bucket (smooth refill), \
+         the leaky bucket or the fixed window (a calendar quota is one); the sliding window, the \
+         sliding log, an interval refill and a concurrency limit cannot take an overdraft"
+    )]
+    CannotSettle(Limit),
+
+    /// A call that settles its cost afterwards was asked of a limiter on a custom
+    /// [`Store`](crate::store::Store): the trait has no settlement.
+    #[error(
+        "this store cannot settle a call's cost: a custom Store has no settlement, so a call \
+         that settles needs the Redis or the memory store"
+    )]
+    SettleUnsupported,
+
     /// The key prefix would break the bucket keys' hash tags.
     #[error(
         "invalid prefix `{0}`: a prefix must not contain `{{` or `}}` (they would move keys between Redis Cluster slots)"
@@ -224,6 +241,8 @@ impl Error {
             Error::RefundUnsupported => "RefundUnsupported",
             Error::ConcurrencyUnsupported => "ConcurrencyUnsupported",
             Error::RefundNeedsBucket(_) => "RefundNeedsBucket",
+            Error::CannotSettle(_) => "CannotSettle",
+            Error::SettleUnsupported => "SettleUnsupported",
             Error::InvalidPrefix(_) => "InvalidPrefix",
             Error::NoStore => "NoStore",
             Error::InvalidUrl { .. } => "InvalidUrl",
@@ -334,6 +353,8 @@ mod tests {
             Error::RefundUnsupported.to_string(),
             Error::ConcurrencyUnsupported.to_string(),
             Error::RefundNeedsBucket(crate::Limit::per_second(1)).to_string(),
+            Error::CannotSettle(crate::Limit::per_second(1)).to_string(),
+            Error::SettleUnsupported.to_string(),
             Error::NoStore.to_string(),
             Error::NoRuntime.to_string(),
             Error::AlreadyEnabled.to_string(),

@@ -91,7 +91,7 @@ pub use http::actix::RateLimitMiddleware;
 #[cfg(feature = "axum")]
 pub use http::axum::RateLimitLayer;
 pub use limit::{Algorithm, Limit, Refill, Tier, Unit};
-pub use limiter::{Entered, RateLimiter, RateLimiterBuilder, Slot};
+pub use limiter::{Entered, RateLimiter, RateLimiterBuilder, Settlement, Slot, Usage};
 pub use policy::{EmptyKeyPolicy, FailurePolicy};
 pub use registry::{LimitDeclaration, declared_limits, validate_declared_limits};
 pub use request::RequestContext;

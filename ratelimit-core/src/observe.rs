@@ -10,6 +10,7 @@
 //! | `ratelimit_store_seconds` | histogram | (none): each call to a remote store, success or not |
 //! | `ratelimit_degraded` | gauge | `limiter`: 1 while the store is failing, else 0 (from `build` on, for a remote store) |
 //! | `ratelimit_deny_cache_hits_total` | counter | (none): refusals the deny cache answered |
+//! | `ratelimit_settled_tokens_total` | counter | `limit`, `direction` (`taken`: beyond an estimate, `given_back`): tokens a [settlement](crate::Usage::settle) moved |
 
 use crate::Decision;
 use crate::limit::TierName;
@@ -116,6 +117,32 @@ pub(crate) fn degraded(limiter: &str, degraded: bool) {
     } else {
         0.0
     });
+}
+
+/// A call that took an estimate settled under the limit `name`: `taken` tokens beyond its
+/// estimate, `given` back.
+#[cfg_attr(not(feature = "metrics"), allow(unused_variables))]
+pub(crate) fn settled(name: Name<'_>, taken: u64, given: u64) {
+    #[cfg(feature = "metrics")]
+    {
+        if taken > 0 {
+            metrics::counter!(
+                "ratelimit_settled_tokens_total",
+                "limit" => name.label(),
+                "direction" => "taken",
+            )
+            .increment(taken);
+        }
+        if given > 0 {
+            metrics::counter!(
+                "ratelimit_settled_tokens_total",
+                "limit" => name.label(),
+                "direction" => "given_back",
+            )
+            .increment(given);
+        }
+    }
+    tracing::debug!(target: "redis_ratelimit", limit = name.as_str(), taken, given_back = given, "settled");
 }
 
 /// The deny cache answered a call.

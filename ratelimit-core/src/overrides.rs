@@ -638,7 +638,8 @@ impl Overrides {
             limit = rebuilt
                 .map_err(|e| fail(e.fields(), &e))?
                 .with_failure_policy(policy)
-                .with_shadow(shadow);
+                .with_shadow(shadow)
+                .with_max_debt(limit.max_debt_set());
             // The declared wait stays unless the override sets one or removes it (`none`); one
             // the new limit cannot have says so.
             if let Some(wait) = o.wait.unwrap_or(wait) {

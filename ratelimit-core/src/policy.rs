@@ -406,6 +406,14 @@ impl Resilience {
             .give_back(bucket, limit, cost, self.share());
     }
 
+    /// Settles in the fallback a call that took its estimate there (`(estimate, actual)`):
+    /// this instance's share of the limit, as it took it.
+    pub(crate) fn settle(&self, bucket: &str, limit: &Limit, settle: (u32, u32)) -> (u64, u64) {
+        // A share is a token bucket's, which needs no time of the take.
+        self.fallback_store()
+            .settle(bucket, limit, self.share(), settle, 0)
+    }
+
     /// Counts the concurrency slots a call the store admitted holds (the checks carry its
     /// holder) in the fallback, within each limit's whole max, or within this instance's
     /// share of it when `share`. The slots are written when every limit admits them.

@@ -184,6 +184,19 @@ pub(crate) async fn redis_limiter(server: &RedisServer, prefix: &str) -> RateLim
         .unwrap()
 }
 
+/// A limiter on `server` with its deny cache, as a service runs one, under the prefix
+/// `fleet` and the failure policy `policy`.
+pub(crate) async fn fleet_instance(server: &RedisServer, policy: FailurePolicy) -> RateLimiter {
+    RateLimiter::builder()
+        .redis(server.url())
+        .prefix("fleet")
+        .failure_policy(policy)
+        .deadline(Some(Duration::from_secs(10)))
+        .build()
+        .await
+        .unwrap()
+}
+
 /// Redis Cluster's hash slot of a key (the limiter's own; its values are checked against the
 /// cluster specification in ratelimit-core).
 #[allow(unused_imports)]

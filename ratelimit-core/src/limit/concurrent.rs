@@ -76,13 +76,14 @@ impl Limit {
             unit: None,
             algorithm: Algorithm::TokenBucket,
             refill: Refill::Smooth,
-            initial: None,
+            initial: super::Fill::of(None),
             on_failure: None,
             wait_us: NO_WAIT,
             shadow: false,
             jitter_us: 0,
             concurrent: true,
             calendar: None,
+            max_debt: super::DEBT_OF_A_BURST,
         })
     }
 
@@ -129,7 +130,8 @@ impl Limit {
         if limit.burst.get() != max
             || !matches!(limit.algorithm, Algorithm::TokenBucket)
             || !matches!(limit.refill, Refill::Smooth)
-            || limit.initial.is_some()
+            || limit.initial.get().is_some()
+            || limit.max_debt != super::DEBT_OF_A_BURST
         {
             return Err(InvalidLimit::NotForConcurrency);
         }
@@ -159,5 +161,25 @@ mod tests {
         // Every decision carries a limit.
         #[cfg(target_pointer_width = "64")]
         assert!(std::mem::size_of::<Limit>() <= 48);
+    }
+
+    #[test]
+    fn an_initial_fill_of_u32_max_is_refused_above_a_smaller_burst_and_a_debt_bound_kept() {
+        use crate::error::InvalidLimit;
+        assert_eq!(
+            Limit::per_second(5).try_initial(Some(u32::MAX)),
+            Err(InvalidLimit::InitialAboveBurst {
+                initial: u32::MAX,
+                burst: 5
+            })
+        );
+        assert_eq!(Limit::per_second(5).initial(0).initial_tokens(), 0);
+        let owing = Limit::per_minute(100).max_debt(7);
+        assert_eq!((owing.debt_bound(), owing.burst_capacity()), (7, 100));
+        assert_eq!(owing.max_debt(0).debt_bound(), 0);
+        assert_eq!(
+            Limit::concurrent(2).try_max_debt(3),
+            Err(InvalidLimit::NotForConcurrency)
+        );
     }
 }

@@ -83,7 +83,7 @@ pub struct Limit {
     algorithm: Algorithm,
     refill: Refill,
     /// Tokens in a bucket the store does not hold; `None`: full (the burst).
-    initial: Option<u32>,
+    initial: Fill,
     on_failure: Option<FailurePolicy>,
     /// The longest a call may wait for its tokens, in microseconds; [`NO_WAIT`]: not set (a
     /// token bucket refuses at once, a leaky bucket waits up to its queue's bound).
@@ -98,7 +98,47 @@ pub struct Limit {
     /// A quota by calendar period (`unit` a week or a month): where its fixed window's
     /// windows start; `period_us` is its longest window.
     calendar: Option<Calendar>,
+    /// The most tokens a settlement may take beyond what the bucket holds
+    /// ([`Limit::max_debt`]); [`DEBT_OF_A_BURST`]: not set, one burst.
+    max_debt: u32,
 }
+
+/// A bucket's initial fill as set, in 4 bytes (an `Option<u32>` takes 8, and a `Limit` rides
+/// in every decision): `u32::MAX` is none, a full bucket (a fill of `u32::MAX` tokens is one).
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+struct Fill(u32);
+
+impl Fill {
+    const fn of(initial: Option<u32>) -> Fill {
+        match initial {
+            Some(n) => Fill(n),
+            None => Fill(u32::MAX),
+        }
+    }
+
+    /// The fill of `initial` in a bucket of `burst`: `u32::MAX` is stored as none, so above
+    /// a smaller burst it is refused here, the error it would be.
+    const fn checked(initial: Option<u32>, burst: u32) -> Result<Fill, InvalidLimit> {
+        match initial {
+            Some(u32::MAX) if burst != u32::MAX => Err(InvalidLimit::InitialAboveBurst {
+                initial: u32::MAX,
+                burst,
+            }),
+            _ => Ok(Fill::of(initial)),
+        }
+    }
+
+    const fn get(self) -> Option<u32> {
+        if self.0 == u32::MAX {
+            None
+        } else {
+            Some(self.0)
+        }
+    }
+}
+
+/// `Limit::max_debt` when none was set: the limit's burst.
+const DEBT_OF_A_BURST: u32 = u32::MAX;
 
 /// `Limit::wait_us` when no wait was set.
 const NO_WAIT: u64 = u64::MAX;
@@ -326,13 +366,17 @@ impl Limit {
             unit,
             algorithm,
             refill,
-            initial,
+            initial: match Fill::checked(initial, burst.get()) {
+                Ok(fill) => fill,
+                Err(e) => return Err(e),
+            },
             on_failure: None,
             wait_us: NO_WAIT,
             shadow: false,
             jitter_us: 0,
             concurrent: false,
             calendar,
+            max_debt: DEBT_OF_A_BURST,
         })
     }
 
@@ -468,7 +512,7 @@ impl Limit {
             period_us: limit.period_us,
             algorithm: limit.algorithm.word(),
             refill: limit.refill.word(),
-            initial: limit.initial,
+            initial: limit.initial.get(),
             wait_us: if limit.wait_us == NO_WAIT {
                 None
             } else {
@@ -503,7 +547,7 @@ impl Limit {
             },
             Problem::InitialAboveBurst => InvalidLimit::InitialAboveBurst {
                 // Set: the problem is its.
-                initial: match limit.initial {
+                initial: match limit.initial.get() {
                     Some(initial) => initial,
                     None => burst,
                 },
@@ -612,7 +656,10 @@ impl Limit {
     /// [`InvalidLimit::InitialAboveBurst`], or [`InvalidLimit::TokenBucketOnly`] for a window
     /// algorithm.
     pub const fn try_initial(mut self, initial: Option<u32>) -> Result<Limit, InvalidLimit> {
-        self.initial = initial;
+        self.initial = match Fill::checked(initial, self.burst.get()) {
+            Ok(fill) => fill,
+            Err(e) => return Err(e),
+        };
         Limit::assemble(self)
     }
 }
@@ -657,7 +704,7 @@ mod tests {
             format!("{search:?}"),
             "Limit { replenish: 3, burst: 3, period: 60s, unit: Some(Minute), \
              algorithm: TokenBucket, calendar: None, refill: Smooth, initial: None, jitter: None, \
-             wait: Some(2s), shadow: false, on_failure: None }"
+             max_debt: None, wait: Some(2s), shadow: false, on_failure: None }"
         );
     }
 

@@ -166,6 +166,82 @@ impl Limit {
     }
 }
 
+impl Limit {
+    /// The same limit with a bound on the debt a [settlement](crate::Usage::settle) may leave:
+    /// a call that took an estimate and settles a larger actual cost takes the difference at
+    /// once, below empty if need be, but never more than `tokens` below it. The calls after
+    /// it wait for the debt to refill (their `retry_after` says how long). Without it, the
+    /// bound is one burst; `0` never goes below empty (the overdraft beyond what the bucket
+    /// holds is not taken). Only what settles has a debt: the token bucket (smooth refill),
+    /// the leaky bucket and the fixed window (a window's debt ends with the window).
+    ///
+    /// ```
+    /// use ratelimit_core::Limit;
+    ///
+    /// const TOKENS: Limit = Limit::per_minute(10_000).max_debt(2_000);
+    /// assert_eq!(TOKENS.debt_bound(), 2_000);
+    /// assert_eq!(Limit::per_minute(10_000).debt_bound(), 10_000);
+    /// ```
+    ///
+    /// # Panics
+    /// On a concurrency limit, which has no tokens to owe (a compile error in `const`).
+    #[must_use]
+    pub const fn max_debt(self, tokens: u32) -> Limit {
+        match self.try_max_debt(tokens) {
+            Ok(limit) => limit,
+            Err(e) => invalid(&e),
+        }
+    }
+
+    /// [`max_debt`](Limit::max_debt) for values known at run time.
+    ///
+    /// # Errors
+    /// [`InvalidLimit::NotForConcurrency`] on a concurrency limit.
+    pub const fn try_max_debt(mut self, tokens: u32) -> Result<Limit, InvalidLimit> {
+        self.max_debt = tokens;
+        Limit::assemble(self)
+    }
+
+    /// The most tokens a settlement may leave this limit's bucket owing: the
+    /// [`max_debt`](Limit::max_debt) set, else one burst.
+    pub const fn debt_bound(&self) -> u32 {
+        if self.max_debt == super::DEBT_OF_A_BURST {
+            self.burst.get()
+        } else {
+            self.max_debt
+        }
+    }
+
+    /// Whether a call under this limit can settle its cost afterwards: a limit whose state
+    /// can owe tokens (the token bucket refilled smoothly, the leaky bucket, the fixed
+    /// window), not a concurrency limit.
+    pub(crate) const fn settles(&self) -> bool {
+        !self.concurrent
+            && match self.algorithm {
+                super::Algorithm::TokenBucket => matches!(self.refill, super::Refill::Smooth),
+                super::Algorithm::LeakyBucket | super::Algorithm::FixedWindow => true,
+                super::Algorithm::SlidingWindow | super::Algorithm::SlidingLog => false,
+            }
+    }
+
+    /// The debt bound set, if one was (kept by overrides).
+    pub(crate) const fn max_debt_set(&self) -> Option<u32> {
+        if self.max_debt == super::DEBT_OF_A_BURST {
+            None
+        } else {
+            Some(self.max_debt)
+        }
+    }
+
+    /// The same limit with `bound` as its debt bound when one is given.
+    pub(crate) const fn with_max_debt(mut self, bound: Option<u32>) -> Limit {
+        if let Some(tokens) = bound {
+            self.max_debt = tokens;
+        }
+        self
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::time::Duration;

@@ -89,7 +89,7 @@ impl Limit {
     /// Tokens in a bucket the store does not hold: the burst unless
     /// [`initial`](Limit::initial) set fewer.
     pub const fn initial_tokens(&self) -> u32 {
-        match self.initial {
+        match self.initial.get() {
             Some(n) => n,
             None => self.burst.get(),
         }
@@ -97,7 +97,7 @@ impl Limit {
 
     /// The initial fill as set, `None` for a full bucket.
     pub(crate) const fn initial_tokens_set(&self) -> Option<u32> {
-        self.initial
+        self.initial.get()
     }
 
     /// How long one token takes to come back (may have a fractional microsecond part,
@@ -157,8 +157,9 @@ impl fmt::Debug for Limit {
                 .field("algorithm", &self.algorithm)
                 .field("calendar", &self.calendar)
                 .field("refill", &self.refill)
-                .field("initial", &self.initial)
-                .field("jitter", &self.max_jitter());
+                .field("initial", &self.initial.get())
+                .field("jitter", &self.max_jitter())
+                .field("max_debt", &self.max_debt_set());
         }
         d.field("wait", &self.max_wait())
             .field("shadow", &self.shadow)
@@ -214,7 +215,7 @@ impl fmt::Display for Limit {
         if self.refill == Refill::Interval {
             f.write_str(", refilled at once each period")?;
         }
-        if let Some(initial) = self.initial {
+        if let Some(initial) = self.initial.get() {
             write!(f, ", starting with {initial}")?;
         }
         if let Some(wait) = self.max_wait() {

@@ -16,9 +16,11 @@ mod admin;
 mod builder;
 mod concurrency;
 mod refund;
+mod usage;
 
 pub use builder::{DEFAULT_PREFIX, RateLimiterBuilder};
 pub use concurrency::{Entered, Slot};
+pub use usage::{Settlement, Usage};
 
 use std::fmt;
 use std::sync::Arc;

@@ -150,6 +150,14 @@ impl RateLimiter {
             return Err(Error::RefundUnsupported);
         };
         store.give_back_reserved(bucket, limit, cost).await?;
+        self.tell_fuller(remote, store, bucket).await;
+        Ok(())
+    }
+
+    /// Has every instance forget a refusal it remembers of `bucket`, which tokens given back
+    /// made fuller than the refusal said (a refund, a wait given up, a settlement's
+    /// give-back). Not telling them is logged, not an error: the tokens are back.
+    pub(crate) async fn tell_fuller(&self, remote: &Remote, store: &RedisStore, bucket: &str) {
         if let Some(cache) = &remote.deny_cache {
             cache.forget(bucket);
         }
@@ -165,6 +173,5 @@ impl RateLimiter {
         if let Err(e) = published {
             tracing::debug!(target: "redis_ratelimit", error = %e, "could not tell the other instances of a give-back");
         }
-        Ok(())
     }
 }

@@ -7,7 +7,7 @@ use hashbrown::DefaultHashBuilder;
 use hashbrown::HashTable;
 
 use super::Store;
-use crate::algorithm::{Kernel, Outcome, interval_bucket, token_bucket};
+use crate::algorithm::{Kernel, Outcome, fixed_window, interval_bucket, token_bucket};
 use crate::check::{self, Check};
 use crate::clock::{Clock, MonotonicClock};
 use crate::{Decision, Error, Limit};
@@ -322,6 +322,103 @@ impl MemoryStore {
             Some(slot) => entry.get_mut().1 = slot,
             None => drop(entry.remove()),
         }
+    }
+
+    /// The store's clock now (µs): the instant a settlement of a window is told its call took
+    /// its tokens at, read before the call (a window that ended in between then gives back
+    /// nothing, never another window's tokens).
+    pub(crate) fn now_micros(&self) -> u64 {
+        self.inner.clock.now_micros()
+    }
+
+    /// Settles a call that took `estimate` tokens from `key` under `limit` at `taken_at` (this
+    /// store's clock), with this instance's share when `instances` share it (as
+    /// [`check_share`](Self::check_share)): a smaller `actual` gives the difference back (as
+    /// [`give_back`](Self::give_back); a window only while the window the call took from is
+    /// the current one), a larger one takes it at once, below empty if need be, by at most the
+    /// limit's [debt bound](Limit::debt_bound) (its share of it). The twins' arithmetic, as
+    /// `multi.lua`'s mode 5. Returns the tokens taken and those given back. Only the token
+    /// bucket (smooth), the leaky bucket and the fixed window settle; any other limit is left
+    /// as it is (the limiter never asks).
+    pub(crate) fn settle(
+        &self,
+        key: &str,
+        limit: &Limit,
+        instances: u32,
+        (estimate, actual): (u32, u32),
+        taken_at: u64,
+    ) -> (u64, u64) {
+        let check = Check::new(key, limit, estimate);
+        let kernel = share_kernel(&check, instances, None).0;
+        let debt = u64::from(limit.debt_bound()).div_ceil(u64::from(instances.max(1)));
+        let key = key.as_bytes();
+        let inner = &*self.inner;
+        let now = inner.clock.now_micros();
+        let shift = inner.utc_shift(&kernel, now);
+        let hash = inner.hash(key);
+        let mut shard = lock(&inner.shards[inner.shard_of(hash)]);
+        let (estimate, actual) = (u64::from(estimate), u64::from(actual));
+        let found = shard.table.find_entry(hash, |e| &*e.0 == key);
+        if actual < estimate {
+            let given = estimate - actual;
+            let Ok(mut entry) = found else {
+                return (0, given);
+            };
+            let left = match (kernel, &entry.get().1) {
+                // A bucket full again is dropped.
+                (Kernel::Bucket(p), Slot::Bucket(b)) => Some(
+                    token_bucket::give_back(now, Some(b.unpack()), p, given)
+                        .map(|state| Slot::Bucket(PackedBucket::pack(state))),
+                ),
+                (Kernel::Fixed(p, calendar), Slot::Fixed(w)) => fixed_window::give_back_in_frame(
+                    now,
+                    Some(*w),
+                    p,
+                    calendar,
+                    shift,
+                    given,
+                    taken_at,
+                )
+                .map(|left| left.map(Slot::Fixed)),
+                _ => None,
+            };
+            match left {
+                Some(Some(slot)) => entry.get_mut().1 = slot,
+                Some(None) => drop(entry.remove()),
+                None => {}
+            }
+            return (0, given);
+        }
+        let extra = actual - estimate;
+        if extra == 0 {
+            return (0, 0);
+        }
+        let there = found.as_ref().ok().map(|entry| &entry.get().1);
+        let (slot, taken) = match (kernel, there) {
+            (Kernel::Bucket(p), there) => {
+                let state = match there {
+                    Some(Slot::Bucket(b)) => Some(b.unpack()),
+                    _ => None,
+                };
+                let (state, taken) = token_bucket::take_over(now, state, p, extra, debt);
+                (Slot::Bucket(PackedBucket::pack(state)), taken)
+            }
+            (Kernel::Fixed(p, calendar), there) => {
+                let state = match there {
+                    Some(Slot::Fixed(w)) => Some(*w),
+                    _ => None,
+                };
+                let (state, taken) =
+                    fixed_window::take_over_in_frame(now, state, p, calendar, shift, extra, debt);
+                (Slot::Fixed(state), taken)
+            }
+            _ => return (0, 0),
+        };
+        match found {
+            Ok(mut entry) => entry.get_mut().1 = slot,
+            Err(_) => inner.insert(&mut shard, hash, key, slot, now),
+        }
+        (taken, 0)
     }
 
     /// Gives back the concurrency slots (1 ..= `cost`, and the ticket) of the call `holder`

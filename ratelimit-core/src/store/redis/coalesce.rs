@@ -268,7 +268,7 @@ impl RedisStore {
     pub(super) async fn send_alone(&self, call: Call<'_>) -> Result<Value, RedisError> {
         match (call.keys, call.specs) {
             ([key], [spec]) => self.alone(key, spec).await,
-            (keys, specs) => self.multi(keys, specs, 0, None).await,
+            (keys, specs) => self.multi(keys, specs, 0, &[]).await,
         }
     }
 

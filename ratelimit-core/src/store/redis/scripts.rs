@@ -229,20 +229,15 @@ impl RedisStore {
         keys: &[&str],
         specs: &[Spec],
         mode: u8,
-        reserved_at: Option<u64>,
+        tail: &[u64],
     ) -> Result<T, RedisError> {
         let script = |cmd: &mut redis::Cmd| {
-            cmd.arg(keys.len()).arg(mode).arg(keys).arg(specs);
-            if let Some(at) = reserved_at {
-                cmd.arg(at);
-            }
+            cmd.arg(keys.len()).arg(mode).arg(keys).arg(specs).arg(tail);
         };
         let native = |out: &mut PackedArgs| {
             mode.write_redis_args(out);
             specs.write_redis_args(out);
-            if let Some(at) = reserved_at {
-                at.write_redis_args(out);
-            }
+            tail.write_redis_args(out);
         };
         let native = self
             .multi_is_native(keys, specs)
@@ -509,21 +504,23 @@ impl RedisStore {
             Ok(reply) => parse_group(&reply, checks.len()),
             Err(e) => Err(Error::from(e)),
         };
-        let numbers = match decided {
-            Ok(group) => group.numbers,
+        // Decided across nodes, the limits' server times differ, and none is told.
+        let (numbers, at) = match decided {
+            Ok(group) => (group.numbers, group.now),
             Err(e) if self.is_cluster() && is_non_local(&e) => {
-                match self.check_across_nodes(checks, true).await {
+                let numbers = match self.check_across_nodes(checks, true).await {
                     Err(e) if is_non_local(&e) => {
                         // The slots moved since they were read: by slot, which needs no map.
                         self.forget_masters();
                         self.check_across_nodes(checks, false).await?
                     }
                     other => other?,
-                }
+                };
+                (numbers, 0)
             }
             Err(e) => return Err(e),
         };
-        Ok(decisions(&numbers, checks))
+        Ok(decisions(&numbers, checks, at))
     }
 
     /// Gives back the `cost` tokens a call reserved on the bucket `key` and gave up waiting
@@ -550,7 +547,7 @@ impl RedisStore {
     ) -> Result<Decision, Error> {
         let checks = [Check::new(key, limit, cost)];
         let group = self.run_group(&checks, Mode::Peek).await?;
-        decisions(&group.numbers, &checks)
+        decisions(&group.numbers, &checks, group.now)
             .pop()
             .ok_or_else(|| Error::BadReply("no decision".to_owned()))
     }
@@ -571,14 +568,39 @@ impl RedisStore {
         };
         // After the specs, a give-back's reservation time.
         let reserved_at = match mode {
-            Mode::GiveBack(at) => Some(at),
-            _ => None,
+            Mode::GiveBack(at) => vec![at],
+            _ => Vec::new(),
         };
-        let reply: Value = self.multi(&keys, &specs, code, reserved_at).await?;
+        let reply: Value = self.multi(&keys, &specs, code, &reserved_at).await?;
         match mode {
             Mode::GiveBack(_) => Ok(GroupReply::default()),
             _ => parse_group(&reply, checks.len()),
         }
+    }
+}
+
+impl RedisStore {
+    /// Settles the limits of a call that took `checks` (each its estimate as its cost) at
+    /// server time `at` on one node: each limit's `(actual, debt)` gives back or takes the
+    /// difference (`multi.lua`'s mode 5, or the module's). Answers, per limit, the tokens
+    /// taken and those given back.
+    pub(crate) async fn settle_group(
+        &self,
+        checks: &[Check<'_>],
+        at: u64,
+        settle: &[(u64, u64)],
+    ) -> Result<Vec<(u64, u64)>, Error> {
+        let keys: Vec<&str> = checks.iter().map(|c| c.bucket).collect();
+        let specs = Spec::all(checks);
+        let mut tail = Vec::with_capacity(1 + 2 * settle.len());
+        tail.push(at);
+        tail.extend(settle.iter().flat_map(|&(actual, debt)| [actual, debt]));
+        let reply: Value = self.multi(&keys, &specs, 5, &tail).await?;
+        let numbers = integers(&reply, &[2 * checks.len() + 1])?;
+        Ok(numbers[..2 * checks.len()]
+            .chunks(2)
+            .map(|c| (c[0], c[1]))
+            .collect())
     }
 }
 
@@ -604,23 +626,29 @@ fn is_non_local_redis(e: &RedisError) -> bool {
     e.to_string().contains("non local key")
 }
 
-/// `multi.lua`'s reply: four numbers per limit, the server time, and in reserve mode two
-/// more per limit.
-fn parse_group(reply: &Value, n: usize) -> Result<GroupReply, Error> {
+/// A reply of `multi.lua` (or the module's `multi`): an array of one of the lengths `lens`,
+/// of integers none below 0.
+fn integers(reply: &Value, lens: &[usize]) -> Result<Vec<u64>, Error> {
     let bad = || Error::BadReply(format!("{reply:?}"));
     let Value::Array(items) = reply else {
         return Err(bad());
     };
-    if items.len() != n * 4 + 1 && items.len() != n * 6 + 1 {
+    if !lens.contains(&items.len()) {
         return Err(bad());
     }
-    let numbers: Vec<u64> = items
+    items
         .iter()
         .map(|v| match v {
             Value::Int(v) => u64::try_from(*v).map_err(|_| bad()),
             _ => Err(bad()),
         })
-        .collect::<Result<_, _>>()?;
+        .collect()
+}
+
+/// `multi.lua`'s reply: four numbers per limit, the server time, and in reserve mode two
+/// more per limit.
+fn parse_group(reply: &Value, n: usize) -> Result<GroupReply, Error> {
+    let numbers = integers(reply, &[n * 4 + 1, n * 6 + 1])?;
     let (decided, rest) = numbers.split_at(n * 4);
     Ok(GroupReply {
         numbers: decided
@@ -634,7 +662,8 @@ fn parse_group(reply: &Value, n: usize) -> Result<GroupReply, Error> {
 
 /// Each limit's decision from its four numbers (a limit that would have admitted a refused
 /// call answers as it stands: it kept its tokens).
-fn decisions(numbers: &[[u64; 4]], checks: &[Check<'_>]) -> Vec<Decision> {
+/// Decided at `at` on the server's clock (0: not told).
+fn decisions(numbers: &[[u64; 4]], checks: &[Check<'_>], at: u64) -> Vec<Decision> {
     numbers
         .iter()
         .zip(checks)
@@ -647,6 +676,7 @@ fn decisions(numbers: &[[u64; 4]], checks: &[Check<'_>]) -> Vec<Decision> {
                 Duration::from_micros(n[2]),
                 Duration::from_micros(n[3]),
             )
+            .decided_at(at)
         })
         .collect()
 }
@@ -656,9 +686,9 @@ fn parse_reply(reply: &Value, limit: Limit, cost: u32) -> Result<Decision, Error
     let Value::Array(items) = reply else {
         return Err(bad());
     };
-    // Every script answers four numbers and the server time it decided at (for the
-    // differential tests), which a decision does not need.
-    let mut n = [0u64; 4];
+    // Every script answers four numbers and the server time it decided at (which a window's
+    // settlement reads).
+    let mut n = [0u64; 5];
     if items.len() != 5 {
         return Err(bad());
     }
@@ -675,5 +705,6 @@ fn parse_reply(reply: &Value, limit: Limit, cost: u32) -> Result<Decision, Error
         cost,
         Duration::from_micros(n[2]),
         Duration::from_micros(n[3]),
-    ))
+    )
+    .decided_at(n[4]))
 }

@@ -1,0 +1,337 @@
+//! Calls whose cost is known only when they end (a completion's tokens, a download's bytes):
+//! they take an estimate before they run, and settle the actual cost after ([`Usage`]).
+
+use super::*;
+
+/// A call that took an estimate of its cost and settles the actual cost when it ends: what
+/// [`check_estimate`](RateLimiter::check_estimate) and its kin return.
+///
+/// [`settle`](Usage::settle) gives back what the estimate took beyond the actual cost, or
+/// takes what it fell short by, at once, in the same buckets (every instance sees it), below
+/// empty if need be but never more than each limit's [debt bound](Limit::max_debt) below
+/// it: the call that overdraws is served, and the calls after it wait for the debt to refill,
+/// which their `retry_after` says. A `Usage` dropped unsettled (the call was cancelled, it
+/// panicked, or its stream was dropped) keeps its estimate: nothing is lost, and nothing is
+/// given back twice (`settle` takes the `Usage`).
+///
+/// It owns what it needs (a clone of the limiter, the bucket keys), so a streamed response
+/// can carry it to the end of its stream.
+///
+/// ```
+/// use ratelimit_core::{Limit, RateLimiter};
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), ratelimit_core::Error> {
+/// let limiter = RateLimiter::builder().memory().build().await?;
+/// // 10,000 completion tokens a minute per API key, owing at most 2,000.
+/// const TOKENS: Limit = Limit::per_minute(10_000).max_debt(2_000);
+/// let usage = limiter.check_estimate("key:abc", &TOKENS, 1_000).await?;
+/// assert!(usage.decision().allowed);
+/// // ... the completion ran, and used 400 tokens: 600 go back.
+/// let settled = usage.settle(400).await?;
+/// assert_eq!((settled.given_back(), settled.taken()), (600, 0));
+/// assert_eq!(limiter.peek("key:abc", &TOKENS).await?.remaining, 9_600);
+/// # Ok(()) }
+/// ```
+#[must_use = "a Usage keeps its estimate unless it is settled"]
+pub struct Usage {
+    limiter: RateLimiter,
+    decision: Decision,
+    /// What each limit of the call took, to settle (none when it was refused).
+    taken: Vec<Estimate>,
+}
+
+/// One limit's part of a call that took an estimate.
+struct Estimate {
+    name: Option<String>,
+    bucket: String,
+    limit: Limit,
+    estimate: u32,
+    /// When the store took it, on its clock (a window's settlement finds its window by it).
+    at: u64,
+    source: Source,
+}
+
+/// What a [settlement](Usage::settle) did: per limit, in the order of the call's limits, the
+/// tokens it took beyond the estimate and those it gave back.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Settlement {
+    /// Each limit's `(taken, given_back)`; empty for a call that was refused (it took
+    /// nothing, and settles nothing).
+    pub each: Vec<(u64, u64)>,
+}
+
+impl Settlement {
+    /// The tokens taken beyond the estimate, summed over the limits. Below what the actual
+    /// cost asked when a limit's debt reached its bound.
+    pub fn taken(&self) -> u64 {
+        self.each.iter().map(|e| e.0).sum()
+    }
+
+    /// The tokens given back, summed over the limits. A bucket gains them floored at full, and
+    /// a window only while it is the one the call took from.
+    pub fn given_back(&self) -> u64 {
+        self.each.iter().map(|e| e.1).sum()
+    }
+}
+
+impl Usage {
+    /// The decision of the estimate: when it refused, the call must not run (settling it
+    /// does nothing).
+    pub fn decision(&self) -> &Decision {
+        &self.decision
+    }
+
+    /// Settles the call at `actual` tokens under every limit it took from (a limit counting
+    /// tokens per minute and another per month settle alike): the difference to the estimate
+    /// is given back or taken, at once, in one step per store call (one script for the limits
+    /// of one Redis node). A refused call settles nothing.
+    ///
+    /// # Errors
+    /// The store's; the estimate then stays taken.
+    pub async fn settle(self, actual: u32) -> Result<Settlement, Error> {
+        let actual = vec![actual; self.taken.len()];
+        self.settle_each(&actual).await
+    }
+
+    /// [`settle`](Usage::settle) with each limit's own actual cost, in the order of the
+    /// call's limits (for limits that count different things).
+    ///
+    /// # Errors
+    /// [`Error::CostExceedsBurst`]-free: any `u32` is an actual cost. [`Error::NoLimits`]
+    /// when `actual` does not name one cost per limit of an admitted call; otherwise the
+    /// store's (the estimate then stays taken).
+    pub async fn settle_each(mut self, actual: &[u32]) -> Result<Settlement, Error> {
+        let taken = std::mem::take(&mut self.taken);
+        if taken.is_empty() {
+            return Ok(Settlement { each: Vec::new() });
+        }
+        if actual.len() != taken.len() {
+            return Err(Error::NoLimits);
+        }
+        let each = self.limiter.settle_parts(&taken, actual).await?;
+        for (part, &(took, gave)) in taken.iter().zip(&each) {
+            crate::observe::settled(observed_name(part.name.as_deref()), took, gave);
+        }
+        Ok(Settlement { each })
+    }
+}
+
+impl fmt::Debug for Usage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Usage")
+            .field("decision", &self.decision)
+            .field("limits", &self.taken.len())
+            .finish_non_exhaustive()
+    }
+}
+
+impl RateLimiter {
+    /// Takes an estimated `estimate` tokens from `key`'s bucket under `limit` for a call whose
+    /// cost is known only when it ends, and returns the [`Usage`] that settles the actual
+    /// cost then. The decision is [`check_n`](RateLimiter::check_n)'s, in the same buckets
+    /// (a limit that may wait, waits).
+    ///
+    /// Settling needs a limit that can owe tokens: the token bucket (smooth refill), the
+    /// leaky bucket or the fixed window (a [calendar quota](Limit::per_month) is one).
+    ///
+    /// # Errors
+    /// [`Error::CannotSettle`] for another limit, [`Error::SettleUnsupported`] on a custom
+    /// store; otherwise as [`check_n`](RateLimiter::check_n).
+    pub async fn check_estimate(
+        &self,
+        key: &str,
+        limit: &Limit,
+        estimate: u32,
+    ) -> Result<Usage, Error> {
+        self.check_estimates_by_name(&[(None, key, limit, estimate)])
+            .await
+    }
+
+    /// [`check_estimate`](RateLimiter::check_estimate) in the bucket of `key` under the limit
+    /// called `name` (a `#[rate_limit]` function's, or [`check_named`](RateLimiter::check_named)'s).
+    ///
+    /// # Errors
+    /// As [`check_estimate`](RateLimiter::check_estimate).
+    pub async fn check_estimate_named(
+        &self,
+        name: &str,
+        key: &str,
+        limit: &Limit,
+        estimate: u32,
+    ) -> Result<Usage, Error> {
+        self.check_estimates_by_name(&[(Some(name), key, limit, estimate)])
+            .await
+    }
+
+    /// Several limits of one call, each with its estimate, decided together, all or nothing
+    /// (as [`check_all_named`](RateLimiter::check_all_named): `(name, key, limit, estimate)`),
+    /// and settled together: a tokens-per-minute rate and a tokens-per-month quota on one API
+    /// key.
+    ///
+    /// ```
+    /// use ratelimit_core::{Limit, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ratelimit_core::Error> {
+    /// let limiter = RateLimiter::builder().memory().build().await?;
+    /// const PER_MINUTE: Limit = Limit::per_minute(1_000);
+    /// const PER_MONTH: Limit = Limit::per_month(50_000);
+    /// let usage = limiter
+    ///     .check_all_estimates(&[
+    ///         ("llm::minute", "key:abc", &PER_MINUTE, 500),
+    ///         ("llm::month", "key:abc", &PER_MONTH, 500),
+    ///     ])
+    ///     .await?;
+    /// assert!(usage.decision().allowed);
+    /// // The response was longer than estimated: 700 tokens, 200 more from each.
+    /// let settled = usage.settle(700).await?;
+    /// assert_eq!(settled.each, vec![(200, 0), (200, 0)]);
+    /// let d = limiter.peek_named("llm::month", "key:abc", &PER_MONTH).await?;
+    /// assert_eq!(d.remaining, 49_300);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// # Errors
+    /// As [`check_all_named`](RateLimiter::check_all_named) and
+    /// [`check_estimate`](RateLimiter::check_estimate).
+    pub async fn check_all_estimates(
+        &self,
+        checks: &[(&str, &str, &Limit, u32)],
+    ) -> Result<Usage, Error> {
+        let named: Vec<(Option<&str>, &str, &Limit, u32)> = checks
+            .iter()
+            .map(|&(name, key, limit, estimate)| (Some(name), key, limit, estimate))
+            .collect();
+        self.check_estimates_by_name(&named).await
+    }
+
+    /// Every way to take an estimate: the checks decided as `check_named` / `check_all_named`
+    /// decide them, and what each limit took kept, with the store's time of the take.
+    async fn check_estimates_by_name(
+        &self,
+        checks: &[(Option<&str>, &str, &Limit, u32)],
+    ) -> Result<Usage, Error> {
+        for &(_, _, limit, _) in checks {
+            if !limit.settles() {
+                return Err(Error::CannotSettle(*limit));
+            }
+        }
+        // The memory store's time before the take: a window that ends in between then
+        // gives back nothing, never tokens of a window the call did not take from.
+        let before = match &self.inner.engine {
+            Engine::Local(store) => Some(store.now_micros()),
+            Engine::Remote(Remote {
+                store: RemoteStore::Custom(_),
+                ..
+            }) => return Err(Error::SettleUnsupported),
+            Engine::Remote(_) => None,
+            Engine::Unenabled => return Err(Error::NotEnabled),
+        };
+        let decision = match checks {
+            &[(name, key, limit, estimate)] => {
+                self.check_by_name(name, key, limit, estimate).await?
+            }
+            _ => {
+                self.check_all_by_name(checks, |&(name, key, limit, estimate)| {
+                    (name, key, limit, estimate)
+                })
+                .await?
+            }
+        };
+        let mut taken = Vec::new();
+        if decision.allowed {
+            let parts = match decision.parts() {
+                [] => std::slice::from_ref(&decision),
+                parts => parts,
+            };
+            for (part, &(name, key, limit, estimate)) in parts.iter().zip(checks) {
+                // A shadow limit's settles nothing: it may have taken nothing.
+                if part.shadowed || limit.is_shadow() {
+                    continue;
+                }
+                taken.push(Estimate {
+                    name: name.map(str::to_owned),
+                    bucket: bucket_key(&self.inner.prefix, name, key),
+                    limit: *limit,
+                    estimate,
+                    at: part.decided_at_us().or(before).unwrap_or(0),
+                    source: part.source,
+                });
+            }
+        }
+        Ok(Usage {
+            limiter: self.clone(),
+            decision,
+            taken,
+        })
+    }
+
+    /// Settles each part at its actual cost where its tokens were taken: the store's in the
+    /// store (one call per Redis node and time of take), the fallback's in the fallback; a
+    /// part no bucket decided took nothing. Answers each part's `(taken, given_back)`.
+    async fn settle_parts(
+        &self,
+        parts: &[Estimate],
+        actual: &[u32],
+    ) -> Result<Vec<(u64, u64)>, Error> {
+        let mut each = vec![(0, 0); parts.len()];
+        let mut by_store: Vec<usize> = Vec::new();
+        for (i, part) in parts.iter().enumerate() {
+            let settle = (part.estimate, actual[i]);
+            match (part.source, &self.inner.engine) {
+                (Source::Store, Engine::Local(store)) => {
+                    each[i] = store.settle(&part.bucket, &part.limit, 1, settle, part.at);
+                }
+                (Source::Store, Engine::Remote(_)) => by_store.push(i),
+                (Source::Fallback, _) => {
+                    each[i] = self
+                        .inner
+                        .resilience
+                        .settle(&part.bucket, &part.limit, settle);
+                }
+                _ => {}
+            }
+        }
+        if by_store.is_empty() {
+            return Ok(each);
+        }
+        let Engine::Remote(remote) = &self.inner.engine else {
+            return Err(Error::NotEnabled);
+        };
+        let RemoteStore::Redis(store) = &remote.store else {
+            return Err(Error::SettleUnsupported);
+        };
+        on_tokio()?;
+        // One call for the parts taken together (one node, one time); parts decided across
+        // the nodes of a cluster, each on its own.
+        let first = parts[by_store[0]].at;
+        let groups: Vec<Vec<usize>> =
+            if first != 0 && by_store.iter().all(|&i| parts[i].at == first) {
+                vec![by_store]
+            } else {
+                by_store.into_iter().map(|i| vec![i]).collect()
+            };
+        for group in groups {
+            let checks: Vec<Check<'_>> = group
+                .iter()
+                .map(|&i| Check::new(&parts[i].bucket, &parts[i].limit, parts[i].estimate))
+                .collect();
+            let settle: Vec<(u64, u64)> = group
+                .iter()
+                .map(|&i| (u64::from(actual[i]), u64::from(parts[i].limit.debt_bound())))
+                .collect();
+            let settled = store
+                .settle_group(&checks, parts[group[0]].at, &settle)
+                .await?;
+            for (&i, &s) in group.iter().zip(&settled) {
+                each[i] = s;
+                if s.1 > 0 {
+                    self.tell_fuller(remote, store, &parts[i].bucket).await;
+                }
+            }
+        }
+        Ok(each)
+    }
+}
