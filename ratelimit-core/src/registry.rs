@@ -432,6 +432,8 @@ pub(crate) enum Warning {
     CannotResolve = 4,
     /// Dangling or duplicated: every call is refused.
     Invalid = 5,
+    /// A call's actual cost could not be settled (its estimate stays taken).
+    CannotSettle = 6,
 }
 
 impl fmt::Debug for LimitDeclaration {

@@ -61,6 +61,18 @@ pub(crate) const ARGUMENTS: &[Arg] = &[
     .concurrent()
     .shared(),
     arg("count", "Result::is_err", |a, _, v, _| a.count = Some(v)).shared(),
+    arg(
+        "settle",
+        "|r| r.as_ref().map_or(0, |c| c.tokens)",
+        |a, _, v, _| {
+            a.settle = Some(v);
+        },
+    )
+    .shared()
+    .not_on_a_layer(
+        "a layer sees a response before its body has streamed; settle from the handler, \
+         with `RateLimiter::check_estimate` and the `Usage` it returns",
+    ),
     arg("tier", "user.plan()", |a, _, v, _| a.tier = Some(v))
         .concurrent()
         .shared(),
@@ -207,6 +219,9 @@ pub(crate) struct RateLimitArgs {
     /// `count = predicate`: which outcomes count (`Result::is_err`, a closure over
     /// `&Output`); the tokens of the others are given back.
     pub(crate) count: Option<Expr>,
+    /// `settle = closure`: the call's actual cost from its output (`&Output`), which settles
+    /// the cost it took (an estimate) once it ends.
+    pub(crate) settle: Option<Expr>,
     /// `tier = expr`: the tier of each call (a `Tier`, or `None` for the declared rate).
     pub(crate) tier: Option<Expr>,
     /// `tiers = [FREE, PRO]`: the tiers a call may be given, listed by `declared_limits()`.
@@ -279,6 +294,7 @@ impl RateLimitArgs {
             shared: None,
             exempt: None,
             count: None,
+            settle: None,
             tier: None,
             tiers: None,
             empty_key: None,

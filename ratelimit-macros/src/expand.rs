@@ -129,7 +129,7 @@ fn expand(
     let mut checked = Vec::with_capacity(limits.len());
     // The limits that count only some outcomes: their declaration, what the call took, and
     // the predicate.
-    let mut counted: Vec<(Ident, Ident, &Expr)> = Vec::new();
+    let mut counted: Vec<(Ident, Ident, After<'_>)> = Vec::new();
     for (i, limit) in limits.iter().enumerate() {
         let suffix = if i == 0 {
             String::new()
@@ -155,13 +155,19 @@ fn expand(
             });
             call.extend(quote!(.with_tier(&#tier_var)));
         }
-        if let Some(predicate) = &limit.args.count {
+        // `count` and `settle` (never both: a compile error) keep what the call took.
+        let after = match (&limit.args.count, &limit.args.settle) {
+            (Some(predicate), _) => Some(After::Count(predicate)),
+            (None, Some(actual)) => Some(After::Settle(actual)),
+            (None, None) => None,
+        };
+        if let Some(after) = after {
             let taken = Ident::new(&format!("__rl_taken{suffix}"), Span::mixed_site());
             keys.extend(quote! {
                 let #taken = ::redis_ratelimit::__private::Taken::default();
             });
             call.extend(quote!(.keeping(&#taken)));
-            counted.push((decl.clone(), taken, predicate));
+            counted.push((decl.clone(), taken, after));
         }
         checked.push((decl, key_arg, call));
     }
@@ -331,33 +337,53 @@ fn per_call_cost<'a>(args: &'a RateLimitArgs, params: &[String]) -> Option<&'a E
     }
 }
 
-/// The body of a function with limits that count only some outcomes: the user's body runs in
-/// an `async move` block (so that its `return`s and `?`s end the block, not the function),
-/// then each such limit's predicate reads the output, and the tokens of a limit whose
-/// predicate says the call does not count are given back before the output is returned. A
-/// body that panics or is dropped counts.
+/// What a limit does with a call's output once its body ran: gives its tokens back when the
+/// `count` predicate says it does not count, or settles its cost at the `settle` closure's
+/// actual cost.
+#[derive(Clone, Copy)]
+enum After<'a> {
+    Count(&'a Expr),
+    Settle(&'a Expr),
+}
+
+/// The body of a function with limits that read its outcome (`count`, `settle`): the user's
+/// body runs in an `async move` block (so that its `return`s and `?`s end the block, not the
+/// function), then each such limit reads the output: a limit whose predicate says the call
+/// does not count gives its tokens back, one that settles settles at the actual cost, before
+/// the output is returned. A body that panics or is dropped counts, and keeps its estimate.
 fn counting(
-    counted: &[(Ident, Ident, &Expr)],
+    counted: &[(Ident, Ident, After<'_>)],
     user_body: &Group,
     sig: &Signature,
     limiter: &TokenStream,
 ) -> TokenStream {
     let output = Ident::new("__rl_output", Span::mixed_site());
     let annotation = output_annotation(sig);
-    let refunds = counted.iter().map(|(decl, taken, predicate)| {
-        let span = at(predicate.span());
-        let counts = quote_spanned! {span=>
-            ::redis_ratelimit::__private::counts(&#output, #predicate)
-        };
-        quote! {
-            if !#counts {
-                ::redis_ratelimit::__private::refund(&#decl, &#taken, #limiter).await;
+    let afterwards = counted.iter().map(|(decl, taken, after)| match after {
+        After::Count(predicate) => {
+            let span = at(predicate.span());
+            let counts = quote_spanned! {span=>
+                ::redis_ratelimit::__private::counts(&#output, #predicate)
+            };
+            quote! {
+                if !#counts {
+                    ::redis_ratelimit::__private::refund(&#decl, &#taken, #limiter).await;
+                }
+            }
+        }
+        After::Settle(actual) => {
+            let span = at(actual.span());
+            let actual = quote_spanned! {span=>
+                ::redis_ratelimit::__private::actual(&#output, #actual)
+            };
+            quote! {
+                ::redis_ratelimit::__private::settle(&#decl, &#taken, #actual, #limiter).await;
             }
         }
     });
     quote! {
         let #output #annotation = async move #user_body.await;
-        #(#refunds)*
+        #(#afterwards)*
         #output
     }
 }

@@ -63,6 +63,7 @@ use proc_macro::TokenStream;
 /// | `tier` | an expression over the parameters: a `Tier`, a `&Tier`, or an `Option` of one | none: the declared rate | the limit this call is decided under, such as its caller's plan ([below](#tiers)) |
 /// | `tiers` | the tiers calls may be given: an array of `Tier` constants (`[FREE, PRO]`) or a `&'static [Tier]` | none | listed with the limit by `declared_limits()` (`LimitDeclaration::tiers`) |
 /// | `count` | a predicate on the function's output, `FnOnce(&Output) -> bool`: `Result::is_err`, or a closure | every call counts | which outcomes count: a call that does not count gets its tokens back ([below](#counting-some-outcomes-only)); only on a bucket (`token_bucket`, `leaky_bucket`) |
+/// | `settle` | a closure over the function's output, `FnOnce(&Output) -> integer`: the call's actual cost | none: `cost` is the cost | the call takes `cost` as an estimate and settles the actual cost when its body ends: the difference is given back, or taken, into debt up to the limit's bound ([below](#settling-the-actual-cost)); not beside `count`, not on a sliding window or log, an interval refill or a concurrency limit |
 /// | `name` | a string | `"module::path::function"`; `"module::path::function#n"` for the n-th of [several](#several-limits) | the limit's name in config overrides, logs and metrics |
 /// | `limiter` | an expression: a `RateLimiter`, or a `OnceLock` / `LazyLock` of one | the global limiter | the limiter that decides (one for all of a function's [limits](#several-limits)); without `enable_redis_rate_limit!`, check the declarations at startup with `validate_declared_limits()` ([below](#requirements)) |
 /// | `policy` | `"fallback"`, `"allow"`, `"deny"` | the limiter's | what this limit's calls get while Redis fails (see `FailurePolicy`) |
@@ -82,7 +83,7 @@ use proc_macro::TokenStream;
 /// computed on each call instead. `unit`, `algorithm`, `refill`, `policy`, `wait`, `jitter`,
 /// `lease`, `empty_key`, `name` and `shared` are string literals, `shadow` a `bool` literal
 /// and `empty_key_status` an integer literal, all checked by the macro. `key`, `cost`,
-/// `exempt`, `tier` and `count` are ordinary Rust, evaluated on each call in the function's
+/// `exempt`, `tier`, `count` and `settle` are ordinary Rust, evaluated on each call in the function's
 /// scope, its parameters included, before the body runs: their types are checked by the
 /// compiler, and an error is reported on the expression. A config override may change
 /// `replenish`, `burst`, `unit`, `cost`, `algorithm`, `refill`, `initial`, `policy`, `wait`,
@@ -316,6 +317,54 @@ use proc_macro::TokenStream;
 ///     assert!(matches!(login("ann", "wrong").await, Err(LoginError::WrongPassword)));
 /// }
 /// assert!(matches!(login("ann", "right").await, Err(LoginError::TooManyAttempts(_))));
+/// # Ok(()) }
+/// ```
+///
+/// # Settling the actual cost
+///
+/// Some calls know their cost only when they end: a completion's tokens, a download's bytes.
+/// With `settle`, `cost` is an estimate the call takes before its body runs (so that a flood
+/// cannot start a thousand expensive calls at once), and the closure reads the output
+/// (`&Output`) for the actual cost. A smaller actual gives the difference back, a larger one
+/// takes it at once, even below empty: the call that overdraws was served, and the calls
+/// after it wait for the debt to refill (their `retry_after` says how long). The debt is
+/// bounded by the limit's `Limit::max_debt`, one burst unless set, so a lying estimate cannot
+/// starve a key for ever. A body that panics or is cancelled keeps its estimate. Stacked
+/// limits settle each their own (a rate per minute and a quota per month); a shared use
+/// settles in the declaration's buckets; a tier whose limit cannot owe keeps the estimate
+/// (logged once). The settlement goes through the store in one step, where every instance
+/// sees it. For a response that streams, take the estimate with
+/// `RateLimiter::check_estimate` and settle the `Usage` it returns when the stream ends.
+///
+/// ```
+/// use std::sync::OnceLock;
+/// use redis_ratelimit::{RateLimited, RateLimiter, rate_limit};
+///
+/// static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
+///
+/// struct Completion {
+///     text: String,
+///     tokens: u32,
+/// }
+///
+/// /// 10,000 completion tokens an hour per API key: `max_tokens` taken up front, the
+/// /// tokens the completion used settled after it.
+/// #[rate_limit(replenish = 10_000, unit = "hour", key = api_key, name = "llm.tokens",
+///              cost = max_tokens, settle = |r| r.as_ref().map_or(0, |c| c.tokens),
+///              limiter = LIMITER)]
+/// async fn complete(api_key: &str, max_tokens: u32) -> Result<Completion, RateLimited> {
+///     Ok(Completion { text: "Hello".into(), tokens: 12 })
+/// }
+///
+/// # #[tokio::main(flavor = "current_thread")]
+/// # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+/// let _ = LIMITER.set(RateLimiter::builder().memory().build().await?);
+/// let reply = complete("key:abc", 2_000).await?;
+/// assert_eq!(reply.text, "Hello");
+/// // 2,000 taken, 1,988 given back: 12 used.
+/// let limit = redis_ratelimit::Limit::per_hour(10_000);
+/// let left = LIMITER.get().unwrap().peek_named("llm.tokens", "key:abc", &limit).await?;
+/// assert_eq!(left.remaining, 9_988);
 /// # Ok(()) }
 /// ```
 ///

@@ -101,6 +101,9 @@ pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut
         .or(unit.is_calendar().then_some(Algorithm::FixedWindow));
     let window = algorithm.filter(|a| a.is_window());
     let interval = matches!(args.refill, Some((Refill::Interval, _)));
+    if let Some(settle) = &args.settle {
+        check_settle(args, settle, window, interval, errors);
+    }
     if let Some((Some(_), span)) = args.wait
         && (window.is_some() || interval)
     {
@@ -244,6 +247,40 @@ fn check_concurrent(args: &RateLimitArgs, concurrent: &Count, errors: &mut Error
             format_args!(
                 "`concurrent` is at most {}: each call in flight is a member of a sorted set",
                 ratelimit_vocab::limits::MAX_CONCURRENT
+            ),
+        );
+    }
+}
+
+/// `settle`'s rules: a limit whose state can owe tokens (not a sliding window or log, not an
+/// interval refill), and not beside `count`.
+fn check_settle(
+    args: &RateLimitArgs,
+    settle: &syn::Expr,
+    window: Option<Algorithm>,
+    interval: bool,
+    errors: &mut Errors,
+) {
+    if args.count.is_some() {
+        errors.at(
+            settle.span(),
+            "`settle` gives back what a call did not use and takes what it used beyond its \
+             estimate, `count` gives back all of a call that does not count: use one of them \
+             (an actual cost of 0 gives everything back)",
+        );
+    }
+    let cannot = match window {
+        Some(w @ (Algorithm::SlidingWindow | Algorithm::SlidingLog)) => Some(w.name()),
+        _ if interval => Some("token bucket refilled at intervals"),
+        _ => None,
+    };
+    if let Some(name) = cannot {
+        errors.at(
+            settle.span(),
+            format_args!(
+                "`settle` takes an overdraft into debt, which a `{name}` cannot owe: use \
+                 `algorithm = \"token_bucket\"` (refilled smoothly), `\"leaky_bucket\"` or \
+                 `\"fixed_window\"`"
             ),
         );
     }

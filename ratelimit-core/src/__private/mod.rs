@@ -8,9 +8,12 @@ pub use inventory;
 mod call;
 pub use crate::async_key::ErasedAsync;
 pub use crate::pipeline::{
-    Call, Cost, Fixed, Holding, KeyArg, Taken, check, check_all, check_key, refund,
+    Call, Cost, Fixed, Holding, KeyArg, Taken, check, check_all, check_key, refund, settle,
 };
-pub use call::{IntoCost, IntoTier, KeyOf, ViaAsync, ViaDisplay, ViaNeither, ViaResolver, counts};
+pub use call::{
+    IntoActual, IntoCost, IntoTier, KeyOf, ViaAsync, ViaDisplay, ViaNeither, ViaResolver, actual,
+    counts,
+};
 
 use crate::registry::LimitDeclaration;
 pub use crate::registry::{Registration, global};

@@ -2,6 +2,7 @@
 //! they take an estimate before they run, and settle the actual cost after ([`Usage`]).
 
 use super::*;
+use crate::pipeline::TakenPart;
 
 /// A call that took an estimate of its cost and settles the actual cost when it ends: what
 /// [`check_estimate`](RateLimiter::check_estimate) and its kin return.
@@ -37,19 +38,9 @@ use super::*;
 pub struct Usage {
     limiter: RateLimiter,
     decision: Decision,
-    /// What each limit of the call took, to settle (none when it was refused).
-    taken: Vec<Estimate>,
-}
-
-/// One limit's part of a call that took an estimate.
-struct Estimate {
-    name: Option<String>,
-    bucket: String,
-    limit: Limit,
-    estimate: u32,
-    /// When the store took it, on its clock (a window's settlement finds its window by it).
-    at: u64,
-    source: Source,
+    /// What each limit of the call took (its estimate), to settle (none when it was
+    /// refused), and the name each is observed under.
+    taken: Vec<(TakenPart, Option<String>)>,
 }
 
 /// What a [settlement](Usage::settle) did: per limit, in the order of the call's limits, the
@@ -110,9 +101,10 @@ impl Usage {
         if actual.len() != taken.len() {
             return Err(Error::NoLimits);
         }
-        let each = self.limiter.settle_parts(&taken, actual).await?;
-        for (part, &(took, gave)) in taken.iter().zip(&each) {
-            crate::observe::settled(observed_name(part.name.as_deref()), took, gave);
+        let (parts, names): (Vec<TakenPart>, Vec<Option<String>>) = taken.into_iter().unzip();
+        let each = self.limiter.settle_parts(&parts, actual).await?;
+        for (name, &(took, gave)) in names.iter().zip(&each) {
+            crate::observe::settled(observed_name(name.as_deref()), took, gave);
         }
         Ok(Settlement { each })
     }
@@ -218,17 +210,14 @@ impl RateLimiter {
                 return Err(Error::CannotSettle(*limit));
             }
         }
-        // The memory store's time before the take: a window that ends in between then
-        // gives back nothing, never tokens of a window the call did not take from.
-        let before = match &self.inner.engine {
-            Engine::Local(store) => Some(store.now_micros()),
+        match &self.inner.engine {
             Engine::Remote(Remote {
                 store: RemoteStore::Custom(_),
                 ..
             }) => return Err(Error::SettleUnsupported),
-            Engine::Remote(_) => None,
             Engine::Unenabled => return Err(Error::NotEnabled),
-        };
+            Engine::Local(_) | Engine::Remote(_) => {}
+        }
         let decision = match checks {
             &[(name, key, limit, estimate)] => {
                 self.check_by_name(name, key, limit, estimate).await?
@@ -251,14 +240,14 @@ impl RateLimiter {
                 if part.shadowed || limit.is_shadow() {
                     continue;
                 }
-                taken.push(Estimate {
-                    name: name.map(str::to_owned),
+                let part = TakenPart {
                     bucket: bucket_key(&self.inner.prefix, name, key),
                     limit: *limit,
-                    estimate,
-                    at: part.decided_at_us().or(before).unwrap_or(0),
+                    cost: estimate,
                     source: part.source,
-                });
+                    at: part.decided_at_us().unwrap_or(0),
+                };
+                taken.push((part, name.map(str::to_owned)));
             }
         }
         Ok(Usage {
@@ -271,15 +260,15 @@ impl RateLimiter {
     /// Settles each part at its actual cost where its tokens were taken: the store's in the
     /// store (one call per Redis node and time of take), the fallback's in the fallback; a
     /// part no bucket decided took nothing. Answers each part's `(taken, given_back)`.
-    async fn settle_parts(
+    pub(crate) async fn settle_parts(
         &self,
-        parts: &[Estimate],
+        parts: &[TakenPart],
         actual: &[u32],
     ) -> Result<Vec<(u64, u64)>, Error> {
         let mut each = vec![(0, 0); parts.len()];
         let mut by_store: Vec<usize> = Vec::new();
         for (i, part) in parts.iter().enumerate() {
-            let settle = (part.estimate, actual[i]);
+            let settle = (part.cost, actual[i]);
             match (part.source, &self.inner.engine) {
                 (Source::Store, Engine::Local(store)) => {
                     each[i] = store.settle(&part.bucket, &part.limit, 1, settle, part.at);
@@ -316,7 +305,7 @@ impl RateLimiter {
         for group in groups {
             let checks: Vec<Check<'_>> = group
                 .iter()
-                .map(|&i| Check::new(&parts[i].bucket, &parts[i].limit, parts[i].estimate))
+                .map(|&i| Check::new(&parts[i].bucket, &parts[i].limit, parts[i].cost))
                 .collect();
             let settle: Vec<(u64, u64)> = group
                 .iter()

@@ -192,6 +192,9 @@ pub(crate) struct TakenPart {
     pub(crate) limit: Limit,
     pub(crate) cost: u32,
     pub(crate) source: Source,
+    /// When the store took them, on its clock (0: not told): a window's settlement finds the
+    /// window they were taken from by it.
+    pub(crate) at: u64,
 }
 
 impl Taken {
@@ -211,6 +214,7 @@ impl Taken {
                     limit: decision.limit,
                     cost: decision.cost,
                     source: decision.source,
+                    at: decision.decided_at_us().unwrap_or(0),
                 });
         }
     }

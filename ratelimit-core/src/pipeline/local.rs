@@ -103,7 +103,8 @@ impl RateLimiter {
         let Engine::Local(store) = &self.inner.engine else {
             return Local::Later(None);
         };
-        let mut decision = Decision::from_outcome(&check(store), *limit, cost);
+        let at = store.window_time(limit.algorithm_kind() == crate::Algorithm::FixedWindow);
+        let mut decision = Decision::from_outcome(&check(store), *limit, cost).decided_at(at);
         if must_wait(std::slice::from_mut(&mut decision)) {
             Local::Later(Some(decision))
         } else {

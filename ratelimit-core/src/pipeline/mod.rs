@@ -24,6 +24,7 @@ mod without_store;
 
 use std::sync::LazyLock;
 
+pub(crate) use call::TakenPart;
 #[cfg(any(feature = "axum", feature = "actix-web"))]
 pub(crate) use call::release_all;
 pub use call::{Call, Cost, Fixed, Holding, KeyArg, Taken};
@@ -92,6 +93,50 @@ pub async fn refund(decl: &'static LimitDeclaration, taken: &Taken, limiter: Opt
                 ),
             );
         }
+    }
+}
+
+/// Settles what a call took under `decl` (its estimate, kept in `taken` by its check) at its
+/// `actual` cost (`#[rate_limit(settle = ..)]`), as [`Usage::settle`](crate::Usage::settle)
+/// does. A limit that cannot owe (a tier or an override made it a sliding window) keeps the
+/// estimate, and so does a settlement that fails; each is said once per limit.
+pub async fn settle(
+    decl: &'static LimitDeclaration,
+    taken: &Taken,
+    actual: Cost,
+    limiter: Option<&RateLimiter>,
+) {
+    let (parts, cannot): (Vec<_>, Vec<_>) =
+        taken.take().into_iter().partition(|p| p.limit.settles());
+    if let Some(part) = cannot.first() {
+        decl.warn_once(
+            Warning::CannotSettle,
+            &format_args!(
+                "a call of `{}` could not settle its cost: its limit is now {} (a tier or an \
+                 override), which cannot owe tokens; its estimate stays taken",
+                decl.name(),
+                part.limit
+            ),
+        );
+    }
+    if parts.is_empty() {
+        return;
+    }
+    let (limiter, _) = limiter_or_unenabled(decl, limiter);
+    let actual = vec![actual.0.unwrap_or(u32::MAX); parts.len()];
+    match limiter.settle_parts(&parts, &actual).await {
+        Ok(each) => {
+            for (took, gave) in each {
+                crate::observe::settled(crate::observe::Name::Declared(decl.name()), took, gave);
+            }
+        }
+        Err(e) => decl.warn_once(
+            Warning::CannotSettle,
+            &format_args!(
+                "a call of `{}` could not settle its cost (its estimate stays taken): {e}",
+                decl.name()
+            ),
+        ),
     }
 }
 

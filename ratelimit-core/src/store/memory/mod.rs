@@ -258,12 +258,13 @@ impl MemoryStore {
     ) -> Decision {
         let (kernel, seeded) = share_kernel(&check, instances, short_of_full);
         let key = check.bucket.as_bytes();
+        let at = self.window_time(matches!(kernel, Kernel::Fixed(..)));
         let outcome = if seeded {
             self.check_seeded(key, kernel, check.cost)
         } else {
             self.check_with(key, kernel, check.cost)
         };
-        Decision::from_outcome(&outcome, *check.limit, check.cost)
+        Decision::from_outcome(&outcome, *check.limit, check.cost).decided_at(at)
     }
 
     /// [`check_with`](Self::check_with) for a kernel seeded from what the store last said:
@@ -324,11 +325,18 @@ impl MemoryStore {
         }
     }
 
-    /// The store's clock now (µs): the instant a settlement of a window is told its call took
-    /// its tokens at, read before the call (a window that ended in between then gives back
-    /// nothing, never another window's tokens).
-    pub(crate) fn now_micros(&self) -> u64 {
-        self.inner.clock.now_micros()
+    /// The time a decision by `kernel` is told it was made at (0: not told), which a fixed
+    /// window's settlement reads to find the window the call took from: the clock read
+    /// before the decision, so that a window that ends in between gives back nothing, never
+    /// tokens of a window the call did not take from. Only a window's (a bucket needs no
+    /// time, and its hot path no second clock read).
+    #[inline]
+    pub(crate) fn window_time(&self, fixed_window: bool) -> u64 {
+        if fixed_window {
+            self.inner.clock.now_micros()
+        } else {
+            0
+        }
     }
 
     /// Settles a call that took `estimate` tokens from `key` under `limit` at `taken_at` (this
@@ -559,7 +567,7 @@ impl MemoryStore {
                     now,
                 );
             }
-            decisions.push(Decision::from_outcome(o, *check.limit, check.cost));
+            decisions.push(Decision::from_outcome(o, *check.limit, check.cost).decided_at(now));
         }
         decisions
     }
