@@ -1,5 +1,6 @@
 //! The `metrics` feature on a real Redis: every decision counted by limit and outcome, store
-//! calls timed, deny-cache hits counted, degraded mode a gauge; no label ever holds a key.
+//! calls timed, deny-cache hits counted, settled tokens counted, degraded mode a gauge; no
+//! label ever holds a key.
 //!
 //! One test per file: the recorder is global to the process.
 #![cfg(feature = "metrics")]
@@ -206,6 +207,43 @@ async fn decisions_store_calls_and_degraded_mode_are_measured() {
             format!("ratelimit_decisions_total{{limit=contract,outcome={outcome},tier=acme-gold}}");
         assert_eq!(counter(&all, &series), n, "{series}: {all:?}");
     }
+
+    // Settlements count the tokens they moved, by limit and direction, with no key.
+    let tokens = Limit::per_hour(1_000);
+    let usage = limiter
+        .check_estimate_named("llm", "secret-user", &tokens, 100)
+        .await
+        .unwrap();
+    usage.settle(30).await.unwrap();
+    let usage = limiter
+        .check_all_estimates(&[
+            ("llm", "secret-user", &tokens, 10),
+            ("llm.month", "secret-user", &Limit::per_month(5_000), 10),
+        ])
+        .await
+        .unwrap();
+    usage.settle(25).await.unwrap();
+    let all = read(&snapshotter);
+    for (series, n) in [
+        (
+            "ratelimit_settled_tokens_total{direction=given_back,limit=llm}",
+            70,
+        ),
+        (
+            "ratelimit_settled_tokens_total{direction=taken,limit=llm}",
+            15,
+        ),
+        (
+            "ratelimit_settled_tokens_total{direction=taken,limit=llm.month}",
+            15,
+        ),
+    ] {
+        assert_eq!(counter(&all, series), n, "{series}: {all:?}");
+    }
+    assert!(
+        all.iter().all(|(n, _)| !n.contains("secret-user")),
+        "no key in a label: {all:?}"
+    );
 
     // Redis goes away: the fallback decides, and the limiter says it is degraded.
     server.kill();

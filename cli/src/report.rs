@@ -7,7 +7,8 @@ use crate::decide::{self, Decision};
 use crate::output::{Out, Style, duration_us};
 use crate::state::{self, View};
 use ratelimit_core::tools::{
-    Decoded, Part, StateKind, StateKindExt as _, Stored, decode_state, parse_bucket_key,
+    BucketState, Decoded, Part, StateKind, StateKindExt as _, Stored, decode_state,
+    parse_bucket_key,
 };
 
 /// One bucket (the JSON fields of `inspect`, and of each of `top`'s buckets).
@@ -38,6 +39,10 @@ pub(crate) struct Report {
     pub(crate) server_time_us: u64,
     /// What a call would be told now, when the limit is known.
     pub(crate) decision: Option<Decision>,
+    /// Tokens the bucket owes beyond empty (a settlement's overdraft, bounded by the limit's
+    /// `max_debt`), when the limit is known: a bucket's owed tokens beyond its burst, a fixed
+    /// window's count beyond its limit; `null` without a limit.
+    pub(crate) debt: Option<u64>,
     /// Anything the reader should know (a guessed algorithm, a state another algorithm wrote).
     pub(crate) note: Option<String>,
 }
@@ -111,8 +116,19 @@ impl Report {
             full_in_ms: read.ttl_ms,
             server_time_us: read.now_us,
             decision,
+            debt: limit.and_then(|(l, _)| debt(l, &decoded)),
             note: (!notes.is_empty()).then(|| notes.join("; ")),
         }
+    }
+
+    /// The debt for people: `None` when there is none (or the limit is unknown).
+    pub(crate) fn debt_shown(&self) -> Option<String> {
+        self.debt.filter(|&d| d > 0).map(|d| {
+            format!(
+                "{d} token{} below empty (a settlement's overdraft)",
+                if d == 1 { "" } else { "s" }
+            )
+        })
     }
 
     /// The name for people: `(unnamed)` for a bucket of `RateLimiter::check`.
@@ -188,5 +204,21 @@ impl Report {
                 d.remaining
             )
         })
+    }
+}
+
+/// What a bucket decoded as `decoded` owes beyond empty under `limit`: a settlement's
+/// overdraft (`Usage::settle`). `None` for a state that cannot owe.
+fn debt(limit: &Limit, decoded: &Decoded) -> Option<u64> {
+    let capacity = u64::from(limit.burst_capacity());
+    match decoded {
+        Decoded::State(BucketState::TokenBucket { tokens_owed, .. }) => {
+            Some(tokens_owed.saturating_sub(capacity))
+        }
+        Decoded::State(BucketState::FixedWindow { count, .. }) => {
+            Some(count.saturating_sub(capacity))
+        }
+        Decoded::Absent => Some(0),
+        _ => None,
     }
 }

@@ -1239,3 +1239,45 @@ fn servers_says_how_each_server_decides() {
         assert!(text.contains(&format!("{path} ({runs})")), "{text}");
     }
 }
+
+/// A settlement's overdraft (`Usage::settle` above the estimate) shows as the bucket's debt,
+/// with the limit: what it owes beyond empty, in JSON and for people; none on a bucket that
+/// only took what it held.
+#[test]
+fn inspect_shows_a_settlements_debt() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let limiter = rt.block_on(limiter(&server));
+    rt.block_on(async {
+        // 5 estimated, 8 used: 3 below empty (the debt bound is a burst, 5).
+        let usage = limiter
+            .check_estimate_named("api::orders", "debtor", &ORDERS, 5)
+            .await
+            .unwrap();
+        assert_eq!(usage.settle(8).await.unwrap().taken(), 3);
+        let usage = limiter
+            .check_estimate_named("api::orders", "payer", &ORDERS, 4)
+            .await
+            .unwrap();
+        assert_eq!(usage.settle(2).await.unwrap().given_back(), 2);
+    });
+    let doc = json(&server, &inspect_orders("debtor"));
+    assert_eq!(doc["state"]["tokens_owed"], 8);
+    assert_eq!(doc["debt"], 3);
+    assert_eq!(doc["decision"]["allowed"], false);
+    let doc = json(&server, &inspect_orders("payer"));
+    assert_eq!(doc["debt"], 0);
+    // Without the limit, the burst is unknown, and so is the debt.
+    let doc = json(
+        &server,
+        &["inspect", "--name", "api::orders", "--key", "debtor"],
+    );
+    assert!(doc["debt"].is_null());
+    let o = run(&server, &inspect_orders("debtor"), false);
+    assert_eq!(code(&o), 0, "{}", stderr(&o));
+    assert!(
+        stdout(&o).contains("3 tokens below empty"),
+        "{}",
+        stdout(&o)
+    );
+}

@@ -77,19 +77,13 @@ pub(crate) async fn run(args: Inspect, out: Out) -> Result<(), Failure> {
     }
 }
 
-/// Milliseconds since the epoch as a UTC date and time (days to a civil date: Howard
-/// Hinnant's `civil_from_days`).
+/// Milliseconds since the epoch as a UTC date and time (the calendar's civil date, the one
+/// the quotas by calendar period use).
 fn utc(ms: u64) -> String {
     let (days, ms_of_day) = (ms / 86_400_000, ms % 86_400_000);
-    let z = days + 719_468;
-    let era = z / 146_097;
-    let doe = z % 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + u64::from(month <= 2);
+    let (year, month, day) = ratelimit_core::tools::algorithms::calendar::civil_from_days(
+        i64::try_from(days).unwrap_or(i64::MAX),
+    );
     let s = ms_of_day / 1000;
     format!(
         "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02}.{:03} UTC",
@@ -115,6 +109,12 @@ fn human(out: &Out, prefix: &str, r: &Report) -> Result<(), Failure> {
         ]);
         if let Some(state) = &r.state {
             rows.push(vec![out.paint(Style::Bold, "state"), state.describe()]);
+        }
+        if let Some(debt) = r.debt_shown() {
+            rows.push(vec![
+                out.paint(Style::Bold, "debt"),
+                out.paint(Style::Yellow, &debt),
+            ]);
         }
         let full = match (r.full_at_ms, r.full_in_ms) {
             (Some(at), Some(_)) => format!("in {} ({})", r.full_in_shown(), utc(at)),
