@@ -31,6 +31,7 @@
 //! ```
 #![allow(clippy::print_stdout)]
 
+mod api_keys;
 mod report;
 mod serve_axum;
 mod service;
@@ -81,15 +82,8 @@ impl<S: Send + Sync> FromRequestParts<S> for Caller {
     type Rejection = (StatusCode, Json<Value>);
 
     async fn from_request_parts(parts: &mut Parts, _: &S) -> Result<Self, Self::Rejection> {
-        let key = parts.headers.get("x-api-key").and_then(|v| v.to_str().ok());
-        CALLERS
-            .iter()
-            .find(|(known, _)| Some(*known) == key)
-            .map(|&(id, plan)| Caller { id, plan })
-            .ok_or((
-                StatusCode::UNAUTHORIZED,
-                Json(json!({ "error": "unknown API key" })),
-            ))
+        let (id, plan) = api_keys::caller(parts, CALLERS)?;
+        Ok(Caller { id, plan })
     }
 }
 
