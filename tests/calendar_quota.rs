@@ -56,6 +56,51 @@ async fn a_monthly_quota_resets_at_the_month_on_the_memory_store() {
     assert!(monthly().await.is_err());
 }
 
+static BILLED: OnceLock<RateLimiter> = OnceLock::new();
+
+/// Each customer's quota resets on their own billing day: the call is given a tier built at
+/// run time, whose monthly limit is anchored on the customer's day (the bucket is the
+/// customer's whatever its tier).
+#[rate_limit(replenish = 2, unit = "month", key = customer, tier = billing(day), limited_status = 402, limiter = BILLED)]
+async fn billed(customer: &str, day: u8) -> Result<(), RateLimited> {
+    Ok(())
+}
+
+fn billing(day: u8) -> redis_ratelimit::Tier {
+    let limit = Limit::per_month(2).try_anchor(day).unwrap();
+    redis_ratelimit::Tier::try_new(format!("billed-on-{day}"), limit).unwrap()
+}
+
+/// Anchors per customer, on the memory store at February 14th, 23:59:59: the customer billed
+/// on the 15th has a second left of their month, the one billed on the 1st until March.
+#[tokio::test]
+async fn each_customer_s_month_starts_on_their_billing_day() {
+    let clock = ManualClock::starting_at_utc(utc(2028, 2, 14, (23, 59, 59)));
+    let limiter = RateLimiter::builder()
+        .memory_store(MemoryStore::with_clock(clock.clone()))
+        .build()
+        .await
+        .unwrap();
+    BILLED.set(limiter).unwrap();
+    for customer in ["on-15th", "on-1st"] {
+        let day = if customer == "on-15th" { 15 } else { 1 };
+        billed(customer, day).await.unwrap();
+        billed(customer, day).await.unwrap();
+        let refused = billed(customer, day).await.unwrap_err();
+        #[cfg(any(feature = "axum", feature = "actix-web"))]
+        assert_eq!(refused.status(), 402);
+        let left = if day == 15 {
+            Duration::from_secs(1)
+        } else {
+            Duration::from_micros(utc(2028, 3, 1, (0, 0, 0)) - utc(2028, 2, 14, (23, 59, 59)))
+        };
+        assert_eq!(refused.retry_after(), left, "{customer}");
+    }
+    clock.advance(Duration::from_secs(1));
+    billed("on-15th", 15).await.unwrap();
+    assert!(billed("on-1st", 1).await.is_err());
+}
+
 /// A billing day of the 31st at UTC+01:00 on the memory store: February's window starts on
 /// its last day (the 29th in 2028) at 23:00 UTC the day before, and runs to March 31st.
 #[tokio::test]

@@ -340,8 +340,9 @@ fn sf_string(s: &str) -> String {
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
 impl RateLimited {
-    /// The HTTP status of this rejection: 429 when the quota is exhausted, 403 when the call
-    /// had no key (waiting will not help; or the status its limit chose with
+    /// The HTTP status of this rejection: 429 when the quota is exhausted (or the status its
+    /// limit chose with `limited_status`, such as 402 or 403 for a monthly quota), 403 when
+    /// the call had no key (waiting will not help; or the status its limit chose with
     /// `empty_key_status`), 413 when it costs more than the burst holds (it never will
     /// pass), 503 when the limiter could not decide and its policy refuses.
     pub fn status(&self) -> StatusCode {
@@ -352,7 +353,10 @@ impl RateLimited {
                 .unwrap_or(StatusCode::FORBIDDEN),
             Source::CostExceedsBurst => StatusCode::PAYLOAD_TOO_LARGE,
             Source::FailClosed => StatusCode::SERVICE_UNAVAILABLE,
-            _ => StatusCode::TOO_MANY_REQUESTS,
+            _ => self
+                .limited_status()
+                .and_then(|s| StatusCode::from_u16(s).ok())
+                .unwrap_or(StatusCode::TOO_MANY_REQUESTS),
         }
     }
 
@@ -387,6 +391,18 @@ impl RateLimited {
         out.push(']');
         if !d.allowed && d.retry_after > Duration::ZERO {
             let _ = write!(out, ",\"retry-after\":{}", ceil_secs(d.retry_after));
+        }
+        // A limit that answers its refusals with a status of its own (a quota used up) says
+        // which quota, and when it comes back.
+        if self.limited_status().is_some() && kind == QUOTA_EXCEEDED {
+            let refusing = d.parts().get(d.tightest()).unwrap_or(d);
+            let detail = format!(
+                "the quota of {} is used up; it resets in {} s",
+                refusing.limit,
+                ceil_secs(refusing.retry_after)
+            );
+            out.push_str(",\"detail\":");
+            json_string(&mut out, &detail);
         }
         out.push('}');
         out
@@ -706,7 +722,9 @@ mod tests {
                 .zip(parts)
                 .collect(),
         );
-        let named = RateLimited::refused(verdict, "k".into(), None);
+        let decl =
+            crate::LimitDeclaration::new("a", Limit::per_second(1), 1, "Uri", file!(), line!());
+        let named = RateLimited::refused(verdict, "k".into(), &decl);
         assert_eq!(named.name(), Some("a"), "the tightest names the rejection");
         assert!(named.problem_json().contains("[\"a\",\"c\"]"));
     }

@@ -50,6 +50,8 @@ pub struct LimitDeclaration {
     empty_key: Option<EmptyKeyPolicy>,
     /// The HTTP status of a refusal for want of a key, when not 403.
     empty_key_status: Option<u16>,
+    /// The HTTP status of a refusal by this limit's bucket (its quota used up), when not 429.
+    limited_status: Option<u16>,
     /// The tiers a call may be given (`tiers = [..]`), as far as they are known.
     tiers: &'static [crate::Tier],
     /// A limit declared elsewhere that this function draws from (`shared = ".."`): its name is
@@ -121,6 +123,7 @@ impl LimitDeclaration {
             warned: AtomicU8::new(0),
             empty_key: None,
             empty_key_status: None,
+            limited_status: None,
             tiers: &[],
             shares: false,
             target: OnceLock::new(),
@@ -208,6 +211,18 @@ impl LimitDeclaration {
         self.empty_key = policy;
         self.empty_key_status = status;
         self
+    }
+
+    /// The same declaration, answering a refusal by its bucket with `status` instead of 429
+    /// (`#[rate_limit(limited_status = 402)]`: a quota used up is not a "slow down").
+    pub(crate) const fn with_limited_status(mut self, status: Option<u16>) -> LimitDeclaration {
+        self.limited_status = status;
+        self
+    }
+
+    /// The HTTP status this limit answers a call its bucket refused with, if not 429.
+    pub fn limited_status(&self) -> Option<u16> {
+        self.limited_status
     }
 
     /// This limit's own empty-key policy, if it has one (else the limiter's applies).

@@ -148,6 +148,9 @@ pub struct RateLimited {
     /// The HTTP status of a refusal for want of a key, when its limit chose one
     /// (`#[rate_limit(empty_key_status = ..)]`).
     empty_key_status: Option<u16>,
+    /// The HTTP status of a refusal by its limit's bucket, when its limit chose one
+    /// (`#[rate_limit(limited_status = ..)]`).
+    limited_status: Option<u16>,
 }
 
 impl RateLimited {
@@ -159,22 +162,24 @@ impl RateLimited {
             name: None,
             told: Told::One(None),
             empty_key_status: None,
+            limited_status: None,
         }
     }
 
-    /// The rejection of the call `verdict` refused, on `key`: answered with `empty_key_status`
-    /// when it is for want of a key and its limit chose one.
+    /// The rejection of the call `verdict` refused, on `key`, by the limit `decl`: answered
+    /// with the status its limit chose for a refusal for want of a key, or by its bucket.
     pub(crate) fn refused(
         verdict: Recorded,
         key: String,
-        empty_key_status: Option<u16>,
+        decl: &crate::LimitDeclaration,
     ) -> RateLimited {
         RateLimited {
             decision: verdict.decision,
             key,
             name: Some(Cow::Borrowed(verdict.name)),
             told: verdict.told,
-            empty_key_status,
+            empty_key_status: decl.empty_key_status(),
+            limited_status: decl.limited_status(),
         }
     }
 
@@ -194,6 +199,11 @@ impl RateLimited {
     /// The status a refusal for want of a key is answered with, when its limit chose one.
     pub(crate) fn empty_key_status(&self) -> Option<u16> {
         self.empty_key_status
+    }
+
+    /// The status a refusal by a bucket is answered with, when its limit chose one.
+    pub(crate) fn limited_status(&self) -> Option<u16> {
+        self.limited_status
     }
 
     /// The same rejection, naming the limit that refused it.
@@ -395,7 +405,17 @@ mod tests {
         let labelled: Vec<_> = several.labelled().map(|(l, _)| l.name).collect();
         assert_eq!(labelled, ["api::list", "api::tenant"]);
 
-        let rejection = RateLimited::refused(several.clone(), "k".into(), Some(429));
+        let decl = crate::LimitDeclaration::new(
+            "api::tenant",
+            crate::Limit::per_second(1),
+            1,
+            "Uri",
+            file!(),
+            line!(),
+        )
+        .with_empty_key(None, Some(429))
+        .with_limited_status(Some(402));
+        let rejection = RateLimited::refused(several.clone(), "k".into(), &decl);
         assert_eq!(rejection.name(), Some(several.name));
         assert_eq!(rejection.tier(), several.tier());
         let told: Vec<_> = rejection
@@ -406,6 +426,7 @@ mod tests {
         let shown_again: Vec<_> = rejection.shown_parts().map(|(name, _)| name).collect();
         assert_eq!(shown_again, shown);
         assert_eq!(rejection.empty_key_status(), Some(429));
+        assert_eq!(rejection.limited_status(), Some(402));
 
         let one = crate::verdict::Recorded::one(
             Label {

@@ -55,8 +55,13 @@ pub(crate) const ARGUMENTS: &[Arg] = &[
     })
     .concurrent()
     .shared(),
-    arg("empty_key_status", "401", |a, _, v, e| {
-        a.empty_key_status = status(&v, e);
+    arg("empty_key_status", "401", |a, n, v, e| {
+        a.empty_key_status = status(n, &v, e);
+    })
+    .concurrent()
+    .shared(),
+    arg("limited_status", "402", |a, n, v, e| {
+        a.limited_status = status(n, &v, e);
     })
     .concurrent()
     .shared(),
@@ -230,6 +235,8 @@ pub(crate) struct RateLimitArgs {
     pub(crate) empty_key: Option<(EmptyKeyPolicy, Span)>,
     /// `empty_key_status = 401`: the HTTP status of a refusal for want of a key.
     pub(crate) empty_key_status: Option<(u16, LitInt)>,
+    /// `limited_status = 402`: the HTTP status of a refusal by the limit's bucket.
+    pub(crate) limited_status: Option<(u16, LitInt)>,
     /// `concurrent = 2`: a concurrency limit, at most this many calls of a key in flight.
     pub(crate) concurrent: Option<Count>,
     /// `lease = "10s"`: a concurrency slot's lease, in microseconds.
@@ -299,6 +306,7 @@ impl RateLimitArgs {
             tiers: None,
             empty_key: None,
             empty_key_status: None,
+            limited_status: None,
             concurrent: None,
             lease: None,
             written: Vec::new(),
@@ -385,8 +393,9 @@ fn unknown(
     }
 }
 
-/// `empty_key_status`: an HTTP status code an error can be answered with (400 to 599).
-fn status(value: &Expr, errors: &mut Errors) -> Option<(u16, LitInt)> {
+/// `empty_key_status`, `limited_status`: an HTTP status code an error can be answered with
+/// (400 to 599).
+fn status(name: &Ident, value: &Expr, errors: &mut Errors) -> Option<(u16, LitInt)> {
     if let Expr::Lit(ExprLit {
         lit: Lit::Int(lit), ..
     }) = value
@@ -397,8 +406,10 @@ fn status(value: &Expr, errors: &mut Errors) -> Option<(u16, LitInt)> {
     }
     errors.at(
         value.span(),
-        "`empty_key_status` is an HTTP error status, an integer from 400 to 599: \
-         `empty_key_status = 401`",
+        format_args!(
+            "`{name}` is an HTTP error status, an integer from 400 to 599: `{name} = {}`",
+            if name == "empty_key_status" { 401 } else { 402 }
+        ),
     );
     None
 }

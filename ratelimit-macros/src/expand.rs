@@ -701,8 +701,24 @@ fn shared_declaration(
     }
 }
 
-/// `declaration` with the limit's own empty-key policy and status, when it has either.
+/// `declaration` with the limit's own empty-key policy and the statuses of its refusals (for
+/// want of a key, by its bucket), when it has any.
 fn with_empty_key(args: &RateLimitArgs, declaration: TokenStream) -> TokenStream {
+    let status_of = |status: &Option<(u16, syn::LitInt)>| match status {
+        Some((status, lit)) => {
+            let mut n = Literal::u16_unsuffixed(*status);
+            n.set_span(lit.span());
+            quote!(::core::option::Option::Some(#n))
+        }
+        None => quote!(::core::option::Option::None),
+    };
+    let declaration = match &args.limited_status {
+        None => declaration,
+        limited => {
+            let status = status_of(limited);
+            quote!(::redis_ratelimit::__private::with_limited_status(#declaration, #status))
+        }
+    };
     if args.empty_key.is_none() && args.empty_key_status.is_none() {
         return declaration;
     }
@@ -713,14 +729,7 @@ fn with_empty_key(args: &RateLimitArgs, declaration: TokenStream) -> TokenStream
         }
         None => quote!(::core::option::Option::None),
     };
-    let status = match &args.empty_key_status {
-        Some((status, lit)) => {
-            let mut n = Literal::u16_unsuffixed(*status);
-            n.set_span(lit.span());
-            quote!(::core::option::Option::Some(#n))
-        }
-        None => quote!(::core::option::Option::None),
-    };
+    let status = status_of(&args.empty_key_status);
     quote!(::redis_ratelimit::__private::with_empty_key(#declaration, #policy, #status))
 }
 

@@ -72,6 +72,7 @@ use proc_macro::TokenStream;
 /// | `shadow` | `true`, `false` | `false` | shadow mode: the limit decides, takes tokens, is logged, counted and described in the headers, but never refuses or delays a call (see `Limit::shadow`) |
 /// | `empty_key` | `"deny"`, `"allow"` | the limiter's (`"deny"` unless `enable_redis_rate_limit!(empty_key = ..)` says otherwise) | what a call whose `key` finds no key gets: refused, or let through unchecked ([below](#calls-without-a-key)) |
 /// | `empty_key_status` | an HTTP error status, 400 to 599 | `403` | the status of a refusal for want of a key (Spring's `emptyKeyStatus`) |
+/// | `limited_status` | an HTTP error status, 400 to 599 | `429` | the status of a refusal by this limit's bucket: a monthly quota used up is a 402 or a 403, not a "slow down"; its problem body then says which quota is used up and when it comes back (`Retry-After` too) |
 /// | `concurrent` | integer from 1 to 1,000,000 | none: a rate limit | a [concurrency limit](#concurrency-limits): at most this many calls of one key in flight |
 /// | `lease` | a duration written as `wait` is, from 1 ms to a day | `"30s"` | how long a concurrency slot outlives a process that died holding it; only with `concurrent` |
 /// | `shared` | a string: the `name` of a limit another function declares | none | this function [draws from that limit](#one-limit-for-several-functions) instead of declaring one |
@@ -82,7 +83,7 @@ use proc_macro::TokenStream;
 /// above `burst`) does not compile. A `cost` that names one of the function's parameters is
 /// computed on each call instead. `unit`, `algorithm`, `refill`, `policy`, `wait`, `jitter`,
 /// `lease`, `empty_key`, `name` and `shared` are string literals, `shadow` a `bool` literal
-/// and `empty_key_status` an integer literal, all checked by the macro. `key`, `cost`,
+/// and `empty_key_status` and `limited_status` integer literals, all checked by the macro. `key`, `cost`,
 /// `exempt`, `tier`, `count` and `settle` are ordinary Rust, evaluated on each call in the function's
 /// scope, its parameters included, before the body runs: their types are checked by the
 /// compiler, and an error is reported on the expression. A config override may change
@@ -736,11 +737,13 @@ pub fn enable_redis_rate_limit(options: TokenStream) -> TokenStream {
 ///   its response is made. `tiers` lists the tiers, as on a function.
 /// - A compile error, on the argument, saying why: `limiter` (a layer's limits are decided on
 ///   the limiter `enable_redis_rate_limit!` installed), `wait` and `jitter` (a layer's limit
-///   refuses at once).
+///   refuses at once), `settle` (a layer sees a response before its body has streamed: settle
+///   from the handler, with `RateLimiter::check_estimate`).
 ///
 /// The rest are as on a function: `replenish`, `burst`, `unit`, `algorithm`, `refill`,
-/// `initial`, `cost`, `policy`, `shadow`, `empty_key`, `empty_key_status`, `concurrent` and
-/// `lease` (a `concurrent` layer limit holds its slot until the response is made).
+/// `initial`, `cost`, `policy`, `shadow`, `empty_key`, `empty_key_status`,
+/// `limited_status`, `concurrent` and `lease` (a `concurrent` layer limit holds its slot
+/// until the response is made).
 ///
 /// ```
 /// use axum::{Router, routing::get};

@@ -81,6 +81,11 @@ pub const fn with_empty_key(
     decl.with_empty_key(policy, status)
 }
 
+/// `decl` answering a refusal by its bucket with `status` instead of 429.
+pub const fn with_limited_status(decl: LimitDeclaration, status: Option<u16>) -> LimitDeclaration {
+    decl.with_limited_status(status)
+}
+
 /// `decl` listing the tiers its calls may be given.
 pub const fn with_tiers(decl: LimitDeclaration, tiers: &'static [crate::Tier]) -> LimitDeclaration {
     decl.with_tiers(tiers)

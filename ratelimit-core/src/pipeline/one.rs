@@ -310,10 +310,6 @@ fn conclude(
         record(label.clone(), decision.clone());
         let verdict = Recorded::one(label, decision);
         let key = bucket.map(Cow::into_owned).unwrap_or_default();
-        Err(Box::new(RateLimited::refused(
-            verdict,
-            key,
-            decl.empty_key_status(),
-        )))
+        Err(Box::new(RateLimited::refused(verdict, key, decl)))
     }
 }

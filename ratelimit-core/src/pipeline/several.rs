@@ -192,11 +192,10 @@ pub(crate) async fn decide_all(
         #[cfg(any(feature = "axum", feature = "actix-web"))]
         super::scope::give_back_on_refusal();
         let (decl, key) = keys.swap_remove(tightest);
-        let status = decl.empty_key_status();
         Err(Box::new(RateLimited::refused(
             verdict,
             key.unwrap_or_default(),
-            status,
+            decl,
         )))
     }
 }
