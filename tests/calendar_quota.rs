@@ -101,6 +101,91 @@ async fn each_customer_s_month_starts_on_their_billing_day() {
     assert!(billed("on-1st", 1).await.is_err());
 }
 
+static RESOLVED: OnceLock<RateLimiter> = OnceLock::new();
+
+/// A customer and the billing day the auth middleware found for them.
+#[derive(Clone)]
+struct Account {
+    id: &'static str,
+    billing_day: u8,
+}
+
+/// The customer's key, and their billing day as the anchor of their monthly quota.
+struct Customer;
+
+impl redis_ratelimit::KeyResolver for Customer {
+    fn resolve<'a>(
+        &'a self,
+        ctx: &'a redis_ratelimit::RequestContext,
+    ) -> Option<std::borrow::Cow<'a, str>> {
+        ctx.extensions()
+            .get::<Account>()
+            .map(|a| std::borrow::Cow::Borrowed(a.id))
+    }
+
+    fn anchor(&self, ctx: &redis_ratelimit::RequestContext) -> Option<u8> {
+        ctx.extensions().get::<Account>().map(|a| a.billing_day)
+    }
+}
+
+#[rate_limit(replenish = 2, unit = "month", key = Customer, limiter = RESOLVED)]
+async fn by_customer() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+/// Stacked with a daily rate: the anchor applies to the month only.
+#[rate_limit(replenish = 2, unit = "month", key = Customer, name = "stacked.month", limiter = RESOLVED)]
+#[rate_limit(replenish = 100, unit = "day", key = Customer, name = "stacked.day", limiter = RESOLVED)]
+async fn by_customer_stacked() -> Result<(), RateLimited> {
+    Ok(())
+}
+
+/// Anchors from the key's resolver, on the memory store at February 14th, 23:59:59: the
+/// customer billed on the 15th has a second left of their month, the one billed on the 1st
+/// until March, one alone and one under stacked limits; a day no month has (32) is said once
+/// and the limit's own anchor (the 1st) used.
+#[tokio::test]
+async fn a_key_resolver_says_where_its_customer_s_month_starts() {
+    use redis_ratelimit::{RequestContext, context::scope};
+    let clock = ManualClock::starting_at_utc(utc(2028, 2, 14, (23, 59, 59)));
+    let limiter = RateLimiter::builder()
+        .memory_store(MemoryStore::with_clock(clock.clone()))
+        .build()
+        .await
+        .unwrap();
+    RESOLVED.set(limiter).unwrap();
+    let as_account =
+        |id, billing_day| RequestContext::new().with_extension(Account { id, billing_day });
+    let march = Duration::from_micros(utc(2028, 3, 1, (0, 0, 0)) - utc(2028, 2, 14, (23, 59, 59)));
+    for (id, day, left) in [
+        ("on-15th", 15, Duration::from_secs(1)),
+        ("on-1st", 1, march),
+        ("on-32nd", 32, march),
+    ] {
+        for _ in 0..2 {
+            scope(as_account(id, day), by_customer()).await.unwrap();
+            scope(as_account(id, day), by_customer_stacked())
+                .await
+                .unwrap();
+        }
+        let alone = scope(as_account(id, day), by_customer()).await.unwrap_err();
+        assert_eq!(alone.retry_after(), left, "{id}");
+        let stacked = scope(as_account(id, day), by_customer_stacked())
+            .await
+            .unwrap_err();
+        assert_eq!(stacked.name(), Some("stacked.month"));
+        assert_eq!(stacked.retry_after(), left, "{id}, stacked");
+    }
+    clock.advance(Duration::from_secs(1));
+    scope(as_account("on-15th", 15), by_customer())
+        .await
+        .unwrap();
+    scope(as_account("on-15th", 15), by_customer_stacked())
+        .await
+        .unwrap();
+    assert!(scope(as_account("on-1st", 1), by_customer()).await.is_err());
+}
+
 /// A billing day of the 31st at UTC+01:00 on the memory store: February's window starts on
 /// its last day (the 29th in 2028) at 23:00 UTC the day before, and runs to March 31st.
 #[tokio::test]

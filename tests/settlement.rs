@@ -150,7 +150,10 @@ async fn stacked_limits_settle_together(h: Harness) {
         .unwrap();
     assert!(matches!(
         usage.settle_each(&[1]).await,
-        Err(Error::NoLimits)
+        Err(Error::SettleCount {
+            limits: 2,
+            given: 1
+        })
     ));
 }
 

@@ -101,6 +101,18 @@ pub enum Error {
     )]
     SettleUnsupported,
 
+    /// [`Usage::settle_each`](crate::Usage::settle_each) was given another number of actual
+    /// costs than the call has limits.
+    #[error(
+        "a settlement needs one actual cost per limit of the call: {limits} limits, {given} costs"
+    )]
+    SettleCount {
+        /// The limits the call took from.
+        limits: usize,
+        /// The actual costs given.
+        given: usize,
+    },
+
     /// The key prefix would break the bucket keys' hash tags.
     #[error(
         "invalid prefix `{0}`: a prefix must not contain `{{` or `}}` (they would move keys between Redis Cluster slots)"
@@ -243,6 +255,7 @@ impl Error {
             Error::RefundNeedsBucket(_) => "RefundNeedsBucket",
             Error::CannotSettle(_) => "CannotSettle",
             Error::SettleUnsupported => "SettleUnsupported",
+            Error::SettleCount { .. } => "SettleCount",
             Error::InvalidPrefix(_) => "InvalidPrefix",
             Error::NoStore => "NoStore",
             Error::InvalidUrl { .. } => "InvalidUrl",

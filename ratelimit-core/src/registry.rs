@@ -449,6 +449,8 @@ pub(crate) enum Warning {
     Invalid = 5,
     /// A call's actual cost could not be settled (its estimate stays taken).
     CannotSettle = 6,
+    /// A key resolver's calendar anchor was out of range (the limit's own was used).
+    BadAnchor = 7,
 }
 
 impl fmt::Debug for LimitDeclaration {

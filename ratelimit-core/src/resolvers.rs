@@ -40,6 +40,39 @@ pub trait KeyResolver: Send + Sync + 'static {
     /// The key of this call, or `None` when it has none (then the empty-key policy applies:
     /// deny by default).
     fn resolve<'a>(&'a self, ctx: &'a RequestContext) -> Option<Cow<'a, str>>;
+
+    /// Where the calendar periods of this call's key start, for a quota by calendar period
+    /// (`unit = "month"` or `"week"`): the day of the month (1 to 31; a month without it
+    /// starts on its last day) or of the week (1 Monday to 7 Sunday), such as a customer's
+    /// billing day, read from the request as the key is. `None` (the default) keeps the
+    /// limit's own anchor; a limit of another unit ignores it. A day out of range is said
+    /// once (a warning) and the limit's anchor used.
+    ///
+    /// ```
+    /// use std::borrow::Cow;
+    /// use ratelimit_core::{KeyResolver, RequestContext};
+    ///
+    /// /// The customer, with the billing day the auth middleware found for them.
+    /// #[derive(Clone)]
+    /// struct Account { id: String, billing_day: u8 }
+    /// struct Customer;
+    ///
+    /// impl KeyResolver for Customer {
+    ///     fn resolve<'a>(&'a self, ctx: &'a RequestContext) -> Option<Cow<'a, str>> {
+    ///         ctx.extensions().get::<Account>().map(|a| Cow::Borrowed(a.id.as_str()))
+    ///     }
+    ///     fn anchor(&self, ctx: &RequestContext) -> Option<u8> {
+    ///         ctx.extensions().get::<Account>().map(|a| a.billing_day)
+    ///     }
+    /// }
+    ///
+    /// let ctx = RequestContext::new().with_extension(Account { id: "acme".into(), billing_day: 17 });
+    /// assert_eq!(Customer.anchor(&ctx), Some(17));
+    /// ```
+    fn anchor(&self, ctx: &RequestContext) -> Option<u8> {
+        let _ = ctx;
+        None
+    }
 }
 
 /// The request's path, without the query and normalised: `/orders/1` and `/orders/2` are two
@@ -273,11 +306,19 @@ impl<K: KeyResolver + ?Sized> KeyResolver for Box<K> {
     fn resolve<'a>(&'a self, ctx: &'a RequestContext) -> Option<Cow<'a, str>> {
         (**self).resolve(ctx)
     }
+
+    fn anchor(&self, ctx: &RequestContext) -> Option<u8> {
+        (**self).anchor(ctx)
+    }
 }
 
 impl<K: KeyResolver + ?Sized> KeyResolver for std::sync::Arc<K> {
     fn resolve<'a>(&'a self, ctx: &'a RequestContext) -> Option<Cow<'a, str>> {
         (**self).resolve(ctx)
+    }
+
+    fn anchor(&self, ctx: &RequestContext) -> Option<u8> {
+        (**self).anchor(ctx)
     }
 }
 
@@ -309,6 +350,13 @@ macro_rules! tuple_resolver {
                 let mut out = String::new();
                 $( push_component(&mut out, &$name.resolve(ctx)?); )+
                 Some(Cow::Owned(out))
+            }
+
+            /// The first component's anchor that has one.
+            #[allow(non_snake_case)]
+            fn anchor(&self, ctx: &RequestContext) -> Option<u8> {
+                let ($($name,)+) = self;
+                None $( .or_else(|| $name.anchor(ctx)) )+
             }
 
         }

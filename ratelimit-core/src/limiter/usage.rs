@@ -89,17 +89,21 @@ impl Usage {
     /// [`settle`](Usage::settle) with each limit's own actual cost, in the order of the
     /// call's limits (for limits that count different things).
     ///
+    /// Any `u32` is an actual cost (what the debt bound does not allow is not taken).
+    ///
     /// # Errors
-    /// [`Error::CostExceedsBurst`]-free: any `u32` is an actual cost. [`Error::NoLimits`]
-    /// when `actual` does not name one cost per limit of an admitted call; otherwise the
-    /// store's (the estimate then stays taken).
+    /// [`Error::SettleCount`] when `actual` does not name one cost per limit of an admitted
+    /// call; otherwise the store's (the estimate then stays taken).
     pub async fn settle_each(mut self, actual: &[u32]) -> Result<Settlement, Error> {
         let taken = std::mem::take(&mut self.taken);
         if taken.is_empty() {
             return Ok(Settlement { each: Vec::new() });
         }
         if actual.len() != taken.len() {
-            return Err(Error::NoLimits);
+            return Err(Error::SettleCount {
+                limits: taken.len(),
+                given: actual.len(),
+            });
         }
         let (parts, names): (Vec<TakenPart>, Vec<Option<String>>) = taken.into_iter().unzip();
         let each = self.limiter.settle_parts(&parts, actual).await?;

@@ -369,6 +369,29 @@ pub(super) fn before_key(
     }
 }
 
+/// `limit` with the calendar anchor the call's key resolver gave (`KeyResolver::anchor`), for
+/// a quota by calendar period: a customer's billing day. A limit of another unit keeps its
+/// own; a day out of range is said once and the limit's own anchor kept.
+pub(super) fn anchored(decl: &'static LimitDeclaration, limit: &mut Limit, anchor: Option<u8>) {
+    let Some(day) = anchor else {
+        return;
+    };
+    if limit.calendar().is_none() {
+        return;
+    }
+    match limit.try_anchor(day) {
+        Ok(anchored) => *limit = anchored,
+        Err(e) => decl.warn_once(
+            Warning::BadAnchor,
+            &format_args!(
+                "the key resolver of `{}` gave the calendar anchor {day}, which its limit {limit} \
+                 cannot start on ({e}); the limit's own anchor is used",
+                decl.name()
+            ),
+        ),
+    }
+}
+
 /// The refusal of a call given a tier whose limit is not of its declaration's kind (a rate's
 /// tier on a concurrency limit, or the other way round): a misuse no call can mean, said once.
 #[cold]

@@ -7,7 +7,7 @@ use std::future::Future;
 use std::pin::Pin;
 
 use super::Local;
-use super::call::{Before, Call, KeyArg, Taken, before_key, settle};
+use super::call::{Before, Call, KeyArg, Taken, anchored, before_key, settle};
 use super::scope::{record_current, with_current};
 use super::{check_all, limiter_or_unenabled, report_missing_piece};
 use crate::check::Check;
@@ -160,6 +160,8 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
                 key: &resolved,
             },
         };
+        // A quota by calendar period starts where the key's resolver says (a billing day).
+        anchored(decl, &mut effective.limit, key.anchor(ctx));
         let (limit, cost) = (&effective.limit, effective.cost);
         // Validated once, not per call: a declaration's limit and cost when the macro
         // expanded, an override's when it was read (`overrides.rs`, at enable and reload).

@@ -2,7 +2,7 @@
 //! left pending for the handler's check): every key settled and resolved, then every limit
 //! decided together, all or nothing, and concluded as one verdict.
 
-use super::call::{Before, Call, KeyArg, before_key, settle};
+use super::call::{Before, Call, KeyArg, anchored, before_key, settle};
 use super::scope::{record_current, with_current};
 use super::{limiter_or_unenabled, report_missing_piece};
 use crate::check::Check;
@@ -69,16 +69,20 @@ pub(crate) async fn decide_all(
         .map(|((decl, _, call), e)| before_key(decl, call, e))
         .collect();
     // Only the limits still to decide look at their keys.
+    // And where each limit's calendar periods start, when its key's resolver says.
     let (buckets, in_scope): (Vec<Option<String>>, bool) = with_current(|ctx, scope| {
         let buckets = limits
             .iter()
             .zip(&before)
+            .zip(&mut effective)
             .enumerate()
-            .map(|(i, ((decl, ..), before))| {
+            .map(|(i, (((decl, ..), before), e))| {
                 let key = key_of(i).resolver();
-                matches!(before, Before::Check)
-                    .then(|| resolving(decl.name(), || key.resolve(ctx)))
-                    .flatten()
+                if !matches!(before, Before::Check) {
+                    return None;
+                }
+                anchored(decl, &mut e.limit, key.anchor(ctx));
+                resolving(decl.name(), || key.resolve(ctx))
                     .filter(|k| !k.is_empty())
                     .map(|k| limiter.named_bucket_key(decl.name(), &k))
             })
