@@ -297,15 +297,21 @@ impl RateLimiter {
             return Err(Error::SettleUnsupported);
         };
         on_tokio()?;
-        // One call for the parts taken together (one node, one time); parts decided across
-        // the nodes of a cluster, each on its own.
-        let first = parts[by_store[0]].at;
-        let groups: Vec<Vec<usize>> =
-            if first != 0 && by_store.iter().all(|&i| parts[i].at == first) {
-                vec![by_store]
-            } else {
-                by_store.into_iter().map(|i| vec![i]).collect()
-            };
+        // One call for the parts taken together: one node, one server time (on a cluster, a
+        // call's limits on several masters were each decided at their own); a part whose
+        // time is unknown goes alone.
+        let mut groups: Vec<Vec<usize>> = Vec::new();
+        for i in by_store {
+            let at = parts[i].at;
+            let node = store.node_of(&parts[i].bucket);
+            match groups.iter_mut().find(|g| {
+                let first = &parts[g[0]];
+                at != 0 && first.at == at && store.node_of(&first.bucket) == node
+            }) {
+                Some(group) => group.push(i),
+                None => groups.push(vec![i]),
+            }
+        }
         for group in groups {
             let checks: Vec<Check<'_>> = group
                 .iter()

@@ -16,12 +16,13 @@ use crate::check::Check;
 impl RedisStore {
     /// Reserves master by master (or slot by slot, without `by_master` or a map of the
     /// masters), in a fixed order: the lowest slot each serves. Gives back on the first
-    /// refusal, and asks the rest without taking, so that every limit still answers.
+    /// refusal, and asks the rest without taking, so that every limit still answers. Answers
+    /// each limit's four numbers and the server time its node decided it at.
     pub(super) async fn check_across_nodes(
         &self,
         checks: &[Check<'_>],
         by_master: bool,
-    ) -> Result<Vec<[u64; 4]>, Error> {
+    ) -> Result<(Vec<[u64; 4]>, Vec<u64>), Error> {
         let masters = if by_master {
             self.slot_masters().await
         } else {
@@ -44,6 +45,7 @@ impl RedisStore {
             }
         }
         let mut numbers = vec![[0u64; 4]; checks.len()];
+        let mut ats = vec![0u64; checks.len()];
         let mut reserved: Vec<(Vec<usize>, GroupReply)> = Vec::new();
         let mut refused = false;
         for group in groups {
@@ -60,6 +62,7 @@ impl RedisStore {
             };
             for (&i, n) in group.iter().zip(&reply.numbers) {
                 numbers[i] = *n;
+                ats[i] = reply.now;
             }
             if reply
                 .numbers
@@ -80,7 +83,7 @@ impl RedisStore {
                 reserved.push((group, reply));
             }
         }
-        Ok(numbers)
+        Ok((numbers, ats))
     }
 
     /// Each slot's master, as the lowest slot it serves, from `CLUSTER SLOTS` (read once, kept

@@ -410,7 +410,7 @@ impl RedisStore {
     /// The node that serves `key`, as coalescing names nodes: 0 outside a cluster; on one,
     /// the lowest slot of the key's master, or while the masters are not known (they are
     /// then read in the background) the key's slot plus 2^16.
-    pub(super) fn node_of(&self, key: &str) -> u32 {
+    pub(crate) fn node_of(&self, key: &str) -> u32 {
         if !self.is_cluster() {
             return 0;
         }

@@ -495,6 +495,14 @@ impl RedisStore {
     /// group refuses (see the guide's "Several limits").
     pub(super) async fn check_several(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, Error> {
         let keys: Vec<&str> = checks.iter().map(|c| c.bucket).collect();
+        // On a cluster, a call whose buckets several masters serve is decided across them
+        // from the start: a script that reaches a key its node does not serve fails only
+        // when it writes it, after it wrote the limits before it, and those would be taken
+        // again across the nodes.
+        if self.is_cluster() && !self.one_master(&keys).await {
+            let (numbers, ats) = self.across_nodes(checks).await?;
+            return Ok(decisions(&numbers, checks, &ats));
+        }
         let specs = Spec::all(checks);
         let call = Call {
             keys: &keys,
@@ -504,23 +512,50 @@ impl RedisStore {
             Ok(reply) => parse_group(&reply, checks.len()),
             Err(e) => Err(Error::from(e)),
         };
-        // Decided across nodes, the limits' server times differ, and none is told.
-        let (numbers, at) = match decided {
-            Ok(group) => (group.numbers, group.now),
+        // Decided across nodes, each limit at its node's time.
+        let (numbers, ats) = match decided {
+            Ok(group) => {
+                let ats = vec![group.now; checks.len()];
+                (group.numbers, ats)
+            }
+            // The slots moved since they were read (a resharding): across the nodes.
             Err(e) if self.is_cluster() && is_non_local(&e) => {
-                let numbers = match self.check_across_nodes(checks, true).await {
-                    Err(e) if is_non_local(&e) => {
-                        // The slots moved since they were read: by slot, which needs no map.
-                        self.forget_masters();
-                        self.check_across_nodes(checks, false).await?
-                    }
-                    other => other?,
-                };
-                (numbers, 0)
+                self.forget_masters();
+                self.across_nodes(checks).await?
             }
             Err(e) => return Err(e),
         };
-        Ok(decisions(&numbers, checks, at))
+        Ok(decisions(&numbers, checks, &ats))
+    }
+
+    /// Whether one master serves every key (by the map of the masters, read once; without
+    /// it, whether they share a slot).
+    async fn one_master(&self, keys: &[&str]) -> bool {
+        let slot = |k: &str| crate::naming::key_slot(k.as_bytes());
+        let first = slot(keys[0]);
+        if keys.iter().all(|k| slot(k) == first) {
+            return true;
+        }
+        match self.slot_masters().await {
+            Some(masters) => {
+                let master = |k: &str| masters.get(usize::from(slot(k))).copied();
+                keys.iter().all(|k| master(k) == master(keys[0]))
+            }
+            None => false,
+        }
+    }
+
+    /// [`check_across_nodes`](Self::check_across_nodes) by master, or by slot once the slots
+    /// moved since the map was read.
+    async fn across_nodes(&self, checks: &[Check<'_>]) -> Result<(Vec<[u64; 4]>, Vec<u64>), Error> {
+        match self.check_across_nodes(checks, true).await {
+            Err(e) if is_non_local(&e) => {
+                // By slot, which needs no map.
+                self.forget_masters();
+                self.check_across_nodes(checks, false).await
+            }
+            other => other,
+        }
     }
 
     /// Gives back the `cost` tokens a call reserved on the bucket `key` and gave up waiting
@@ -547,7 +582,7 @@ impl RedisStore {
     ) -> Result<Decision, Error> {
         let checks = [Check::new(key, limit, cost)];
         let group = self.run_group(&checks, Mode::Peek).await?;
-        decisions(&group.numbers, &checks, group.now)
+        decisions(&group.numbers, &checks, &[group.now])
             .pop()
             .ok_or_else(|| Error::BadReply("no decision".to_owned()))
     }
@@ -662,12 +697,13 @@ fn parse_group(reply: &Value, n: usize) -> Result<GroupReply, Error> {
 
 /// Each limit's decision from its four numbers (a limit that would have admitted a refused
 /// call answers as it stands: it kept its tokens).
-/// Decided at `at` on the server's clock (0: not told).
-fn decisions(numbers: &[[u64; 4]], checks: &[Check<'_>], at: u64) -> Vec<Decision> {
+/// Each decided at its `ats` on its server's clock (0: not told).
+fn decisions(numbers: &[[u64; 4]], checks: &[Check<'_>], ats: &[u64]) -> Vec<Decision> {
     numbers
         .iter()
         .zip(checks)
-        .map(|(n, check)| {
+        .zip(ats.iter().copied().chain(std::iter::repeat(0)))
+        .map(|((n, check), at)| {
             Decision::new(
                 n[0] == 1,
                 n[1],
