@@ -722,9 +722,7 @@ mod tests {
                 .zip(parts)
                 .collect(),
         );
-        let decl =
-            crate::LimitDeclaration::new("a", Limit::per_second(1), 1, "Uri", file!(), line!());
-        let named = RateLimited::refused(verdict, "k".into(), &decl);
+        let named = RateLimited::refused(verdict, "k".into(), Default::default());
         assert_eq!(named.name(), Some("a"), "the tightest names the rejection");
         assert!(named.problem_json().contains("[\"a\",\"c\"]"));
     }

@@ -225,6 +225,14 @@ impl LimitDeclaration {
         self.limited_status
     }
 
+    /// The statuses this limit's refusals are answered with.
+    pub(crate) fn statuses(&self) -> crate::verdict::Statuses {
+        crate::verdict::Statuses {
+            empty_key: self.empty_key_status,
+            limited: self.limited_status,
+        }
+    }
+
     /// This limit's own empty-key policy, if it has one (else the limiter's applies).
     pub fn empty_key_policy(&self) -> Option<EmptyKeyPolicy> {
         self.empty_key

@@ -135,6 +135,16 @@ impl Recorded {
     }
 }
 
+/// The HTTP statuses a limit answers its refusals with, when not the defaults
+/// (`#[rate_limit(empty_key_status = .., limited_status = ..)]`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub(crate) struct Statuses {
+    /// Of a refusal for want of a key (else 403).
+    pub(crate) empty_key: Option<u16>,
+    /// Of a refusal by the limit's bucket (else 429).
+    pub(crate) limited: Option<u16>,
+}
+
 /// A call that was refused by its rate limit. Handlers return it (through their error type's
 /// `From<RateLimited>`) instead of running; with the `axum` feature it becomes a 429 response.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,20 +176,16 @@ impl RateLimited {
         }
     }
 
-    /// The rejection of the call `verdict` refused, on `key`, by the limit `decl`: answered
-    /// with the status its limit chose for a refusal for want of a key, or by its bucket.
-    pub(crate) fn refused(
-        verdict: Recorded,
-        key: String,
-        decl: &crate::LimitDeclaration,
-    ) -> RateLimited {
+    /// The rejection of the call `verdict` refused, on `key`: answered with the statuses its
+    /// limit chose (`statuses`: for want of a key, by its bucket), when it chose them.
+    pub(crate) fn refused(verdict: Recorded, key: String, statuses: Statuses) -> RateLimited {
         RateLimited {
             decision: verdict.decision,
             key,
             name: Some(Cow::Borrowed(verdict.name)),
             told: verdict.told,
-            empty_key_status: decl.empty_key_status(),
-            limited_status: decl.limited_status(),
+            empty_key_status: statuses.empty_key,
+            limited_status: statuses.limited,
         }
     }
 
@@ -405,17 +411,11 @@ mod tests {
         let labelled: Vec<_> = several.labelled().map(|(l, _)| l.name).collect();
         assert_eq!(labelled, ["api::list", "api::tenant"]);
 
-        let decl = crate::LimitDeclaration::new(
-            "api::tenant",
-            crate::Limit::per_second(1),
-            1,
-            "Uri",
-            file!(),
-            line!(),
-        )
-        .with_empty_key(None, Some(429))
-        .with_limited_status(Some(402));
-        let rejection = RateLimited::refused(several.clone(), "k".into(), &decl);
+        let statuses = super::Statuses {
+            empty_key: Some(429),
+            limited: Some(402),
+        };
+        let rejection = RateLimited::refused(several.clone(), "k".into(), statuses);
         assert_eq!(rejection.name(), Some(several.name));
         assert_eq!(rejection.tier(), several.tier());
         let told: Vec<_> = rejection

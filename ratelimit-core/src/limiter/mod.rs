@@ -20,6 +20,7 @@ mod usage;
 
 pub use builder::{DEFAULT_PREFIX, RateLimiterBuilder};
 pub use concurrency::{Entered, Slot};
+pub(crate) use usage::TakenPart;
 pub use usage::{Settlement, Usage};
 
 use std::fmt;

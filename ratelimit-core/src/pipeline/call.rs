@@ -10,6 +10,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use super::scope::with_current;
 use crate::async_key::ErasedAsync;
 use crate::decision::{Label, Source};
+use crate::limiter::TakenPart;
 use crate::registry::{Effective, LimitDeclaration, Warning};
 use crate::request::resolving;
 use crate::{Decision, KeyResolver, Limit, RateLimiter, RequestContext, Tier};
@@ -184,18 +185,6 @@ impl fmt::Debug for Released {
 /// The tokens a call took under one limit, kept until its outcome says whether it counts.
 #[derive(Debug, Clone, Default)]
 pub struct Taken(Arc<Mutex<Vec<TakenPart>>>);
-
-/// One bucket's tokens a call took, and who decided it (a refund goes back to the same).
-#[derive(Debug)]
-pub(crate) struct TakenPart {
-    pub(crate) bucket: String,
-    pub(crate) limit: Limit,
-    pub(crate) cost: u32,
-    pub(crate) source: Source,
-    /// When the store took them, on its clock (0: not told): a window's settlement finds the
-    /// window they were taken from by it.
-    pub(crate) at: u64,
-}
 
 impl Taken {
     /// Keeps the tokens `decision` took from `bucket`, if it took any: an admitted call,

@@ -24,7 +24,6 @@ mod without_store;
 
 use std::sync::LazyLock;
 
-pub(crate) use call::TakenPart;
 #[cfg(any(feature = "axum", feature = "actix-web"))]
 pub(crate) use call::release_all;
 pub use call::{Call, Cost, Fixed, Holding, KeyArg, Taken};

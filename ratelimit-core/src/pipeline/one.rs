@@ -312,6 +312,10 @@ fn conclude(
         record(label.clone(), decision.clone());
         let verdict = Recorded::one(label, decision);
         let key = bucket.map(Cow::into_owned).unwrap_or_default();
-        Err(Box::new(RateLimited::refused(verdict, key, decl)))
+        Err(Box::new(RateLimited::refused(
+            verdict,
+            key,
+            decl.statuses(),
+        )))
     }
 }

@@ -199,7 +199,7 @@ pub(crate) async fn decide_all(
         Err(Box::new(RateLimited::refused(
             verdict,
             key.unwrap_or_default(),
-            decl,
+            decl.statuses(),
         )))
     }
 }
