@@ -216,7 +216,7 @@ impl MemoryStore {
     }
 
     /// [`check_now`](MemoryStore::check_now) on a key given as its bytes (the limiter's, built
-    /// on the stack), answering the bucket's outcome: 40 bytes, against a [`Decision`]'s 96,
+    /// on the stack), answering the bucket's outcome: 40 bytes, against a [`Decision`]'s 112,
     /// which the limiter builds once, where it returns it (moving a `Decision` out through
     /// each layer was a fifth of a memory check, docs/benchmarks.md 4.6).
     #[inline]
