@@ -26,8 +26,8 @@
 //! ```sh
 //! REDIS_URL=redis://127.0.0.1:6379 PORT=8080 \
 //!     cargo run -p redis-ratelimit-examples --example llm_gateway --features axum
-//! curl -N -H 'x-api-key: free-1' -d '{"prompt":"hello there","max_tokens":64}' \
-//!     localhost:8080/v1/completions
+//! curl -N -H 'x-api-key: free-1' -H 'content-type: application/json' \
+//!     -d '{"prompt":"hello there","max_tokens":64}' localhost:8080/v1/completions
 //! curl -H 'x-api-key: free-1' localhost:8080/v1/usage
 //! ```
 #![allow(clippy::print_stdout)]
