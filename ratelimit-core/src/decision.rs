@@ -347,6 +347,16 @@ impl Decision {
         self
     }
 
+    /// The decision of a memory store's outcome, whose `new_state` is the store's time when
+    /// it wrote the bucket (the decision's time, which a settlement reads).
+    pub(crate) fn from_store_outcome(
+        o: &crate::algorithm::Outcome<u64>,
+        limit: Limit,
+        cost: u32,
+    ) -> Decision {
+        Decision::from_outcome(o, limit, cost).decided_at(o.new_state.unwrap_or(0))
+    }
+
     pub(crate) fn from_outcome<S>(
         o: &crate::algorithm::Outcome<S>,
         limit: Limit,

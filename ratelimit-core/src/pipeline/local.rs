@@ -98,13 +98,12 @@ impl RateLimiter {
         &self,
         limit: &Limit,
         cost: u32,
-        check: impl FnOnce(&MemoryStore) -> Outcome<()>,
+        check: impl FnOnce(&MemoryStore) -> Outcome<u64>,
     ) -> Local {
         let Engine::Local(store) = &self.inner.engine else {
             return Local::Later(None);
         };
-        let at = store.window_time(limit.algorithm_kind() == crate::Algorithm::FixedWindow);
-        let mut decision = Decision::from_outcome(&check(store), *limit, cost).decided_at(at);
+        let mut decision = Decision::from_store_outcome(&check(store), *limit, cost);
         if must_wait(std::slice::from_mut(&mut decision)) {
             Local::Later(Some(decision))
         } else {

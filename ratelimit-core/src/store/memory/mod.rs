@@ -220,7 +220,7 @@ impl MemoryStore {
     /// which the limiter builds once, where it returns it (moving a `Decision` out through
     /// each layer was a fifth of a memory check, docs/benchmarks.md 4.6).
     #[inline]
-    pub(crate) fn check_bytes(&self, key: &[u8], limit: &Limit, cost: u32) -> Outcome<()> {
+    pub(crate) fn check_bytes(&self, key: &[u8], limit: &Limit, cost: u32) -> Outcome<u64> {
         self.check_with(key, Kernel::of(limit), cost)
     }
 
@@ -258,18 +258,17 @@ impl MemoryStore {
     ) -> Decision {
         let (kernel, seeded) = share_kernel(&check, instances, short_of_full);
         let key = check.bucket.as_bytes();
-        let at = self.window_time(matches!(kernel, Kernel::Fixed(..)));
         let outcome = if seeded {
             self.check_seeded(key, kernel, check.cost)
         } else {
             self.check_with(key, kernel, check.cost)
         };
-        Decision::from_outcome(&outcome, *check.limit, check.cost).decided_at(at)
+        Decision::from_store_outcome(&outcome, *check.limit, check.cost)
     }
 
     /// [`check_with`](Self::check_with) for a kernel seeded from what the store last said:
     /// under the exclusive lock, on the stricter of the bucket there and the seeded one.
-    fn check_seeded(&self, key: &[u8], kernel: Kernel, cost: u32) -> Outcome<()> {
+    fn check_seeded(&self, key: &[u8], kernel: Kernel, cost: u32) -> Outcome<u64> {
         let inner = &*self.inner;
         let now = inner.clock.now_micros();
         let hash = inner.hash(key);
@@ -279,11 +278,17 @@ impl MemoryStore {
             Some(entry) => {
                 let slot = stricter(kernel, now, Some(&entry.1));
                 let outcome = decide(kernel, now, shift, slot, u64::from(cost));
-                outcome.map_state(|new_state| entry.1 = new_state)
+                outcome.map_state(|new_state| {
+                    entry.1 = new_state;
+                    now
+                })
             }
             None => {
                 let outcome = decide(kernel, now, shift, None, u64::from(cost));
-                outcome.map_state(|new_state| inner.insert(&mut shard, hash, key, new_state, now))
+                outcome.map_state(|new_state| {
+                    inner.insert(&mut shard, hash, key, new_state, now);
+                    now
+                })
             }
         }
     }
@@ -322,20 +327,6 @@ impl MemoryStore {
         match given {
             Some(slot) => entry.get_mut().1 = slot,
             None => drop(entry.remove()),
-        }
-    }
-
-    /// The time a decision by `kernel` is told it was made at (0: not told), which a fixed
-    /// window's settlement reads to find the window the call took from: the clock read
-    /// before the decision, so that a window that ends in between gives back nothing, never
-    /// tokens of a window the call did not take from. Only a window's (a bucket needs no
-    /// time, and its hot path no second clock read).
-    #[inline]
-    pub(crate) fn window_time(&self, fixed_window: bool) -> u64 {
-        if fixed_window {
-            self.inner.clock.now_micros()
-        } else {
-            0
         }
     }
 
@@ -572,7 +563,9 @@ impl MemoryStore {
         decisions
     }
 
-    fn check_with(&self, key: &[u8], kernel: Kernel, cost: u32) -> Outcome<()> {
+    /// The call's outcome; its `new_state` the store's time when it wrote the bucket (what a
+    /// settlement of the tokens it took needs), read once, as the decision's.
+    fn check_with(&self, key: &[u8], kernel: Kernel, cost: u32) -> Outcome<u64> {
         let inner = &*self.inner;
         let now = inner.clock.now_micros();
         let hash = inner.hash(key);
@@ -583,7 +576,7 @@ impl MemoryStore {
                 && let Some(outcome) = bucket.decide_shared(now, p, u64::from(cost))
             {
                 drop(shared);
-                return outcome;
+                return outcome.map_state(|()| now);
             }
         }
         let mut shard = lock(shard);
@@ -593,11 +586,17 @@ impl MemoryStore {
         let outcome = match shard.table.find_mut(hash, |e| &*e.0 == key) {
             Some(entry) => {
                 let outcome = decide(kernel, now, shift, Some(&entry.1), u64::from(cost));
-                outcome.map_state(|new_state| entry.1 = new_state)
+                outcome.map_state(|new_state| {
+                    entry.1 = new_state;
+                    now
+                })
             }
             None => {
                 let outcome = decide(kernel, now, shift, None, u64::from(cost));
-                outcome.map_state(|new_state| inner.insert(&mut shard, hash, key, new_state, now))
+                outcome.map_state(|new_state| {
+                    inner.insert(&mut shard, hash, key, new_state, now);
+                    now
+                })
             }
         };
         drop(shard);
