@@ -77,6 +77,27 @@ async fn a_window_settles_in_the_window_it_took_from(h: Harness) {
     assert!(refused.retry_after > Duration::ZERO);
 }
 
+async fn a_sliding_log_settles_its_entries(h: Harness) {
+    let log = Limit::per_hour(10).algorithm(Algorithm::SlidingLog);
+    // Given back: entries of the take's instant go.
+    assert_eq!(settle(&h, "log", &log, 5, 2).await, (0, 3));
+    assert_eq!(remaining(&h, "log", &log).await, 8);
+    // Taken: entries added now.
+    assert_eq!(settle(&h, "log", &log, 2, 5).await, (3, 0));
+    assert_eq!(remaining(&h, "log", &log).await, 3);
+    // Into debt up to its bound: 3 held after the estimate of 3... none left, then 4 more.
+    let owing = log.max_debt(4);
+    assert_eq!(settle(&h, "log", &owing, 3, 20).await, (4, 0));
+    let refused = h.check("log", &owing, 1).await.d;
+    assert!(!refused.allowed);
+    assert_eq!(refused.remaining, 0);
+    // The call's token needs five of the entries gone: the hour's.
+    assert!(
+        refused.retry_after > Duration::from_secs(3_500),
+        "{refused:?}"
+    );
+}
+
 async fn the_debt_stops_at_its_bound_and_retry_after_counts_it(h: Harness) {
     // Ten tokens an hour, one back every 6 minutes, owing at most four.
     let limit = Limit::per_hour(10).max_debt(4);
@@ -196,7 +217,6 @@ async fn a_dropped_or_panicking_call_keeps_its_estimate(h: Harness) {
 async fn limits_that_cannot_owe_are_refused_before_anything_is_taken(h: Harness) {
     let cannot = [
         Limit::per_hour(10).algorithm(Algorithm::SlidingWindow),
-        Limit::per_hour(10).algorithm(Algorithm::SlidingLog),
         Limit::per_hour(10).refill(Refill::Interval),
         Limit::concurrent(3),
     ];
@@ -212,6 +232,7 @@ async fn limits_that_cannot_owe_are_refused_before_anything_is_taken(h: Harness)
 support::on_both_stores!(
     settles_below_equal_to_and_above_the_estimate,
     a_window_settles_in_the_window_it_took_from,
+    a_sliding_log_settles_its_entries,
     the_debt_stops_at_its_bound_and_retry_after_counts_it,
     stacked_limits_settle_together,
     a_dropped_or_panicking_call_keeps_its_estimate,

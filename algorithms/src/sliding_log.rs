@@ -75,6 +75,49 @@ pub fn decide(now_us: u64, log: &[u64], p: WindowParams, cost: u64) -> Outcome<L
     }
 }
 
+/// What giving back `cost` tokens that a call took at `reserved_at` (µs) leaves of `log`, as
+/// `call.lua`'s give-back does: up to `cost` entries of that instant go (any are its tokens;
+/// a later call never admits at an earlier instant's score). The key's expiry is kept.
+#[must_use]
+pub fn give_back(log: &[u64], cost: u64, reserved_at: u64) -> Log {
+    let mut left = cost;
+    log.iter()
+        .copied()
+        .filter(|&t| {
+            let theirs = t == reserved_at && left > 0;
+            left -= u64::from(theirs);
+            !theirs
+        })
+        .collect()
+}
+
+/// Takes `extra` more tokens from `log` at `now_us`/// Takes `extra` more tokens from `log` at `now_us`, whatever it holds: a call that took an
+/// estimate settles a larger actual cost (issue 36). The log may hold more live tokens than
+/// its limit, into debt, by at most `max_debt` (what it takes beyond that is not taken); the
+/// calls after it are refused until enough have left, which their `retry_after` says. The
+/// tokens are added as [`decide`] adds an admitted call's (`call.lua`'s mode 5 runs
+/// `sliding_log.lua` for them with a limit of what the log may then hold). The new log
+/// (`None`: nothing taken, nothing written) and the tokens taken.
+#[must_use]
+pub fn take_over(
+    now_us: u64,
+    log: &[u64],
+    p: WindowParams,
+    extra: u64,
+    max_debt: u64,
+) -> (Option<Log>, u64) {
+    let first_live = log.partition_point(|&t| t.saturating_add(p.period_us) <= now_us);
+    let live = (log.len() - first_live) as u64;
+    let taken = extra.min(p.limit.saturating_add(max_debt).saturating_sub(live));
+    let Some(room) = (taken > 0)
+        .then(|| WindowParams::try_new(live + taken, p.period_us))
+        .flatten()
+    else {
+        return (None, 0);
+    };
+    (decide(now_us, log, room, taken).new_state, taken)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,6 +180,44 @@ mod tests {
                 let within: u64 = admitted.iter().filter(|a| a.0 <= now && a.0 + p.period_us() > now).map(|a| a.1).sum();
                 prop_assert!(within <= limit);
             }
+        }
+    }
+
+    proptest! {
+        /// A settlement's overdraft: it takes what the limit and the debt leave room for, never
+        /// more, adds it now (sorted, nothing live lost), and the next call is refused until
+        /// enough have left; a give-back removes at most its cost, of its instant only.
+        #[test]
+        fn an_overdraft_stays_within_the_debt_and_a_give_back_within_its_instant(
+            limit in 1u64..20,
+            period_ms in 1u64..2000,
+            offsets in prop::collection::vec(0u64..2_000_000, 0..40),
+            extra in 0u64..40,
+            debt in 0u64..20,
+            back in 0u64..10,
+        ) {
+            let p = WindowParams::try_new(limit, period_ms * 1000).unwrap();
+            let mut log: Log = offsets.iter().map(|o| T0 - o % p.period_us()).collect();
+            log.sort_unstable();
+            let live = |l: &[u64]| l.iter().filter(|&&t| t + p.period_us() > T0).count() as u64;
+            let before = live(&log);
+            let (after, taken) = take_over(T0, &log, p, extra, debt);
+            prop_assert!(taken <= extra);
+            prop_assert_eq!(taken, extra.min((limit + debt).saturating_sub(before)));
+            match &after {
+                Some(after) => {
+                    prop_assert_eq!(live(after), before + taken);
+                    prop_assert!(after.windows(2).all(|w| w[0] <= w[1]));
+                    prop_assert_eq!(after.iter().filter(|&&t| t == T0).count() as u64,
+                        log.iter().filter(|&&t| t == T0).count() as u64 + taken);
+                    prop_assert!(!decide(T0, after, p, 1).allowed || before + taken < limit);
+                }
+                None => prop_assert_eq!(taken, 0),
+            }
+            let given = give_back(&log, back, T0 - 1000);
+            let at = |l: &[u64]| l.iter().filter(|&&t| t == T0 - 1000).count() as u64;
+            prop_assert_eq!(at(&given), at(&log).saturating_sub(back));
+            prop_assert_eq!(given.len() as u64 + at(&log).min(back), log.len() as u64);
         }
     }
 

@@ -48,6 +48,10 @@ for r in range(600):
     out.append(f'ratelimit.v1.multi 2 app:{{m}}{r % 5} app:{{m}}{r % 5}:w "3 {two} 1800000000000000"')
     # A settlement: the bucket's call cost 3 (1 taken, into a debt of 2), the window's 0.
     out.append(f'ratelimit.v1.multi 2 app:{{m}}{r % 5} app:{{m}}{r % 5}:w "5 {two} 1800000000000000 3 2 0 0"')
+    # A sliding log's settlement: a call of 1 that used 4 (3 more, into a debt of up to 2),
+    # and one that used none (its entry of the take's instant given back).
+    out.append(f'ratelimit.v1.multi 1 app:{{z}}{r % 3}:l "5 5 3 5 1000000 1 0 4 2"')
+    out.append(f'ratelimit.v1.multi 1 app:{{z}}{r % 3}:l "5 5 3 5 1000000 1 1800000000000000 0 0"')
     out.append('ratelimit.v1.batch 5 app:{b}1 app:{b}2 app:{b}3 app:{b}w app:{b}4 '
                f'"3 1 1 4 1000000 1 5000000 1 0 2 {two}"')
     for mode in [0, 1, 2, 4]:

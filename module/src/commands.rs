@@ -579,9 +579,9 @@ fn multi(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
 /// `multi.lua`'s mode 5, settle: each limit's call took its cost (an estimate) at
 /// `reserved_at`; each limit's actual cost (`settle`: actual, debt allowed) gives the
 /// difference back, as mode 3, or takes it at once, into debt up to that bound. Answers, per
-/// limit, the tokens taken and those given back, then the server time. Only the token bucket
-/// and the fixed window
-/// settle (an error for any other limit, which the limiter never sends).
+/// limit, the tokens taken and those given back, then the server time. The token bucket, the
+/// fixed window and the sliding log settle (an error for any other limit, which the limiter
+/// never sends).
 fn settle_several(
     ctx: &Ctx,
     keys: &[*mut RawString],
@@ -592,8 +592,22 @@ fn settle_several(
 ) -> Result<Box<Numbers>, Failure> {
     let mut reply = Box::new(Numbers::new());
     for ((limit, &name), &(actual, debt)) in limits.iter().flatten().zip(keys).zip(settle) {
-        let Algorithm::Kernel(kernel) = limit.algorithm else {
-            return Err(ArgError::BadLimit.into());
+        let kernel = match limit.algorithm {
+            Algorithm::Kernel(kernel) => kernel,
+            Algorithm::SlidingLog(p) => {
+                let (mut taken, mut given) = (0, 0);
+                if actual < limit.cost {
+                    given = limit.cost - actual;
+                    zset::give_back_log(ctx, name, given, reserved_at).map_err(Failure::Store)?;
+                } else if actual > limit.cost {
+                    taken = zset::take_over_log(ctx, name, p, actual - limit.cost, debt, now)
+                        .map_err(Failure::Store)?;
+                }
+                reply.push(taken);
+                reply.push(given);
+                continue;
+            }
+            Algorithm::Concurrency(_) => return Err(ArgError::BadLimit.into()),
         };
         let state = kernel.read(&ctx.open(name).read());
         warn_if_unreadable(ctx, &state);

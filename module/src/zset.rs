@@ -233,6 +233,42 @@ pub(crate) fn sliding_log(
     Ok([1, limit - live - cost, 0, last + period - now, now])
 }
 
+/// `call.lua`'s settlement of a sliding log's overdraft of `extra` tokens at `now`: the live
+/// tokens counted (`ZCOUNT`, on a sorted set), as many of `extra` taken as the limit and
+/// `debt` leave room for, added by [`sliding_log`] under a limit of what the log may then
+/// hold. The tokens taken (the twin: `sliding_log::take_over`).
+pub(crate) fn take_over_log(
+    ctx: &Ctx,
+    name: *mut RawString,
+    p: WindowParams,
+    extra: u64,
+    debt: u64,
+    now: u64,
+) -> Result<u64, Failed> {
+    let period = p.period_us();
+    let live = if ctx.open(name).read() == api::Value::SortedSet {
+        let mut open_from = Decimal::with_prefix(b'(');
+        ctx.call(
+            c"ZCOUNT",
+            name,
+            &[open_from.of(now.saturating_sub(period)), b"+inf"],
+            false,
+        )
+        .and_then(|r| r.get().integer())
+        .and_then(|v| u64::try_from(v).ok())
+        .ok_or(UNREADABLE_LOG)?
+    } else {
+        0
+    };
+    let taken = extra.min(p.limit().saturating_add(debt).saturating_sub(live));
+    if taken == 0 {
+        return Ok(0);
+    }
+    let room = WindowParams::try_new(live + taken, period).ok_or(UNREADABLE_LOG)?;
+    sliding_log(ctx, name, room, taken, now, &mut Writes::Now)?;
+    Ok(taken)
+}
+
 /// A score as Redis answers it (`%.17g` of an integer below 2^53: its digits), read as Lua's
 /// `tonumber` reads it.
 pub(crate) fn score(text: &[u8]) -> Option<u64> {

@@ -88,8 +88,8 @@ pub enum Error {
     /// was asked under a limit that cannot settle.
     #[error(
         "cannot settle under the limit {0}: a settlement needs the token bucket (smooth refill), \
-         the leaky bucket or the fixed window (a calendar quota is one); the sliding window, the \
-         sliding log, an interval refill and a concurrency limit cannot take an overdraft"
+         the leaky bucket, the fixed window (a calendar quota is one) or the sliding log; the \
+         sliding window, an interval refill and a concurrency limit cannot take an overdraft"
     )]
     CannotSettle(Limit),
 

@@ -252,8 +252,8 @@ fn check_concurrent(args: &RateLimitArgs, concurrent: &Count, errors: &mut Error
     }
 }
 
-/// `settle`'s rules: a limit whose state can owe tokens (not a sliding window or log, not an
-/// interval refill), and not beside `count`.
+/// `settle`'s rules: a limit whose state can owe tokens (not a sliding window, whose counters
+/// are read capped at the limit, not an interval refill), and not beside `count`.
 fn check_settle(
     args: &RateLimitArgs,
     settle: &syn::Expr,
@@ -270,7 +270,7 @@ fn check_settle(
         );
     }
     let cannot = match window {
-        Some(w @ (Algorithm::SlidingWindow | Algorithm::SlidingLog)) => Some(w.name()),
+        Some(w @ Algorithm::SlidingWindow) => Some(w.name()),
         _ if interval => Some("token bucket refilled at intervals"),
         _ => None,
     };
@@ -279,8 +279,8 @@ fn check_settle(
             settle.span(),
             format_args!(
                 "`settle` takes an overdraft into debt, which a `{name}` cannot owe: use \
-                 `algorithm = \"token_bucket\"` (refilled smoothly), `\"leaky_bucket\"` or \
-                 `\"fixed_window\"`"
+                 `algorithm = \"token_bucket\"` (refilled smoothly), `\"leaky_bucket\"`, \
+                 `\"fixed_window\"` or `\"sliding_log\"`"
             ),
         );
     }

@@ -1463,13 +1463,9 @@ impl MultiLimit {
                 }
                 Some(MultiState::Sliding(s))
             }
-            (MultiLimit::Log(_), MultiState::Log(mut log, expire_ms)) => {
+            (MultiLimit::Log(_), MultiState::Log(log, expire_ms)) => {
                 // Up to `cost` entries of the reservation's instant go (any are its tokens).
-                for _ in 0..cost {
-                    if let Some(at) = log.iter().position(|&t| t == at) {
-                        log.remove(at);
-                    }
-                }
+                let log = sliding_log::give_back(&log, cost, at);
                 (!log.is_empty()).then_some(MultiState::Log(log, expire_ms))
             }
             (MultiLimit::Slots(p), MultiState::Slots(entries, expire_ms)) => {
@@ -1512,6 +1508,19 @@ impl MultiLimit {
                 });
                 let (s, taken) = fixed_window::take_over(now, s, p, None, extra, debt);
                 (Some(MultiState::Fixed(s)), taken)
+            }
+            (MultiLimit::Log(p), None | Some(MultiState::Log(..))) => {
+                let (log, expire_ms) = match state {
+                    Some(MultiState::Log(log, expire_ms)) => (log.as_slice(), Some(*expire_ms)),
+                    _ => (&[][..], None),
+                };
+                match sliding_log::take_over(now, log, p, extra, debt) {
+                    (Some(log), taken) => {
+                        let expire_ms = sliding_log::expire_ms(&log, p).unwrap_or(0);
+                        (Some(MultiState::Log(log, expire_ms)), taken)
+                    }
+                    (None, taken) => (expire_ms.map(|e| MultiState::Log(log.to_vec(), e)), taken),
+                }
             }
             (limit, state) => panic!("{limit:?} cannot settle on {state:?}"),
         }
@@ -1721,8 +1730,13 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
         }
         let give_back = reserved.is_some() && rng.below(6) == 0;
         // A settlement (mode 5) of the reservation's limits, where they all can settle: the
-        // token buckets and the fixed windows.
-        let settles = |chosen: &[usize]| chosen.iter().all(|&i| i < 8 && i % 2 == 0);
+        // token buckets, the fixed windows and the sliding logs.
+        // (The logs are limits 8 and 9.)
+        let settles = |chosen: &[usize]| {
+            chosen
+                .iter()
+                .all(|&i| (i < 8 && i % 2 == 0) || i == 8 || i == 9)
+        };
         let (chosen, costs, mode, at) = if give_back {
             let (chosen, costs, at, then) = reserved.take().unwrap();
             limits = then;

@@ -173,7 +173,8 @@ impl Limit {
     /// it wait for the debt to refill (their `retry_after` says how long). Without it, the
     /// bound is one burst; `0` never goes below empty (the overdraft beyond what the bucket
     /// holds is not taken). Only what settles has a debt: the token bucket (smooth refill),
-    /// the leaky bucket and the fixed window (a window's debt ends with the window).
+    /// the leaky bucket, the fixed window (a window's debt ends with the window) and the
+    /// sliding log (its entries leave one period after they were added).
     ///
     /// ```
     /// use ratelimit_core::Limit;
@@ -214,13 +215,15 @@ impl Limit {
 
     /// Whether a call under this limit can settle its cost afterwards: a limit whose state
     /// can owe tokens (the token bucket refilled smoothly, the leaky bucket, the fixed
-    /// window), not a concurrency limit.
+    /// window, the sliding log), not a concurrency limit.
     pub(crate) const fn settles(&self) -> bool {
         !self.concurrent
             && match self.algorithm {
                 super::Algorithm::TokenBucket => matches!(self.refill, super::Refill::Smooth),
-                super::Algorithm::LeakyBucket | super::Algorithm::FixedWindow => true,
-                super::Algorithm::SlidingWindow | super::Algorithm::SlidingLog => false,
+                super::Algorithm::LeakyBucket
+                | super::Algorithm::FixedWindow
+                | super::Algorithm::SlidingLog => true,
+                super::Algorithm::SlidingWindow => false,
             }
     }
 

@@ -143,7 +143,8 @@ impl RateLimiter {
     /// (a limit that may wait, waits).
     ///
     /// Settling needs a limit that can owe tokens: the token bucket (smooth refill), the
-    /// leaky bucket or the fixed window (a [calendar quota](Limit::per_month) is one).
+    /// leaky bucket, the fixed window (a [calendar quota](Limit::per_month) is one) or the
+    /// sliding log.
     ///
     /// # Errors
     /// [`Error::CannotSettle`] for another limit, [`Error::SettleUnsupported`] on a custom

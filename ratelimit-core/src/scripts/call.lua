@@ -87,7 +87,7 @@ local function decide(mode, keys, specs, reserved_at, settle)
 
   -- Limit i takes `extra` more tokens, whatever it holds: into debt, up to `debt` tokens
   -- beyond empty (a bucket's, up to its hold too). Returns the tokens taken. The twins:
-  -- `token_bucket::take_over`, `fixed_window::take_over`.
+  -- `token_bucket::take_over`, `fixed_window::take_over`, `sliding_log::take_over`.
   local function take_over(i, extra, debt)
     local algorithm, args, key = specs[i][1], specs[i][2], keys[i]
     if algorithm == TOKEN_BUCKET then
@@ -109,6 +109,18 @@ local function decide(mode, keys, specs, reserved_at, settle)
         else
           real.call('SET', key, int(taken), 'PXAT', int(expire_ms))
         end
+      end
+      return taken
+    elseif algorithm == SLIDING_LOG then
+      -- Its own script adds the tokens, under a limit of what the log may then hold.
+      local limit, period = tonumber(args[1]), tonumber(args[2])
+      local live = 0
+      if real.call('TYPE', key).ok == 'zset' then
+        live = real.call('ZCOUNT', key, '(' .. int(now - period), '+inf')
+      end
+      local taken = math.max(math.min(extra, limit + debt - live), 0)
+      if taken > 0 then
+        ALGORITHMS[SLIDING_LOG]({key}, {int(live + taken), args[2], int(taken)}, real)
       end
       return taken
     end

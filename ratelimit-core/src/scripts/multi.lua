@@ -19,7 +19,7 @@
 --           time (us), then per limit its actual cost and the debt it allows (tokens): a
 --           smaller actual gives the difference back (as mode 3), a larger one takes it at
 --           once, into debt up to that bound. Returns, per limit, the tokens taken and those
---           given back (one of the two 0), then the server time (us). The token bucket and the fixed window settle; any
+--           given back (one of the two 0), then the server time (us). The token bucket, the fixed window and the sliding log settle; any
 --           other limit fails the call (the limiter never asks).
 -- Returns each limit's {allowed, remaining, retry_after us, reset_after us}, one after the
 -- other, then the server time (us). A limit that admits a call another limit refused says so

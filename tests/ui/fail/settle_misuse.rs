@@ -1,7 +1,7 @@
 use redis_ratelimit::{Global, RateLimited, layer_limit, rate_limit};
 
-// A sliding log cannot owe tokens.
-#[rate_limit(replenish = 10, key = Global, algorithm = "sliding_log", settle = |_| 1u32)]
+// A sliding window cannot owe tokens.
+#[rate_limit(replenish = 10, key = Global, algorithm = "sliding_window", settle = |_| 1u32)]
 async fn logged() -> Result<(), RateLimited> {
     Ok(())
 }

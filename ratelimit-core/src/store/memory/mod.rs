@@ -7,7 +7,7 @@ use hashbrown::DefaultHashBuilder;
 use hashbrown::HashTable;
 
 use super::Store;
-use crate::algorithm::{Kernel, Outcome, fixed_window, interval_bucket, token_bucket};
+use crate::algorithm::{Kernel, Outcome, fixed_window, interval_bucket, sliding_log, token_bucket};
 use crate::check::{self, Check};
 use crate::clock::{Clock, MonotonicClock};
 use crate::{Decision, Error, Limit};
@@ -337,8 +337,8 @@ impl MemoryStore {
     /// the current one), a larger one takes it at once, below empty if need be, by at most the
     /// limit's [debt bound](Limit::debt_bound) (its share of it). The twins' arithmetic, as
     /// `multi.lua`'s mode 5. Returns the tokens taken and those given back. Only the token
-    /// bucket (smooth), the leaky bucket and the fixed window settle; any other limit is left
-    /// as it is (the limiter never asks).
+    /// bucket (smooth), the leaky bucket, the fixed window and the sliding log settle; any
+    /// other limit is left as it is (the limiter never asks).
     pub(crate) fn settle(
         &self,
         key: &str,
@@ -379,6 +379,14 @@ impl MemoryStore {
                     taken_at,
                 )
                 .map(|left| left.map(Slot::Fixed)),
+                (Kernel::Log(_), Slot::Log(log)) => {
+                    let left = sliding_log::give_back(&log.0, given, taken_at);
+                    let expire_ms = log.1;
+                    Some(
+                        (!left.is_empty())
+                            .then(|| Slot::Log(Box::new((left.into_boxed_slice(), expire_ms)))),
+                    )
+                }
                 _ => None,
             };
             match left {
@@ -410,6 +418,20 @@ impl MemoryStore {
                 let (state, taken) =
                     fixed_window::take_over_in_frame(now, state, p, calendar, shift, extra, debt);
                 (Slot::Fixed(state), taken)
+            }
+            (Kernel::Log(p), there) => {
+                let log: &[u64] = match there {
+                    Some(Slot::Log(log)) => &log.0,
+                    _ => &[],
+                };
+                let (Some(log), taken) = sliding_log::take_over(now, log, p, extra, debt) else {
+                    return (0, 0);
+                };
+                let expire_ms = sliding_log::expire_ms(&log, p).unwrap_or(0);
+                (
+                    Slot::Log(Box::new((log.into_boxed_slice(), expire_ms))),
+                    taken,
+                )
             }
             _ => return (0, 0),
         };
