@@ -345,67 +345,44 @@ async fn main() {
         .chain(fw.iter().copied())
         .map(|v| v.to_string())
         .collect();
-    for command in ways("multi") {
-        let specs = specs.clone();
-        let native = command.starts_with("ratelimit.");
-        cases.push(Case {
-            label: format!("ours: token_bucket + fixed_window (multi), {}", by(command)),
-            command,
-            name: match command {
-                "FCALL" => Some(scripts::library().function("multi").unwrap().to_owned()),
-                "EVALSHA" => Some(multi_sha.clone()),
-                _ => None,
-            },
-            per_command: 1,
-            decision: Box::new(move |i, keys, argv| {
-                let (first, second) = (key(i), format!("{}:w", key(i)));
-                if native {
-                    // numkeys and the keys; then the mode and the specs, packed.
-                    keys.extend(["2".to_owned(), first, second]);
-                    argv.push("0".to_owned());
-                } else {
-                    keys.push(first.clone());
-                    argv.extend(["2".to_owned(), "0".to_owned(), first, second]);
-                }
-                argv.extend(specs.iter().cloned());
-            }),
-            batch: false,
-        });
-    }
-    // The same two limits settling a call's actual cost (`multi`'s mode 5): the estimate (1)
-    // was taken; the actual (2) takes one more token from each, into debt up to 10. The
+    // And the same two limits settling a call's actual cost (`multi`'s mode 5): the estimate
+    // (1) was taken; the actual (2) takes one more token from each, into debt up to 10. The
     // time of the take is 0: the fixed window's window is not the current one, and the
     // overdraft lands in the current one.
-    for command in ways("multi") {
-        let specs = specs.clone();
-        let native = command.starts_with("ratelimit.");
-        let tail = ["0", "2", "10", "2", "10"].map(str::to_owned);
-        cases.push(Case {
-            label: format!(
-                "ours: token_bucket + fixed_window settled (multi mode 5), {}",
-                by(command)
-            ),
-            command,
-            name: match command {
-                "FCALL" => Some(scripts::library().function("multi").unwrap().to_owned()),
-                "EVALSHA" => Some(multi_sha.clone()),
-                _ => None,
-            },
-            per_command: 1,
-            decision: Box::new(move |i, keys, argv| {
-                let (first, second) = (key(i), format!("{}:w", key(i)));
-                if native {
-                    keys.extend(["2".to_owned(), first, second]);
-                    argv.push("5".to_owned());
-                } else {
-                    keys.push(first.clone());
-                    argv.extend(["2".to_owned(), "5".to_owned(), first, second]);
-                }
-                argv.extend(specs.iter().cloned());
-                argv.extend(tail.iter().cloned());
-            }),
-            batch: false,
-        });
+    let settled = ["0", "2", "10", "2", "10"].map(str::to_owned);
+    for (mode, tail, what) in [
+        ("0", &[][..], "(multi)"),
+        ("5", &settled[..], "settled (multi mode 5)"),
+    ] {
+        for command in ways("multi") {
+            let specs = specs.clone();
+            let tail = tail.to_vec();
+            let native = command.starts_with("ratelimit.");
+            cases.push(Case {
+                label: format!("ours: token_bucket + fixed_window {what}, {}", by(command)),
+                command,
+                name: match command {
+                    "FCALL" => Some(scripts::library().function("multi").unwrap().to_owned()),
+                    "EVALSHA" => Some(multi_sha.clone()),
+                    _ => None,
+                },
+                per_command: 1,
+                decision: Box::new(move |i, keys, argv| {
+                    let (first, second) = (key(i), format!("{}:w", key(i)));
+                    if native {
+                        // numkeys and the keys; then the mode and the specs, packed.
+                        keys.extend(["2".to_owned(), first, second]);
+                        argv.push(mode.to_owned());
+                    } else {
+                        keys.push(first.clone());
+                        argv.extend(["2".to_owned(), mode.to_owned(), first, second]);
+                    }
+                    argv.extend(specs.iter().cloned());
+                    argv.extend(tail.iter().cloned());
+                }),
+                batch: false,
+            });
+        }
     }
     let batch_sha = load(&mut c, scripts::BATCH).await;
     for m in [1, 4, 16, 64] {

@@ -78,15 +78,16 @@ async fn tiered(user: &str, windowed: bool, used: u32) -> Result<u32, RateLimite
     Ok(used)
 }
 
-/// A body that panics, or waits until it is cancelled, after its estimate was taken.
+/// A body that panics, or says it runs (its estimate taken) and waits until it is cancelled.
 #[rate_limit(
     replenish = 100, unit = "hour", key = "k", name = "ms.broken", cost = 30,
     settle = |_: &Result<(), RateLimited>| 0u32, limiter = LIMITER
 )]
-async fn broken(panics: bool) -> Result<(), RateLimited> {
-    if panics {
+async fn broken(runs: Option<tokio::sync::oneshot::Sender<()>>) -> Result<(), RateLimited> {
+    let Some(runs) = runs else {
         panic!("the handler failed after its estimate was taken");
-    }
+    };
+    let _ = runs.send(());
     std::future::pending::<()>().await;
     Ok(())
 }
@@ -160,18 +161,15 @@ async fn calls_settle_their_actual_cost_on_every_kind_of_limit() {
     );
 
     // A body that panics, or is cancelled, keeps its estimate: nothing given back.
-    let panicked = tokio::spawn(broken(true)).await;
+    let panicked = tokio::spawn(broken(None)).await;
     assert!(panicked.unwrap_err().is_panic());
     let broken_limit = Limit::per_hour(100);
     assert_eq!(remaining(&other, "ms.broken", "k", &broken_limit).await, 70);
-    let pending = tokio::spawn(broken(false));
-    // Cancelled once its estimate is in Redis (an event, polled within a bound).
-    let mut polls = 0;
-    while remaining(&other, "ms.broken", "k", &broken_limit).await > 40 {
-        polls += 1;
-        assert!(polls < 1000, "the estimate never reached Redis");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    // Cancelled once its body runs: its estimate was taken before.
+    let (runs, running) = tokio::sync::oneshot::channel();
+    let pending = tokio::spawn(broken(Some(runs)));
+    running.await.unwrap();
+    assert_eq!(remaining(&other, "ms.broken", "k", &broken_limit).await, 40);
     pending.abort();
     assert!(pending.await.unwrap_err().is_cancelled());
     assert_eq!(remaining(&other, "ms.broken", "k", &broken_limit).await, 40);

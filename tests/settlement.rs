@@ -307,15 +307,7 @@ async fn a_settlement_on_one_instance_is_seen_by_another() {
         .await
         .unwrap();
     assert_eq!(settled.each, vec![(0, 6)]);
-    let mut polls = 0;
-    while b.deny_cache_len() > 0 {
-        polls += 1;
-        assert!(
-            polls < 1000,
-            "B still remembers the refusal 5 s after A's settlement"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    support::until_deny_cache_forgets(&b, "A's settlement").await;
     assert_eq!(b.peek("k", &limit).await.unwrap().remaining, 6);
     // An overdraft by B, seen by A.
     let usage = b.check_estimate("k", &limit, 6).await.unwrap();

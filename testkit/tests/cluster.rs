@@ -688,15 +688,7 @@ async fn every_algorithm_gives_back_a_reservation_across_masters() {
 #[tokio::test]
 async fn estimates_across_masters_settle_on_each() {
     let cluster = RedisCluster::start();
-    let limiter = RateLimiter::builder()
-        .redis(cluster.url())
-        .prefix("st")
-        .failure_policy(ratelimit_core::FailurePolicy::Deny)
-        .deny_cache(0)
-        .deadline(Some(Duration::from_secs(5)))
-        .build()
-        .await
-        .unwrap();
+    let limiter = strict_limiter(&cluster.url(), "st").await;
     let (rate, quota) = (Limit::per_hour(1_000), Limit::per_month(5_000));
     let master =
         |name: &str, key: &str| cluster.master_of_key(&limiter.named_bucket_key(name, key));

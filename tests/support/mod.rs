@@ -184,6 +184,20 @@ pub(crate) async fn redis_limiter(server: &RedisServer, prefix: &str) -> RateLim
         .unwrap()
 }
 
+/// Waits until `limiter`'s deny cache holds nothing (another instance's give-back reached it
+/// by pub/sub: the event, which the cache does not signal, so it is looked at every 5 ms),
+/// for at most 30 s; `after` says what should have made it forget.
+pub(crate) async fn until_deny_cache_forgets(limiter: &RateLimiter, after: &str) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while limiter.deny_cache_len() > 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the deny cache still remembers a refusal 30 s after {after}"
+        );
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}
+
 /// A limiter on `server` with its deny cache, as a service runs one, under the prefix
 /// `fleet` and the failure policy `policy`.
 pub(crate) async fn fleet_instance(server: &RedisServer, policy: FailurePolicy) -> RateLimiter {

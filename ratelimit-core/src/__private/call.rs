@@ -5,6 +5,7 @@
 use std::fmt::Display;
 
 use crate::async_key::AsyncKeyResolver;
+use crate::limiter::IntoActual;
 use crate::pipeline::{Cost, Fixed, KeyArg};
 use crate::{KeyResolver, Tier};
 
@@ -49,39 +50,9 @@ pub fn counts<T>(output: &T, predicate: impl FnOnce(&T) -> bool) -> bool {
 
 /// A call's actual cost, by the limit's `settle = ..` closure over its `output`: written so
 /// that the closure's argument type is known from the function's return type.
-pub fn actual<T, C: IntoActual>(output: &T, settle: impl FnOnce(&T) -> C) -> Cost {
+pub fn actual<T, C: IntoActual>(output: &T, settle: impl FnOnce(&T) -> C) -> u32 {
     settle(output).into_actual()
 }
-
-/// An integer an actual cost is computed as: any of Rust's integers. A value that does not
-/// fit a `u32` settles as `u32::MAX` (it is bounded by the limit's debt anyway); a negative
-/// one as 0.
-#[diagnostic::on_unimplemented(
-    message = "`settle` must compute an integer, not `{Self}`",
-    label = "the number of tokens this call used",
-    note = "a settlement counts tokens: return an integer from the closure, such as \
-            `|r| r.as_ref().map_or(0, |c| c.tokens)`"
-)]
-pub trait IntoActual {
-    /// The actual cost.
-    fn into_actual(self) -> Cost;
-}
-
-macro_rules! into_actual {
-    ($($t:ty),*) => {$(
-        impl IntoActual for $t {
-            fn into_actual(self) -> Cost {
-                #[allow(unused_comparisons)]
-                let negative = self < 0;
-                Cost(Some(if negative { 0 } else { u32::try_from(self).unwrap_or(u32::MAX) }))
-            }
-        }
-    )*};
-}
-
-into_actual!(
-    u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize
-);
 
 /// An integer a cost is computed as: any of Rust's integers, converted without wrapping.
 #[diagnostic::on_unimplemented(

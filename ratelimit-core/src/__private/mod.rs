@@ -7,12 +7,12 @@ pub use inventory;
 
 mod call;
 pub use crate::async_key::ErasedAsync;
+pub use crate::limiter::IntoActual;
 pub use crate::pipeline::{
     Call, Cost, Fixed, Holding, KeyArg, Taken, check, check_all, check_key, refund, settle,
 };
 pub use call::{
-    IntoActual, IntoCost, IntoTier, KeyOf, ViaAsync, ViaDisplay, ViaNeither, ViaResolver, actual,
-    counts,
+    IntoCost, IntoTier, KeyOf, ViaAsync, ViaDisplay, ViaNeither, ViaResolver, actual, counts,
 };
 
 use crate::registry::LimitDeclaration;

@@ -21,7 +21,7 @@ mod usage;
 pub use builder::{DEFAULT_PREFIX, RateLimiterBuilder};
 pub use concurrency::{Entered, Slot};
 pub(crate) use usage::TakenPart;
-pub use usage::{Settlement, Usage};
+pub use usage::{IntoActual, Settlement, Usage};
 
 use std::fmt;
 use std::sync::Arc;

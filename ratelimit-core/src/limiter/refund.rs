@@ -150,28 +150,33 @@ impl RateLimiter {
             return Err(Error::RefundUnsupported);
         };
         store.give_back_reserved(bucket, limit, cost).await?;
-        self.tell_fuller(remote, store, bucket).await;
+        self.tell_fuller(remote, store, bucket);
         Ok(())
     }
 
     /// Has every instance forget a refusal it remembers of `bucket`, which tokens given back
     /// made fuller than the refusal said (a refund, a wait given up, a settlement's
-    /// give-back). Not telling them is logged, not an error: the tokens are back.
-    pub(crate) async fn tell_fuller(&self, remote: &Remote, store: &RedisStore, bucket: &str) {
+    /// give-back): this one's at once, the others' by a message published in the background,
+    /// so that the call giving back waits for its one round trip only. Not telling them is
+    /// logged, not an error: the tokens are back.
+    pub(crate) fn tell_fuller(&self, remote: &Remote, store: &RedisStore, bucket: &str) {
         if let Some(cache) = &remote.deny_cache {
             cache.forget(bucket);
         }
         // From a limiter that is no instance too, as a reset.
-        let published = match &remote.fleet {
-            Some(member) => store.publish(member.channel(), bucket).await,
-            None => {
-                store
-                    .publish(&fleet::resets_channel(&self.inner.prefix), bucket)
-                    .await
+        let channel = match &remote.fleet {
+            Some(member) => member.channel().to_owned(),
+            None => fleet::resets_channel(&self.inner.prefix),
+        };
+        let (store, bucket) = (store.clone(), bucket.to_owned());
+        let publish = async move {
+            if let Err(e) = store.publish(&channel, &bucket).await {
+                tracing::debug!(target: "redis_ratelimit", error = %e, "could not tell the other instances of a give-back");
             }
         };
-        if let Err(e) = published {
-            tracing::debug!(target: "redis_ratelimit", error = %e, "could not tell the other instances of a give-back");
+        // Every caller is on Tokio (the store's calls need it).
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            runtime.spawn(publish);
         }
     }
 }

@@ -80,6 +80,36 @@ impl Settlement {
     }
 }
 
+/// An integer an actual cost is computed as (`#[rate_limit(settle = ..)]`'s closure): any of
+/// Rust's integers. A value that does not fit a `u32` settles as `u32::MAX` (the limit's
+/// debt bound takes what it allows of it); a negative one as 0 (everything given back).
+#[diagnostic::on_unimplemented(
+    message = "`settle` must compute an integer, not `{Self}`",
+    label = "the number of tokens this call used",
+    note = "a settlement counts tokens: return an integer from the closure, such as \
+            `|r| r.as_ref().map_or(0, |c| c.tokens)`"
+)]
+pub trait IntoActual {
+    /// The actual cost.
+    fn into_actual(self) -> u32;
+}
+
+macro_rules! into_actual {
+    ($($t:ty),*) => {$(
+        impl IntoActual for $t {
+            fn into_actual(self) -> u32 {
+                #[allow(unused_comparisons)]
+                let negative = self < 0;
+                if negative { 0 } else { u32::try_from(self).unwrap_or(u32::MAX) }
+            }
+        }
+    )*};
+}
+
+into_actual!(
+    u8, u16, u32, u64, u128, usize, i8, i16, i32, i64, i128, isize
+);
+
 impl Usage {
     /// The decision of the estimate: when it refused, the call must not run (settling it
     /// does nothing).
@@ -341,7 +371,7 @@ impl RateLimiter {
             for (&i, &s) in group.iter().zip(&settled) {
                 each[i] = s;
                 if s.1 > 0 {
-                    self.tell_fuller(remote, store, &parts[i].bucket).await;
+                    self.tell_fuller(remote, store, &parts[i].bucket);
                 }
             }
         }

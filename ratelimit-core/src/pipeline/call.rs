@@ -358,16 +358,20 @@ pub(super) fn before_key(
     }
 }
 
-/// `limit` with the calendar anchor the call's key resolver gave (`KeyResolver::anchor`), for
-/// a quota by calendar period: a customer's billing day. A limit of another unit keeps its
-/// own; a day out of range is said once and the limit's own anchor kept.
-pub(super) fn anchored(decl: &'static LimitDeclaration, limit: &mut Limit, anchor: Option<u8>) {
-    let Some(day) = anchor else {
-        return;
-    };
+/// `limit` with the calendar anchor the call's key resolver gives (`anchor`, asked only of a
+/// quota by calendar period: `KeyResolver::anchor`), a customer's billing day. A limit of
+/// another unit keeps its own; a day out of range is said once and the limit's own kept.
+pub(super) fn anchored(
+    decl: &'static LimitDeclaration,
+    limit: &mut Limit,
+    anchor: impl FnOnce() -> Option<u8>,
+) {
     if limit.calendar().is_none() {
         return;
     }
+    let Some(day) = anchor() else {
+        return;
+    };
     match limit.try_anchor(day) {
         Ok(anchored) => *limit = anchored,
         Err(e) => decl.warn_once(

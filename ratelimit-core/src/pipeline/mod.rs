@@ -102,7 +102,7 @@ pub async fn refund(decl: &'static LimitDeclaration, taken: &Taken, limiter: Opt
 pub async fn settle(
     decl: &'static LimitDeclaration,
     taken: &Taken,
-    actual: Cost,
+    actual: u32,
     limiter: Option<&RateLimiter>,
 ) {
     let (parts, cannot): (Vec<_>, Vec<_>) =
@@ -122,7 +122,7 @@ pub async fn settle(
         return;
     }
     let (limiter, _) = limiter_or_unenabled(decl, limiter);
-    let actual = vec![actual.0.unwrap_or(u32::MAX); parts.len()];
+    let actual = vec![actual; parts.len()];
     match limiter.settle_parts(&parts, &actual).await {
         Ok(each) => {
             for (took, gave) in each {

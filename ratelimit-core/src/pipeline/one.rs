@@ -161,7 +161,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             },
         };
         // A quota by calendar period starts where the key's resolver says (a billing day).
-        anchored(decl, &mut effective.limit, key.anchor(ctx));
+        anchored(decl, &mut effective.limit, || key.anchor(ctx));
         let (limit, cost) = (&effective.limit, effective.cost);
         // Validated once, not per call: a declaration's limit and cost when the macro
         // expanded, an override's when it was read (`overrides.rs`, at enable and reload).

@@ -81,7 +81,7 @@ pub(crate) async fn decide_all(
                 if !matches!(before, Before::Check) {
                     return None;
                 }
-                anchored(decl, &mut e.limit, key.anchor(ctx));
+                anchored(decl, &mut e.limit, || key.anchor(ctx));
                 resolving(decl.name(), || key.resolve(ctx))
                     .filter(|k| !k.is_empty())
                     .map(|k| limiter.named_bucket_key(decl.name(), &k))
