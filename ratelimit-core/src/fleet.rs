@@ -248,10 +248,13 @@ impl Task {
                         // A concurrency slot given back elsewhere, with calls waiting for one.
                         waiters::wake(&bucket);
                     }
-                    Err(e) => tracing::debug!(%e, "ignoring a malformed reset message"),
+                    Err(e) => crate::observe::log!(debug, %e, "ignoring a malformed reset message"),
                 },
                 Event::Reset(None) => {
-                    tracing::debug!("lost the rate-limit reset subscription; reconnecting");
+                    crate::observe::log!(
+                        debug,
+                        "lost the rate-limit reset subscription; reconnecting"
+                    );
                     resets = None;
                 }
             }
@@ -280,8 +283,7 @@ impl Task {
             // say so once, and keep listening for resets, which do not need it.
             Ok(Err(Error::Redis(e))) if e.code().is_some() => {
                 if !self.refused.swap(true, Ordering::Relaxed) {
-                    tracing::warn!(target: "redis_ratelimit",
-                        key = %self.instances,
+                    crate::observe::log!(warn, key = %self.instances,
                         error = %e,
                         "the rate-limit heartbeat cannot write its key, so this instance is not \
                          counted and the fallback's shares assume it is alone; the key holds \
@@ -292,11 +294,11 @@ impl Task {
             }
             // While Redis is down the count stands, and so do the answers it comes from.
             Ok(Err(e)) => {
-                tracing::debug!(%e, "rate-limit heartbeat failed");
+                crate::observe::log!(debug, %e, "rate-limit heartbeat failed");
                 false
             }
             Err(_) => {
-                tracing::debug!("rate-limit heartbeat timed out");
+                crate::observe::log!(debug, "rate-limit heartbeat timed out");
                 false
             }
         };
@@ -308,11 +310,11 @@ impl Task {
         match tokio::time::timeout(HEARTBEAT_EVERY, self.store.listen(&self.channel)).await {
             Ok(Ok(messages)) => Some(Box::pin(messages)),
             Ok(Err(e)) => {
-                tracing::debug!(%e, "cannot listen for rate-limit resets");
+                crate::observe::log!(debug, %e, "cannot listen for rate-limit resets");
                 None
             }
             Err(_) => {
-                tracing::debug!("listening for rate-limit resets timed out");
+                crate::observe::log!(debug, "listening for rate-limit resets timed out");
                 None
             }
         }

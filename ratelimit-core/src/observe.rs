@@ -15,6 +15,19 @@
 use crate::Decision;
 use crate::limit::TierName;
 
+/// The target of every span and event of this library: what operators filter by
+/// (`RUST_LOG=redis_ratelimit=info`). Events are made by [`log!`], never by `tracing`'s
+/// macros directly, so that none is left without it.
+pub(crate) const TARGET: &str = "redis_ratelimit";
+
+/// One of `tracing`'s event macros under [`TARGET`]: `log!(warn, error = %e, "...")`.
+macro_rules! log {
+    ($level:ident, $($event:tt)+) => {
+        ::tracing::$level!(target: $crate::observe::TARGET, $($event)+)
+    };
+}
+pub(crate) use log;
+
 /// The name a decision without a limit name (`RateLimiter::check`) is counted under.
 pub(crate) const UNNAMED: &str = "-";
 
@@ -74,11 +87,11 @@ impl Decision {
             )
             .increment(1),
         }
-        if !tracing::enabled!(target: "redis_ratelimit", tracing::Level::DEBUG) {
+        if !tracing::enabled!(target: TARGET, tracing::Level::DEBUG) {
             return;
         }
         let span = tracing::debug_span!(
-            target: "redis_ratelimit",
+            target: TARGET,
             "rate_limit",
             limit = name.as_str(),
             outcome = self.outcome(),
@@ -91,12 +104,12 @@ impl Decision {
         }
         let _in = span.enter();
         if self.allowed && !self.shadowed {
-            tracing::debug!(target: "redis_ratelimit", "decided");
+            log!(debug, "decided");
         } else {
-            tracing::debug!(target: "redis_ratelimit", retry_after = ?self.retry_after, "decided");
+            log!(debug, retry_after = ?self.retry_after, "decided");
         }
         if let Some(bucket) = bucket {
-            tracing::trace!(target: "redis_ratelimit", bucket, "bucket");
+            log!(trace, bucket, "bucket");
         }
     }
 }
@@ -142,11 +155,49 @@ pub(crate) fn settled(name: Name<'_>, taken: u64, given: u64) {
             .increment(given);
         }
     }
-    tracing::debug!(target: "redis_ratelimit", limit = name.as_str(), taken, given_back = given, "settled");
+    log!(
+        debug,
+        limit = name.as_str(),
+        taken,
+        given_back = given,
+        "settled"
+    );
 }
 
 /// The deny cache answered a call.
 pub(crate) fn deny_cache_hit() {
     #[cfg(feature = "metrics")]
     metrics::counter!("ratelimit_deny_cache_hits_total").increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    /// Every event of the library carries [`super::TARGET`]: none is made by `tracing`'s own
+    /// macros, whose default target (the module's path) a filter on `redis_ratelimit` misses.
+    #[test]
+    fn every_event_is_made_by_log() {
+        let mut dirs = vec![PathBuf::from(concat!(env!("CARGO_MANIFEST_DIR"), "/src"))];
+        let mut untargeted = Vec::new();
+        while let Some(dir) = dirs.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    dirs.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    for (n, line) in text.lines().enumerate() {
+                        let made = ["trace", "debug", "info", "warn", "error", "event"]
+                            .iter()
+                            .any(|m| line.contains(&format!("tracing::{m}!(")));
+                        if made {
+                            untargeted.push(format!("{}:{}", path.display(), n + 1));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(untargeted.is_empty(), "use observe::log!: {untargeted:#?}");
+    }
 }

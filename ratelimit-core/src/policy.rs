@@ -320,7 +320,7 @@ impl Resilience {
         {
             // The fallback's buckets stay: a next outage goes on from what this one left
             // (or from what the store says since, if less), never from a fresh share.
-            tracing::info!(target: "redis_ratelimit", limiter = %self.label, "rate-limit store is back; leaving degraded mode");
+            crate::observe::log!(info, limiter = %self.label, "rate-limit store is back; leaving degraded mode");
             crate::observe::degraded(&self.label, false);
             if let Some(recovery) = &self.recovery {
                 recovery.came_back();
@@ -344,8 +344,7 @@ impl Resilience {
             c.probing.store(false, Ordering::Release);
         }
         if !self.degraded.load(Ordering::Relaxed) && !self.degraded.swap(true, Ordering::Relaxed) {
-            tracing::warn!(target: "redis_ratelimit",
-                limiter = %self.label,
+            crate::observe::log!(warn, limiter = %self.label,
                 policy = ?self.policy,
                 instances = self.instances.load(Ordering::Relaxed),
                 %error,

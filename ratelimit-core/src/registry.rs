@@ -423,7 +423,7 @@ impl LimitDeclaration {
     pub(crate) fn warn_once(&self, kind: Warning, message: &dyn fmt::Display) {
         let bit = 1u8 << (kind as u8);
         if self.warned.fetch_or(bit, Ordering::Relaxed) & bit == 0 {
-            tracing::error!(target: "redis_ratelimit", limit = self.name, "{message}");
+            crate::observe::log!(error, limit = self.name, "{message}");
         }
     }
 

@@ -101,7 +101,8 @@ async fn enable_claimed(options: EnableOptions) -> Result<&'static RateLimiter, 
     let limiter = registry::install(limiter);
     // From here on, a limit built at run time resolves its own limit in force.
     drop(settling);
-    tracing::info!(target: "redis_ratelimit",
+    crate::observe::log!(
+        info,
         prefix = limiter.prefix(),
         limits = decls.len(),
         "redis-ratelimit enabled: {}",
@@ -154,10 +155,15 @@ pub async fn reload_overrides() -> Result<(), Error> {
         }
     }
     limiter.clear_deny_cache();
-    tracing::info!(target: "redis_ratelimit",
+    crate::observe::log!(
+        info,
         changed = changed.len(),
         "redis-ratelimit reloaded its overrides: {}",
-        if changed.is_empty() { "nothing changed".to_owned() } else { format!("changed {}", changed.join(", ")) }
+        if changed.is_empty() {
+            "nothing changed".to_owned()
+        } else {
+            format!("changed {}", changed.join(", "))
+        }
     );
     Ok(())
 }

@@ -100,6 +100,12 @@ pub fn matching(limiter: &str, needle: &str) -> Vec<Line> {
     lines(|l| l.limiter == limiter && l.message.contains(needle))
 }
 
+/// The captured lines, of any limiter or none, whose message contains `needle`: the store's
+/// own events (a module lost, `FCALL` refused) name its URL, not a limiter.
+pub fn with_message(needle: &str) -> Vec<Line> {
+    lines(|l| l.message.contains(needle))
+}
+
 /// The captured lines about the declared limit `limit` (its `limit` field).
 pub fn of_limit(limit: &str) -> Vec<Line> {
     lines(|l| l.limit == limit)

@@ -447,9 +447,11 @@ fn wait_for_link(replica: &mut Connection) {
 
 /// A limiter built on a server with the module decides by it; when the server loses the
 /// module, the next call is decided by the function library on the same bucket (nothing
-/// lost, nothing given twice), and every later one too.
+/// lost, nothing given twice), and every later one too; the loss is said once, at WARN, under
+/// the `redis_ratelimit` target operators filter by.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_module_falls_back_per_call_on_the_same_bucket() {
+    testkit::logs::install();
     let server = with_module(&["--enable-module-command", "yes"]);
     let limiter = limiter_on(&server).await;
     assert_eq!(limiter.redis_path(), Some(RedisPath::Module));
@@ -476,6 +478,11 @@ async fn a_lost_module_falls_back_per_call_on_the_same_bucket() {
         );
         assert_eq!(limiter.redis_path(), Some(RedisPath::Functions));
     }
+    let lost = testkit::logs::with_message("no ratelimit module commands");
+    assert!(
+        lost.len() == 1 && lost[0].level == testkit::logs::Level::WARN,
+        "{lost:?}"
+    );
     let refused = limiter.check_n("k", &limit, 1).await.unwrap();
     assert!(
         !refused.allowed && refused.source == Source::Store,

@@ -171,7 +171,7 @@ impl RateLimiter {
         let (store, bucket) = (store.clone(), bucket.to_owned());
         let publish = async move {
             if let Err(e) = store.publish(&channel, &bucket).await {
-                tracing::debug!(target: "redis_ratelimit", error = %e, "could not tell the other instances of a give-back");
+                crate::observe::log!(debug, error = %e, "could not tell the other instances of a give-back");
             }
         };
         // Every caller is on Tokio (the store's calls need it).

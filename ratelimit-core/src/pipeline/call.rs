@@ -148,7 +148,7 @@ pub(crate) fn release_all(slots: Vec<crate::Slot>) -> Released {
     Released(Some(Box::pin(async move {
         for slot in slots {
             if let Err(e) = slot.release().await {
-                tracing::warn!(target: "redis_ratelimit", error = %e,
+                crate::observe::log!(warn, error = %e,
                     "redis-ratelimit could not give back a concurrency slot; its lease frees it");
             }
         }

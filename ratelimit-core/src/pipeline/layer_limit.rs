@@ -172,7 +172,8 @@ impl LayerLimit {
     ) -> LayerLimit {
         let limit = self.decl.declared_limit();
         if limit.is_concurrent() || limit.algorithm_kind().is_window() {
-            tracing::error!(target: "redis_ratelimit",
+            crate::observe::log!(
+                error,
                 limit = self.decl.name(),
                 "`count` on the layer limit `{}` ({limit}) is refused, and every request \
                  counts: only a bucket can give a request's tokens back, and a concurrency \

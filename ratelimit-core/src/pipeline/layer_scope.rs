@@ -207,7 +207,7 @@ impl LayerScope {
                     .refund_bucket(&part.bucket, &part.limit, part.cost, part.source)
                     .await;
                 if let Err(e) = given {
-                    tracing::debug!(target: "redis_ratelimit", error = %e,
+                    crate::observe::log!(debug, error = %e,
                         "a layer's tokens for a refused request could not be given back");
                 }
             }

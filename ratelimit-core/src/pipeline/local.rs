@@ -127,7 +127,7 @@ pub(crate) enum Local {
 /// shown only at TRACE: only then is it built again, as a string.
 #[inline]
 fn observe_locally(decision: &Decision, prefix: &str, name: Option<&str>, key: &str) {
-    if tracing::enabled!(target: "redis_ratelimit", tracing::Level::TRACE) {
+    if tracing::enabled!(target: crate::observe::TARGET, tracing::Level::TRACE) {
         decision.observe(observed_name(name), Some(&bucket_key(prefix, name, key)));
     } else {
         decision.observe(observed_name(name), None);

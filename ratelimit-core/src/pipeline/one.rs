@@ -293,7 +293,7 @@ fn conclude(
         Some(bucket)
             if !decision.allowed
                 || taken.is_some()
-                || tracing::enabled!(target: "redis_ratelimit", tracing::Level::TRACE) =>
+                || tracing::enabled!(target: crate::observe::TARGET, tracing::Level::TRACE) =>
         {
             Some(bucket.key())
         }

@@ -96,14 +96,18 @@ impl RateLimiter {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(target: "redis_ratelimit", calls = remote.len(), "redis-ratelimit could not give back the tokens of calls that gave up waiting: no Tokio runtime to reach Redis");
+            crate::observe::log!(
+                warn,
+                calls = remote.len(),
+                "redis-ratelimit could not give back the tokens of calls that gave up waiting: no Tokio runtime to reach Redis"
+            );
             return;
         };
         let limiter = self.clone();
         runtime.spawn(async move {
             for (bucket, limit, cost) in remote {
                 if let Err(e) = limiter.give_back_remote(&bucket, &limit, cost).await {
-                    tracing::warn!(target: "redis_ratelimit", error = %e, "redis-ratelimit could not give back the tokens of a call that gave up waiting");
+                    crate::observe::log!(warn, error = %e, "redis-ratelimit could not give back the tokens of a call that gave up waiting");
                 }
             }
         });

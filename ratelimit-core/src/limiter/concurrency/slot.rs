@@ -193,7 +193,10 @@ impl Slot {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(target: "redis_ratelimit", "redis-ratelimit cannot renew a concurrency slot's lease without a Tokio runtime: a call longer than the lease may lose its slot");
+            crate::observe::log!(
+                warn,
+                "redis-ratelimit cannot renew a concurrency slot's lease without a Tokio runtime: a call longer than the lease may lose its slot"
+            );
             return;
         };
         let limiter = held.limiter.clone();
@@ -237,14 +240,17 @@ impl Slot {
                         Ok(0) if part.answered && !lost => {
                             lost = true;
                             failing = false;
-                            tracing::warn!(target: "redis_ratelimit", "a call running under a concurrency limit had lost its slot in the store (its lease ended before it was renewed, or the store lost its data); it is counted again from now");
+                            crate::observe::log!(
+                                warn,
+                                "a call running under a concurrency limit had lost its slot in the store (its lease ended before it was renewed, or the store lost its data); it is counted again from now"
+                            );
                         }
                         Ok(_) => failing = false,
                         Err(e) => {
                             all_told = false;
                             if !failing {
                                 failing = true;
-                                tracing::warn!(target: "redis_ratelimit", error = %e, "redis-ratelimit could not renew a concurrency slot's lease");
+                                crate::observe::log!(warn, error = %e, "redis-ratelimit could not renew a concurrency slot's lease");
                             }
                         }
                     }
@@ -309,7 +315,10 @@ impl Drop for Slot {
             return;
         }
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            tracing::warn!(target: "redis_ratelimit", "redis-ratelimit could not give back a concurrency slot: no Tokio runtime to reach Redis; its lease frees it");
+            crate::observe::log!(
+                warn,
+                "redis-ratelimit could not give back a concurrency slot: no Tokio runtime to reach Redis; its lease frees it"
+            );
             return;
         };
         let limiter = held.limiter;
@@ -317,7 +326,7 @@ impl Drop for Slot {
         let task: std::pin::Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async move {
             for part in remote {
                 if let Err(e) = limiter.release_remote(holder, &part).await {
-                    tracing::warn!(target: "redis_ratelimit", error = %e, "redis-ratelimit could not give back a concurrency slot; its lease frees it");
+                    crate::observe::log!(warn, error = %e, "redis-ratelimit could not give back a concurrency slot; its lease frees it");
                 }
             }
         });

@@ -691,7 +691,8 @@ impl Inner {
         shard.table.retain(|e| e.1.expire_ms() > threshold);
         let evicted = (before - shard.table.len()) as u64;
         self.evicted.fetch_add(evicted, Ordering::Relaxed);
-        tracing::warn!(target: "redis_ratelimit",
+        crate::observe::log!(
+            warn,
             evicted,
             bound = self.shard_cap * self.shards.len(),
             "in-memory rate-limit store is full of active buckets; evicted the ones closest to \

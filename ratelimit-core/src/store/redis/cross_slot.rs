@@ -122,7 +122,7 @@ impl RedisStore {
         for (group, reply) in reserved {
             let part: Vec<Check<'_>> = group.iter().map(|&i| checks[i]).collect();
             if let Err(e) = self.run_group(&part, Mode::GiveBack(reply.now)).await {
-                tracing::warn!(target: "redis_ratelimit", error = %e, "redis-ratelimit could not give back the tokens a refused call reserved");
+                crate::observe::log!(warn, error = %e, "redis-ratelimit could not give back the tokens a refused call reserved");
             }
         }
     }

@@ -294,7 +294,7 @@ impl RedisStore {
                 .functions
                 .store(true, std::sync::atomic::Ordering::Relaxed),
             Err(e) if scripts::functions_unavailable(&e) => {
-                tracing::info!(
+                crate::observe::log!(info,
                     url = %store.url,
                     reason = %e,
                     "Redis refuses FUNCTION LOAD or FCALL: deciding by EVALSHA of each script"

@@ -259,7 +259,7 @@ impl RedisStore {
     /// no module command, or refused one (`refused`). Said once, at WARN.
     fn stop_native(&self, refused: &RedisError) {
         if self.native.swap(false, std::sync::atomic::Ordering::AcqRel) {
-            tracing::warn!(
+            crate::observe::log!(warn,
                 url = %self.url,
                 reason = %refused,
                 "a Redis node has no ratelimit module commands now, or refuses them (a restart \
@@ -276,7 +276,7 @@ impl RedisStore {
             .functions
             .swap(false, std::sync::atomic::Ordering::AcqRel)
         {
-            tracing::warn!(
+            crate::observe::log!(warn,
                 url = %self.url,
                 reason = %refused,
                 "Redis refuses FCALL now (an ACL changed, or a failover reached a node with other \
@@ -294,7 +294,7 @@ impl RedisStore {
         {
             return;
         }
-        tracing::info!(
+        crate::observe::log!(info,
             library = Library::get().name(),
             reason = %missing,
             "a Redis node has no rate-limit functions: loading them again"
@@ -305,7 +305,7 @@ impl RedisStore {
                 .run(|mut c| async move { load_library(&mut c).await })
                 .await
             {
-                tracing::warn!(
+                crate::observe::log!(warn,
                     library = Library::get().name(),
                     error = %e,
                     "could not load the rate-limit functions; calls run by EVAL meanwhile"

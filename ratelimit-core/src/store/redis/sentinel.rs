@@ -133,7 +133,7 @@ impl SentinelConn {
         runtime.spawn(async move {
             let checked = tokio::time::timeout(CONNECT_TIMEOUT, this.check()).await;
             if let Ok(Err(e)) | Err(e) = checked.map_err(|_| "timed out".to_owned()) {
-                tracing::debug!(%e, "could not ask the sentinels for the master");
+                crate::observe::log!(debug, %e, "could not ask the sentinels for the master");
             }
             this.checked_at.store(this.now_ms(), Ordering::Relaxed);
             this.checking.store(false, Ordering::Release);
@@ -191,8 +191,7 @@ impl SentinelConn {
             _ => return Ok(()),
         };
         if in_use != (host.as_str(), port) {
-            tracing::info!(target: "redis_ratelimit",
-                from = %current.addr,
+            crate::observe::log!(info, from = %current.addr,
                 to = %format_args!("{host}:{port}"),
                 "the sentinels name another master; switching"
             );
