@@ -276,15 +276,15 @@ impl Resilience {
         }
     }
 
-    /// Runs a store call within the deadline.
+    /// Runs a store call within the deadline, as this process could see it: the store is
+    /// given up on only once it has been silent for the deadline while this process was
+    /// running ([`silent_for`]).
     pub(crate) async fn call<T>(
         &self,
         call: impl std::future::Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
         match self.deadline {
-            Some(deadline) => tokio::time::timeout(deadline, call)
-                .await
-                .unwrap_or(Err(Error::Timeout(deadline))),
+            Some(deadline) => silent_for(deadline, call).await,
             None => call.await,
         }
     }
@@ -492,6 +492,57 @@ impl Resilience {
     }
 }
 
+/// A store that is slower than the deadline still answers, and its answer decides, as long as
+/// this process could not tell it was silent: past [`OVERTIME_CAP`] deadlines it is given up
+/// on whatever this process saw.
+pub(crate) const OVERTIME_CAP: u32 = 20;
+
+/// `call`'s answer, or [`Error::Timeout`] once the store has been silent for `deadline` of
+/// the time this process was running (or for [`OVERTIME_CAP`] deadlines in all).
+///
+/// A busy host is not a dead store. On a saturated machine this process may not run for tens
+/// of milliseconds; when it runs again, the store's reply is waiting in the socket, but the
+/// timer's task is often polled before the connection's reader has read it (Tokio runs the
+/// task it woke last first), and a plain timeout then gives up on an answer that came in
+/// time. Every call the failure policy then decides is admitted by the fallback beside what
+/// the store admits to everyone else: on one key of a loaded 2-core machine, 509 fallback
+/// admissions beside 1,724 by Redis in 10 s (issue 44).
+///
+/// So the deadline is counted in steps of a tenth of it (1 to 20 ms): a step whose timer
+/// fired on time (within a step of its due time) was time this process ran, in which the
+/// reply could have been read; a step that fired later says this process was not running,
+/// and counts for nothing. An answer that comes after the deadline still decides (it was
+/// taken by the store: deciding by the policy beside it would take twice). On a quiet host a
+/// silent store is given up on at the deadline, as before.
+///
+/// A call given up on may still reach the store and take its tokens there: that leaves the
+/// bucket emptier than the calls admitted say, never fuller.
+pub(crate) async fn silent_for<T>(
+    deadline: Duration,
+    call: impl std::future::Future<Output = Result<T, Error>>,
+) -> Result<T, Error> {
+    let mut call = std::pin::pin!(call);
+    let step = (deadline / 10).clamp(Duration::from_millis(1), Duration::from_millis(20));
+    let started = tokio::time::Instant::now();
+    let cap = deadline.saturating_mul(OVERTIME_CAP);
+    let mut silent = Duration::ZERO;
+    loop {
+        let armed = tokio::time::Instant::now();
+        match tokio::time::timeout(step, call.as_mut()).await {
+            Ok(answer) => return answer,
+            Err(_) => {
+                // Late by more than a step: this process (or its runtime) was not running.
+                if armed.elapsed() <= step * 2 + Duration::from_millis(1) {
+                    silent += step;
+                }
+                if silent >= deadline || started.elapsed() >= cap {
+                    return Err(Error::Timeout(deadline));
+                }
+            }
+        }
+    }
+}
+
 /// How far from full the store last said `bucket` under `limit` is at `now` (owed
 /// reservations included), in fine units of the limit's token bucket.
 fn short_of_full(
@@ -502,6 +553,89 @@ fn short_of_full(
 ) -> Option<u64> {
     let known = known?.known(bucket, limit, now)?;
     Some(known.short_of_full(&crate::algorithm::token_bucket::Params::of(limit), now))
+}
+
+#[cfg(test)]
+mod deadline_tests {
+    use super::*;
+    use std::io::Write as _;
+    use tokio::io::AsyncReadExt as _;
+
+    /// The runtime of a busy host's process: one worker, which a task can hold as the kernel
+    /// would by not scheduling the process.
+    fn one_worker() -> tokio::runtime::Runtime {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .enable_all()
+            .build()
+            .unwrap()
+    }
+
+    /// The reply reaches the socket in time, while this process does not run (its only worker
+    /// held past the deadline); the connection's reader is a task of its own, as redis-rs's
+    /// is. When the worker is free, the timer and the reader wake together: the answer decides,
+    /// not the deadline. (A plain `tokio::time::timeout` polls the timer's task first and gave
+    /// up on it every time.)
+    #[test]
+    fn an_answer_that_came_while_this_process_was_not_running_decides() {
+        one_worker().block_on(async {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let mut store = std::net::TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            let (mut socket, _) = listener.accept().await.unwrap();
+            let (reply, replied) = tokio::sync::oneshot::channel::<u8>();
+            // The connection's reader.
+            tokio::spawn(async move {
+                let mut byte = [0u8; 1];
+                socket.read_exact(&mut byte).await.unwrap();
+                let _ = reply.send(byte[0]);
+            });
+            let deadline = Duration::from_millis(50);
+            let asked = tokio::spawn(silent_for(deadline, async move {
+                replied
+                    .await
+                    .map_err(|_| Error::BadReply("no reply".to_owned()))
+            }));
+            // Let the call arm its timer, then hold the worker past the deadline while the
+            // store answers.
+            tokio::task::yield_now().await;
+            let (answered, held) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                held.recv().unwrap();
+                store.write_all(&[7]).unwrap();
+            });
+            tokio::spawn(async move {
+                answered.send(()).unwrap();
+                std::thread::sleep(deadline * 4);
+            })
+            .await
+            .unwrap();
+            assert_eq!(asked.await.unwrap().unwrap(), 7);
+        });
+    }
+
+    /// A store that stays silent while this process runs is given up on at the deadline,
+    /// and one that never answers at all after at most the cap.
+    #[tokio::test(start_paused = true)]
+    async fn a_silent_store_is_given_up_on_at_the_deadline() {
+        let deadline = Duration::from_millis(50);
+        let started = tokio::time::Instant::now();
+        let answer = silent_for(deadline, std::future::pending::<Result<(), Error>>()).await;
+        assert!(matches!(answer, Err(Error::Timeout(d)) if d == deadline));
+        // On the paused clock every step fires on time: exactly the deadline, in steps.
+        assert_eq!(started.elapsed(), deadline);
+        // An answer after the deadline, on a running process: too late.
+        let late = silent_for(deadline, async {
+            tokio::time::sleep(deadline + Duration::from_millis(5)).await;
+            Ok(())
+        });
+        assert!(late.await.is_err());
+        // An answer before it decides.
+        let early = silent_for(deadline, async {
+            tokio::time::sleep(deadline - Duration::from_millis(5)).await;
+            Ok(3)
+        });
+        assert_eq!(early.await.unwrap(), 3);
+    }
 }
 
 #[cfg(test)]
