@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use ratelimit_core::tools::{
     ClusterConnection, READ_SCRIPT, RedisTarget, Stored, cluster_connection, node_url,
-    parse_redis_url, redact_url, redis_client,
+    parse_redis_url, redact_url, redis_client, url_complaint,
 };
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
@@ -55,8 +55,11 @@ enum Target {
 
 fn target(url: &str) -> Result<Target, Failure> {
     let shown = redact_url(url);
+    // A URL that does not parse may hold its password anywhere: none of it is shown.
     let invalid = |why: &dyn std::fmt::Display| {
-        Failure::Usage(format!("invalid Redis URL `{shown}`: {why}; {EXPECTED}"))
+        Failure::Usage(format!(
+            "invalid Redis URL (not shown: it may hold a password): {why}; {EXPECTED}"
+        ))
     };
     if url.starts_with("memory:") {
         return Err(Failure::Usage(format!(
@@ -70,14 +73,14 @@ fn target(url: &str) -> Result<Target, Failure> {
     match parse_redis_url(url).map_err(|why| invalid(&why))? {
         RedisTarget::Single(url) => redis_client(url)
             .map(|c| Target::Single(Box::new(c)))
-            .map_err(|e| invalid(&e)),
+            .map_err(|e| invalid(&url_complaint(&e))),
         RedisTarget::Cluster(nodes) => {
             let client = ClusterClient::builder(nodes)
                 .connection_timeout(CONNECT_TIMEOUT)
                 .response_timeout(RESPONSE_TIMEOUT)
                 .retries(2)
                 .build()
-                .map_err(|e| invalid(&e))?;
+                .map_err(|e| invalid(&url_complaint(&e)))?;
             Ok(Target::Cluster(Box::new(client)))
         }
         _ => Err(Failure::Usage(format!(

@@ -776,16 +776,20 @@ fn errors_say_what_is_wrong_with_their_exit_codes() {
     let server = RedisServer::start();
     // Bad URLs: the command line is wrong.
     for (url, says) in [
-        // Not a URL: it may be anything, a password included, so it is not shown.
+        // A URL that does not parse may be anything, a password included: none of it shows.
         (
             "not a url",
-            "invalid Redis URL `(unparsable URL)`: not a URL",
+            "invalid Redis URL (not shown: it may hold a password): not a URL",
         ),
         (
             "http://127.0.0.1:6379",
-            "invalid Redis URL `http://127.0.0.1:6379`",
+            "invalid Redis URL (not shown: it may hold a password): Redis URL did not parse",
         ),
         ("redis://127.0.0.1:notaport", "invalid Redis URL"),
+        (
+            "redis://h/0?protocol=s3cret-pw",
+            "Invalid protocol version;",
+        ),
         (
             "redis+sentinel://127.0.0.1:26379/m",
             "does not follow Sentinel",
@@ -804,9 +808,15 @@ fn errors_say_what_is_wrong_with_their_exit_codes() {
             assert!(stderr(&o).contains(says), "{args:?}: {}", stderr(&o));
         }
     }
-    // A password never shows.
-    let o = cli(&["top", "--url", "http://:s3cret@h:1"]);
-    assert!(!stderr(&o).contains("s3cret"), "{}", stderr(&o));
+    // A password never shows, nor any part of a URL that does not parse.
+    for url in [
+        "http://:s3cret@h:1",
+        "redis://h/0?protocol=s3cret-pw",
+        "?a://s3cret#__=",
+    ] {
+        let o = cli(&["top", "--url", url]);
+        assert!(!stderr(&o).contains("s3cret"), "{}", stderr(&o));
+    }
 
     // A closed port: Redis cannot be reached, and the message says where.
     let port = testkit::free_port();

@@ -123,17 +123,15 @@ pub enum Error {
     #[error("no store configured: call `.redis(url)` or `.memory()` on the builder")]
     NoStore,
 
-    /// The Redis URL could not be parsed.
+    /// The Redis URL could not be parsed. The message shows no part of it: where a password
+    /// ends in a URL that does not parse is anyone's guess.
     #[error(
-        "invalid Redis URL `{url}`: {source}; expected redis://[user[:password]@]host[:port][/db] \
-         or rediss:// for TLS"
+        "invalid Redis URL (not shown: it may hold a password): {reason}; expected \
+         redis://[user[:password]@]host[:port][/db] or rediss:// for TLS"
     )]
     InvalidUrl {
-        /// The URL, with any password removed.
-        url: String,
-        /// What the parser said.
-        #[source]
-        source: redis::RedisError,
+        /// What is wrong with it, in words that quote none of it.
+        reason: String,
     },
 
     /// Redis could not be reached or refused the connection.
@@ -300,7 +298,24 @@ pub(crate) fn never_answered(e: &redis::RedisError) -> bool {
     e.is_io_error() || e.is_connection_dropped() || e.is_timeout()
 }
 
-/// The URL without its secrets, for messages and logs.
+/// The schemes of the URLs a store is built from (redis-rs's and this crate's): what
+/// [`redact_url`] shows the rest of.
+const STORE_SCHEMES: [&str; 11] = [
+    "redis",
+    "rediss",
+    "redis+cluster",
+    "rediss+cluster",
+    "redis+sentinel",
+    "redis+unix",
+    "unix",
+    "valkey",
+    "valkeys",
+    "valkey+unix",
+    "memory",
+];
+
+/// The URL without its secrets, for messages and logs; `(unparsable URL)` for what is not a
+/// store URL at all.
 ///
 /// Redis URL parsers disagree on where the userinfo ends when a password holds `@`, `/`, `?`
 /// or `#` (`url` takes the last `@` of the authority, a split on the first `/` stops inside
@@ -310,8 +325,11 @@ pub(crate) fn never_answered(e: &redis::RedisError) -> bool {
 /// `/`, `?` or `#`, the `@` may as well sit in a path or a query value, so nothing after the
 /// scheme is shown. Over-redacting is the price of never showing a secret.
 pub fn redact_url(url: &str) -> String {
-    let Some((scheme, rest)) = url.split_once("://") else {
-        // Not a URL: it may be anything, a password included.
+    let Some((scheme, rest)) = url
+        .split_once("://")
+        .filter(|(scheme, _)| STORE_SCHEMES.contains(scheme))
+    else {
+        // Not a store URL: it may be anything, a password included (`?a://a#__=`).
         return "(unparsable URL)".to_owned();
     };
     let mut out = format!("{scheme}://");
@@ -422,5 +440,8 @@ mod tests {
             "redis://h:1/0?***"
         );
         assert_eq!(redact_url("secret"), "(unparsable URL)");
+        // What only looks like a URL shows nothing of itself (issue 44: 6 characters shown).
+        assert_eq!(redact_url("?a://a#__="), "(unparsable URL)");
+        assert_eq!(redact_url("s3cr3t://pa55w0rd"), "(unparsable URL)");
     }
 }

@@ -19,8 +19,9 @@
 //!   [`BucketState`]), and [`peek`] says what a call would be told now ([`Peek`],
 //!   [`Undecidable`]);
 //! - URLs: [`parse_redis_url`] says what a store URL names ([`RedisTarget`], whose `Debug`
-//!   hides passwords), [`node_url`] is the URL of one node of a cluster, and [`redact_url`]
-//!   hides a URL's password for messages;
+//!   hides passwords), [`node_url`] is the URL of one node of a cluster, [`redact_url`]
+//!   hides a URL's password for messages, and [`url_complaint`] says what redis-rs found wrong
+//!   with a URL without quoting it;
 //! - connections: [`redis_client`] and [`cluster_connection`] open them as the limiter does,
 //!   without `CLIENT SETINFO`, so that a tool works under the least ACL of
 //!   docs/operations.md on every server;
@@ -73,7 +74,7 @@ pub use crate::store::redis::client::{
     ClusterConnection, NodeConnection, client as redis_client, cluster_connection,
 };
 pub use crate::store::redis::url::{
-    Target as RedisTarget, node_url, parse_target as parse_redis_url,
+    Target as RedisTarget, node_url, parse_target as parse_redis_url, url_complaint,
 };
 
 /// The key of the heartbeat's sorted set of the live instances under `prefix`: what the

@@ -439,7 +439,7 @@ fn no_error_shows_any_part_of_a_password() {
     let port = server.port();
     let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(24));
     let passwords = "[A-Za-z0-9@:/%?#!$&'()*+,;=._~-]{10,24}";
-    let result = runner.run(&passwords, |password| {
+    let property = |password: String| {
         let closed = free_port();
         let urls = [
             format!("redis://:{password}@127.0.0.1:{port}"),
@@ -450,6 +450,8 @@ fn no_error_shows_any_part_of_a_password() {
             format!("redis+cluster://:{password}@127.0.0.1:{port},127.0.0.1:{closed}"),
             format!("redis+sentinel://u:{password}@127.0.0.1:{closed},127.0.0.1:{closed}/mymaster"),
             format!("redis://127.0.0.1:{port}/0?password={password}&protocol=resp3"),
+            // redis-rs quotes a protocol it does not know in its error.
+            format!("redis://127.0.0.1:{port}/0?protocol={password}"),
             password.clone(),
         ];
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -495,8 +497,14 @@ fn no_error_shows_any_part_of_a_password() {
             }
         }
         Ok(())
-    });
-    if let Err(e) = result {
+    };
+    // Found by the runner once (issue 44): a text that only looks like a URL.
+    for found in ["?a://a#__="] {
+        if let Err(e) = property(found.to_owned()) {
+            panic!("{found}: {e}");
+        }
+    }
+    if let Err(e) = runner.run(&passwords, property) {
         panic!("{e}");
     }
 }

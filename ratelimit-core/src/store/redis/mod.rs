@@ -30,7 +30,7 @@ pub(crate) mod url;
 
 use self::client::ClusterConnection;
 use self::sentinel::SentinelConn;
-use self::url::{Target, parse_target};
+use self::url::{Target, parse_target, url_complaint};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 const RESPONSE_TIMEOUT: Duration = Duration::from_secs(2);
@@ -145,20 +145,13 @@ impl RedisStore {
     pub async fn connect(url: &str) -> Result<RedisStore, Error> {
         let redacted = redact_url(url);
         let invalid = |source: RedisError| Error::InvalidUrl {
-            url: redacted.clone(),
-            source,
+            reason: url_complaint(&source),
         };
         let unreachable = |source: RedisError| Error::Connect {
             url: redacted.clone(),
             source,
         };
-        let target = parse_target(url).map_err(|why| {
-            invalid(RedisError::from((
-                redis::ErrorKind::InvalidClientConfig,
-                "bad URL",
-                why,
-            )))
-        })?;
+        let target = parse_target(url).map_err(|reason| Error::InvalidUrl { reason })?;
         let (conn, listen) = match target {
             Target::Single(url) => {
                 let client = client::client(url).map_err(invalid)?;

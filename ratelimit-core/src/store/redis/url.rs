@@ -100,6 +100,21 @@ pub fn node_url(cluster_url: &str, address: &str) -> String {
     format!("{scheme}://{userinfo}{address}")
 }
 
+/// What redis-rs said of a URL it could not read, in its own words only: its detail may quote
+/// the URL (`Invalid protocol version - InvalidClientConfig: <the query's value>`), and a URL
+/// that does not parse may hold its password anywhere.
+#[must_use]
+pub fn url_complaint(e: &redis::RedisError) -> String {
+    let text = e.to_string();
+    // `<description> - <kind>[: <detail>]`, the description a literal of redis-rs's.
+    match text.split_once(&format!(" - {:?}", e.kind())) {
+        Some((description, _)) if e.kind() == redis::ErrorKind::InvalidClientConfig => {
+            description.to_owned()
+        }
+        _ => "it did not parse".to_owned(),
+    }
+}
+
 /// What `url` names, checked without connecting.
 ///
 /// # Errors
@@ -197,6 +212,17 @@ mod tests {
         }
         assert!(parse_target("redis+sentinel://a:26379").is_err());
         assert!(parse_target("redis+cluster://").is_err());
+    }
+
+    #[test]
+    fn a_complaint_quotes_nothing_of_the_url() {
+        let protocol = crate::store::redis::client::client("redis://h/0?protocol=s3cret-pw")
+            .err()
+            .unwrap();
+        assert!(protocol.to_string().contains("s3cret-pw"), "{protocol}");
+        assert_eq!(url_complaint(&protocol), "Invalid protocol version");
+        let other = redis::RedisError::from((redis::ErrorKind::Io, "x", "s3cret-pw".to_owned()));
+        assert_eq!(url_complaint(&other), "it did not parse");
     }
 
     #[test]
