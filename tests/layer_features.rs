@@ -15,7 +15,10 @@ use redis_ratelimit::{
     Header, Limit, RateLimitLayer, RateLimited, RequestContext, Tier, enable_redis_rate_limit,
     layer_limit, rate_limit,
 };
+use std::sync::LazyLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use testkit::RedisServer;
+use tokio::sync::watch;
 use tower::ServiceExt as _;
 
 mod support;
@@ -46,6 +49,18 @@ async fn work(request: Request<Body>) -> StatusCode {
 #[rate_limit(replenish = 1000, unit = "day", key = Header("x-client"), name = "own")]
 async fn limited(request: Request<Body>) -> Result<StatusCode, RateLimited> {
     Ok(work(request).await)
+}
+
+/// Requests of [`held`] admitted and running (each then holds its tokens until [`GO`]).
+static RUNNING: AtomicUsize = AtomicUsize::new(0);
+/// Lets the requests of [`held`] answer.
+static GO: LazyLock<watch::Sender<bool>> = LazyLock::new(|| watch::channel(false).0);
+
+/// [`work`], answered once [`GO`] says so: requests in flight at once.
+async fn held(request: Request<Body>) -> StatusCode {
+    RUNNING.fetch_add(1, Ordering::SeqCst);
+    GO.subscribe().wait_for(|go| *go).await.unwrap();
+    work(request).await
 }
 
 async fn health() -> &'static str {
@@ -83,7 +98,8 @@ fn app(counted: bool) -> Router {
     let router = Router::new()
         .route("/work", get(work))
         .route("/limited", get(limited))
-        .route("/health", get(health));
+        .route("/health", get(health))
+        .route("/held", get(held));
     if counted {
         router.layer(RateLimitLayer::new().limit(layer_limit!(
             name = "failures",
@@ -235,6 +251,53 @@ async fn only_the_responses_it_counts_take(server: Option<RedisServer>) {
     }
 }
 
+/// The statuses of 20 requests to `path` at once, answered once the limit's 2 tokens are
+/// held by requests in flight.
+async fn twenty_at_once(app: &Router, path: &str) -> Vec<StatusCode> {
+    GO.send_replace(false);
+    let before = RUNNING.load(Ordering::SeqCst);
+    let requests: Vec<_> = (0..20)
+        .map(|_| {
+            let (app, path) = (app.clone(), path.to_owned());
+            tokio::spawn(async move { get_as(&app, &path, "parallel", &[]).await })
+        })
+        .collect();
+    for _ in 0..10_000 {
+        if RUNNING.load(Ordering::SeqCst) >= before + 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    GO.send_replace(true);
+    let mut statuses = Vec::new();
+    for r in requests {
+        statuses.push(r.await.unwrap());
+    }
+    statuses
+}
+
+/// Requests in flight hold the tokens of a limit that counts server errors only, not spend
+/// them: 20 requests at once that all succeed are all answered, under a limit of 2; 20 that
+/// all fail are answered no more than twice.
+async fn parallel_requests_wait_for_the_tokens_held_in_flight(server: Option<RedisServer>) {
+    enable(server.as_ref()).await;
+    let app = app(true);
+    let ok = twenty_at_once(&app, "/held").await;
+    assert!(ok.iter().all(|s| *s == StatusCode::OK), "{ok:?}");
+    let failed = twenty_at_once(&app, "/held?fail").await;
+    let answered = failed
+        .iter()
+        .filter(|s| **s == StatusCode::INTERNAL_SERVER_ERROR)
+        .count();
+    assert_eq!(answered, 2, "{failed:?}");
+    assert!(
+        failed
+            .iter()
+            .all(|s| *s == StatusCode::INTERNAL_SERVER_ERROR || *s == StatusCode::TOO_MANY_REQUESTS),
+        "{failed:?}"
+    );
+}
+
 async fn a_layer_limit_has_its_own_empty_key_policy_and_shadow_mode(server: Option<RedisServer>) {
     enable(server.as_ref()).await;
     let app = lenient_app();
@@ -260,5 +323,6 @@ support::on_memory_and_redis!(
     health_checks_are_exempt,
     each_request_is_decided_under_its_tier,
     only_the_responses_it_counts_take,
+    parallel_requests_wait_for_the_tokens_held_in_flight,
     a_layer_limit_has_its_own_empty_key_policy_and_shadow_mode
 );

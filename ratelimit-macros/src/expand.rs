@@ -163,8 +163,14 @@ fn expand(
         };
         if let Some(after) = after {
             let taken = Ident::new(&format!("__rl_taken{suffix}"), Span::mixed_site());
+            // A counted call's tokens are held provisionally while it runs: a call refused
+            // meanwhile waits for them (they come back if its outcome does not count).
+            let made = match after {
+                After::Count(_) => quote!(counting),
+                After::Settle(_) => quote!(default),
+            };
             keys.extend(quote! {
-                let #taken = ::redis_ratelimit::__private::Taken::default();
+                let #taken = ::redis_ratelimit::__private::Taken::#made();
             });
             call.extend(quote!(.keeping(&#taken)));
             counted.push((decl.clone(), taken, after));

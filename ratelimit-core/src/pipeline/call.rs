@@ -7,6 +7,7 @@ use std::borrow::Cow;
 use std::fmt;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use super::provisional::Hold;
 use super::scope::with_current;
 use crate::async_key::ErasedAsync;
 use crate::decision::{Label, Source};
@@ -183,10 +184,35 @@ impl fmt::Debug for Released {
 }
 
 /// The tokens a call took under one limit, kept until its outcome says whether it counts.
+/// Made by [`Taken::counting`] for a limit that counts only some outcomes, its tokens are
+/// held provisionally ([`provisional`](super::provisional)) until it is dropped, after any
+/// refund: a call refused meanwhile on the same bucket waits for them.
 #[derive(Debug, Clone, Default)]
-pub struct Taken(Arc<Mutex<Vec<TakenPart>>>);
+pub struct Taken(Arc<Kept>);
+
+#[derive(Debug, Default)]
+struct Kept {
+    parts: Mutex<Vec<TakenPart>>,
+    counting: bool,
+    holds: Mutex<Vec<Hold>>,
+}
 
 impl Taken {
+    /// What a call keeps under a limit that counts only some outcomes (`count = ..`).
+    #[must_use]
+    pub fn counting() -> Taken {
+        Taken(Arc::new(Kept {
+            counting: true,
+            ..Kept::default()
+        }))
+    }
+
+    /// Whether this call's limit counts only some outcomes, so that its refusals wait for the
+    /// tokens held by its calls in flight.
+    pub(crate) fn is_counting(&self) -> bool {
+        self.0.counting
+    }
+
     /// Keeps the tokens `decision` took from `bucket`, if it took any: an admitted call,
     /// decided by the store or the fallback, not let through by a limit in shadow mode (a
     /// shadowed refusal took nothing; a refund is never more than was taken).
@@ -195,11 +221,20 @@ impl Taken {
             && !decision.shadowed
             && matches!(decision.source, Source::Store | Source::Fallback);
         if took {
+            let bucket = bucket();
+            if self.0.counting {
+                self.0
+                    .holds
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(Hold::new(bucket.clone(), decision.cost));
+            }
             self.0
+                .parts
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
                 .push(TakenPart {
-                    bucket: bucket(),
+                    bucket,
                     limit: decision.limit,
                     cost: decision.cost,
                     source: decision.source,
@@ -210,7 +245,7 @@ impl Taken {
 
     /// What was kept, taken out.
     pub(crate) fn take(&self) -> Vec<TakenPart> {
-        std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
+        std::mem::take(&mut *self.0.parts.lock().unwrap_or_else(PoisonError::into_inner))
     }
 }
 

@@ -98,7 +98,12 @@ impl LayerScope {
         let taken = (!deferred || limits.iter().any(|l| l.count.is_some())).then(|| {
             limits
                 .iter()
-                .map(|l| (!deferred || l.count.is_some()).then(Taken::default))
+                .map(|l| match (deferred, l.count.is_some()) {
+                    // Held provisionally while the request runs: a refusal waits for them.
+                    (_, true) => Some(Taken::counting()),
+                    (false, false) => Some(Taken::default()),
+                    (true, false) => None,
+                })
                 .collect()
         });
         LayerScope {

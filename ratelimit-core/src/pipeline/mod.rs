@@ -12,6 +12,7 @@ mod layer_limit;
 pub(crate) mod layer_scope;
 mod local;
 mod one;
+mod provisional;
 mod remote;
 pub(crate) mod scope;
 mod several;

@@ -8,6 +8,7 @@ use std::pin::Pin;
 
 use super::Local;
 use super::call::{Before, Call, KeyArg, Taken, anchored, before_key, settle};
+use super::provisional;
 use super::scope::{record_current, with_current};
 use super::{check_all, limiter_or_unenabled, report_missing_piece};
 use crate::check::Check;
@@ -175,6 +176,24 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             }
         });
         match local {
+            // Refused while calls in flight hold tokens of the bucket that may come back:
+            // decided again as they end, on the path that waits.
+            Local::Decided(decision)
+                if !decision.allowed
+                    && call.taken.is_some_and(Taken::is_counting)
+                    && provisional::is_held(&bucket_key(&bucket)) =>
+            {
+                Step::Ask(Box::pin(ask(
+                    decl,
+                    label.clone(),
+                    limiter,
+                    bucket.key(),
+                    Refused(decision),
+                    effective,
+                    in_scope,
+                    call.taken.cloned(),
+                )))
+            }
             Local::Decided(decision) => Step::Done(conclude(
                 decl,
                 label.clone(),
@@ -188,7 +207,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
                 label.clone(),
                 limiter,
                 bucket.key(),
-                reserved,
+                reserved.map_or(Asked::Nothing, Asked::Reserved),
                 effective,
                 in_scope,
                 call.taken.cloned(),
@@ -209,25 +228,48 @@ fn record_if(in_scope: bool, label: Label, decision: Decision) {
 fn record_one(label: Label, decision: Decision) {
     record_current(Recorded::one(label, decision));
 }
+/// What a call that must wait has been told at once: nothing yet, its tokens reserved (it
+/// waits for them), or a refusal while calls in flight hold tokens of its bucket.
+enum Asked {
+    Nothing,
+    Reserved(Decision),
+    Refused(Decision),
+}
+use Asked::Refused;
+
 /// A call's decision from a store that does not answer at once, or by the failure policy
-/// before enable; or the wait of a call that `reserved` its tokens in memory.
+/// before enable; or the wait of a call that `reserved` its tokens in memory; decided again,
+/// under a limit that counts only some outcomes, as calls holding its bucket's tokens end.
 #[allow(clippy::too_many_arguments)]
 async fn ask(
     decl: &'static LimitDeclaration,
     label: Label,
     limiter: &RateLimiter,
     bucket: Cow<'static, str>,
-    reserved: Option<Decision>,
+    asked: Asked,
     effective: Effective,
     in_scope: bool,
     taken: Option<Taken>,
 ) -> Checked {
-    let check = Check::new(&bucket, &effective.limit, effective.cost);
-    let decided = match reserved {
-        Some(reserved) => limiter.wait_one(check, reserved).await,
-        None => limiter.decide(check).await,
+    let decide = || async {
+        let check = Check::new(&bucket, &effective.limit, effective.cost);
+        let decided = limiter.decide(check).await;
+        decided.unwrap_or_else(|e| cannot_check(decl, &effective, &e))
     };
-    let decision = decided.unwrap_or_else(|e| cannot_check(decl, &effective, &e));
+    let decision = match asked {
+        Asked::Reserved(reserved) => {
+            let check = Check::new(&bucket, &effective.limit, effective.cost);
+            let decided = limiter.wait_one(check, reserved).await;
+            decided.unwrap_or_else(|e| cannot_check(decl, &effective, &e))
+        }
+        Asked::Nothing => decide().await,
+        Asked::Refused(refused) => refused,
+    };
+    let decision = if taken.as_ref().is_some_and(Taken::is_counting) {
+        provisional::decide_again(&bucket, decision, decide).await
+    } else {
+        decision
+    };
     conclude(
         decl,
         label,
@@ -263,6 +305,14 @@ enum Bucket<'k> {
         name: &'static str,
         key: &'k str,
     },
+}
+
+/// A bucket's key, built when it is not named yet (a refusal while tokens of it are held).
+fn bucket_key(bucket: &Bucket<'_>) -> Cow<'static, str> {
+    match bucket {
+        Bucket::Named(bucket) => bucket.clone(),
+        Bucket::Parts { limiter, name, key } => Cow::Owned(limiter.named_bucket_key(name, key)),
+    }
 }
 
 impl Bucket<'_> {

@@ -2,7 +2,8 @@
 //! left pending for the handler's check): every key settled and resolved, then every limit
 //! decided together, all or nothing, and concluded as one verdict.
 
-use super::call::{Before, Call, KeyArg, anchored, before_key, settle};
+use super::call::{Before, Call, KeyArg, Taken, anchored, before_key, settle};
+use super::provisional;
 use super::scope::{record_current, with_current};
 use super::{limiter_or_unenabled, report_missing_piece};
 use crate::check::Check;
@@ -132,7 +133,24 @@ pub(crate) async fn decide_all(
                 entered.decision
             })
         } else {
-            limiter.check_buckets(&checks).await
+            let decided = limiter.check_buckets(&checks).await;
+            // Refused while calls in flight hold tokens of a limit that counts only some
+            // outcomes: decided again, all together, as they end.
+            let held = asked
+                .iter()
+                .filter(|&&i| limits[i].2.taken.is_some_and(Taken::is_counting))
+                .filter_map(|&i| buckets[i].as_deref())
+                .find(|bucket| provisional::is_held(bucket));
+            match (decided, held) {
+                (Ok(refused), Some(bucket)) if !refused.allowed => {
+                    let again = || async {
+                        let decided = limiter.check_buckets(&checks).await;
+                        decided.unwrap_or_else(|_| refused.clone())
+                    };
+                    Ok(provisional::decide_again(bucket, refused.clone(), again).await)
+                }
+                (decided, _) => decided,
+            }
         };
         match decided {
             Ok(d) => {
