@@ -478,12 +478,16 @@ fn read(
         if !var.starts_with(ENV_PREFIX) {
             return Err(Error::Config(not_ours(var, decls)));
         }
-        let targets: Vec<&&LimitDeclaration> = decls
+        // By name: a declaration and its `shared = ".."` uses are one limit.
+        let mut targets: Vec<&str> = decls
             .iter()
-            .filter(|d| env_var_name(d.name()) == var)
+            .map(|d| d.name())
+            .filter(|name| env_var_name(name) == var)
             .collect();
-        let decl = match targets.as_slice() {
-            [one] => one,
+        targets.sort_unstable();
+        targets.dedup();
+        let name = match targets.as_slice() {
+            [one] => *one,
             [] if unknown == Unknown::Skip => continue,
             [] => {
                 return Err(Error::Config(format!(
@@ -494,18 +498,14 @@ fn read(
             _ => {
                 return Err(Error::Config(format!(
                     "{var} matches several limits ({}); rename one with `name = \"..\"`",
-                    targets
-                        .iter()
-                        .map(|d| d.name())
-                        .collect::<Vec<_>>()
-                        .join(", ")
+                    targets.join(", ")
                 )));
             }
         };
-        let o = parse_env(&value)
-            .map_err(|e| Error::Config(format!("{var}: limit `{}`: {e}", decl.name())))?;
+        let o =
+            parse_env(&value).map_err(|e| Error::Config(format!("{var}: limit `{name}`: {e}")))?;
         out.by_name
-            .entry(decl.name().to_owned())
+            .entry(name.to_owned())
             .or_default()
             .push((var.to_owned(), o));
     }
@@ -753,6 +753,23 @@ mod tests {
         .unwrap();
         let err = o.apply(&QUOTA).unwrap_err().to_string();
         assert!(err.contains("calendar period"), "{err}");
+    }
+
+    /// A limit used by another function (`shared = ".."`) is one limit under one variable,
+    /// as in the file (issue 44: "matches several limits (gw.search, gw.search)").
+    #[test]
+    fn a_shared_limit_is_overridden_by_its_one_variable() {
+        static USE: LimitDeclaration =
+            LimitDeclaration::sharing("shop::search", 1, "Global", "src/other.rs", 4);
+        let mut with_use = decls();
+        with_use.push(&USE);
+        let o = load_from(
+            None,
+            env(&[("RATE_LIMIT_OVERRIDE_SHOP__SEARCH", "replenish=7")]),
+            &with_use,
+        )
+        .unwrap();
+        assert_eq!(o.apply(&SEARCH).unwrap().limit.replenish(), 7);
     }
 
     #[test]
