@@ -127,6 +127,45 @@ async fn the_debt_stops_at_its_bound_and_retry_after_counts_it(h: Harness) {
     assert_eq!(settle(&h, "default", &default, 10, 50).await, (10, 0));
 }
 
+/// A give-back into a bucket that still owes after it moves the level all the same (issue 44:
+/// `FCALL` and `EVALSHA` gave nothing back while the bucket owed beyond empty), by a
+/// settlement and by a refund.
+async fn a_give_back_into_debt_moves_the_level(h: Harness) {
+    // The wait of one token while `owed` are owed: one back every 36 s.
+    let wait = |owed: u64| Duration::from_secs(36 * (owed + 1));
+    let assert_owes = |d: redis_ratelimit::Decision, owed: u64| {
+        assert!(!d.allowed, "{owed} owed: {d:?}");
+        h.assert_duration(
+            d.retry_after,
+            wait(owed),
+            Duration::from_secs(5),
+            &format!("retry_after with {owed} owed"),
+        );
+    };
+    // A takes 60 and B 40 of the hundred; A's call used 110: 50 owed.
+    let a = h
+        .limiter
+        .check_estimate("debt", &HUNDRED, 60)
+        .await
+        .unwrap();
+    let b = h
+        .limiter
+        .check_estimate("debt", &HUNDRED, 40)
+        .await
+        .unwrap();
+    assert!(a.decision().allowed && b.decision().allowed);
+    assert_eq!(a.settle(110).await.unwrap().each, vec![(50, 0)]);
+    assert_owes(h.check("debt", &HUNDRED, 1).await.d, 50);
+    // B used nothing: its 40 come back into the debt, 10 still owed.
+    assert_eq!(b.settle(0).await.unwrap().each, vec![(0, 40)]);
+    assert_owes(h.check("debt", &HUNDRED, 1).await.d, 10);
+    // A refund into the debt: 5 back, 5 owed; then 8 more, 3 to take.
+    h.limiter.refund("debt", &HUNDRED, 5).await.unwrap();
+    assert_owes(h.check("debt", &HUNDRED, 1).await.d, 5);
+    h.limiter.refund("debt", &HUNDRED, 8).await.unwrap();
+    assert_eq!(remaining(&h, "debt", &HUNDRED).await, 3);
+}
+
 async fn stacked_limits_settle_together(h: Harness) {
     let minute = Limit::per_hour(1_000).max_debt(100);
     let month = Limit::per_month(5_000);
@@ -234,6 +273,7 @@ support::on_both_stores!(
     a_window_settles_in_the_window_it_took_from,
     a_sliding_log_settles_its_entries,
     the_debt_stops_at_its_bound_and_retry_after_counts_it,
+    a_give_back_into_debt_moves_the_level,
     stacked_limits_settle_together,
     a_dropped_or_panicking_call_keeps_its_estimate,
     limits_that_cannot_owe_are_refused_before_anything_is_taken,

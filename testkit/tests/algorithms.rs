@@ -1572,10 +1572,12 @@ impl MultiLimit {
     }
 }
 
-/// Several limits of one call (`multi.lua`, by `FCALL`, and the Redis module's `multi`,
-/// picked at random per call) in every mode (decide, reserve, veto, give back, peek), some in
-/// shadow mode, on keys of every algorithm (two sorted sets' among them: sliding logs and
-/// concurrency limits, whose holder changes per call), against a model of the
+/// Several limits of one call (`multi.lua`, by `FCALL` and by `EVALSHA`, and the Redis
+/// module's `multi`, picked at random per call) in every mode (decide, reserve, veto, give
+/// back, peek, settle), some in shadow mode, on keys of every algorithm (two sorted sets'
+/// among them: sliding logs and concurrency limits, whose holder changes per call; two slow
+/// token buckets now and then put in debt, into which reservations made before are given
+/// back, in any order), against a model of the
 /// script built on the twins, replayed at the server time of each reply: every number of
 /// every reply equal, and after each call every key holds exactly the model's state. A give
 /// back answers no time: its effect is checked against the model at the instants before and
@@ -1595,6 +1597,11 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
         .query(&mut con)
         .unwrap();
     let function = library.function("multi").unwrap();
+    let multi_sha: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(scripts::MULTI)
+        .query(&mut con)
+        .unwrap();
     let command = scripts::native_commands()
         .into_iter()
         .find(|c| c.ends_with(".multi"))
@@ -1651,15 +1658,24 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
             queue: true,
         }),
     ]);
+    // Two token buckets slow to refill (a token in 25 or 40 ms), whose debt after an
+    // overdraft lasts for many calls: a give-back of an earlier reservation may land in it.
+    for (every, burst) in [(25, 3), (40, 4)] {
+        let limit = Limit::per(1, ms(every)).try_burst(burst).unwrap();
+        limits.push(MultiLimit::Token(token_bucket::params(&limit)));
+    }
     let keys: Vec<String> = (0..limits.len())
         .map(|i| format!("app:{{m}}:{i}"))
         .collect();
     let mut states: Vec<Option<MultiState>> = vec![None; keys.len()];
-    // The last reservation that every limit admitted: its limits, costs and server time, and
-    // the limits as they were (the holders of its concurrency limits).
-    let mut reserved: Option<(Vec<usize>, Vec<u64>, u64, Limits)> = None;
-    let (mut by_module, mut by_fcall, mut modes) = (0, 0, [0u32; 6]);
+    // The last three reservations that every limit admitted: their limits, costs and server
+    // times, and the limits as they were (the holders of their concurrency limits). Given back
+    // in any order, so that a give-back may find its bucket in a debt a later call made.
+    let mut reserved: Vec<(Vec<usize>, Vec<u64>, u64, Limits)> = Vec::new();
+    let (mut by_module, mut by_fcall, mut by_evalsha, mut modes) = (0, 0, 0, [0u32; 6]);
     let mut settlements = 0;
+    // Give-backs to a token bucket that still owes beyond what a call may take after them.
+    let mut into_debt = 0;
     let mut batches = 0;
     for n in 0..3000 {
         if rng.below(6) == 0 {
@@ -1728,17 +1744,35 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
             batches += 1;
             continue;
         }
-        let give_back = reserved.is_some() && rng.below(6) == 0;
+        if rng.below(16) == 0 {
+            // A slow bucket in debt, as after an overdraft, for the give-backs pending on it.
+            let i = 12 + usize::try_from(rng.below(2)).unwrap();
+            let MultiLimit::Token(p) = limits[i] else {
+                unreachable!("limits 12 and 13 are token buckets")
+            };
+            let owing = 1 + rng.below(3);
+            let (s, _) = token_bucket::take_over(
+                server_now(&mut con),
+                None,
+                p,
+                p.tau / p.interval + owing,
+                owing,
+            );
+            set_pxat(&mut con, &keys[i], &s.encode(), s.expire_ms);
+            states[i] = Some(MultiState::Token(s));
+        }
+        let give_back = !reserved.is_empty() && rng.below(6) == 0;
         // A settlement (mode 5) of the reservation's limits, where they all can settle: the
         // token buckets, the fixed windows and the sliding logs.
-        // (The logs are limits 8 and 9.)
+        // (The logs are limits 8 and 9, the slow token buckets 12 and 13.)
         let settles = |chosen: &[usize]| {
             chosen
                 .iter()
-                .all(|&i| (i < 8 && i % 2 == 0) || i == 8 || i == 9)
+                .all(|&i| (i < 8 && i % 2 == 0) || i == 8 || i == 9 || i >= 12)
         };
         let (chosen, costs, mode, at) = if give_back {
-            let (chosen, costs, at, then) = reserved.take().unwrap();
+            let which = usize::try_from(rng.below(reserved.len() as u64)).unwrap();
+            let (chosen, costs, at, then) = reserved.remove(which);
             limits = then;
             let mode = if settles(&chosen) && rng.below(3) > 0 {
                 5u8
@@ -1775,7 +1809,26 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
             std::thread::sleep(Duration::from_micros(rng.below(3000)));
         }
         let before = server_now(&mut con);
-        let natively = rng.below(2) == 0;
+        if give_back {
+            for ((&i, &cost), &(actual, _)) in chosen.iter().zip(&costs).zip(&settled) {
+                let given = if mode == 5 {
+                    cost.saturating_sub(actual)
+                } else {
+                    cost
+                };
+                if let (MultiLimit::Token(p), Some(MultiState::Token(s))) = (limits[i], &states[i])
+                {
+                    let room = u128::from(p.tau + p.reach);
+                    let back = u128::from(given) * u128::from(p.interval);
+                    if given > 0 && s.owed_at(u128::from(before)) > room + back {
+                        into_debt += 1;
+                    }
+                }
+            }
+        }
+        // Half by the module, a quarter each by FCALL and by EVALSHA of the same script.
+        let way = rng.below(4);
+        let natively = way < 2;
         let reply: Vec<u64> = if natively {
             by_module += 1;
             let packed: Vec<String> = std::iter::once(u64::from(mode))
@@ -1790,10 +1843,16 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
                 .unwrap();
             text.split(' ').map(|v| v.parse().unwrap()).collect()
         } else {
-            by_fcall += 1;
+            let (command, name) = if way == 2 {
+                by_fcall += 1;
+                ("FCALL", function)
+            } else {
+                by_evalsha += 1;
+                ("EVALSHA", multi_sha.as_str())
+            };
             // Mode 3 answers one integer, the others an array of them.
-            let reply: redis::Value = redis::cmd("FCALL")
-                .arg(function)
+            let reply: redis::Value = redis::cmd(command)
+                .arg(name)
                 .arg(1)
                 .arg(call_keys[0])
                 .arg(call_keys.len())
@@ -1807,7 +1866,7 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
                 other => redis::from_redis_value(other).unwrap(),
             }
         };
-        let how = if natively { "module" } else { "FCALL" };
+        let how = ["module", "module", "FCALL", "EVALSHA"][usize::try_from(way).unwrap()];
         let context = format!("call {n} by {how}, mode {mode}, keys {chosen:?}, costs {costs:?}");
         if mode == 5 {
             let at = at.unwrap();
@@ -1896,24 +1955,30 @@ fn several_limits_and_batches_by_the_module_and_by_fcall_equal_the_twins() {
         // A reservation to give back, or any call every limit admitted to settle (its tokens
         // taken at `now`: estimates).
         if (mode == 1 || (mode == 0 && settles(&chosen))) && all {
-            reserved = Some((chosen, costs, now, limits.clone()));
+            if reserved.len() == 3 {
+                reserved.remove(0);
+            }
+            reserved.push((chosen, costs, now, limits.clone()));
         }
     }
     println!(
-        "{by_module} calls by the module, {by_fcall} by FCALL, by mode {modes:?} \
-         ({settlements} settled), {batches} batches"
+        "{by_module} calls by the module, {by_fcall} by FCALL, {by_evalsha} by EVALSHA, \
+         by mode {modes:?} \
+         ({settlements} settled, {into_debt} given back into debt), {batches} batches"
     );
     assert!(
         by_module > 800
-            && by_fcall > 800
+            && by_fcall > 400
+            && by_evalsha > 400
+            && into_debt > 0
             && batches > 300
             && modes[..5].iter().all(|&n| n > 50)
             && settlements > 40,
-        "{modes:?}, {settlements} settled, {batches} batches"
+        "{modes:?}, {settlements} settled, {into_debt} given back into debt, {batches} batches"
     );
 }
 
-/// One to three of the twelve keys of the multi test, distinct, and a cost for each: 1 or 2
+/// One to three of the fourteen keys of the multi test, distinct, and a cost for each: 1 or 2
 /// tokens, 1 under a window of 1 (a call costs at most the limit); a concurrency limit's
 /// holder drawn anew (from a few, one above 2^63: holders are text to the scripts).
 fn pick_limits(rng: &mut Rng, limits: &mut [MultiLimit]) -> (Vec<usize>, Vec<u64>) {

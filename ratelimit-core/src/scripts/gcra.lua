@@ -61,7 +61,9 @@ local room = tau + reach
 -- What `remaining` counts whole tokens of: the bucket, or a leaky bucket's queue.
 local full = tau
 if queue then full = room end
-if new_x > room then
+-- Tokens given back (a negative cost) always go back, also into a bucket that still owes
+-- beyond `room` after them: only a call that takes can be refused.
+if cost >= 0 and new_x > room then
   -- Denied: nothing is taken. Retry when x has drained to room - cost * interval, rounded up
   -- to a whole microsecond so a caller who waits exactly that long is admitted.
   if stale then tb_store(redis, key, x, d, interval, now) end
