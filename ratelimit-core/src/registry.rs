@@ -598,12 +598,23 @@ pub(crate) fn install(limiter: RateLimiter) -> &'static RateLimiter {
     GLOBAL.get_or_init(|| limiter)
 }
 
+/// The names of the limits `decls` declare, each once (a declaration and its `shared = ".."`
+/// uses are one limit), in the order first met.
+pub(crate) fn limit_names<'a>(decls: &[&'a LimitDeclaration]) -> Vec<&'a str> {
+    let mut names: Vec<&str> = Vec::with_capacity(decls.len());
+    for decl in decls {
+        if !names.contains(&decl.name) {
+            names.push(decl.name);
+        }
+    }
+    names
+}
+
 pub(crate) fn describe_names(decls: &[&LimitDeclaration]) -> Cow<'static, str> {
     if decls.is_empty() {
         return Cow::Borrowed("(none)");
     }
-    let names: Vec<&str> = decls.iter().map(|d| d.name).collect();
-    Cow::Owned(names.join(", "))
+    Cow::Owned(limit_names(decls).join(", "))
 }
 
 #[cfg(test)]
@@ -696,5 +707,17 @@ mod tests {
         }
         // Once a key differed, the key varies: no call compares with the remembered one.
         assert_eq!(decl.remembered_bucket(&a, "k1", true), None);
+    }
+
+    /// A limit and its `shared = ".."` uses are named once (issue 44: the startup line
+    /// listed a shared name twice).
+    #[test]
+    fn a_shared_limit_is_named_once() {
+        let search = LimitDeclaration::new("gw.search", Limit::per_minute(3), 1, "Global", "f", 1);
+        let used = LimitDeclaration::sharing("gw.search", 1, "Global", "g", 2);
+        let chat = LimitDeclaration::new("gw.chat", Limit::per_minute(3), 1, "Global", "f", 3);
+        let decls = [&used, &search, &chat];
+        assert_eq!(super::limit_names(&decls), ["gw.search", "gw.chat"]);
+        assert_eq!(super::describe_names(&decls), "gw.search, gw.chat");
     }
 }

@@ -104,7 +104,7 @@ async fn enable_claimed(options: EnableOptions) -> Result<&'static RateLimiter, 
     crate::observe::log!(
         info,
         prefix = limiter.prefix(),
-        limits = decls.len(),
+        limits = registry::limit_names(&decls).len(),
         "redis-ratelimit enabled: {}",
         registry::describe_names(&decls)
     );
