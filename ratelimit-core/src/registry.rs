@@ -62,6 +62,9 @@ pub struct LimitDeclaration {
     /// Built at run time ([`runtime`]), not registered by a macro: `file` and `line` are
     /// those of the call that built it.
     built_at_run_time: bool,
+    /// Its calls settle their actual cost (`settle = ..`): its limit in force must be one
+    /// that can owe tokens.
+    settles: bool,
 }
 
 /// A bucket key, with what it was named from: the limiter's prefix and the resolved key (the
@@ -128,6 +131,7 @@ impl LimitDeclaration {
             shares: false,
             target: OnceLock::new(),
             built_at_run_time: false,
+            settles: false,
         }
     }
 
@@ -223,6 +227,19 @@ impl LimitDeclaration {
     /// The HTTP status this limit answers a call its bucket refused with, if not 429.
     pub fn limited_status(&self) -> Option<u16> {
         self.limited_status
+    }
+
+    /// The same declaration, whose calls settle their actual cost (`#[rate_limit(settle =
+    /// ..)]`): an override that gives it a limit that cannot owe tokens is refused.
+    pub(crate) const fn settling(mut self) -> LimitDeclaration {
+        self.settles = true;
+        self
+    }
+
+    /// Whether this function's calls settle their actual cost under this limit (`settle =
+    /// ..`).
+    pub fn settles(&self) -> bool {
+        self.settles
     }
 
     /// The statuses this limit's refusals are answered with.

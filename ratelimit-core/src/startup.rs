@@ -213,6 +213,18 @@ fn resolve_one(
         },
         None => overrides.apply(decl)?,
     };
+    if decl.settles() && !effective.limit.settles() {
+        return Err(Error::Config(format!(
+            "limit `{}` ({}:{}): its calls settle their actual cost (`settle = ..`), but an \
+             override makes it {}, which cannot owe tokens (a sliding window, an interval \
+             refill or a concurrency limit); override it with `token_bucket`, \
+             `leaky_bucket`, `fixed_window` or `sliding_log`, or remove `settle`",
+            decl.name(),
+            decl.file(),
+            decl.line(),
+            effective.limit
+        )));
+    }
     if effective.cost > effective.limit.burst_capacity() {
         return Err(Error::Config(format!(
             "limit `{}` ({}:{}): cost {} exceeds burst {}, so no call could ever pass",

@@ -707,9 +707,14 @@ fn shared_declaration(
     }
 }
 
-/// `declaration` with the limit's own empty-key policy and the statuses of its refusals (for
-/// want of a key, by its bucket), when it has any.
+/// `declaration` with what this attribute says of its calls: whether they settle their
+/// actual cost, the limit's own empty-key policy and the statuses of its refusals (for want
+/// of a key, by its bucket), when it has any.
 fn with_empty_key(args: &RateLimitArgs, declaration: TokenStream) -> TokenStream {
+    let declaration = match &args.settle {
+        Some(_) => quote!(::redis_ratelimit::__private::settling(#declaration)),
+        None => declaration,
+    };
     let status_of = |status: &Option<(u16, syn::LitInt)>| match status {
         Some((status, lit)) => {
             let mut n = Literal::u16_unsuffixed(*status);

@@ -81,6 +81,11 @@ pub const fn with_empty_key(
     decl.with_empty_key(policy, status)
 }
 
+/// `decl`, whose calls settle their actual cost (`settle = ..`).
+pub const fn settling(decl: LimitDeclaration) -> LimitDeclaration {
+    decl.settling()
+}
+
 /// `decl` answering a refusal by its bucket with `status` instead of 429.
 pub const fn with_limited_status(decl: LimitDeclaration, status: Option<u16>) -> LimitDeclaration {
     decl.with_limited_status(status)
