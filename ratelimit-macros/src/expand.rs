@@ -317,6 +317,43 @@ fn tier_of(tier: &Expr) -> TokenStream {
     }}
 }
 
+/// The call's actual cost, by the user's `settle = closure` over its `output`, converted by the
+/// runtime's `IntoActual` through a trait of the user's crate, as [`tier_of`] does (so that a
+/// closure that returns no integer is told so in the user's terms, at the closure, not by a
+/// trait of `__private` and its impls). Called through a function, so that the closure's
+/// argument type is known from the function's return type.
+fn actual_of(output: &Ident, settle: &Expr) -> TokenStream {
+    let into_actual = Ident::new("IntoActual", Span::mixed_site());
+    let actual = Ident::new("actual", Span::mixed_site());
+    // The call, and the bound it requires, reported at the closure.
+    let at_settle = Ident::new("actual", Span::mixed_site().located_at(settle.span()));
+    let call = quote_spanned!(at(settle.span())=> #at_settle(&#output, #settle));
+    quote! {{
+        #[diagnostic::on_unimplemented(
+            message = "`settle` must compute an integer, not `{Self}`",
+            label = "the number of tokens this call used",
+            note = "a settlement counts tokens: return an integer from the closure, such as \
+                    `|r| r.as_ref().map_or(0, |c| c.tokens)`"
+        )]
+        trait #into_actual {
+            fn into_actual(self) -> u32;
+        }
+        #[diagnostic::do_not_recommend]
+        impl<C: ::redis_ratelimit::__private::IntoActual> #into_actual for C {
+            fn into_actual(self) -> u32 {
+                ::redis_ratelimit::__private::IntoActual::into_actual(self)
+            }
+        }
+        fn #actual<T, C: #into_actual>(
+            output: &T,
+            settle: impl ::core::ops::FnOnce(&T) -> C,
+        ) -> u32 {
+            #into_actual::into_actual(settle(output))
+        }
+        #call
+    }}
+}
+
 /// What the limit's check takes from this call: `Call::NONE` unless the cost is computed from
 /// the arguments or the call may be exempt.
 fn call(args: &RateLimitArgs, params: &[String]) -> TokenStream {
@@ -378,10 +415,7 @@ fn counting(
             }
         }
         After::Settle(actual) => {
-            let span = at(actual.span());
-            let actual = quote_spanned! {span=>
-                ::redis_ratelimit::__private::actual(&#output, #actual)
-            };
+            let actual = actual_of(&output, actual);
             quote! {
                 ::redis_ratelimit::__private::settle(&#decl, &#taken, #actual, #limiter).await;
             }

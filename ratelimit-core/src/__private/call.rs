@@ -5,7 +5,6 @@
 use std::fmt::Display;
 
 use crate::async_key::AsyncKeyResolver;
-use crate::limiter::IntoActual;
 use crate::pipeline::{Cost, Fixed, KeyArg};
 use crate::{KeyResolver, Tier};
 
@@ -46,12 +45,6 @@ impl<T: IntoTier> IntoTier for Option<T> {
 /// closure's argument type is known from the function's return type.
 pub fn counts<T>(output: &T, predicate: impl FnOnce(&T) -> bool) -> bool {
     predicate(output)
-}
-
-/// A call's actual cost, by the limit's `settle = ..` closure over its `output`: written so
-/// that the closure's argument type is known from the function's return type.
-pub fn actual<T, C: IntoActual>(output: &T, settle: impl FnOnce(&T) -> C) -> u32 {
-    settle(output).into_actual()
 }
 
 /// An integer a cost is computed as: any of Rust's integers, converted without wrapping.

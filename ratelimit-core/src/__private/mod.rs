@@ -11,9 +11,7 @@ pub use crate::limiter::IntoActual;
 pub use crate::pipeline::{
     Call, Cost, Fixed, Holding, KeyArg, Taken, check, check_all, check_key, refund, settle,
 };
-pub use call::{
-    IntoCost, IntoTier, KeyOf, ViaAsync, ViaDisplay, ViaNeither, ViaResolver, actual, counts,
-};
+pub use call::{IntoCost, IntoTier, KeyOf, ViaAsync, ViaDisplay, ViaNeither, ViaResolver, counts};
 
 use crate::registry::LimitDeclaration;
 pub use crate::registry::{Registration, global};

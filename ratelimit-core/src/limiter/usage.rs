@@ -82,13 +82,8 @@ impl Settlement {
 
 /// An integer an actual cost is computed as (`#[rate_limit(settle = ..)]`'s closure): any of
 /// Rust's integers. A value that does not fit a `u32` settles as `u32::MAX` (the limit's
-/// debt bound takes what it allows of it); a negative one as 0 (everything given back).
-#[diagnostic::on_unimplemented(
-    message = "`settle` must compute an integer, not `{Self}`",
-    label = "the number of tokens this call used",
-    note = "a settlement counts tokens: return an integer from the closure, such as \
-            `|r| r.as_ref().map_or(0, |c| c.tokens)`"
-)]
+/// debt bound takes what it allows of it); a negative one as 0 (everything given back). The
+/// macro's code reaches it through a trait of the user's crate, which says what to return.
 pub trait IntoActual {
     /// The actual cost.
     fn into_actual(self) -> u32;

@@ -24,12 +24,6 @@ async fn export() -> Result<(), RateLimited> {
     Ok(())
 }
 
-// The actual cost is an integer.
-#[rate_limit(replenish = 10, key = Global, settle = |_| "many")]
-async fn wordy() -> Result<(), RateLimited> {
-    Ok(())
-}
-
 fn main() {
     // A layer's response is settled from the handler.
     let _ = layer_limit!(name = "api", replenish = 10, key = Global, settle = |_| 1u32);
