@@ -44,9 +44,10 @@ async fn suggest(user: &str, plan: Plan) -> Result<(), RateLimited> {
     Ok(())
 }
 
-/// One tenant's exports in flight: as many at once as its plan allows. Says when it holds its
-/// slot, then runs until told to end.
-#[rate_limit(concurrent = 1, key = tenant, tier = match plan { Plan::Free => FREE_EXPORTS, Plan::Pro => PRO_EXPORTS }, tiers = [FREE_EXPORTS, PRO_EXPORTS], limiter = LIMITER)]
+/// One tenant's exports in flight: as many at once as its plan allows, each slot held for the
+/// function's lease whatever the plan. Says when it holds its slot, then runs until told to
+/// end.
+#[rate_limit(concurrent = 1, key = tenant, lease = "10s", tier = match plan { Plan::Free => FREE_EXPORTS, Plan::Pro => PRO_EXPORTS }, tiers = [FREE_EXPORTS, PRO_EXPORTS], limiter = LIMITER)]
 async fn export(
     tenant: u32,
     plan: Plan,
@@ -117,6 +118,12 @@ async fn a_concurrency_limit_holds_as_many_calls_as_the_plan(server: Option<Redi
     let refused = start_export(7, Plan::Pro).await.err().unwrap();
     assert_eq!(refused.tier(), Some("pro"));
     assert_eq!(refused.decision().source, Source::Store);
+    // The tier sets no lease: its slots are held for the function's 10 s, not the default
+    // 30 s (issue 44).
+    assert_eq!(
+        refused.decision().limit,
+        Limit::concurrent(3).lease(std::time::Duration::from_secs(10))
+    );
     // Free: one at once, for another tenant.
     let free = start_export(8, Plan::Free).await;
     assert!(free.is_ok(), "one free export");

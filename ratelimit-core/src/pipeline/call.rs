@@ -368,7 +368,7 @@ pub(super) fn before_key(
         if tier.limit().is_concurrent() != effective.limit.is_concurrent() {
             return Before::Decided(tier_of_another_kind(decl, tier, effective));
         }
-        effective.limit = tier.limit();
+        effective.limit = tier_limit(tier, &effective.limit);
     }
     if call.exempt {
         return Before::Decided(Decision::exempt(effective.limit));
@@ -390,6 +390,20 @@ pub(super) fn before_key(
             let cost = cost.unwrap_or(u32::MAX);
             Before::Decided(Decision::cost_exceeds_burst(effective.limit, cost))
         }
+    }
+}
+
+/// The limit a call under `tier` is decided by, in place of `declared` (of the same kind): the
+/// tier's, whose slots are held for the declaration's lease (the attribute's `lease = ..`, or
+/// an override's) unless the tier sets a lease of its own. How long a call may run between
+/// its renewals is the function's, not the plan's.
+fn tier_limit(tier: &Tier, declared: &Limit) -> Limit {
+    let limit = tier.limit();
+    match (limit.lease_time(), declared.lease_time()) {
+        (Some(crate::defaults::DEFAULT_LEASE), Some(lease)) => {
+            limit.try_lease(lease).unwrap_or(limit)
+        }
+        _ => limit,
     }
 }
 
