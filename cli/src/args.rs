@@ -112,7 +112,8 @@ pub(crate) struct LimitArgs {
     /// The bucket's capacity (default: --replenish).
     #[arg(long, requires = "replenish", value_parser = clap::value_parser!(u32).range(1..))]
     pub(crate) burst: Option<u32>,
-    /// The period of --replenish: second, minute, hour or day [default: second].
+    /// The period of --replenish: second, minute, hour, day, or a calendar week or month
+    /// (counted by a fixed window) [default: second].
     #[arg(long, requires = "replenish", conflicts_with = "period_ms")]
     pub(crate) unit: Option<Unit>,
     /// The period of --replenish in milliseconds (`Limit::per`), instead of --unit.
@@ -140,20 +141,32 @@ impl LimitArgs {
         let Some(replenish) = self.replenish else {
             return Ok(None);
         };
-        let period = match (self.period_ms, self.unit) {
-            (Some(ms), _) => Duration::from_millis(ms),
-            (None, unit) => unit.unwrap_or(Unit::Second).as_duration(),
+        let burst = self.burst.unwrap_or(replenish);
+        let refill = self.refill.unwrap_or_default();
+        let limit = match (self.period_ms, self.unit) {
+            (Some(ms), _) => Limit::from_parts(
+                replenish,
+                burst,
+                Duration::from_millis(ms),
+                self.algorithm.unwrap_or_default(),
+                refill,
+                self.initial,
+            ),
+            // A week or a month is a calendar period, counted by a fixed window (as the
+            // attribute's `unit = "month"`), not a token bucket of 31 days.
+            (None, unit) => {
+                let unit = unit.unwrap_or(Unit::Second);
+                let algorithm = self.algorithm.unwrap_or(if unit.is_calendar() {
+                    Algorithm::FixedWindow
+                } else {
+                    Algorithm::default()
+                });
+                Limit::from_unit(replenish, burst, unit, algorithm, refill, self.initial)
+            }
         };
-        Limit::from_parts(
-            replenish,
-            self.burst.unwrap_or(replenish),
-            period,
-            self.algorithm.unwrap_or_default(),
-            self.refill.unwrap_or_default(),
-            self.initial,
-        )
-        .map(Some)
-        .map_err(|e| Failure::Usage(format!("invalid limit: {e}")))
+        limit
+            .map(Some)
+            .map_err(|e| Failure::Usage(format!("invalid limit: {e}")))
     }
 }
 

@@ -1291,3 +1291,48 @@ fn inspect_shows_a_settlements_debt() {
         stdout(&o)
     );
 }
+
+/// A quota by calendar month is read as the service keeps it: a fixed window of the month,
+/// not a token bucket of 31 days ("owes 27313433137 tokens"), with `--algorithm fixed_window`
+/// or without (issue 44).
+#[test]
+fn inspect_reads_a_calendar_quota_as_its_month() {
+    let server = RedisServer::start();
+    let rt = runtime();
+    let limiter = rt.block_on(limiter(&server));
+    let quota = Limit::per_month(10);
+    rt.block_on(async {
+        for _ in 0..10 {
+            let d = limiter
+                .check_named("api::quota", "k", &quota, 1)
+                .await
+                .unwrap();
+            assert!(d.allowed);
+        }
+        let refused = limiter
+            .check_named("api::quota", "k", &quota, 1)
+            .await
+            .unwrap();
+        assert!(!refused.allowed);
+    });
+    let month = [
+        "inspect",
+        "--name",
+        "api::quota",
+        "--key",
+        "k",
+        "--replenish",
+        "10",
+        "--unit",
+        "month",
+    ];
+    for algorithm in [&[][..], &["--algorithm", "fixed_window"]] {
+        let args = [&month[..], algorithm].concat();
+        let doc = json(&server, &args);
+        assert_eq!(doc["decision"]["allowed"], false, "{args:?}: {doc}");
+        assert_eq!(doc["decision"]["remaining"], 0, "{args:?}: {doc}");
+        let o = run(&server, &args, false);
+        assert_eq!(code(&o), 0, "{}", stderr(&o));
+        assert!(!stdout(&o).contains("owes"), "{args:?}: {}", stdout(&o));
+    }
+}
