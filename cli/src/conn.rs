@@ -199,22 +199,10 @@ impl Redis {
         mode: Mode,
         mut found: impl FnMut(Vec<(String, Stored)>),
     ) -> Result<(), Failure> {
-        let nodes: Vec<MultiplexedConnection> = match &self.deployment {
-            Deployment::Single(c) => vec![c.clone()],
-            Deployment::Cluster { masters, .. } => masters.iter().map(|(_, c)| c.clone()).collect(),
-        };
-        for mut node in nodes {
+        for mut node in self.nodes() {
             let mut cursor: u64 = 0;
             loop {
-                let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                    .arg(cursor)
-                    .arg("MATCH")
-                    .arg(pattern)
-                    .arg("COUNT")
-                    .arg(count)
-                    .query_async(&mut node)
-                    .await
-                    .map_err(|e| Failure::redis(&self.shown, &e))?;
+                let (next, keys) = self.scan_step(&mut node, cursor, pattern, count).await?;
                 if !keys.is_empty() {
                     let reads = self.read_all(&mut node, &keys, mode).await?;
                     found(keys.into_iter().zip(reads).collect());
@@ -226,6 +214,62 @@ impl Redis {
             }
         }
         Ok(())
+    }
+
+    /// The names of the keys matching `pattern` on every master, by at most `steps` steps of
+    /// `SCAN` of `count` keys on each: a look at a keyspace that may be large, never the
+    /// whole of it. Whether it saw every key too.
+    pub(crate) async fn some_keys(
+        &self,
+        pattern: &str,
+        count: u32,
+        steps: usize,
+    ) -> Result<(Vec<String>, bool), Failure> {
+        let mut found = Vec::new();
+        let mut whole = true;
+        for mut node in self.nodes() {
+            let mut cursor: u64 = 0;
+            for step in 1.. {
+                let (next, keys) = self.scan_step(&mut node, cursor, pattern, count).await?;
+                found.extend(keys);
+                if next == 0 {
+                    break;
+                }
+                if step == steps {
+                    whole = false;
+                    break;
+                }
+                cursor = next;
+            }
+        }
+        Ok((found, whole))
+    }
+
+    /// The connection of each server that holds buckets: the one server, or each master.
+    fn nodes(&self) -> Vec<MultiplexedConnection> {
+        match &self.deployment {
+            Deployment::Single(c) => vec![c.clone()],
+            Deployment::Cluster { masters, .. } => masters.iter().map(|(_, c)| c.clone()).collect(),
+        }
+    }
+
+    /// One step of `SCAN` on `node` from `cursor`: the next cursor and the keys it gave.
+    async fn scan_step(
+        &self,
+        node: &mut MultiplexedConnection,
+        cursor: u64,
+        pattern: &str,
+        count: u32,
+    ) -> Result<(u64, Vec<String>), Failure> {
+        redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(count)
+            .query_async(node)
+            .await
+            .map_err(|e| Failure::redis(&self.shown, &e))
     }
 
     /// Reads `keys`, all held by `node`, in one pipeline of `EVALSHA`s (the script loaded

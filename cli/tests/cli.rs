@@ -855,6 +855,26 @@ fn errors_say_what_is_wrong_with_their_exit_codes() {
         );
         assert!(stdout(&o).is_empty(), "{}", stdout(&o));
     }
+    // The prefixes it does find are named: a service enabled by the macro uses its crate's
+    // name, which the CLI cannot guess (issue 44).
+    let rt = runtime();
+    rt.block_on(async {
+        let limiter = RateLimiter::builder()
+            .redis(server.url())
+            .prefix("my_service")
+            .build()
+            .await
+            .unwrap();
+        let d = limiter.check("k", &Limit::per_minute(3)).await.unwrap();
+        assert!(d.allowed);
+    });
+    let o = cli(&["top", "--url", &live]);
+    assert_eq!(code(&o), 3, "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("prefixes found: `my_service`"),
+        "{}",
+        stderr(&o)
+    );
 
     // Usage: clap's code, and the library's own checks of a limit and a prefix.
     let url = server.url();

@@ -84,14 +84,60 @@ pub(crate) async fn known(redis: &Redis, prefix: &str, seen: Seen) -> Result<(),
     if redis.exists(&instances_key(prefix)).await? {
         return Ok(());
     }
+    let found = match other_prefixes(redis).await? {
+        (found, _) if !found.is_empty() => format!(
+            "prefixes found: {}",
+            found
+                .iter()
+                .map(|p| format!("`{p}`"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+        (_, true) => "no other prefix has buckets or live instances there".to_owned(),
+        (_, false) => format!(
+            "no other prefix in the first {} keys looked at",
+            PREFIX_SCAN_STEPS * PREFIX_SCAN_COUNT as usize
+        ),
+    };
     Err(Failure::NotFound(format!(
         "unknown prefix `{prefix}`: no key under `{prefix}:` on {} and no live instance \
-         (`{}`); is --prefix right? (RateLimiter::builder() defaults to `{}`, \
+         (`{}`); {found}; is --prefix right? (RateLimiter::builder() defaults to `{}`, \
          enable_redis_rate_limit! to the crate's name)",
         redis.shown,
         instances_key(prefix),
         ratelimit_core::defaults::DEFAULT_PREFIX
     )))
+}
+
+/// How far [`other_prefixes`] looks, per server: steps of `SCAN`, keys per step.
+const PREFIX_SCAN_STEPS: usize = 20;
+const PREFIX_SCAN_COUNT: u32 = 1000;
+/// The most prefixes an error names.
+const PREFIXES_NAMED: usize = 10;
+
+/// The prefixes of the limiters whose keys a bounded `SCAN` finds (a heartbeat's set of live
+/// instances, a bucket), sorted, at most [`PREFIXES_NAMED`]; and whether it saw every key.
+async fn other_prefixes(redis: &Redis) -> Result<(Vec<String>, bool), Failure> {
+    let (keys, whole) = redis
+        .some_keys("*:*", PREFIX_SCAN_COUNT, PREFIX_SCAN_STEPS)
+        .await?;
+    let mut found = std::collections::BTreeSet::new();
+    for key in &keys {
+        if let Some(prefix) = prefix_of(key) {
+            found.insert(prefix.to_owned());
+        }
+    }
+    Ok((found.into_iter().take(PREFIXES_NAMED).collect(), whole))
+}
+
+/// The prefix `key` is named under, if it is a limiter's: `<prefix>:instances`, or a bucket
+/// `<prefix>:{...}` that reads back under that prefix.
+fn prefix_of(key: &str) -> Option<&str> {
+    if let Some(prefix) = key.strip_suffix(":instances") {
+        return Some(prefix).filter(|p| !p.is_empty());
+    }
+    let (prefix, _) = key.split_once(":{")?;
+    parse_bucket_key(prefix, key).map(|_| prefix)
 }
 
 /// `text` as a literal in a Redis glob pattern (`SCAN … MATCH`): `*`, `?`, `[`, `]` and `\`
@@ -110,6 +156,16 @@ fn glob_literal(text: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::glob_literal;
+
+    #[test]
+    fn a_limiters_keys_name_its_prefix() {
+        use super::prefix_of;
+        let bucket = ratelimit_core::tools::bucket_key("shop", Some("api::orders"), "u:1");
+        assert_eq!(prefix_of(&bucket), Some("shop"));
+        assert_eq!(prefix_of("my_crate:instances"), Some("my_crate"));
+        assert_eq!(prefix_of("session:{abc"), None);
+        assert_eq!(prefix_of("cache:users"), None);
+    }
 
     #[test]
     fn globs_are_literal() {
