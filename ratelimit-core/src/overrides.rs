@@ -112,15 +112,18 @@ pub struct Override {
     /// A concurrency limit's lease (`"30s"`, `"1m"`), as `wait` is written.
     #[serde(default, deserialize_with = "lease_from_toml")]
     pub lease: Option<std::time::Duration>,
+    /// The most tokens a settlement may leave the bucket owing ([`Limit::max_debt`]; 0: none).
+    #[serde(default, deserialize_with = "max_debt")]
+    pub max_debt: Option<u32>,
 }
 
 /// The fields an override may set, for messages.
 const FIELDS: &str = "`replenish`, `burst`, `unit`, `cost`, `enabled`, `policy`, `algorithm`, `refill`, \
-     `initial`, `shadow`, `wait`, `concurrent`, `lease`";
+     `initial`, `shadow`, `wait`, `concurrent`, `lease`, `max_debt`";
 
-/// The smallest value of a count field: `initial` may be 0, the others not.
+/// The smallest value of a count field: `initial` and `max_debt` may be 0, the others not.
 fn least(field: &str) -> u32 {
-    u32::from(field != "initial")
+    u32::from(!matches!(field, "initial" | "max_debt"))
 }
 
 /// The one rule for `replenish`, `burst`, `cost` and `initial`, however the value was written.
@@ -243,6 +246,10 @@ fn concurrent<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::
     count_from_toml(d, "concurrent")
 }
 
+fn max_debt<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<u32>, D::Error> {
+    count_from_toml(d, "max_debt")
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct File {
@@ -323,6 +330,7 @@ pub fn parse_env(value: &str) -> Result<Override, Error> {
             "wait" => o.wait = Some(parse_wait(v).map_err(|why| field_error(k, &why))?),
             "concurrent" => o.concurrent = Some(count_from_text(k, v)?),
             "lease" => o.lease = Some(parse_lease(v).map_err(|why| field_error(k, &why))?),
+            "max_debt" => o.max_debt = Some(count_from_text(k, v)?),
             other => {
                 return Err(Error::Config(format!(
                     "unknown field `{other}`, expected one of {FIELDS}"
@@ -543,6 +551,7 @@ impl Overrides {
                     ("algorithm", o.algorithm.is_some()),
                     ("refill", o.refill.is_some()),
                     ("initial", o.initial.is_some()),
+                    ("max_debt", o.max_debt.is_some()),
                 ];
                 if let Some(&(field, _)) = rate_fields.iter().find(|(_, set)| *set) {
                     return Err(fail(
@@ -639,7 +648,16 @@ impl Overrides {
                 .map_err(|e| fail(e.fields(), &e))?
                 .with_failure_policy(policy)
                 .with_shadow(shadow)
-                .with_max_debt(limit.max_debt_set());
+                .with_max_debt(o.max_debt.or(limit.max_debt_set()));
+            if o.max_debt.is_some() && !limit.settles() {
+                return Err(fail(
+                    &["max_debt"],
+                    &format_args!(
+                        "{limit} cannot owe tokens, so it has no debt to bound (a sliding \
+                         window or an interval refill)"
+                    ),
+                ));
+            }
             // The declared wait stays unless the override sets one or removes it (`none`); one
             // the new limit cannot have says so.
             if let Some(wait) = o.wait.unwrap_or(wait) {
@@ -753,6 +771,43 @@ mod tests {
         .unwrap();
         let err = o.apply(&QUOTA).unwrap_err().to_string();
         assert!(err.contains("calendar period"), "{err}");
+    }
+
+    /// A limit's debt bound is set by the file and by the environment (`0`: no debt), kept by
+    /// later overrides that do not name it, and refused where there is no debt to bound.
+    #[test]
+    fn the_debt_bound_is_overridden() {
+        let f = file("[limits.\"shop::orders\"]\nmax_debt = 500\n");
+        let o = load_from(Some(&f.0), env(&[]), &decls()).unwrap();
+        assert_eq!(o.apply(&ORDERS).unwrap().limit.debt_bound(), 500);
+        let o = load_from(
+            Some(&f.0),
+            env(&[("RATE_LIMIT_OVERRIDE_SHOP__ORDERS", "replenish=9")]),
+            &decls(),
+        )
+        .unwrap();
+        assert_eq!(o.apply(&ORDERS).unwrap().limit.debt_bound(), 500);
+        let o = load_from(
+            None,
+            env(&[("RATE_LIMIT_OVERRIDE_SHOP__ORDERS", "max_debt=0")]),
+            &decls(),
+        )
+        .unwrap();
+        assert_eq!(o.apply(&ORDERS).unwrap().limit.debt_bound(), 0);
+        let o = load_from(
+            None,
+            env(&[(
+                "RATE_LIMIT_OVERRIDE_SHOP__ORDERS",
+                "algorithm=sliding_window,max_debt=10",
+            )]),
+            &decls(),
+        )
+        .unwrap();
+        let err = o.apply(&ORDERS).unwrap_err().to_string();
+        assert!(
+            err.contains("field `max_debt`") && err.contains("cannot owe"),
+            "{err}"
+        );
     }
 
     /// A limit used by another function (`shared = ".."`) is one limit under one variable,
