@@ -56,6 +56,9 @@ pub(crate) struct Known {
     pub(crate) remaining: u64,
     pub(crate) received: Instant,
     pub(crate) full_at: Instant,
+    /// Of a concurrency limit: the slots the store granted that this instance held when the
+    /// answer came (0 for the others).
+    pub(crate) held_here: u64,
 }
 
 impl Known {
@@ -199,6 +202,7 @@ impl DenyCache {
             remaining: d.remaining,
             received,
             full_at: received + d.reset_after,
+            held_here: 0,
         };
         let mut shard = self.shard(bucket);
         if let Some(old) = shard.get_mut(bucket) {
@@ -246,6 +250,51 @@ impl DenyCache {
                 limit: d.limit,
                 known,
                 refusal,
+            },
+        );
+    }
+
+    /// Remembers the store's answer on a concurrency limit's set: the slots it had free, until
+    /// the last of its leases would end, and the slots of it this instance held then
+    /// (`held_here`). No refusal of it is ever repeated (a slot may come back at any moment);
+    /// what it had free is what a fallback shares (see
+    /// [`Resilience`](crate::policy::Resilience)'s seed of a concurrency limit).
+    pub(crate) fn remember_slots(
+        &self,
+        bucket: &str,
+        d: &Decision,
+        received: Instant,
+        held_here: u64,
+    ) {
+        if d.source != Source::Store {
+            return;
+        }
+        let known = Known {
+            remaining: d.remaining,
+            received,
+            full_at: received + d.reset_after,
+            held_here,
+        };
+        let mut shard = self.shard(bucket);
+        if let Some(old) = shard.get_mut(bucket) {
+            self.drop_refusal(old);
+            old.limit = d.limit;
+            old.known = known;
+            return;
+        }
+        // An empty set is what an unknown one is taken to be.
+        if d.reset_after.is_zero() {
+            return;
+        }
+        if shard.len() >= self.shard_cap {
+            self.make_room(&mut shard, received);
+        }
+        shard.insert(
+            bucket.into(),
+            Entry {
+                limit: d.limit,
+                known,
+                refusal: None,
             },
         );
     }

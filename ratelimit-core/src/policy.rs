@@ -175,6 +175,8 @@ struct Circuit {
     /// ([`Error::is_unreachable`]): a call's success speaks for the store's health only if
     /// none came after the call was sent (see [`Resilience::succeeded`]).
     unreachable: AtomicU64,
+    /// What this process hears of the store on this circuit ([`silent_for`]).
+    hearing: Hearing,
 }
 
 /// Hash slots per circuit on Redis Cluster: nodes own contiguous slot ranges, so a failed
@@ -276,15 +278,16 @@ impl Resilience {
         }
     }
 
-    /// Runs a store call within the deadline, as this process could see it: the store is
-    /// given up on only once it has been silent for the deadline while this process was
-    /// running ([`silent_for`]).
+    /// Runs a store call on `circuit` within the deadline, as this process could see it: the
+    /// store is given up on only once it has answered none of this process's calls on that
+    /// circuit for the deadline while this process was running ([`silent_for`]).
     pub(crate) async fn call<T>(
         &self,
+        circuit: usize,
         call: impl std::future::Future<Output = Result<T, Error>>,
     ) -> Result<T, Error> {
         match self.deadline {
-            Some(deadline) => silent_for(deadline, call).await,
+            Some(deadline) => silent_for(deadline, &self.circuits[circuit].hearing, call).await,
             None => call.await,
         }
     }
@@ -375,10 +378,8 @@ impl Resilience {
             Vec::new()
         } else {
             let now = Instant::now();
-            let short_of_full: Vec<Option<u64>> = fallback
-                .iter()
-                .map(|c| short_of_full(known, c.bucket, c.limit, now))
-                .collect();
+            let short_of_full: Vec<Option<u64>> =
+                fallback.iter().map(|c| self.seed(known, c, now)).collect();
             self.fallback_store().check_all_shared(
                 &fallback,
                 self.share(),
@@ -443,6 +444,50 @@ impl Resilience {
         }
     }
 
+    /// Where the fallback starts `bucket` under `limit` from, by what the store last said of
+    /// it at `now`: for a bucket, how far from full it is (owed reservations included), in
+    /// fine units of the limit's token bucket; for a concurrency limit, the most slots this
+    /// instance may hold.
+    ///
+    /// A concurrency limit's share is not `max / n` on top of what the store granted: an
+    /// instance that held 6 of 8 when Redis died, beside three that each took their 2, made
+    /// 12 (issue 44). Each instance keeps the slots it held at the store's last answer and
+    /// takes its part of what was free then: together, when the answers are recent, no more
+    /// than the max. The slots of this instance's calls come back to it as they end.
+    fn seed(&self, known: Option<&DenyCache>, check: &Check<'_>, now: Instant) -> Option<u64> {
+        let (bucket, limit, cost) = (check.bucket, check.limit, check.cost);
+        let known = known?.known(bucket, limit, now)?;
+        if limit.is_concurrent() {
+            let free = known.remaining / u64::from(self.share());
+            return Some(known.held_here.saturating_add(free));
+        }
+        let p = crate::algorithm::token_bucket::Params::of(limit);
+        let short = known.short_of_full(&p, now);
+        let n = self.share();
+        if n > 1 && limit.reserves() && short > p.tau {
+            // Waiters queued when the store last answered this instance; other instances'
+            // waiters may have queued behind them since, as far as the limit lets a call
+            // wait, and this instance cannot know how far (issue 44: 434 and 420 departures
+            // of at most 402 after a pause, 4 instances each starting from its own last
+            // answer). So the fallback's first turn leaves where the longest wait the store
+            // could have granted ends, and its share's pace goes on from there.
+            let share = p.shared(n, cost);
+            let first_turn = (share.tau + share.reach)
+                .saturating_sub(u64::from(cost).saturating_mul(share.interval));
+            return Some(short.max(first_turn));
+        }
+        Some(short)
+    }
+
+    /// The concurrency slots of `bucket` under `limit` that the store granted and this
+    /// instance's calls hold now (their copies in the fallback).
+    pub(crate) fn held_here(&self, bucket: &str, limit: &Limit) -> u64 {
+        self.fallback.get().map_or(0, |store| {
+            let held = store.peek_now(bucket, limit, 0);
+            u64::from(limit.burst_capacity()).saturating_sub(held.remaining)
+        })
+    }
+
     /// How many instances the fallback divides a limit between.
     fn share(&self) -> u32 {
         self.instances.load(Ordering::Relaxed).max(1)
@@ -463,7 +508,7 @@ impl Resilience {
         let (limit, cost) = (check.limit, check.cost);
         match limit.failure_policy().unwrap_or(self.policy) {
             FailurePolicy::Fallback => {
-                let short_of_full = short_of_full(known, check.bucket, limit, Instant::now());
+                let short_of_full = self.seed(known, &check, Instant::now());
                 self.fallback_store()
                     .check_share(check, self.share(), short_of_full)
                     .with_source(Source::Fallback)
@@ -492,67 +537,135 @@ impl Resilience {
     }
 }
 
-/// A store that is slower than the deadline still answers, and its answer decides, as long as
-/// this process could not tell it was silent: past [`OVERTIME_CAP`] deadlines it is given up
-/// on whatever this process saw.
+/// A store that answers nothing at all for this many deadlines is given up on, whatever this
+/// process saw of its own running.
 pub(crate) const OVERTIME_CAP: u32 = 20;
 
-/// `call`'s answer, or [`Error::Timeout`] once the store has been silent for `deadline` of
-/// the time this process was running (or for [`OVERTIME_CAP`] deadlines in all).
+/// How many times its slowest recent answer the store may stay silent before it is given up
+/// on (as TCP waits several round trips before it retransmits).
+const PATIENCE: u32 = 4;
+
+/// What this process hears of the store on one circuit: its answers to any of this process's
+/// calls, and how long the slowest of them took in this second and the last.
+#[derive(Debug)]
+pub(crate) struct Hearing {
+    origin: Instant,
+    answers: AtomicU64,
+    /// The second (since `origin`) `slowest_us[0]` is of; `slowest_us[1]` is the one before.
+    second: AtomicU64,
+    slowest_us: [AtomicU64; 2],
+}
+
+impl Default for Hearing {
+    fn default() -> Hearing {
+        Hearing {
+            origin: Instant::now(),
+            answers: AtomicU64::new(0),
+            second: AtomicU64::new(0),
+            slowest_us: [AtomicU64::new(0), AtomicU64::new(0)],
+        }
+    }
+}
+
+impl Hearing {
+    /// The store answered a call that took `took`.
+    fn heard(&self, took: Duration) {
+        self.answers.fetch_add(1, Ordering::AcqRel);
+        let second = self.origin.elapsed().as_secs();
+        let was = self.second.load(Ordering::Acquire);
+        if second != was && self.second.swap(second, Ordering::AcqRel) == was {
+            // A new second: this one's slowest starts afresh; the last one's is kept only if
+            // it was the second just before.
+            let last = if second == was + 1 {
+                self.slowest_us[0].load(Ordering::Acquire)
+            } else {
+                0
+            };
+            self.slowest_us[1].store(last, Ordering::Release);
+            self.slowest_us[0].store(0, Ordering::Release);
+        }
+        let us = u64::try_from(took.as_micros()).unwrap_or(u64::MAX);
+        self.slowest_us[0].fetch_max(us, Ordering::AcqRel);
+    }
+
+    /// How long the store may stay silent before it is given up on: the deadline, or
+    /// [`PATIENCE`] times the slowest answer of this second and the last if that is longer.
+    fn patience(&self, deadline: Duration) -> Duration {
+        let slowest = self.slowest_us[0]
+            .load(Ordering::Acquire)
+            .max(self.slowest_us[1].load(Ordering::Acquire));
+        deadline.max(Duration::from_micros(slowest).saturating_mul(PATIENCE))
+    }
+}
+
+/// `call`'s answer, or [`Error::Timeout`] once the store has answered none of this process's
+/// calls on the circuit (`hearing`) while this process ran, for the deadline or, when its
+/// answers have lately been slower, for [`PATIENCE`] times the slowest; or once it has
+/// answered nothing at all for [`OVERTIME_CAP`] deadlines.
 ///
-/// A busy host is not a dead store. On a saturated machine this process may not run for tens
-/// of milliseconds; when it runs again, the store's reply is waiting in the socket, but the
-/// timer's task is often polled before the connection's reader has read it (Tokio runs the
-/// task it woke last first), and a plain timeout then gives up on an answer that came in
-/// time. Every call the failure policy then decides is admitted by the fallback beside what
-/// the store admits to everyone else: on one key of a loaded 2-core machine, 509 fallback
-/// admissions beside 1,724 by Redis in 10 s (issue 44).
+/// A busy host is not a dead store (issue 44: 509 fallback admissions beside 1,724 by Redis
+/// on one key in 10 s of a loaded 2-core machine). A plain timeout gave up on a store that
+/// was answering, and every call the failure policy then decided was admitted by the fallback
+/// beside what the store admitted to everyone else. Three things made it give up:
+/// - This process was not running. When it runs again, the reply is waiting in the socket,
+///   but the timer's task is often polled before the connection's reader has read it (Tokio
+///   runs the task it woke last first). So the deadline is counted in steps of a tenth of it
+///   (1 to 20 ms): a step whose timer fired late (by more than a step) says this process was
+///   not running, and the silence starts again. Only steps on time in a row, this process
+///   running all along and hearing nothing, count.
+/// - The store had a queue before this call: any answer to any of this process's calls on
+///   the circuit starts the silence again. The store is alive, and this call's turn comes.
+/// - Redis was not running: starved of CPU beside a build, it answers in bursts tens of
+///   milliseconds apart, while this process, mostly waiting, runs on time. So the silence
+///   allowed grows with how slow the store's answers have been in the last second or two.
 ///
-/// So the deadline is counted in steps of a tenth of it (1 to 20 ms): a step whose timer
-/// fired on time (within a step of its due time) was time this process ran, in which the
-/// reply could have been read; a step that fired later says this process was not running,
-/// and counts for nothing. An answer that comes after the deadline still decides (it was
-/// taken by the store: deciding by the policy beside it would take twice). On a quiet host a
-/// silent store is given up on at the deadline, as before.
-///
-/// A call given up on may still reach the store and take its tokens there: that leaves the
-/// bucket emptier than the calls admitted say, never fuller.
+/// A store that answers nothing while this process runs (gone, paused, partitioned) is given
+/// up on at the deadline, as before, when its answers were quick. An answer that comes after
+/// the deadline still decides: the store took its tokens, and deciding by the failure policy
+/// beside it would take twice. A call given up on may still reach the store and take its
+/// tokens there: that leaves the bucket emptier than the calls admitted say, never fuller.
 pub(crate) async fn silent_for<T>(
     deadline: Duration,
+    hearing: &Hearing,
     call: impl std::future::Future<Output = Result<T, Error>>,
 ) -> Result<T, Error> {
     let mut call = std::pin::pin!(call);
     let step = (deadline / 10).clamp(Duration::from_millis(1), Duration::from_millis(20));
-    let started = tokio::time::Instant::now();
     let cap = deadline.saturating_mul(OVERTIME_CAP);
+    let sent = tokio::time::Instant::now();
+    let mut heard = hearing.answers.load(Ordering::Acquire);
+    let mut since = sent;
     let mut silent = Duration::ZERO;
     loop {
         let armed = tokio::time::Instant::now();
         match tokio::time::timeout(step, call.as_mut()).await {
-            Ok(answer) => return answer,
-            Err(_) => {
-                // Late by more than a step: this process (or its runtime) was not running.
-                if armed.elapsed() <= step * 2 + Duration::from_millis(1) {
-                    silent += step;
+            Ok(answer) => {
+                if answer
+                    .as_ref()
+                    .map_or_else(|e| !e.is_unreachable(), |_| true)
+                {
+                    hearing.heard(sent.elapsed());
                 }
-                if silent >= deadline || started.elapsed() >= cap {
+                return answer;
+            }
+            Err(_) => {
+                let now = hearing.answers.load(Ordering::Acquire);
+                if now != heard {
+                    heard = now;
+                    since = tokio::time::Instant::now();
+                    silent = Duration::ZERO;
+                } else if armed.elapsed() <= step * 2 + Duration::from_millis(1) {
+                    silent += step;
+                } else {
+                    // This process was not running: what it heard before says nothing of now.
+                    silent = Duration::ZERO;
+                }
+                if silent >= hearing.patience(deadline) || since.elapsed() >= cap {
                     return Err(Error::Timeout(deadline));
                 }
             }
         }
     }
-}
-
-/// How far from full the store last said `bucket` under `limit` is at `now` (owed
-/// reservations included), in fine units of the limit's token bucket.
-fn short_of_full(
-    known: Option<&DenyCache>,
-    bucket: &str,
-    limit: &Limit,
-    now: Instant,
-) -> Option<u64> {
-    let known = known?.known(bucket, limit, now)?;
-    Some(known.short_of_full(&crate::algorithm::token_bucket::Params::of(limit), now))
 }
 
 #[cfg(test)]
@@ -590,7 +703,8 @@ mod deadline_tests {
                 let _ = reply.send(byte[0]);
             });
             let deadline = Duration::from_millis(50);
-            let asked = tokio::spawn(silent_for(deadline, async move {
+            let hearing: &'static Hearing = Box::leak(Box::default());
+            let asked = tokio::spawn(silent_for(deadline, hearing, async move {
                 replied
                     .await
                     .map_err(|_| Error::BadReply("no reply".to_owned()))
@@ -613,28 +727,79 @@ mod deadline_tests {
         });
     }
 
-    /// A store that stays silent while this process runs is given up on at the deadline,
-    /// and one that never answers at all after at most the cap.
+    /// A store that stays silent while this process runs is given up on at the deadline.
     #[tokio::test(start_paused = true)]
     async fn a_silent_store_is_given_up_on_at_the_deadline() {
         let deadline = Duration::from_millis(50);
+        let hearing = Hearing::default();
         let started = tokio::time::Instant::now();
-        let answer = silent_for(deadline, std::future::pending::<Result<(), Error>>()).await;
-        assert!(matches!(answer, Err(Error::Timeout(d)) if d == deadline));
+        let answer = silent_for(
+            deadline,
+            &hearing,
+            std::future::pending::<Result<(), Error>>(),
+        );
+        assert!(matches!(answer.await, Err(Error::Timeout(d)) if d == deadline));
         // On the paused clock every step fires on time: exactly the deadline, in steps.
         assert_eq!(started.elapsed(), deadline);
-        // An answer after the deadline, on a running process: too late.
-        let late = silent_for(deadline, async {
+        // An answer after the deadline, on a running process, from a store silent meanwhile.
+        let late = silent_for(deadline, &hearing, async {
             tokio::time::sleep(deadline + Duration::from_millis(5)).await;
             Ok(())
         });
         assert!(late.await.is_err());
-        // An answer before it decides.
-        let early = silent_for(deadline, async {
+        // An answer before it decides, and counts as the store's.
+        let early = silent_for(deadline, &hearing, async {
             tokio::time::sleep(deadline - Duration::from_millis(5)).await;
             Ok(3)
         });
         assert_eq!(early.await.unwrap(), 3);
+        assert_eq!(hearing.answers.load(Ordering::Relaxed), 1);
+    }
+
+    /// A store that answers this process's other calls while one waits (a queue before it)
+    /// is alive: the call is waited for, past the deadline, and its answer decides.
+    #[tokio::test(start_paused = true)]
+    async fn a_store_that_answers_other_calls_is_waited_for() {
+        let deadline = Duration::from_millis(50);
+        let hearing: &'static Hearing = Box::leak(Box::default());
+        let others = tokio::spawn(async move {
+            for _ in 0..40 {
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                hearing.heard(Duration::from_micros(100));
+            }
+        });
+        let slow = silent_for(deadline, hearing, async {
+            tokio::time::sleep(deadline * 10).await;
+            Ok(7)
+        });
+        assert_eq!(slow.await.unwrap(), 7);
+        others.abort();
+    }
+
+    /// A store whose answers have lately taken 60 ms (Redis starved of CPU) may stay silent
+    /// for 4 times that before it is given up on; one that was quick, for the deadline.
+    #[tokio::test(start_paused = true)]
+    async fn a_store_that_has_been_slow_is_given_more_time() {
+        let deadline = Duration::from_millis(50);
+        let hearing = Hearing::default();
+        hearing.heard(Duration::from_millis(60));
+        assert_eq!(hearing.patience(deadline), Duration::from_millis(240));
+        let slow = silent_for(deadline, &hearing, async {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            Ok(5)
+        });
+        assert_eq!(slow.await.unwrap(), 5);
+        let quick = Hearing::default();
+        quick.heard(Duration::from_micros(300));
+        assert_eq!(quick.patience(deadline), deadline);
+        let started = tokio::time::Instant::now();
+        let silent = silent_for(
+            deadline,
+            &quick,
+            std::future::pending::<Result<(), Error>>(),
+        );
+        assert!(silent.await.is_err());
+        assert_eq!(started.elapsed(), deadline);
     }
 }
 
@@ -762,6 +927,73 @@ mod fallback_tests {
         assert!(!r.is_degraded(), "the server answered both");
     }
 
+    /// 4 instances share a concurrency limit of 8; Redis granted 6 slots to one of them, whose
+    /// calls still run when it dies, and told each instance so in its last answer (2 free).
+    /// The fallback then holds the fleet to 8, not to 6 plus a share of 2 for each of the
+    /// three others (issue 44: 10 held at once, of at most 8 + 3 x 2); the busy instance's
+    /// slots come back to it as its calls end.
+    #[test]
+    fn a_concurrency_limit_stays_within_its_max_when_redis_dies() {
+        let clock = ManualClock::new();
+        let limit = Limit::concurrent(8);
+        let instances = fleet(4, &clock);
+        let mut holder = 0u64;
+        let mut next = || {
+            holder += 1;
+            holder
+        };
+        // The store's grants to the busy instance, counted in its fallback as they ran.
+        let busy: Vec<u64> = (0..6).map(|_| next()).collect();
+        for h in &busy {
+            let copies = instances[0].count_slots(&[Check::new("k", &limit, 1).held_by(*h)], false);
+            assert!(copies[0].allowed);
+        }
+        let now = Instant::now();
+        let caches: Vec<DenyCache> = instances
+            .iter()
+            .map(|r| {
+                let cache = DenyCache::new(16);
+                let answer = answered(limit, true, 2, Duration::from_secs(30));
+                cache.remember_slots("k", &answer, now, r.held_here("k", &limit));
+                cache
+            })
+            .collect();
+        let mut granted = 0;
+        for (r, cache) in instances.iter().zip(&caches) {
+            for _ in 0..10 {
+                let d = r.decide(Check::new("k", &limit, 1).held_by(next()), Some(cache));
+                assert_eq!(d.source, Source::Fallback);
+                granted += u32::from(d.allowed);
+            }
+        }
+        assert!(
+            6 + granted <= 8,
+            "{granted} granted by the fallbacks beside the 6 Redis granted"
+        );
+        // Two of the busy instance's calls end: their slots are its to give again.
+        for h in &busy[..2] {
+            instances[0].release("k", *h, 1);
+        }
+        let again = (0..4)
+            .filter(|_| {
+                instances[0]
+                    .decide(Check::new("k", &limit, 1).held_by(next()), Some(&caches[0]))
+                    .allowed
+            })
+            .count();
+        assert_eq!(again, 2, "the slots its calls gave back");
+        // Without what the store said, each instance has its share, as before.
+        let fresh = fleet(4, &clock);
+        let alone = (0..4)
+            .filter(|_| {
+                fresh[1]
+                    .decide(Check::new("k", &limit, 1).held_by(next()), None)
+                    .allowed
+            })
+            .count();
+        assert_eq!(alone, 2);
+    }
+
     /// Repeated short outages: each goes on from what the last left, never from a fresh share.
     #[test]
     fn an_outage_that_ends_leaves_the_next_where_it_was() {
@@ -875,6 +1107,37 @@ mod fallback_tests {
                 d.retry_after
             );
         }
+    }
+
+    /// Waiters queue across 4 instances; the store's last answer to each was before the others
+    /// queued more (here: 1 s owed, of the 2 s the limit lets a call wait). No departure the
+    /// fallbacks grant comes before one the store could have promised, 2 s away.
+    #[test]
+    fn waiters_of_the_fleet_leave_before_any_the_fallback_grants() {
+        let clock = ManualClock::new();
+        let limit = Limit::per_second(10).burst(1).wait(Duration::from_secs(2));
+        let cache = DenyCache::new(16);
+        let now = Instant::now();
+        cache.remember(
+            "k",
+            &answered(limit, true, 0, Duration::from_secs(1)),
+            now,
+            now,
+        );
+        let mut earliest = Duration::MAX;
+        for r in &fleet(4, &clock) {
+            for _ in 0..40 {
+                let d = r.decide(Check::new("k", &limit, 1), Some(&cache));
+                if d.allowed {
+                    earliest = earliest.min(d.retry_after + now.elapsed());
+                }
+            }
+        }
+        assert!(earliest < Duration::MAX, "the fallbacks grant turns");
+        assert!(
+            earliest >= Duration::from_secs(2),
+            "a departure granted {earliest:?} from the store's answer, before its own waiters'"
+        );
     }
 
     /// On one instance, an interval-refill bucket starts from what the store said (issue 33:

@@ -66,7 +66,7 @@ impl RateLimiter {
             remote,
             check.bucket,
             move |store| store.decide(check),
-            move |cache, decision, sent, now| cache.remember(check.bucket, decision, sent, now),
+            move |cache, decision, sent, now| self.remember(cache, check, decision, sent, now),
             move |guard| guard.decide(check, remote.deny_cache.as_deref()),
         ))
     }
@@ -115,12 +115,30 @@ impl RateLimiter {
             },
             |cache, parts: &Vec<Decision>, sent, now| {
                 for (part, check) in parts.iter().zip(checks) {
-                    cache.remember(check.bucket, part, sent, now);
+                    self.remember(cache, *check, part, sent, now);
                 }
             },
             |guard| guard.decide_all(checks, remote.deny_cache.as_deref()),
         ));
         asked.await
+    }
+
+    /// What this instance learns from the store's answer to `check`: a refusal to repeat, and
+    /// what the bucket (or the concurrency limit's set) had left, for the fallback.
+    fn remember(
+        &self,
+        cache: &DenyCache,
+        check: Check<'_>,
+        decision: &Decision,
+        sent: std::time::Instant,
+        received: std::time::Instant,
+    ) {
+        if check.limit.is_concurrent() {
+            let here = self.inner.resilience.held_here(check.bucket, check.limit);
+            cache.remember_slots(check.bucket, decision, received, here);
+        } else {
+            cache.remember(check.bucket, decision, sent, received);
+        }
     }
 
     /// Asks the remote store for a call that may reserve, from a task of its own: should the
@@ -186,10 +204,14 @@ impl RateLimiter {
         let unreachable = guard.unreachable_count(circuit);
         let gate = guard.gate(circuit);
         if gate == Gate::Open {
+            // Decided at once, in memory: a caller that loops (a worker draining a queue)
+            // would otherwise never yield, and starve the task that probes the store, whose
+            // answer ends the outage, for as long as it loops.
+            tokio::task::consume_budget().await;
             return Ok(by_policy(guard));
         }
         let sent = std::time::Instant::now();
-        let answer = guard.call(ask(&remote.store)).await;
+        let answer = guard.call(circuit, ask(&remote.store)).await;
         crate::observe::store_call(sent.elapsed());
         match answer {
             Ok(answer) => {

@@ -11,6 +11,7 @@ use crate::check::Check;
 use crate::decision::Source;
 use crate::fleet::waiters::wake;
 use crate::limiter::{Engine, RateLimiter, Remote, RemoteStore, on_tokio};
+use crate::naming::key_slot;
 use crate::{Decision, Error};
 
 /// The slots of one admitted call under its concurrency limits: given back when dropped
@@ -95,10 +96,13 @@ impl RateLimiter {
             Some(member) => member.channel().to_owned(),
             None => crate::fleet::resets_channel(&self.inner.prefix),
         };
-        let released = self
-            .inner
-            .resilience
-            .call(store.release_slot(bucket, holder, part.cost, &channel))
+        let resilience = &self.inner.resilience;
+        let circuit = resilience.circuit_of(|| key_slot(bucket.as_bytes()));
+        let released = resilience
+            .call(
+                circuit,
+                store.release_slot(bucket, holder, part.cost, &channel),
+            )
             .await;
         wake(bucket);
         released.map(drop)
@@ -121,9 +125,13 @@ impl RateLimiter {
                 ..
             }) if part.in_store || part.in_fallback => {
                 part.told_store.store(true, Ordering::Release);
-                self.inner
-                    .resilience
-                    .call(store.renew_slot(&part.bucket, holder, part.cost, part.lease_us))
+                let resilience = &self.inner.resilience;
+                let circuit = resilience.circuit_of(|| key_slot(part.bucket.as_bytes()));
+                resilience
+                    .call(
+                        circuit,
+                        store.renew_slot(&part.bucket, holder, part.cost, part.lease_us),
+                    )
                     .await
             }
             _ => Ok(0),

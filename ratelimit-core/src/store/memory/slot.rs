@@ -280,14 +280,24 @@ pub(super) fn held_slot(entries: Vec<concurrency::Entry>) -> Slot {
 /// instance too: what it said (tokens left, calls owed, when it is full again, which for
 /// interval refill and the windows is the refill instant or the window's end) is an amount
 /// of a token bucket, which no other algorithm's fresh state can start from. A concurrency
-/// limit is shared as whole slots, and never seeded.
+/// limit is shared as whole slots; for it, `short_of_full` is instead the most slots this
+/// instance may hold, from what the store last said (see `Resilience`'s seed).
 pub(super) fn share_kernel(
     check: &Check<'_>,
     instances: u32,
     short_of_full: Option<u64>,
 ) -> (Kernel, bool) {
     let kernel = match check.kernel() {
-        Kernel::Concurrency(p) => Kernel::Concurrency(p.shared(instances)),
+        Kernel::Concurrency(p) => {
+            let p = match short_of_full {
+                Some(most) => concurrency::Params {
+                    max: most.min(p.max),
+                    ..p
+                },
+                None => p.shared(instances),
+            };
+            return (Kernel::Concurrency(p), false);
+        }
         kernel if instances <= 1 && short_of_full.is_none() => kernel,
         _ => Kernel::Bucket(Params::of(check.limit).shared(instances, check.cost)),
     };
