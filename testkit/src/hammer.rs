@@ -21,6 +21,10 @@ pub struct HammerReport {
     pub t_last_us: u64,
     /// The process's own wall clock (`SystemTime::now`) at the end, in Unix microseconds.
     pub local_unix_us: u64,
+    /// Microseconds in which the process had no call in flight (a process the machine did
+    /// not run starts none). The bucket can fill up and lose tokens only while every process
+    /// pauses.
+    pub paused_us: u64,
 }
 
 /// The first word of a report line.
@@ -58,13 +62,14 @@ impl HammerReport {
                 "t_first_us" => &mut r.t_first_us,
                 "t_last_us" => &mut r.t_last_us,
                 "local_unix_us" => &mut r.local_unix_us,
+                "paused_us" => &mut r.paused_us,
                 _ => continue,
             };
             *slot = value;
             seen += 1;
         }
-        if seen != 7 {
-            return Err(format!("expected 7 known fields in `{line}`, found {seen}"));
+        if seen != 8 {
+            return Err(format!("expected 8 known fields in `{line}`, found {seen}"));
         }
         Ok(r)
     }
@@ -74,14 +79,15 @@ impl fmt::Display for HammerReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{REPORT_TAG} admitted={} denied={} errors={} nonstore={} t_first_us={} t_last_us={} local_unix_us={}",
+            "{REPORT_TAG} admitted={} denied={} errors={} nonstore={} t_first_us={} t_last_us={} local_unix_us={} paused_us={}",
             self.admitted,
             self.denied,
             self.errors,
             self.nonstore,
             self.t_first_us,
             self.t_last_us,
-            self.local_unix_us
+            self.local_unix_us,
+            self.paused_us
         )
     }
 }
@@ -100,6 +106,7 @@ mod tests {
             t_first_us: 5,
             t_last_us: 6,
             local_unix_us: 7,
+            paused_us: 8,
         };
         let out = format!("noise\n{r}\n");
         assert_eq!(HammerReport::parse(&out), Ok(r));

@@ -20,10 +20,36 @@ use testkit::RedisServer;
 use testkit::hammer::HammerReport;
 
 const PROCESSES: usize = 4;
-const TASKS: usize = 16;
-const DURATION: Duration = Duration::from_secs(5);
-const REPLENISH: u64 = 400; // per second
-const BURST: u64 = 100;
+
+/// What the processes are asked to do.
+#[derive(Clone, Copy)]
+struct Setup {
+    tasks: usize,
+    duration: Duration,
+    /// Per second.
+    replenish: u64,
+    burst: u64,
+    /// `--policy` and `--deadline-ms`: the users' defaults, or none (deny, 5 s).
+    defaults: bool,
+}
+
+/// Fails closed: every admission is Redis's.
+const CLOSED: Setup = Setup {
+    tasks: 16,
+    duration: Duration::from_secs(5),
+    replenish: 400,
+    burst: 100,
+    defaults: false,
+};
+
+/// The fallback and the 50 ms deadline, as the audit of issue 44 ran them.
+const DEFAULTS: Setup = Setup {
+    tasks: 32,
+    duration: Duration::from_secs(10),
+    replenish: 200,
+    burst: 100,
+    defaults: true,
+};
 const SHIFT: &str = "+30s";
 /// The shifted process's clock must be at least this far ahead of the test's.
 const MIN_SHIFT: Duration = Duration::from_secs(25);
@@ -94,24 +120,44 @@ fn kill_all(children: &mut [Child]) {
 
 /// Runs the processes (the one at index `shifted` under `faketime`), starts them together and
 /// collects their reports.
-fn hammer(server: &RedisServer, key: &str, shifted: Option<(usize, &Path)>) -> Vec<Finished> {
+fn hammer(
+    server: &RedisServer,
+    key: &str,
+    setup: Setup,
+    shifted: Option<(usize, &Path)>,
+) -> Vec<Finished> {
     let ready = format!("{key}:ready");
     let start = format!("{key}:start");
     let url = server.url();
+    let Setup {
+        tasks,
+        duration,
+        replenish,
+        burst,
+        defaults,
+    } = setup;
+    let policy: &[(&str, &str)] = if defaults {
+        &[("--policy", "fallback"), ("--deadline-ms", "50")]
+    } else {
+        &[]
+    };
     let args = [
         ("--url", url.as_str()),
         ("--key", key),
         ("--prefix", "accuracy"),
-        ("--replenish", &REPLENISH.to_string()),
-        ("--burst", &BURST.to_string()),
+        ("--replenish", &replenish.to_string()),
+        ("--burst", &burst.to_string()),
         ("--unit", "second"),
-        ("--tasks", &TASKS.to_string()),
-        ("--duration-ms", &DURATION.as_millis().to_string()),
+        ("--tasks", &tasks.to_string()),
+        ("--duration-ms", &duration.as_millis().to_string()),
         ("--ready", ready.as_str()),
         ("--start", start.as_str()),
         ("--start-timeout-s", &SLACK.as_secs().to_string()),
     ]
-    .map(|(k, v)| [k.to_owned(), v.to_owned()]);
+    .into_iter()
+    .chain(policy.iter().copied())
+    .map(|(k, v)| [k.to_owned(), v.to_owned()])
+    .collect::<Vec<_>>();
     let mut children = Vec::new();
     for i in 0..PROCESSES {
         let mut cmd = match &shifted {
@@ -164,7 +210,7 @@ fn hammer(server: &RedisServer, key: &str, shifted: Option<(usize, &Path)>) -> V
         .query(&mut con)
         .unwrap();
 
-    let deadline = Instant::now() + DURATION + SLACK;
+    let deadline = Instant::now() + duration + SLACK;
     let mut finished: Vec<Option<Finished>> = (0..PROCESSES).map(|_| None).collect();
     while finished.iter().any(Option::is_none) {
         for (i, c) in children.iter_mut().enumerate() {
@@ -194,7 +240,7 @@ fn hammer(server: &RedisServer, key: &str, shifted: Option<(usize, &Path)>) -> V
             kill_all(&mut children);
             panic!(
                 "the hammer processes did not finish within {:?}",
-                DURATION + SLACK
+                duration + SLACK
             );
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -202,8 +248,10 @@ fn hammer(server: &RedisServer, key: &str, shifted: Option<(usize, &Path)>) -> V
     finished.into_iter().map(Option::unwrap).collect()
 }
 
-/// Checks the count bounds and the clocks; prints the figures.
-fn assert_accurate(label: &str, runs: &[Finished]) {
+/// Checks the count bounds and the clocks; prints the figures. Under the users' defaults,
+/// calls the failure policy decided may be admitted too (they count), and the lower bound is
+/// not asked: a call given up on at the deadline takes tokens in Redis nobody is admitted by.
+fn assert_accurate(label: &str, setup: Setup, runs: &[Finished]) {
     let mut admitted = 0u64;
     let mut calls = 0u64;
     for (i, f) in runs.iter().enumerate() {
@@ -216,10 +264,12 @@ fn assert_accurate(label: &str, runs: &[Finished]) {
             ahead_us as f64 / 1e6
         );
         assert_eq!(r.errors, 0, "process {i} had errors: {r}");
-        assert_eq!(
-            r.nonstore, 0,
-            "process {i} had decisions not taken by Redis: {r}"
-        );
+        if !setup.defaults {
+            assert_eq!(
+                r.nonstore, 0,
+                "process {i} had decisions not taken by Redis: {r}"
+            );
+        }
         assert!(r.t_last_us >= r.t_first_us, "process {i}: {r}");
         if f.shifted {
             assert!(
@@ -239,37 +289,56 @@ fn assert_accurate(label: &str, runs: &[Finished]) {
     let t0 = runs.iter().map(|f| f.report.t_first_us).min().unwrap();
     let t1 = runs.iter().map(|f| f.report.t_last_us).max().unwrap();
     let elapsed_us = t1 - t0;
-    let ideal = BURST as f64 + REPLENISH as f64 * elapsed_us as f64 / 1e6;
+    let (burst, rate) = (setup.burst, setup.replenish);
+    let ideal = burst as f64 + rate as f64 * elapsed_us as f64 / 1e6;
     // ceil(burst + rate x elapsed), in integers.
-    let upper = BURST + (REPLENISH * elapsed_us).div_ceil(1_000_000);
-    let lower = 0.99 * ideal;
+    let upper = burst + (rate * elapsed_us).div_ceil(1_000_000);
+    // Tokens are lost only while the bucket is full and nobody asks: at most while every
+    // process paused, so for no longer than the least any of them paused.
+    let idle_us = runs.iter().map(|f| f.report.paused_us).min().unwrap();
+    let lower = 0.99 * (ideal - rate as f64 * idle_us as f64 / 1e6);
+    let fallback: u64 = runs.iter().map(|f| f.report.nonstore).sum();
     println!(
-        "{label}: admitted {admitted} of {calls} calls; elapsed {:.6} s (server clock); \
-         ideal {ideal:.2}; ratio {:.4}; bounds [{lower:.2}, {upper}]",
+        "{label}: admitted {admitted} of {calls} calls ({fallback} decided by the failure \
+         policy); elapsed {:.6} s (server clock); ideal {ideal:.2}; ratio {:.4}; at most \
+         {:.3} s when no process asked; bounds [{lower:.2}, {upper}]",
         elapsed_us as f64 / 1e6,
         admitted as f64 / ideal,
+        idle_us as f64 / 1e6,
     );
     assert!(
         admitted <= upper,
         "{label}: admitted {admitted} > ceil(burst + rate x elapsed) = {upper}"
     );
-    assert!(
-        admitted as f64 >= lower,
-        "{label}: admitted {admitted} < 0.99 x ideal = {lower:.2} (ideal {ideal:.2})"
-    );
+    if !setup.defaults {
+        assert!(
+            admitted as f64 >= lower,
+            "{label}: admitted {admitted} < 0.99 x (ideal - rate x idle) = {lower:.2} \
+             (ideal {ideal:.2})"
+        );
+    }
 }
 
 #[test]
 fn four_processes_on_one_key_admit_burst_plus_rate_times_elapsed() {
     let server = RedisServer::start();
-    let runs = hammer(&server, "one-key", None);
-    assert_accurate("4 processes", &runs);
+    let runs = hammer(&server, "one-key", CLOSED, None);
+    assert_accurate("4 processes", CLOSED, &runs);
+}
+
+/// The audit of issue 44, as a test: the users' defaults, 128 tasks on one key. Run it beside
+/// another build to see the busy host it is about.
+#[test]
+fn with_the_users_defaults_nothing_is_admitted_above_the_bound() {
+    let server = RedisServer::start();
+    let runs = hammer(&server, "one-key", DEFAULTS, None);
+    assert_accurate("4 processes x 32 tasks, fallback, 50 ms", DEFAULTS, &runs);
 }
 
 #[test]
 fn a_process_whose_clock_is_30_s_ahead_changes_nothing() {
     let faketime = require_faketime();
     let server = RedisServer::start();
-    let runs = hammer(&server, "one-key", Some((1, &faketime)));
-    assert_accurate("4 processes, one at faketime +30 s", &runs);
+    let runs = hammer(&server, "one-key", CLOSED, Some((1, &faketime)));
+    assert_accurate("4 processes, one at faketime +30 s", CLOSED, &runs);
 }

@@ -6,12 +6,14 @@
 //! ```text
 //! hammer --url redis://127.0.0.1:PORT --key KEY --replenish 400 --burst 100 --unit second \
 //!        --tasks 16 --duration-ms 5000 [--prefix hammer] [--ready LIST] [--start LIST] \
-//!        [--start-timeout-s 30]
+//!        [--start-timeout-s 30] [--policy deny|fallback|allow] [--deadline-ms 5000]
 //! ```
 //!
-//! The limiter fails closed (`FailurePolicy::Deny`, 5 s deadline): a slow or failing Redis can
-//! only lower the admitted count, never raise it; every decision the store did not take is
-//! counted as `nonstore`. With `--start`, the process pushes its pid to the `--ready` list and
+//! By default the limiter fails closed (`FailurePolicy::Deny`, 5 s deadline): a slow or failing
+//! Redis can only lower the admitted count, never raise it. `--policy fallback --deadline-ms 50`
+//! gives it the defaults users get, under which a call the failure policy decides may be
+//! admitted too. Every decision the store did not take is counted as `nonstore`; the process
+//! also reports how long it started no call (`paused_us`, see `HammerReport`). With `--start`, the process pushes its pid to the `--ready` list and
 //! waits (`BLPOP`) for an element on the `--start` list, so that several processes start
 //! together. Around its calls it reads the server's `TIME` on a separate connection: before
 //! the first call (`t_first_us`) and, in each task, after its last call returned (the latest
@@ -23,6 +25,7 @@
 use std::collections::HashMap;
 use std::process::ExitCode;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use ratelimit_core::{FailurePolicy, Limit, RateLimiter, Source, Unit};
@@ -43,6 +46,8 @@ struct Args {
     ready: Option<String>,
     start: Option<String>,
     start_timeout_s: u64,
+    policy: FailurePolicy,
+    deadline: Duration,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -100,6 +105,14 @@ fn parse_args() -> Result<Args, String> {
         Some(v) => num("start-timeout-s", Some(v))?,
         None => 30,
     };
+    let policy: FailurePolicy = take("policy")
+        .unwrap_or_else(|| "deny".to_owned())
+        .parse()
+        .map_err(|e| format!("`--policy`: {e}"))?;
+    let deadline = Duration::from_millis(match take("deadline-ms") {
+        Some(v) => num("deadline-ms", Some(v))?,
+        None => 5_000,
+    });
     if let Some(unknown) = map.keys().next() {
         return Err(format!("unknown option `--{unknown}`"));
     }
@@ -113,7 +126,64 @@ fn parse_args() -> Result<Args, String> {
         ready,
         start,
         start_timeout_s,
+        policy,
+        deadline,
     })
+}
+
+/// How long the process had no call in flight, in all: the bucket can fill up and lose tokens
+/// only while no process has one (a process the machine does not run starts none). Counted
+/// from a call's end to the next call's start, whichever tasks made them.
+struct Pauses {
+    origin: Instant,
+    /// Calls in flight, when the last one ended (µs since `origin`), and the time paused.
+    state: std::sync::Mutex<(u64, u64, u64)>,
+}
+
+impl Pauses {
+    fn new() -> Pauses {
+        Pauses {
+            origin: Instant::now(),
+            state: std::sync::Mutex::new((0, 0, 0)),
+        }
+    }
+
+    fn now_us(&self) -> u64 {
+        u64::try_from(self.origin.elapsed().as_micros()).unwrap_or(u64::MAX)
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, (u64, u64, u64)> {
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// A call starts now.
+    fn start(&self) {
+        let now = self.now_us();
+        let mut s = self.state();
+        if s.0 == 0 {
+            s.2 += now.saturating_sub(s.1);
+        }
+        s.0 += 1;
+    }
+
+    /// A call ended now.
+    fn end(&self) {
+        let now = self.now_us();
+        let mut s = self.state();
+        s.0 = s.0.saturating_sub(1);
+        if s.0 == 0 {
+            s.1 = now;
+        }
+    }
+
+    /// The time paused, up to now: the tasks have ended.
+    fn total(&self) -> u64 {
+        let now = self.now_us();
+        let s = self.state();
+        s.2 + if s.0 == 0 { now.saturating_sub(s.1) } else { 0 }
+    }
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -136,8 +206,8 @@ async fn run(args: Args) -> Result<HammerReport, String> {
     let limiter = RateLimiter::builder()
         .redis(args.url.as_str())
         .prefix(args.prefix.as_str())
-        .failure_policy(FailurePolicy::Deny)
-        .deadline(Some(Duration::from_secs(5)))
+        .failure_policy(args.policy)
+        .deadline(Some(args.deadline))
         .build()
         .await
         .map_err(|e| format!("build the limiter: {e}"))?;
@@ -179,6 +249,7 @@ async fn run(args: Args) -> Result<HammerReport, String> {
     }
 
     let t_first_us = server_time_us(&mut conn).await?;
+    let pauses = Arc::new(Pauses::new());
     let deadline = Instant::now() + args.duration;
     let mut set = tokio::task::JoinSet::new();
     for _ in 0..args.tasks {
@@ -186,12 +257,16 @@ async fn run(args: Args) -> Result<HammerReport, String> {
         let key = args.key.clone();
         let limit = args.limit;
         let mut time_conn = conn.clone();
+        let pauses = Arc::clone(&pauses);
         set.spawn(async move {
             let mut c = Counts::default();
             let mut calls = 0u64;
             while calls < MAX_CALLS_PER_TASK && Instant::now() < deadline {
                 calls += 1;
-                match limiter.check(&key, &limit).await {
+                pauses.start();
+                let decided = limiter.check(&key, &limit).await;
+                pauses.end();
+                match decided {
                     Ok(d) => {
                         // The deny cache only repeats refusals Redis made: it counts as Redis.
                         if !matches!(d.source, Source::Store | Source::DenyCache) {
@@ -238,6 +313,7 @@ async fn run(args: Args) -> Result<HammerReport, String> {
         t_first_us,
         t_last_us,
         local_unix_us: u64::try_from(local.as_micros()).map_err(|e| e.to_string())?,
+        paused_us: pauses.total(),
     })
 }
 
