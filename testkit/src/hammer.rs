@@ -19,6 +19,9 @@ pub struct HammerReport {
     /// The server's `TIME`, in microseconds, taken by each task after its last call returned:
     /// the latest of these.
     pub t_last_us: u64,
+    /// The server's `TIME` after the earliest of the tasks' last calls returned: until then,
+    /// every task was asking.
+    pub t_stop_us: u64,
     /// The process's own wall clock (`SystemTime::now`) at the end, in Unix microseconds.
     pub local_unix_us: u64,
     /// Microseconds in which the process had no call in flight (a process the machine did
@@ -61,6 +64,7 @@ impl HammerReport {
                 "nonstore" => &mut r.nonstore,
                 "t_first_us" => &mut r.t_first_us,
                 "t_last_us" => &mut r.t_last_us,
+                "t_stop_us" => &mut r.t_stop_us,
                 "local_unix_us" => &mut r.local_unix_us,
                 "paused_us" => &mut r.paused_us,
                 _ => continue,
@@ -68,8 +72,8 @@ impl HammerReport {
             *slot = value;
             seen += 1;
         }
-        if seen != 8 {
-            return Err(format!("expected 8 known fields in `{line}`, found {seen}"));
+        if seen != 9 {
+            return Err(format!("expected 9 known fields in `{line}`, found {seen}"));
         }
         Ok(r)
     }
@@ -79,13 +83,14 @@ impl fmt::Display for HammerReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(
             f,
-            "{REPORT_TAG} admitted={} denied={} errors={} nonstore={} t_first_us={} t_last_us={} local_unix_us={} paused_us={}",
+            "{REPORT_TAG} admitted={} denied={} errors={} nonstore={} t_first_us={} t_last_us={} t_stop_us={} local_unix_us={} paused_us={}",
             self.admitted,
             self.denied,
             self.errors,
             self.nonstore,
             self.t_first_us,
             self.t_last_us,
+            self.t_stop_us,
             self.local_unix_us,
             self.paused_us
         )
@@ -105,6 +110,7 @@ mod tests {
             nonstore: 4,
             t_first_us: 5,
             t_last_us: 6,
+            t_stop_us: 6,
             local_unix_us: 7,
             paused_us: 8,
         };

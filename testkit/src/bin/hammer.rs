@@ -17,8 +17,8 @@
 //! waits (`BLPOP`) for an element on the `--start` list, so that several processes start
 //! together. Around its calls it reads the server's `TIME` on a separate connection: before
 //! the first call (`t_first_us`) and, in each task, after its last call returned (the latest
-//! of these is `t_last_us`). It also reports its own wall clock (`local_unix_us`), so a test
-//! can prove that a clock shift (`faketime`) took effect.
+//! of these is `t_last_us`, the earliest `t_stop_us`). It also reports its own wall clock
+//! (`local_unix_us`), so a test can prove that a clock shift (`faketime`) took effect.
 
 #![allow(clippy::print_stdout)]
 
@@ -294,9 +294,12 @@ async fn run(args: Args) -> Result<HammerReport, String> {
     }
     let mut total = Counts::default();
     let mut t_last_us = t_first_us;
+    let mut t_stop_us = u64::MAX;
     while let Some(joined) = set.join_next().await {
         let (c, t_last) = joined.map_err(|e| format!("a task failed: {e}"))?;
-        t_last_us = t_last_us.max(t_last?);
+        let t_last = t_last?;
+        t_last_us = t_last_us.max(t_last);
+        t_stop_us = t_stop_us.min(t_last);
         total.admitted += c.admitted;
         total.denied += c.denied;
         total.errors += c.errors;
@@ -312,6 +315,7 @@ async fn run(args: Args) -> Result<HammerReport, String> {
         nonstore: total.nonstore,
         t_first_us,
         t_last_us,
+        t_stop_us,
         local_unix_us: u64::try_from(local.as_micros()).map_err(|e| e.to_string())?,
         paused_us: pauses.total(),
     })
