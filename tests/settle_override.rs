@@ -30,6 +30,16 @@ async fn embed_many(used: u32) -> Result<u32, RateLimited> {
     Ok(used)
 }
 
+/// Tokens that may never be left owing: a call that used more than its estimate takes what
+/// is left, no more.
+#[rate_limit(
+    replenish = 500, unit = "hour", key = Global, name = "so.capped", cost = 10, max_debt = 0,
+    settle = |used: &Result<u32, RateLimited>| *used.as_ref().unwrap_or(&0)
+)]
+async fn capped(used: u32) -> Result<u32, RateLimited> {
+    Ok(used)
+}
+
 #[tokio::test]
 async fn an_override_a_settling_limit_cannot_keep_is_refused() {
     let dir = std::env::temp_dir().join(format!("settle-override-{}", std::process::id()));
@@ -61,7 +71,7 @@ async fn an_override_a_settling_limit_cannot_keep_is_refused() {
         "[limits.\"so.tokens\"]\nalgorithm = \"fixed_window\"\n",
     )
     .unwrap();
-    enable_redis_rate_limit!(url = "memory://", config = config.clone())
+    let limiter = enable_redis_rate_limit!(url = "memory://", config = config.clone())
         .await
         .unwrap();
     std::fs::write(
@@ -87,5 +97,24 @@ async fn an_override_a_settling_limit_cannot_keep_is_refused() {
     assert_eq!(
         tokens.effective().limit.algorithm_kind(),
         redis_ratelimit::Algorithm::FixedWindow
+    );
+
+    // The attribute's debt bound is the limit's (issue 44: it could not be set there).
+    let capped_decl = redis_ratelimit::declared_limits()
+        .into_iter()
+        .find(|d| d.name() == "so.capped")
+        .unwrap();
+    assert_eq!(capped_decl.declared_limit().debt_bound(), 0);
+    assert_eq!(capped(600).await.unwrap(), 600);
+    let left = limiter
+        .peek_named("so.capped", "global", &capped_decl.declared_limit())
+        .await
+        .unwrap();
+    // Empty, owing nothing: the next token is 7.2 s away (500 an hour), where a debt of the
+    // default bound (a burst) would have put it 12 minutes away.
+    assert_eq!(left.remaining, 0, "all 500 taken");
+    assert!(
+        left.retry_after <= std::time::Duration::from_millis(7_200),
+        "{left:?}"
     );
 }

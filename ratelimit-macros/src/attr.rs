@@ -78,6 +78,13 @@ pub(crate) const ARGUMENTS: &[Arg] = &[
         "a layer sees a response before its body has streamed; settle from the handler, \
          with `RateLimiter::check_estimate` and the `Usage` it returns",
     ),
+    arg("max_debt", "4_000", |a, n, v, e| {
+        a.max_debt = count(n, v, e);
+    })
+    .not_on_a_layer(
+        "a layer's limit does not settle, so it owes nothing: `max_debt` bounds what a \
+         `settle = ..` of a function's limit may leave owing",
+    ),
     arg("tier", "user.plan()", |a, _, v, _| a.tier = Some(v))
         .concurrent()
         .shared(),
@@ -209,6 +216,8 @@ pub(crate) struct RateLimitArgs {
     pub(crate) refill: Option<(Refill, Span)>,
     /// Tokens in a new bucket (0 allowed).
     pub(crate) initial: Option<Count>,
+    /// `max_debt = n`: the most tokens a settlement may leave the bucket owing (0 allowed).
+    pub(crate) max_debt: Option<Count>,
     /// `wait = "2s"`: the longest a call waits for its tokens, in microseconds; `None` for
     /// `wait = "none"`.
     pub(crate) wait: Option<(Option<u64>, Span)>,
@@ -295,6 +304,7 @@ impl RateLimitArgs {
             algorithm: None,
             refill: None,
             initial: None,
+            max_debt: None,
             wait: None,
             shadow: None,
             jitter: None,
@@ -444,8 +454,8 @@ fn count(name: &Ident, value: Expr, errors: &mut Errors) -> Option<Count> {
                 return None;
             }
             match lit.base10_parse::<u32>() {
-                // A bucket may start empty.
-                Ok(0) if name == "initial" => Some(Count::Literal(0, lit)),
+                // A bucket may start empty; a settlement may be allowed no debt.
+                Ok(0) if name == "initial" || name == "max_debt" => Some(Count::Literal(0, lit)),
                 Ok(0) => {
                     errors.at(
                         lit.span(),

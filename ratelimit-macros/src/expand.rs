@@ -600,6 +600,15 @@ pub(crate) fn declaration(
         us.set_span(span);
         quote!(.jitter(::core::time::Duration::from_micros(#us)))
     });
+    // A debt bound of 0 is one: never through `bind`, which asks for at least 1.
+    let max_debt = args.max_debt.as_ref().map(|debt| match debt {
+        Count::Literal(n, lit) => {
+            let mut n = Literal::u32_unsuffixed(*n);
+            n.set_span(lit.span());
+            quote!(.max_debt(#n))
+        }
+        Count::Const(expr) => quote_spanned!(at(expr.span())=> .max_debt(#expr)),
+    });
     let declaration = quote! {
         ::redis_ratelimit::__private::declaration(
             #name,
@@ -610,7 +619,7 @@ pub(crate) fn declaration(
                 ::redis_ratelimit::Algorithm::#algorithm,
                 ::redis_ratelimit::Refill::#refill,
                 #initial,
-            )#policy #wait #shadow #jitter,
+            )#policy #wait #shadow #jitter #max_debt,
             #cost_value,
             #key,
             ::core::file!(),

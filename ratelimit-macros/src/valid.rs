@@ -104,6 +104,16 @@ pub(crate) fn check(args: &RateLimitArgs, attr: Option<&Attribute>, errors: &mut
     if let Some(settle) = &args.settle {
         check_settle(args, settle, window, interval, errors);
     }
+    if let (Some(max_debt), Some(name)) = (&args.max_debt, cannot_owe(window, interval)) {
+        errors.at(
+            max_debt.span(),
+            format_args!(
+                "`max_debt` bounds what a settlement leaves owing, which a `{name}` cannot \
+                 owe: remove it, or use `algorithm = \"token_bucket\"` (refilled smoothly), \
+                 `\"leaky_bucket\"`, `\"fixed_window\"` or `\"sliding_log\"`"
+            ),
+        );
+    }
     if let Some((Some(_), span)) = args.wait
         && (window.is_some() || interval)
     {
@@ -269,12 +279,7 @@ fn check_settle(
              (an actual cost of 0 gives everything back)",
         );
     }
-    let cannot = match window {
-        Some(w @ Algorithm::SlidingWindow) => Some(w.name()),
-        _ if interval => Some("token bucket refilled at intervals"),
-        _ => None,
-    };
-    if let Some(name) = cannot {
+    if let Some(name) = cannot_owe(window, interval) {
         errors.at(
             settle.span(),
             format_args!(
@@ -283,6 +288,16 @@ fn check_settle(
                  `\"fixed_window\"` or `\"sliding_log\"`"
             ),
         );
+    }
+}
+
+/// The name of a limit that cannot owe tokens (a sliding window reads its counters capped at
+/// its limit, an interval refill's state is its last refill's slack), if this one is such.
+fn cannot_owe(window: Option<Algorithm>, interval: bool) -> Option<&'static str> {
+    match window {
+        Some(w @ Algorithm::SlidingWindow) => Some(w.name()),
+        _ if interval => Some("token bucket refilled at intervals"),
+        _ => None,
     }
 }
 
