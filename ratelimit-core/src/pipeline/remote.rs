@@ -134,7 +134,14 @@ impl RateLimiter {
         received: std::time::Instant,
     ) {
         if check.limit.is_concurrent() {
-            let here = self.inner.resilience.held_here(check.bucket, check.limit);
+            // The slots this answer grants are this instance's too, and not among the free
+            // ones it reports; their copies are counted in the fallback only after it.
+            let granted = if decision.allowed && !decision.shadowed {
+                u64::from(check.cost)
+            } else {
+                0
+            };
+            let here = self.inner.resilience.held_here(check.bucket, check.limit) + granted;
             cache.remember_slots(check.bucket, decision, received, here);
         } else {
             cache.remember(check.bucket, decision, sent, received);
