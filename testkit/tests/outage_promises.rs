@@ -10,7 +10,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{EVENTUALLY, TOLERANT_DEADLINE, eventually, pause, until_store};
+use common::{EVENTUALLY, OtherInstance, TOLERANT_DEADLINE, eventually, pause, until_store};
 use ratelimit_core::{Entered, Limit, RateLimiter, Source};
 use testkit::RedisServer;
 
@@ -305,4 +305,55 @@ async fn an_interval_bucket_used_up_in_redis_stays_used_up() {
         more += u32::from(limiter.check("quota", &limit).await.unwrap().allowed);
     }
     assert_eq!(more, 0, "the fallback handed out the hour's quota again");
+}
+
+/// The audit of issue 44, item 3: 4 instances (processes) share a concurrency limit of 8; Redis
+/// grants one of them 6 slots, two others 1 each, and refuses the fourth; then it is killed
+/// (`SIGKILL`) while every call runs, and each instance asks for 4 more slots from its
+/// fallback. The fleet holds at most 8 at once (before: each fallback added its share of
+/// `8 / 4` on top of what Redis had granted, up to 8 + 3 x 2).
+#[test]
+fn four_instances_hold_a_concurrency_limit_within_its_max_when_redis_dies() {
+    let mut server = RedisServer::start();
+    let url = server.url();
+    let mut fleet: Vec<OtherInstance> = (0..4)
+        .map(|_| OtherInstance::start_slots(&url, "held", "tenant", 8))
+        .collect();
+    for member in &fleet {
+        member.expect("READY");
+    }
+    // Every instance counts the four (a heartbeat each, about a second).
+    let counted = std::time::Instant::now();
+    for member in &mut fleet {
+        while member.say("count", "COUNT") != "COUNT 4" {
+            assert!(
+                counted.elapsed() < EVENTUALLY,
+                "the instances never counted 4"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    let held_before: Vec<u32> = [6, 1, 1, 1]
+        .iter()
+        .zip(&mut fleet)
+        .map(|(n, member)| held(&member.say(&format!("enter {n}"), "HELD")).0)
+        .collect();
+    assert_eq!(held_before, [6, 1, 1, 0], "Redis granted 8");
+    server.kill();
+    let after: Vec<(u32, u32)> = fleet
+        .iter_mut()
+        .map(|member| held(&member.say("enter 4", "HELD")))
+        .collect();
+    let total: u32 = after.iter().map(|(held, _)| held).sum();
+    println!("held by each instance after Redis died (held, of which by the fallback): {after:?}");
+    assert!(
+        total <= 8,
+        "{total} slots held at once of a max of 8: {after:?}"
+    );
+}
+
+/// A `HELD <held> <by the fallback>` line's numbers.
+fn held(line: &str) -> (u32, u32) {
+    let mut numbers = line.split_whitespace().skip(1).map(|n| n.parse().unwrap());
+    (numbers.next().unwrap(), numbers.next().unwrap())
 }

@@ -8,6 +8,11 @@
 //! It prints `READY` once built. With `--key`, it then drains `K` (1 per hour) until its deny
 //! cache refuses it, prints `REFUSED`, and calls every millisecond until a call is admitted
 //! (another instance reset the bucket): it prints `ADMITTED <ms since REFUSED>` and exits.
+//!
+//! With `--slots K --max M`, it answers commands read from its standard input, one a line,
+//! each with one line: `count` (`COUNT <live instances>`), `enter <n>` (tries `n` calls
+//! under the concurrency limit `M` on `K`, holding every slot it is granted:
+//! `HELD <slots held> <granted by the fallback so far>`); it exits at the end of its input.
 
 #![allow(clippy::print_stdout)]
 
@@ -51,6 +56,13 @@ async fn run() -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     say("READY");
+    if let Some(key) = flag(&args, "--slots") {
+        let max: u32 = flag(&args, "--max")
+            .ok_or("missing `--max`")?
+            .parse()
+            .map_err(|e| format!("`--max`: {e}"))?;
+        return hold_slots(&limiter, &key, Limit::concurrent(max)).await;
+    }
     if let Some(key) = flag(&args, "--key") {
         let limit = Limit::per_hour(1);
         loop {
@@ -82,6 +94,43 @@ async fn run() -> Result<(), String> {
         return Err("never admitted".to_owned());
     }
     tokio::time::sleep_until(until.into()).await;
+    Ok(())
+}
+
+/// Answers the commands of standard input (see the module's docs), holding the slots granted.
+async fn hold_slots(limiter: &RateLimiter, key: &str, limit: Limit) -> Result<(), String> {
+    // Read by a thread of its own, so that the runtime (the heartbeat) runs meanwhile.
+    let (lines, mut commands) = tokio::sync::mpsc::unbounded_channel::<String>();
+    std::thread::spawn(move || {
+        for line in std::io::stdin().lines() {
+            let Ok(line) = line else { return };
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut held = Vec::new();
+    let mut by_fallback = 0u32;
+    while let Some(command) = commands.recv().await {
+        match command.split_whitespace().collect::<Vec<_>>().as_slice() {
+            ["count"] => say(&format!("COUNT {}", limiter.live_instances())),
+            ["enter", n] => {
+                let n: u32 = n.parse().map_err(|e| format!("`enter {n}`: {e}"))?;
+                for _ in 0..n {
+                    let entered = limiter
+                        .enter(key, &limit)
+                        .await
+                        .map_err(|e| e.to_string())?;
+                    if entered.decision.allowed {
+                        by_fallback += u32::from(entered.decision.source == Source::Fallback);
+                        held.push(entered);
+                    }
+                }
+                say(&format!("HELD {} {by_fallback}", held.len()));
+            }
+            _ => return Err(format!("unknown command `{command}`")),
+        }
+    }
     Ok(())
 }
 

@@ -216,6 +216,8 @@ pub(crate) const EVENTUALLY: Duration = Duration::from_secs(10);
 pub(crate) struct OtherInstance {
     child: Child,
     lines: mpsc::Receiver<String>,
+    /// Its commands, when it takes them (`--slots`).
+    stdin: Option<std::process::ChildStdin>,
 }
 
 impl OtherInstance {
@@ -226,15 +228,46 @@ impl OtherInstance {
         if let Some(key) = key {
             cmd.args(["--key", key]);
         }
+        OtherInstance::spawn(cmd)
+    }
+
+    /// Starts one that holds slots of the concurrency limit `max` on `key` as it is told
+    /// ([`say`](Self::say)).
+    #[allow(dead_code)]
+    pub(crate) fn start_slots(url: &str, prefix: &str, key: &str, max: u32) -> OtherInstance {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_fleet_member"));
+        let max = max.to_string();
+        cmd.args(["--url", url, "--prefix", prefix, "--hold-ms", "60000"])
+            .args(["--slots", key, "--max", &max])
+            .stdin(Stdio::piped());
+        OtherInstance::spawn(cmd)
+    }
+
+    fn spawn(mut cmd: Command) -> OtherInstance {
         let mut child = cmd.stdout(Stdio::piped()).spawn().unwrap();
         let stdout = child.stdout.take().unwrap();
+        let stdin = child.stdin.take();
         let (tx, lines) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stdout).lines().map_while(Result::ok) {
                 let _ = tx.send(line);
             }
         });
-        OtherInstance { child, lines }
+        OtherInstance {
+            child,
+            lines,
+            stdin,
+        }
+    }
+
+    /// Sends it `command` and returns its answer, which starts with `tag`.
+    #[allow(dead_code)]
+    pub(crate) fn say(&mut self, command: &str, tag: &str) -> String {
+        use std::io::Write as _;
+        let stdin = self.stdin.as_mut().expect("started with start_slots");
+        writeln!(stdin, "{command}").unwrap();
+        stdin.flush().unwrap();
+        self.expect(tag)
     }
 
     /// The next line starting with `tag`.
