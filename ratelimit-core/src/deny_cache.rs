@@ -37,7 +37,14 @@ struct Entry {
     limit: Limit,
     known: Known,
     refusal: Option<Refusal>,
+    /// When the bucket was last forgotten (a reset, tokens given back): an answer to a request
+    /// sent before it says nothing of the bucket now, and is not remembered.
+    forgotten: Option<Instant>,
 }
+
+/// How long a forgotten bucket's answers sent before it are known to be stale: longer than a
+/// request in flight can wait for its answer.
+const FORGOTTEN_FOR: Duration = Duration::from_secs(5);
 
 /// A refusal by the store, to repeat.
 #[derive(Debug, Clone, Copy)]
@@ -102,7 +109,9 @@ impl Entry {
 
     /// Whether the entry still says anything at `now`.
     fn live(&self, now: Instant) -> bool {
-        now < self.known.full_at || self.live_refusal(now)
+        now < self.known.full_at
+            || self.live_refusal(now)
+            || self.forgotten.is_some_and(|at| now < at + FORGOTTEN_FOR)
     }
 }
 
@@ -180,7 +189,9 @@ impl DenyCache {
     pub(crate) fn known(&self, bucket: &str, limit: &Limit, now: Instant) -> Option<Known> {
         let shard = self.shard(bucket);
         let entry = shard.get(bucket)?;
-        (entry.limit == *limit && now < entry.known.full_at).then_some(entry.known)
+        // Forgotten since it was said: it says nothing.
+        let current = entry.forgotten.is_none_or(|at| entry.known.received > at);
+        (entry.limit == *limit && now < entry.known.full_at && current).then_some(entry.known)
     }
 
     /// Remembers an answer of the store to a request sent at `sent`, answered at `received`:
@@ -206,7 +217,15 @@ impl DenyCache {
         };
         let mut shard = self.shard(bucket);
         if let Some(old) = shard.get_mut(bucket) {
-            if old.limit != d.limit {
+            // Sent before the bucket was forgotten (tokens given back, a reset), answered
+            // after: what it says is older than the give-back (issue 44: a refusal repeated
+            // for 15 minutes after the calls holding the tokens gave them back).
+            if old.forgotten.is_some_and(|at| sent < at) {
+                return;
+            }
+            // What it knew before it was forgotten gives way, however strong.
+            let forgotten = old.forgotten.is_some_and(|at| old.known.received <= at);
+            if old.limit != d.limit || forgotten {
                 self.drop_refusal(old);
                 old.limit = d.limit;
                 old.known = known;
@@ -250,6 +269,7 @@ impl DenyCache {
                 limit: d.limit,
                 known,
                 refusal,
+                forgotten: None,
             },
         );
     }
@@ -295,6 +315,7 @@ impl DenyCache {
                 limit: d.limit,
                 known,
                 refusal: None,
+                forgotten: None,
             },
         );
     }
@@ -325,10 +346,35 @@ impl DenyCache {
 
     /// Forgets all that is known of `bucket` (it was reset, or given tokens back).
     pub(crate) fn forget(&self, bucket: &str) {
-        if let Some(entry) = self.shard(bucket).remove(bucket)
-            && entry.refusal.is_some()
-        {
-            self.refusals.fetch_sub(1, Ordering::Relaxed);
+        let now = Instant::now();
+        let mut shard = self.shard(bucket);
+        match shard.get_mut(bucket) {
+            // Kept, saying nothing, a while: answers to requests sent before now are stale.
+            Some(entry) => {
+                self.drop_refusal(entry);
+                entry.known.full_at = now;
+                entry.forgotten = Some(now);
+            }
+            None => {
+                if shard.len() >= self.shard_cap {
+                    self.make_room(&mut shard, now);
+                }
+                shard.insert(
+                    bucket.into(),
+                    Entry {
+                        // Any limit: an entry only forgotten is read by nobody.
+                        limit: crate::Limit::per_second(1),
+                        known: Known {
+                            remaining: 0,
+                            received: now,
+                            full_at: now,
+                            held_here: 0,
+                        },
+                        refusal: None,
+                        forgotten: Some(now),
+                    },
+                );
+            }
         }
     }
 
@@ -366,6 +412,32 @@ mod tests {
             Duration::from_millis(retry_ms),
             Duration::from_secs(60),
         )
+    }
+
+    /// A refusal answered to a request sent before the bucket was forgotten (tokens given
+    /// back, a reset) is older than the give-back: it is not remembered, while one sent after
+    /// is. Calls refused while others held a bucket's tokens were refused for its whole refill
+    /// after those gave them back (issue 44, item 5, on a loaded machine).
+    #[test]
+    fn an_answer_sent_before_a_give_back_is_not_remembered_after_it() {
+        let cache = DenyCache::new(100);
+        let limit = Limit::per_hour(4);
+        let sent = Instant::now();
+        // Known to be used up, then the tokens come back.
+        cache.remember("b", &refused(limit, 1, 900_000), sent, sent);
+        cache.forget("b");
+        assert!(cache.check("b", &limit, 1).is_none());
+        // A request sent before the give-back is answered after it.
+        cache.remember("b", &refused(limit, 1, 900_000), sent, Instant::now());
+        assert!(cache.check("b", &limit, 1).is_none(), "a stale refusal");
+        // An unknown bucket forgotten (a reset heard of) is guarded too.
+        cache.forget("c");
+        cache.remember("c", &refused(limit, 1, 900_000), sent, Instant::now());
+        assert!(cache.check("c", &limit, 1).is_none());
+        // One sent after is the store's word on the bucket as it is.
+        let after = Instant::now() + Duration::from_millis(1);
+        cache.remember("b", &refused(limit, 1, 900_000), after, after);
+        assert!(cache.check("b", &limit, 1).is_some());
     }
 
     #[test]
@@ -428,10 +500,12 @@ mod tests {
             now + Duration::from_millis(3_000)
         );
         cache.forget("b");
-        cache.remember("b", &reserved(500), now, now);
+        // (An answer sent before the forget is stale: see the test below.)
+        let later = Instant::now() + Duration::from_millis(1);
+        cache.remember("b", &reserved(500), later, later);
         assert_eq!(
-            cache.known("b", &limit, now).unwrap().full_at,
-            now + Duration::from_millis(600)
+            cache.known("b", &limit, later).unwrap().full_at,
+            later + Duration::from_millis(600)
         );
     }
 

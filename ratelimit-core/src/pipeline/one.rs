@@ -256,6 +256,12 @@ async fn ask(
         let decided = limiter.decide(check).await;
         decided.unwrap_or_else(|e| cannot_check(decl, &effective, &e))
     };
+    let counting = taken.as_ref().is_some_and(Taken::is_counting);
+    // A counted call's tokens are held from the moment it asks, not from when its answer is
+    // read: under load, the answers of calls refused after it can be read first, and found
+    // nothing held (issue 44, item 5, on a loaded CI run).
+    let mut asking = (counting && matches!(asked, Asked::Nothing))
+        .then(|| provisional::Hold::new(bucket.to_string(), effective.cost));
     let decision = match asked {
         Asked::Reserved(reserved) => {
             let check = Check::new(&bucket, &effective.limit, effective.cost);
@@ -265,19 +271,26 @@ async fn ask(
         Asked::Nothing => decide().await,
         Asked::Refused(refused) => refused,
     };
-    let decision = if taken.as_ref().is_some_and(Taken::is_counting) {
+    let decision = if counting {
+        if !decision.allowed {
+            // Refused: it holds nothing, and waits for the others' tokens, not its own.
+            asking = None;
+        }
         provisional::decide_again(&bucket, decision, decide).await
     } else {
         decision
     };
-    conclude(
+    let checked = conclude(
         decl,
         label,
         decision,
         Some(Bucket::Named(bucket)),
         taken.as_ref(),
         |label, d| record_if(in_scope, label, d),
-    )
+    );
+    // Admitted: its tokens are kept by `taken` from here.
+    drop(asking);
+    checked
 }
 
 /// Only misuse reaches here (cost validated at enable): refuses rather than run unchecked,

@@ -95,8 +95,18 @@ where
         return decision;
     }
     let until = tokio::time::Instant::now() + HELD_WAIT;
-    while !decision.allowed && one_ended(bucket, until).await {
+    while !decision.allowed {
+        let ended = one_ended(bucket, until).await;
+        let time_up = !ended && tokio::time::Instant::now() >= until;
+        if time_up && is_held(bucket) {
+            break;
+        }
+        // One ended, or all had (before this call looked, or as its time ran out): decided
+        // again on what they left.
         decision = decide().await;
+        if time_up || !is_held(bucket) {
+            break;
+        }
     }
     if !decision.allowed && !decision.shadowed && is_held(bucket) {
         decision.retry_after = decision.retry_after.min(HELD_WAIT);
