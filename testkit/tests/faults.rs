@@ -878,6 +878,9 @@ async fn what_each_policy_admits_while_redis_is_down() {
     // This instance's share: half the burst, and half the rate over the whole outage.
     let share_bound = usize::try_from(BURST / 2).unwrap()
         + usize::try_from((u128::from(RATE) * outage.as_micros()).div_ceil(2 * 1_000_000)).unwrap();
+    // The pair's limiters are one instance and share its fallback: the lower bound is the
+    // pair's (on a loaded machine one of them took 8 of the share, the other the rest).
+    let mut by_the_pair = 0;
     for (policy, label, calls) in &results {
         assert_no_errors(calls);
         let expected = policy_source(*policy);
@@ -889,7 +892,7 @@ async fn what_each_policy_admits_while_redis_is_down() {
         let promise = match policy {
             FailurePolicy::Fallback => format!(
                 "<= burst/2 + rate/2 x {secs:.2} s = {share_bound} (its share of {limit}), \
-                 >= burst/2"
+                 the pair >= burst/2"
             ),
             FailurePolicy::Allow => format!("all {}", calls.len()),
             _ => "none".to_owned(),
@@ -904,12 +907,16 @@ async fn what_each_policy_admits_while_redis_is_down() {
                     admitted <= share_bound,
                     "{label}: {admitted} > {share_bound}"
                 );
-                assert!(admitted >= (BURST / 2) as usize, "{label}: {admitted}");
+                by_the_pair += admitted;
             }
             FailurePolicy::Allow => assert_eq!(admitted, calls.len(), "{label}"),
             _ => assert_eq!(admitted, 0, "{label}"),
         }
     }
+    assert!(
+        by_the_pair >= (BURST / 2) as usize,
+        "the fallback's pair admitted {by_the_pair}, less than its half of the burst"
+    );
     server.restart();
     for l in &all {
         let back = common::until_store(
