@@ -7,7 +7,6 @@
 //! On both stores, each test in a process of its own (nextest) with the global limiter.
 #![allow(clippy::unwrap_used)]
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use futures_util::future::join_all;
@@ -31,23 +30,25 @@ impl From<RateLimited> for Failure {
 }
 
 /// Calls that were admitted and run (they then hold their tokens until `go`).
-static RUNNING: AtomicUsize = AtomicUsize::new(0);
+/// How many calls have been admitted and run, told to whoever waits for them.
+static RUNNING: std::sync::LazyLock<watch::Sender<usize>> =
+    std::sync::LazyLock::new(|| watch::Sender::new(0));
 
-/// Waits until `n` more calls than `before` run: the event of their admission.
+/// Waits until `n` more calls than `before` run: the event of their admission (the bound only
+/// stops a hang).
 async fn until_running(before: usize, n: usize) {
-    for _ in 0..10_000 {
-        if RUNNING.load(Ordering::SeqCst) >= before + n {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    panic!("{n} calls were never admitted");
+    let mut running = RUNNING.subscribe();
+    let admitted = running.wait_for(|running| *running >= before + n);
+    tokio::time::timeout(Duration::from_secs(60), admitted)
+        .await
+        .unwrap_or_else(|_| panic!("{n} calls were never admitted"))
+        .unwrap();
 }
 
 /// Four failures an hour; a call runs until `go` says so, and fails when asked to.
 #[rate_limit(replenish = 4, unit = "hour", key = "everyone", count = Result::is_err)]
 async fn login(fail: bool, mut go: watch::Receiver<bool>) -> Result<(), Failure> {
-    RUNNING.fetch_add(1, Ordering::SeqCst);
+    RUNNING.send_modify(|running| *running += 1);
     go.wait_for(|go| *go).await.unwrap();
     if fail { Err(Failure::Failed) } else { Ok(()) }
 }
@@ -61,7 +62,7 @@ async fn declared() -> Result<(), RateLimited> {
 
 #[rate_limit(shared = "failures", key = "everyone", count = Result::is_err)]
 async fn shared_login(fail: bool, mut go: watch::Receiver<bool>) -> Result<(), Failure> {
-    RUNNING.fetch_add(1, Ordering::SeqCst);
+    RUNNING.send_modify(|running| *running += 1);
     go.wait_for(|go| *go).await.unwrap();
     if fail { Err(Failure::Failed) } else { Ok(()) }
 }
@@ -86,7 +87,7 @@ where
     Fut: Future<Output = Result<(), Failure>> + Send + 'static,
 {
     let (go, rx) = watch::channel(false);
-    let before = RUNNING.load(Ordering::SeqCst);
+    let before = *RUNNING.borrow();
     let calls: Vec<_> = (0..20)
         .map(|_| tokio::spawn(call(fail, rx.clone())))
         .collect();
@@ -135,7 +136,7 @@ async fn parallel_failures_admit_no_more_than_the_limit(server: Option<RedisServ
 async fn a_refusal_while_tokens_are_held_says_they_may_come_back(server: Option<RedisServer>) {
     enable(server.as_ref()).await;
     let (go, rx) = watch::channel(false);
-    let before = RUNNING.load(Ordering::SeqCst);
+    let before = *RUNNING.borrow();
     let holders: Vec<_> = (0..4)
         .map(|_| tokio::spawn(login(false, rx.clone())))
         .collect();
