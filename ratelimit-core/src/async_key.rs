@@ -2,7 +2,7 @@
 
 use std::future::Future;
 
-use crate::RequestContext;
+use crate::request::RequestContext;
 
 /// The error an [`AsyncKeyResolver`] fails with.
 pub type ResolveError = Box<dyn std::error::Error + Send + Sync>;

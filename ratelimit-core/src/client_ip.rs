@@ -9,7 +9,7 @@ use std::str::FromStr;
 use http::{HeaderMap, HeaderName};
 use ipnet::IpNet;
 
-use crate::Error;
+use crate::errors::Error;
 
 static X_FORWARDED_FOR: HeaderName = HeaderName::from_static("x-forwarded-for");
 static X_REAL_IP: HeaderName = HeaderName::from_static("x-real-ip");

@@ -6,7 +6,7 @@ use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::Limit;
+use crate::limit::Limit;
 use crate::limit::TierName;
 
 /// The outcome of one rate-limit check.
@@ -218,6 +218,18 @@ impl Decision {
             .with_source(Source::CostExceedsBurst)
     }
 
+    /// Whether every one of a call's `parts` admits it; when one refuses, those that admitted
+    /// took nothing, and are marked [`vetoed`](Decision::vetoed): no admission to count.
+    pub(crate) fn veto(parts: &mut [Decision]) -> bool {
+        let allowed = parts.iter().all(|d| d.allowed);
+        if !allowed {
+            for part in parts.iter_mut().filter(|d| d.allowed && !d.shadowed) {
+                part.vetoed = true;
+            }
+        }
+        allowed
+    }
+
     /// The decision of a call under several limits, decided together
     /// ([`RateLimiter::check_all`](crate::RateLimiter::check_all)): admitted only if every
     /// limit admits it. Its fields are those of the tightest limit (when refused, the refusing
@@ -240,13 +252,7 @@ impl Decision {
         {
             return only;
         }
-        let allowed = parts.iter().all(|d| d.allowed);
-        if !allowed {
-            // The limits that admitted a refused call took nothing: no admission to count.
-            for part in parts.iter_mut().filter(|d| d.allowed && !d.shadowed) {
-                part.vetoed = true;
-            }
-        }
+        let allowed = Decision::veto(&mut parts);
         // A limit in shadow mode describes the call only when every limit is: it must not
         // make a client that reads the headers slow down for a limit that is not enforced.
         let enforced =

@@ -24,8 +24,9 @@ use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::algorithm::OfLimit as _;
+use crate::decision::Decision;
 use crate::decision::Source;
-use crate::{Decision, Limit};
+use crate::limit::Limit;
 
 /// Default bound on the number of buckets remembered (refused, or not full).
 pub const DEFAULT_DENY_CACHE_CAPACITY: usize = 65_536;
@@ -363,7 +364,7 @@ impl DenyCache {
                     bucket.into(),
                     Entry {
                         // Any limit: an entry only forgotten is read by nobody.
-                        limit: crate::Limit::per_second(1),
+                        limit: crate::limit::Limit::per_second(1),
                         known: Known {
                             remaining: 0,
                             received: now,

@@ -383,8 +383,8 @@ mod tests {
             Error::PeekUnsupported.to_string(),
             Error::RefundUnsupported.to_string(),
             Error::ConcurrencyUnsupported.to_string(),
-            Error::RefundNeedsBucket(crate::Limit::per_second(1)).to_string(),
-            Error::CannotSettle(crate::Limit::per_second(1)).to_string(),
+            Error::RefundNeedsBucket(crate::limit::Limit::per_second(1)).to_string(),
+            Error::CannotSettle(crate::limit::Limit::per_second(1)).to_string(),
             Error::SettleUnsupported.to_string(),
             Error::NoStore.to_string(),
             Error::NoRuntime.to_string(),
@@ -412,7 +412,9 @@ mod tests {
             source: redis,
         };
         assert_eq!(format!("{connect:?}"), connect.to_string());
-        let limit = Error::from(crate::Limit::try_new(0, 1, crate::Unit::Second).unwrap_err());
+        let limit = Error::from(
+            crate::limit::Limit::try_new(0, 1, crate::limit::Unit::Second).unwrap_err(),
+        );
         assert_eq!(
             format!("{limit:?}"),
             "invalid limit: `replenish` must be at least 1 token per unit"

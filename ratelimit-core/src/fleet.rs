@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use futures_core::Stream;
 
-use crate::Error;
 use crate::deny_cache::DenyCache;
+use crate::errors::Error;
 use crate::store::{MemoryStore, RedisStore};
 
 pub(crate) mod waiters;

@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use http::{HeaderMap, HeaderName, HeaderValue, StatusCode};
 
-use crate::{Decision, RateLimited, Source};
+use crate::decision::Decision;
+use crate::decision::Source;
+use crate::pipeline::verdict::RateLimited;
 
 /// Which header families to send; all by default. Build one from [`ALL`](Self::ALL) or
 /// [`NONE`](Self::NONE) (the struct is `non_exhaustive`, so literals do not compile outside
@@ -128,9 +130,9 @@ pub fn set_headers(headers: &mut HeaderMap, name: &str, d: &Decision, families: 
 /// The headers of a request's `verdict` (the limits its layers decided first, and the last
 /// limited call made in its scope), when it has one, added to its response's: what the HTTP
 /// integrations render once the handler returns.
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 pub(crate) fn render_verdict(
-    verdict: crate::verdict::Described,
+    verdict: crate::pipeline::verdict::Described,
     headers: &mut HeaderMap,
     families: HeaderFamilies,
 ) {
@@ -145,10 +147,10 @@ pub(crate) fn render_verdict(
 /// [`set_call_headers`] of a call whose request had limits decided `first`, before it (by the
 /// layers serving it, on a route they had not learned yet): one list, those first, as one
 /// decision of them all would be described.
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 pub(crate) fn set_headers_after<'a>(
     headers: &mut HeaderMap,
-    first: &'a [crate::verdict::Recorded],
+    first: &'a [crate::pipeline::verdict::Recorded],
     parts: impl Iterator<Item = (Cow<'a, str>, &'a Decision)>,
     combined: &'a Decision,
     families: HeaderFamilies,
@@ -158,7 +160,7 @@ pub(crate) fn set_headers_after<'a>(
     }
     let all: Vec<_> = first
         .iter()
-        .flat_map(crate::verdict::Recorded::shown_parts)
+        .flat_map(crate::pipeline::verdict::Recorded::shown_parts)
         .chain(parts)
         .collect();
     let combined = Decision::combined(all.iter().map(|&(_, d)| d.clone()).collect());
@@ -298,7 +300,7 @@ fn distinct_names<'n, 'd, N: Into<Cow<'n, str>>>(
 /// Spring Cloud Gateway's `replenishRate` is an integer number of tokens per second. A rate
 /// that is not one (3 per minute is 0.05 per second) has no honest value in that header, so it
 /// is left out; `RateLimit-Policy` describes every rate exactly.
-fn whole_tokens_per_second(limit: &crate::Limit) -> Option<u64> {
+fn whole_tokens_per_second(limit: &crate::limit::Limit) -> Option<u64> {
     // A concurrency limit has no rate.
     if limit.is_concurrent() {
         return None;
@@ -442,8 +444,8 @@ fn json_string(out: &mut String, s: &str) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Limit;
     use crate::decision::Label;
+    use crate::limit::Limit;
 
     fn decision(allowed: bool) -> Decision {
         Decision::new(
@@ -477,7 +479,7 @@ mod tests {
         let cases = [
             Decision::cost_exceeds_burst(limit, 9),
             Decision::free(limit),
-            crate::RateLimiter::fail_closed(&limit, 1),
+            crate::limiter::RateLimiter::fail_closed(&limit, 1),
             decision(true).with_source(Source::FailOpen),
         ];
         for d in cases {
@@ -715,7 +717,7 @@ mod tests {
             "\"rate-limit\";r=0;t=34, \"rate-limit#2\";r=297;t=864, \"rate-limit#3\";r=0;t=1"
         );
         assert_eq!(h["retry-after"], "20");
-        let verdict = crate::verdict::Recorded::several(
+        let verdict = crate::pipeline::verdict::Recorded::several(
             ["a", "b", "c"]
                 .map(Label::of)
                 .into_iter()

@@ -58,7 +58,6 @@
 pub mod __private;
 mod algorithm;
 mod async_key;
-mod check;
 mod client_ip;
 pub mod clock;
 mod decision;
@@ -66,7 +65,7 @@ mod deny_cache;
 mod errors;
 mod fleet;
 pub mod headers;
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 pub mod http;
 mod limit;
 mod limiter;
@@ -81,7 +80,6 @@ mod resolvers;
 mod startup;
 pub mod store;
 pub mod tools;
-mod verdict;
 
 pub use client_ip::{ClientIpHeader, TrustedProxies};
 pub use decision::{Decision, Source};
@@ -92,12 +90,12 @@ pub use http::actix::RateLimitMiddleware;
 pub use http::axum::RateLimitLayer;
 pub use limit::{Algorithm, Limit, Refill, Tier, Unit};
 pub use limiter::{Entered, RateLimiter, RateLimiterBuilder, Settlement, Slot, Usage};
+pub use pipeline::verdict::RateLimited;
 pub use policy::{EmptyKeyPolicy, FailurePolicy};
 pub use registry::{LimitDeclaration, declared_limits, validate_declared_limits};
 pub use request::RequestContext;
 pub use resolvers::{Global, Header, Ip, IpUri, KeyResolver, Route, Uri, User};
 pub use startup::reload_overrides;
-pub use verdict::RateLimited;
 
 pub mod context {
     //! Running code under a request's context without the HTTP integrations (tests, other
@@ -106,7 +104,7 @@ pub mod context {
     //! output the verdict of the calls made in it ([`Recorded`]). The context is request data
     //! only: nothing a call decides is written into it.
     pub use crate::pipeline::scope::{scope, scope_returning};
-    pub use crate::verdict::Recorded;
+    pub use crate::pipeline::verdict::Recorded;
 }
 
 pub mod defaults {

@@ -12,7 +12,7 @@
 //! | `ratelimit_deny_cache_hits_total` | counter | (none): refusals the deny cache answered |
 //! | `ratelimit_settled_tokens_total` | counter | `limit`, `direction` (`taken`: beyond an estimate, `given_back`): tokens a [settlement](crate::Usage::settle) moved |
 
-use crate::Decision;
+use crate::decision::Decision;
 use crate::limit::TierName;
 
 /// The target of every span and event of this library: what operators filter by

@@ -54,9 +54,14 @@ use std::path::Path;
 
 use serde::Deserialize;
 
+use crate::errors::Error;
+use crate::limit::Algorithm;
+use crate::limit::Limit;
+use crate::limit::Refill;
+use crate::limit::Unit;
+use crate::policy::FailurePolicy;
 pub use crate::registry::Effective;
 use crate::registry::{LimitDeclaration, describe_names};
-use crate::{Algorithm, Error, FailurePolicy, Limit, Refill, Unit};
 
 /// The prefix of the per-limit environment variables.
 pub const ENV_PREFIX: &str = "RATE_LIMIT_OVERRIDE_";
@@ -374,7 +379,7 @@ pub(crate) fn load(file: Option<&Path>, decls: &[&LimitDeclaration]) -> Result<O
 /// The overrides of `decls` in `file` and the environment, leaving out those of names not
 /// declared (yet): for a layer's limit built at run time after enable, whose building must
 /// not fail for an override of a limit that the program builds next.
-#[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
+#[cfg_attr(not(feature = "http-framework"), allow(dead_code))]
 pub(crate) fn load_known(
     file: Option<&Path>,
     decls: &[&LimitDeclaration],
@@ -396,7 +401,7 @@ enum Unknown {
     /// An error: a typo of a limit's name, most likely.
     Refuse,
     /// Left out: the limit of a name built at run time, not built yet.
-    #[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
+    #[cfg_attr(not(feature = "http-framework"), allow(dead_code))]
     Skip,
 }
 
@@ -686,7 +691,7 @@ impl Overrides {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Limit;
+    use crate::limit::Limit;
 
     static ORDERS: LimitDeclaration = LimitDeclaration::new(
         "shop::orders",

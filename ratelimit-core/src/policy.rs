@@ -6,11 +6,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::algorithm::OfLimit as _;
-use crate::check::Check;
+use crate::decision::Decision;
 use crate::decision::Source;
 use crate::deny_cache::DenyCache;
+use crate::errors::Error;
+use crate::limit::Limit;
+use crate::pipeline::check::Check;
 use crate::store::MemoryStore;
-use crate::{Decision, Error, Limit};
 
 /// What a limiter does with a call when its store fails (unreachable, slower than the
 /// deadline, erroring).
@@ -1145,7 +1147,8 @@ mod fallback_tests {
     /// does every algorithm: the windows too.
     #[test]
     fn every_algorithm_starts_from_what_the_store_said_on_one_instance() {
-        use crate::{Algorithm, Refill};
+        use crate::limit::Algorithm;
+        use crate::limit::Refill;
         let limits = [
             Limit::per_hour(20).refill(Refill::Interval),
             Limit::per_hour(20).algorithm(Algorithm::FixedWindow),

@@ -11,10 +11,11 @@ use std::sync::{Arc, OnceLock};
 use arc_swap::ArcSwapOption;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
-use crate::EmptyKeyPolicy;
-use crate::Limit;
-use crate::RateLimiter;
-use crate::{Decision, Error};
+use crate::decision::Decision;
+use crate::errors::Error;
+use crate::limit::Limit;
+use crate::limiter::RateLimiter;
+use crate::policy::EmptyKeyPolicy;
 
 /// One `#[rate_limit]` function or `layer_limit!`, registered at compile time, or a layer's
 /// limit built at run time ([`LayerLimit::new`](crate::http::LayerLimit::new)): its name,
@@ -53,7 +54,7 @@ pub struct LimitDeclaration {
     /// The HTTP status of a refusal by this limit's bucket (its quota used up), when not 429.
     limited_status: Option<u16>,
     /// The tiers a call may be given (`tiers = [..]`), as far as they are known.
-    tiers: &'static [crate::Tier],
+    tiers: &'static [crate::limit::Tier],
     /// A limit declared elsewhere that this function draws from (`shared = ".."`): its name is
     /// `name`, its limit and its overrides are the declaring function's.
     shares: bool,
@@ -137,7 +138,7 @@ impl LimitDeclaration {
 
     /// A layer's limit built at run time (see [`runtime`]), at `file` and `line` of the call
     /// that built it.
-    #[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
+    #[cfg_attr(not(feature = "http-framework"), allow(dead_code))]
     pub(crate) const fn built_at_run_time(
         name: &'static str,
         limit: Limit,
@@ -193,7 +194,10 @@ impl LimitDeclaration {
     }
 
     /// The same declaration, listing the tiers its calls may be given.
-    pub(crate) const fn with_tiers(mut self, tiers: &'static [crate::Tier]) -> LimitDeclaration {
+    pub(crate) const fn with_tiers(
+        mut self,
+        tiers: &'static [crate::limit::Tier],
+    ) -> LimitDeclaration {
         self.tiers = tiers;
         self
     }
@@ -201,7 +205,7 @@ impl LimitDeclaration {
     /// The tiers this limit's calls may be given in place of its declared limit
     /// (`#[rate_limit(tiers = [..], tier = ..)]`), as far as the declaration lists them: a
     /// call may be given another (a contract's own), under a name of its own.
-    pub fn tiers(&self) -> &'static [crate::Tier] {
+    pub fn tiers(&self) -> &'static [crate::limit::Tier] {
         self.tiers
     }
 
@@ -243,8 +247,8 @@ impl LimitDeclaration {
     }
 
     /// The statuses this limit's refusals are answered with.
-    pub(crate) fn statuses(&self) -> crate::verdict::Statuses {
-        crate::verdict::Statuses {
+    pub(crate) fn statuses(&self) -> crate::pipeline::verdict::Statuses {
+        crate::pipeline::verdict::Statuses {
             empty_key: self.empty_key_status,
             limited: self.limited_status,
         }
@@ -641,7 +645,9 @@ mod tests {
     use std::sync::atomic::Ordering;
 
     use super::{Effective, LimitDeclaration, VALID, Warning};
-    use crate::{Limit, RateLimiter, Source};
+    use crate::decision::Source;
+    use crate::limit::Limit;
+    use crate::limiter::RateLimiter;
 
     fn declaration() -> &'static LimitDeclaration {
         Box::leak(Box::new(LimitDeclaration::new(

@@ -4,7 +4,7 @@ use std::borrow::Cow;
 use std::fmt::Write as _;
 use std::net::IpAddr;
 
-use crate::RequestContext;
+use crate::request::RequestContext;
 
 /// Picks the key of a call: the bucket it takes tokens from, within its limit.
 ///

@@ -3,8 +3,10 @@
 
 use std::path::PathBuf;
 
+use crate::errors::Error;
+use crate::limiter::RateLimiter;
+use crate::limiter::RateLimiterBuilder;
 use crate::registry::{self, Effective, LimitDeclaration, declared_limits, runtime};
-use crate::{Error, RateLimiter, RateLimiterBuilder};
 
 /// The URL used when neither `url = ..` nor `REDIS_URL` gives one.
 pub const DEFAULT_REDIS_URL: &str = "redis://127.0.0.1:6379";
@@ -188,7 +190,7 @@ fn resolve_limits(
 /// the environment as they are now. Overrides of names not built yet are left for the reload
 /// that follows their building (a router rebuilt on reload builds them one after the other).
 /// `None` before enable, which resolves it with the rest.
-#[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
+#[cfg_attr(not(feature = "http-framework"), allow(dead_code))]
 pub(crate) fn resolve_built(decl: &LimitDeclaration) -> Result<Option<Effective>, Error> {
     let Some(config) = registry::config() else {
         return Ok(None);

@@ -5,8 +5,9 @@
 use std::fmt::Display;
 
 use crate::async_key::AsyncKeyResolver;
+use crate::limit::Tier;
 use crate::pipeline::{Cost, Fixed, KeyArg};
-use crate::{KeyResolver, Tier};
+use crate::resolvers::KeyResolver;
 
 /// What a `tier = ..` expression may be: a [`Tier`], a reference to one, or an `Option` of
 /// either (`None` for the declared limit).
@@ -143,8 +144,9 @@ impl<'a, T> ViaNeither<'a, T> for KeyOf<'a, T> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::RequestContext;
-    use crate::{Global, Header};
+    use crate::request::RequestContext;
+    use crate::resolvers::Global;
+    use crate::resolvers::Header;
     use std::borrow::Cow;
 
     fn key_of(arg: &KeyArg<'_>, ctx: &RequestContext) -> Option<String> {

@@ -13,9 +13,15 @@ pub use crate::pipeline::{
 };
 pub use call::{IntoCost, IntoTier, KeyOf, ViaAsync, ViaDisplay, ViaNeither, ViaResolver, counts};
 
+use crate::limit::Algorithm;
+use crate::limit::Limit;
+use crate::limit::Refill;
+use crate::limit::Unit;
+use crate::limiter::RateLimiter;
+use crate::pipeline::verdict::RateLimited;
 use crate::registry::LimitDeclaration;
 pub use crate::registry::{Registration, global};
-use crate::{Algorithm, KeyResolver, Limit, RateLimited, RateLimiter, Refill, Unit};
+use crate::resolvers::KeyResolver;
 
 /// The declaration of one `#[rate_limit]` function, in its `static`.
 pub const fn declaration(
@@ -41,7 +47,7 @@ pub trait LayerKey: KeyResolver {}
 impl<K: KeyResolver> LayerKey for K {}
 
 /// A layer's own limit (`layer_limit!`): its declaration, and the key resolver of its calls.
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 pub fn layer_limit<K: LayerKey>(
     decl: &'static LimitDeclaration,
     key: K,
@@ -51,10 +57,11 @@ pub fn layer_limit<K: LayerKey>(
 
 /// A layer's `tier = ..`: a function of the request whose answer is a tier, converted as a
 /// function's `tier` is ([`IntoTier`]).
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 pub fn layer_tier<T: IntoTier>(
-    tier: impl Fn(&crate::RequestContext) -> T + Send + Sync + 'static,
-) -> impl Fn(&crate::RequestContext) -> Option<crate::Tier> + Send + Sync + 'static {
+    tier: impl Fn(&crate::request::RequestContext) -> T + Send + Sync + 'static,
+) -> impl Fn(&crate::request::RequestContext) -> Option<crate::limit::Tier> + Send + Sync + 'static
+{
     move |ctx| tier(ctx).to_tier()
 }
 
@@ -73,7 +80,7 @@ pub const fn shared(
 /// `decl` with its own empty-key policy and the status of its refusals for want of a key.
 pub const fn with_empty_key(
     decl: LimitDeclaration,
-    policy: Option<crate::EmptyKeyPolicy>,
+    policy: Option<crate::policy::EmptyKeyPolicy>,
     status: Option<u16>,
 ) -> LimitDeclaration {
     decl.with_empty_key(policy, status)
@@ -90,7 +97,10 @@ pub const fn with_limited_status(decl: LimitDeclaration, status: Option<u16>) ->
 }
 
 /// `decl` listing the tiers its calls may be given.
-pub const fn with_tiers(decl: LimitDeclaration, tiers: &'static [crate::Tier]) -> LimitDeclaration {
+pub const fn with_tiers(
+    decl: LimitDeclaration,
+    tiers: &'static [crate::limit::Tier],
+) -> LimitDeclaration {
     decl.with_tiers(tiers)
 }
 

@@ -3,7 +3,8 @@
 //! picks a limit's script and `multi.lua` and `batch.lua` build their `ALGORITHMS` table; and
 //! the kind an algorithm and a refill keep.
 
-use crate::{Algorithm, Refill};
+use crate::limit::Algorithm;
+use crate::limit::Refill;
 use ratelimit_algorithms::StateKind;
 
 /// The scripts of [`StateKind`]'s list, each kind with its id (how a call's spec names its

@@ -21,14 +21,14 @@ pub use of_limit::{OfConcurrentLimit, OfLimit};
 pub(crate) use ratelimit_algorithms::MAX_TIME_US;
 pub use ratelimit_algorithms::{Outcome, StateKind, WindowParams};
 
-use crate::Limit;
+use crate::limit::Limit;
 
 /// The token bucket (GCRA, refilled smoothly; also the leaky bucket):
 /// [`ratelimit_algorithms::token_bucket`], with its script.
 pub mod token_bucket {
     pub use ratelimit_algorithms::token_bucket::*;
 
-    use crate::Limit;
+    use crate::limit::Limit;
 
     /// The script, with the shared prelude, as Redis runs it.
     pub const SCRIPT: &str = super::script(super::StateKind::TokenBucket);

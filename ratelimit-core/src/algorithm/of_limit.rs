@@ -10,7 +10,8 @@ use ratelimit_algorithms::sliding_window::SlidingParams;
 use ratelimit_algorithms::{WindowParams, concurrency, token_bucket};
 use ratelimit_vocab::limits;
 
-use crate::{Algorithm, Limit};
+use crate::limit::Algorithm;
+use crate::limit::Limit;
 
 /// A rate limit's parameters for one algorithm.
 ///

@@ -29,11 +29,12 @@ use futures_util::future::LocalBoxFuture;
 use super::{Config, OnRejection, SharedConfig, config_methods};
 use crate::headers::{HeaderFamilies, render_verdict};
 use crate::http::layered::{self, Handoff, Plan, Refusing, route_key};
-use crate::key::Principal;
 use crate::pipeline::scope::{CONTEXT, Scope, described_finished};
+use crate::pipeline::verdict::Described;
+use crate::pipeline::verdict::RateLimited;
 use crate::request::Origin;
-use crate::verdict::Described;
-use crate::{RateLimited, RequestContext};
+use crate::request::RequestContext;
+use crate::resolvers::Principal;
 
 type CopyExtension = fn(&actix_web::dev::Extensions, &mut http::Extensions);
 
@@ -330,6 +331,8 @@ mod tests {
     use actix_web::{App, test as actix_test, web};
 
     use super::*;
+    use crate::client_ip::ClientIpHeader;
+    use crate::client_ip::TrustedProxies;
     use crate::headers::HeaderFamilies;
     use crate::http::test_support::{
         Limited, SPRING_HEADERS, assert_a_client_cannot_pick_its_bucket, assert_shadowed,
@@ -337,7 +340,6 @@ mod tests {
         shadowed_call, twice, twice_a_minute_by_ip,
     };
     use crate::pipeline::test_support::declaration;
-    use crate::{ClientIpHeader, TrustedProxies};
 
     async fn login() -> Result<&'static str, Limited> {
         limited_call().await

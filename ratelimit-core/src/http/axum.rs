@@ -28,8 +28,9 @@ use super::{Config, OnRejection, SharedConfig, config_methods};
 use crate::headers::{HeaderFamilies, render_verdict};
 use crate::http::layered::{self, Handoff, Plan, route_key};
 use crate::pipeline::scope::{CONTEXT, Scope, described_finished};
+use crate::pipeline::verdict::RateLimited;
 use crate::request::Origin;
-use crate::{RateLimited, RequestContext};
+use crate::request::RequestContext;
 
 /// A tower layer that gives `#[rate_limit]` handlers below it their request context (method,
 /// path, matched route, headers, client address, extensions) and adds the rate-limit headers
@@ -285,6 +286,8 @@ mod tests {
     use tower_service::Service as _;
 
     use super::*;
+    use crate::client_ip::ClientIpHeader;
+    use crate::client_ip::TrustedProxies;
     use crate::headers::HeaderFamilies;
     use crate::http::test_support::{
         Limited, SPRING_HEADERS, assert_a_client_cannot_pick_its_bucket, assert_shadowed,
@@ -292,7 +295,6 @@ mod tests {
         shadowed_call, twice, twice_a_minute_by_ip,
     };
     use crate::pipeline::test_support::declaration;
-    use crate::{ClientIpHeader, TrustedProxies};
 
     async fn get_path(app: &mut Router, path: &str) -> Response {
         poll_fn(|cx| tower_service::Service::<Request<Body>>::poll_ready(app, cx))
@@ -398,7 +400,7 @@ mod tests {
     async fn outside_a_layer_a_rejection_sends_every_family() {
         let mut app = Router::new().route("/outside", get(login));
         let (_, refused) =
-            crate::context::scope(RequestContext::new().with_path("/outside"), async {
+            crate::pipeline::scope::scope(RequestContext::new().with_path("/outside"), async {
                 (
                     get_path(&mut app, "/outside").await,
                     get_path(&mut app, "/outside").await,
@@ -440,9 +442,15 @@ mod tests {
         let errors = errors_while(by_ip.name(), async move {
             let peer = RequestContext::new().with_peer(([127, 0, 0, 1], 1).into());
             let early = async {
-                crate::pipeline::check(by_ip, &crate::Ip, crate::pipeline::Call::NONE, None).await
+                crate::pipeline::check(
+                    by_ip,
+                    &crate::resolvers::Ip,
+                    crate::pipeline::Call::NONE,
+                    None,
+                )
+                .await
             };
-            let _ = crate::context::scope(peer, early).await;
+            let _ = crate::pipeline::scope::scope(peer, early).await;
             let mut app = Router::new()
                 .route("/ip", get(|| limited_by_ip(by_ip)))
                 .layer(RateLimitLayer::new());
@@ -485,9 +493,14 @@ mod tests {
             "open"
         }
         let by_ip = declaration("axum::layer_by_ip", "Ip");
-        let mut app = Router::new().route("/open", get(open)).layer(
-            RateLimitLayer::new().limit(crate::http::LayerLimit::declared(by_ip, crate::Ip)),
-        );
+        let mut app = Router::new()
+            .route("/open", get(open))
+            .layer(
+                RateLimitLayer::new().limit(crate::http::LayerLimit::declared(
+                    by_ip,
+                    crate::resolvers::Ip,
+                )),
+            );
         let mut send = async |forwarded: &str| {
             let mut req = Request::get("/open")
                 .header("x-forwarded-for", forwarded)

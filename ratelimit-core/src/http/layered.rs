@@ -27,12 +27,12 @@ use std::sync::{Arc, OnceLock};
 use http::StatusCode;
 
 use super::{Config, SharedConfig};
-use crate::RateLimited;
 use crate::pipeline::layer_scope::{LayerScope, Learners, kept};
 use crate::pipeline::scope::{CONTEXT, Scope, described};
+use crate::pipeline::verdict::RateLimited;
+use crate::pipeline::verdict::{Described, Recorded};
 use crate::pipeline::{LayerLimit, Taken, release_all};
 use crate::registry::{self, LimitDeclaration};
-use crate::verdict::{Described, Recorded};
 
 /// A route as a layer learns it: `GET /orders/{id}`. `None` for a method that is not one of
 /// HTTP's own: a client may send any token as a method, and on a route that takes every
@@ -311,7 +311,7 @@ where
 
 /// The concurrency slots `scope` holds for its request, taken out: given back, and waited
 /// for, before the response leaves, so that the client finds them free when it arrives.
-fn held(scope: Option<&Scope>) -> Vec<crate::Slot> {
+fn held(scope: Option<&Scope>) -> Vec<crate::limiter::Slot> {
     scope
         .and_then(|s| s.layer.as_ref())
         .map(LayerScope::take_held)
@@ -352,8 +352,9 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use crate::client_ip::TrustedProxies;
     use crate::pipeline::test_support::declaration;
-    use crate::{Ip, TrustedProxies};
+    use crate::resolvers::Ip;
 
     fn config(limits: &[LayerLimit], proxies: TrustedProxies) -> SharedConfig {
         Arc::new(Config {

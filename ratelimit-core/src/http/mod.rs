@@ -22,7 +22,7 @@ pub use ::http::StatusCode;
 
 use std::sync::Arc;
 
-use crate::TrustedProxies;
+use crate::client_ip::TrustedProxies;
 use crate::headers::HeaderFamilies;
 use crate::pipeline::layer_scope::Learned;
 
@@ -85,7 +85,7 @@ impl Config {
     /// whose responses send this configuration's header families.
     pub(crate) fn finish(
         &self,
-        mut ctx: crate::RequestContext,
+        mut ctx: crate::request::RequestContext,
         origin: crate::request::Origin,
     ) -> crate::pipeline::scope::Scope {
         if let Some(peer) = ctx.peer() {
@@ -116,17 +116,19 @@ pub(crate) type SharedConfig = Arc<Config>;
 /// How an integration renders its own refusals, when the service chose
 /// (`on_rejection`): into its response type `R`. Cheap to clone, as the integration's
 /// configuration is.
-pub(crate) struct OnRejection<R>(Arc<dyn Fn(&crate::RateLimited) -> R + Send + Sync>);
+pub(crate) struct OnRejection<R>(
+    Arc<dyn Fn(&crate::pipeline::verdict::RateLimited) -> R + Send + Sync>,
+);
 
 impl<R> OnRejection<R> {
     pub(crate) fn new(
-        render: impl Fn(&crate::RateLimited) -> R + Send + Sync + 'static,
+        render: impl Fn(&crate::pipeline::verdict::RateLimited) -> R + Send + Sync + 'static,
     ) -> OnRejection<R> {
         OnRejection(Arc::new(render))
     }
 
     /// The service's response to `rejection`.
-    pub(crate) fn render(&self, rejection: &crate::RateLimited) -> R {
+    pub(crate) fn render(&self, rejection: &crate::pipeline::verdict::RateLimited) -> R {
         (self.0)(rejection)
     }
 }
@@ -145,7 +147,7 @@ impl<R> std::fmt::Debug for OnRejection<R> {
 
 /// The headers of `rejection` as the response to the request being served: its
 /// [rate-limit headers](served_rate_limit_headers), and the problem body's content type.
-pub(crate) fn served_headers(rejection: &crate::RateLimited) -> http::HeaderMap {
+pub(crate) fn served_headers(rejection: &crate::pipeline::verdict::RateLimited) -> http::HeaderMap {
     let mut headers = served_rate_limit_headers(rejection);
     crate::headers::problem_type(&mut headers);
     headers
@@ -155,7 +157,9 @@ pub(crate) fn served_headers(rejection: &crate::RateLimited) -> http::HeaderMap 
 /// whatever its body: the families its integration sends, and the limits its layers decided
 /// before the refusing check listed before the rejection's own. Taken from the request's
 /// scope: the integration renders none over them.
-pub(crate) fn served_rate_limit_headers(rejection: &crate::RateLimited) -> http::HeaderMap {
+pub(crate) fn served_rate_limit_headers(
+    rejection: &crate::pipeline::verdict::RateLimited,
+) -> http::HeaderMap {
     let (families, first) = crate::pipeline::scope::rejection_rendering();
     let mut headers = http::HeaderMap::new();
     crate::headers::set_headers_after(
@@ -168,5 +172,5 @@ pub(crate) fn served_rate_limit_headers(rejection: &crate::RateLimited) -> http:
     headers
 }
 
-#[cfg(all(test, any(feature = "axum", feature = "actix-web")))]
+#[cfg(all(test, feature = "http-framework"))]
 pub(crate) mod test_support;

@@ -2,9 +2,14 @@
 
 use std::sync::LazyLock;
 
-use crate::LimitDeclaration;
+use crate::limit::Limit;
+use crate::limiter::RateLimiter;
+use crate::pipeline::verdict::RateLimited;
 use crate::pipeline::{Call, KeyArg, check, check_all};
-use crate::{Global, Ip, Limit, RateLimited, RateLimiter, Uri};
+use crate::registry::LimitDeclaration;
+use crate::resolvers::Global;
+use crate::resolvers::Ip;
+use crate::resolvers::Uri;
 
 static LIMITER: LazyLock<RateLimiter> = LazyLock::new(RateLimiter::unenabled);
 static LOGIN: LimitDeclaration =

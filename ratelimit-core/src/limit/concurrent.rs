@@ -150,7 +150,7 @@ impl Limit {
 mod tests {
     use std::time::Duration;
 
-    use crate::Limit;
+    use crate::limit::Limit;
 
     #[test]
     fn a_limit_is_what_was_declared_and_no_call_rides_in_it() {
@@ -165,7 +165,7 @@ mod tests {
 
     #[test]
     fn an_initial_fill_of_u32_max_is_refused_above_a_smaller_burst_and_a_debt_bound_kept() {
-        use crate::error::InvalidLimit;
+        use crate::limit::InvalidLimit;
         assert_eq!(
             Limit::per_second(5).try_initial(Some(u32::MAX)),
             Err(InvalidLimit::InitialAboveBurst {

@@ -10,7 +10,7 @@ use std::time::Duration;
 use ratelimit_algorithms::calendar::Calendar;
 use ratelimit_vocab::limits::{self, Parts, Problem};
 
-use crate::FailurePolicy;
+use crate::policy::FailurePolicy;
 
 mod concurrent;
 mod invalid;
@@ -149,12 +149,12 @@ pub(crate) use ratelimit_vocab::limits::MAX_WAIT_US;
 impl Limit {
     /// Whether a call of `cost` tokens can be decided under this limit: at least one token,
     /// and no more than the bucket holds (one rule for the limiter and the tools).
-    pub(crate) fn check_cost(&self, cost: u32) -> Result<(), crate::Error> {
+    pub(crate) fn check_cost(&self, cost: u32) -> Result<(), crate::errors::Error> {
         if cost == 0 {
-            return Err(crate::Error::ZeroCost);
+            return Err(crate::errors::Error::ZeroCost);
         }
         if !limits::cost_fits(cost, self.burst_capacity()) {
-            return Err(crate::Error::CostExceedsBurst { cost, limit: *self });
+            return Err(crate::errors::Error::CostExceedsBurst { cost, limit: *self });
         }
         Ok(())
     }
@@ -828,10 +828,13 @@ mod tests {
         same_words::<_, ratelimit_vocab::Refill>(&Refill::ALL, |r| r.as_str());
         same_words::<_, ratelimit_vocab::FailurePolicy>(&FailurePolicy::ALL, |p| p.as_str());
         // No names of its own in the runtime: only the macro takes them.
-        let empty_key = [crate::EmptyKeyPolicy::Deny, crate::EmptyKeyPolicy::Allow];
+        let empty_key = [
+            crate::policy::EmptyKeyPolicy::Deny,
+            crate::policy::EmptyKeyPolicy::Allow,
+        ];
         same_words::<_, ratelimit_vocab::EmptyKeyPolicy>(&empty_key, |p| match p {
-            crate::EmptyKeyPolicy::Deny => "deny",
-            crate::EmptyKeyPolicy::Allow => "allow",
+            crate::policy::EmptyKeyPolicy::Deny => "deny",
+            crate::policy::EmptyKeyPolicy::Allow => "allow",
         });
         for unit in Unit::ALL {
             assert_eq!(unit.as_str().parse(), Ok(unit));

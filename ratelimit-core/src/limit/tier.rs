@@ -307,7 +307,7 @@ mod tests {
         );
         assert_eq!(too_long.fields(), &["tier"]);
         // The message says what a name may be, and never repeats the hostile one.
-        let message = crate::Error::from(refused("gold\nx-evil: 1")).to_string();
+        let message = crate::errors::Error::from(refused("gold\nx-evil: 1")).to_string();
         assert_eq!(
             message,
             "invalid limit: a tier name must not contain '\\n' (at byte 4); a tier name is 1 to \

@@ -1,6 +1,7 @@
 //! Looking at and refilling buckets: `peek`, `reset`, and the deny cache's administration.
 
 use super::*;
+use crate::pipeline::Ask;
 
 impl RateLimiter {
     /// Answers as [`check`](RateLimiter::check) would for `key` under `limit`, and takes
@@ -54,10 +55,7 @@ impl RateLimiter {
     /// As [`peek`](RateLimiter::peek), and the cost errors of
     /// [`check_n`](RateLimiter::check_n).
     pub async fn peek_n(&self, key: &str, limit: &Limit, cost: u32) -> Result<Decision, Error> {
-        // A peek takes nothing: a concurrency limit needs no slot for it.
-        limit.check_cost(cost)?;
-        self.peek_bucket(&bucket_key(&self.inner.prefix, None, key), limit, cost)
-            .await
+        self.peek_named_n(None, key, limit, cost).await
     }
 
     /// [`peek`](RateLimiter::peek) at the bucket of `key` under the limit called `name`: a
@@ -72,26 +70,19 @@ impl RateLimiter {
         key: &str,
         limit: &Limit,
     ) -> Result<Decision, Error> {
-        self.peek_bucket(&bucket_key(&self.inner.prefix, Some(name), key), limit, 1)
-            .await
+        self.peek_named_n(Some(name), key, limit, 1).await
     }
 
-    pub(super) async fn peek_bucket(
+    /// A peek's check, through the funnel.
+    async fn peek_named_n(
         &self,
-        bucket: &str,
+        name: Option<&str>,
+        key: &str,
         limit: &Limit,
         cost: u32,
     ) -> Result<Decision, Error> {
-        let mut decision = match &self.inner.engine {
-            Engine::Local(s) => s.peek_now(bucket, limit, cost),
-            Engine::Remote(remote) => {
-                on_tokio()?;
-                remote.store.peek(bucket, limit, cost).await?
-            }
-            Engine::Unenabled => return Err(Error::NotEnabled),
-        };
-        decision.let_shadow_through();
-        Ok(decision)
+        let check = std::iter::once((name, key, limit, cost));
+        Ok(self.decide_named(check, Ask::Peek).await?.combined().0)
     }
 
     /// Refills `key`'s bucket: deletes it from the store (a missing bucket is a full one) and

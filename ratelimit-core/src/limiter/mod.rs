@@ -1,16 +1,14 @@
-//! The rate limiter, and the one way a call is decided.
+//! The rate limiter: its type, how it is built, and its methods, each a constructor of checks.
 //!
-//! Every way in (`check*`, `acquire*`, and the code `#[rate_limit]` generates) names its
-//! checks' buckets, validates their costs, and goes through the same stages:
-//! 1. local ([`RateLimiter::decide_locally`]): a memory store decides in the call's first
-//!    poll, with nothing in a future;
-//! 2. remote ([`RateLimiter::decide`], [`RateLimiter::decide_all`], in `remote.rs`): the deny
-//!    cache, the circuit, the deadline, the store, and the failure policy when it fails;
-//!    before `enable_redis_rate_limit!`, the failure policy alone ([`Engine::Unenabled`]);
-//! 3. finish (`waiting.rs`): shadow mode, then the wait of a call that reserved its tokens,
-//!    which gives them back if the caller leaves first.
+//! A public method names its checks' buckets under the limiter's prefix and hands them to the
+//! pipeline, which decides them (`crate::pipeline`):
+//! - a call of one rate limit (`check*`, `acquire*`) to the one-limit path
+//!   ([`RateLimiter::decide_locally`] in the call's first poll, else
+//!   [`RateLimiter::decide_later`]);
+//! - every other slice of checks (`check_all*`, `enter*`, `peek*`, `check_*estimate*`) to the
+//!   funnel, [`RateLimiter::decide_checks`], whose answer the method combines once.
 //!
-//! The caller then observes each limit's decision (span, metrics) under its name.
+//! The methods then observe each limit's decision (span, metrics) under its name.
 
 mod admin;
 mod builder;
@@ -19,6 +17,7 @@ mod refund;
 mod usage;
 
 pub use builder::{DEFAULT_PREFIX, RateLimiterBuilder};
+pub(crate) use concurrency::slot;
 pub use concurrency::{Entered, Slot};
 pub(crate) use usage::TakenPart;
 pub use usage::{IntoActual, Settlement, Usage};
@@ -28,19 +27,22 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use crate::check::{Check, validate};
+use crate::decision::Decision;
 use crate::decision::Source;
 use crate::deny_cache::{DEFAULT_DENY_CACHE_CAPACITY, DenyCache};
+use crate::errors::Error;
 use crate::fleet::{self, Member};
+use crate::limit::Limit;
 use crate::naming::bucket_key;
 use crate::naming::key_slot;
+use crate::pipeline::check::{Check, validate};
+use crate::pipeline::{Ask, Decided};
 use crate::policy::{
     DEFAULT_COOLDOWN, DEFAULT_DEADLINE, EmptyKeyPolicy, FailurePolicy, Resilience,
     SLOTS_PER_CIRCUIT,
 };
 use crate::store::DynStore;
 use crate::store::{MemoryStore, RedisStore, Store};
-use crate::{Decision, Error, Limit};
 
 /// Decides whether calls may proceed, against buckets kept in Redis or in memory.
 ///
@@ -315,10 +317,26 @@ impl RateLimiter {
         checks: &'a [T],
         parts: impl Fn(&'a T) -> (Option<&'a str>, &'a str, &'a Limit, u32),
     ) -> Result<Decision, Error> {
-        let named = Named::new(&self.inner.prefix, checks.iter().map(parts));
-        let decision = self.check_buckets(&named.checks()).await?;
-        named.observe(decision.parts());
-        Ok(decision)
+        let decided = self
+            .decide_named(checks.iter().map(parts), Ask::Take)
+            .await?;
+        Ok(decided.combined().0)
+    }
+
+    /// The checks of a public method, `(name, key, limit, cost)` each, named under the prefix
+    /// and decided by the funnel ([`decide_checks`](Self::decide_checks)); each limit that took
+    /// is observed under its name (a peek took nothing, and is not counted).
+    pub(crate) async fn decide_named<'a>(
+        &self,
+        checks: impl Iterator<Item = (Option<&'a str>, &'a str, &'a Limit, u32)>,
+        ask: Ask,
+    ) -> Result<Decided, Error> {
+        let named = Named::new(&self.inner.prefix, checks);
+        let decided = self.decide_checks(&named.checks(), ask).await?;
+        if ask == Ask::Take {
+            named.observe(&decided.parts);
+        }
+        Ok(decided)
     }
 
     /// The store key of `key`'s bucket (for operators: `redis-cli PTTL <key>`).
@@ -602,16 +620,22 @@ mod future_sizes {
         let limiter = rt
             .block_on(super::RateLimiter::builder().memory().build())
             .unwrap();
-        let limit = crate::Limit::per_second(1);
-        static DECL: crate::LimitDeclaration =
-            crate::LimitDeclaration::new("n", crate::Limit::per_second(1), 1, "Global", "f", 1);
+        let limit = crate::limit::Limit::per_second(1);
+        static DECL: crate::registry::LimitDeclaration = crate::registry::LimitDeclaration::new(
+            "n",
+            crate::limit::Limit::per_second(1),
+            1,
+            "Global",
+            "f",
+            1,
+        );
         let sizes = [
             std::mem::size_of_val(&limiter.check("k", &limit)),
             std::mem::size_of_val(&limiter.check_named("n", "k", &limit, 1)),
             // As the macro calls it: the key as a `KeyArg`.
             std::mem::size_of_val(&crate::__private::check_key(
                 &DECL,
-                &crate::__private::KeyArg::Resolver(&crate::Global),
+                &crate::__private::KeyArg::Resolver(&crate::resolvers::Global),
                 crate::pipeline::Call::NONE,
                 Some(&limiter),
             )),

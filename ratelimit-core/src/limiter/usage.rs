@@ -2,6 +2,7 @@
 //! they take an estimate before they run, and settle the actual cost after ([`Usage`]).
 
 use super::*;
+use crate::pipeline::Ask;
 
 /// A call that took an estimate of its cost and settles the actual cost when it ends: what
 /// [`check_estimate`](RateLimiter::check_estimate) and its kin return.
@@ -261,24 +262,10 @@ impl RateLimiter {
             Engine::Unenabled => return Err(Error::NotEnabled),
             Engine::Local(_) | Engine::Remote(_) => {}
         }
-        let decision = match checks {
-            &[(name, key, limit, estimate)] => {
-                self.check_by_name(name, key, limit, estimate).await?
-            }
-            _ => {
-                self.check_all_by_name(checks, |&(name, key, limit, estimate)| {
-                    (name, key, limit, estimate)
-                })
-                .await?
-            }
-        };
+        let decided = self.decide_named(checks.iter().copied(), Ask::Take).await?;
         let mut taken = Vec::new();
-        if decision.allowed {
-            let parts = match decision.parts() {
-                [] => std::slice::from_ref(&decision),
-                parts => parts,
-            };
-            for (part, &(name, key, limit, estimate)) in parts.iter().zip(checks) {
+        if decided.parts.iter().all(|d| d.allowed) {
+            for (part, &(name, key, limit, estimate)) in decided.parts.iter().zip(checks) {
                 // A shadow limit's settles nothing: it may have taken nothing.
                 if part.shadowed || limit.is_shadow() {
                     continue;
@@ -293,6 +280,7 @@ impl RateLimiter {
                 taken.push((part, name.map(str::to_owned)));
             }
         }
+        let (decision, _) = decided.combined();
         Ok(Usage {
             limiter: self.clone(),
             decision,

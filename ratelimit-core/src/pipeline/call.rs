@@ -10,11 +10,16 @@ use std::sync::{Arc, Mutex, PoisonError};
 use super::provisional::Hold;
 use super::scope::with_current;
 use crate::async_key::ErasedAsync;
+use crate::decision::Decision;
 use crate::decision::{Label, Source};
+use crate::limit::Limit;
+use crate::limit::Tier;
+use crate::limiter::RateLimiter;
 use crate::limiter::TakenPart;
 use crate::registry::{Effective, LimitDeclaration, Warning};
+use crate::request::RequestContext;
 use crate::request::resolving;
-use crate::{Decision, KeyResolver, Limit, RateLimiter, RequestContext, Tier};
+use crate::resolvers::KeyResolver;
 
 /// What one call brings to its limit's check, beside the declaration: a cost computed from
 /// the arguments (`cost = files.len()`), whether the call is exempt (`exempt = ..`), its tier
@@ -117,11 +122,11 @@ impl<'t> Call<'t> {
 /// given back in the background if the function's future is dropped first (cancelled, or a
 /// panic).
 #[derive(Debug, Default)]
-pub struct Holding(Mutex<Vec<crate::Slot>>);
+pub struct Holding(Mutex<Vec<crate::limiter::Slot>>);
 
 impl Holding {
     /// Keeps `slot` until it is released, or this is dropped.
-    pub(crate) fn keep(&self, slot: crate::Slot) {
+    pub(crate) fn keep(&self, slot: crate::limiter::Slot) {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -129,7 +134,7 @@ impl Holding {
     }
 
     /// The slots held, taken out (to release where `self` cannot be held across an await).
-    pub(crate) fn take(&self) -> Vec<crate::Slot> {
+    pub(crate) fn take(&self) -> Vec<crate::limiter::Slot> {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
@@ -142,7 +147,7 @@ impl Holding {
 
 /// Gives `slots` back, one after another, each through its store, waiting for each. A release
 /// that fails leaves the slot to its lease, as a dropped slot does.
-pub(crate) fn release_all(slots: Vec<crate::Slot>) -> Released {
+pub(crate) fn release_all(slots: Vec<crate::limiter::Slot>) -> Released {
     if slots.is_empty() {
         return Released(None);
     }
@@ -400,9 +405,7 @@ pub(super) fn before_key(
 fn tier_limit(tier: &Tier, declared: &Limit) -> Limit {
     let limit = tier.limit();
     match (limit.lease_time(), declared.lease_time()) {
-        (Some(crate::defaults::DEFAULT_LEASE), Some(lease)) => {
-            limit.try_lease(lease).unwrap_or(limit)
-        }
+        (Some(crate::limit::DEFAULT_LEASE), Some(lease)) => limit.try_lease(lease).unwrap_or(limit),
         _ => limit,
     }
 }

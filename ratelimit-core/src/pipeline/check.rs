@@ -5,7 +5,8 @@
 //! layer from its limits); the stores, the fallback and the waits read them, and nothing else.
 
 use crate::algorithm::Kernel;
-use crate::{Error, Limit};
+use crate::errors::Error;
+use crate::limit::Limit;
 
 /// One limit of one call, borrowed: what every stage of a decision reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -118,7 +119,7 @@ pub(crate) fn validate(check: &Check<'_>) -> Result<(), Error> {
     // A concurrency limit is decided only with a slot to give back (`enter`), which gives it
     // its holder.
     if check.limit.is_concurrent() && check.holder == 0 {
-        return Err(crate::error::InvalidLimit::NeedsSlot.into());
+        return Err(crate::limit::InvalidLimit::NeedsSlot.into());
     }
     check.limit.check_cost(check.cost)
 }

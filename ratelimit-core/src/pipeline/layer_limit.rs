@@ -10,8 +10,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use http::StatusCode;
 
 use super::{Call, KeyArg, Taken};
+use crate::errors::Error;
+use crate::limit::Limit;
+use crate::limit::Tier;
 use crate::registry::{self, LimitDeclaration};
-use crate::{Error, KeyResolver, Limit, RequestContext, Tier};
+use crate::request::RequestContext;
+use crate::resolvers::KeyResolver;
 
 /// A limit an HTTP layer decides for every request it serves: declared by `layer_limit!` in
 /// the source, or built at run time from configuration by [`LayerLimit::new`]; either way a
@@ -281,13 +285,13 @@ impl fmt::Debug for Brought<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Ip;
+    use crate::resolvers::Ip;
 
     /// `count` means something only on a bucket: on a window or a concurrency limit it is
     /// refused (said, and every request counts), never kept to fail at each refund.
     #[test]
     fn count_is_kept_only_where_tokens_can_be_given_back() {
-        let with = |limit: crate::Limit| {
+        let with = |limit: crate::limit::Limit| {
             let decl: &'static LimitDeclaration = Box::leak(Box::new(LimitDeclaration::new(
                 "layered::counted",
                 limit,
@@ -301,13 +305,13 @@ mod tests {
                 .count
                 .is_some()
         };
-        assert!(with(crate::Limit::per_minute(5)));
+        assert!(with(crate::limit::Limit::per_minute(5)));
         assert!(with(
-            crate::Limit::per_minute(5).algorithm(crate::Algorithm::LeakyBucket)
+            crate::limit::Limit::per_minute(5).algorithm(crate::limit::Algorithm::LeakyBucket)
         ));
         assert!(!with(
-            crate::Limit::per_minute(5).algorithm(crate::Algorithm::FixedWindow)
+            crate::limit::Limit::per_minute(5).algorithm(crate::limit::Algorithm::FixedWindow)
         ));
-        assert!(!with(crate::Limit::concurrent(2)));
+        assert!(!with(crate::limit::Limit::concurrent(2)));
     }
 }

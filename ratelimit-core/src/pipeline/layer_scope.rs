@@ -10,9 +10,9 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use super::layer_limit::LayerLimit;
 use super::{Holding, Taken};
-use crate::RateLimiter;
+use crate::limiter::RateLimiter;
+use crate::pipeline::verdict::Recorded;
 use crate::registry;
-use crate::verdict::Recorded;
 
 /// The most routes a layer remembers as checked by their handlers. Routes are the service's
 /// own patterns, not what clients send, so this bound is never reached by a real router; past
@@ -176,13 +176,13 @@ impl LayerScope {
     }
 
     /// Keeps `slot` until the response is made.
-    pub(crate) fn hold(&self, slot: crate::Slot) {
+    pub(crate) fn hold(&self, slot: crate::limiter::Slot) {
         self.held.keep(slot);
     }
 
     /// The slots held for the request, taken out, for the layer to give back (and wait for)
     /// before its response leaves.
-    pub(crate) fn take_held(&self) -> Vec<crate::Slot> {
+    pub(crate) fn take_held(&self) -> Vec<crate::limiter::Slot> {
         self.held.take()
     }
 

@@ -4,11 +4,13 @@
 //! `acquire*`) and the several-limit ones meet the pipeline here.
 
 use crate::algorithm::Outcome;
-use crate::check::{Check, validate, validate_all};
+use crate::decision::Decision;
+use crate::errors::Error;
+use crate::limit::Limit;
 use crate::limiter::{Engine, RateLimiter, observed_name};
 use crate::naming::{bucket_key, with_bucket_key};
+use crate::pipeline::check::{Check, validate};
 use crate::store::MemoryStore;
-use crate::{Decision, Error, Limit};
 
 use super::waiting::{BoxedAnswer, must_wait};
 use std::task::Poll;
@@ -73,20 +75,25 @@ impl RateLimiter {
         Box::pin(async move {
             let bucket = bucket_key(&limiter.inner.prefix, name.as_deref(), &key);
             let check = Check::new(&bucket, &limit, cost);
-            let decision = match reserved {
-                Some(reserved) => limiter.wait_one(check, reserved).await?,
-                None => limiter.decide(check).await?,
-            };
+            let decision = limiter.decide_later(check, reserved).await?;
             decision.observe(observed_name(name.as_deref()), Some(&bucket));
             Ok(decision)
         })
     }
 
-    /// Decides several already-named buckets together (the macro's path for stacked limits).
-    pub(crate) async fn check_buckets(&self, checks: &[Check<'_>]) -> Result<Decision, Error> {
-        validate_all(checks)?;
-        let parts = self.decide_all(checks).await?;
-        Ok(Decision::combined(parts))
+    /// What a one-limit call's first poll ([`decide_locally`](Self::decide_locally)) left to
+    /// later: the wait of a call that `reserved` its tokens in memory, or the store (the deny
+    /// cache, the circuit, the deadline, the failure policy). The public methods and the
+    /// attribute's calls of one limit end here.
+    pub(crate) async fn decide_later(
+        &self,
+        check: Check<'_>,
+        reserved: Option<Decision>,
+    ) -> Result<Decision, Error> {
+        match reserved {
+            Some(reserved) => self.wait_one(check, reserved).await,
+            None => self.decide(check).await,
+        }
     }
 
     /// The pipeline's local stage: a memory store decides in the call's first poll, with

@@ -1,14 +1,26 @@
-//! The one way a limited call is decided: its limits' checks built from what the call brings
-//! ([`call`]), decided in the first poll or through the store ([`one`] for one limit,
-//! [`several`] for more, all or nothing), then concluded in one place: described (span,
-//! metrics), recorded for the response, kept for a refund, and turned into the rejection.
-//! Every entrance goes through it: the code `#[rate_limit]` generates (through `__private`'s
-//! forwarders) and the HTTP layers' own limits.
+//! How a limited call is decided: the steps, and the two paths through them.
+//!
+//! An entrance only builds checks ([`check::Check`]): the public methods of
+//! [`RateLimiter`] from their arguments, the code `#[rate_limit]` generates from what the call
+//! brings ([`call`]: a cost, a tier, an exemption; [`one`] and [`several`] resolve the keys and
+//! conclude), the HTTP layers from their limits. Then:
+//! - a call of one rate limit is decided in its first poll when the store answers at once
+//!   (`local.rs`), else later, boxed ([`RateLimiter::decide_later`]);
+//! - any slice of checks goes through the funnel ([`RateLimiter::decide_checks`],
+//!   `decide.rs`), which takes a peek, a concurrency limit's slots (`slots.rs`) or the rest
+//!   (`remote.rs`) by what the checks ask.
+//!
+//! Both end in the same steps: the deny cache, the circuit, the deadline, the store and the
+//! failure policy (`remote.rs`), shadow mode and a reservation's wait (`waiting.rs`). The
+//! attribute's calls are then concluded in one place: described (span, metrics), recorded for
+//! the response ([`verdict`]), kept for a refund, and turned into the rejection.
 
 mod call;
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+pub(crate) mod check;
+mod decide;
+#[cfg(feature = "http-framework")]
 mod layer_limit;
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 pub(crate) mod layer_scope;
 mod local;
 mod one;
@@ -16,28 +28,32 @@ mod provisional;
 mod remote;
 pub(crate) mod scope;
 mod several;
+mod slots;
 #[cfg(test)]
 pub(crate) mod test_support;
 #[cfg(test)]
 mod tests;
+pub(crate) mod verdict;
 mod waiting;
 mod without_store;
 
 use std::sync::LazyLock;
 
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 pub(crate) use call::release_all;
 pub use call::{Call, Cost, Fixed, Holding, KeyArg, Taken};
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+pub(crate) use decide::{Ask, Decided};
+#[cfg(feature = "http-framework")]
 pub use layer_limit::LayerLimit;
 pub(crate) use local::Local;
 pub use one::{check, check_key};
 pub use several::check_all;
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 pub(crate) use several::decide_all;
 
+use crate::limiter::RateLimiter;
 use crate::registry::{LimitDeclaration, Warning};
-use crate::{KeyResolver, RateLimiter};
+use crate::resolvers::KeyResolver;
 use scope::missing_piece;
 
 /// The limiter that decides `decl`'s calls, and whether it is enabled; before

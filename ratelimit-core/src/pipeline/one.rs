@@ -11,13 +11,16 @@ use super::call::{Before, Call, KeyArg, Taken, anchored, before_key, settle};
 use super::provisional;
 use super::scope::{record_current, with_current};
 use super::{check_all, limiter_or_unenabled, report_missing_piece};
-use crate::check::Check;
+use crate::decision::Decision;
 use crate::decision::{Label, Source};
+use crate::limiter::RateLimiter;
 use crate::naming::with_bucket_key;
+use crate::pipeline::check::Check;
+use crate::pipeline::verdict::RateLimited;
+use crate::pipeline::verdict::Recorded;
 use crate::registry::{Effective, LimitDeclaration, Warning};
 use crate::request::resolving;
-use crate::verdict::Recorded;
-use crate::{Decision, KeyResolver, RateLimited, RateLimiter};
+use crate::resolvers::KeyResolver;
 
 /// The check every `#[rate_limit]` function starts with: resolves the key from the current
 /// request context, decides, records the decision for the response headers, and returns the
@@ -51,9 +54,9 @@ pub fn check_key<'a>(
 ) -> impl Future<Output = Result<(), Box<RateLimited>>> + Send + use<'a> {
     // A concurrency limit takes a slot and keeps it while the call runs, and the layers'
     // limits left pending for this check are decided with it: both the several-limit way.
-    #[cfg(any(feature = "axum", feature = "actix-web"))]
+    #[cfg(feature = "http-framework")]
     let several = decl.is_concurrent() || super::scope::has_pending(limiter);
-    #[cfg(not(any(feature = "axum", feature = "actix-web")))]
+    #[cfg(not(feature = "http-framework"))]
     let several = decl.is_concurrent();
     if several {
         return finish(Step::Ask(Box::pin(async move {
@@ -167,6 +170,12 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
         // Validated once, not per call: a declaration's limit and cost when the macro
         // expanded, an override's when it was read (`overrides.rs`, at enable and reload).
         debug_assert!(limit.check_cost(cost).is_ok(), "{name}: an invalid cost");
+        // Where the calls holding tokens of a bucket that counts only some outcomes stood
+        // before it was asked: a refusal may lack what one that ends meanwhile gives back.
+        let asked_at = call
+            .taken
+            .is_some_and(Taken::is_counting)
+            .then(provisional::Ticket::now);
         let local = limiter.decide_locally(limit, cost, |store| match &bucket {
             Bucket::Named(bucket) => store.check_bytes(bucket.as_bytes(), limit, cost),
             Bucket::Parts { limiter, key, .. } => {
@@ -180,15 +189,15 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             // decided again as they end, on the path that waits.
             Local::Decided(decision)
                 if !decision.allowed
-                    && call.taken.is_some_and(Taken::is_counting)
-                    && provisional::is_held(&bucket_key(&bucket)) =>
+                    && let Some(asked_at) = asked_at
+                    && provisional::is_held_or_passed(&bucket_key(&bucket), asked_at) =>
             {
                 Step::Ask(Box::pin(ask(
                     decl,
                     label.clone(),
                     limiter,
                     bucket.key(),
-                    Refused(decision),
+                    Refused(decision, asked_at),
                     effective,
                     in_scope,
                     call.taken.cloned(),
@@ -233,7 +242,8 @@ fn record_one(label: Label, decision: Decision) {
 enum Asked {
     Nothing,
     Reserved(Decision),
-    Refused(Decision),
+    /// Refused in memory, with where the calls holding its bucket's tokens stood before.
+    Refused(Decision, provisional::Ticket),
 }
 use Asked::Refused;
 
@@ -251,9 +261,9 @@ async fn ask(
     in_scope: bool,
     taken: Option<Taken>,
 ) -> Checked {
-    let decide = || async {
-        let check = Check::new(&bucket, &effective.limit, effective.cost);
-        let decided = limiter.decide(check).await;
+    let check = Check::new(&bucket, &effective.limit, effective.cost);
+    let decide = |reserved| async move {
+        let decided = limiter.decide_later(check, reserved).await;
         decided.unwrap_or_else(|e| cannot_check(decl, &effective, &e))
     };
     let counting = taken.as_ref().is_some_and(Taken::is_counting);
@@ -262,21 +272,25 @@ async fn ask(
     // nothing held (issue 44, item 5, on a loaded CI run).
     let mut asking = (counting && matches!(asked, Asked::Nothing))
         .then(|| provisional::Hold::new(bucket.to_string(), effective.cost));
-    let decision = match asked {
+    let (decision, asked_at) = match asked {
         Asked::Reserved(reserved) => {
-            let check = Check::new(&bucket, &effective.limit, effective.cost);
-            let decided = limiter.wait_one(check, reserved).await;
-            decided.unwrap_or_else(|e| cannot_check(decl, &effective, &e))
+            let asked_at = provisional::Ticket::now();
+            (decide(Some(reserved)).await, asked_at)
         }
-        Asked::Nothing => decide().await,
-        Asked::Refused(refused) => refused,
+        Asked::Nothing => {
+            let asked_at = provisional::Ticket::now();
+            (decide(None).await, asked_at)
+        }
+        Asked::Refused(refused, asked_at) => (refused, asked_at),
     };
     let decision = if counting {
         if !decision.allowed {
-            // Refused: it holds nothing, and waits for the others' tokens, not its own.
-            asking = None;
+            // Refused: it took nothing, and waits for the others' tokens, not its own.
+            if let Some(hold) = asking.take() {
+                hold.withdraw();
+            }
         }
-        provisional::decide_again(&bucket, decision, decide).await
+        provisional::decide_again(&bucket, asked_at, decision, || decide(None)).await
     } else {
         decision
     };
@@ -288,8 +302,10 @@ async fn ask(
         taken.as_ref(),
         |label, d| record_if(in_scope, label, d),
     );
-    // Admitted: its tokens are kept by `taken` from here.
-    drop(asking);
+    // Admitted: its tokens are kept by `taken` from here (nothing came back).
+    if let Some(hold) = asking {
+        hold.withdraw();
+    }
     checked
 }
 
@@ -299,7 +315,7 @@ async fn ask(
 fn cannot_check(
     decl: &'static LimitDeclaration,
     effective: &Effective,
-    e: &crate::Error,
+    e: &crate::errors::Error,
 ) -> Decision {
     decl.warn_once(
         Warning::CannotCheck,
@@ -370,7 +386,7 @@ fn conclude(
         record(label, decision);
         Ok(())
     } else {
-        #[cfg(any(feature = "axum", feature = "actix-web"))]
+        #[cfg(feature = "http-framework")]
         super::scope::give_back_on_refusal();
         record(label.clone(), decision.clone());
         let verdict = Recorded::one(label, decision);

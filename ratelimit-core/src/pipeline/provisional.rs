@@ -16,13 +16,33 @@ use tokio::sync::Notify;
 /// `retry_after` of a refusal while they are still held.
 pub(crate) const HELD_WAIT: Duration = Duration::from_secs(1);
 
-/// Per bucket: the tokens held, and what wakes the calls waiting for them.
-type Held = HashMap<String, (u64, Arc<Notify>)>;
+/// The calls of this process holding tokens, per bucket, and when such calls ended.
+#[derive(Debug, Default)]
+struct State {
+    held: HashMap<String, Entry>,
+    /// How many calls holding tokens have ended: the stamp of the last end.
+    ends: u64,
+    /// The stamp of the last end of each bucket no call holds any more (dropped whole once it
+    /// grows past [`RECENT`], raising `floor`: a ticket older than that counts as passed).
+    recent: HashMap<String, u64>,
+    floor: u64,
+}
 
-static HELD: LazyLock<Mutex<Held>> = LazyLock::new(Mutex::default);
+/// Per bucket held: the tokens, the stamp of its last end, and what wakes its waiters.
+#[derive(Debug)]
+struct Entry {
+    tokens: u64,
+    last_end: u64,
+    notify: Arc<Notify>,
+}
 
-fn held_map() -> MutexGuard<'static, Held> {
-    HELD.lock().unwrap_or_else(PoisonError::into_inner)
+/// The most buckets whose last end is remembered after nothing holds them.
+const RECENT: usize = 4096;
+
+static STATE: LazyLock<Mutex<State>> = LazyLock::new(Mutex::default);
+
+fn state() -> MutexGuard<'static, State> {
+    STATE.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// `cost` tokens of `bucket` held by a call in flight, until dropped: after the call's
@@ -36,37 +56,101 @@ pub(crate) struct Hold {
 impl Hold {
     pub(crate) fn new(bucket: String, cost: u32) -> Hold {
         let cost = u64::from(cost);
-        held_map()
+        state()
+            .held
             .entry(bucket.clone())
-            .or_insert_with(|| (0, Arc::new(Notify::new())))
-            .0 += cost;
+            .or_insert_with(|| Entry {
+                tokens: 0,
+                last_end: 0,
+                notify: Arc::new(Notify::new()),
+            })
+            .tokens += cost;
         Hold { bucket, cost }
+    }
+
+    /// Lets the tokens go without an end: a call that asked and was refused took none, so
+    /// nothing came back that a refusal lacked.
+    pub(crate) fn withdraw(self) {
+        let mut this = std::mem::ManuallyDrop::new(self);
+        let bucket = std::mem::take(&mut this.bucket);
+        let mut state = state();
+        if let Some(entry) = state.held.get_mut(&bucket) {
+            entry.tokens = entry.tokens.saturating_sub(this.cost);
+            if entry.tokens == 0 {
+                let ended = entry.last_end;
+                state.held.remove(&bucket);
+                if ended > 0 {
+                    state.remember(bucket, ended);
+                }
+            }
+        }
     }
 }
 
 impl Drop for Hold {
     fn drop(&mut self) {
-        let mut map = held_map();
-        let Some(entry) = map.get_mut(&self.bucket) else {
+        let mut state = state();
+        state.ends += 1;
+        let stamp = state.ends;
+        let Some(entry) = state.held.get_mut(&self.bucket) else {
             return;
         };
-        entry.0 = entry.0.saturating_sub(self.cost);
-        entry.1.notify_waiters();
-        if entry.0 == 0 {
-            map.remove(&self.bucket);
+        entry.tokens = entry.tokens.saturating_sub(self.cost);
+        entry.last_end = stamp;
+        entry.notify.notify_waiters();
+        if entry.tokens == 0 {
+            state.held.remove(&self.bucket);
+            state.remember(std::mem::take(&mut self.bucket), stamp);
         }
+    }
+}
+
+impl State {
+    /// Remembers when the last call holding tokens of `bucket` ended, within [`RECENT`].
+    fn remember(&mut self, bucket: String, stamp: u64) {
+        if self.recent.len() >= RECENT {
+            self.recent.clear();
+            self.floor = self.ends;
+        }
+        self.recent.insert(bucket, stamp);
     }
 }
 
 /// Whether calls of this process hold tokens of `bucket`.
 pub(crate) fn is_held(bucket: &str) -> bool {
-    held_map().contains_key(bucket)
+    state().held.contains_key(bucket)
+}
+
+/// Whether calls of this process hold tokens of `bucket`, or one that held some has ended
+/// since `asked` was taken.
+pub(crate) fn is_held_or_passed(bucket: &str, asked: Ticket) -> bool {
+    is_held(bucket) || asked.passed(bucket)
+}
+
+/// When a decision was asked, as the calls holding tokens stood: a refusal asked before one of
+/// them ended may have lacked just what it gave back.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Ticket(u64);
+
+impl Ticket {
+    /// Now: taken before a decision is asked.
+    pub(crate) fn now() -> Ticket {
+        Ticket(state().ends)
+    }
+
+    /// Whether a call holding tokens of `bucket` has ended since this was taken.
+    pub(crate) fn passed(self, bucket: &str) -> bool {
+        let state = state();
+        state.held.get(bucket).is_some_and(|e| e.last_end > self.0)
+            || state.recent.get(bucket).is_some_and(|&end| end > self.0)
+            || state.floor > self.0
+    }
 }
 
 /// Waits until a call holding tokens of `bucket` ends, or `until`: true when one ended (its
 /// tokens back if its outcome did not count), false when none held any or the time is up.
 pub(crate) async fn one_ended(bucket: &str, until: tokio::time::Instant) -> bool {
-    let Some(notify) = held_map().get(bucket).map(|e| Arc::clone(&e.1)) else {
+    let Some(notify) = state().held.get(bucket).map(|e| Arc::clone(&e.notify)) else {
         return false;
     };
     let ended = notify.notified();
@@ -81,35 +165,76 @@ pub(crate) async fn one_ended(bucket: &str, until: tokio::time::Instant) -> bool
 
 /// Decides again, while `decision` refuses and calls of this process hold tokens of `bucket`
 /// (at most [`HELD_WAIT`]), each time one of them ends; a refusal left while they still hold
-/// some says they may come back within [`HELD_WAIT`].
-pub(crate) async fn decide_again<F, Fut>(
+/// some says they may come back within [`HELD_WAIT`]. `asked` is where they stood when
+/// `decision` was asked: one that ended while it was under way is decided again at once (a
+/// loaded machine read the last holder's end before the refusal it had made wrong).
+pub(crate) async fn decide_again<D, F, Fut>(
     bucket: &str,
-    mut decision: crate::Decision,
+    mut asked: Ticket,
+    mut decision: D,
     mut decide: F,
-) -> crate::Decision
+) -> D
 where
+    D: Admits,
     F: FnMut() -> Fut,
-    Fut: Future<Output = crate::Decision>,
+    Fut: Future<Output = D>,
 {
-    if decision.allowed || !is_held(bucket) || tokio::runtime::Handle::try_current().is_err() {
+    if decision.admits() || tokio::runtime::Handle::try_current().is_err() {
         return decision;
     }
     let until = tokio::time::Instant::now() + HELD_WAIT;
-    while !decision.allowed {
-        let ended = one_ended(bucket, until).await;
-        let time_up = !ended && tokio::time::Instant::now() >= until;
-        if time_up && is_held(bucket) {
-            break;
+    while !decision.admits() {
+        if !asked.passed(bucket) {
+            if !is_held(bucket) {
+                // Nothing held, and nothing ended since it was asked: the refusal stands.
+                break;
+            }
+            let ended = one_ended(bucket, until).await;
+            if !ended && tokio::time::Instant::now() >= until {
+                break;
+            }
         }
-        // One ended, or all had (before this call looked, or as its time ran out): decided
-        // again on what they left.
+        // One ended (perhaps all): decided again on what they left.
+        asked = Ticket::now();
         decision = decide().await;
-        if time_up || !is_held(bucket) {
+        if tokio::time::Instant::now() >= until {
             break;
         }
     }
-    if !decision.allowed && !decision.shadowed && is_held(bucket) {
-        decision.retry_after = decision.retry_after.min(HELD_WAIT);
+    if is_held(bucket) {
+        decision.wait_at_most(HELD_WAIT);
     }
     decision
+}
+
+/// What [`decide_again`] decides again: one limit's decision, or a slice's.
+pub(crate) trait Admits {
+    /// Whether the call was admitted.
+    fn admits(&self) -> bool;
+    /// A refusal's `retry_after` made at most `most`: the tokens held may come back by then.
+    fn wait_at_most(&mut self, most: std::time::Duration);
+}
+
+impl Admits for crate::decision::Decision {
+    fn admits(&self) -> bool {
+        self.allowed
+    }
+
+    fn wait_at_most(&mut self, most: std::time::Duration) {
+        if !self.allowed && !self.shadowed {
+            self.retry_after = self.retry_after.min(most);
+        }
+    }
+}
+
+impl Admits for super::Decided {
+    fn admits(&self) -> bool {
+        self.parts.iter().all(|d| d.allowed)
+    }
+
+    fn wait_at_most(&mut self, most: std::time::Duration) {
+        for part in &mut self.parts {
+            part.wait_at_most(most);
+        }
+    }
 }

@@ -1,14 +1,16 @@
 //! How a decision is made: in memory at once, or through the deny cache, the circuit, the
 //! deadline and the store, with the failure policy when the store fails.
 
-use crate::check::{Check, OwnedCheck};
+use crate::decision::Decision;
 use crate::decision::Source;
 use crate::deny_cache::DenyCache;
+use crate::errors::Error;
+use crate::limit::Limit;
 use crate::limiter::{Engine, RateLimiter, Remote, RemoteStore, on_tokio};
 use crate::naming::key_slot;
+use crate::pipeline::check::{Check, OwnedCheck};
 use crate::policy::{Gate, Resilience};
 use crate::store::Store as _;
-use crate::{Decision, Error, Limit};
 
 use super::waiting::{BoxedAnswer, must_wait};
 
@@ -259,7 +261,10 @@ impl RemoteStore {
     async fn decide_all(&self, checks: &[Check<'_>]) -> Result<Vec<Decision>, Error> {
         match self {
             RemoteStore::Redis(s) => s.decide_all(checks).await,
-            RemoteStore::Custom(s) => s.check_all_dyn(&crate::check::to_tuples(checks)).await,
+            RemoteStore::Custom(s) => {
+                s.check_all_dyn(&crate::pipeline::check::to_tuples(checks))
+                    .await
+            }
         }
     }
 

@@ -7,21 +7,22 @@ use std::cell::Cell;
 use std::future::Future;
 use std::net::SocketAddr;
 
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 use std::sync::atomic::Ordering;
 
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 use super::layer_limit::{Brought, IN_USE, LayerLimit};
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 use super::layer_scope::{LayerScope, Pending};
-#[cfg(any(feature = "axum", feature = "actix-web"))]
-use crate::RateLimiter;
 use crate::headers::HeaderFamilies;
+#[cfg(feature = "http-framework")]
+use crate::limiter::RateLimiter;
+#[cfg(feature = "http-framework")]
+use crate::pipeline::verdict::Described;
+use crate::pipeline::verdict::Recorded;
+use crate::request::RequestContext;
 use crate::request::{MissingPiece, Origin};
-#[cfg(any(feature = "axum", feature = "actix-web"))]
-use crate::verdict::Described;
-use crate::verdict::Recorded;
-use crate::{KeyResolver, RequestContext};
+use crate::resolvers::KeyResolver;
 
 tokio::task_local! {
     pub(crate) static CONTEXT: Scope;
@@ -41,7 +42,7 @@ pub(crate) struct Scope {
     families: Option<HeaderFamilies>,
     verdict: Cell<Option<Recorded>>,
     /// The limits of the layers serving the request, when they have any.
-    #[cfg(any(feature = "axum", feature = "actix-web"))]
+    #[cfg(feature = "http-framework")]
     pub(crate) layer: Option<LayerScope>,
 }
 
@@ -53,13 +54,13 @@ impl Scope {
             origin: Origin::Scope,
             families: None,
             verdict: Cell::new(None),
-            #[cfg(any(feature = "axum", feature = "actix-web"))]
+            #[cfg(feature = "http-framework")]
             layer: None,
         }
     }
 
     /// A scope for `ctx`, built by an HTTP integration configured to send `families`.
-    #[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
+    #[cfg_attr(not(feature = "http-framework"), allow(dead_code))]
     pub(crate) fn served_by(
         ctx: RequestContext,
         origin: Origin,
@@ -133,16 +134,16 @@ pub(crate) fn record_current(verdict: Recorded) {
 /// chose otherwise), and the limits its layers decided first. Served by an integration, the
 /// rejection takes the scope's verdict with it: its response describes the call already, so
 /// the integration renders no headers a second time.
-#[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
+#[cfg_attr(not(feature = "http-framework"), allow(dead_code))]
 pub(crate) fn rejection_rendering() -> (HeaderFamilies, Vec<Recorded>) {
     CONTEXT
         .try_with(|scope| {
             let families = scope.families.inspect(|_| {
                 scope.verdict.take();
             });
-            #[cfg(any(feature = "axum", feature = "actix-web"))]
+            #[cfg(feature = "http-framework")]
             let first = scope.layer.as_ref().map(LayerScope::take_first);
-            #[cfg(not(any(feature = "axum", feature = "actix-web")))]
+            #[cfg(not(feature = "http-framework"))]
             let first = None;
             (families, first)
         })
@@ -156,7 +157,7 @@ pub(crate) fn rejection_rendering() -> (HeaderFamilies, Vec<Recorded>) {
 }
 
 /// What `scope` holds for its response to describe, taken out.
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 pub(crate) fn described(scope: &Scope) -> Described {
     Described {
         first: scope
@@ -169,7 +170,7 @@ pub(crate) fn described(scope: &Scope) -> Described {
 }
 
 /// What the scope of a request's future holds to describe, once the future is done.
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 pub(crate) fn described_finished<F: Future>(
     fut: std::pin::Pin<&mut tokio::task::futures::TaskLocalFuture<Scope, F>>,
 ) -> Described {
@@ -177,7 +178,7 @@ pub(crate) fn described_finished<F: Future>(
 }
 /// The current request's layer scope, to `f`, when this program made layer limits and the
 /// request has some.
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 fn with_layer<R>(f: impl FnOnce(&LayerScope) -> Option<R>) -> Option<R> {
     // Relaxed: a layer limit is made before the requests it serves are (the router is
     // built, then serves), and those requests reach the check through the runtime, which
@@ -193,7 +194,7 @@ fn with_layer<R>(f: impl FnOnce(&LayerScope) -> Option<R>) -> Option<R> {
 
 /// Whether a handler's check on `limiter` has its layers' limits to decide with its own (then
 /// it goes the several-limit way, [`take_pending`]).
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 pub(crate) fn has_pending(limiter: Option<&RateLimiter>) -> bool {
     with_layer(|layer| layer.pending_for(limiter).then_some(())).is_some()
 }
@@ -201,15 +202,15 @@ pub(crate) fn has_pending(limiter: Option<&RateLimiter>) -> bool {
 /// The layer limits a handler's check on `limiter` decides with its own: those its layer left
 /// pending, taken. `None` outside a layer with limits, and on every later check of the
 /// request.
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 pub(crate) fn take_pending(limiter: Option<&RateLimiter>) -> Option<Pending> {
     with_layer(|layer| layer.take_pending_for(limiter))
 }
 
 /// Keeps `slot` in the current request's layer scope, until the response is made; dropped
 /// (given back) outside one.
-#[cfg(any(feature = "axum", feature = "actix-web"))]
-pub(crate) fn hold(slot: crate::Slot) {
+#[cfg(feature = "http-framework")]
+pub(crate) fn hold(slot: crate::limiter::Slot) {
     let _ = CONTEXT.try_with(move |scope| {
         if let Some(layer) = &scope.layer {
             layer.hold(slot);
@@ -219,7 +220,7 @@ pub(crate) fn hold(slot: crate::Slot) {
 
 /// A check refused the current request: what its layers took first is given back
 /// ([`LayerScope::give_back_on_refusal`]).
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 pub(crate) fn give_back_on_refusal() {
     with_layer(|layer| {
         layer.give_back_on_refusal();
@@ -229,7 +230,7 @@ pub(crate) fn give_back_on_refusal() {
 
 /// What the current request brings to `limits`: read from its context only when one of them
 /// reads the request (a tier, an exemption).
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 pub(crate) fn brought(limits: &[LayerLimit]) -> Brought<'_> {
     if !limits.iter().any(LayerLimit::reads_request) {
         return Brought::new(limits, None);
@@ -261,7 +262,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::Decision;
+    use crate::decision::Decision;
     use crate::decision::Label;
 
     /// A rejection rendered for an HTTP integration takes the verdict with it, so that the
@@ -276,7 +277,7 @@ mod tests {
             Decision::new(
                 false,
                 0,
-                crate::Limit::per_second(1),
+                crate::limit::Limit::per_second(1),
                 1,
                 std::time::Duration::from_secs(1),
                 std::time::Duration::from_secs(1),

@@ -3,15 +3,18 @@
 //! decided together, all or nothing, and concluded as one verdict.
 
 use super::call::{Before, Call, KeyArg, Taken, anchored, before_key, settle};
-use super::provisional;
+use super::provisional::{self, Admits as _};
 use super::scope::{record_current, with_current};
+use super::{Ask, Decided};
 use super::{limiter_or_unenabled, report_missing_piece};
-use crate::check::Check;
+use crate::decision::Decision;
 use crate::decision::{Label, Source};
+use crate::limiter::RateLimiter;
+use crate::pipeline::check::Check;
+use crate::pipeline::verdict::RateLimited;
+use crate::pipeline::verdict::Recorded;
 use crate::registry::{LimitDeclaration, Warning};
 use crate::request::resolving;
-use crate::verdict::Recorded;
-use crate::{Decision, RateLimited, RateLimiter};
 
 /// The check of a function with stacked `#[rate_limit]` attributes: every limit decided
 /// together, all or nothing (see [`RateLimiter::check_all`]). A disabled limit passes
@@ -21,7 +24,7 @@ pub async fn check_all(
     limits: &[(&'static LimitDeclaration, &KeyArg<'_>, Call<'_>)],
     limiter: Option<&RateLimiter>,
 ) -> Result<(), Box<RateLimited>> {
-    #[cfg(any(feature = "axum", feature = "actix-web"))]
+    #[cfg(feature = "http-framework")]
     if let Some(pending) = super::scope::take_pending(limiter) {
         // The layers' limits, left pending for this check: decided with these, together.
         let brought = super::scope::brought(&pending.limits);
@@ -125,37 +128,37 @@ pub(crate) async fn decide_all(
             })
             .collect();
         // Concurrency limits among them take their slots, kept while the call runs.
-        let decided = if checks.iter().any(|c| c.limit.is_concurrent()) {
-            limiter.enter_buckets(&checks).await.map(|entered| {
-                if let Some(slot) = entered.slot {
-                    hold(slot, limits);
-                }
-                entered.decision
-            })
-        } else {
-            let decided = limiter.check_buckets(&checks).await;
-            // Refused while calls in flight hold tokens of a limit that counts only some
-            // outcomes: decided again, all together, as they end.
-            let held = asked
-                .iter()
-                .filter(|&&i| limits[i].2.taken.is_some_and(Taken::is_counting))
-                .filter_map(|&i| buckets[i].as_deref())
-                .find(|bucket| provisional::is_held(bucket));
-            match (decided, held) {
-                (Ok(refused), Some(bucket)) if !refused.allowed => {
-                    let again = || async {
-                        let decided = limiter.check_buckets(&checks).await;
-                        decided.unwrap_or_else(|_| refused.clone())
-                    };
-                    Ok(provisional::decide_again(bucket, refused.clone(), again).await)
-                }
-                (decided, _) => decided,
+        let asked_at = provisional::Ticket::now();
+        let decided = limiter.decide_checks(&checks, Ask::Hold).await;
+        // Refused while calls in flight hold tokens of a limit that counts only some
+        // outcomes (or one ended while it was asked): decided again, all together, as they
+        // end.
+        let held = asked
+            .iter()
+            .filter(|&&i| limits[i].2.taken.is_some_and(Taken::is_counting))
+            .filter_map(|&i| buckets[i].as_deref())
+            .find(|bucket| provisional::is_held_or_passed(bucket, asked_at));
+        let decided = match (decided, held) {
+            (Ok(refused), Some(bucket)) if !refused.admits() => {
+                let before = refused.parts.clone();
+                let again = || async {
+                    let decided = limiter.decide_checks(&checks, Ask::Hold).await;
+                    decided.unwrap_or_else(|_| Decided {
+                        parts: before.clone(),
+                        slot: None,
+                    })
+                };
+                Ok(provisional::decide_again(bucket, asked_at, refused, again).await)
             }
+            (decided, _) => decided,
         };
         match decided {
-            Ok(d) => {
-                for (&i, part) in asked.iter().zip(d.parts()) {
-                    parts[i] = Some(part.clone());
+            Ok(Decided { parts: each, slot }) => {
+                if let Some(slot) = slot {
+                    hold(slot, limits);
+                }
+                for (&i, part) in asked.iter().zip(each) {
+                    parts[i] = Some(part);
                 }
             }
             Err(e) => {
@@ -211,7 +214,7 @@ pub(crate) async fn decide_all(
     if allowed {
         Ok(())
     } else {
-        #[cfg(any(feature = "axum", feature = "actix-web"))]
+        #[cfg(feature = "http-framework")]
         super::scope::give_back_on_refusal();
         let (decl, key) = keys.swap_remove(tightest);
         Err(Box::new(RateLimited::refused(
@@ -226,12 +229,12 @@ pub(crate) async fn decide_all(
 /// [`Holding`] (the first limit's call carries it), else in the request's scope, whose layer
 /// holds them until the response is made. With neither (a check made by hand outside any
 /// scope), the slots are given back at once: nothing would know when the call ends.
-fn hold(slot: crate::Slot, limits: &[(&'static LimitDeclaration, &KeyArg<'_>, Call<'_>)]) {
+fn hold(slot: crate::limiter::Slot, limits: &[(&'static LimitDeclaration, &KeyArg<'_>, Call<'_>)]) {
     match limits.iter().find_map(|(.., call)| call.holding) {
         Some(holding) => holding.keep(slot),
-        #[cfg(any(feature = "axum", feature = "actix-web"))]
+        #[cfg(feature = "http-framework")]
         None => super::scope::hold(slot),
-        #[cfg(not(any(feature = "axum", feature = "actix-web")))]
+        #[cfg(not(feature = "http-framework"))]
         None => drop(slot),
     }
 }

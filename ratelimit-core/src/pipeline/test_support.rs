@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Metadata, Subscriber, span};
 
-use crate::Limit;
+use crate::limit::Limit;
 use crate::registry::LimitDeclaration;
 
 /// A declaration of its own for one test (its logged-once flag untouched by others).

@@ -4,10 +4,13 @@
 use super::scope::{CONTEXT, Scope, scope, with_current};
 use super::test_support::{Capture, declaration};
 use super::*;
-use crate::Limit;
 use crate::headers::HeaderFamilies;
+use crate::limit::Limit;
 use crate::request::Origin;
-use crate::{Header, Ip, RequestContext, Uri};
+use crate::request::RequestContext;
+use crate::resolvers::Header;
+use crate::resolvers::Ip;
+use crate::resolvers::Uri;
 use std::borrow::Cow;
 
 /// Runs `calls` keyed calls of `decl` in scopes made by `ctx` (none when `None`) and
@@ -44,7 +47,7 @@ fn errors_after_calls(
 fn every_decision_is_a_rate_limit_span() {
     static TRACED: LimitDeclaration = LimitDeclaration::new(
         "t::traced",
-        crate::Limit::per_minute(1),
+        crate::limit::Limit::per_minute(1),
         1,
         "Uri",
         file!(),
@@ -65,7 +68,9 @@ fn every_decision_is_a_rate_limit_span() {
                 let call = async { check(&TRACED, &Uri, Call::NONE, Some(&limiter)).await };
                 let _ = scope(ctx(), call).await;
             }
-            let _ = limiter.check("direct", &crate::Limit::per_second(1)).await;
+            let _ = limiter
+                .check("direct", &crate::limit::Limit::per_second(1))
+                .await;
         });
     });
     let lines = capture.lines();
@@ -115,13 +120,13 @@ fn a_decision_is_recorded_in_a_scope_and_nowhere_else() {
     runtime.block_on(async {
         let limiter = RateLimiter::builder().memory().build().await.unwrap();
         assert!(
-            check(decl, &crate::Global, Call::NONE, Some(&limiter))
+            check(decl, &crate::resolvers::Global, Call::NONE, Some(&limiter))
                 .await
                 .is_ok()
         );
         assert!(with_current(|_, scope| scope.is_none()));
         let (refused, recorded) = super::scope::scope_returning(RequestContext::new(), async {
-            check(decl, &crate::Global, Call::NONE, Some(&limiter)).await
+            check(decl, &crate::resolvers::Global, Call::NONE, Some(&limiter)).await
         })
         .await;
         assert!(refused.is_err());

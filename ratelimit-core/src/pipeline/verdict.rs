@@ -129,7 +129,7 @@ impl Recorded {
 
     /// Each limit of the call under the name it is described to clients with
     /// (`name[tier]` for a call given a tier).
-    #[cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
+    #[cfg_attr(not(feature = "http-framework"), allow(dead_code))]
     pub(crate) fn shown_parts(&self) -> impl Iterator<Item = (Cow<'_, str>, &Decision)> {
         self.told.shown(&self.decision, Some(self.name))
     }
@@ -309,7 +309,7 @@ impl fmt::Display for RateLimited {
 
 impl std::error::Error for RateLimited {}
 
-#[cfg(any(feature = "axum", feature = "actix-web"))]
+#[cfg(feature = "http-framework")]
 #[derive(Debug, Default)]
 pub(crate) struct Described {
     pub(crate) first: Vec<Recorded>,
@@ -321,8 +321,9 @@ mod tests {
     use std::time::Duration;
 
     use super::RateLimited;
-    use crate::Limit;
-    use crate::{Decision, Source};
+    use crate::decision::Decision;
+    use crate::decision::Source;
+    use crate::limit::Limit;
 
     fn refused(source: Source, retry_after: Duration) -> RateLimited {
         let limit = Limit::per_minute(3);
@@ -380,7 +381,8 @@ mod tests {
     #[test]
     fn a_verdict_is_told_alike_by_the_record_and_the_rejection() {
         use crate::decision::Label;
-        use crate::{Limit, Tier};
+        use crate::limit::Limit;
+        use crate::limit::Tier;
 
         let limit = Limit::per_minute(3);
         let admitted = Decision::new(true, 2, limit, 1, Duration::ZERO, Duration::ZERO);
@@ -393,7 +395,7 @@ mod tests {
                 tier: Some(pro.tier_name()),
             },
         ];
-        let several = crate::verdict::Recorded::several(
+        let several = crate::pipeline::verdict::Recorded::several(
             labels
                 .into_iter()
                 .zip([admitted.clone(), refused])
@@ -428,7 +430,7 @@ mod tests {
         assert_eq!(rejection.empty_key_status(), Some(429));
         assert_eq!(rejection.limited_status(), Some(402));
 
-        let one = crate::verdict::Recorded::one(
+        let one = crate::pipeline::verdict::Recorded::one(
             Label {
                 name: "api::search",
                 tier: Some(pro.tier_name()),

@@ -2,10 +2,11 @@
 
 use std::time::Duration;
 
-use crate::check::{Check, OwnedCheck};
+use crate::decision::Decision;
 use crate::decision::Source;
+use crate::errors::Error;
 use crate::limiter::{Engine, RateLimiter, Remote, RemoteStore, on_tokio};
-use crate::{Decision, Error};
+use crate::pipeline::check::{Check, OwnedCheck};
 
 impl RateLimiter {
     /// A call that may wait, on a remote store: [`decide_all`](Self::decide_all)'s path for

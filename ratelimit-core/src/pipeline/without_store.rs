@@ -3,10 +3,11 @@
 
 use std::time::Duration;
 
+use crate::decision::Decision;
 use crate::decision::Source;
+use crate::limit::Limit;
 use crate::limiter::RateLimiter;
 use crate::policy::{EmptyKeyPolicy, FailurePolicy};
-use crate::{Decision, Limit};
 
 impl RateLimiter {
     /// The decision for a call that has no key, per the empty-key policy.

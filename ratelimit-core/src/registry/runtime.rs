@@ -16,7 +16,7 @@
 //! declaration is ever dangling or duplicated, and that validation holds whatever the program
 //! builds later.
 // Without an HTTP integration nothing builds a layer's limit: the set is only ever read.
-#![cfg_attr(not(any(feature = "axum", feature = "actix-web")), allow(dead_code))]
+#![cfg_attr(not(feature = "http-framework"), allow(dead_code))]
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -25,7 +25,8 @@ use std::sync::{Mutex, MutexGuard, PoisonError, RwLock};
 
 use super::validate::Places;
 use super::{Effective, LimitDeclaration, declared_in_source};
-use crate::{Error, Limit};
+use crate::errors::Error;
+use crate::limit::Limit;
 
 /// The declarations built at run time, by name.
 static BUILT: RwLock<BTreeMap<&'static str, &'static LimitDeclaration>> =
@@ -190,7 +191,10 @@ mod tests {
     use std::panic::Location;
 
     use super::{LimitDeclaration, all, key_name};
-    use crate::{Error, Ip, Limit, Route};
+    use crate::errors::Error;
+    use crate::limit::Limit;
+    use crate::resolvers::Ip;
+    use crate::resolvers::Route;
 
     /// `super::declare` with nothing to resolve: enable has not run in these tests.
     fn declare(
@@ -206,7 +210,7 @@ mod tests {
     fn a_key_is_listed_by_its_type_without_paths() {
         assert_eq!(key_name::<Ip>(), "Ip");
         assert_eq!(key_name::<(Ip, Route)>(), "(Ip, Route)");
-        assert_eq!(key_name::<crate::Header>(), "Header");
+        assert_eq!(key_name::<crate::resolvers::Header>(), "Header");
         assert_eq!(key_name::<Option<Vec<Ip>>>(), "Option<Vec<Ip>>");
     }
 

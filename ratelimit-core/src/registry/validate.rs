@@ -10,7 +10,7 @@ use std::fmt;
 use std::sync::LazyLock;
 
 use super::{LimitDeclaration, declared_in_source, describe_names};
-use crate::Error;
+use crate::errors::Error;
 
 /// What is wrong with one declaration.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -193,7 +193,7 @@ impl fmt::Display for Places<'_> {
 #[cfg(test)]
 mod tests {
     use super::{Problem, Validation};
-    use crate::Limit;
+    use crate::limit::Limit;
     use crate::registry::LimitDeclaration;
 
     fn declared(name: &'static str, line: u32) -> &'static LimitDeclaration {
@@ -237,7 +237,7 @@ mod tests {
         ] {
             assert_eq!(v.problem(decl), problem, "{decl:?}");
         }
-        let Err(crate::Error::Config(message)) = v.result() else {
+        let Err(crate::errors::Error::Config(message)) = v.result() else {
             panic!("no error: {:?}", v.result());
         };
         assert_eq!(

@@ -8,7 +8,9 @@ use std::future::Future;
 
 pub use self::memory::MemoryStore;
 pub use self::redis::{RedisPath, RedisStore};
-use crate::{Decision, Error, Limit};
+use crate::decision::Decision;
+use crate::errors::Error;
+use crate::limit::Limit;
 
 /// A place that keeps token buckets and decides calls atomically.
 ///

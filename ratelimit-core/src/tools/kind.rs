@@ -4,7 +4,9 @@
 
 use super::state::{Stored, StoredValue};
 use crate::algorithm::{Kernel, StateKind, fixed_window, sliding_window, token_bucket};
-use crate::{Algorithm, Limit, Refill};
+use crate::limit::Algorithm;
+use crate::limit::Limit;
+use crate::limit::Refill;
 
 /// A limit's [`StateKind`], and a stored state's. Import it to write `StateKind::of(&limit)`.
 ///

@@ -11,7 +11,8 @@ use crate::algorithm::{
     Kernel, MAX_TIME_US, Outcome, StateKind, concurrency, fixed_window, interval_bucket,
     sliding_window, token_bucket,
 };
-use crate::{Error, Limit};
+use crate::errors::Error;
+use crate::limit::Limit;
 
 /// The script that reads one bucket key as the decision scripts left it, writing nothing
 /// (`#!lua flags=no-writes`: a replica may run it). `KEYS[1]` is the bucket; `ARGV[1]` is
@@ -555,8 +556,9 @@ mod tests {
 
     use super::*;
     use crate::algorithm::OfLimit as _;
+    use crate::limit::Algorithm;
+    use crate::limit::Refill;
     use crate::tools::StateKindExt as _;
-    use crate::{Algorithm, Refill};
 
     #[test]
     fn gcra_values_read_as_the_script_reads_them() {

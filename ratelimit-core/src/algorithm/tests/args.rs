@@ -11,8 +11,11 @@ use ratelimit_vocab::limits::{MAX_LEASE_US, MAX_WAIT_US, MIN_LEASE_US};
 use crate::algorithm::{
     Kernel, concurrency, fixed_window, interval_bucket, sliding_log, sliding_window, token_bucket,
 };
+use crate::limit::Algorithm;
+use crate::limit::Limit;
 use crate::limit::MAX_CONCURRENT;
-use crate::{Algorithm, Limit, Refill, Unit};
+use crate::limit::Refill;
+use crate::limit::Unit;
 
 /// Any limit that can be built: every algorithm and refill, a unit's period or another, an
 /// initial fill, a wait, and concurrency limits.

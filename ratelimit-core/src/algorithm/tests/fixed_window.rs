@@ -1,9 +1,9 @@
 //! The windows' parameters of limits.
 
-use crate::Limit;
 use crate::algorithm::OfLimit as _;
 use crate::algorithm::WindowParams;
 use crate::algorithm::sliding_window::SlidingParams;
+use crate::limit::Limit;
 
 #[test]
 fn params_need_a_millisecond_and_a_token() {

@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use crate::algorithm::OfLimit as _;
 use crate::algorithm::token_bucket::{Params, State, decide, give_back};
-use crate::{Algorithm, Limit};
+use crate::limit::Algorithm;
+use crate::limit::Limit;
 
 type Outcome = crate::algorithm::Outcome<State>;
 
@@ -362,7 +363,7 @@ fn params_are_exact_integers() {
 /// Limits with a whole and a fractional number of microseconds per token.
 fn any_limit() -> impl Strategy<Value = Limit> {
     (1u32..2000, 1u32..50, 0usize..2)
-        .prop_map(|(r, b, u)| Limit::try_new(r, b, crate::Unit::ALL[u]).unwrap())
+        .prop_map(|(r, b, u)| Limit::try_new(r, b, crate::limit::Unit::ALL[u]).unwrap())
 }
 
 proptest! {
@@ -424,7 +425,7 @@ proptest! {
         unit in 0usize..4,
         steps in prop::collection::vec((0u64..2_000_000, 1u64..4), 1..200),
     ) {
-        let limit = Limit::try_new(replenish, burst, crate::Unit::ALL[unit]).unwrap();
+        let limit = Limit::try_new(replenish, burst, crate::limit::Unit::ALL[unit]).unwrap();
         let p = Params::of(&limit);
         let mut state = None;
         let mut now = T0;
@@ -461,7 +462,7 @@ proptest! {
         leaky in any::<bool>(),
         steps in prop::collection::vec((0u64..300_000, 1u64..3, 0u64..3_000_000), 1..150),
     ) {
-        let mut base = Limit::try_new(replenish, burst, crate::Unit::Second).unwrap();
+        let mut base = Limit::try_new(replenish, burst, crate::limit::Unit::Second).unwrap();
         if leaky {
             base = base.algorithm(Algorithm::LeakyBucket);
         }

@@ -7,12 +7,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::check::Check;
+use crate::decision::Decision;
 use crate::decision::Source;
+use crate::errors::Error;
 use crate::fleet::waiters::wake;
 use crate::limiter::{Engine, RateLimiter, Remote, RemoteStore, on_tokio};
 use crate::naming::key_slot;
-use crate::{Decision, Error};
+use crate::pipeline::check::Check;
 
 /// The slots of one admitted call under its concurrency limits: given back when dropped
 /// (whether the call returned, failed, panicked or was cancelled), by one script per limit
@@ -21,37 +22,37 @@ use crate::{Decision, Error};
 /// keeps them. [`release`](Slot::release) gives them back and says whether that worked.
 #[must_use = "the slots are given back when this guard is dropped: keep it while the call runs"]
 pub struct Slot {
-    pub(super) held: Option<Held>,
+    pub(crate) held: Option<Held>,
 }
 
-pub(super) struct Held {
-    pub(super) limiter: RateLimiter,
-    pub(super) holder: u64,
-    pub(super) parts: Arc<[Part]>,
-    pub(super) renewal: Option<tokio::task::AbortHandle>,
+pub(crate) struct Held {
+    pub(crate) limiter: RateLimiter,
+    pub(crate) holder: u64,
+    pub(crate) parts: Arc<[Part]>,
+    pub(crate) renewal: Option<tokio::task::AbortHandle>,
 }
 
 /// One concurrency limit of the call: its bucket, its lease, and where the call may hold
 /// members of it (the store, the failure policy's fallback).
 #[derive(Debug, Clone)]
-pub(super) struct Part {
-    pub(super) bucket: Box<str>,
-    pub(super) lease_us: u64,
+pub(crate) struct Part {
+    pub(crate) bucket: Box<str>,
+    pub(crate) lease_us: u64,
     /// The slots the call takes (its members 1 ..= cost).
-    pub(super) cost: u64,
+    pub(crate) cost: u64,
     /// Whether the call may hold members in the store: while it is being asked (a call
     /// cancelled then may have left a ticket), and once it answered.
-    pub(super) in_store: bool,
+    pub(crate) in_store: bool,
     /// Whether the store has answered this call (its members are there).
-    pub(super) answered: bool,
+    pub(crate) answered: bool,
     /// Whether the call holds members in this process's fallback: the fallback admitted it,
     /// or the store did and they are its copy here (so that a fallback counts the calls this
     /// process runs under the store's slots).
-    pub(super) in_fallback: bool,
+    pub(crate) in_fallback: bool,
     /// Set before the first renewal that may write the call's members to the store (a call
     /// the fallback admitted, written back when the store returns): from then on a release
     /// asks the store too.
-    pub(super) told_store: Arc<AtomicBool>,
+    pub(crate) told_store: Arc<AtomicBool>,
 }
 
 impl RateLimiter {
@@ -143,16 +144,16 @@ impl RateLimiter {
 const TELL_STORE_EVERY: Duration = Duration::from_millis(200);
 
 impl Slot {
-    pub(super) fn parts(&self) -> &[Part] {
+    pub(crate) fn parts(&self) -> &[Part] {
         self.held.as_ref().map_or(&[], |h| &h.parts)
     }
 
-    pub(super) fn shortest_lease(&self) -> Duration {
+    pub(crate) fn shortest_lease(&self) -> Duration {
         let us = self.parts().iter().map(|p| p.lease_us).min().unwrap_or(0);
         Duration::from_micros(us).max(Duration::from_millis(3))
     }
 
-    pub(super) fn parts_mut(&mut self) -> &mut [Part] {
+    pub(crate) fn parts_mut(&mut self) -> &mut [Part] {
         self.held
             .as_mut()
             .and_then(|h| Arc::get_mut(&mut h.parts))
@@ -160,7 +161,7 @@ impl Slot {
     }
 
     /// The store is being asked (`remote`): a call cancelled now may leave a ticket there.
-    pub(super) fn asking(&mut self, remote: bool) {
+    pub(crate) fn asking(&mut self, remote: bool) {
         for part in self.parts_mut() {
             part.in_store = remote;
         }
@@ -168,7 +169,7 @@ impl Slot {
 
     /// Records where each concurrency limit of the call was decided: the store, or the
     /// fallback (the other policies hold nothing anywhere).
-    pub(super) fn note_sources(&mut self, decisions: &[Decision], checks: &[Check<'_>]) {
+    pub(crate) fn note_sources(&mut self, decisions: &[Decision], checks: &[Check<'_>]) {
         let parts = self.parts_mut();
         for (d, check) in decisions.iter().zip(checks) {
             if let Some(part) = parts.iter_mut().find(|p| *p.bucket == *check.bucket) {
@@ -183,12 +184,12 @@ impl Slot {
     }
 
     /// Forgets the call's parts: it holds nothing.
-    pub(super) fn disarm(&mut self) {
+    pub(crate) fn disarm(&mut self) {
         self.held = None;
     }
 
     /// Starts the task that renews the leases every third of the shortest one.
-    pub(super) fn renew_in_background(&mut self) {
+    pub(crate) fn renew_in_background(&mut self) {
         let every = self.shortest_lease() / 3;
         let Some(held) = &mut self.held else { return };
         let local = matches!(held.limiter.inner.engine, Engine::Local(_));

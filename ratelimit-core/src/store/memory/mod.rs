@@ -8,9 +8,11 @@ use hashbrown::HashTable;
 
 use super::Store;
 use crate::algorithm::{Kernel, Outcome, fixed_window, interval_bucket, sliding_log, token_bucket};
-use crate::check::{self, Check};
 use crate::clock::{Clock, MonotonicClock};
-use crate::{Decision, Error, Limit};
+use crate::decision::Decision;
+use crate::errors::Error;
+use crate::limit::Limit;
+use crate::pipeline::check::{self, Check};
 
 mod slot;
 

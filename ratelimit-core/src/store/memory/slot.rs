@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use crate::algorithm::token_bucket::{self, Params};
 use crate::algorithm::{Kernel, OfLimit as _, Outcome};
 use crate::algorithm::{concurrency, fixed_window, interval_bucket, sliding_log, sliding_window};
-use crate::check::Check;
+use crate::pipeline::check::Check;
 
 /// One bucket: its key and its state, in one cache line when the key is short (most are): a
 /// lookup then reads one line, where a key on the heap costs a second, dependent miss.

@@ -10,8 +10,8 @@ use redis::Value;
 
 use super::RedisStore;
 use super::scripts::{GroupReply, Mode};
-use crate::Error;
-use crate::check::Check;
+use crate::errors::Error;
+use crate::pipeline::check::Check;
 
 impl RedisStore {
     /// Reserves master by master (or slot by slot, without `by_master` or a map of the

@@ -3,8 +3,8 @@
 use std::time::Duration;
 
 use super::RedisStore;
-use crate::Error;
 use crate::algorithm::library::Lua;
+use crate::errors::Error;
 
 impl RedisStore {
     /// Records this instance as alive in the set `key` and returns how many are, and whether

@@ -15,9 +15,11 @@ use redis::{Client, RedisError, Value};
 
 use super::Store;
 use crate::algorithm::library::{Library, Lua};
-use crate::check::{self, Check};
+use crate::decision::Decision;
+use crate::errors::Error;
 use crate::errors::redact_url;
-use crate::{Decision, Error, Limit};
+use crate::limit::Limit;
+use crate::pipeline::check::{self, Check};
 
 pub(crate) mod client;
 mod coalesce;

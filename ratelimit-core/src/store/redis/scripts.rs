@@ -8,8 +8,10 @@ use redis::{RedisError, ToRedisArgs as _, Value};
 use super::RedisStore;
 use super::spec::{Call, Spec};
 use crate::algorithm::library::{Library, Lua};
-use crate::check::Check;
-use crate::{Decision, Error, Limit};
+use crate::decision::Decision;
+use crate::errors::Error;
+use crate::limit::Limit;
+use crate::pipeline::check::Check;
 
 impl RedisStore {
     /// Gives back the concurrency slots (and the ticket) of the call `holder` on `key`: one

@@ -7,7 +7,7 @@ use redis::{RedisWrite, ToRedisArgs};
 
 use crate::algorithm::library::Lua;
 use crate::algorithm::{ScriptArgs, StateKind};
-use crate::check::Check;
+use crate::pipeline::check::Check;
 
 /// Added to a limit's kind in its spec when it is in shadow mode (its refusal does not
 /// refuse the call), as `multi.lua` and `batch.lua` read it.
@@ -80,8 +80,8 @@ pub(super) struct Call<'a> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::Limit;
     use crate::algorithm::Kernel;
+    use crate::limit::Limit;
 
     #[test]
     fn a_spec_is_written_as_the_scripts_read_it() {
