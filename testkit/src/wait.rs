@@ -14,6 +14,7 @@
 //! second.
 
 use std::fmt::Display;
+use std::panic::Location;
 use std::time::{Duration, Instant};
 
 /// How long [`eventually`] and [`eventually_blocking`] wait: generous, for what takes
@@ -26,9 +27,12 @@ fn pause(waited: Duration) -> Duration {
     (waited / 10).clamp(Duration::from_millis(1), Duration::from_millis(20))
 }
 
-/// What a wait that ran out says: the bound and the last thing `attempt` said.
+/// What a wait that ran out says: the bound and the last thing `attempt` said, if anything.
 fn ran_out(within: Duration, last: impl Display) -> String {
-    format!("not within {within:?}: {last}")
+    match last.to_string() {
+        last if last.is_empty() => format!("not within {within:?}"),
+        last => format!("not within {within:?}: {last}"),
+    }
 }
 
 /// Asks `attempt` until it returns `Ok`, for at most `within`: its value, or (`Err`) its last
@@ -71,32 +75,48 @@ pub fn poll_blocking<T, E: Display>(
 /// Waits until `condition` holds, for at most [`PATIENCE`].
 ///
 /// # Panics
-/// When it does not: `<what>: not within 30s`.
-pub async fn eventually(what: impl Display, mut condition: impl AsyncFnMut() -> bool) {
-    eventually_ok(what, async || condition().await.then_some(()).ok_or("")).await;
+/// When it does not: `<what>: not within 30s (waited at <the caller's file:line>)`.
+#[track_caller]
+pub fn eventually(
+    what: impl Display,
+    mut condition: impl AsyncFnMut() -> bool,
+) -> impl Future<Output = ()> {
+    let at = Location::caller();
+    async move {
+        if let Err(e) = poll(PATIENCE, async || condition().await.then_some(()).ok_or("")).await {
+            panic!("{what}: {e} (waited at {at})");
+        }
+    }
 }
 
 /// Waits until `attempt` returns `Ok`, for at most [`PATIENCE`]; its value. Its error says
 /// what was seen instead, for the message of a wait that ran out.
 ///
 /// # Panics
-/// When it does not: `<what>: not within 30s: <its last error>`.
-pub async fn eventually_ok<T, E: Display>(
+/// When it does not: `<what>: not within 30s: <its last error> (waited at <file:line>)`.
+#[track_caller]
+pub fn eventually_ok<T, E: Display>(
     what: impl Display,
     attempt: impl AsyncFnMut() -> Result<T, E>,
-) -> T {
-    poll(PATIENCE, attempt)
-        .await
-        .unwrap_or_else(|e| panic!("{what}: {e}"))
+) -> impl Future<Output = T> {
+    let at = Location::caller();
+    async move {
+        match poll(PATIENCE, attempt).await {
+            Ok(value) => value,
+            Err(e) => panic!("{what}: {e} (waited at {at})"),
+        }
+    }
 }
 
-/// [`eventually`] outside a runtime.
+/// [`eventually`] outside a runtime; a failure is reported at the caller's line.
 ///
 /// # Panics
 /// When `condition` does not hold within [`PATIENCE`]: `<what>: not within 30s`.
+#[track_caller]
 pub fn eventually_blocking(what: impl Display, mut condition: impl FnMut() -> bool) {
-    poll_blocking(PATIENCE, || condition().then_some(()).ok_or(""))
-        .unwrap_or_else(|e| panic!("{what}: {e}"));
+    if let Err(e) = poll_blocking(PATIENCE, || condition().then_some(()).ok_or("")) {
+        panic!("{what}: {e}");
+    }
 }
 
 #[cfg(test)]
@@ -120,6 +140,8 @@ mod tests {
         assert_eq!(got, Ok(3));
         let never = poll_blocking(Duration::from_millis(10), || Err::<(), _>("still 1 of 2"));
         assert_eq!(never, Err("not within 10ms: still 1 of 2".to_owned()));
+        let silent = poll_blocking(Duration::from_millis(1), || Err::<(), _>(""));
+        assert_eq!(silent, Err("not within 1ms".to_owned()));
     }
 
     #[test]
