@@ -2,7 +2,8 @@
 //! loopback ports, in temporary directories, stopped when dropped. Never a shared server.
 //! [`RedisServer`] is one server; [`cluster::RedisCluster`] a six-node Redis Cluster;
 //! [`sentinel::SentinelSetup`] a master, a replica and three sentinels. [`wait`] is how a test
-//! waits for an event: until it has happened, never for a fixed time.
+//! waits for an event: until it has happened, never for a fixed time; [`outage`] stages a
+//! Redis that dies under a limiter.
 //!
 //! The crate also holds three programs: `hammer` (one process of the multi-process accuracy
 //! test, `tests/accuracy.rs`), `bench_memory` (Redis memory per active bucket, written up
@@ -16,6 +17,7 @@ pub mod font;
 pub mod hammer;
 pub mod logs;
 pub mod module;
+pub mod outage;
 pub mod sentinel;
 pub mod tls;
 pub mod wait;
