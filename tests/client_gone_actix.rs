@@ -16,7 +16,7 @@
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -27,6 +27,7 @@ use redis_ratelimit::{
     layer_limit, rate_limit,
 };
 use testkit::RedisServer;
+use testkit::wait::eventually_ok;
 use tokio::io::AsyncWriteExt;
 
 mod support;
@@ -82,18 +83,13 @@ async fn free(limiter: &RateLimiter, name: &str) -> u64 {
         .remaining
 }
 
-/// Waits (30 s at most) until `done` says so; fails with `what` and what was seen.
-async fn until(what: &str, mut done: impl AsyncFnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !done().await {
-        assert!(
-            Instant::now() < deadline,
-            "{what}: not within 30 s (handlers started {}, futures dropped {})",
-            STARTED.load(Ordering::SeqCst),
-            DROPPED.load(Ordering::SeqCst),
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+/// What a wait that ran out saw: the handlers started and the futures dropped.
+fn counts() -> String {
+    format!(
+        "handlers started {}, futures dropped {}",
+        STARTED.load(Ordering::SeqCst),
+        DROPPED.load(Ordering::SeqCst),
+    )
 }
 
 /// A client sends `GET path` to `server`, waits until its handler runs and holds the slot of
@@ -107,8 +103,10 @@ async fn a_client_goes_away(limiter: &RateLimiter, server: SocketAddr, path: &st
     let mut client = tokio::net::TcpStream::connect(server).await.unwrap();
     let request = format!("GET {path} HTTP/1.1\r\nhost: {server}\r\n\r\n");
     client.write_all(request.as_bytes()).await.unwrap();
-    until(&format!("{path}: the handler runs"), async || {
-        STARTED.load(Ordering::SeqCst) > started
+    eventually_ok(format!("{path}: the handler runs"), async || {
+        (STARTED.load(Ordering::SeqCst) > started)
+            .then_some(())
+            .ok_or_else(counts)
     })
     .await;
     assert_eq!(
@@ -117,9 +115,13 @@ async fn a_client_goes_away(limiter: &RateLimiter, server: SocketAddr, path: &st
         "{path}: the request holds `{limit}`"
     );
     drop(client);
-    until(
-        &format!("{path}: the client left, and `{limit}` came back"),
-        async || DROPPED.load(Ordering::SeqCst) > dropped && free(limiter, limit).await == 1,
+    eventually_ok(
+        format!("{path}: the client left, and `{limit}` came back"),
+        async || {
+            (DROPPED.load(Ordering::SeqCst) > dropped && free(limiter, limit).await == 1)
+                .then_some(())
+                .ok_or_else(counts)
+        },
     )
     .await;
 }

@@ -16,10 +16,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use redis_ratelimit::{
-    Error, FailurePolicy, Limit, RateLimiter, Source, error::InvalidLimit, store::MemoryStore,
-};
+use redis_ratelimit::{Error, Limit, RateLimiter, Source, error::InvalidLimit, store::MemoryStore};
 use testkit::RedisServer;
+use testkit::wait::eventually;
 
 /// Two instances on one store, and the server behind them.
 struct Store {
@@ -72,18 +71,15 @@ impl Store {
         let bucket = self.limiter.bucket_key(key);
         let client = ::redis::Client::open(server.url()).unwrap();
         let mut con = client.get_multiplexed_async_connection().await.unwrap();
-        for _ in 0..500 {
+        eventually(format!("{n} members under {bucket}"), async || {
             let stored: usize = ::redis::cmd("ZCARD")
                 .arg(&bucket)
                 .query_async(&mut con)
                 .await
                 .unwrap();
-            if stored == n {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!("never {n} members under {bucket}");
+            stored == n
+        })
+        .await;
     }
 }
 
@@ -99,13 +95,10 @@ async fn memory_limiter(store: &MemoryStore) -> RateLimiter {
 /// Asks until `key` has `free` slots free under `limit` (on Redis a slot given back by a
 /// dropped guard comes back through a spawned task); panics after a bound.
 async fn until_free(limiter: &RateLimiter, key: &str, limit: &Limit, free: u64) {
-    for _ in 0..1000 {
-        if limiter.peek(key, limit).await.unwrap().remaining == free {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    panic!("{key} never had {free} slots free");
+    eventually(format!("{key} to have {free} slots free"), async || {
+        limiter.peek(key, limit).await.unwrap().remaining == free
+    })
+    .await;
 }
 
 /// Many tasks on two instances, each entering with a wait, never hold more than `max` slots
@@ -391,16 +384,7 @@ support::on_both_stores!(
 /// for a lone instance), gives them back there, and queues waiters there too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fallback_holds_slots_while_redis_is_down() {
-    let mut server = RedisServer::start();
-    let limiter = RateLimiter::builder()
-        .redis(server.url())
-        .prefix("down")
-        .failure_policy(FailurePolicy::Fallback)
-        .deadline(Some(Duration::from_millis(200)))
-        .build()
-        .await
-        .unwrap();
-    server.kill();
+    let (limiter, _server) = support::fallback_without_redis().await;
     let limit = Limit::concurrent(2);
     let a = limiter.enter("k", &limit).await.unwrap();
     let b = limiter.enter("k", &limit).await.unwrap();

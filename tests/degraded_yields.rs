@@ -9,21 +9,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use redis_ratelimit::{Limit, RateLimiter, Source};
-use testkit::RedisServer;
+use redis_ratelimit::{Limit, Source};
+use testkit::outage::limiter_without_redis;
 
 #[tokio::test(flavor = "current_thread")]
 async fn a_caller_looping_while_the_store_is_down_lets_other_tasks_run() {
-    let mut server = RedisServer::start();
-    let limiter = RateLimiter::builder()
-        .redis(server.url())
-        .prefix("yields")
-        // The circuit stays open for the whole test: every call is decided by the policy.
-        .circuit_cooldown(Duration::from_secs(600))
-        .build()
-        .await
-        .unwrap();
-    server.kill();
+    let (limiter, _server) = limiter_without_redis(|builder| {
+        builder
+            .prefix("yields")
+            // The circuit stays open for the whole test: every call is decided by the policy.
+            .circuit_cooldown(Duration::from_secs(600))
+    })
+    .await;
     let limit = Limit::per_second(1_000_000);
     let first = limiter.check("k", &limit).await.unwrap();
     assert_eq!(first.source, Source::Fallback, "the store is gone");

@@ -16,7 +16,6 @@ use redis_ratelimit::{
     layer_limit, rate_limit,
 };
 use std::sync::LazyLock;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use testkit::RedisServer;
 use tokio::sync::watch;
 use tower::ServiceExt as _;
@@ -51,14 +50,15 @@ async fn limited(request: Request<Body>) -> Result<StatusCode, RateLimited> {
     Ok(work(request).await)
 }
 
-/// Requests of [`held`] admitted and running (each then holds its tokens until [`GO`]).
-static RUNNING: AtomicUsize = AtomicUsize::new(0);
+/// Requests of [`held`] admitted and running (each then holds its tokens until [`GO`]), told
+/// to whoever waits for them.
+static RUNNING: LazyLock<watch::Sender<usize>> = LazyLock::new(|| watch::Sender::new(0));
 /// Lets the requests of [`held`] answer.
 static GO: LazyLock<watch::Sender<bool>> = LazyLock::new(|| watch::channel(false).0);
 
 /// [`work`], answered once [`GO`] says so: requests in flight at once.
 async fn held(request: Request<Body>) -> StatusCode {
-    RUNNING.fetch_add(1, Ordering::SeqCst);
+    RUNNING.send_modify(|running| *running += 1);
     GO.subscribe().wait_for(|go| *go).await.unwrap();
     work(request).await
 }
@@ -255,19 +255,20 @@ async fn only_the_responses_it_counts_take(server: Option<RedisServer>) {
 /// held by requests in flight.
 async fn twenty_at_once(app: &Router, path: &str) -> Vec<StatusCode> {
     GO.send_replace(false);
-    let before = RUNNING.load(Ordering::SeqCst);
+    let before = *RUNNING.borrow();
     let requests: Vec<_> = (0..20)
         .map(|_| {
             let (app, path) = (app.clone(), path.to_owned());
             tokio::spawn(async move { get_as(&app, &path, "parallel", &[]).await })
         })
         .collect();
-    for _ in 0..10_000 {
-        if RUNNING.load(Ordering::SeqCst) >= before + 2 {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-    }
+    // The event of their admission (the bound only stops a hang).
+    let mut running = RUNNING.subscribe();
+    let two_running = running.wait_for(|running| *running >= before + 2);
+    tokio::time::timeout(testkit::wait::PATIENCE, two_running)
+        .await
+        .expect("two requests admitted and running")
+        .unwrap();
     GO.send_replace(true);
     let mut statuses = Vec::new();
     for r in requests {

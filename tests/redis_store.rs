@@ -12,6 +12,8 @@ use redis::AsyncCommands;
 use redis_ratelimit::{Error, FailurePolicy, Limit, RateLimiter, Source, tools::MAX_PART_LEN};
 use support::{key_slot, redis_limiter};
 use testkit::RedisServer;
+use testkit::outage::until_store;
+use testkit::wait::eventually_ok;
 
 /// The bucket keys under `prefix` (the heartbeat's `prefix:instances` is not one).
 async fn bucket_keys(con: &mut redis::aio::MultiplexedConnection, prefix: &str) -> usize {
@@ -68,15 +70,14 @@ async fn no_key_remains_once_the_bucket_has_refilled() {
     let exists: usize = con.exists(limiter.bucket_key("k0")).await.unwrap();
     assert_eq!(exists, 0, "a full bucket has no key");
     // Redis reclaims expired keys in the background too: memory tracks active buckets only.
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        let keys = bucket_keys(&mut con, "t").await;
-        if keys == 0 {
-            break;
-        }
-        assert!(Instant::now() < deadline, "{keys} expired keys still held");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    eventually_ok(
+        "Redis to reclaim the expired keys",
+        async || match bucket_keys(&mut con, "t").await {
+            0 => Ok(()),
+            keys => Err(format!("{keys} expired keys still held")),
+        },
+    )
+    .await;
 }
 
 /// A refused call writes nothing: no command of its script touches the bucket's key, as its
@@ -317,20 +318,9 @@ async fn failure_policies_decide_while_redis_is_down() {
     }
 
     server.restart();
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let d = fallback.check("k", &limit).await.unwrap();
-        if d.source == Source::Store {
-            // The Redis bucket kept nothing (no persistence): a fresh full bucket.
-            assert_eq!(d.remaining, 2);
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "still degraded 10 s after Redis came back"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    let d = until_store(&fallback, "k", &limit).await;
+    // The Redis bucket kept nothing (no persistence): a fresh full bucket.
+    assert_eq!(d.remaining, 2);
     assert!(!fallback.is_degraded());
 }
 
@@ -578,15 +568,14 @@ async fn the_fallback_share_is_exact_and_its_retry_after_comes_true() {
             .await
             .unwrap();
     }
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while limiter.live_instances() != 12 {
-        assert!(
-            Instant::now() < deadline,
-            "{} instances",
-            limiter.live_instances()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually_ok(
+        "the heartbeat to count 12 instances",
+        async || match limiter.live_instances() {
+            12 => Ok(()),
+            n => Err(format!("{n} instances")),
+        },
+    )
+    .await;
     drop(con);
     server.kill();
 

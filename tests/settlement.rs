@@ -15,6 +15,7 @@ use redis_ratelimit::{
 };
 use support::Harness;
 use testkit::RedisServer;
+use testkit::outage::redis_killed_under;
 
 /// A hundred tokens, one back every 36 s: none comes back while a case runs on Redis.
 const HUNDRED: Limit = Limit::per_hour(100);
@@ -366,9 +367,7 @@ async fn a_settlement_on_one_instance_is_seen_by_another() {
 /// settlement; nothing reaches the store that failed.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn while_redis_is_down_the_fallback_takes_and_settles() {
-    let mut server = RedisServer::start();
-    let limiter = instance(&server).await;
-    server.kill();
+    let (limiter, _server) = redis_killed_under(instance).await;
     let limit = Limit::per_hour(10);
     let usage = limiter.check_estimate("k", &limit, 6).await.unwrap();
     assert_eq!(usage.decision().source, Source::Fallback);

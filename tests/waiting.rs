@@ -16,10 +16,10 @@ use std::time::Duration;
 
 use futures_util::future::join_all;
 use redis_ratelimit::{
-    Algorithm, Error, FailurePolicy, Limit, RateLimiter, Refill, Source, error::InvalidLimit,
-    store::MemoryStore,
+    Algorithm, Error, Limit, RateLimiter, Refill, Source, error::InvalidLimit, store::MemoryStore,
 };
 use testkit::RedisServer;
+use testkit::wait::{eventually, eventually_ok};
 // Tokio's: virtual under paused time, the real clock otherwise.
 use tokio::time::Instant;
 
@@ -175,18 +175,13 @@ async fn a_dropped_waiter_gives_its_tokens_back(s: Store) {
     // Its token comes back (on Redis by a task: wait for it): one token owed, due within a
     // minute of the first call, not two (due within two).
     let owed_one = Duration::from_secs(60);
-    let mut retry = Duration::MAX;
-    for _ in 0..500 {
-        retry = s.limiter.check("k", &limit).await.unwrap().retry_after;
-        if retry <= owed_one {
-            break;
+    eventually_ok("the reservation given back", async || {
+        match s.limiter.check("k", &limit).await.unwrap().retry_after {
+            retry if retry <= owed_one => Ok(()),
+            retry => Err(format!("{retry:?} owed")),
         }
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    assert!(
-        retry <= owed_one,
-        "the reservation was not given back: {retry:?}"
-    );
+    })
+    .await;
 }
 
 async fn several_limits_wait_for_the_latest_and_stay_all_or_nothing(s: Store) {
@@ -344,16 +339,7 @@ async fn jitter_spreads_waiters_and_never_makes_one_early() {
 /// Redis down, the fallback paces the waiters in memory, at this instance's share.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_fallback_paces_waiters_while_redis_is_down() {
-    let mut server = RedisServer::start();
-    let limiter = RateLimiter::builder()
-        .redis(server.url())
-        .prefix("down")
-        .failure_policy(FailurePolicy::Fallback)
-        .deadline(Some(Duration::from_millis(200)))
-        .build()
-        .await
-        .unwrap();
-    server.kill();
+    let (limiter, _server) = support::fallback_without_redis().await;
     let limit = Limit::per_second(10).burst(1);
     let t0 = Instant::now();
     let calls: Vec<_> = (0..5)
@@ -403,14 +389,15 @@ async fn a_new_rate_keeps_the_reservations(s: Store) {
     let late = async {
         // Once most reservations are in (the bucket owes half a second or more; a slow
         // machine may see less), the same bucket read under both rates, back to back.
-        let mut before = s.limiter.peek("k", &old).await.unwrap();
-        for _ in 0..400 {
-            if before.retry_after >= Duration::from_millis(500) {
-                break;
+        let before = eventually_ok("most reservations in", async || {
+            let d = s.limiter.peek("k", &old).await.unwrap();
+            if d.retry_after >= Duration::from_millis(500) {
+                Ok(d)
+            } else {
+                Err(format!("{:?} owed", d.retry_after))
             }
-            tokio::time::sleep(Duration::from_millis(1)).await;
-            before = s.limiter.peek("k", &old).await.unwrap();
-        }
+        })
+        .await;
         let asked = Instant::now();
         let seen = s.limiter.peek("k", &new).await.unwrap();
         (before, seen, asked.elapsed())
@@ -453,31 +440,28 @@ async fn a_give_back_clears_the_deny_cache() {
         async move { limiter.acquire("k", &limit, 3 * minute).await }
     });
     // Once the waiter has reserved (the bucket then owes two minutes, less what passed)...
-    let reserved = Instant::now();
-    while limiter.peek("k", &limit).await.unwrap().retry_after <= minute {
-        assert!(reserved.elapsed() < minute / 2, "the waiter never reserved");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    eventually("the waiter to reserve", async || {
+        limiter.peek("k", &limit).await.unwrap().retry_after > minute
+    })
+    .await;
     // ... a call is refused behind it, and remembered by the deny cache.
     let d = limiter.check("k", &limit).await.unwrap();
     assert!(!d.allowed, "{d:?}");
     waiter.abort();
     // The waiter's token is back: one token owed, due within the minute, and every instance
     // answers so, cache or not (the cache would say the two minutes of the reservation).
-    let gave_back = Instant::now();
-    let d = loop {
+    let d = eventually_ok("the waiter's token back", async || {
         let d = limiter.check("k", &limit).await.unwrap();
         if d.allowed || d.retry_after <= minute {
-            break d;
+            Ok(d)
+        } else {
+            Err(format!(
+                "still refused for {:?} by {:?}",
+                d.retry_after, d.source
+            ))
         }
-        assert!(
-            gave_back.elapsed() < minute / 2,
-            "still refused for {:?} by {:?}",
-            d.retry_after,
-            d.source
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    })
+    .await;
     assert!(!d.allowed, "never early: {d:?}");
     assert_eq!(d.source, Source::Store, "{d:?}");
 }
@@ -514,17 +498,13 @@ async fn a_call_dropped_in_flight_gives_back_what_it_reserved() {
         .query_async(&mut con)
         .await
         .unwrap();
-    let ran = Instant::now();
-    loop {
-        let owed = limiter.peek("k", &limit).await.unwrap().retry_after;
-        if owed <= minute {
-            break;
+    let given_back = "the reservation made after the caller left given back";
+    eventually_ok(given_back, async || {
+        match limiter.peek("k", &limit).await.unwrap().retry_after {
+            owed if owed <= minute => Ok(()),
+            owed => Err(format!("{owed:?} owed")),
         }
-        assert!(
-            ran.elapsed() < minute / 2,
-            "the reservation made after the caller left was kept: {owed:?} owed"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
     assert!(!limiter.check("k", &limit).await.unwrap().allowed);
 }

@@ -153,30 +153,31 @@ impl RedisCluster {
                 redis_cli_bin().display()
             )
         });
-        let deadline = Instant::now() + SETTLE;
-        loop {
-            match child.try_wait() {
-                Ok(Some(status)) => {
-                    let out = child.wait_with_output().map(|o| {
-                        format!(
-                            "{}{}",
-                            String::from_utf8_lossy(&o.stdout),
-                            String::from_utf8_lossy(&o.stderr)
-                        )
-                    });
-                    assert!(
-                        status.success(),
-                        "redis-cli --cluster create failed ({status}): {out:?}"
-                    );
-                    return;
-                }
-                Ok(None) if Instant::now() > deadline => {
-                    let _ = child.kill();
-                    let _ = child.wait();
-                    panic!("redis-cli --cluster create did not finish within {SETTLE:?}");
-                }
-                Ok(None) => std::thread::sleep(Duration::from_millis(50)),
-                Err(e) => panic!("waiting for redis-cli: {e}"),
+        // `Ok` once it has finished, `Err` until then.
+        let finished = crate::wait::poll_blocking(SETTLE, || match child.try_wait() {
+            Ok(Some(status)) => Ok(Ok(status)),
+            Ok(None) => Err("still running"),
+            Err(e) => Ok(Err(e)),
+        });
+        match finished {
+            Ok(Ok(status)) => {
+                let out = child.wait_with_output().map(|o| {
+                    format!(
+                        "{}{}",
+                        String::from_utf8_lossy(&o.stdout),
+                        String::from_utf8_lossy(&o.stderr)
+                    )
+                });
+                assert!(
+                    status.success(),
+                    "redis-cli --cluster create failed ({status}): {out:?}"
+                );
+            }
+            Ok(Err(e)) => panic!("waiting for redis-cli: {e}"),
+            Err(e) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                panic!("redis-cli --cluster create: {e}");
             }
         }
     }
@@ -398,35 +399,24 @@ impl RedisCluster {
         ranges: &[(u16, u16)],
         timeout: Duration,
     ) -> Result<(), String> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let promoted = self.role(node) == Some(Role::Master);
-            let check = if promoted {
-                self.health().and_then(|map| {
-                    for &(start, end) in ranges {
-                        let owner = map
-                            .iter()
-                            .find(|r| (r.start..=r.end).contains(&start) && r.end >= end)
-                            .map(|r| r.master);
-                        if owner != Some(node) {
-                            return Err(format!(
-                                "slots {start}-{end} are served by {owner:?}, not {node}"
-                            ));
-                        }
-                    }
-                    Ok(())
-                })
-            } else {
-                Err(format!("{node} is not a master yet"))
-            };
-            match check {
-                Ok(()) => return Ok(()),
-                Err(e) if Instant::now() > deadline => {
-                    return Err(format!("after {timeout:?}: {e}"));
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+        crate::wait::poll_blocking(timeout, || {
+            if self.role(node) != Some(Role::Master) {
+                return Err(format!("{node} is not a master yet"));
             }
-        }
+            let map = self.health()?;
+            for &(start, end) in ranges {
+                let owner = map
+                    .iter()
+                    .find(|r| (r.start..=r.end).contains(&start) && r.end >= end)
+                    .map(|r| r.master);
+                if owner != Some(node) {
+                    return Err(format!(
+                        "slots {start}-{end} are served by {owner:?}, not {node}"
+                    ));
+                }
+            }
+            Ok(())
+        })
     }
 
     /// Waits until every live node reports `cluster_state:ok` with all slots served, they all
@@ -435,16 +425,7 @@ impl RedisCluster {
     /// # Errors
     /// What was still wrong when `timeout` ran out.
     pub fn wait_healthy(&self, timeout: Duration) -> Result<(), String> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            match self.health() {
-                Ok(_) => return Ok(()),
-                Err(e) if Instant::now() > deadline => {
-                    return Err(format!("after {timeout:?}: {e}"));
-                }
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        }
+        crate::wait::poll_blocking(timeout, || self.health().map(drop))
     }
 
     /// The agreed slot map if the cluster is healthy (see [`wait_healthy`]).

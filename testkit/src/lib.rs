@@ -1,7 +1,9 @@
 //! Test support: real `redis-server` processes that the tests start themselves, on free
 //! loopback ports, in temporary directories, stopped when dropped. Never a shared server.
 //! [`RedisServer`] is one server; [`cluster::RedisCluster`] a six-node Redis Cluster;
-//! [`sentinel::SentinelSetup`] a master, a replica and three sentinels.
+//! [`sentinel::SentinelSetup`] a master, a replica and three sentinels. [`wait`] is how a test
+//! waits for an event: until it has happened, never for a fixed time; [`outage`] stages a
+//! Redis that dies under a limiter.
 //!
 //! The crate also holds three programs: `hammer` (one process of the multi-process accuracy
 //! test, `tests/accuracy.rs`), `bench_memory` (Redis memory per active bucket, written up
@@ -15,14 +17,16 @@ pub mod font;
 pub mod hammer;
 pub mod logs;
 pub mod module;
+pub mod outage;
 pub mod sentinel;
 pub mod tls;
+pub mod wait;
 
 use std::io::Read;
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// The `redis-server` binary: `$REDIS_SERVER_BIN`, else the one on `PATH`.
 pub fn redis_server_bin() -> PathBuf {
@@ -179,15 +183,8 @@ impl RedisServer {
 
 /// Starts a killed server again on its own port: `start` until it succeeds, for at most 10 s
 /// (the port may not be free again at once).
-pub(crate) fn respawn(mut start: impl FnMut() -> Result<Child, String>) -> Result<Child, String> {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        match start() {
-            Ok(child) => return Ok(child),
-            Err(e) if Instant::now() > deadline => return Err(e),
-            Err(_) => std::thread::sleep(Duration::from_millis(100)),
-        }
-    }
+pub(crate) fn respawn(start: impl FnMut() -> Result<Child, String>) -> Result<Child, String> {
+    wait::poll_blocking(Duration::from_secs(10), start)
 }
 
 impl Drop for RedisServer {
@@ -233,31 +230,39 @@ pub(crate) fn launch(mut cmd: Command, dir: &Path, port: u16) -> Result<Child, S
                 bin.display()
             )
         })?;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        if let Some(status) = child.try_wait().map_err(|e| e.to_string())? {
+    // `Ok` once it answers or has exited (`Err` inside: why it never will), `Err` until then.
+    let up = wait::poll_blocking(Duration::from_secs(10), || match child.try_wait() {
+        Err(e) => Ok(Err(e.to_string())),
+        Ok(Some(status)) => Ok(Err(format!("redis-server exited with {status}"))),
+        Ok(None) if answers_ping(port) => Ok(Ok(())),
+        Ok(None) => Err(format!("redis-server on port {port} does not answer PING")),
+    });
+    match up {
+        Ok(Ok(())) => {
+            drop(child.stderr.take());
+            Ok(child)
+        }
+        Ok(Err(exited)) => {
             let mut out = std::fs::read_to_string(dir.join("redis.log")).unwrap_or_default();
             if let Some(mut se) = child.stderr.take() {
                 let _ = se.read_to_string(&mut out);
             }
-            return Err(format!("redis-server exited with {status}: {out}"));
+            Err(format!("{exited}: {out}"))
         }
-        if let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}"))
-            && let Ok(mut con) = client.get_connection_with_timeout(Duration::from_millis(200))
-            && redis::cmd("PING").query::<String>(&mut con).is_ok()
-        {
-            drop(child.stderr.take());
-            return Ok(child);
-        }
-        if Instant::now() > deadline {
+        Err(never) => {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!(
-                "redis-server on port {port} did not answer PING within 10 s"
-            ));
+            Err(never)
         }
-        std::thread::sleep(Duration::from_millis(20));
     }
+}
+
+/// Whether a `redis-server` on `port` answers `PING` (within 200 ms).
+fn answers_ping(port: u16) -> bool {
+    redis::Client::open(format!("redis://127.0.0.1:{port}"))
+        .and_then(|client| client.get_connection_with_timeout(Duration::from_millis(200)))
+        .and_then(|mut con| redis::cmd("PING").query::<String>(&mut con))
+        .is_ok()
 }
 
 /// A small deterministic generator (xorshift64*) for the tests' random inputs, so that a

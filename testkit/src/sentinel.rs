@@ -6,7 +6,7 @@
 
 use std::fmt;
 use std::process::{Child, Command};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use redis::Value;
 
@@ -163,18 +163,13 @@ impl SentinelSetup {
     /// # Errors
     /// What was still wrong when `timeout` ran out.
     pub fn wait_new_master(&self, old: u16, timeout: Duration) -> Result<u16, String> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            let reported = self.reported_masters();
-            let state = match self.master_port() {
-                Some(p) if p != old && role_of(p).as_deref() == Some("master") => return Ok(p),
-                _ => format!("sentinels report {reported:?}"),
-            };
-            if Instant::now() > deadline {
-                return Err(format!("no new master after {timeout:?}: {state}"));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        crate::wait::poll_blocking(timeout, || match self.master_port() {
+            Some(p) if p != old && role_of(p).as_deref() == Some("master") => Ok(p),
+            _ => Err(format!(
+                "no new master: sentinels report {:?}",
+                self.reported_masters()
+            )),
+        })
     }
 
     /// Kills the data node on `port` (SIGKILL) and starts it again on its port and directory
@@ -198,26 +193,20 @@ impl SentinelSetup {
     }
 
     fn wait_replica_in_sync(&self, index: usize, timeout: Duration) -> Result<(), String> {
-        let deadline = Instant::now() + timeout;
         let port = self.servers[index].port();
-        loop {
+        crate::wait::poll_blocking(timeout, || {
             let info: Result<String, _> = connection(port)
                 .and_then(|mut c| redis::cmd("INFO").arg("replication").query(&mut c));
             match info {
-                Ok(i) if i.contains("master_link_status:up") => return Ok(()),
-                other if Instant::now() > deadline => {
-                    return Err(format!("replica {port}: {other:?}"));
-                }
-                _ => std::thread::sleep(Duration::from_millis(50)),
+                Ok(i) if i.contains("master_link_status:up") => Ok(()),
+                other => Err(format!("replica {port}: {other:?}")),
             }
-        }
+        })
     }
 
     fn wait_formed(&self, timeout: Duration) -> Result<(), String> {
-        let deadline = Instant::now() + timeout;
         let master = self.servers[0].port();
-        loop {
-            let mut wrong = None;
+        crate::wait::poll_blocking(timeout, || {
             for s in &self.sentinels {
                 let view = sentinel_view(s.port);
                 let ok = view.as_ref().is_ok_and(|v| {
@@ -227,16 +216,11 @@ impl SentinelSetup {
                         && v.other_sentinels == 2
                 });
                 if !ok {
-                    wrong = Some(format!("sentinel {}: {view:?}", s.port));
-                    break;
+                    return Err(format!("sentinel {}: {view:?}", s.port));
                 }
             }
-            match wrong {
-                None => return Ok(()),
-                Some(w) if Instant::now() > deadline => return Err(w),
-                Some(_) => std::thread::sleep(Duration::from_millis(100)),
-            }
-        }
+            Ok(())
+        })
     }
 }
 

@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use common::{Call, Load, OtherVersion, TOLERANT_DEADLINE, assert_no_errors, ms, strict_limiter};
 use ratelimit_core::{Algorithm, FailurePolicy, Limit, RateLimiter, Source};
 use testkit::cluster::RedisCluster;
+use testkit::wait::eventually;
 
 /// Keys `k0..` whose buckets are spread over the masters, grouped by the master serving them.
 fn keys_by_master(
@@ -563,10 +564,10 @@ async fn every_master_holds_the_library_and_one_that_loses_it_gets_it_back() {
     assert_eq!((d.allowed, d.remaining, d.source), (true, 0, Source::Store));
     let d = limiter.check(&keys[0], &limit).await.unwrap();
     assert_eq!((d.allowed, d.source), (false, Source::Store));
-    assert!(
-        common::eventually(async || holds_library(flushed).await).await,
-        "the flushed master has the library again"
-    );
+    eventually("the flushed master to have the library again", async || {
+        holds_library(flushed).await
+    })
+    .await;
     let evals = info_field(flushed, "commandstats", "cmdstat_eval").await;
     assert!(
         evals > 0,
@@ -923,13 +924,10 @@ async fn a_concurrency_limit_holds_on_a_cluster() {
         assert_eq!(limiter.peek(rate_key, &hourly).await.unwrap().remaining, 1);
         assert!(limiter.check(rate_key, &hourly).await.unwrap().allowed);
         drop(held);
-        for _ in 0..500 {
-            if limiter.peek(slot_key, &slots).await.unwrap().remaining == 2 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert_eq!(limiter.peek(slot_key, &slots).await.unwrap().remaining, 2);
+        eventually(format!("both slots of {slot_key} given back"), async || {
+            limiter.peek(slot_key, &slots).await.unwrap().remaining == 2
+        })
+        .await;
         // The bucket is empty: no slot taken, on whichever master decides first.
         let refused = limiter.enter_all(&call).await.unwrap();
         assert!(!refused.decision.allowed, "{:?}", refused.decision);
@@ -954,17 +952,16 @@ async fn a_concurrency_limit_holds_on_a_cluster() {
     // the holder leaves.
     let bucket = limiter.bucket_key(key);
     let master = cluster.master_of_key(&bucket);
-    let mut members = 0;
-    for _ in 0..500 {
-        members = cluster
-            .query::<usize>(master, redis::cmd("ZCARD").arg(&bucket))
-            .unwrap();
-        if members == 2 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(members, 2, "the holder's slot and the waiter's ticket");
+    eventually(
+        "the holder's slot and the waiter's ticket in the set",
+        async || {
+            let members = cluster
+                .query::<usize>(master, redis::cmd("ZCARD").arg(&bucket))
+                .unwrap();
+            members == 2
+        },
+    )
+    .await;
     drop(holder);
     assert!(waiter.await.unwrap());
 }

@@ -17,16 +17,20 @@ use common::{
 };
 use ratelimit_core::{FailurePolicy, Limit, RateLimiter, Source, defaults::DEFAULT_DEADLINE};
 use testkit::RedisServer;
+use testkit::wait::{eventually, poll};
 
 /// Whether the server holds this version's function library.
 async fn library_loaded(server: &RedisServer) -> bool {
     common::holds_library(&mut server.connection().await).await
 }
 
-/// Polls [`library_loaded`]: loaded again in the limiter's background, with no event to wait
-/// for.
-async fn library_loaded_soon(server: &RedisServer) -> bool {
-    common::eventually(async || library_loaded(server).await).await
+/// Waits until [`library_loaded`]: loaded again in the limiter's background, which says
+/// nothing when it has.
+async fn library_loaded_soon(server: &RedisServer) {
+    eventually("the library loaded again", async || {
+        library_loaded(server).await
+    })
+    .await;
 }
 
 /// A server on which `FUNCTION` is renamed away: no library can be loaded, so a limiter
@@ -51,16 +55,11 @@ async fn script_runs(server: &RedisServer) -> u64 {
     testkit::script_calls(&info)
 }
 
-/// Polls `cond` every millisecond for at most `within`; the instant it first held.
-async fn wait_for(within: Duration, mut cond: impl FnMut() -> bool) -> Option<Instant> {
-    let t0 = Instant::now();
-    while t0.elapsed() < within {
-        if cond() {
-            return Some(Instant::now());
-        }
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    None
+/// The instant `cond` first held, asked for at most `within` (`None` after).
+async fn when(within: Duration, mut cond: impl FnMut() -> bool) -> Option<Instant> {
+    poll(within, async || cond().then(Instant::now).ok_or(""))
+        .await
+        .ok()
 }
 
 /// (a) Redis is killed for 5 s under load, then restarted on the same port with no data and
@@ -89,7 +88,7 @@ async fn redis_killed_under_load_then_restarted() {
     server.kill();
     // Calls that started before the process was gone may still have been answered by it.
     let t_dead = Instant::now();
-    let degraded_at = wait_for(Duration::from_secs(5), || limiter.is_degraded()).await;
+    let degraded_at = when(Duration::from_secs(5), || limiter.is_degraded()).await;
     let until = t_kill + Duration::from_secs(5);
     tokio::time::sleep(until.saturating_duration_since(Instant::now())).await;
     assert!(limiter.is_degraded(), "still degraded while Redis is down");
@@ -98,7 +97,7 @@ async fn redis_killed_under_load_then_restarted() {
     let t_restarting = Instant::now();
     server.restart();
     let t_restart = Instant::now();
-    let healthy_at = wait_for(Duration::from_secs(10), || !limiter.is_degraded()).await;
+    let healthy_at = when(Duration::from_secs(10), || !limiter.is_degraded()).await;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let calls = load.stop().await;
 
@@ -146,10 +145,7 @@ async fn redis_killed_under_load_then_restarted() {
         ms(healthy),
         ms(max_latency)
     );
-    assert!(
-        library_loaded_soon(&server).await,
-        "the library was loaded again into the restarted server"
-    );
+    library_loaded_soon(&server).await;
     assert!(!limiter.is_degraded());
     let entering = logs::matching("killed", "entering degraded mode");
     let when = |lines: &[logs::Line]| -> Vec<String> {
@@ -429,7 +425,7 @@ async fn the_least_acl_in_the_docs_is_enough() {
         .unwrap();
     let d = limiter.check("lost", &Limit::per_hour(1)).await.unwrap();
     assert_eq!((d.allowed, d.source), (true, Source::Store));
-    assert!(library_loaded_soon(&server).await, "loaded again");
+    library_loaded_soon(&server).await;
     // A lease renewal (every third of the lease): a slot held under a lease of 300 ms until
     // the renewal moves its expiry (the slot's score) on.
     let short = Limit::concurrent(1).lease(Duration::from_millis(300));
@@ -448,15 +444,7 @@ async fn the_least_acl_in_the_docs_is_enough() {
         slots.iter().map(|s| s.1).fold(0.0, f64::max)
     };
     let first = score().await;
-    let mut renewed = false;
-    for _ in 0..500 {
-        if score().await > first {
-            renewed = true;
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert!(renewed, "the lease was renewed");
+    eventually("the lease renewed", async || score().await > first).await;
     drop(held);
     let log = common::acl_log(&mut con).await;
     println!("least ACL: {} calls, ACL LOG {log:?}", calls + 1);
@@ -628,20 +616,9 @@ async fn a_restart_that_keeps_the_data_keeps_the_buckets() {
         "the bucket and its expiry survived the restart: PTTL {pttl} ms"
     );
     // The first decision Redis takes after the restart sees the exhausted bucket.
-    let mut first_store = None;
-    let mut calls = 0;
-    while t_restart.elapsed() < Duration::from_secs(10) {
-        calls += 1;
-        let d = limiter.check("k", &limit).await.unwrap();
-        if d.source == Source::Store {
-            first_store = Some(d);
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    let d = first_store.expect("Redis decides again within 10 s of the restart");
+    let d = common::until_store(&limiter, "k", &limit).await;
     println!(
-        "aof: back on Redis {:.1} ms after the restart ({calls} calls); retry_after {:?}",
+        "aof: back on Redis {:.1} ms after the restart; retry_after {:?}",
         ms(t_restart.elapsed()),
         d.retry_after
     );
@@ -736,7 +713,10 @@ async fn a_paused_redis_costs_one_deadline_not_the_pause() {
         .unwrap();
     let pause_end = t_pause + Duration::from_secs(2);
     tokio::time::sleep(Duration::from_millis(2500)).await;
-    let healthy = wait_for(Duration::from_secs(10), || !limiter.is_degraded()).await;
+    eventually("Redis decides again after the pause", async || {
+        !limiter.is_degraded()
+    })
+    .await;
     tokio::time::sleep(Duration::from_millis(300)).await;
     let calls = load.stop().await;
     // Calls that gave up at the deadline had already sent their script: Redis runs it once the
@@ -794,7 +774,6 @@ async fn a_paused_redis_costs_one_deadline_not_the_pause() {
         waited.len(),
         waited.first()
     );
-    assert!(healthy.is_some(), "Redis decides again after the pause");
     assert!(back.is_some(), "Redis decides again after the pause");
 }
 
@@ -837,11 +816,10 @@ async fn what_each_policy_admits_while_redis_is_down() {
     }
     // The heartbeats see both instances of each pair.
     let all: Vec<RateLimiter> = pairs.iter().flat_map(|p| p.1.clone()).collect();
-    let seen = wait_for(Duration::from_secs(10), || {
+    eventually("the heartbeat seeing 2 instances per prefix", async || {
         all.iter().all(|l| l.live_instances() == 2)
     })
     .await;
-    assert!(seen.is_some(), "the heartbeat saw 2 instances per prefix");
     for l in &all {
         assert_eq!(l.check("warm", &limit).await.unwrap().source, Source::Store);
     }
@@ -919,15 +897,7 @@ async fn what_each_policy_admits_while_redis_is_down() {
     );
     server.restart();
     for l in &all {
-        let back = common::until_store(
-            l,
-            "after",
-            &limit,
-            Duration::from_millis(20),
-            Duration::from_secs(10),
-        )
-        .await;
-        assert!(back.is_some(), "{l:?} back on Redis");
+        common::until_store(l, "after", &limit).await;
     }
 }
 
@@ -961,18 +931,7 @@ async fn short_outages_never_hand_out_the_share_again() {
     assert_eq!(outage("the first outage").await, 6, "what Redis had left");
     // Redis answers again. It never heard of the fallback's 6, and admits one more (fewer
     // are left if it ran the scripts of calls that had given up at the deadline).
-    let start = Instant::now();
-    let back = loop {
-        let d = limiter.check("k", &limit).await.unwrap();
-        if d.source == Source::Store {
-            break d;
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(10),
-            "Redis never came back"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let back = common::until_store(&limiter, "k", &limit).await;
     assert!(back.allowed && back.remaining <= 5, "{back:?}");
     assert_eq!(
         outage("the second outage").await,

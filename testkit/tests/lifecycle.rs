@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use proptest::prelude::*;
 use ratelimit_core::{Error, Limit, RateLimiter, Source, enable::EnableOptions, store::RedisStore};
+use testkit::wait::eventually;
 use testkit::{RedisServer, free_port};
 
 use common::{EVENTUALLY, OtherInstance};
@@ -24,15 +25,6 @@ async fn limiter(url: &str, prefix: &str) -> RateLimiter {
         .build()
         .await
         .unwrap()
-}
-
-/// Polls `f` every few milliseconds until it holds, for at most [`EVENTUALLY`].
-async fn eventually(what: &str, mut f: impl AsyncFnMut() -> bool) {
-    let start = Instant::now();
-    while !f().await {
-        assert!(start.elapsed() < EVENTUALLY, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
 }
 
 async fn members(server: &RedisServer, prefix: &str) -> u32 {

@@ -15,6 +15,7 @@ use ratelimit_core::tools::algorithms::token_bucket;
 use ratelimit_core::tools::scripts;
 use ratelimit_core::{Limit, RateLimiter, Source};
 use redis::{Connection, Value};
+use testkit::wait::{eventually_blocking, eventually_ok};
 use testkit::{RedisServer, Rng};
 
 fn with_module(extra: &[&str]) -> RedisServer {
@@ -430,19 +431,15 @@ fn pexpiretime(con: &mut Connection, key: &str) -> i64 {
 
 /// Waits for the replica to report its link to the master up: a full sync, which a loaded
 /// machine may take many seconds to finish (a fresh-clone .ci/run beside another build took
-/// more than 5). The bound is for a sync that never happens.
+/// more than 5).
 fn wait_for_link(replica: &mut Connection) {
-    for _ in 0..6000 {
+    eventually_blocking("the replica linked to its master", || {
         let info: String = redis::cmd("INFO")
             .arg("replication")
             .query(replica)
             .unwrap();
-        if info.contains("master_link_status:up") {
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(10));
-    }
-    panic!("the replica never linked to its master");
+        info.contains("master_link_status:up")
+    });
 }
 
 /// A limiter built on a server with the module decides by it; when the server loses the
@@ -851,24 +848,18 @@ async fn through_sentinel_the_module_decides_before_and_after_a_failover() {
     // Calls go on: the first ones may still reach the old master (which takes writes until
     // the sentinels turn it into a replica, and then loses them) or fall to the failure
     // policy, until the limiter follows the new master, which decides by its module.
-    let mut last = None;
-    for _ in 0..300 {
+    eventually_ok("the new master deciding by its module", async || {
         let d = limiter.check_n("k", &limit, 1).await.unwrap();
         // Wherever it was decided, the bucket held the two calls before the failover.
         assert!(d.source != Source::Store || d.remaining <= 1, "{d:?}");
         assert_eq!(limiter.redis_path(), Some(RedisPath::Module), "after {d:?}");
-        last = Some(d);
         if module_calls_on(new) > 0 {
-            break;
+            return Ok(());
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert!(
-        module_calls_on(new) > 0,
-        "the new master decided by its module; the last call: {last:?}; old master {old}: \
-         {} module calls",
-        module_calls_on(old)
-    );
+        // Not the old master's calls: it drops its clients as it becomes a replica.
+        Err(format!("the last call: {d:?}"))
+    })
+    .await;
     assert_eq!(limiter.redis_path(), Some(RedisPath::Module));
     // On the state the old master replicated: its two calls, and at least the one the new
     // master decided, are taken.

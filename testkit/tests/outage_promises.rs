@@ -10,9 +10,11 @@ mod common;
 
 use std::time::Duration;
 
-use common::{EVENTUALLY, OtherInstance, TOLERANT_DEADLINE, eventually, pause, until_store};
+use common::{OtherInstance, TOLERANT_DEADLINE, pause, until_store};
 use ratelimit_core::{Entered, Limit, RateLimiter, Source};
 use testkit::RedisServer;
+use testkit::outage::redis_killed_under;
+use testkit::wait::{eventually, eventually_blocking, eventually_ok};
 
 const TWO: Limit = Limit::concurrent(2);
 
@@ -90,11 +92,14 @@ async fn the_fallback_counts_the_calls_redis_granted() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_limiters_of_one_process_hold_one_share() {
-    let mut server = RedisServer::start();
-    let a = limiter(&server, "pair", true).await;
-    let b = limiter(&server, "pair", true).await;
+    let ((a, b), _server) = redis_killed_under(async |server| {
+        (
+            limiter(server, "pair", true).await,
+            limiter(server, "pair", true).await,
+        )
+    })
+    .await;
     assert_eq!(a.live_instances(), 1, "one process is one instance");
-    server.kill();
     let mut calls = Vec::new();
     for _ in 0..3 {
         calls.push(a.enter("tenant", &TWO).await.unwrap());
@@ -111,12 +116,16 @@ async fn two_limiters_of_one_process_hold_one_share() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_back_empty_learns_of_the_calls_the_fallback_admitted() {
-    let mut server = RedisServer::start();
-    let limiter = limiter(&server, "back", true).await;
-    // Not an instance of the fleet: it never saw the outage, and asks Redis alone.
-    let elsewhere = another_process(&server, "back").await;
+    // `elsewhere` is not an instance of the fleet: it never saw the outage, and asks Redis
+    // alone.
+    let ((limiter, elsewhere), mut server) = redis_killed_under(async |server| {
+        (
+            limiter(server, "back", true).await,
+            another_process(server, "back").await,
+        )
+    })
+    .await;
     let key = limiter.bucket_key("tenant");
-    server.kill();
     let running = [
         limiter.enter("tenant", &TWO).await.unwrap(),
         limiter.enter("tenant", &TWO).await.unwrap(),
@@ -132,11 +141,13 @@ async fn a_redis_back_empty_learns_of_the_calls_the_fallback_admitted() {
     );
     assert!(!third.decision.allowed, "a third call beside two running");
     // The guards of the two calls write their slots back, at once.
-    assert!(
-        eventually(async || slots_in_redis(&server, &key).await == 2).await,
-        "Redis learned of the two calls the fallback admitted within {EVENTUALLY:?}: it holds {}",
-        slots_in_redis(&server, &key).await
-    );
+    slots_reach(
+        &server,
+        &key,
+        2,
+        "Redis to learn of the two calls the fallback admitted",
+    )
+    .await;
     // So another instance is refused by Redis itself, once it reaches it again.
     reaches_redis(&elsewhere).await;
     let other = elsewhere.enter("tenant", &TWO).await.unwrap();
@@ -155,19 +166,16 @@ async fn a_redis_back_empty_learns_of_the_calls_the_fallback_admitted() {
 
 /// Waits until `limiter` decides on Redis again (its connection back after a restart).
 async fn reaches_redis(limiter: &RateLimiter) {
-    let probe = Limit::per_second(1_000);
-    assert!(
-        until_store(
-            limiter,
-            "probe",
-            &probe,
-            Duration::from_millis(10),
-            EVENTUALLY
-        )
-        .await
-        .is_some(),
-        "the limiter reaches Redis again within {EVENTUALLY:?}"
-    );
+    until_store(limiter, "probe", &Limit::per_second(1_000)).await;
+}
+
+/// Waits until Redis holds `n` live slots in `key`.
+async fn slots_reach(server: &RedisServer, key: &str, n: usize, what: &str) {
+    eventually_ok(what, async || match slots_in_redis(server, key).await {
+        held if held == n => Ok(()),
+        held => Err(format!("it holds {held} of {n}")),
+    })
+    .await;
 }
 
 /// A limiter on `prefix` that is no instance of this process's fleet (so it has a fallback,
@@ -198,11 +206,7 @@ async fn a_redis_back_with_its_data_keeps_the_count() {
         refused.decision
     );
     server.restart();
-    assert!(
-        eventually(async || slots_in_redis(&server, &key).await == 2).await,
-        "Redis holds both calls: {}",
-        slots_in_redis(&server, &key).await
-    );
+    slots_reach(&server, &key, 2, "Redis to hold both calls").await;
     let other = another_process(&server, "kept").await;
     reaches_redis(&other).await;
     let d = other.enter("tenant", &TWO).await.unwrap();
@@ -211,10 +215,7 @@ async fn a_redis_back_with_its_data_keeps_the_count() {
         (false, Source::Store)
     );
     drop((by_redis, by_fallback));
-    assert!(
-        eventually(async || slots_in_redis(&server, &key).await == 0).await,
-        "both slots given back"
-    );
+    slots_reach(&server, &key, 0, "both slots given back").await;
 }
 
 /// The fallback's first decision on `key` under `limit` once Redis is paused.
@@ -260,14 +261,13 @@ async fn waiters_reserved_in_redis_are_owed_by_the_fallback() {
     let all_reserved = |d: &ratelimit_core::Decision| {
         d.source == Source::Store && d.retry_after + asked.elapsed() >= Duration::from_millis(1_900)
     };
-    assert!(
-        eventually(async || limiter
+    eventually("the twenty to reserve their turns", async || {
+        limiter
             .peek("host", &limit)
             .await
-            .is_ok_and(|d| all_reserved(&d)))
-        .await,
-        "the twenty reserved their turns"
-    );
+            .is_ok_and(|d| all_reserved(&d))
+    })
+    .await;
     // Redis stops answering: the next call is the fallback's, behind the twenty.
     let d = by_the_fallback(&limiter, &server, "host", &limit).await;
     println!("the fallback's first call waits {:?}", d.retry_after);
@@ -323,15 +323,10 @@ fn four_instances_hold_a_concurrency_limit_within_its_max_when_redis_dies() {
         member.expect("READY");
     }
     // Every instance counts the four (a heartbeat each, about a second).
-    let counted = std::time::Instant::now();
     for member in &mut fleet {
-        while member.say("count", "COUNT") != "COUNT 4" {
-            assert!(
-                counted.elapsed() < EVENTUALLY,
-                "the instances never counted 4"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
+        eventually_blocking("every instance to count the four", || {
+            member.say("count", "COUNT") == "COUNT 4"
+        });
     }
     let held_before: Vec<u32> = [6, 1, 1, 1]
         .iter()

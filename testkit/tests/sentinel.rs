@@ -11,11 +11,12 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{
-    Call, Load, OtherVersion, TOLERANT_DEADLINE, assert_no_errors, eventually, holds_library,
-    info_field, ms, replicated,
+    Call, Load, OtherVersion, TOLERANT_DEADLINE, assert_no_errors, holds_library, info_field, ms,
+    replicated,
 };
 use ratelimit_core::{Limit, RateLimiter, Source};
 use testkit::sentinel::SentinelSetup;
+use testkit::wait::{eventually, eventually_ok, poll};
 
 /// A limiter on `setup` through its sentinels, under `prefix`.
 async fn limiter(setup: &SentinelSetup, prefix: &str) -> RateLimiter {
@@ -51,15 +52,7 @@ async fn failover_under_load(
     let old = fault(setup);
     let new_master = setup.wait_new_master(old, Duration::from_secs(30)).unwrap();
     let t_promoted = Instant::now();
-    let back = common::until_store(
-        limiter,
-        "probe",
-        &limit,
-        Duration::from_millis(10),
-        Duration::from_secs(30),
-    )
-    .await;
-    assert!(back.is_some(), "Redis decides again within 30 s");
+    common::until_store(limiter, "probe", &limit).await;
     tokio::time::sleep(Duration::from_secs(1)).await;
     Run {
         calls: load.stop().await,
@@ -188,17 +181,16 @@ async fn the_limiter_leaves_a_demoted_master() {
     run.check("sentinel, forced failover");
     let limit = Limit::per_hour(1).burst(3);
     let mut con = setup.server(run.new_master).connection().await;
-    let mut moved = None;
-    for i in 0..500 {
-        if run.t_promoted.elapsed() > Duration::from_secs(8) {
-            break;
-        }
-        if decided_on(&limiter, &mut con, &format!("after{i}"), &limit).await {
-            moved = Some(run.t_promoted.elapsed());
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    // Measured, not required: for at most 8 s after the sentinels named it.
+    let mut i = 0;
+    let within = Duration::from_secs(8).saturating_sub(run.t_promoted.elapsed());
+    let moved = poll(within, async || {
+        i += 1;
+        let on_new = decided_on(&limiter, &mut con, &format!("after{i}"), &limit).await;
+        on_new.then(|| run.t_promoted.elapsed()).ok_or("")
+    })
+    .await
+    .ok();
     let old_role: redis::Value = redis::cmd("ROLE")
         .query_async(&mut setup.server(old).connection().await)
         .await
@@ -287,10 +279,10 @@ async fn functions_survive_flushes_a_second_version_and_a_failover() {
         assert_eq!((d.allowed, d.source), (true, Source::Store));
     }
     // Loaded again by the limiter in the background: nothing to wait for but the library.
-    assert!(
-        eventually(async || holds_library(&mut m).await).await,
-        "the master has the library again"
-    );
+    eventually("the master to have the library again", async || {
+        holds_library(&mut m).await
+    })
+    .await;
     replicated(&mut m).await;
     assert!(holds_library(&mut r).await, "and so has the replica");
     let evals = info_field(&mut m, "commandstats", "cmdstat_eval", "calls").await;
@@ -337,15 +329,10 @@ async fn functions_survive_flushes_a_second_version_and_a_failover() {
 
     // The failover. The sentinels may refuse it for a moment after the replica's restart,
     // until they see it healthy again.
-    let mut forced = setup.force_failover();
-    for _ in 0..100 {
-        if forced.is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-        forced = setup.force_failover();
-    }
-    forced.unwrap();
+    eventually_ok("the sentinels taking the failover", async || {
+        setup.force_failover()
+    })
+    .await;
     let promoted = setup
         .wait_new_master(master, Duration::from_secs(30))
         .unwrap();
@@ -356,12 +343,11 @@ async fn functions_survive_flushes_a_second_version_and_a_failover() {
     // wait until a fresh bucket is written to the new one.
     let probe = Limit::per_hour(1).burst(1000);
     let mut i = 0;
-    let moved = eventually(async || {
+    eventually("the limiter deciding on the new master", async || {
         i += 1;
         decided_on(&limiter, &mut r, &format!("probe{i}"), &probe).await
     })
     .await;
-    assert!(moved, "the limiter decides on the new master");
     assert!(holds_library(&mut r).await && other.loaded(&mut r).await);
     // Every bucket as it was: the shared one empty for both versions, "a" with 6 left.
     let d = limiter.check("shared", &limit).await.unwrap();

@@ -7,6 +7,7 @@ use redis_ratelimit::{
     Decision, FailurePolicy, Limit, RateLimiter, Source, clock::ManualClock, store::MemoryStore,
 };
 use testkit::RedisServer;
+use testkit::wait::eventually;
 
 /// A limiter on one of the two stores, with a way to let time pass and to know how exact the
 /// store's answers can be.
@@ -185,17 +186,24 @@ pub(crate) async fn redis_limiter(server: &RedisServer, prefix: &str) -> RateLim
 }
 
 /// Waits until `limiter`'s deny cache holds nothing (another instance's give-back reached it
-/// by pub/sub: the event, which the cache does not signal, so it is looked at every 5 ms),
-/// for at most 30 s; `after` says what should have made it forget.
+/// by pub/sub: the event, which the cache does not signal, so it is looked at again and
+/// again); `after` says what should have made it forget.
 pub(crate) async fn until_deny_cache_forgets(limiter: &RateLimiter, after: &str) {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while limiter.deny_cache_len() > 0 {
-        assert!(
-            Instant::now() < deadline,
-            "the deny cache still remembers a refusal 30 s after {after}"
-        );
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let what = format!("the deny cache to forget its refusals after {after}");
+    eventually(what, async || limiter.deny_cache_len() == 0).await;
+}
+
+/// A limiter whose Redis was killed once it was built: every call is its fallback's (under
+/// the prefix `down`, each call giving up on the dead store after 200 ms). The server is
+/// kept for a restart.
+pub(crate) async fn fallback_without_redis() -> (RateLimiter, RedisServer) {
+    testkit::outage::limiter_without_redis(|builder| {
+        builder
+            .prefix("down")
+            .failure_policy(FailurePolicy::Fallback)
+            .deadline(Some(Duration::from_millis(200)))
+    })
+    .await
 }
 
 /// A limiter on `server` with its deny cache, as a service runs one, under the prefix

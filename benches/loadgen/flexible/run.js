@@ -98,7 +98,7 @@ async function main() {
   // commands are written as they are issued and their replies matched in order, so calls in
   // flight already share the connection. Auto-pipelining (--auto-pipelining) gathers the
   // commands of one event-loop turn into one write, but keeps one such batch in flight at a
-  // time; on loopback it measured slower here (docs/benchmarks.md, 3.1), so it is off.
+  // time; on loopback it measured slower here (benches/results/history.md, 3.1), so it is off.
   const redis = new Redis({
     host: '127.0.0.1',
     port: opts.port,

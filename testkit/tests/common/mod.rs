@@ -10,6 +10,10 @@ use std::time::{Duration, Instant};
 
 use ratelimit_core::{FailurePolicy, Limit, RateLimiter, Source};
 
+/// The wait for a limiter to decide on Redis again; not every test binary waits for it.
+#[allow(unused_imports)]
+pub(crate) use testkit::outage::until_store;
+
 /// Hard cap on how long any load runs, whatever the test does.
 pub(crate) const LOAD_CAP: Duration = Duration::from_secs(40);
 /// Hard cap on the calls of one load task.
@@ -177,27 +181,6 @@ pub(crate) async fn strict_limiter(url: &str, prefix: &str) -> RateLimiter {
         .unwrap()
 }
 
-/// Calls `check(key)` every `every` until the store decides, for at most `within`; returns
-/// how long that took, or `None`.
-pub(crate) async fn until_store(
-    limiter: &RateLimiter,
-    key: &str,
-    limit: &Limit,
-    every: Duration,
-    within: Duration,
-) -> Option<Duration> {
-    let t0 = Instant::now();
-    while t0.elapsed() < within {
-        if let Ok(d) = limiter.check(key, limit).await
-            && d.source == Source::Store
-        {
-            return Some(t0.elapsed());
-        }
-        tokio::time::sleep(every).await;
-    }
-    None
-}
-
 /// Milliseconds, for reports.
 pub(crate) fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
@@ -208,8 +191,8 @@ pub(crate) fn ms(d: Duration) -> f64 {
 pub(crate) use testkit::logs;
 
 /// A generous bound for what should take milliseconds, so that a busy machine never fails a
-/// test that is right.
-pub(crate) const EVENTUALLY: Duration = Duration::from_secs(10);
+/// test that is right: the one of every wait (`testkit::wait`).
+pub(crate) const EVENTUALLY: Duration = testkit::wait::PATIENCE;
 
 /// Another instance of a fleet: a `fleet_member` process, killed when dropped; its stdout
 /// lines arrive on a channel.
@@ -525,18 +508,6 @@ pub(crate) async fn replicated(con: &mut redis::aio::MultiplexedConnection) {
         .await
         .unwrap();
     assert_eq!(acked, 1, "the replica acknowledged the writes");
-}
-
-/// Polls `what` every 10 ms for at most 10 s, for what has no event to wait for (a load in
-/// the limiter's background, a lease renewal); whether it came true.
-pub(crate) async fn eventually<F: AsyncFnMut() -> bool>(mut what: F) -> bool {
-    for _ in 0..1000 {
-        if what().await {
-            return true;
-        }
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    false
 }
 
 /// Holds every client of `server` for `ms` milliseconds (`CLIENT PAUSE .. ALL`): the limiter's
