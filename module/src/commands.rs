@@ -7,7 +7,7 @@ use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ratelimit_algorithms::{Cost, StateKind, WindowParams, concurrency};
-use ratelimit_vocab::native::{MAX_ARGUMENTS, MAX_BATCH, MAX_LIMITS};
+use ratelimit_vocab::native::{self, MAX_ARGUMENTS, MAX_BATCH, MAX_LIMITS};
 
 use crate::api::{self, CommandFn, Ctx, RawCtx, RawString};
 use crate::args::{ArgError, Args, Keys, Packed};
@@ -368,18 +368,19 @@ fn concurrency_renew(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failur
         .map_err(Failure::Store)
 }
 
-/// What `multi` does (`multi.lua`'s modes).
+/// What `multi` does with its limits ([`native::Mode`], but settling, which has a function of
+/// its own), with what the mode reads after the limits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Mode {
-    /// 0: decide.
+    /// Decide.
     Decide,
-    /// 1: decide, and also answer what each limit held before the call.
+    /// Decide, and also answer what each limit held before the call.
     Reserve,
-    /// 2: another part of the call refused it: answer, take nothing.
+    /// Another part of the call refused it: answer, take nothing.
     Veto,
-    /// 3: give back what a reservation took at this server time (µs).
+    /// Give back what a reservation took at this server time (µs).
     GiveBack(u64),
-    /// 4: answer as `Decide` would, with each limit's remaining as it stands; write nothing.
+    /// Answer as `Decide` would, with each limit's remaining as it stands; write nothing.
     Peek,
 }
 
@@ -494,7 +495,8 @@ impl Limit {
         }
     }
 
-    /// Gives back what a reservation at `reserved_at` took, as `multi.lua`'s mode 3.
+    /// Gives back what a reservation at `reserved_at` took, as `multi.lua`'s
+    /// [`native::Mode::GiveBack`].
     fn give_back(
         &self,
         ctx: &Ctx,
@@ -530,11 +532,12 @@ fn make(ctx: &Ctx, name: *mut RawString, write: Pending) -> Result<(), Failure> 
     }
 }
 
-/// `multi.lua`: `numkeys`, every limit's key, then packed: the mode; per limit its
-/// algorithm's id (plus 8 in shadow mode), the number of its arguments and them; in mode 3
-/// the reservation's server time. Answers four numbers per limit and the server time (in
-/// mode 1, when every limit admits, two more per limit: its remaining and reset before the
-/// call); mode 3 answers the number of limits.
+/// `multi.lua`: `numkeys`, every limit's key, then packed: the mode ([`native::Mode`]); per
+/// limit its algorithm's id (plus [`native::SHADOW_BIT`] in shadow mode), the number of its
+/// arguments and them; to give back, the reservation's server time; to settle, that time and
+/// each limit's actual cost and debt. Answers four numbers per limit and the server time (to
+/// reserve, when every limit admits, two more per limit: its remaining and reset before the
+/// call); a give-back answers the number of limits.
 fn multi(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
     let args = Args::split(argv, arg, Keys::Counted)?;
     let n = args.keys.len();
@@ -547,13 +550,19 @@ fn multi(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
     for slot in limits.iter_mut().take(n) {
         *slot = Some(read_limit(&mut packed)?);
     }
+    let mode = u64::try_from(mode)
+        .ok()
+        .and_then(native::Mode::from_number)
+        .ok_or(ArgError::BadLimit)?;
     let mode = match mode {
-        0 => Mode::Decide,
-        1 => Mode::Reserve,
-        2 => Mode::Veto,
-        3 => Mode::GiveBack(u64::try_from(packed.next_number()?).map_err(|_| ArgError::BadLimit)?),
-        4 => Mode::Peek,
-        5 => {
+        native::Mode::Decide => Mode::Decide,
+        native::Mode::Reserve => Mode::Reserve,
+        native::Mode::Veto => Mode::Veto,
+        native::Mode::GiveBack => {
+            Mode::GiveBack(u64::try_from(packed.next_number()?).map_err(|_| ArgError::BadLimit)?)
+        }
+        native::Mode::Peek => Mode::Peek,
+        native::Mode::Settle => {
             let reserved_at = packed.next_unsigned()?;
             let mut settle = [(0, 0); MAX_LIMITS];
             for slot in settle.iter_mut().take(n) {
@@ -567,7 +576,6 @@ fn multi(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
             return settle_several(ctx, args.keys, limits, reserved_at, settle, now_us())
                 .map(Reply::Numbers);
         }
-        _ => return Err(ArgError::BadLimit.into()),
     };
     if !packed.is_done() {
         return Err(ArgError::BadLimit.into());
@@ -576,7 +584,7 @@ fn multi(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
     decide_several(ctx, args.keys, limits, mode, now_us()).map(Reply::Numbers)
 }
 
-/// `multi.lua`'s mode 5, settle: each limit's call took its cost (an estimate) at
+/// `multi.lua`'s [`native::Mode::Settle`]: each limit's call took its cost (an estimate) at
 /// `reserved_at`; each limit's actual cost (`settle`: actual, debt allowed) gives the
 /// difference back, as mode 3, or takes it at once, into debt up to that bound. Answers, per
 /// limit, the tokens taken and those given back, then the server time. The token bucket, the
@@ -633,17 +641,16 @@ fn settle_several(
     Ok(reply)
 }
 
-/// One limit of `multi` or a batch: its algorithm's id (plus 8 in shadow mode), the number of
-/// its arguments, and them.
+/// One limit of `multi` or a batch: its algorithm's id (plus [`native::SHADOW_BIT`] in shadow
+/// mode), the number of its arguments, and them.
 fn read_limit(packed: &mut Packed<'_>) -> Result<Limit, ArgError> {
     let bad = ArgError::BadLimit;
-    let id = u8::try_from(packed.next_number()?)
+    let (id, shadow) = u64::try_from(packed.next_number()?)
         .ok()
-        .filter(|&id| id < 2 * SHADOW)
+        .and_then(native::read_spec_id)
         .ok_or(bad)?;
     let count = packed.next_count()?;
-    let kind = StateKind::from_id(id % SHADOW).ok_or(bad)?;
-    let shadow = id >= SHADOW;
+    let kind = StateKind::from_id(id).ok_or(bad)?;
     // The sorted sets' arguments are unsigned (a holder may be any `u64`).
     let mut unsigned = [0u64; 5];
     let (algorithm, cost) = match kind {
@@ -860,6 +867,3 @@ fn batch_call(
         }
     }
 }
-
-/// What `multi.lua` adds to a limit's algorithm id in shadow mode.
-const SHADOW: u8 = 8;
