@@ -2,14 +2,13 @@
 //! `ratelimit-algorithms`, writes and replicates what changed, and answers what the Lua
 //! function of the same name answers.
 
-use std::ffi::c_int;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use ratelimit_algorithms::{Cost, StateKind, WindowParams, concurrency};
 use ratelimit_vocab::native::{self, MAX_ARGUMENTS, MAX_BATCH, MAX_LIMITS};
 
-use crate::api::{self, CommandFn, Ctx, RawCtx, RawString};
+use crate::api::{self, Arg, Body, CommandFn, Ctx};
 use crate::args::{ArgError, Args, Keys, Packed};
 use crate::kernel::{Kernel, State, Write};
 use crate::zset;
@@ -33,14 +32,14 @@ pub(crate) const ALL: [Spec; 10] = [
         flags: "write deny-oom fast",
         summary: "Decides one call on a token bucket (GCRA), as the library's `token_bucket` \
                   function",
-        run: token_bucket_command,
+        run: api::entry::<TokenBucketCommand>,
     },
     Spec {
         short: "fixed_window",
         keys: Keys::One,
         flags: "write deny-oom fast",
         summary: "Decides one call on a fixed window, as the library's `fixed_window` function",
-        run: fixed_window_command,
+        run: api::entry::<FixedWindowCommand>,
     },
     Spec {
         short: "sliding_window",
@@ -48,7 +47,7 @@ pub(crate) const ALL: [Spec; 10] = [
         flags: "write deny-oom fast",
         summary: "Decides one call on a sliding window, as the library's `sliding_window` \
                   function",
-        run: sliding_window_command,
+        run: api::entry::<SlidingWindowCommand>,
     },
     Spec {
         short: "interval_bucket",
@@ -56,14 +55,14 @@ pub(crate) const ALL: [Spec; 10] = [
         flags: "write deny-oom fast",
         summary: "Decides one call on a token bucket refilled at intervals, as the library's \
                   `interval_bucket` function",
-        run: interval_bucket_command,
+        run: api::entry::<IntervalBucketCommand>,
     },
     Spec {
         short: "sliding_log",
         keys: Keys::One,
         flags: "write deny-oom",
         summary: "Decides one call on a sliding log, as the library's `sliding_log` function",
-        run: sliding_log_command,
+        run: api::entry::<SlidingLogCommand>,
     },
     Spec {
         short: "concurrency",
@@ -71,7 +70,7 @@ pub(crate) const ALL: [Spec; 10] = [
         flags: "write deny-oom",
         summary: "Decides one call on a concurrency limit (a slot, or a ticket to wait for one), \
                   as the library's `concurrency` function",
-        run: concurrency_command,
+        run: api::entry::<ConcurrencyCommand>,
     },
     Spec {
         short: "concurrency_release",
@@ -80,7 +79,7 @@ pub(crate) const ALL: [Spec; 10] = [
         flags: "write",
         summary: "Gives back a call's concurrency slots and ticket, as the library's \
                   `concurrency_release` function",
-        run: concurrency_release_command,
+        run: api::entry::<ConcurrencyReleaseCommand>,
     },
     Spec {
         short: "concurrency_renew",
@@ -88,7 +87,7 @@ pub(crate) const ALL: [Spec; 10] = [
         flags: "write deny-oom",
         summary: "Renews the leases of a call's concurrency slots, as the library's \
                   `concurrency_renew` function",
-        run: concurrency_renew_command,
+        run: api::entry::<ConcurrencyRenewCommand>,
     },
     Spec {
         short: "multi",
@@ -96,7 +95,7 @@ pub(crate) const ALL: [Spec; 10] = [
         flags: "write deny-oom",
         summary: "Decides the limits of one call all or nothing, as the library's `multi` \
                   function (each limit's key declared: on a cluster, all in one slot)",
-        run: multi_command,
+        run: api::entry::<MultiCommand>,
     },
     Spec {
         short: "batch",
@@ -104,7 +103,7 @@ pub(crate) const ALL: [Spec; 10] = [
         flags: "write deny-oom",
         summary: "Decides several calls, each as alone, in order, as the library's `batch` \
                   function (every call's keys declared: on a cluster, all in one slot)",
-        run: batch_command,
+        run: api::entry::<BatchCommand>,
     },
 ];
 
@@ -162,15 +161,8 @@ impl From<ArgError> for Failure {
 }
 
 /// Runs `decide` for a command Redis called: its arguments, its answer, and no panic out.
-fn serve(
-    raw: *mut RawCtx,
-    argv: *mut *mut RawString,
-    argc: c_int,
-    decide: fn(&Ctx, &[*mut RawString]) -> Result<Reply, Failure>,
-) -> c_int {
-    let ctx = Ctx::new(raw);
-    let args = api::args(argv, argc);
-    match catch_unwind(AssertUnwindSafe(|| decide(&ctx, args))) {
+fn serve(ctx: &Ctx, args: &[Arg<'_>], decide: fn(&Ctx, &[Arg<'_>]) -> Result<Reply, Failure>) {
+    match catch_unwind(AssertUnwindSafe(|| decide(ctx, args))) {
         Ok(Ok(Reply::Decision(values))) => ctx.reply_decision(&values),
         Ok(Ok(Reply::Numbers(numbers))) => ctx.reply_numbers(numbers.as_slice()),
         Ok(Ok(Reply::Integer(value))) => ctx.reply_integer(value),
@@ -180,7 +172,6 @@ fn serve(
         // (A batch's calls are each under their own `catch_unwind`, after its reply began.)
         Err(_) => ctx.reply_error(PANICKED),
     }
-    api::OK
 }
 
 const PANICKED: &str = "ERR ratelimit: internal error (the module panicked)";
@@ -192,15 +183,21 @@ fn now_us() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
-fn arg(a: &*mut RawString) -> &[u8] {
-    api::arg_bytes(*a)
+fn arg<'a>(a: &'a Arg<'_>) -> &'a [u8] {
+    a.bytes()
 }
 
-/// An entry point Redis calls for a command, running `decide` under [`serve`].
+/// A command's body (`$name`), running `decide` under [`serve`]; Redis calls it through
+/// `api::entry::<$name>`.
 macro_rules! entry_point {
     ($name:ident, $decide:expr) => {
-        extern "C" fn $name(ctx: *mut RawCtx, argv: *mut *mut RawString, argc: c_int) -> c_int {
-            serve(ctx, argv, argc, $decide)
+        #[derive(Debug)]
+        struct $name;
+
+        impl Body for $name {
+            fn run(ctx: &Ctx, args: &[Arg<'_>]) {
+                serve(ctx, args, $decide);
+            }
         }
     };
 }
@@ -212,16 +209,16 @@ macro_rules! one_limit {
     };
 }
 
-one_limit!(token_bucket_command, TokenBucket);
-one_limit!(fixed_window_command, FixedWindow);
-one_limit!(sliding_window_command, SlidingWindow);
-one_limit!(interval_bucket_command, IntervalBucket);
-entry_point!(sliding_log_command, sliding_log);
-entry_point!(concurrency_command, concurrency);
-entry_point!(concurrency_release_command, concurrency_release);
-entry_point!(concurrency_renew_command, concurrency_renew);
-entry_point!(multi_command, multi);
-entry_point!(batch_command, batch);
+one_limit!(TokenBucketCommand, TokenBucket);
+one_limit!(FixedWindowCommand, FixedWindow);
+one_limit!(SlidingWindowCommand, SlidingWindow);
+one_limit!(IntervalBucketCommand, IntervalBucket);
+entry_point!(SlidingLogCommand, sliding_log);
+entry_point!(ConcurrencyCommand, concurrency);
+entry_point!(ConcurrencyReleaseCommand, concurrency_release);
+entry_point!(ConcurrencyRenewCommand, concurrency_renew);
+entry_point!(MultiCommand, multi);
+entry_point!(BatchCommand, batch);
 
 /// One algorithm's function (`gcra.lua`, `fixed_window.lua`, ...): its key, then its
 /// arguments packed; the five numbers the function returns.
@@ -229,7 +226,7 @@ entry_point!(batch_command, batch);
 /// Inlined into each command's entry point, so that each is compiled for its own algorithm
 /// (`kind` a constant there: no dispatch on it per call).
 #[inline(always)]
-fn one(ctx: &Ctx, argv: &[*mut RawString], kind: StateKind) -> Result<Reply, Failure> {
+fn one(ctx: &Ctx, argv: &[Arg<'_>], kind: StateKind) -> Result<Reply, Failure> {
     let args = Args::split(argv, arg, Keys::One)?;
     let name = *args.keys.first().ok_or(ArgError::NumKeys)?;
     let mut numbers = [0i64; MAX_ARGUMENTS];
@@ -247,7 +244,7 @@ fn one(ctx: &Ctx, argv: &[*mut RawString], kind: StateKind) -> Result<Reply, Fai
 #[inline(always)]
 fn decide_one(
     ctx: &Ctx,
-    name: *mut RawString,
+    name: Arg<'_>,
     kernel: Kernel,
     cost: u64,
     now: u64,
@@ -286,7 +283,7 @@ fn apply(key: &mut api::Key<'_>, write: &Write) -> Result<(), Failure> {
 }
 
 /// `sliding_log.lua`: the log (its KEYS[1]); limit, period (µs), cost ([`zset::sliding_log`]).
-fn sliding_log(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
+fn sliding_log(ctx: &Ctx, argv: &[Arg<'_>]) -> Result<Reply, Failure> {
     let args = Args::split(argv, arg, Keys::One)?;
     let name = *args.keys.first().ok_or(ArgError::NumKeys)?;
     let mut numbers = [0u64; 3];
@@ -301,7 +298,7 @@ fn sliding_log(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
 
 /// `concurrency.lua`: the set (its KEYS[1]); max, lease (µs), holder, queue (0 or 1), cost
 /// ([`zset::concurrency`]).
-fn concurrency(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
+fn concurrency(ctx: &Ctx, argv: &[Arg<'_>]) -> Result<Reply, Failure> {
     let args = Args::split(argv, arg, Keys::One)?;
     let name = *args.keys.first().ok_or(ArgError::NumKeys)?;
     let mut numbers = [0u64; 5];
@@ -325,7 +322,7 @@ fn holder_and_slots(holder: u64, slots: u64) -> Result<(u64, u64), ArgError> {
 
 /// `concurrency_release.lua`: the set; holder and cost packed; optionally the fleet's
 /// channel, a third argument ([`zset::release`]).
-fn concurrency_release(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
+fn concurrency_release(ctx: &Ctx, argv: &[Arg<'_>]) -> Result<Reply, Failure> {
     let args = Args::split(argv, arg, Keys::One)?;
     let name = *args.keys.first().ok_or(ArgError::NumKeys)?;
     let (packed, channel) = match args.rest {
@@ -350,7 +347,7 @@ fn concurrency_release(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Fail
 
 /// `concurrency_renew.lua`: the set; holder, lease (µs) and cost packed
 /// ([`zset::renew`]).
-fn concurrency_renew(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
+fn concurrency_renew(ctx: &Ctx, argv: &[Arg<'_>]) -> Result<Reply, Failure> {
     let args = Args::split(argv, arg, Keys::One)?;
     let name = *args.keys.first().ok_or(ArgError::NumKeys)?;
     let mut numbers = [0u64; 3];
@@ -447,7 +444,7 @@ impl Limit {
     fn decide(
         &self,
         ctx: &Ctx,
-        name: *mut RawString,
+        name: Arg<'_>,
         state: Option<&State>,
         cost: u64,
         now: u64,
@@ -481,7 +478,7 @@ impl Limit {
 
     /// Decides a call of this limit alone on the key `name` at `now`, writing at once, as its
     /// own command does: the script's five numbers.
-    fn decide_alone(&self, ctx: &Ctx, name: *mut RawString, now: u64) -> Result<[u64; 5], Failure> {
+    fn decide_alone(&self, ctx: &Ctx, name: Arg<'_>, now: u64) -> Result<[u64; 5], Failure> {
         match self.algorithm {
             Algorithm::Kernel(kernel) => decide_one(ctx, name, kernel, self.cost, now),
             Algorithm::SlidingLog(p) => {
@@ -500,7 +497,7 @@ impl Limit {
     fn give_back(
         &self,
         ctx: &Ctx,
-        name: *mut RawString,
+        name: Arg<'_>,
         state: Option<&State>,
         now: u64,
         reserved_at: u64,
@@ -524,7 +521,7 @@ impl Limit {
 }
 
 /// Makes `write` on the key `name`.
-fn make(ctx: &Ctx, name: *mut RawString, write: Pending) -> Result<(), Failure> {
+fn make(ctx: &Ctx, name: Arg<'_>, write: Pending) -> Result<(), Failure> {
     match write {
         Pending::Nothing => Ok(()),
         Pending::Kernel(write) => apply(&mut ctx.open(name), &write),
@@ -538,7 +535,7 @@ fn make(ctx: &Ctx, name: *mut RawString, write: Pending) -> Result<(), Failure> 
 /// each limit's actual cost and debt. Answers four numbers per limit and the server time (to
 /// reserve, when every limit admits, two more per limit: its remaining and reset before the
 /// call); a give-back answers the number of limits.
-fn multi(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
+fn multi(ctx: &Ctx, argv: &[Arg<'_>]) -> Result<Reply, Failure> {
     let args = Args::split(argv, arg, Keys::Counted)?;
     let n = args.keys.len();
     if n == 0 || n > MAX_LIMITS {
@@ -592,7 +589,7 @@ fn multi(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
 /// never sends).
 fn settle_several(
     ctx: &Ctx,
-    keys: &[*mut RawString],
+    keys: &[Arg<'_>],
     limits: &[Option<Limit>],
     reserved_at: u64,
     settle: &[(u64, u64)],
@@ -695,7 +692,7 @@ fn read_limit(packed: &mut Packed<'_>) -> Result<Limit, ArgError> {
 /// commands as it decides, and its writes kept until the end, as `multi.lua` keeps them.)
 fn decide_several(
     ctx: &Ctx,
-    keys: &[*mut RawString],
+    keys: &[Arg<'_>],
     limits: &[Option<Limit>],
     mode: Mode,
     now: u64,
@@ -788,7 +785,7 @@ fn decide_several(
 ///
 /// Replies as it goes: an array of exactly as many entries as the first number says, every
 /// call under its own `catch_unwind`, so that a failure leaves no reply half written.
-fn batch(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
+fn batch(ctx: &Ctx, argv: &[Arg<'_>]) -> Result<Reply, Failure> {
     let args = Args::split(argv, arg, Keys::Counted)?;
     let mut packed = args.packed(arg)?;
     let calls = packed.next_count()?;
@@ -835,7 +832,7 @@ fn batch(ctx: &Ctx, argv: &[*mut RawString]) -> Result<Reply, Failure> {
 fn batch_call(
     ctx: &Ctx,
     packed: &mut Packed<'_>,
-    keys: &mut &[*mut RawString],
+    keys: &mut &[Arg<'_>],
     previous: &mut Option<Limit>,
     now: u64,
 ) -> Result<Reply, Failure> {
