@@ -364,9 +364,15 @@ pub(super) enum Effect<'a> {
 pub(super) unsafe fn replicate(ctx: *mut RawCtx, effect: Effect<'_>) {
     let replicate = api().Replicate;
     let bytes = |b: &[u8]| (b.as_ptr().cast::<c_char>(), b.len());
-    // Each arm: the caller's contract for `ctx` and the key (`s`); every `b` is a
-    // pointer and a `size_t` length, bytes Redis copies during the call; `c` a NUL-terminated
-    // string. Each format string lists exactly the arguments that follow it.
+    let command = match effect {
+        Effect::Set { .. } => c"SET",
+        Effect::IncrBy { .. } => c"INCRBY",
+        Effect::Del { .. } => c"DEL",
+    }
+    .as_ptr();
+    // Each arm: the caller's contract for `ctx` and the key (`s`); every `b` is a pointer and
+    // a `size_t` length, bytes Redis copies during the call; `c` a NUL-terminated string.
+    // Each format string lists exactly the arguments that follow it.
     match effect {
         Effect::Set {
             key,
@@ -379,7 +385,7 @@ pub(super) unsafe fn replicate(ctx: *mut RawCtx, effect: Effect<'_>) {
             unsafe {
                 replicate(
                     ctx,
-                    c"SET".as_ptr(),
+                    command,
                     c"sbcb".as_ptr(),
                     key.raw(),
                     value,
@@ -394,36 +400,14 @@ pub(super) unsafe fn replicate(ctx: *mut RawCtx, effect: Effect<'_>) {
             key,
             value,
             expire_ms: None,
-        } => {
+        }
+        | Effect::IncrBy { key, by: value } => {
             let (value, value_len) = bytes(value);
             // SAFETY: as above.
-            unsafe {
-                replicate(
-                    ctx,
-                    c"SET".as_ptr(),
-                    c"sb".as_ptr(),
-                    key.raw(),
-                    value,
-                    value_len,
-                )
-            }
-        }
-        Effect::IncrBy { key, by } => {
-            let (by, by_len) = bytes(by);
-            // SAFETY: as above.
-            unsafe {
-                replicate(
-                    ctx,
-                    c"INCRBY".as_ptr(),
-                    c"sb".as_ptr(),
-                    key.raw(),
-                    by,
-                    by_len,
-                )
-            }
+            unsafe { replicate(ctx, command, c"sb".as_ptr(), key.raw(), value, value_len) }
         }
         // SAFETY: as above.
-        Effect::Del { key } => unsafe { replicate(ctx, c"DEL".as_ptr(), c"s".as_ptr(), key.raw()) },
+        Effect::Del { key } => unsafe { replicate(ctx, command, c"s".as_ptr(), key.raw()) },
     };
 }
 
