@@ -9,7 +9,7 @@ use ratelimit_algorithms::{WindowParams, concurrency};
 
 use std::ffi::CStr;
 
-use crate::api::{self, Ctx, RawString};
+use crate::api::{self, Arg, Ctx};
 
 /// The store failed a command's step: the error reply's text.
 pub(crate) type Failed = &'static str;
@@ -41,7 +41,7 @@ impl Writes {
     fn make(
         &mut self,
         ctx: &Ctx,
-        name: *mut RawString,
+        name: Arg<'_>,
         command: &'static CStr,
         args: &[&[u8]],
     ) -> Result<(), Failed> {
@@ -61,7 +61,7 @@ impl Writes {
     }
 
     /// Makes the writes kept, in order, on the key `name`.
-    pub(crate) fn make_kept(self, ctx: &Ctx, name: *mut RawString) -> Result<(), Failed> {
+    pub(crate) fn make_kept(self, ctx: &Ctx, name: Arg<'_>) -> Result<(), Failed> {
         let Writes::Later(kept) = self else {
             return Ok(());
         };
@@ -79,7 +79,7 @@ const FAILED_WRITE: Failed = "ERR ratelimit: a sorted-set write failed";
 /// entries of that instant (any are the same tokens), at most `cost` of them, removed.
 pub(crate) fn give_back_log(
     ctx: &Ctx,
-    name: *mut RawString,
+    name: Arg<'_>,
     cost: u64,
     reserved_at: u64,
 ) -> Result<(), Failed> {
@@ -111,7 +111,7 @@ const UNREADABLE_LOG: Failed = "ERR ratelimit: the sliding log could not be read
 /// `h:<holder>:1 ..= cost` removed, where the key holds a sorted set.
 pub(crate) fn give_back_slots(
     ctx: &Ctx,
-    name: *mut RawString,
+    name: Arg<'_>,
     holder: u64,
     cost: u64,
 ) -> Result<(), Failed> {
@@ -131,7 +131,7 @@ pub(crate) fn give_back_slots(
 /// script's five numbers.
 pub(crate) fn sliding_log(
     ctx: &Ctx,
-    name: *mut RawString,
+    name: Arg<'_>,
     p: WindowParams,
     cost: u64,
     now: u64,
@@ -239,7 +239,7 @@ pub(crate) fn sliding_log(
 /// hold. The tokens taken (the twin: `sliding_log::take_over`).
 pub(crate) fn take_over_log(
     ctx: &Ctx,
-    name: *mut RawString,
+    name: Arg<'_>,
     p: WindowParams,
     extra: u64,
     debt: u64,
@@ -341,7 +341,7 @@ fn slot_member(holder: u64, n: u64) -> Vec<u8> {
 /// BYSCORE [REV] LIMIT 0 1 WITHSCORES`: with `rev`, the last, `from` the higher bound).
 fn edge_score(
     ctx: &Ctx,
-    name: *mut RawString,
+    name: Arg<'_>,
     from: &[u8],
     to: &[u8],
     rev: bool,
@@ -378,7 +378,7 @@ fn later(a: Option<u64>, b: Option<u64>) -> Option<u64> {
 /// `concurrency.lua` on the set `name`: the script's five numbers.
 pub(crate) fn concurrency(
     ctx: &Ctx,
-    name: *mut RawString,
+    name: Arg<'_>,
     p: concurrency::Params,
     cost: u64,
     now: u64,
@@ -520,7 +520,7 @@ pub(crate) fn concurrency(
 /// propagated: the fleet's instances listen on the master). The number of members removed.
 pub(crate) fn release(
     ctx: &Ctx,
-    name: *mut RawString,
+    name: Arg<'_>,
     holder: u64,
     cost: u64,
     channel: Option<&[u8]>,
@@ -572,7 +572,7 @@ pub(crate) fn release(
 /// The number of slots that were live.
 pub(crate) fn renew(
     ctx: &Ctx,
-    name: *mut RawString,
+    name: Arg<'_>,
     holder: u64,
     lease_us: u64,
     cost: u64,

@@ -8,6 +8,10 @@
 //! other arguments, answer otherwise or keep another state has another version, so that two
 //! versions can be loaded into one server side by side during a rolling upgrade, and each
 //! limiter calls the commands of its own.
+//!
+//! The numbers `multi` and `batch` read that are not a limit's own (`multi`'s [`Mode`], the
+//! [`SHADOW_BIT`] of a spec's id) are named here once, for the module, the limiter and, by
+//! the Lua locals `lua_protocol!` writes, the scripts.
 
 /// The version of the commands' arguments, replies and stored state.
 pub const PROTOCOL: u32 = 1;
@@ -34,6 +38,114 @@ pub const MAX_BATCH: usize = 1024;
 
 /// The most arguments one algorithm's call takes (the token bucket's eight).
 pub const MAX_ARGUMENTS: usize = 8;
+
+/// Declares `multi`'s modes and the shadow bit once, each with the Lua local that names it in
+/// the scripts: the Rust side ([`Mode`], [`SHADOW_BIT`]) and the Lua text ([`lua_protocol!`])
+/// are made from this one list, so the module, the limiter and the scripts cannot disagree.
+macro_rules! protocol {
+    (
+        modes {
+            $( $(#[$doc:meta])* $mode:ident = $number:literal => $mode_lua:ident, )*
+        }
+        $(#[$shadow_doc:meta])* shadow = $shadow:literal => $shadow_lua:ident;
+    ) => {
+        /// What `multi` does with a call's limits: the first of its packed arguments (ARGV[2]
+        /// of `multi.lua`), as [`as_number`](Mode::as_number) writes it.
+        ///
+        /// Exhaustive, unlike the public enums users see: a mode added here must be handled
+        /// by the module and the limiter, which match on every one.
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[repr(u8)]
+        pub enum Mode {
+            $( $(#[$doc])* $mode = $number, )*
+        }
+
+        impl Mode {
+            /// Every mode, in the order of their numbers.
+            pub const ALL: [Mode; [$($number),*].len()] = [$(Mode::$mode),*];
+
+            /// The mode's number, as `multi` takes it.
+            #[must_use]
+            pub const fn as_number(self) -> u8 {
+                self as u8
+            }
+
+            /// The mode of `number`, `None` for a number that names none.
+            #[must_use]
+            pub const fn from_number(number: u64) -> Option<Mode> {
+                match number {
+                    $( $number => Some(Mode::$mode), )*
+                    _ => None,
+                }
+            }
+        }
+
+        $(#[$shadow_doc])*
+        pub const SHADOW_BIT: u8 = $shadow;
+
+        /// The Lua locals that name [`Mode`]'s numbers and [`SHADOW_BIT`] in the scripts
+        /// (`local MODE_DECIDE = 0`, ..., `local SHADOW_BIT = 8`), one line each, as a string
+        /// literal: `concat!`ed ahead of `call.lua`, `multi.lua` and `batch.lua`, so that the
+        /// scripts read the numbers the module and the limiter write.
+        #[macro_export]
+        macro_rules! lua_protocol {
+            () => {
+                concat!(
+                    $( "local ", stringify!($mode_lua), " = ", $number, "\n", )*
+                    "local ", stringify!($shadow_lua), " = ", $shadow, "\n",
+                )
+            };
+        }
+    };
+}
+
+protocol! {
+    modes {
+        /// 0: decide every limit, all or nothing.
+        Decide = 0 => MODE_DECIDE,
+        /// 1: decide, and also answer what each limit held before the call (what it answers
+        /// again if the call is given back).
+        Reserve = 1 => MODE_RESERVE,
+        /// 2: another part of the call refused it: answer, take nothing.
+        Veto = 2 => MODE_VETO,
+        /// 3: give back what a reservation took, at the server time that follows the limits.
+        GiveBack = 3 => MODE_GIVE_BACK,
+        /// 4: answer as [`Decide`](Mode::Decide) would, each limit's remaining as it stands;
+        /// write nothing.
+        Peek = 4 => MODE_PEEK,
+        /// 5: settle: each limit's actual cost, against the estimate a call took, given back
+        /// or taken.
+        Settle = 5 => MODE_SETTLE,
+    }
+    /// What a limit's algorithm id is raised by, in a spec of `multi` or `batch`, when the
+    /// limit is in shadow mode (its refusal does not refuse the call): every id is below it.
+    shadow = 8 => SHADOW_BIT;
+}
+
+/// A limit's algorithm id as a spec of `multi` or `batch` names it: `id`, plus
+/// [`SHADOW_BIT`] in shadow mode. `None` for an id of [`SHADOW_BIT`] or more, which would
+/// read as another.
+#[must_use]
+pub const fn spec_id(id: u8, shadow: bool) -> Option<u8> {
+    if id >= SHADOW_BIT {
+        return None;
+    }
+    Some(if shadow { id + SHADOW_BIT } else { id })
+}
+
+/// A spec's id read back: the algorithm's id and whether the limit is in shadow mode, as
+/// [`spec_id`] wrote them. `None` for a number it never writes.
+#[must_use]
+pub const fn read_spec_id(number: u64) -> Option<(u8, bool)> {
+    let bit = SHADOW_BIT as u64;
+    if number >= 2 * bit {
+        return None;
+    }
+    // Below 16.
+    #[allow(clippy::cast_possible_truncation)]
+    let id = (number % bit) as u8;
+    Some((id, number >= bit))
+}
 
 /// What separates the numbers the native commands take and answer. A command for one
 /// algorithm takes its key, then the Lua function's arguments as one argument, integers in
@@ -197,6 +309,32 @@ pub fn unsigned(text: &[u8]) -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn modes_and_spec_ids_read_back_as_written() {
+        for (i, mode) in Mode::ALL.into_iter().enumerate() {
+            assert_eq!(usize::from(mode.as_number()), i);
+            assert_eq!(Mode::from_number(u64::from(mode.as_number())), Some(mode));
+        }
+        assert_eq!(Mode::from_number(Mode::ALL.len() as u64), None);
+        for id in 0..SHADOW_BIT {
+            for shadow in [false, true] {
+                let written = spec_id(id, shadow).unwrap();
+                assert_eq!(read_spec_id(u64::from(written)), Some((id, shadow)));
+            }
+        }
+        assert_eq!(spec_id(SHADOW_BIT, false), None);
+        assert_eq!(read_spec_id(2 * u64::from(SHADOW_BIT)), None);
+        let lua = lua_protocol!();
+        assert!(
+            lua.starts_with("local MODE_DECIDE = 0\nlocal MODE_RESERVE = 1\n"),
+            "{lua}"
+        );
+        assert!(
+            lua.ends_with("local MODE_SETTLE = 5\nlocal SHADOW_BIT = 8\n"),
+            "{lua}"
+        );
+    }
 
     #[test]
     fn read_unsigned_walks_the_numbers() {

@@ -83,7 +83,9 @@ macro_rules! state_kinds {
     };
 }
 
-/// A local naming each algorithm's id, the algorithms' helpers, every algorithm's script as a
+/// A local naming each algorithm's id, the locals naming `multi`'s modes and the shadow bit
+/// (written by `ratelimit_vocab::lua_protocol!` from the numbers the module and the limiter
+/// use: `MODE_DECIDE` .. `MODE_SETTLE`, `SHADOW_BIT`), the algorithms' helpers, every algorithm's script as a
 /// function in `ALGORITHMS` under its id, and the functions that decide one call's limits
 /// together (`call.lua`): what `multi.lua`, `batch.lua` and the library share (after the
 /// prelude). The helpers are defined once here, not in each call of a script's function.
@@ -91,6 +93,7 @@ macro_rules! algorithms {
     ($($id:literal $lua:literal [$($head:literal)?] $local:ident)*) => {
         concat!(
             $("local ", stringify!($local), " = ", $id, "\n",)*
+            ratelimit_vocab::lua_protocol!(),
             $($(include_str!(concat!("../scripts/", $head)),)?)*
             include_str!("../scripts/multi_head.lua"),
             $(

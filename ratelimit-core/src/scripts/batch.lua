@@ -6,7 +6,7 @@
 --           serves)
 -- ARGV[1]   m, the number of calls
 -- then, per call: n, its number of limits; its n keys; per limit, as multi.lua takes them:
---           its algorithm (plus 8 in shadow mode), the number of its arguments, and those
+--           its algorithm (plus SHADOW_BIT in shadow mode), the number of its arguments, and those
 --           arguments. Or, for a call of one limit whose algorithm and arguments are the
 --           previous call's (itself of one limit): 0 and its key only.
 -- Returns one entry per call: what its own script would return (one limit: that algorithm's
@@ -33,7 +33,7 @@ for c = 1, m do
   elseif n == 1 then
     -- One limit is its own all or nothing: its script as it runs alone.
     key1[1] = ARGV[at + 1]
-    algorithm1 = tonumber(ARGV[at + 2]) % 8
+    algorithm1 = tonumber(ARGV[at + 2]) % SHADOW_BIT
     local count = tonumber(ARGV[at + 3])
     for j = 1, count do args1[j] = ARGV[at + 3 + j] end
     for j = count + 1, count1 do args1[j] = nil end
@@ -45,7 +45,7 @@ for c = 1, m do
     for i = 1, n do keys[i] = ARGV[at + i] end
     local specs
     specs, at = parse(n, at + 1 + n)
-    ok, reply = pcall(decide, 0, keys, specs)
+    ok, reply = pcall(decide, MODE_DECIDE, keys, specs)
   end
   if ok then
     out[c] = reply

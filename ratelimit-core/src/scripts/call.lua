@@ -1,12 +1,12 @@
--- One call's limits: `n` specs from ARGV[at] on (each: its algorithm's id, plus 8 in shadow
--- mode; the number of its arguments; the arguments). Returns the specs and the position after
+-- One call's limits: `n` specs from ARGV[at] on (each: its algorithm's id, plus SHADOW_BIT in
+-- shadow mode; the number of its arguments; the arguments). Returns the specs and the position after
 -- them.
 local function parse(n, at)
   local specs = {}
   for i = 1, n do
     local algorithm = tonumber(ARGV[at])
-    local shadow = algorithm >= 8
-    if shadow then algorithm = algorithm - 8 end
+    local shadow = algorithm >= SHADOW_BIT
+    if shadow then algorithm = algorithm - SHADOW_BIT end
     local count = tonumber(ARGV[at + 1])
     local args = {}
     for j = 1, count do args[j] = ARGV[at + 1 + j] end
@@ -21,8 +21,8 @@ local function parse(n, at)
 end
 
 -- Decides one call's limits (the keys `keys`, the specs `specs`) in `mode` (see multi.lua);
--- in modes 3 and 5, `reserved_at` is the server time (us) at which the call took its tokens;
--- in mode 5, `settle` holds each limit's {actual cost, debt allowed}.
+-- in MODE_GIVE_BACK and MODE_SETTLE, `reserved_at` is the server time (us) at which the call took its tokens;
+-- in MODE_SETTLE, `settle` holds each limit's {actual cost, debt allowed}.
 local function decide(mode, keys, specs, reserved_at, settle)
   local n = #keys
   -- Limit i's script with another cost, its writes made through `proxy`.
@@ -127,12 +127,12 @@ local function decide(mode, keys, specs, reserved_at, settle)
     error('redis-ratelimit: a limit of this algorithm cannot settle a cost after the call')
   end
 
-  if mode == 3 then
+  if mode == MODE_GIVE_BACK then
     for i = 1, n do give_back(i, tonumber(specs[i][2][specs[i][3]])) end
     return n
   end
 
-  if mode == 5 then
+  if mode == MODE_SETTLE then
     -- Settle: each limit's call took its cost (an estimate) at `reserved_at`; the actual
     -- cost comes back or is taken, as it differs. Returns, per limit, the tokens taken and
     -- the tokens given back (one of them 0), then the server time.
@@ -155,7 +155,7 @@ local function decide(mode, keys, specs, reserved_at, settle)
   end
 
   local replies, pending = {}, {}
-  local all = mode ~= 2
+  local all = mode ~= MODE_VETO
   for i = 1, n do
     pending[i] = {}
     replies[i] = run(i, tonumber(specs[i][2][specs[i][3]]), deferring(pending[i]))
@@ -176,17 +176,17 @@ local function decide(mode, keys, specs, reserved_at, settle)
       end
     end
   end
-  if mode == 4 then
+  if mode == MODE_PEEK then
     -- A peek takes nothing: each limit's remaining is what it holds now.
     for i = 1, n do replies[i][2] = peek(i)[1] end
   end
   local before = {}
-  if mode == 1 and all then
+  if mode == MODE_RESERVE and all then
     for i = 1, n do before[i] = peek(i) end
   end
   local out = {}
   for i = 1, n do
-    if mode ~= 4 and (all or replies[i][1] == 0) then
+    if mode ~= MODE_PEEK and (all or replies[i][1] == 0) then
       for _, c in ipairs(pending[i]) do real.call(unpack(c)) end
     end
     for j = 1, 4 do out[#out + 1] = replies[i][j] end

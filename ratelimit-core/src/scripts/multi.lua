@@ -2,7 +2,7 @@
 -- KEYS[1]   the first limit's key (declared, so that a cluster client routes the call to
 --           its node)
 -- ARGV[1]   n, the number of limits
--- ARGV[2]   mode: 0 decide; 1 reserve (decide, and also return what each limit answered
+-- ARGV[2]   mode (the locals MODE_DECIDE .. MODE_SETTLE name them): 0 decide; 1 reserve (decide, and also return what each limit answered
 --           before the call); 2 veto (another part of the call refused it: decide, take
 --           nothing); 3 give back (what mode 1 reserved, for a call another node refused);
 --           4 peek (answer as mode 0 would, write nothing; remaining is what each limit
@@ -11,8 +11,8 @@
 --           node refuses declared keys of several slots, while the allow-cross-slot-keys flag
 --           lets the script reach keys of any slot the node serves (and a key it does not
 --           serve fails the script before anything is written).
--- then, per limit: its algorithm's id (`StateKind` in algorithm/kind.rs; plus 8 for a limit
---           in shadow mode, whose refusal does not refuse the call), the number of its
+-- then, per limit: its algorithm's id (`StateKind` in algorithm/kind.rs; plus SHADOW_BIT, 8,
+--           for a limit in shadow mode, whose refusal does not refuse the call), the number of its
 --           arguments, and those arguments as its own script takes them
 -- then, in mode 3 only: the server time (us) at which mode 1 reserved
 -- or, in mode 5 (settle: each limit's cost was an estimate, taken at a server time), that
@@ -33,7 +33,7 @@ for i = 1, n do keys[i] = ARGV[2 + i] end
 local specs, at = parse(n, 3 + n)
 local mode = tonumber(ARGV[2])
 local settle = nil
-if mode == 5 then
+if mode == MODE_SETTLE then
   settle = {}
   for i = 1, n do
     settle[i] = {tonumber(ARGV[at + 2 * i - 1]), tonumber(ARGV[at + 2 * i])}

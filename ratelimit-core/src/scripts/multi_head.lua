@@ -23,5 +23,7 @@ end
 -- Every algorithm's script as a function of its own KEYS, ARGV and `redis`, under its id:
 -- the locals TOKEN_BUCKET, INTERVAL_BUCKET, FIXED_WINDOW, SLIDING_WINDOW, SLIDING_LOG and
 -- CONCURRENCY, set
--- before this file from the one list of them (algorithm/kind.rs).
+-- before this file from the one list of them (algorithm/kind.rs). `multi`'s modes
+-- (MODE_DECIDE .. MODE_SETTLE) and SHADOW_BIT are set there too, from
+-- `ratelimit_vocab::native`, whose numbers the module and the limiter use.
 local ALGORITHMS = {}

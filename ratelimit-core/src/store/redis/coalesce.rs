@@ -19,6 +19,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, PoisonError};
 
+use ratelimit_vocab::native;
 use redis::{RedisError, RedisWrite, ToRedisArgs, Value};
 use tokio::sync::oneshot;
 
@@ -268,7 +269,7 @@ impl RedisStore {
     pub(super) async fn send_alone(&self, call: Call<'_>) -> Result<Value, RedisError> {
         match (call.keys, call.specs) {
             ([key], [spec]) => self.alone(key, spec).await,
-            (keys, specs) => self.multi(keys, specs, 0, &[]).await,
+            (keys, specs) => self.multi(keys, specs, native::Mode::Decide, &[]).await,
         }
     }
 

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use ratelimit_vocab::native;
 use redis::{RedisError, ToRedisArgs as _, Value};
 
 use super::RedisStore;
@@ -223,16 +224,17 @@ impl RedisStore {
             })
     }
 
-    /// `multi.lua` (`FCALL` or `EVALSHA`) on `keys` with `specs` in `mode` (its number; a
-    /// give-back's reservation time after the specs), or the module's `multi` where it
+    /// `multi.lua` (`FCALL` or `EVALSHA`) on `keys` with `specs` in `mode` (`tail` after the
+    /// specs: a give-back's reservation time, a settlement's), or the module's `multi` where it
     /// decides them.
     pub(super) async fn multi<T: redis::FromRedisValue>(
         &self,
         keys: &[&str],
         specs: &[Spec],
-        mode: u8,
+        mode: native::Mode,
         tail: &[u64],
     ) -> Result<T, RedisError> {
+        let mode = mode.as_number();
         let script = |cmd: &mut redis::Cmd| {
             cmd.arg(keys.len()).arg(mode).arg(keys).arg(specs).arg(tail);
         };
@@ -598,10 +600,10 @@ impl RedisStore {
         let keys: Vec<&str> = checks.iter().map(|c| c.bucket).collect();
         let specs = Spec::all(checks);
         let code = match mode {
-            Mode::Reserve => 1,
-            Mode::Veto => 2,
-            Mode::GiveBack(_) => 3,
-            Mode::Peek => 4,
+            Mode::Reserve => native::Mode::Reserve,
+            Mode::Veto => native::Mode::Veto,
+            Mode::GiveBack(_) => native::Mode::GiveBack,
+            Mode::Peek => native::Mode::Peek,
         };
         // After the specs, a give-back's reservation time.
         let reserved_at = match mode {
@@ -632,7 +634,9 @@ impl RedisStore {
         let mut tail = Vec::with_capacity(1 + 2 * settle.len());
         tail.push(at);
         tail.extend(settle.iter().flat_map(|&(actual, debt)| [actual, debt]));
-        let reply: Value = self.multi(&keys, &specs, 5, &tail).await?;
+        let reply: Value = self
+            .multi(&keys, &specs, native::Mode::Settle, &tail)
+            .await?;
         let numbers = integers(&reply, &[2 * checks.len() + 1])?;
         Ok(numbers[..2 * checks.len()]
             .chunks(2)

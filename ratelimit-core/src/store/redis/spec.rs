@@ -9,10 +9,16 @@ use crate::algorithm::library::Lua;
 use crate::algorithm::{ScriptArgs, StateKind};
 use crate::pipeline::check::Check;
 
-/// Added to a limit's kind in its spec when it is in shadow mode (its refusal does not
-/// refuse the call), as `multi.lua` and `batch.lua` read it.
-const SHADOW: u64 = 8;
-const _: () = assert!((StateKind::ALL.len() as u64) < SHADOW);
+use ratelimit_vocab::native;
+
+// Every kind's id has a spec id in shadow mode too (`native::spec_id`).
+const _: () = {
+    let mut i = 0;
+    while i < StateKind::ALL.len() {
+        assert!(native::spec_id(StateKind::ALL[i].id(), true).is_some());
+        i += 1;
+    }
+};
 
 /// One limit of a call as the decision scripts take it: its algorithm's script, whether it is
 /// in shadow mode, and its script's arguments for the call's cost.
@@ -50,15 +56,16 @@ impl Spec {
     }
 }
 
-/// A spec as `multi.lua` and `batch.lua` read it: the kind's id (plus [`SHADOW`] in shadow
-/// mode), the number of its arguments, and them.
+/// A spec as `multi.lua` and `batch.lua` read it: the kind's id (plus
+/// [`native::SHADOW_BIT`] in shadow mode), the number of its arguments, and them.
 impl ToRedisArgs for Spec {
     fn write_redis_args<W>(&self, out: &mut W)
     where
         W: ?Sized + RedisWrite,
     {
-        let id = u64::from(self.kind.id()) + if self.shadow { SHADOW } else { 0 };
-        id.write_redis_args(out);
+        // Every kind has one (checked above, when this compiles).
+        let id = native::spec_id(self.kind.id(), self.shadow).unwrap_or(0);
+        u64::from(id).write_redis_args(out);
         (self.args().len() as u64).write_redis_args(out);
         for arg in self.args() {
             arg.write_redis_args(out);
@@ -98,8 +105,9 @@ mod tests {
         let mut expected = vec![id, args.as_slice().len() as u64];
         expected.extend_from_slice(args.as_slice());
         assert_eq!(written(&limit), expected);
-        // Shadow mode adds 8 to the kind; the script alone takes the arguments only.
-        expected[0] += SHADOW;
+        // Shadow mode adds the shadow bit to the kind; the script alone takes the arguments
+        // only.
+        expected[0] += u64::from(native::SHADOW_BIT);
         assert_eq!(written(&limit.shadow()), expected);
         let shadowed = limit.shadow();
         let spec = Spec::of(&Check::new("k", &shadowed, 3));

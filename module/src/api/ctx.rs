@@ -1,0 +1,240 @@
+//! A command's run: the entry point Redis calls, the command's arguments and its context
+//! (its reply, the keys it opens, the commands it calls, what it propagates), each living
+//! only while Redis runs the command.
+
+use std::ffi::{CStr, CString, c_char, c_int, c_long, c_longlong};
+use std::marker::PhantomData;
+
+use super::key::Key;
+use super::raw::{self, Called, Effect, OK, READ, RawCtx, RawString, WRITE};
+use super::reply::CallReply;
+
+/// A command's body: what [`entry`] runs for one call of the command, with its context and
+/// its arguments, lent for that call only (so that nothing keeps them past it).
+pub(crate) trait Body {
+    /// Runs the command and replies through `ctx`.
+    fn run(ctx: &Ctx, args: &[Arg<'_>]);
+}
+
+/// The function Redis calls for the command whose body is `B` (a `RedisModuleCmdFunc`).
+///
+/// # Safety
+/// Called by Redis only, for a command it runs: `ctx` that command's context, `argv` its
+/// `argc` arguments.
+pub(crate) unsafe extern "C" fn entry<B: Body>(
+    ctx: *mut RawCtx,
+    argv: *mut *mut RawString,
+    argc: c_int,
+) -> c_int {
+    let n = usize::try_from(argc).unwrap_or(0);
+    let args: &[Arg<'_>] = if argv.is_null() || n == 0 {
+        &[]
+    } else {
+        // SAFETY: Redis passes a command `argc` valid arguments at `argv`, alive and unchanged
+        // until the command returns (this function's contract), and the slice is lent to
+        // `B::run` only; `Arg` is `repr(transparent)` over the pointer, so the array is one of
+        // `Arg`s.
+        unsafe { std::slice::from_raw_parts(argv.cast::<Arg<'_>>(), n) }
+    };
+    B::run(&Ctx { raw: ctx }, args);
+    OK
+}
+
+/// One of a command's arguments (a `RedisModuleString` Redis passed the command): only
+/// [`entry`] makes one, for the run of that command (`'c`), and it is valid for that long.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Arg<'c> {
+    raw: *mut RawString,
+    _run: PhantomData<&'c RawString>,
+}
+
+impl<'c> Arg<'c> {
+    /// The argument's bytes, borrowed from Redis for the command's run.
+    pub(crate) fn bytes(self) -> &'c [u8] {
+        let mut len = 0usize;
+        // SAFETY: `self.raw` is an argument of the command running (only `entry` makes an
+        // `Arg`, for `'c`); `len` is a place for its length.
+        let ptr = unsafe { (raw::api().StringPtrLen)(self.raw, &raw mut len) };
+        if ptr.is_null() {
+            return &[];
+        }
+        // SAFETY: Redis keeps the argument alive, unchanged, while the command runs (`'c`),
+        // and its `len` bytes start at `ptr`.
+        unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
+    }
+
+    /// The argument as Redis passed it.
+    pub(super) fn raw(self) -> *mut RawString {
+        self.raw
+    }
+}
+
+/// One command's context: its reply, the keys it opens, the commands it calls. Only
+/// [`entry`] makes one, lent to the command's body for its run.
+#[derive(Debug)]
+pub(crate) struct Ctx {
+    raw: *mut RawCtx,
+}
+
+/// The most numbers one reply holds: `multi`'s, six per limit and the server time.
+pub(crate) const MAX_REPLY_NUMBERS: usize = 6 * ratelimit_vocab::native::MAX_LIMITS + 1;
+
+impl Ctx {
+    /// Replies with `values` in decimal, separated by spaces, as one bulk string
+    /// (`ratelimit_vocab::native::SEPARATOR`): copied as it is, where a status reply would be
+    /// copied again and scanned for line breaks. At most [`MAX_REPLY_NUMBERS`] (more are an
+    /// error reply, never a reply cut short).
+    pub(crate) fn reply_numbers(&self, values: &[u64]) {
+        if values.len() <= MAX_REPLY_NUMBERS {
+            self.reply_packed::<{ MAX_REPLY_NUMBERS * 21 }>(values);
+        } else {
+            self.reply_error("ERR ratelimit: internal error (a reply of too many numbers)");
+        }
+    }
+
+    /// [`reply_numbers`](Ctx::reply_numbers) of one decision's five numbers (every call of
+    /// one algorithm), in a buffer that fits them: zeroing one sized for `multi` costs a
+    /// tenth of such a decision's own work.
+    pub(crate) fn reply_decision(&self, values: &[u64; 5]) {
+        self.reply_packed::<{ 5 * 21 }>(values);
+    }
+
+    /// [`reply_numbers`](Ctx::reply_numbers) in a buffer of `B` bytes, which holds them.
+    #[inline(always)]
+    fn reply_packed<const B: usize>(&self, values: &[u64]) {
+        let mut text = [0u8; B];
+        let mut at = 0;
+        for (i, &v) in values.iter().enumerate() {
+            if i > 0 {
+                if let Some(slot) = text.get_mut(at) {
+                    *slot = ratelimit_vocab::native::SEPARATOR;
+                }
+                at += 1;
+            }
+            at = put_u64(&mut text, at, v);
+        }
+        let text = text.get(..at).unwrap_or(&[]);
+        // SAFETY: `self.raw` is the context of the command running (only `entry` makes a
+        // `Ctx`); Redis copies the `text.len()` bytes at `text`.
+        unsafe { (raw::api().ReplyWithStringBuffer)(self.raw, text.as_ptr().cast(), text.len()) };
+    }
+
+    /// Calls `command` on the key `key` (a command argument) followed by `args`, as a client
+    /// would, but on this node only and without the ACL (the command's own keys were checked);
+    /// with `replicate`, the call is propagated as it is to the replicas and the AOF (a call
+    /// whose arguments are its effect: absolute scores and instants). `None` when Redis
+    /// refuses the call (an unknown command, a wrong type).
+    pub(crate) fn call(
+        &self,
+        command: &CStr,
+        key: Arg<'_>,
+        args: &[&[u8]],
+        replicate: bool,
+    ) -> Option<CallReply<'_>> {
+        let api = raw::api();
+        let strings: Vec<*mut RawString> = args
+            .iter()
+            .map(|a| {
+                // SAFETY: `self.raw` is the context of the command running; Redis copies the
+                // `a.len()` bytes at `a` into a new string, freed below.
+                unsafe { (api.CreateString)(self.raw, a.as_ptr().cast::<c_char>(), a.len()) }
+            })
+            .collect();
+        let called = Called::OnKey {
+            command,
+            key,
+            args: &strings,
+            propagate: replicate,
+        };
+        // SAFETY: `self.raw` is the context of the command running, `key` one of its
+        // arguments, and `strings` were created in it just above.
+        let reply = unsafe { raw::call(self.raw, called) };
+        for string in strings {
+            // SAFETY: created above in this context, freed once; the call took its own
+            // references to what it keeps.
+            unsafe { (api.FreeString)(self.raw, string) };
+        }
+        CallReply::new(reply)
+    }
+
+    /// `PUBLISH <channel> <key>` on this node, not propagated (the channel's listeners are
+    /// the limiter's instances, connected to the master). `None` when Redis refuses it.
+    pub(crate) fn publish(&self, channel: &[u8], key: Arg<'_>) -> Option<CallReply<'_>> {
+        let called = Called::Publish {
+            channel,
+            message: key,
+        };
+        // SAFETY: `self.raw` is the context of the command running, `key` one of its
+        // arguments.
+        CallReply::new(unsafe { raw::call(self.raw, called) })
+    }
+
+    /// Replies with an integer.
+    pub(crate) fn reply_integer(&self, value: u64) {
+        let value = c_longlong::try_from(value).unwrap_or(c_longlong::MAX);
+        // SAFETY: `self.raw` is the context of the command running.
+        unsafe { (raw::api().ReplyWithLongLong)(self.raw, value) };
+    }
+
+    /// Starts an array reply of `len` elements: the next `len` replies are its elements.
+    pub(crate) fn reply_array(&self, len: usize) {
+        let len = c_long::try_from(len).unwrap_or(0);
+        // SAFETY: `self.raw` is the context of the command running.
+        unsafe { (raw::api().ReplyWithArray)(self.raw, len) };
+    }
+
+    /// Replies with an error: `message` starts with its code (`ERR ...`).
+    pub(crate) fn reply_error(&self, message: &str) {
+        let text = c_text(message, true);
+        // SAFETY: `self.raw` is the context of the command running; `text` is NUL-terminated
+        // and copied by Redis.
+        unsafe { (raw::api().ReplyWithError)(self.raw, text.as_ptr()) };
+    }
+
+    /// Logs `message` at `warning` in the server's log.
+    pub(crate) fn warn(&self, message: &str) {
+        let message = c_text(message, false);
+        // SAFETY: `self.raw` is the context of the command running.
+        unsafe { raw::log(self.raw, c"warning", &message) };
+    }
+
+    /// Opens the key named by `name` (a command argument) for reading and writing.
+    pub(crate) fn open<'k>(&'k self, name: Arg<'k>) -> Key<'k> {
+        // SAFETY: `self.raw` is the context of the command running, `name` one of its
+        // arguments; the key is closed when the `Key` drops, within the command.
+        let raw = unsafe { (raw::api().OpenKey)(self.raw, name.raw(), READ | WRITE) };
+        Key::new(self, raw, name)
+    }
+
+    /// Propagates `effect` (whose key is an argument of this command) to the replicas and
+    /// the AOF.
+    pub(super) fn replicate(&self, effect: Effect<'_>) {
+        // SAFETY: `self.raw` is the context of the command running, and the key of `effect`
+        // an `Arg`, one of the command's arguments.
+        unsafe { raw::replicate(self.raw, effect) };
+    }
+}
+
+/// `message` as a C string, less its NUL bytes, and with `one_line` its line breaks (which
+/// would end an error reply early).
+pub(super) fn c_text(message: &str, one_line: bool) -> CString {
+    let text: Vec<u8> = message
+        .bytes()
+        .filter(|&b| b != 0 && !(one_line && (b == b'\r' || b == b'\n')))
+        .collect();
+    CString::new(text).unwrap_or_default()
+}
+
+/// Writes `v` in decimal into `out` from `at`: where it ends. Nothing past `out`'s end.
+fn put_u64(out: &mut [u8], at: usize, v: u64) -> usize {
+    let mut digits = [0u8; 20];
+    let digits = ratelimit_vocab::native::write_decimal(&mut digits, v);
+    match out.get_mut(at..at + digits.len()) {
+        Some(slots) => {
+            slots.copy_from_slice(digits);
+            at + digits.len()
+        }
+        None => at,
+    }
+}

@@ -1,0 +1,423 @@
+//! The C side of the module API: the types, constants and structs of `redismodule.h` that the
+//! module uses, the table of API functions looked up at load, and one typed wrapper for each
+//! variadic function (its format strings written here only, each beside the arguments it
+//! describes). The safe wrappers are the other files of `api`.
+//!
+//! Written from `redismodule.h` of Redis 7.0 (the oldest server the library supports), with
+//! no bindgen: the module needs a few dozen functions, and this way it builds with no C
+//! toolchain and no libclang. The structs the module hands Redis are checked, when this
+//! compiles, against the sizes and alignments that header gives them on x86_64.
+
+use std::ffi::{CStr, c_char, c_int, c_long, c_longlong, c_void};
+use std::sync::OnceLock;
+
+use super::ctx::Arg;
+
+/// `RedisModuleCtx`: opaque, only ever behind a pointer Redis passes.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RawCtx {
+    _opaque: [u8; 0],
+}
+/// `RedisModuleString`: opaque, only ever behind a pointer Redis passes.
+#[repr(C)]
+#[derive(Debug)]
+pub struct RawString {
+    _opaque: [u8; 0],
+}
+/// `RedisModuleKey`: opaque.
+#[repr(C)]
+pub(super) struct RawKey {
+    _opaque: [u8; 0],
+}
+/// `RedisModuleCommand`: opaque.
+#[repr(C)]
+pub(super) struct RawCommand {
+    _opaque: [u8; 0],
+}
+/// `RedisModuleCallReply`: opaque.
+#[repr(C)]
+pub(super) struct RawCallReply {
+    _opaque: [u8; 0],
+}
+
+/// `REDISMODULE_OK`.
+pub(crate) const OK: c_int = 0;
+/// `REDISMODULE_ERR`.
+pub(crate) const ERR: c_int = 1;
+pub(super) const APIVER_1: c_int = 1;
+/// `REDISMODULE_READ`.
+pub(super) const READ: c_int = 1 << 0;
+/// `REDISMODULE_WRITE`.
+pub(super) const WRITE: c_int = 1 << 1;
+pub(super) const KEYTYPE_EMPTY: c_int = 0;
+pub(super) const KEYTYPE_STRING: c_int = 1;
+pub(super) const KEYTYPE_ZSET: c_int = 5;
+/// `REDISMODULE_NO_EXPIRE`.
+pub(super) const NO_EXPIRE: c_longlong = -1;
+/// `REDISMODULE_REPLY_*`: the kinds of reply a call returns.
+pub(super) const REPLY_STRING: c_int = 0;
+pub(super) const REPLY_INTEGER: c_int = 2;
+pub(super) const REPLY_ARRAY: c_int = 3;
+
+/// `RedisModuleCmdFunc`.
+pub(crate) type CommandFn =
+    unsafe extern "C" fn(ctx: *mut RawCtx, argv: *mut *mut RawString, argc: c_int) -> c_int;
+
+/// `RedisModuleCommandKeySpec` (7.0): where a command's keys are, so that Redis Cluster routes
+/// it and checks its slots, and the ACL checks its keys.
+#[repr(C)]
+pub(super) struct KeySpec {
+    pub(super) notes: *const c_char,
+    pub(super) flags: u64,
+    pub(super) begin_search_type: c_int,
+    pub(super) bs: BeginSearch,
+    pub(super) find_keys_type: c_int,
+    /// `fk`: a union of three structs of three `int`s each (`range`: lastkey, keystep,
+    /// limit; `keynum`: keynumidx, firstkey, keystep), laid out alike.
+    pub(super) fk: [c_int; 3],
+}
+
+/// `bs`, the union of a key spec's begin-search step: `index` (`int pos`) or `keyword`
+/// (`const char *keyword; int startfrom`). Only `index` is ever written.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(super) union BeginSearch {
+    pub(super) index: c_int,
+    keyword: BeginSearchKeyword,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct BeginSearchKeyword {
+    keyword: *const c_char,
+    startfrom: c_int,
+}
+
+/// `RedisModuleCommandInfoVersion`: which fields of [`CommandInfo`] the module knows, and the
+/// sizes of the arrays' elements, by which Redis walks them.
+#[repr(C)]
+pub(super) struct CommandInfoVersion {
+    pub(super) version: c_int,
+    pub(super) sizeof_historyentry: usize,
+    pub(super) sizeof_keyspec: usize,
+    pub(super) sizeof_arg: usize,
+}
+
+/// `RedisModuleCommandHistoryEntry`, only for its size (no command has a history).
+#[repr(C)]
+pub(super) struct CommandHistoryEntry {
+    since: *const c_char,
+    changes: *const c_char,
+}
+
+/// `RedisModuleCommandArg`, only for its size (no command declares its arguments).
+#[repr(C)]
+pub(super) struct CommandArg {
+    name: *const c_char,
+    kind: c_int,
+    key_spec_index: c_int,
+    token: *const c_char,
+    summary: *const c_char,
+    since: *const c_char,
+    flags: c_int,
+    deprecated_since: *const c_char,
+    subargs: *mut CommandArg,
+    display_text: *const c_char,
+}
+
+/// `RedisModuleCommandInfo` (version 1, Redis 7.0).
+#[repr(C)]
+pub(super) struct CommandInfo {
+    pub(super) version: *const CommandInfoVersion,
+    pub(super) summary: *const c_char,
+    pub(super) complexity: *const c_char,
+    pub(super) since: *const c_char,
+    pub(super) history: *mut CommandHistoryEntry,
+    pub(super) tips: *const c_char,
+    pub(super) arity: c_int,
+    pub(super) key_specs: *mut KeySpec,
+    pub(super) args: *mut CommandArg,
+}
+
+// The layouts `redismodule.h` (Redis 7.0) gives these structs on x86_64 (LP64: pointers,
+// `size_t` and `uint64_t` 8 bytes aligned to 8, `int` and the enums 4 aligned to 4), from its
+// field lists: a field that differed here would have Redis read the module's structs wrong,
+// and it walks the arrays by the sizes `CommandInfoVersion` gives.
+// - `RedisModuleCommandKeySpec`: notes 0..8, flags 8..16, begin_search_type 16..20 (4 bytes of
+//   padding), the union bs 24..40 (its larger member a pointer and an int: 16, aligned to 8),
+//   find_keys_type 40..44, the union fk 44..56 (three ints): 56, aligned to 8.
+// - `RedisModuleCommandInfoVersion`: version 0..4 (4 of padding), three `size_t` 8..32: 32.
+// - `RedisModuleCommandHistoryEntry`: two pointers: 16.
+// - `RedisModuleCommandArg`: name 0..8, type 8..12, key_spec_index 12..16, token, summary and
+//   since 16..40, flags 40..44 (4 of padding), deprecated_since, subargs and display_text
+//   48..72: 72.
+// - `RedisModuleCommandInfo`: six pointers 0..48, arity 48..52 (4 of padding), key_specs and
+//   args 56..72: 72.
+#[cfg(target_pointer_width = "64")]
+const _: () = {
+    assert!(size_of::<BeginSearch>() == 16 && align_of::<BeginSearch>() == 8);
+    assert!(size_of::<KeySpec>() == 56 && align_of::<KeySpec>() == 8);
+    assert!(size_of::<CommandInfoVersion>() == 32 && align_of::<CommandInfoVersion>() == 8);
+    assert!(size_of::<CommandHistoryEntry>() == 16 && align_of::<CommandHistoryEntry>() == 8);
+    assert!(size_of::<CommandArg>() == 72 && align_of::<CommandArg>() == 8);
+    assert!(size_of::<CommandInfo>() == 72 && align_of::<CommandInfo>() == 8);
+};
+
+pub(super) const KSPEC_BS_INDEX: c_int = 2;
+pub(super) const KSPEC_FK_RANGE: c_int = 2;
+pub(super) const KSPEC_FK_KEYNUM: c_int = 3;
+pub(super) const KEY_RW: u64 = 1 << 1;
+pub(super) const KEY_ACCESS: u64 = 1 << 4;
+pub(super) const KEY_UPDATE: u64 = 1 << 5;
+
+/// `RedisModule_GetApi`: fills `out` with the API function named `name`.
+pub(super) type GetApiFn = unsafe extern "C" fn(name: *const c_char, out: *mut c_void) -> c_int;
+
+/// Declares the table of API functions and its loader: each field is looked up by its name
+/// with the `RedisModule_` prefix. The variadic ones are private to this file: they are
+/// called through their typed wrappers only ([`call`], [`replicate`], [`log`]).
+macro_rules! api {
+    ($($field:ident: fn($($arg:ty),*) $(-> $ret:ty)?;)*) => {
+        #[allow(non_snake_case)]
+        pub(super) struct Api {
+            $(pub(super) $field: unsafe extern "C" fn($($arg),*) $(-> $ret)?,)*
+            Replicate: unsafe extern "C" fn(*mut RawCtx, *const c_char, *const c_char, ...) -> c_int,
+            Log: unsafe extern "C" fn(*mut RawCtx, *const c_char, *const c_char, ...),
+            Call: unsafe extern "C" fn(*mut RawCtx, *const c_char, *const c_char, ...) -> *mut RawCallReply,
+        }
+
+        impl Api {
+            /// Looks up every function; `Err` names the first the server does not have.
+            ///
+            /// # Safety
+            /// `get` is the `RedisModule_GetApi` of the server that loads the module.
+            pub(super) unsafe fn load(get: GetApiFn) -> Result<Api, &'static str> {
+                Ok(Api {
+                    $($field: {
+                        // SAFETY: `get` is the server's `RedisModule_GetApi` (this
+                        // function's contract), and the field's type is the C signature
+                        // `redismodule.h` declares for the function of its name.
+                        unsafe {
+                            lookup(get, concat!("RedisModule_", stringify!($field), "\0"))?
+                        }
+                    },)*
+                    // SAFETY: as each above; these three are variadic in C as here.
+                    Replicate: unsafe { lookup(get, "RedisModule_Replicate\0")? },
+                    // SAFETY: as above.
+                    Log: unsafe { lookup(get, "RedisModule_Log\0")? },
+                    // SAFETY: as above.
+                    Call: unsafe { lookup(get, "RedisModule_Call\0")? },
+                })
+            }
+        }
+    };
+}
+
+api! {
+    SetModuleAttribs: fn(*mut RawCtx, *const c_char, c_int, c_int);
+    IsModuleNameBusy: fn(*const c_char) -> c_int;
+    CreateCommand: fn(*mut RawCtx, *const c_char, CommandFn, *const c_char, c_int, c_int, c_int) -> c_int;
+    GetCommand: fn(*mut RawCtx, *const c_char) -> *mut RawCommand;
+    SetCommandInfo: fn(*mut RawCommand, *const CommandInfo) -> c_int;
+    ReplyWithStringBuffer: fn(*mut RawCtx, *const c_char, usize) -> c_int;
+    ReplyWithError: fn(*mut RawCtx, *const c_char) -> c_int;
+    ReplyWithArray: fn(*mut RawCtx, c_long) -> c_int;
+    ReplyWithLongLong: fn(*mut RawCtx, c_longlong) -> c_int;
+    StringPtrLen: fn(*const RawString, *mut usize) -> *const c_char;
+    OpenKey: fn(*mut RawCtx, *mut RawString, c_int) -> *mut RawKey;
+    CloseKey: fn(*mut RawKey);
+    KeyType: fn(*mut RawKey) -> c_int;
+    StringDMA: fn(*mut RawKey, *mut usize, c_int) -> *mut c_char;
+    StringTruncate: fn(*mut RawKey, usize) -> c_int;
+    DeleteKey: fn(*mut RawKey) -> c_int;
+    GetAbsExpire: fn(*mut RawKey) -> c_longlong;
+    SetAbsExpire: fn(*mut RawKey, c_longlong) -> c_int;
+    CreateString: fn(*mut RawCtx, *const c_char, usize) -> *mut RawString;
+    FreeString: fn(*mut RawCtx, *mut RawString);
+    CallReplyType: fn(*mut RawCallReply) -> c_int;
+    CallReplyInteger: fn(*mut RawCallReply) -> c_longlong;
+    CallReplyLength: fn(*mut RawCallReply) -> usize;
+    CallReplyArrayElement: fn(*mut RawCallReply, usize) -> *mut RawCallReply;
+    CallReplyStringPtr: fn(*mut RawCallReply, *mut usize) -> *const c_char;
+    FreeCallReply: fn(*mut RawCallReply);
+}
+
+/// One API function by its NUL-terminated name.
+///
+/// # Safety
+/// `get` is the server's `RedisModule_GetApi`, and `F` is a function pointer type with the C
+/// signature of the function named `name`.
+unsafe fn lookup<F: Copy>(get: GetApiFn, name: &'static str) -> Result<F, &'static str> {
+    const { assert!(size_of::<F>() == size_of::<*mut c_void>()) };
+    let mut slot: *mut c_void = std::ptr::null_mut();
+    // SAFETY: `name` is NUL-terminated and static, `slot` is a pointer-sized place `get`
+    // writes a function pointer into (or leaves null).
+    let found = unsafe { get(name.as_ptr().cast(), (&raw mut slot).cast()) };
+    if found != OK || slot.is_null() {
+        return Err(name.trim_end_matches('\0'));
+    }
+    // SAFETY: Redis filled `slot` with the function of that name, whose C signature `F`
+    // mirrors (the caller's contract), and a function pointer has the size of a data pointer
+    // here (checked above).
+    Ok(unsafe { std::mem::transmute_copy::<*mut c_void, F>(&slot) })
+}
+
+static API: OnceLock<Api> = OnceLock::new();
+
+/// Sets the table, at load; the table already set if the module was loaded before.
+pub(super) fn install(api: Api) -> &'static Api {
+    API.get_or_init(|| api)
+}
+
+/// The table. Commands are registered only after it is set, so a command always finds it.
+pub(super) fn api() -> &'static Api {
+    match API.get() {
+        Some(api) => api,
+        None => std::process::abort(),
+    }
+}
+
+/// What the module calls by `RedisModule_Call`: each shape of its arguments, with the format
+/// string that describes them.
+#[derive(Clone, Copy)]
+pub(super) enum Called<'a> {
+    /// `<command> <key> <args..>`: format `sv`, or `!sv` to propagate the call as it is to the
+    /// replicas and the AOF.
+    OnKey {
+        command: &'a CStr,
+        key: Arg<'a>,
+        args: &'a [*mut RawString],
+        propagate: bool,
+    },
+    /// `PUBLISH <channel> <message>`: format `bs`, not propagated.
+    Publish { channel: &'a [u8], message: Arg<'a> },
+}
+
+/// `RedisModule_Call` of `called` in the command whose context is `ctx`: its reply, null when
+/// Redis refused the call.
+///
+/// # Safety
+/// `ctx` is the context of the command running (whose arguments the `Arg`s are), and every
+/// string of `Called::OnKey::args` was created in it and not yet freed.
+pub(super) unsafe fn call(ctx: *mut RawCtx, called: Called<'_>) -> *mut RawCallReply {
+    let call = api().Call;
+    match called {
+        Called::OnKey {
+            command,
+            key,
+            args,
+            propagate,
+        } => {
+            let format = if propagate { c"!sv" } else { c"sv" };
+            // SAFETY: the caller's contract for `ctx` and the strings; `s` reads one
+            // `RedisModuleString *`, `v` an array of them and its length (a `size_t`), which
+            // Redis reads during the call only; the command's name is NUL-terminated.
+            unsafe {
+                call(
+                    ctx,
+                    command.as_ptr(),
+                    format.as_ptr(),
+                    key.raw(),
+                    args.as_ptr(),
+                    args.len(),
+                )
+            }
+        }
+        Called::Publish { channel, message } => {
+            // SAFETY: the caller's contract for `ctx` and `message`; `b` reads a pointer and a
+            // `size_t` length, the channel's bytes, which Redis copies during the call.
+            unsafe {
+                call(
+                    ctx,
+                    c"PUBLISH".as_ptr(),
+                    c"bs".as_ptr(),
+                    channel.as_ptr().cast::<c_char>(),
+                    channel.len(),
+                    message.raw(),
+                )
+            }
+        }
+    }
+}
+
+/// A write's effect, as the module propagates it (`RedisModule_Replicate`) to the replicas and
+/// the AOF: each with its command and the format string of its arguments.
+#[derive(Clone, Copy)]
+pub(super) enum Effect<'a> {
+    /// `SET <key> <value>` (format `sb`), or with `PXAT <expire_ms>` (`sbcb`).
+    Set {
+        key: Arg<'a>,
+        value: &'a [u8],
+        expire_ms: Option<&'a [u8]>,
+    },
+    /// `INCRBY <key> <by>` (format `sb`).
+    IncrBy { key: Arg<'a>, by: &'a [u8] },
+    /// `DEL <key>` (format `s`).
+    Del { key: Arg<'a> },
+}
+
+/// `RedisModule_Replicate` of `effect` in the command whose context is `ctx`.
+///
+/// # Safety
+/// `ctx` is the context of the command running, whose argument the key of `effect` is.
+pub(super) unsafe fn replicate(ctx: *mut RawCtx, effect: Effect<'_>) {
+    let replicate = api().Replicate;
+    let bytes = |b: &[u8]| (b.as_ptr().cast::<c_char>(), b.len());
+    let command = match effect {
+        Effect::Set { .. } => c"SET",
+        Effect::IncrBy { .. } => c"INCRBY",
+        Effect::Del { .. } => c"DEL",
+    }
+    .as_ptr();
+    // Each arm: the caller's contract for `ctx` and the key (`s`); every `b` is a pointer and
+    // a `size_t` length, bytes Redis copies during the call; `c` a NUL-terminated string.
+    // Each format string lists exactly the arguments that follow it.
+    match effect {
+        Effect::Set {
+            key,
+            value,
+            expire_ms: Some(expire_ms),
+        } => {
+            let ((value, value_len), (expire, expire_len)) = (bytes(value), bytes(expire_ms));
+            let pxat = c"PXAT".as_ptr();
+            // SAFETY: as above.
+            unsafe {
+                replicate(
+                    ctx,
+                    command,
+                    c"sbcb".as_ptr(),
+                    key.raw(),
+                    value,
+                    value_len,
+                    pxat,
+                    expire,
+                    expire_len,
+                )
+            }
+        }
+        Effect::Set {
+            key,
+            value,
+            expire_ms: None,
+        }
+        | Effect::IncrBy { key, by: value } => {
+            let (value, value_len) = bytes(value);
+            // SAFETY: as above.
+            unsafe { replicate(ctx, command, c"sb".as_ptr(), key.raw(), value, value_len) }
+        }
+        // SAFETY: as above.
+        Effect::Del { key } => unsafe { replicate(ctx, command, c"s".as_ptr(), key.raw()) },
+    };
+}
+
+/// `RedisModule_Log` of `message` at `level` (`warning`, ...), as one `%s`: a `%` in it is
+/// written as it is.
+///
+/// # Safety
+/// `ctx` is a context Redis passed the module (a command's, or the load's).
+pub(super) unsafe fn log(ctx: *mut RawCtx, level: &CStr, message: &CStr) {
+    // SAFETY: the caller's contract for `ctx`; `level`, the format and `message` are
+    // NUL-terminated, and the format reads exactly one string.
+    unsafe { (api().Log)(ctx, level.as_ptr(), c"%s".as_ptr(), message.as_ptr()) };
+}
