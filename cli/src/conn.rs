@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use ratelimit_core::tools::{
-    ClusterConnection, READ_SCRIPT, RedisTarget, Stored, cluster_connection, node_url,
-    parse_redis_url, redact_url, redis_client, url_complaint,
+    ClusterConnection, READ_SCRIPT, RedisTarget, Stored, cluster_connection, cluster_slots,
+    node_url, parse_redis_url, redact_url, redis_client, url_complaint,
 };
 use redis::aio::MultiplexedConnection;
 use redis::cluster::ClusterClient;
@@ -128,8 +128,19 @@ impl Redis {
                     .query_async(&mut conn)
                     .await
                     .map_err(unreachable)?;
+                let ranges = cluster_slots(&slots).ok_or_else(|| {
+                    Failure::Redis(format!(
+                        "the Redis Cluster at {shown} answered CLUSTER SLOTS with {slots:?}"
+                    ))
+                })?;
+                let mut addresses: Vec<String> = Vec::new();
+                for range in ranges {
+                    if !addresses.contains(&range.master) {
+                        addresses.push(range.master);
+                    }
+                }
                 let mut masters = Vec::new();
-                for address in master_addresses(&slots) {
+                for address in addresses {
                     let node = node_url(url, &address);
                     let client = redis_client(node.as_str()).map_err(unreachable)?;
                     let c = client
@@ -311,33 +322,4 @@ fn bad_reply(shown: &str, reply: &Value) -> Failure {
     Failure::Redis(format!(
         "Redis at {shown} answered the read script with {reply:?}: is it Redis 7.0 or newer?"
     ))
-}
-
-/// The masters' `host:port`s in a `CLUSTER SLOTS` reply, each once.
-fn master_addresses(slots: &Value) -> Vec<String> {
-    let mut out: Vec<String> = Vec::new();
-    let Value::Array(ranges) = slots else {
-        return out;
-    };
-    for range in ranges {
-        let Value::Array(fields) = range else {
-            continue;
-        };
-        let Some(Value::Array(master)) = fields.get(2) else {
-            continue;
-        };
-        let host = match master.first() {
-            Some(Value::BulkString(h)) => String::from_utf8_lossy(h).into_owned(),
-            Some(Value::SimpleString(h)) => h.clone(),
-            _ => continue,
-        };
-        let Some(Value::Int(port)) = master.get(1) else {
-            continue;
-        };
-        let address = format!("{host}:{port}");
-        if !out.contains(&address) {
-            out.push(address);
-        }
-    }
-    out
 }

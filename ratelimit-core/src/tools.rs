@@ -73,6 +73,7 @@ pub use crate::naming::{Bucket, MAX_PART_LEN, Part, bucket_key, key_slot, parse_
 pub use crate::store::redis::client::{
     ClusterConnection, NodeConnection, client as redis_client, cluster_connection,
 };
+pub use crate::store::redis::cross_slot::{SlotRange, cluster_slots};
 pub use crate::store::redis::url::{
     Target as RedisTarget, node_url, parse_target as parse_redis_url, url_complaint,
 };

@@ -59,7 +59,7 @@ impl RateLimiter {
     /// remote store.
     /// Boxed, and owning what it needs (a clone of the limiter, the key): inline, these paths
     /// made the memory path's future and its poll's stack frame (8 kB) several times larger
-    /// (docs/benchmarks.md 4.6); a copy of the key is nothing beside a round trip or a wait.
+    /// (benches/results/history.md 4.6); a copy of the key is nothing beside a round trip or a wait.
     fn decide_by_name(
         &self,
         name: Option<&str>,
@@ -99,7 +99,7 @@ impl RateLimiter {
     /// The pipeline's local stage: a memory store decides in the call's first poll, with
     /// nothing in a future. `check` asks the store for its small outcome on a bucket key the
     /// caller names (built on the stack, or remembered); the decision is built once, here
-    /// (docs/benchmarks.md 4.6), and finished (shadow mode, a reservation's wait).
+    /// (benches/results/history.md 4.6), and finished (shadow mode, a reservation's wait).
     #[inline]
     pub(crate) fn decide_locally(
         &self,

@@ -61,7 +61,7 @@ impl RateLimiter {
     ///
     /// Boxed: awaited inline, the store's call and the deadline's timer make every check's
     /// future several times larger, even on a memory limiter, and moving it dominated the
-    /// memory path (docs/benchmarks.md 7.3). One small allocation beside a network round trip
+    /// memory path (benches/results/history.md 7.3). One small allocation beside a network round trip
     /// is the cheaper side.
     fn ask_store<'a>(&'a self, remote: &'a Remote, check: Check<'a>) -> BoxedAnswer<'a, Decision> {
         Box::pin(self.through_store(

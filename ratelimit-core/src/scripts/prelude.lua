@@ -6,7 +6,7 @@
 -- Pass numbers to redis.call as text: int(v), or an argument's own text. Redis writes a bare
 -- Lua number with snprintf's %.17g (exact below 2^53), which costs Redis more than
 -- string.format('%d') does: passing the token bucket's two numbers bare made it 3-6 % dearer
--- (docs/benchmarks.md 3.11). Lua's own conversion (`..`) keeps 14 digits, which loses
+-- (benches/results/history.md 3.11). Lua's own conversion (`..`) keeps 14 digits, which loses
 -- microseconds: text built with `..` needs int() too.
 
 -- Exact integer division of non-negative integers (the correction steps absorb any rounding

@@ -220,7 +220,7 @@ impl MemoryStore {
     /// [`check_now`](MemoryStore::check_now) on a key given as its bytes (the limiter's, built
     /// on the stack), answering the bucket's outcome: 40 bytes, against a [`Decision`]'s 112,
     /// which the limiter builds once, where it returns it (moving a `Decision` out through
-    /// each layer was a fifth of a memory check, docs/benchmarks.md 4.6).
+    /// each layer was a fifth of a memory check, benches/results/history.md 4.6).
     #[inline]
     pub(crate) fn check_bytes(&self, key: &[u8], limit: &Limit, cost: u32) -> Outcome<u64> {
         self.check_with(key, Kernel::of(limit), cost)

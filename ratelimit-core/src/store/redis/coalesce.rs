@@ -32,7 +32,7 @@ use crate::algorithm::library::Lua;
 /// Redis is the bottleneck: gathered calls wait for a reply before they leave, which costs
 /// more than it saves while Redis still has time to spare. With 2 or 8, 16 concurrent calls
 /// were slower than sent one by one; with 16 they were not, and more were faster
-/// (docs/benchmarks.md 3.6).
+/// (benches/results/history.md 3.6).
 pub(super) const MAX_IN_FLIGHT: usize = 16;
 
 /// The batch limit by default: the most calls one `batch.lua` call decides (see

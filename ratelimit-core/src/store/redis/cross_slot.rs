@@ -128,40 +128,81 @@ impl RedisStore {
     }
 }
 
-/// `CLUSTER SLOTS`' reply as a map from each slot to the lowest slot its master serves;
-/// `None` for a reply of another shape or one that leaves a slot unserved.
-fn slot_map(reply: &Value) -> Option<Vec<u16>> {
+/// One range of slots in a `CLUSTER SLOTS` reply, with its master's address.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotRange {
+    /// The first slot of the range.
+    pub start: u16,
+    /// The last slot of the range (inclusive; at most 16,383).
+    pub end: u16,
+    /// Its master's `host:port`, as [`node_url`](crate::tools::node_url) takes it.
+    pub master: String,
+}
+
+/// The ranges of a `CLUSTER SLOTS` reply, in its order: the one reading of that reply, for
+/// the store (which limits a call's buckets may share a node) and the command line (which
+/// nodes to read). `None` for a reply of another shape.
+///
+/// ```
+/// use ratelimit_core::tools::cluster_slots;
+/// use redis::Value;
+///
+/// let node = |host: &str, port| Value::Array(vec![Value::BulkString(host.into()), Value::Int(port)]);
+/// let reply = Value::Array(vec![
+///     Value::Array(vec![Value::Int(0), Value::Int(8191), node("10.0.0.1", 7000)]),
+///     Value::Array(vec![Value::Int(8192), Value::Int(16383), node("10.0.0.2", 7000)]),
+/// ]);
+/// let ranges = cluster_slots(&reply).unwrap();
+/// assert_eq!(ranges[1].master, "10.0.0.2:7000");
+/// assert_eq!((ranges[1].start, ranges[1].end), (8192, 16383));
+/// assert!(cluster_slots(&Value::Nil).is_none());
+/// ```
+pub fn cluster_slots(reply: &Value) -> Option<Vec<SlotRange>> {
     let Value::Array(ranges) = reply else {
         return None;
     };
-    // (start, end, master) of each range; a master is its first address and port.
-    let mut parsed: Vec<(u16, u16, (Vec<u8>, i64))> = Vec::with_capacity(ranges.len());
-    for range in ranges {
-        let Value::Array(fields) = range else {
-            return None;
-        };
-        let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) =
-            (fields.first(), fields.get(1), fields.get(2))
-        else {
-            return None;
-        };
-        let (Some(Value::BulkString(host)), Some(Value::Int(port))) =
-            (master.first(), master.get(1))
-        else {
-            return None;
-        };
-        let (start, end) = (u16::try_from(*start).ok()?, u16::try_from(*end).ok()?);
-        parsed.push((start, end.min(16_383), (host.clone(), *port)));
-    }
+    ranges
+        .iter()
+        .map(|range| {
+            let Value::Array(fields) = range else {
+                return None;
+            };
+            let (Some(Value::Int(start)), Some(Value::Int(end)), Some(Value::Array(master))) =
+                (fields.first(), fields.get(1), fields.get(2))
+            else {
+                return None;
+            };
+            // A master is its first address and port.
+            let host = match master.first() {
+                Some(Value::BulkString(host)) => String::from_utf8_lossy(host).into_owned(),
+                Some(Value::SimpleString(host)) => host.clone(),
+                _ => return None,
+            };
+            let Some(Value::Int(port)) = master.get(1) else {
+                return None;
+            };
+            Some(SlotRange {
+                start: u16::try_from(*start).ok()?,
+                end: u16::try_from(*end).ok()?.min(16_383),
+                master: format!("{host}:{port}"),
+            })
+        })
+        .collect()
+}
+
+/// `CLUSTER SLOTS`' reply as a map from each slot to the lowest slot its master serves;
+/// `None` for a reply of another shape or one that leaves a slot unserved.
+fn slot_map(reply: &Value) -> Option<Vec<u16>> {
+    let ranges = cluster_slots(reply)?;
     let mut map = vec![u16::MAX; 16_384];
-    for (start, end, master) in &parsed {
-        let lowest = parsed
+    for range in &ranges {
+        let lowest = ranges
             .iter()
-            .filter(|(_, _, m)| m == master)
-            .map(|(s, ..)| *s)
+            .filter(|r| r.master == range.master)
+            .map(|r| r.start)
             .min()
-            .unwrap_or(*start);
-        map[usize::from(*start)..=usize::from(*end)].fill(lowest);
+            .unwrap_or(range.start);
+        map[usize::from(range.start)..=usize::from(range.end)].fill(lowest);
     }
     map.iter().all(|&m| m != u16::MAX).then_some(map)
 }

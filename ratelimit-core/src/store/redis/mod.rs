@@ -23,7 +23,7 @@ use crate::pipeline::check::{self, Check};
 
 pub(crate) mod client;
 mod coalesce;
-mod cross_slot;
+pub(crate) mod cross_slot;
 mod heartbeat;
 mod scripts;
 mod sentinel;
@@ -382,7 +382,7 @@ impl RedisStore {
     /// as if it were alone (group commit). A lone caller, or any call that finds the node
     /// idle, is sent at once and waits no longer than without batching. Under load this
     /// saves Redis each call's command and script setup, and the client a reply per call
-    /// (docs/benchmarks.md, section 3, measures it).
+    /// (benches/results/history.md, section 3, measures it).
     ///
     /// Each call keeps its own deadline and failure policy: a call whose caller gave up before
     /// its batch left is not sent, an error deciding one call does not fail the others, and a
