@@ -24,7 +24,7 @@ pub struct Decision {
     pub cost: u32,
     /// When denied (or [`shadowed`](Decision::shadowed)): how long until the same call would
     /// be admitted, rounded up to the microsecond, so waiting exactly this long is enough.
-    /// Zero when allowed. (A [`Store`](crate::store::Store) admitting a call that reserved its tokens
+    /// Zero when allowed. (A `Store` admitting a call that reserved its tokens
     /// ahead, see [`Limit::wait`], says here how long it must wait; the limiter waits it.)
     pub retry_after: Duration,
     /// How long until the bucket is full again (zero when it is full).
@@ -92,14 +92,6 @@ impl Label {
             Some(tier) => Cow::Owned(format!("{name}[{tier}]")),
         }
     }
-
-    /// The name the decision is observed under (the tier is a label of its own).
-    pub(crate) fn observed(&self) -> crate::observe::Name<'_> {
-        match &self.tier {
-            None => crate::observe::Name::Declared(self.name),
-            Some(tier) => crate::observe::Name::Tiered(self.name, tier),
-        }
-    }
 }
 
 /// The names of a call's limits, each in the place of its own part of the call's decision:
@@ -154,7 +146,7 @@ pub enum Source {
 }
 
 impl Decision {
-    /// Builds a decision, for [`Store`](crate::store::Store) implementations.
+    /// Builds a decision, for `Store` implementations.
     pub fn new(
         allowed: bool,
         remaining: u64,

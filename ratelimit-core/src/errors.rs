@@ -46,21 +46,21 @@ pub enum Error {
     )]
     DuplicateBucket(String),
 
-    /// A custom [`Store`](crate::store::Store) that does not implement
-    /// [`check_all`](crate::store::Store::check_all) was asked to decide several limits at once.
+    /// A custom `Store` that does not implement
+    /// `check_all` was asked to decide several limits at once.
     #[error(
         "this store decides one limit per call: implement Store::check_all to decide several \
          limits of one call together"
     )]
     SeveralLimitsUnsupported,
 
-    /// A custom [`Store`](crate::store::Store) that does not implement
-    /// [`peek`](crate::store::Store::peek) was asked to peek.
+    /// A custom `Store` that does not implement
+    /// `peek` was asked to peek.
     #[error("this store cannot answer without taking: implement Store::peek")]
     PeekUnsupported,
 
     /// [`refund`](crate::RateLimiter::refund) was asked of a limiter on a custom
-    /// [`Store`](crate::store::Store): the trait has no way to give tokens back.
+    /// `Store`: the trait has no way to give tokens back.
     #[error(
         "this store cannot give tokens back: a custom Store has no give-back, so a refund needs \
          the Redis or the memory store"
@@ -68,7 +68,7 @@ pub enum Error {
     RefundUnsupported,
 
     /// [`enter`](crate::RateLimiter::enter) was asked of a limiter on a custom
-    /// [`Store`](crate::store::Store): the trait has no way to give a slot back or renew it.
+    /// `Store`: the trait has no way to give a slot back or renew it.
     #[error(
         "this store cannot hold concurrency slots: a custom Store has no release or renewal, so \
          a concurrency limit needs the Redis or the memory store"
@@ -94,7 +94,7 @@ pub enum Error {
     CannotSettle(Limit),
 
     /// A call that settles its cost afterwards was asked of a limiter on a custom
-    /// [`Store`](crate::store::Store): the trait has no settlement.
+    /// `Store`: the trait has no settlement.
     #[error(
         "this store cannot settle a call's cost: a custom Store has no settlement, so a call \
          that settles needs the Redis or the memory store"
@@ -366,6 +366,22 @@ pub fn redact_url(url: &str) -> String {
         None => out.push_str(rest),
     }
     out
+}
+
+/// The rule of a call's cost, here because it answers in [`Error`]s (the limit knows nothing
+/// of them).
+impl Limit {
+    /// Whether a call of `cost` tokens can be decided under this limit: at least one token,
+    /// and no more than the bucket holds (one rule for the limiter and the tools).
+    pub(crate) fn check_cost(&self, cost: u32) -> Result<(), Error> {
+        if cost == 0 {
+            return Err(Error::ZeroCost);
+        }
+        if !ratelimit_vocab::limits::cost_fits(cost, self.burst_capacity()) {
+            return Err(Error::CostExceedsBurst { cost, limit: *self });
+        }
+        Ok(())
+    }
 }
 
 #[cfg(test)]

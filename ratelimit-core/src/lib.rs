@@ -88,10 +88,9 @@ pub use errors::Error;
 pub use http::actix::RateLimitMiddleware;
 #[cfg(feature = "axum")]
 pub use http::axum::RateLimitLayer;
-pub use limit::{Algorithm, Limit, Refill, Tier, Unit};
+pub use limit::{Algorithm, EmptyKeyPolicy, FailurePolicy, Limit, Refill, Tier, Unit};
 pub use limiter::{Entered, RateLimiter, RateLimiterBuilder, Settlement, Slot, Usage};
 pub use pipeline::verdict::RateLimited;
-pub use policy::{EmptyKeyPolicy, FailurePolicy};
 pub use registry::{LimitDeclaration, declared_limits, validate_declared_limits};
 pub use request::RequestContext;
 pub use resolvers::{Global, Header, Ip, IpUri, KeyResolver, Route, Uri, User};

@@ -170,6 +170,16 @@ pub(crate) fn deny_cache_hit() {
     metrics::counter!("ratelimit_deny_cache_hits_total").increment(1);
 }
 
+impl crate::decision::Label {
+    /// The name the decision is observed under (the tier is a label of its own).
+    pub(crate) fn observed(&self) -> Name<'_> {
+        match &self.tier {
+            None => Name::Declared(self.name),
+            Some(tier) => Name::Tiered(self.name, tier),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use std::path::PathBuf;

@@ -56,10 +56,10 @@ use serde::Deserialize;
 
 use crate::errors::Error;
 use crate::limit::Algorithm;
+use crate::limit::FailurePolicy;
 use crate::limit::Limit;
 use crate::limit::Refill;
 use crate::limit::Unit;
-use crate::policy::FailurePolicy;
 pub use crate::registry::Effective;
 use crate::registry::{LimitDeclaration, describe_names};
 

@@ -10,59 +10,11 @@ use crate::decision::Decision;
 use crate::decision::Source;
 use crate::deny_cache::DenyCache;
 use crate::errors::Error;
-use crate::limit::Limit;
+use crate::limit::{FailurePolicy, Limit};
 use crate::pipeline::check::Check;
 use crate::store::MemoryStore;
 
-/// What a limiter does with a call when its store fails (unreachable, slower than the
-/// deadline, erroring).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum FailurePolicy {
-    /// Enforce the limit in this process's memory until the store is back (default). With
-    /// Redis, each instance enforces its share: the limit divided by the number of instances
-    /// that were alive (see [`RateLimiter::live_instances`](crate::RateLimiter::live_instances)),
-    /// each bucket starting from this instance's part of what the store last said it held
-    /// (its tokens, the calls it owes, when it is full again: whatever the limit's algorithm)
-    /// (see [`RateLimiterBuilder::deny_cache`](crate::RateLimiterBuilder::deny_cache)), and
-    /// going on from there through later outages.
-    #[default]
-    Fallback,
-    /// Admit the call (fail open, like Spring Cloud Gateway).
-    Allow,
-    /// Refuse the call (fail closed, like Envoy's `failure_mode_deny`).
-    Deny,
-}
-
-impl FailurePolicy {
-    /// Every policy.
-    pub(crate) const ALL: [FailurePolicy; 3] = [
-        FailurePolicy::Fallback,
-        FailurePolicy::Allow,
-        FailurePolicy::Deny,
-    ];
-
-    /// The policy's name as written in `policy = ".."` and config overrides.
-    pub const fn as_str(self) -> &'static str {
-        self.word().name()
-    }
-
-    /// The word of the vocabulary the macros share, which owns the name.
-    pub(crate) const fn word(self) -> ratelimit_vocab::FailurePolicy {
-        match self {
-            FailurePolicy::Fallback => ratelimit_vocab::FailurePolicy::Fallback,
-            FailurePolicy::Allow => ratelimit_vocab::FailurePolicy::Allow,
-            FailurePolicy::Deny => ratelimit_vocab::FailurePolicy::Deny,
-        }
-    }
-}
-
-impl std::fmt::Display for FailurePolicy {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
+/// `"deny"`, `"allow"` or `"fallback"`, as a policy's name is written.
 impl std::str::FromStr for FailurePolicy {
     type Err = Error;
 
@@ -75,24 +27,6 @@ impl std::str::FromStr for FailurePolicy {
                 Error::Config(unknown.to_string())
             })
     }
-}
-
-/// `"deny"` in a config file, parsed as [`FailurePolicy::from_str`](std::str::FromStr) parses it.
-impl<'de> serde::Deserialize<'de> for FailurePolicy {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        crate::limit::deserialize_named::<_, _, ratelimit_vocab::FailurePolicy>(d)
-    }
-}
-
-/// What a limiter does with a call whose key resolver found no key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
-#[non_exhaustive]
-pub enum EmptyKeyPolicy {
-    /// Refuse the call (default, like Spring Cloud Gateway's `denyEmptyKey`).
-    #[default]
-    Deny,
-    /// Admit the call without a check.
-    Allow,
 }
 
 /// The per-call deadline when none is set.

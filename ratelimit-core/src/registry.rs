@@ -13,9 +13,9 @@ use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
 
 use crate::decision::Decision;
 use crate::errors::Error;
+use crate::limit::EmptyKeyPolicy;
 use crate::limit::Limit;
 use crate::limiter::RateLimiter;
-use crate::policy::EmptyKeyPolicy;
 
 /// One `#[rate_limit]` function or `layer_limit!`, registered at compile time, or a layer's
 /// limit built at run time ([`LayerLimit::new`](crate::http::LayerLimit::new)): its name,

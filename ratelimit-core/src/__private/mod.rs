@@ -80,7 +80,7 @@ pub const fn shared(
 /// `decl` with its own empty-key policy and the status of its refusals for want of a key.
 pub const fn with_empty_key(
     decl: LimitDeclaration,
-    policy: Option<crate::policy::EmptyKeyPolicy>,
+    policy: Option<crate::limit::EmptyKeyPolicy>,
     status: Option<u16>,
 ) -> LimitDeclaration {
     decl.with_empty_key(policy, status)

@@ -136,7 +136,7 @@ impl Lua {
 ///
 /// `multi` decides natively only calls whose every limit's algorithm is native, of at most
 /// `ratelimit_vocab::native::MAX_LIMITS` limits, and declares every key (on a cluster, all
-/// of one slot): the store checks each call ([`RedisStore`](crate::store::RedisStore)).
+/// of one slot): the store checks each call (`RedisStore`).
 ///
 /// `batch` decides natively only batches whose every call the module decides, on one server
 /// or through Sentinel (it declares every key: a cluster would refuse keys of several

@@ -10,11 +10,10 @@ use std::time::Duration;
 use ratelimit_algorithms::calendar::Calendar;
 use ratelimit_vocab::limits::{self, Parts, Problem};
 
-use crate::policy::FailurePolicy;
-
 mod concurrent;
 mod invalid;
 mod per_call;
+mod policies;
 mod read;
 mod tier;
 mod words;
@@ -22,6 +21,7 @@ mod words;
 pub use concurrent::{DEFAULT_LEASE, MAX_CONCURRENT};
 pub use invalid::InvalidLimit;
 pub(crate) use invalid::invalid;
+pub use policies::{EmptyKeyPolicy, FailurePolicy};
 pub(crate) use tier::TierName;
 pub use tier::{MAX_RUN_TIME_TIER_NAMES, Tier};
 pub(crate) use words::deserialize_named;
@@ -147,18 +147,6 @@ const NO_WAIT: u64 = u64::MAX;
 pub(crate) use ratelimit_vocab::limits::MAX_WAIT_US;
 
 impl Limit {
-    /// Whether a call of `cost` tokens can be decided under this limit: at least one token,
-    /// and no more than the bucket holds (one rule for the limiter and the tools).
-    pub(crate) fn check_cost(&self, cost: u32) -> Result<(), crate::errors::Error> {
-        if cost == 0 {
-            return Err(crate::errors::Error::ZeroCost);
-        }
-        if !limits::cost_fits(cost, self.burst_capacity()) {
-            return Err(crate::errors::Error::CostExceedsBurst { cost, limit: *self });
-        }
-        Ok(())
-    }
-
     /// `replenish` tokens per `unit`, with a burst of `replenish`.
     ///
     /// # Panics
@@ -828,13 +816,10 @@ mod tests {
         same_words::<_, ratelimit_vocab::Refill>(&Refill::ALL, |r| r.as_str());
         same_words::<_, ratelimit_vocab::FailurePolicy>(&FailurePolicy::ALL, |p| p.as_str());
         // No names of its own in the runtime: only the macro takes them.
-        let empty_key = [
-            crate::policy::EmptyKeyPolicy::Deny,
-            crate::policy::EmptyKeyPolicy::Allow,
-        ];
+        let empty_key = [EmptyKeyPolicy::Deny, EmptyKeyPolicy::Allow];
         same_words::<_, ratelimit_vocab::EmptyKeyPolicy>(&empty_key, |p| match p {
-            crate::policy::EmptyKeyPolicy::Deny => "deny",
-            crate::policy::EmptyKeyPolicy::Allow => "allow",
+            EmptyKeyPolicy::Deny => "deny",
+            EmptyKeyPolicy::Allow => "allow",
         });
         for unit in Unit::ALL {
             assert_eq!(unit.as_str().parse(), Ok(unit));

@@ -6,7 +6,7 @@ use std::time::Duration;
 use ratelimit_vocab::limits;
 
 use super::{InvalidLimit, Limit, MAX_WAIT_US, NO_WAIT, invalid};
-use crate::policy::FailurePolicy;
+use crate::limit::FailurePolicy;
 
 /// The longest jitter a wait may be spread by: an hour (the vocabulary's, which the attribute
 /// checks too).

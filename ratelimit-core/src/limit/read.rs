@@ -4,7 +4,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::{Algorithm, Limit, NO_WAIT, Refill, Unit};
-use crate::policy::FailurePolicy;
+use crate::limit::FailurePolicy;
 
 impl Limit {
     /// Whether a call under this limit may reserve its tokens and wait for them: a wait was

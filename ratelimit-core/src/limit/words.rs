@@ -132,7 +132,7 @@ where
 }
 
 /// How a limit counts the calls it admits. Every algorithm runs on Redis as one atomic script
-/// on the server's clock and in [`MemoryStore`](crate::store::MemoryStore) with the same arithmetic;
+/// on the server's clock and in `MemoryStore` with the same arithmetic;
 /// `docs/algorithms.md` compares them.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
 #[non_exhaustive]

@@ -33,14 +33,12 @@ use crate::deny_cache::{DEFAULT_DENY_CACHE_CAPACITY, DenyCache};
 use crate::errors::Error;
 use crate::fleet::{self, Member};
 use crate::limit::Limit;
+use crate::limit::{EmptyKeyPolicy, FailurePolicy};
 use crate::naming::bucket_key;
 use crate::naming::key_slot;
 use crate::pipeline::check::{Check, validate};
 use crate::pipeline::{Ask, Decided};
-use crate::policy::{
-    DEFAULT_COOLDOWN, DEFAULT_DEADLINE, EmptyKeyPolicy, FailurePolicy, Resilience,
-    SLOTS_PER_CIRCUIT,
-};
+use crate::policy::{DEFAULT_COOLDOWN, DEFAULT_DEADLINE, Resilience, SLOTS_PER_CIRCUIT};
 use crate::store::DynStore;
 use crate::store::{MemoryStore, RedisStore, Store};
 

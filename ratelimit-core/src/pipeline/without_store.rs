@@ -6,8 +6,8 @@ use std::time::Duration;
 use crate::decision::Decision;
 use crate::decision::Source;
 use crate::limit::Limit;
+use crate::limit::{EmptyKeyPolicy, FailurePolicy};
 use crate::limiter::RateLimiter;
-use crate::policy::{EmptyKeyPolicy, FailurePolicy};
 
 impl RateLimiter {
     /// The decision for a call that has no key, per the empty-key policy.
