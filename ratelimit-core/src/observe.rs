@@ -170,6 +170,14 @@ pub(crate) fn deny_cache_hit() {
     metrics::counter!("ratelimit_deny_cache_hits_total").increment(1);
 }
 
+/// The name a decision is observed under: `check_named`'s, or none (`check`).
+pub(crate) fn observed_name(name: Option<&str>) -> Name<'_> {
+    match name {
+        Some(name) => Name::Given(name),
+        None => Name::None,
+    }
+}
+
 impl crate::decision::Label {
     /// The name the decision is observed under (the tier is a label of its own).
     pub(crate) fn observed(&self) -> Name<'_> {

@@ -15,7 +15,7 @@ use crate::decision::Decision;
 use crate::errors::Error;
 use crate::limit::EmptyKeyPolicy;
 use crate::limit::Limit;
-use crate::limiter::RateLimiter;
+use crate::limiter::inner::RateLimiter;
 
 /// One `#[rate_limit]` function or `layer_limit!`, registered at compile time, or a layer's
 /// limit built at run time ([`LayerLimit::new`](crate::http::LayerLimit::new)): its name,
@@ -647,7 +647,7 @@ mod tests {
     use super::{Effective, LimitDeclaration, VALID, Warning};
     use crate::decision::Source;
     use crate::limit::Limit;
-    use crate::limiter::RateLimiter;
+    use crate::limiter::inner::RateLimiter;
 
     fn declaration() -> &'static LimitDeclaration {
         Box::leak(Box::new(LimitDeclaration::new(

@@ -4,8 +4,8 @@
 use std::path::PathBuf;
 
 use crate::errors::Error;
-use crate::limiter::RateLimiter;
 use crate::limiter::RateLimiterBuilder;
+use crate::limiter::inner::RateLimiter;
 use crate::registry::{self, Effective, LimitDeclaration, declared_limits, runtime};
 
 /// The URL used when neither `url = ..` nor `REDIS_URL` gives one.

@@ -5,19 +5,20 @@ use std::sync::LazyLock;
 
 pub use inventory;
 
-mod call;
 pub use crate::async_key::ErasedAsync;
 pub use crate::limiter::IntoActual;
+pub use crate::pipeline::convert::{
+    IntoCost, IntoTier, KeyOf, ViaAsync, ViaDisplay, ViaNeither, ViaResolver,
+};
 pub use crate::pipeline::{
     Call, Cost, Fixed, Holding, KeyArg, Taken, check, check_all, check_key, refund, settle,
 };
-pub use call::{IntoCost, IntoTier, KeyOf, ViaAsync, ViaDisplay, ViaNeither, ViaResolver, counts};
 
 use crate::limit::Algorithm;
 use crate::limit::Limit;
 use crate::limit::Refill;
 use crate::limit::Unit;
-use crate::limiter::RateLimiter;
+use crate::limiter::inner::RateLimiter;
 use crate::pipeline::verdict::RateLimited;
 use crate::registry::LimitDeclaration;
 pub use crate::registry::{Registration, global};
@@ -170,4 +171,10 @@ impl<T, E: From<RateLimited>> RateLimitReturn for Result<T, E> {
     fn rate_limited(rejection: Box<RateLimited>) -> Self {
         Err(E::from(*rejection))
     }
+}
+
+/// Whether a call's `output` counts, by the limit's `count = ..` predicate: written so that a
+/// closure's argument type is known from the function's return type.
+pub fn counts<T>(output: &T, predicate: impl FnOnce(&T) -> bool) -> bool {
+    predicate(output)
 }

@@ -311,7 +311,7 @@ where
 
 /// The concurrency slots `scope` holds for its request, taken out: given back, and waited
 /// for, before the response leaves, so that the client finds them free when it arrives.
-fn held(scope: Option<&Scope>) -> Vec<crate::limiter::Slot> {
+fn held(scope: Option<&Scope>) -> Vec<crate::limiter::slot::Slot> {
     scope
         .and_then(|s| s.layer.as_ref())
         .map(LayerScope::take_held)

@@ -3,7 +3,7 @@
 use std::sync::LazyLock;
 
 use crate::limit::Limit;
-use crate::limiter::RateLimiter;
+use crate::limiter::inner::RateLimiter;
 use crate::pipeline::verdict::RateLimited;
 use crate::pipeline::{Call, KeyArg, check, check_all};
 use crate::registry::LimitDeclaration;

@@ -1,7 +1,7 @@
 //! Looking at and refilling buckets: `peek`, `reset`, and the deny cache's administration.
 
 use super::*;
-use crate::pipeline::Ask;
+use crate::pipeline::decide::Ask;
 
 impl RateLimiter {
     /// Answers as [`check`](RateLimiter::check) would for `key` under `limit`, and takes

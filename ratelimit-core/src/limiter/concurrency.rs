@@ -7,11 +7,7 @@
 //! holder) rides in each check of a concurrency limit, so that every step sees it.
 
 use super::*;
-use crate::pipeline::Ask;
-
-pub(crate) mod slot;
-
-pub use slot::Slot;
+use crate::pipeline::decide::Ask;
 
 /// What [`RateLimiter::enter`] answers: the call's decision and, when it is admitted, the
 /// guard of its slots.

@@ -2,7 +2,8 @@
 //! they take an estimate before they run, and settle the actual cost after ([`Usage`]).
 
 use super::*;
-use crate::pipeline::Ask;
+use crate::pipeline::check::TakenPart;
+use crate::pipeline::decide::Ask;
 
 /// A call that took an estimate of its cost and settles the actual cost when it ends: what
 /// [`check_estimate`](RateLimiter::check_estimate) and its kin return.
@@ -41,20 +42,6 @@ pub struct Usage {
     /// What each limit of the call took (its estimate), to settle (none when it was
     /// refused), and the name each is observed under.
     taken: Vec<(TakenPart, Option<String>)>,
-}
-
-/// One bucket's tokens a call took, and who decided it: a refund, a give-back and a
-/// settlement go back to the same (the store's to the store, the fallback's to the
-/// fallback).
-#[derive(Debug)]
-pub(crate) struct TakenPart {
-    pub(crate) bucket: String,
-    pub(crate) limit: Limit,
-    pub(crate) cost: u32,
-    pub(crate) source: Source,
-    /// When the store took them, on its clock (0: not told): a window's settlement finds the
-    /// window they were taken from by it.
-    pub(crate) at: u64,
 }
 
 /// What a [settlement](Usage::settle) did: per limit, in the order of the call's limits, the

@@ -14,8 +14,8 @@ use crate::decision::Decision;
 use crate::decision::{Label, Source};
 use crate::limit::Limit;
 use crate::limit::Tier;
-use crate::limiter::RateLimiter;
-use crate::limiter::TakenPart;
+use crate::limiter::inner::RateLimiter;
+use crate::pipeline::check::TakenPart;
 use crate::registry::{Effective, LimitDeclaration, Warning};
 use crate::request::RequestContext;
 use crate::request::resolving;
@@ -65,7 +65,7 @@ impl<'t> Call<'t> {
         }
     }
 
-    /// The tier this call is decided under (its `tier = ..`, converted by [`IntoTier`]):
+    /// The tier this call is decided under (its `tier = ..`, converted by [`IntoTier`](super::convert::IntoTier)):
     /// `None` for the declared limit.
     #[must_use]
     pub fn with_tier<'u>(self, tier: &'u Option<Tier>) -> Call<'u>
@@ -122,11 +122,11 @@ impl<'t> Call<'t> {
 /// given back in the background if the function's future is dropped first (cancelled, or a
 /// panic).
 #[derive(Debug, Default)]
-pub struct Holding(Mutex<Vec<crate::limiter::Slot>>);
+pub struct Holding(Mutex<Vec<crate::limiter::slot::Slot>>);
 
 impl Holding {
     /// Keeps `slot` until it is released, or this is dropped.
-    pub(crate) fn keep(&self, slot: crate::limiter::Slot) {
+    pub(crate) fn keep(&self, slot: crate::limiter::slot::Slot) {
         self.0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -134,7 +134,7 @@ impl Holding {
     }
 
     /// The slots held, taken out (to release where `self` cannot be held across an await).
-    pub(crate) fn take(&self) -> Vec<crate::limiter::Slot> {
+    pub(crate) fn take(&self) -> Vec<crate::limiter::slot::Slot> {
         std::mem::take(&mut *self.0.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
@@ -147,7 +147,7 @@ impl Holding {
 
 /// Gives `slots` back, one after another, each through its store, waiting for each. A release
 /// that fails leaves the slot to its lease, as a dropped slot does.
-pub(crate) fn release_all(slots: Vec<crate::limiter::Slot>) -> Released {
+pub(crate) fn release_all(slots: Vec<crate::limiter::slot::Slot>) -> Released {
     if slots.is_empty() {
         return Released(None);
     }

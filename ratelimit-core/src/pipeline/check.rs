@@ -5,6 +5,7 @@
 //! layer from its limits); the stores, the fallback and the waits read them, and nothing else.
 
 use crate::algorithm::Kernel;
+use crate::decision::Source;
 use crate::errors::Error;
 use crate::limit::Limit;
 
@@ -122,4 +123,18 @@ pub(crate) fn validate(check: &Check<'_>) -> Result<(), Error> {
         return Err(crate::limit::InvalidLimit::NeedsSlot.into());
     }
     check.limit.check_cost(check.cost)
+}
+
+/// One bucket's tokens a call took, and who decided it: a refund, a give-back and a
+/// settlement go back to the same (the store's to the store, the fallback's to the
+/// fallback).
+#[derive(Debug)]
+pub(crate) struct TakenPart {
+    pub(crate) bucket: String,
+    pub(crate) limit: Limit,
+    pub(crate) cost: u32,
+    pub(crate) source: Source,
+    /// When the store took them, on its clock (0: not told): a window's settlement finds the
+    /// window they were taken from by it.
+    pub(crate) at: u64,
 }

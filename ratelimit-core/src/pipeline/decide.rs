@@ -17,7 +17,10 @@
 
 use crate::decision::Decision;
 use crate::errors::Error;
-use crate::limiter::{Engine, RateLimiter, Slot, on_tokio};
+use crate::limiter::inner::Engine;
+use crate::limiter::inner::RateLimiter;
+use crate::limiter::inner::on_tokio;
+use crate::limiter::slot::Slot;
 use crate::pipeline::check::{Check, validate_all};
 
 /// What a call asks of its checks' buckets.

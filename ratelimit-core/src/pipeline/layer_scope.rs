@@ -10,7 +10,7 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use super::layer_limit::LayerLimit;
 use super::{Holding, Taken};
-use crate::limiter::RateLimiter;
+use crate::limiter::inner::RateLimiter;
 use crate::pipeline::verdict::Recorded;
 use crate::registry;
 
@@ -176,13 +176,13 @@ impl LayerScope {
     }
 
     /// Keeps `slot` until the response is made.
-    pub(crate) fn hold(&self, slot: crate::limiter::Slot) {
+    pub(crate) fn hold(&self, slot: crate::limiter::slot::Slot) {
         self.held.keep(slot);
     }
 
     /// The slots held for the request, taken out, for the layer to give back (and wait for)
     /// before its response leaves.
-    pub(crate) fn take_held(&self) -> Vec<crate::limiter::Slot> {
+    pub(crate) fn take_held(&self) -> Vec<crate::limiter::slot::Slot> {
         self.held.take()
     }
 

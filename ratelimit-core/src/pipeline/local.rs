@@ -7,8 +7,10 @@ use crate::algorithm::Outcome;
 use crate::decision::Decision;
 use crate::errors::Error;
 use crate::limit::Limit;
-use crate::limiter::{Engine, RateLimiter, observed_name};
+use crate::limiter::inner::Engine;
+use crate::limiter::inner::RateLimiter;
 use crate::naming::{bucket_key, with_bucket_key};
+use crate::observe::observed_name;
 use crate::pipeline::check::{Check, validate};
 use crate::store::MemoryStore;
 

@@ -17,7 +17,8 @@
 
 mod call;
 pub(crate) mod check;
-mod decide;
+pub(crate) mod convert;
+pub(crate) mod decide;
 #[cfg(feature = "http-framework")]
 mod layer_limit;
 #[cfg(feature = "http-framework")]
@@ -51,7 +52,7 @@ pub use several::check_all;
 #[cfg(feature = "http-framework")]
 pub(crate) use several::decide_all;
 
-use crate::limiter::RateLimiter;
+use crate::limiter::inner::RateLimiter;
 use crate::registry::{LimitDeclaration, Warning};
 use crate::resolvers::KeyResolver;
 use scope::missing_piece;

@@ -13,7 +13,7 @@ use super::scope::{record_current, with_current};
 use super::{check_all, limiter_or_unenabled, report_missing_piece};
 use crate::decision::Decision;
 use crate::decision::{Label, Source};
-use crate::limiter::RateLimiter;
+use crate::limiter::inner::RateLimiter;
 use crate::naming::with_bucket_key;
 use crate::pipeline::check::Check;
 use crate::pipeline::verdict::RateLimited;

@@ -16,7 +16,7 @@ use super::layer_limit::{Brought, IN_USE, LayerLimit};
 use super::layer_scope::{LayerScope, Pending};
 use crate::headers::HeaderFamilies;
 #[cfg(feature = "http-framework")]
-use crate::limiter::RateLimiter;
+use crate::limiter::inner::RateLimiter;
 #[cfg(feature = "http-framework")]
 use crate::pipeline::verdict::Described;
 use crate::pipeline::verdict::Recorded;
@@ -210,7 +210,7 @@ pub(crate) fn take_pending(limiter: Option<&RateLimiter>) -> Option<Pending> {
 /// Keeps `slot` in the current request's layer scope, until the response is made; dropped
 /// (given back) outside one.
 #[cfg(feature = "http-framework")]
-pub(crate) fn hold(slot: crate::limiter::Slot) {
+pub(crate) fn hold(slot: crate::limiter::slot::Slot) {
     let _ = CONTEXT.try_with(move |scope| {
         if let Some(layer) = &scope.layer {
             layer.hold(slot);

@@ -9,7 +9,7 @@ use super::{Ask, Decided};
 use super::{limiter_or_unenabled, report_missing_piece};
 use crate::decision::Decision;
 use crate::decision::{Label, Source};
-use crate::limiter::RateLimiter;
+use crate::limiter::inner::RateLimiter;
 use crate::pipeline::check::Check;
 use crate::pipeline::verdict::RateLimited;
 use crate::pipeline::verdict::Recorded;
@@ -229,7 +229,10 @@ pub(crate) async fn decide_all(
 /// [`Holding`] (the first limit's call carries it), else in the request's scope, whose layer
 /// holds them until the response is made. With neither (a check made by hand outside any
 /// scope), the slots are given back at once: nothing would know when the call ends.
-fn hold(slot: crate::limiter::Slot, limits: &[(&'static LimitDeclaration, &KeyArg<'_>, Call<'_>)]) {
+fn hold(
+    slot: crate::limiter::slot::Slot,
+    limits: &[(&'static LimitDeclaration, &KeyArg<'_>, Call<'_>)],
+) {
     match limits.iter().find_map(|(.., call)| call.holding) {
         Some(holding) => holding.keep(slot),
         #[cfg(feature = "http-framework")]

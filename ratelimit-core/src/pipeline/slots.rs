@@ -12,8 +12,13 @@ use crate::decision::Decision;
 use crate::decision::Source;
 use crate::errors::Error;
 use crate::fleet::waiters::Listener;
+use crate::limiter::inner::Engine;
+use crate::limiter::inner::RateLimiter;
+use crate::limiter::inner::Remote;
+use crate::limiter::inner::RemoteStore;
+use crate::limiter::inner::on_tokio;
+use crate::limiter::slot::Slot;
 use crate::limiter::slot::{Held, Part};
-use crate::limiter::{Engine, RateLimiter, Remote, RemoteStore, Slot, on_tokio};
 use crate::pipeline::check::{Check, OwnedCheck, validate_all};
 
 use super::decide::Decided;

@@ -5,7 +5,11 @@ use std::time::Duration;
 use crate::decision::Decision;
 use crate::decision::Source;
 use crate::errors::Error;
-use crate::limiter::{Engine, RateLimiter, Remote, RemoteStore, on_tokio};
+use crate::limiter::inner::Engine;
+use crate::limiter::inner::RateLimiter;
+use crate::limiter::inner::Remote;
+use crate::limiter::inner::RemoteStore;
+use crate::limiter::inner::on_tokio;
 use crate::pipeline::check::{Check, OwnedCheck};
 
 impl RateLimiter {

@@ -7,7 +7,7 @@ use crate::decision::Decision;
 use crate::decision::Source;
 use crate::limit::Limit;
 use crate::limit::{EmptyKeyPolicy, FailurePolicy};
-use crate::limiter::RateLimiter;
+use crate::limiter::inner::RateLimiter;
 
 impl RateLimiter {
     /// The decision for a call that has no key, per the empty-key policy.

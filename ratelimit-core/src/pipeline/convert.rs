@@ -1,12 +1,13 @@
-//! What the code of `#[rate_limit]` converts a call's expressions with: a key written as an
-//! expression (a resolver, an async resolver, or a value that displays), a cost (any integer,
-//! without wrapping), a tier, and an outcome that counts.
+//! What the code of `#[rate_limit]` converts a call's expressions into, beside the types they
+//! become ([`KeyArg`], [`Cost`], [`Tier`]): a key written as an expression (a resolver, an
+//! async resolver, or a value that displays), a cost (any integer, without wrapping), a tier.
+//! Reached through `__private`, which generated code alone names.
 
 use std::fmt::Display;
 
+use super::call::{Cost, Fixed, KeyArg};
 use crate::async_key::AsyncKeyResolver;
 use crate::limit::Tier;
-use crate::pipeline::{Cost, Fixed, KeyArg};
 use crate::resolvers::KeyResolver;
 
 /// What a `tier = ..` expression may be: a [`Tier`], a reference to one, or an `Option` of
@@ -40,12 +41,6 @@ impl<T: IntoTier> IntoTier for Option<T> {
     fn to_tier(&self) -> Option<Tier> {
         self.as_ref().and_then(T::to_tier)
     }
-}
-
-/// Whether a call's `output` counts, by the limit's `count = ..` predicate: written so that a
-/// closure's argument type is known from the function's return type.
-pub fn counts<T>(output: &T, predicate: impl FnOnce(&T) -> bool) -> bool {
-    predicate(output)
 }
 
 /// An integer a cost is computed as: any of Rust's integers, converted without wrapping.

@@ -11,7 +11,11 @@ use crate::decision::Decision;
 use crate::decision::Source;
 use crate::errors::Error;
 use crate::fleet::waiters::wake;
-use crate::limiter::{Engine, RateLimiter, Remote, RemoteStore, on_tokio};
+use crate::limiter::inner::Engine;
+use crate::limiter::inner::RateLimiter;
+use crate::limiter::inner::Remote;
+use crate::limiter::inner::RemoteStore;
+use crate::limiter::inner::on_tokio;
 use crate::naming::key_slot;
 use crate::pipeline::check::Check;
 
