@@ -1,13 +1,11 @@
-//! A command's run: the entry point Redis calls, the command's arguments and its context
-//! (its reply, the keys it opens, the commands it calls, what it propagates), each living
-//! only while Redis runs the command.
+//! A command's run: the entry point Redis calls, which lends the command its arguments (an
+//! `Arg`, of `raw`) and its context (its reply), each living only while Redis runs the
+//! command. What the context opens and calls is `key`'s and `reply`'s (their `impl Ctx`
+//! blocks), which read the context by [`Ctx::raw`].
 
-use std::ffi::{CStr, CString, c_char, c_int, c_long, c_longlong};
-use std::marker::PhantomData;
+use std::ffi::{CString, c_int, c_long, c_longlong};
 
-use super::key::Key;
-use super::raw::{self, Called, Effect, OK, READ, RawCtx, RawString, WRITE};
-use super::reply::CallReply;
+use super::raw::{self, Arg, OK, RawCtx, RawString};
 
 /// A command's body: what [`entry`] runs for one call of the command, with its context and
 /// its arguments, lent for that call only (so that nothing keeps them past it).
@@ -40,38 +38,9 @@ pub(crate) unsafe extern "C" fn entry<B: Body>(
     OK
 }
 
-/// One of a command's arguments (a `RedisModuleString` Redis passed the command): only
-/// [`entry`] makes one, for the run of that command (`'c`), and it is valid for that long.
-#[repr(transparent)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Arg<'c> {
-    raw: *mut RawString,
-    _run: PhantomData<&'c RawString>,
-}
-
-impl<'c> Arg<'c> {
-    /// The argument's bytes, borrowed from Redis for the command's run.
-    pub(crate) fn bytes(self) -> &'c [u8] {
-        let mut len = 0usize;
-        // SAFETY: `self.raw` is an argument of the command running (only `entry` makes an
-        // `Arg`, for `'c`); `len` is a place for its length.
-        let ptr = unsafe { (raw::api().StringPtrLen)(self.raw, &raw mut len) };
-        if ptr.is_null() {
-            return &[];
-        }
-        // SAFETY: Redis keeps the argument alive, unchanged, while the command runs (`'c`),
-        // and its `len` bytes start at `ptr`.
-        unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
-    }
-
-    /// The argument as Redis passed it.
-    pub(super) fn raw(self) -> *mut RawString {
-        self.raw
-    }
-}
-
-/// One command's context: its reply, the keys it opens, the commands it calls. Only
-/// [`entry`] makes one, lent to the command's body for its run.
+/// One command's context: its reply, the keys it opens, the commands it calls (those two
+/// written beside the key and the call's reply, in `key` and `reply`). Only [`entry`] makes
+/// one, lent to the command's body for its run.
 #[derive(Debug)]
 pub(crate) struct Ctx {
     raw: *mut RawCtx,
@@ -81,6 +50,14 @@ pub(crate) struct Ctx {
 pub(crate) const MAX_REPLY_NUMBERS: usize = 6 * ratelimit_vocab::native::MAX_LIMITS + 1;
 
 impl Ctx {
+    /// The context as Redis passed it, for the wrappers in the other files of `api` (the keys
+    /// it opens, the commands it calls): that of the command running, as only [`entry`] makes
+    /// a `Ctx`.
+    #[inline(always)]
+    pub(super) fn raw(&self) -> *mut RawCtx {
+        self.raw
+    }
+
     /// Replies with `values` in decimal, separated by spaces, as one bulk string
     /// (`ratelimit_vocab::native::SEPARATOR`): copied as it is, where a status reply would be
     /// copied again and scanned for line breaks. At most [`MAX_REPLY_NUMBERS`] (more are an
@@ -120,56 +97,6 @@ impl Ctx {
         unsafe { (raw::api().ReplyWithStringBuffer)(self.raw, text.as_ptr().cast(), text.len()) };
     }
 
-    /// Calls `command` on the key `key` (a command argument) followed by `args`, as a client
-    /// would, but on this node only and without the ACL (the command's own keys were checked);
-    /// with `replicate`, the call is propagated as it is to the replicas and the AOF (a call
-    /// whose arguments are its effect: absolute scores and instants). `None` when Redis
-    /// refuses the call (an unknown command, a wrong type).
-    pub(crate) fn call(
-        &self,
-        command: &CStr,
-        key: Arg<'_>,
-        args: &[&[u8]],
-        replicate: bool,
-    ) -> Option<CallReply<'_>> {
-        let api = raw::api();
-        let strings: Vec<*mut RawString> = args
-            .iter()
-            .map(|a| {
-                // SAFETY: `self.raw` is the context of the command running; Redis copies the
-                // `a.len()` bytes at `a` into a new string, freed below.
-                unsafe { (api.CreateString)(self.raw, a.as_ptr().cast::<c_char>(), a.len()) }
-            })
-            .collect();
-        let called = Called::OnKey {
-            command,
-            key,
-            args: &strings,
-            propagate: replicate,
-        };
-        // SAFETY: `self.raw` is the context of the command running, `key` one of its
-        // arguments, and `strings` were created in it just above.
-        let reply = unsafe { raw::call(self.raw, called) };
-        for string in strings {
-            // SAFETY: created above in this context, freed once; the call took its own
-            // references to what it keeps.
-            unsafe { (api.FreeString)(self.raw, string) };
-        }
-        CallReply::new(reply)
-    }
-
-    /// `PUBLISH <channel> <key>` on this node, not propagated (the channel's listeners are
-    /// the limiter's instances, connected to the master). `None` when Redis refuses it.
-    pub(crate) fn publish(&self, channel: &[u8], key: Arg<'_>) -> Option<CallReply<'_>> {
-        let called = Called::Publish {
-            channel,
-            message: key,
-        };
-        // SAFETY: `self.raw` is the context of the command running, `key` one of its
-        // arguments.
-        CallReply::new(unsafe { raw::call(self.raw, called) })
-    }
-
     /// Replies with an integer.
     pub(crate) fn reply_integer(&self, value: u64) {
         let value = c_longlong::try_from(value).unwrap_or(c_longlong::MAX);
@@ -197,22 +124,6 @@ impl Ctx {
         let message = c_text(message, false);
         // SAFETY: `self.raw` is the context of the command running.
         unsafe { raw::log(self.raw, c"warning", &message) };
-    }
-
-    /// Opens the key named by `name` (a command argument) for reading and writing.
-    pub(crate) fn open<'k>(&'k self, name: Arg<'k>) -> Key<'k> {
-        // SAFETY: `self.raw` is the context of the command running, `name` one of its
-        // arguments; the key is closed when the `Key` drops, within the command.
-        let raw = unsafe { (raw::api().OpenKey)(self.raw, name.raw(), READ | WRITE) };
-        Key::new(self, raw, name)
-    }
-
-    /// Propagates `effect` (whose key is an argument of this command) to the replicas and
-    /// the AOF.
-    pub(super) fn replicate(&self, effect: Effect<'_>) {
-        // SAFETY: `self.raw` is the context of the command running, and the key of `effect`
-        // an `Arg`, one of the command's arguments.
-        unsafe { raw::replicate(self.raw, effect) };
     }
 }
 

@@ -3,9 +3,10 @@
 
 use std::ffi::{c_int, c_longlong};
 
-use super::ctx::{Arg, Ctx};
+use super::ctx::Ctx;
 use super::raw::{
-    self, Effect, KEYTYPE_EMPTY, KEYTYPE_STRING, KEYTYPE_ZSET, NO_EXPIRE, OK, READ, RawKey, WRITE,
+    self, Arg, Effect, KEYTYPE_EMPTY, KEYTYPE_STRING, KEYTYPE_ZSET, NO_EXPIRE, OK, READ, RawKey,
+    WRITE,
 };
 
 /// What a key holds, as a decision reads it.
@@ -30,6 +31,24 @@ pub(crate) struct Key<'c> {
     name: Arg<'c>,
     /// Its type when it was opened (`REDISMODULE_KEYTYPE_*`).
     kind: c_int,
+}
+
+impl Ctx {
+    /// Opens the key named by `name` (a command argument) for reading and writing.
+    pub(crate) fn open<'k>(&'k self, name: Arg<'k>) -> Key<'k> {
+        // SAFETY: `self.raw()` is the context of the command running, `name` one of its
+        // arguments; the key is closed when the `Key` drops, within the command.
+        let raw = unsafe { (raw::api().OpenKey)(self.raw(), name.raw(), READ | WRITE) };
+        Key::new(self, raw, name)
+    }
+
+    /// Propagates `effect` (whose key is an argument of this command) to the replicas and
+    /// the AOF.
+    pub(super) fn replicate(&self, effect: Effect<'_>) {
+        // SAFETY: `self.raw()` is the context of the command running, and the key of `effect`
+        // an `Arg`, one of the command's arguments.
+        unsafe { raw::replicate(self.raw(), effect) };
+    }
 }
 
 impl<'c> Key<'c> {

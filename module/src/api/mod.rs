@@ -8,11 +8,15 @@
 //!
 //! - `raw`: the C side, as `redismodule.h` (Redis 7.0) declares it: the opaque types, the
 //!   structs (their layouts checked when this compiles), the table, and one typed wrapper per
-//!   variadic function, its format strings written there only;
+//!   variadic function, its format strings written there only; and a command's argument
+//!   ([`Arg`]), which those wrappers pass;
 //! - `load`: `RedisModule_OnLoad` and the creation of the commands ([`Registrar`]);
-//! - `ctx`: a command's run: its [`entry`] point, its arguments ([`Arg`]) and its context
-//!   ([`Ctx`]: replies, calls, keys);
-//! - `key` and `reply`: an open [`Key`] and a [`CallReply`].
+//! - `ctx`: a command's run: its [`entry`] point and its context ([`Ctx`]: its replies);
+//! - `key` and `reply`: an open [`Key`] and a [`CallReply`], each with the methods of [`Ctx`]
+//!   that make one ([`Ctx::open`], [`Ctx::call`] and [`Ctx::publish`]).
+//!
+//! Each file takes only from those listed before it, `load` aside (it takes from `raw` and
+//! `ctx`): `raw` from none, `ctx` from `raw`, `key` and `reply` from `ctx` and `raw`.
 //!
 //! The rest of the crate uses the safe wrappers only. Every pointer they hold lives only
 //! while Redis runs one command, and their lifetimes say so: an [`Arg`], a [`Key`] and a
@@ -27,9 +31,9 @@ mod load;
 mod raw;
 mod reply;
 
-pub(crate) use ctx::{Arg, Body, Ctx, MAX_REPLY_NUMBERS, entry};
+pub(crate) use ctx::{Body, Ctx, MAX_REPLY_NUMBERS, entry};
 pub(crate) use key::{Key, Value};
 pub use load::RedisModule_OnLoad;
 pub(crate) use load::{Command, Registrar};
-pub(crate) use raw::CommandFn;
+pub(crate) use raw::{Arg, CommandFn};
 pub use raw::{RawCtx, RawString};

@@ -9,9 +9,8 @@
 //! compiles, against the sizes and alignments that header gives them on x86_64.
 
 use std::ffi::{CStr, c_char, c_int, c_long, c_longlong, c_void};
+use std::marker::PhantomData;
 use std::sync::OnceLock;
-
-use super::ctx::Arg;
 
 /// `RedisModuleCtx`: opaque, only ever behind a pointer Redis passes.
 #[repr(C)]
@@ -275,6 +274,37 @@ pub(super) fn api() -> &'static Api {
     match API.get() {
         Some(api) => api,
         None => std::process::abort(),
+    }
+}
+
+/// One of a command's arguments (a `RedisModuleString` Redis passed the command): only the
+/// entry point of a command (`ctx::entry`) makes one, for the run of that command (`'c`), and
+/// it is valid for that long.
+#[repr(transparent)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Arg<'c> {
+    raw: *mut RawString,
+    _run: PhantomData<&'c RawString>,
+}
+
+impl<'c> Arg<'c> {
+    /// The argument's bytes, borrowed from Redis for the command's run.
+    pub(crate) fn bytes(self) -> &'c [u8] {
+        let mut len = 0usize;
+        // SAFETY: `self.raw` is an argument of the command running (only `entry` makes an
+        // `Arg`, for `'c`); `len` is a place for its length.
+        let ptr = unsafe { (api().StringPtrLen)(self.raw, &raw mut len) };
+        if ptr.is_null() {
+            return &[];
+        }
+        // SAFETY: Redis keeps the argument alive, unchanged, while the command runs (`'c`),
+        // and its `len` bytes start at `ptr`.
+        unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
+    }
+
+    /// The argument as Redis passed it.
+    pub(super) fn raw(self) -> *mut RawString {
+        self.raw
     }
 }
 

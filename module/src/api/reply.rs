@@ -1,9 +1,12 @@
 //! The reply of a command the module called (`RedisModule_Call`), read, then freed.
 
+use std::ffi::{CStr, c_char};
 use std::marker::PhantomData;
 
 use super::ctx::Ctx;
-use super::raw::{self, REPLY_ARRAY, REPLY_INTEGER, REPLY_STRING, RawCallReply};
+use super::raw::{
+    self, Arg, Called, REPLY_ARRAY, REPLY_INTEGER, REPLY_STRING, RawCallReply, RawString,
+};
 
 /// The reply of a command the module called ([`Ctx::call`]), freed when dropped, within the
 /// command that called it (`'c`: Redis frees it in that command's context).
@@ -20,6 +23,58 @@ pub(crate) struct Element<'r> {
     /// Never null.
     raw: *mut RawCallReply,
     _reply: PhantomData<&'r ()>,
+}
+
+impl Ctx {
+    /// Calls `command` on the key `key` (a command argument) followed by `args`, as a client
+    /// would, but on this node only and without the ACL (the command's own keys were checked);
+    /// with `replicate`, the call is propagated as it is to the replicas and the AOF (a call
+    /// whose arguments are its effect: absolute scores and instants). `None` when Redis
+    /// refuses the call (an unknown command, a wrong type).
+    pub(crate) fn call(
+        &self,
+        command: &CStr,
+        key: Arg<'_>,
+        args: &[&[u8]],
+        replicate: bool,
+    ) -> Option<CallReply<'_>> {
+        let api = raw::api();
+        let strings: Vec<*mut RawString> = args
+            .iter()
+            .map(|a| {
+                // SAFETY: `self.raw()` is the context of the command running; Redis copies the
+                // `a.len()` bytes at `a` into a new string, freed below.
+                unsafe { (api.CreateString)(self.raw(), a.as_ptr().cast::<c_char>(), a.len()) }
+            })
+            .collect();
+        let called = Called::OnKey {
+            command,
+            key,
+            args: &strings,
+            propagate: replicate,
+        };
+        // SAFETY: `self.raw()` is the context of the command running, `key` one of its
+        // arguments, and `strings` were created in it just above.
+        let reply = unsafe { raw::call(self.raw(), called) };
+        for string in strings {
+            // SAFETY: created above in this context, freed once; the call took its own
+            // references to what it keeps.
+            unsafe { (api.FreeString)(self.raw(), string) };
+        }
+        CallReply::new(reply)
+    }
+
+    /// `PUBLISH <channel> <key>` on this node, not propagated (the channel's listeners are
+    /// the limiter's instances, connected to the master). `None` when Redis refuses it.
+    pub(crate) fn publish(&self, channel: &[u8], key: Arg<'_>) -> Option<CallReply<'_>> {
+        let called = Called::Publish {
+            channel,
+            message: key,
+        };
+        // SAFETY: `self.raw()` is the context of the command running, `key` one of its
+        // arguments.
+        CallReply::new(unsafe { raw::call(self.raw(), called) })
+    }
 }
 
 impl CallReply<'_> {
