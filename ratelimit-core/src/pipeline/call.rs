@@ -190,7 +190,7 @@ impl fmt::Debug for Released {
 
 /// The tokens a call took under one limit, kept until its outcome says whether it counts.
 /// Made by [`Taken::counting`] for a limit that counts only some outcomes, its tokens are
-/// held provisionally ([`provisional`](super::provisional)) until it is dropped, after any
+/// held provisionally until it is dropped, after any
 /// refund: a call refused meanwhile on the same bucket waits for them.
 #[derive(Debug, Clone, Default)]
 pub struct Taken(Arc<Kept>);
