@@ -171,6 +171,28 @@ async fn decisions_store_calls_and_degraded_mode_are_measured() {
         );
     }
 
+    // A call of one limit through the several-limit methods is counted as any other (it
+    // was not: its one decision has no parts to count).
+    let one = Limit::per_day(1);
+    for _ in 0..2 {
+        limiter
+            .check_all_named(&[("alone", "u", &one, 1)])
+            .await
+            .unwrap();
+    }
+    let slots = Limit::concurrent(1);
+    let entered = limiter.enter_named("alone_slot", "u", &slots).await.unwrap();
+    assert!(entered.decision.allowed);
+    let all = read(&snapshotter);
+    for (series, n) in [
+        ("ratelimit_decisions_total{limit=alone,outcome=allowed}", 1),
+        ("ratelimit_decisions_total{limit=alone,outcome=limited}", 1),
+        ("ratelimit_decisions_total{limit=alone_slot,outcome=allowed}", 1),
+    ] {
+        assert_eq!(counter(&all, series), n, "{series}: {all:?}");
+    }
+    drop(entered);
+
     // A tiered call is counted with its tier; an untiered one, an exempt one and one above
     // the burst by their outcomes alone.
     assert!(tiered(true, false, 1).await.is_ok());

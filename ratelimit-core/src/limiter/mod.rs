@@ -277,7 +277,7 @@ impl RateLimiter {
     ) -> Result<Decided, Error> {
         let named = Named::new(&self.inner.prefix, checks);
         let decided = self.decide_checks(&named.checks(), ask).await?;
-        if ask == Ask::Take {
+        if ask != Ask::Peek {
             named.observe(&decided.parts);
         }
         Ok(decided)
