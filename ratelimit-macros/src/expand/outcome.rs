@@ -9,10 +9,11 @@ use syn::{Expr, ReturnType, Signature, Type};
 use crate::span::at;
 
 /// The call's actual cost, by the user's `settle = closure` over its `output`, converted by the
-/// runtime's `IntoActual` through a trait of the user's crate, as [`tier_of`](super::call::tier_of) does (so that a
-/// closure that returns no integer is told so in the user's terms, at the closure, not by a
-/// trait of `__private` and its impls). Called through a function, so that the closure's
-/// argument type is known from the function's return type.
+/// runtime's `IntoActual` through a trait of the user's crate, as
+/// [`tier_of`](super::call::tier_of) does (so that a closure that returns no integer is told
+/// so in the user's terms, at the closure, not by a trait of `__private` and its impls).
+/// Called through a function, so that the closure's argument type is known from the
+/// function's return type.
 fn actual_of(output: &Ident, settle: &Expr) -> TokenStream {
     let into_actual = Ident::new("IntoActual", Span::mixed_site());
     let actual = Ident::new("actual", Span::mixed_site());
