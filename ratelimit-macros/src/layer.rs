@@ -8,7 +8,8 @@ use syn::spanned::Spanned as _;
 
 use crate::args::Errors;
 use crate::attr::{RateLimitArgs, Site};
-use crate::expand::{at, declaration};
+use crate::expand::declaration::declaration;
+use crate::span::at;
 use crate::valid;
 
 pub(crate) fn layer_limit(tokens: TokenStream) -> TokenStream {

@@ -14,6 +14,7 @@ mod expand;
 mod item;
 mod layer;
 mod params;
+mod span;
 mod stack;
 mod valid;
 

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use redis::Value;
 
 use super::RedisStore;
-use super::scripts::{GroupReply, Mode};
+use super::decide::{GroupReply, Mode};
 use crate::errors::Error;
 use crate::pipeline::check::Check;
 

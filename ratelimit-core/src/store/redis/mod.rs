@@ -24,6 +24,7 @@ use crate::pipeline::check::{self, Check};
 pub(crate) mod client;
 mod coalesce;
 pub(crate) mod cross_slot;
+mod decide;
 mod heartbeat;
 mod scripts;
 mod sentinel;
