@@ -181,13 +181,19 @@ async fn decisions_store_calls_and_degraded_mode_are_measured() {
             .unwrap();
     }
     let slots = Limit::concurrent(1);
-    let entered = limiter.enter_named("alone_slot", "u", &slots).await.unwrap();
+    let entered = limiter
+        .enter_named("alone_slot", "u", &slots)
+        .await
+        .unwrap();
     assert!(entered.decision.allowed);
     let all = read(&snapshotter);
     for (series, n) in [
         ("ratelimit_decisions_total{limit=alone,outcome=allowed}", 1),
         ("ratelimit_decisions_total{limit=alone,outcome=limited}", 1),
-        ("ratelimit_decisions_total{limit=alone_slot,outcome=allowed}", 1),
+        (
+            "ratelimit_decisions_total{limit=alone_slot,outcome=allowed}",
+            1,
+        ),
     ] {
         assert_eq!(counter(&all, series), n, "{series}: {all:?}");
     }
