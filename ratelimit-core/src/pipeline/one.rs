@@ -172,10 +172,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
         debug_assert!(limit.check_cost(cost).is_ok(), "{name}: an invalid cost");
         // Where the calls holding tokens of a bucket that counts only some outcomes stood
         // before it was asked: a refusal may lack what one that ends meanwhile gives back.
-        let asked_at = call
-            .taken
-            .is_some_and(Taken::is_counting)
-            .then(provisional::Ticket::now);
+        let asked_at = provisional::Ticket::now();
         let local = limiter.decide_locally(limit, cost, |store| match &bucket {
             Bucket::Named(bucket) => store.check_bytes(bucket.as_bytes(), limit, cost),
             Bucket::Parts { limiter, key, .. } => {
@@ -189,7 +186,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             // decided again as they end, on the path that waits.
             Local::Decided(decision)
                 if !decision.allowed
-                    && let Some(asked_at) = asked_at
+                    && call.taken.is_some_and(Taken::is_counting)
                     && provisional::is_held_or_passed(&bucket_key(&bucket), asked_at) =>
             {
                 Step::Ask(Box::pin(ask(

@@ -7,6 +7,7 @@
 //! instance only; another instance's calls in flight are not seen.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -20,8 +21,6 @@ pub(crate) const HELD_WAIT: Duration = Duration::from_secs(1);
 #[derive(Debug, Default)]
 struct State {
     held: HashMap<String, Entry>,
-    /// How many calls holding tokens have ended: the stamp of the last end.
-    ends: u64,
     /// The stamp of the last end of each bucket no call holds any more (dropped whole once it
     /// grows past [`RECENT`], raising `floor`: a ticket older than that counts as passed).
     recent: HashMap<String, u64>,
@@ -40,6 +39,11 @@ struct Entry {
 const RECENT: usize = 4096;
 
 static STATE: LazyLock<Mutex<State>> = LazyLock::new(Mutex::default);
+
+/// How many calls holding tokens have ended: the stamp of the last end. Written under
+/// [`STATE`]'s lock, read without it by [`Ticket::now`], which every call of a limit that
+/// counts some outcomes takes before it is decided (one load, on the memory store's path).
+static ENDS: AtomicU64 = AtomicU64::new(0);
 
 fn state() -> MutexGuard<'static, State> {
     STATE.lock().unwrap_or_else(PoisonError::into_inner)
@@ -90,8 +94,7 @@ impl Hold {
 impl Drop for Hold {
     fn drop(&mut self) {
         let mut state = state();
-        state.ends += 1;
-        let stamp = state.ends;
+        let stamp = ENDS.fetch_add(1, Ordering::AcqRel) + 1;
         let Some(entry) = state.held.get_mut(&self.bucket) else {
             return;
         };
@@ -110,7 +113,7 @@ impl State {
     fn remember(&mut self, bucket: String, stamp: u64) {
         if self.recent.len() >= RECENT {
             self.recent.clear();
-            self.floor = self.ends;
+            self.floor = ENDS.load(Ordering::Acquire);
         }
         self.recent.insert(bucket, stamp);
     }
@@ -134,8 +137,9 @@ pub(crate) struct Ticket(u64);
 
 impl Ticket {
     /// Now: taken before a decision is asked.
+    #[inline]
     pub(crate) fn now() -> Ticket {
-        Ticket(state().ends)
+        Ticket(ENDS.load(Ordering::Acquire))
     }
 
     /// Whether a call holding tokens of `bucket` has ended since this was taken.
@@ -236,5 +240,35 @@ impl Admits for super::Decided {
         for part in &mut self.parts {
             part.wait_at_most(most);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_ticket_sees_an_end_after_it_was_taken_even_of_a_hold_begun_after() {
+        let bucket = "provisional-test:ticket";
+        // Nothing held: a ticket taken now has seen nothing end.
+        let asked = Ticket::now();
+        assert!(!asked.passed(bucket));
+        // A hold begun after the ticket (a call admitted before this one's answer was read)
+        // that ends before the refusal is read: its tokens may be what the refusal lacked.
+        let hold = Hold::new(bucket.to_owned(), 1);
+        assert!(!asked.passed(bucket), "held, not ended");
+        assert!(is_held_or_passed(bucket, asked));
+        drop(hold);
+        assert!(!is_held(bucket));
+        assert!(asked.passed(bucket), "the last holder's end is remembered");
+        assert!(
+            !Ticket::now().passed(bucket),
+            "a ticket taken after it has not seen it"
+        );
+        // An asker refused withdraws its hold: that is no end.
+        let later = Ticket::now();
+        Hold::new(bucket.to_owned(), 1).withdraw();
+        assert!(!later.passed(bucket));
+        assert!(!is_held(bucket));
     }
 }
