@@ -188,12 +188,14 @@ fn serve(ctx: &Ctx, args: &[Arg<'_>], decide: fn(&Ctx, &[Arg<'_>]) -> Result<Rep
 const PANICKED: &str = "ERR ratelimit: internal error (the module panicked)";
 
 /// The server's wall clock in microseconds, as `TIME` reads it (the host's clock).
+#[inline]
 fn now_us() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
 }
 
+#[inline]
 fn arg<'a>(a: &'a Arg<'_>) -> &'a [u8] {
     a.bytes()
 }
@@ -233,6 +235,7 @@ entry_point!(BatchCommand, batch);
 
 /// A value a bucket's script never writes: warned about, as the script does, then read as the
 /// algorithm's `decide_read` says.
+#[inline]
 fn warn_if_unreadable(ctx: &Ctx, state: &State) {
     if Kernel::unreadable(state) {
         ctx.warn(
@@ -243,6 +246,7 @@ fn warn_if_unreadable(ctx: &Ctx, state: &State) {
 }
 
 /// Makes `write` on `key`, replicated as its effect.
+#[inline]
 fn apply(key: &mut api::Key<'_>, write: &Write) -> Result<(), Failure> {
     match write {
         Write::Set(value, expire_ms) => key.set(value.as_bytes(), *expire_ms),
