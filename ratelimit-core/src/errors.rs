@@ -34,8 +34,9 @@ pub enum Error {
     #[error("cost must be at least 1 token")]
     ZeroCost,
 
-    /// [`check_all`](crate::RateLimiter::check_all) was given no limit to check.
-    #[error("check_all needs at least one (key, limit, cost) to decide")]
+    /// A several-limit method (`check_all*`, `enter_all*`, `check_all_estimates`) was given no
+    /// limit to check.
+    #[error("a call needs at least one (key, limit, cost) to decide: none was given")]
     NoLimits,
 
     /// [`check_all`](crate::RateLimiter::check_all) was given one bucket twice: the same key
