@@ -55,6 +55,8 @@ fn state() -> MutexGuard<'static, State> {
 pub(crate) struct Hold {
     bucket: String,
     cost: u64,
+    /// Let go without an end ([`withdraw`](Hold::withdraw)).
+    withdrawn: bool,
 }
 
 impl Hold {
@@ -69,41 +71,37 @@ impl Hold {
                 notify: Arc::new(Notify::new()),
             })
             .tokens += cost;
-        Hold { bucket, cost }
+        Hold {
+            bucket,
+            cost,
+            withdrawn: false,
+        }
     }
 
     /// Lets the tokens go without an end: a call that asked and was refused took none, so
     /// nothing came back that a refusal lacked.
-    pub(crate) fn withdraw(self) {
-        let mut this = std::mem::ManuallyDrop::new(self);
-        let bucket = std::mem::take(&mut this.bucket);
-        let mut state = state();
-        if let Some(entry) = state.held.get_mut(&bucket) {
-            entry.tokens = entry.tokens.saturating_sub(this.cost);
-            if entry.tokens == 0 {
-                let ended = entry.last_end;
-                state.held.remove(&bucket);
-                if ended > 0 {
-                    state.remember(bucket, ended);
-                }
-            }
-        }
+    pub(crate) fn withdraw(mut self) {
+        self.withdrawn = true;
     }
 }
 
 impl Drop for Hold {
     fn drop(&mut self) {
         let mut state = state();
-        let stamp = ENDS.fetch_add(1, Ordering::AcqRel) + 1;
         let Some(entry) = state.held.get_mut(&self.bucket) else {
             return;
         };
         entry.tokens = entry.tokens.saturating_sub(self.cost);
-        entry.last_end = stamp;
-        entry.notify.notify_waiters();
+        if !self.withdrawn {
+            entry.last_end = ENDS.fetch_add(1, Ordering::AcqRel) + 1;
+            entry.notify.notify_waiters();
+        }
         if entry.tokens == 0 {
+            let last_end = entry.last_end;
             state.held.remove(&self.bucket);
-            state.remember(std::mem::take(&mut self.bucket), stamp);
+            if last_end > 0 {
+                state.remember(std::mem::take(&mut self.bucket), last_end);
+            }
         }
     }
 }
