@@ -96,7 +96,7 @@ impl Label {
 
 /// The names of a call's limits, each in the place of its own part of the call's decision:
 /// made only with that decision ([`Decision::combined_named`]), read only beside it
-/// ([`named_parts`]).
+/// (`named_parts`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Names(Arc<[Label]>);
 

@@ -15,7 +15,7 @@
 //! tokens it had left and when it is full again. A fallback that started from a full share
 //! would hand out again what the fleet had already spent (issue: a global quota used up in
 //! Redis admitted 13 more calls in a 15 ms failover); it starts from this instead (see
-//! [`Known::held`]). An entry lives until its bucket is full again, then carries nothing.
+//! `Known::held`). An entry lives until its bucket is full again, then carries nothing.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};

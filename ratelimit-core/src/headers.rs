@@ -479,7 +479,7 @@ mod tests {
         let cases = [
             Decision::cost_exceeds_burst(limit, 9),
             Decision::free(limit),
-            crate::limiter::inner::RateLimiter::fail_closed(&limit, 1),
+            crate::pipeline::without_store::fail_closed(&limit, 1),
             decision(true).with_source(Source::FailOpen),
         ];
         for d in cases {

@@ -383,7 +383,10 @@ impl LimitDeclaration {
                 validation.describe(self.name, problem)
             ),
         );
-        Some(RateLimiter::fail_closed(&self.declared_limit(), self.cost))
+        Some(crate::pipeline::without_store::fail_closed(
+            &self.declared_limit(),
+            self.cost,
+        ))
     }
 
     /// The key resolver expression, as written (`Uri`, `Header("x-api-key")`); of a limit

@@ -3,7 +3,7 @@
 //! call ends; the guard (`slot`) renews the slot's lease while the call runs.
 //!
 //! A call's limits, rate limits beside its concurrency limits, are decided by the funnel
-//! ([`RateLimiter::decide_checks`]): all or nothing, in one script on Redis. The call's id (its
+//! ([`decide::decide_checks`](crate::pipeline::decide::decide_checks)): all or nothing, in one script on Redis. The call's id (its
 //! holder) rides in each check of a concurrency limit, so that every step sees it.
 
 use super::*;

@@ -3,10 +3,11 @@
 //! A public method names its checks' buckets under the limiter's prefix and hands them to the
 //! pipeline, which decides them (`crate::pipeline`):
 //! - a call of one rate limit (`check*`, `acquire*`) to the one-limit path
-//!   ([`RateLimiter::decide_locally`] in the call's first poll, else
-//!   [`RateLimiter::decide_later`]);
-//! - every other slice of checks (`check_all*`, `enter*`, `peek*`, `check_*estimate*`) to the
-//!   funnel, [`RateLimiter::decide_checks`], whose answer the method combines once.
+//!   ([`local::decide_locally`](crate::pipeline::local::decide_locally) in the call's first poll, else
+//!   [`local::decide_later`](crate::pipeline::local::decide_later));
+//! - every other slice of checks (`check_all*`, `enter*`, `peek*`, `check_*estimate*`,
+//!   `refund*`, and `Usage`'s settlement) to the
+//!   funnel, [`decide::decide_checks`](crate::pipeline::decide::decide_checks), whose answer the method combines once.
 //!
 //! The methods then observe each limit's decision (span, metrics) under its name.
 
@@ -21,7 +22,7 @@ mod usage;
 pub use builder::{DEFAULT_PREFIX, RateLimiterBuilder};
 pub use concurrency::Entered;
 pub use inner::RateLimiter;
-pub(crate) use inner::{Engine, Inner, Remote, RemoteStore, on_tokio};
+pub(crate) use inner::{Engine, Inner, Remote, RemoteStore};
 pub use slot::Slot;
 pub use usage::{IntoActual, Settlement, Usage};
 
@@ -40,8 +41,9 @@ use crate::limit::{EmptyKeyPolicy, FailurePolicy};
 use crate::naming::bucket_key;
 use crate::naming::key_slot;
 use crate::observe::observed_name;
-use crate::pipeline::check::{Check, validate};
-use crate::pipeline::decide::{Ask, Decided};
+use crate::pipeline::check::Check;
+use crate::pipeline::decide::{Ask, Decided, decide_checks};
+use crate::pipeline::local::check_by_name;
 use crate::policy::{DEFAULT_COOLDOWN, DEFAULT_DEADLINE, Resilience, SLOTS_PER_CIRCUIT};
 use crate::store::DynStore;
 use crate::store::{MemoryStore, RedisStore, Store};
@@ -90,7 +92,7 @@ impl RateLimiter {
         limit: &Limit,
         cost: u32,
     ) -> impl Future<Output = Result<Decision, Error>> + Send {
-        self.check_by_name(None, key, limit, cost)
+        check_by_name(self, None, key, limit, cost)
     }
 
     /// Takes one token from `key`'s bucket, waiting up to `max_wait` for it instead of being
@@ -147,8 +149,7 @@ impl RateLimiter {
         cost: u32,
         max_wait: Duration,
     ) -> Result<Decision, Error> {
-        self.check_by_name(None, key, &limit.try_wait(max_wait)?, cost)
-            .await
+        check_by_name(self, None, key, &limit.try_wait(max_wait)?, cost).await
     }
 
     /// [`acquire_n`](RateLimiter::acquire_n) under the limit called `name`: waits up to
@@ -183,8 +184,7 @@ impl RateLimiter {
         cost: u32,
         max_wait: Duration,
     ) -> Result<Decision, Error> {
-        self.check_by_name(Some(name), key, &limit.try_wait(max_wait)?, cost)
-            .await
+        check_by_name(self, Some(name), key, &limit.try_wait(max_wait)?, cost).await
     }
 
     /// Takes `cost` tokens from the bucket of `key` under the limit called `name` (what
@@ -199,7 +199,7 @@ impl RateLimiter {
         limit: &Limit,
         cost: u32,
     ) -> impl Future<Output = Result<Decision, Error>> + Send {
-        self.check_by_name(Some(name), key, limit, cost)
+        check_by_name(self, Some(name), key, limit, cost)
     }
 
     /// Decides several limits of one call together, all or nothing: the call takes `cost`
@@ -268,15 +268,15 @@ impl RateLimiter {
     }
 
     /// The checks of a public method, `(name, key, limit, cost)` each, named under the prefix
-    /// and decided by the funnel ([`decide_checks`](Self::decide_checks)); each limit that took
+    /// and decided by the funnel ([`decide_checks`]); each limit that took
     /// is observed under its name (a peek took nothing, and is not counted).
     pub(crate) async fn decide_named<'a>(
         &self,
         checks: impl Iterator<Item = (Option<&'a str>, &'a str, &'a Limit, u32)>,
-        ask: Ask,
+        ask: Ask<'_>,
     ) -> Result<Decided, Error> {
         let named = Named::new(&self.inner.prefix, checks);
-        let decided = self.decide_checks(&named.checks(), ask).await?;
+        let decided = decide_checks(self, &named.checks(), ask).await?;
         if ask != Ask::Peek {
             named.observe(&decided.parts);
         }

@@ -1,5 +1,5 @@
-//! Giving back the tokens of a call that should not count (`refund`), and the one way tokens
-//! go back to Redis, which a waiting call that gives up uses too.
+//! Giving back the tokens of a call that should not count (`refund`): a check of what the
+//! call took, handed to the funnel ([`Ask::Refund`]).
 
 use super::*;
 
@@ -80,7 +80,7 @@ impl RateLimiter {
     }
 
     /// A refund that does not know who decided the call: the store, unless the bucket's
-    /// circuit is open now, when the limit's failure policy did (as [`decide`](Self::decide)
+    /// circuit is open now, when the limit's failure policy did (as [`decide`](crate::pipeline::remote::decide)
     /// picks, without claiming a probe).
     async fn refund_now(&self, bucket: &str, limit: &Limit, cost: u32) -> Result<(), Error> {
         let source = match &self.inner.engine {
@@ -92,91 +92,8 @@ impl RateLimiter {
             }
             Engine::Unenabled => return Err(Error::NotEnabled),
         };
-        self.refund_bucket(bucket, limit, cost, source).await
-    }
-
-    /// Gives back `cost` tokens of the call on `bucket` that `source` decided
-    /// ([`Decision::source`]): the store's to the store, the fallback's to the fallback; a call
-    /// no bucket decided (fail-open, fail-closed, no key, the deny cache, disabled) took
-    /// nothing, and nothing is given back. The `#[rate_limit]` path's refund.
-    pub(crate) async fn refund_bucket(
-        &self,
-        bucket: &str,
-        limit: &Limit,
-        cost: u32,
-        source: Source,
-    ) -> Result<(), Error> {
-        validate(&Check::new(bucket, limit, cost))?;
-        if limit.algorithm_kind().is_window() {
-            return Err(Error::RefundNeedsBucket(*limit));
-        }
-        match (source, &self.inner.engine) {
-            (Source::Store, Engine::Local(s)) => {
-                s.give_back(bucket, limit, cost, 1);
-                Ok(())
-            }
-            (Source::Store, Engine::Remote(_)) => {
-                on_tokio()?;
-                self.give_back_remote(bucket, limit, cost).await
-            }
-            (Source::Store, Engine::Unenabled) => Err(Error::NotEnabled),
-            (Source::Fallback, _) => {
-                self.inner.resilience.give_back(bucket, limit, cost);
-                Ok(())
-            }
-            _ => Ok(()),
-        }
-    }
-
-    /// Gives `cost` tokens back to `bucket` in the remote store, then has every instance forget
-    /// a refusal it remembers of the bucket (it is fuller than the refusal said), as after a
-    /// reset: the one way tokens go back to Redis, for a refund and for a call that gave up
-    /// waiting. Not telling the other instances is logged, not an error: the tokens are back,
-    /// and a caller that tried again would give them twice.
-    ///
-    /// # Errors
-    /// The store's; [`Error::RefundUnsupported`] on a custom store.
-    pub(crate) async fn give_back_remote(
-        &self,
-        bucket: &str,
-        limit: &Limit,
-        cost: u32,
-    ) -> Result<(), Error> {
-        let remote = match &self.inner.engine {
-            Engine::Remote(remote) => remote,
-            Engine::Local(_) | Engine::Unenabled => return Err(Error::NotEnabled),
-        };
-        let RemoteStore::Redis(store) = &remote.store else {
-            return Err(Error::RefundUnsupported);
-        };
-        store.give_back_reserved(bucket, limit, cost).await?;
-        self.tell_fuller(remote, store, bucket);
+        let check = Check::new(bucket, limit, cost);
+        decide_checks(self, &[check], Ask::Refund(&[source])).await?;
         Ok(())
-    }
-
-    /// Has every instance forget a refusal it remembers of `bucket`, which tokens given back
-    /// made fuller than the refusal said (a refund, a wait given up, a settlement's
-    /// give-back): this one's at once, the others' by a message published in the background,
-    /// so that the call giving back waits for its one round trip only. Not telling them is
-    /// logged, not an error: the tokens are back.
-    pub(crate) fn tell_fuller(&self, remote: &Remote, store: &RedisStore, bucket: &str) {
-        if let Some(cache) = &remote.deny_cache {
-            cache.forget(bucket);
-        }
-        // From a limiter that is no instance too, as a reset.
-        let channel = match &remote.fleet {
-            Some(member) => member.channel().to_owned(),
-            None => fleet::resets_channel(&self.inner.prefix),
-        };
-        let (store, bucket) = (store.clone(), bucket.to_owned());
-        let publish = async move {
-            if let Err(e) = store.publish(&channel, &bucket).await {
-                crate::observe::log!(debug, error = %e, "could not tell the other instances of a give-back");
-            }
-        };
-        // Every caller is on Tokio (the store's calls need it).
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            runtime.spawn(publish);
-        }
     }
 }

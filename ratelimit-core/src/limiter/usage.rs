@@ -3,6 +3,7 @@
 
 use super::*;
 use crate::pipeline::check::TakenPart;
+use crate::pipeline::check::Taking;
 use crate::pipeline::decide::Ask;
 
 /// A call that took an estimate of its cost and settles the actual cost when it ends: what
@@ -131,9 +132,14 @@ impl Usage {
                 given: actual.len(),
             });
         }
-        let (parts, names): (Vec<TakenPart>, Vec<Option<String>>) = taken.into_iter().unzip();
-        let each = self.limiter.settle_parts(&parts, actual).await?;
-        for (name, &(took, gave)) in names.iter().zip(&each) {
+        let checks: Vec<Check<'_>> = taken.iter().map(|(part, _)| part.check()).collect();
+        let taking: Vec<Taking> = (taken.iter().zip(actual))
+            .map(|((part, _), &actual)| part.taking(actual))
+            .collect();
+        let each = decide_checks(&self.limiter, &checks, Ask::Settle(&taking))
+            .await?
+            .settled;
+        for ((_, name), &(took, gave)) in taken.iter().zip(&each) {
             crate::observe::settled(observed_name(name.as_deref()), took, gave);
         }
         Ok(Settlement { each })
@@ -273,78 +279,5 @@ impl RateLimiter {
             decision,
             taken,
         })
-    }
-
-    /// Settles each part at its actual cost where its tokens were taken: the store's in the
-    /// store (one call per Redis node and time of take), the fallback's in the fallback; a
-    /// part no bucket decided took nothing. Answers each part's `(taken, given_back)`.
-    pub(crate) async fn settle_parts(
-        &self,
-        parts: &[TakenPart],
-        actual: &[u32],
-    ) -> Result<Vec<(u64, u64)>, Error> {
-        let mut each = vec![(0, 0); parts.len()];
-        let mut by_store: Vec<usize> = Vec::new();
-        for (i, part) in parts.iter().enumerate() {
-            let settle = (part.cost, actual[i]);
-            match (part.source, &self.inner.engine) {
-                (Source::Store, Engine::Local(store)) => {
-                    each[i] = store.settle(&part.bucket, &part.limit, 1, settle, part.at);
-                }
-                (Source::Store, Engine::Remote(_)) => by_store.push(i),
-                (Source::Fallback, _) => {
-                    each[i] = self
-                        .inner
-                        .resilience
-                        .settle(&part.bucket, &part.limit, settle);
-                }
-                _ => {}
-            }
-        }
-        if by_store.is_empty() {
-            return Ok(each);
-        }
-        let Engine::Remote(remote) = &self.inner.engine else {
-            return Err(Error::NotEnabled);
-        };
-        let RemoteStore::Redis(store) = &remote.store else {
-            return Err(Error::SettleUnsupported);
-        };
-        on_tokio()?;
-        // One call for the parts taken together: one node, one server time (on a cluster, a
-        // call's limits on several masters were each decided at their own); a part whose
-        // time is unknown goes alone.
-        let mut groups: Vec<Vec<usize>> = Vec::new();
-        for i in by_store {
-            let at = parts[i].at;
-            let node = store.node_of(&parts[i].bucket);
-            match groups.iter_mut().find(|g| {
-                let first = &parts[g[0]];
-                at != 0 && first.at == at && store.node_of(&first.bucket) == node
-            }) {
-                Some(group) => group.push(i),
-                None => groups.push(vec![i]),
-            }
-        }
-        for group in groups {
-            let checks: Vec<Check<'_>> = group
-                .iter()
-                .map(|&i| Check::new(&parts[i].bucket, &parts[i].limit, parts[i].cost))
-                .collect();
-            let settle: Vec<(u64, u64)> = group
-                .iter()
-                .map(|&i| (u64::from(actual[i]), u64::from(parts[i].limit.debt_bound())))
-                .collect();
-            let settled = store
-                .settle_group(&checks, parts[group[0]].at, &settle)
-                .await?;
-            for (&i, &s) in group.iter().zip(&settled) {
-                each[i] = s;
-                if s.1 > 0 {
-                    self.tell_fuller(remote, store, &parts[i].bucket);
-                }
-            }
-        }
-        Ok(each)
     }
 }

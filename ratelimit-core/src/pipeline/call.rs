@@ -464,5 +464,5 @@ fn tier_of_another_kind(
             kind(&effective.limit),
         ),
     );
-    RateLimiter::fail_closed(&effective.limit, effective.cost)
+    super::without_store::fail_closed(&effective.limit, effective.cost)
 }

@@ -138,3 +138,32 @@ pub(crate) struct TakenPart {
     /// window they were taken from by it.
     pub(crate) at: u64,
 }
+
+impl TakenPart {
+    /// The check that took these tokens, to give them back or settle them.
+    pub(crate) fn check(&self) -> Check<'_> {
+        Check::new(&self.bucket, &self.limit, self.cost)
+    }
+
+    /// Who took these tokens, and when, for a settlement at `actual`.
+    pub(crate) fn taking(&self, actual: u32) -> Taking {
+        Taking {
+            actual,
+            source: self.source,
+            at: self.at,
+        }
+    }
+}
+
+/// What a settled check took, beside the check of it (its cost the estimate): who took it,
+/// when, and what the call turned out to cost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Taking {
+    /// The actual cost.
+    pub(crate) actual: u32,
+    /// Who decided the take: the store, or the fallback.
+    pub(crate) source: Source,
+    /// When the store took it, on its clock (0: not told): a window's settlement finds the
+    /// window the tokens were taken from by it.
+    pub(crate) at: u64,
+}

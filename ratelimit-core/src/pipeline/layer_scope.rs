@@ -71,7 +71,7 @@ pub(crate) struct LayerScope {
     held: Holding,
     /// The layer decided them before calling the handler.
     decided: Cell<bool>,
-    /// What each of the layer's limits took, where it is kept (see [`Plan::scope`]): given
+    /// What each of the layer's limits took, where it is kept (see `Plan::scope` in `http/layered.rs`): given
     /// back if a check of the handler refuses a request the layer decided first (all or
     /// nothing, on a route not learned yet), or once the response is made if the limit does
     /// not count it.
@@ -207,10 +207,18 @@ impl LayerScope {
             return;
         };
         runtime.spawn(async move {
-            for part in parts {
-                let given = limiter
-                    .refund_bucket(&part.bucket, &part.limit, part.cost, part.source)
-                    .await;
+            let checks: Vec<_> = parts
+                .iter()
+                .map(crate::pipeline::check::TakenPart::check)
+                .collect();
+            let sources: Vec<_> = parts.iter().map(|p| p.source).collect();
+            let given = super::decide::decide_checks(
+                limiter,
+                &checks,
+                super::decide::Ask::Refund(&sources),
+            )
+            .await;
+            {
                 if let Err(e) = given {
                     crate::observe::log!(debug, error = %e,
                         "a layer's tokens for a refused request could not be given back");

@@ -17,118 +17,116 @@ use crate::store::MemoryStore;
 use super::waiting::{BoxedAnswer, must_wait};
 use std::task::Poll;
 
-impl RateLimiter {
-    /// [`check_n`](Self::check_n) and [`check_named`](Self::check_named): on a memory store,
-    /// decided in the first poll with nothing else in the future (a few references; an
-    /// `async fn` carried and moved a state machine for every path); otherwise, and for a call
-    /// that waits, through [`decide_by_name`](Self::decide_by_name)'s box. Nothing is decided
-    /// before the first poll.
-    pub(crate) fn check_by_name(
-        &self,
-        name: Option<&str>,
-        key: &str,
-        limit: &Limit,
-        cost: u32,
-    ) -> impl Future<Output = Result<Decision, Error>> + Send {
-        let mut rest: Option<BoxedAnswer<'static, Decision>> = None;
-        std::future::poll_fn(move |cx| {
-            if let Some(rest) = &mut rest {
-                return rest.as_mut().poll(cx);
-            }
-            if let Err(e) = validate(&Check::new("", limit, cost)) {
-                return Poll::Ready(Err(e));
-            }
-            let prefix = &*self.inner.prefix;
-            let reserved = match self.decide_locally(limit, cost, |store| {
-                with_bucket_key(prefix, name, key, |bucket| {
-                    store.check_bytes(bucket, limit, cost)
-                })
-            }) {
-                Local::Decided(decision) => {
-                    observe_locally(&decision, prefix, name, key);
-                    return Poll::Ready(Ok(decision));
-                }
-                Local::Later(reserved) => reserved,
-            };
-            rest.insert(self.decide_by_name(name, key, limit, cost, reserved))
-                .as_mut()
-                .poll(cx)
-        })
-    }
-
-    /// The rest of [`check_n`](Self::check_n) and [`check_named`](Self::check_named) when
-    /// their first poll did not decide: the wait of a call that `reserved` its tokens, or the
-    /// remote store.
-    /// Boxed, and owning what it needs (a clone of the limiter, the key): inline, these paths
-    /// made the memory path's future and its poll's stack frame (8 kB) several times larger
-    /// (benches/results/history.md 4.6); a copy of the key is nothing beside a round trip or a wait.
-    fn decide_by_name(
-        &self,
-        name: Option<&str>,
-        key: &str,
-        limit: &Limit,
-        cost: u32,
-        reserved: Option<Decision>,
-    ) -> BoxedAnswer<'static, Decision> {
-        let limiter = self.clone();
-        let name = name.map(str::to_owned);
-        let key = key.to_owned();
-        let limit = *limit;
-        Box::pin(async move {
-            let bucket = bucket_key(&limiter.inner.prefix, name.as_deref(), &key);
-            let check = Check::new(&bucket, &limit, cost);
-            let decision = limiter.decide_later(check, reserved).await?;
-            decision.observe(observed_name(name.as_deref()), Some(&bucket));
-            Ok(decision)
-        })
-    }
-
-    /// What a one-limit call's first poll ([`decide_locally`](Self::decide_locally)) left to
-    /// later: the wait of a call that `reserved` its tokens in memory, or the store (the deny
-    /// cache, the circuit, the deadline, the failure policy). The public methods and the
-    /// attribute's calls of one limit end here.
-    pub(crate) async fn decide_later(
-        &self,
-        check: Check<'_>,
-        reserved: Option<Decision>,
-    ) -> Result<Decision, Error> {
-        match reserved {
-            Some(reserved) => self.wait_one(check, reserved).await,
-            None => self.decide(check).await,
+/// [`check_n`](RateLimiter::check_n) and [`check_named`](RateLimiter::check_named): on a memory store,
+/// decided in the first poll with nothing else in the future (a few references; an
+/// `async fn` carried and moved a state machine for every path); otherwise, and for a call
+/// that waits, through [`decide_by_name`]'s box. Nothing is decided
+/// before the first poll.
+pub(crate) fn check_by_name(
+    limiter: &RateLimiter,
+    name: Option<&str>,
+    key: &str,
+    limit: &Limit,
+    cost: u32,
+) -> impl Future<Output = Result<Decision, Error>> + Send {
+    let mut rest: Option<BoxedAnswer<'static, Decision>> = None;
+    std::future::poll_fn(move |cx| {
+        if let Some(rest) = &mut rest {
+            return rest.as_mut().poll(cx);
         }
-    }
-
-    /// The pipeline's local stage: a memory store decides in the call's first poll, with
-    /// nothing in a future. `check` asks the store for its small outcome on a bucket key the
-    /// caller names (built on the stack, or remembered); the decision is built once, here
-    /// (benches/results/history.md 4.6), and finished (shadow mode, a reservation's wait).
-    #[inline]
-    pub(crate) fn decide_locally(
-        &self,
-        limit: &Limit,
-        cost: u32,
-        check: impl FnOnce(&MemoryStore) -> Outcome<u64>,
-    ) -> Local {
-        let Engine::Local(store) = &self.inner.engine else {
-            return Local::Later(None);
+        if let Err(e) = validate(&Check::new("", limit, cost)) {
+            return Poll::Ready(Err(e));
+        }
+        let prefix = &*limiter.inner.prefix;
+        let reserved = match decide_locally(limiter, limit, cost, |store| {
+            with_bucket_key(prefix, name, key, |bucket| {
+                store.check_bytes(bucket, limit, cost)
+            })
+        }) {
+            Local::Decided(decision) => {
+                observe_locally(&decision, prefix, name, key);
+                return Poll::Ready(Ok(decision));
+            }
+            Local::Later(reserved) => reserved,
         };
-        let mut decision = Decision::from_store_outcome(&check(store), *limit, cost);
-        if must_wait(std::slice::from_mut(&mut decision)) {
-            Local::Later(Some(decision))
-        } else {
-            Local::Decided(decision)
-        }
+        rest.insert(decide_by_name(limiter, name, key, limit, cost, reserved))
+            .as_mut()
+            .poll(cx)
+    })
+}
+
+/// The rest of [`check_n`](RateLimiter::check_n) and [`check_named`](RateLimiter::check_named) when
+/// their first poll did not decide: the wait of a call that `reserved` its tokens, or the
+/// remote store.
+/// Boxed, and owning what it needs (a clone of the limiter, the key): inline, these paths
+/// made the memory path's future and its poll's stack frame (8 kB) several times larger
+/// (benches/results/history.md 4.6); a copy of the key is nothing beside a round trip or a wait.
+fn decide_by_name(
+    limiter: &RateLimiter,
+    name: Option<&str>,
+    key: &str,
+    limit: &Limit,
+    cost: u32,
+    reserved: Option<Decision>,
+) -> BoxedAnswer<'static, Decision> {
+    let limiter = limiter.clone();
+    let name = name.map(str::to_owned);
+    let key = key.to_owned();
+    let limit = *limit;
+    Box::pin(async move {
+        let bucket = bucket_key(&limiter.inner.prefix, name.as_deref(), &key);
+        let check = Check::new(&bucket, &limit, cost);
+        let decision = decide_later(&limiter, check, reserved).await?;
+        decision.observe(observed_name(name.as_deref()), Some(&bucket));
+        Ok(decision)
+    })
+}
+
+/// What a one-limit call's first poll ([`decide_locally`]) left to
+/// later: the wait of a call that `reserved` its tokens in memory, or the store (the deny
+/// cache, the circuit, the deadline, the failure policy). The public methods and the
+/// attribute's calls of one limit end here.
+pub(crate) async fn decide_later(
+    limiter: &RateLimiter,
+    check: Check<'_>,
+    reserved: Option<Decision>,
+) -> Result<Decision, Error> {
+    match reserved {
+        Some(reserved) => super::waiting::wait_one(limiter, check, reserved).await,
+        None => super::remote::decide(limiter, check).await,
     }
 }
 
-/// What the local stage came to ([`RateLimiter::decide_locally`]): the pipeline's one "not
+/// The pipeline's local stage: a memory store decides in the call's first poll, with
+/// nothing in a future. `check` asks the store for its small outcome on a bucket key the
+/// caller names (built on the stack, or remembered); the decision is built once, here
+/// (benches/results/history.md 4.6), and finished (shadow mode, a reservation's wait).
+#[inline]
+pub(crate) fn decide_locally(
+    limiter: &RateLimiter,
+    limit: &Limit,
+    cost: u32,
+    check: impl FnOnce(&MemoryStore) -> Outcome<u64>,
+) -> Local {
+    let Engine::Local(store) = &limiter.inner.engine else {
+        return Local::Later(None);
+    };
+    let mut decision = Decision::from_store_outcome(&check(store), *limit, cost);
+    if must_wait(std::slice::from_mut(&mut decision)) {
+        Local::Later(Some(decision))
+    } else {
+        Local::Decided(decision)
+    }
+}
+
+/// What the local stage came to ([`local::decide_locally`](crate::pipeline::local::decide_locally)): the pipeline's one "not
 /// decided yet".
 pub(crate) enum Local {
     /// Decided and finished: the call goes, or is refused, now.
     Decided(Decision),
     /// Left to a later poll: the wait of a call admitted with its tokens reserved in memory
-    /// (that decision, [`RateLimiter::wait_one`]), or, with none, the remote stage (not a
-    /// memory store: [`RateLimiter::decide`]).
+    /// (that decision, [`waiting::wait_one`](crate::pipeline::waiting::wait_one)), or, with none, the remote stage (not a
+    /// memory store: [`remote::decide`](crate::pipeline::remote::decide)).
     Later(Option<Decision>),
 }
 

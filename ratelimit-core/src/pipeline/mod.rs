@@ -5,8 +5,8 @@
 //! brings ([`call`]: a cost, a tier, an exemption; [`one`] and [`several`] resolve the keys and
 //! conclude), the HTTP layers from their limits. Then:
 //! - a call of one rate limit is decided in its first poll when the store answers at once
-//!   (`local.rs`), else later, boxed ([`RateLimiter::decide_later`]);
-//! - any slice of checks goes through the funnel ([`RateLimiter::decide_checks`],
+//!   (`local.rs`), else later, boxed ([`local::decide_later`]);
+//! - any slice of checks goes through the funnel ([`decide::decide_checks`],
 //!   `decide.rs`), which takes a peek, a concurrency limit's slots (`slots.rs`) or the rest
 //!   (`remote.rs`) by what the checks ask.
 //!
@@ -19,24 +19,25 @@ mod call;
 pub(crate) mod check;
 pub(crate) mod convert;
 pub(crate) mod decide;
+pub(crate) mod give;
 #[cfg(feature = "http-framework")]
 mod layer_limit;
 #[cfg(feature = "http-framework")]
 pub(crate) mod layer_scope;
-mod local;
-mod one;
-mod provisional;
-mod remote;
+pub(crate) mod local;
+pub(crate) mod one;
+pub(crate) mod provisional;
+pub(crate) mod remote;
 pub(crate) mod scope;
-mod several;
-mod slots;
+pub(crate) mod several;
+pub(crate) mod slots;
 #[cfg(test)]
 pub(crate) mod test_support;
 #[cfg(test)]
 mod tests;
 pub(crate) mod verdict;
-mod waiting;
-mod without_store;
+pub(crate) mod waiting;
+pub(crate) mod without_store;
 
 use std::sync::LazyLock;
 
@@ -52,7 +53,9 @@ pub use several::check_all;
 #[cfg(feature = "http-framework")]
 pub(crate) use several::decide_all;
 
+use crate::decision::Source;
 use crate::limiter::inner::RateLimiter;
+use crate::pipeline::check::{Check, TakenPart, Taking};
 use crate::registry::{LimitDeclaration, Warning};
 use crate::resolvers::KeyResolver;
 use scope::missing_piece;
@@ -96,10 +99,10 @@ pub async fn refund(decl: &'static LimitDeclaration, taken: &Taken, limiter: Opt
         return;
     }
     let (limiter, _) = limiter_or_unenabled(decl, limiter);
-    for part in parts {
-        let refunded = limiter
-            .refund_bucket(&part.bucket, &part.limit, part.cost, part.source)
-            .await;
+    let checks: Vec<Check<'_>> = parts.iter().map(TakenPart::check).collect();
+    let sources: Vec<Source> = parts.iter().map(|p| p.source).collect();
+    let refunded = decide::decide_checks(limiter, &checks, Ask::Refund(&sources)).await;
+    {
         if let Err(e) = refunded {
             decl.warn_once(
                 Warning::CannotRefund,
@@ -140,10 +143,11 @@ pub async fn settle(
         return;
     }
     let (limiter, _) = limiter_or_unenabled(decl, limiter);
-    let actual = vec![actual; parts.len()];
-    match limiter.settle_parts(&parts, &actual).await {
-        Ok(each) => {
-            for (took, gave) in each {
+    let checks: Vec<Check<'_>> = parts.iter().map(TakenPart::check).collect();
+    let taken: Vec<Taking> = parts.iter().map(|p| p.taking(actual)).collect();
+    match decide::decide_checks(limiter, &checks, Ask::Settle(&taken)).await {
+        Ok(decided) => {
+            for (took, gave) in decided.settled {
                 crate::observe::settled(crate::observe::Name::Declared(decl.name()), took, gave);
             }
         }

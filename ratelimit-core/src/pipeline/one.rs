@@ -131,7 +131,8 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
     }
     let (limiter, enabled) = limiter_or_unenabled(decl, limiter);
     if call.key_failed {
-        let decision = limiter.decide_unresolved(&effective.limit, effective.cost);
+        let decision =
+            super::without_store::decide_unresolved(limiter, &effective.limit, effective.cost);
         return Step::Done(conclude(decl, label, decision, None, None, record_one));
     }
     // The label is copied where a step keeps it (a name and a tier name, both `'static`):
@@ -149,7 +150,8 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
         // that every caller whose header is blank would share.
         let Some(resolved) = resolving(name, || key.resolve(ctx)).filter(|k| !k.is_empty()) else {
             report_missing_piece(decl, key);
-            let decision = limiter.decide_without_key(
+            let decision = super::without_store::decide_without_key(
+                limiter,
                 decl.empty_key_policy(),
                 &effective.limit,
                 effective.cost,
@@ -173,7 +175,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
         // Where the calls holding tokens of a bucket that counts only some outcomes stood
         // before it was asked: a refusal may lack what one that ends meanwhile gives back.
         let asked_at = provisional::Ticket::now();
-        let local = limiter.decide_locally(limit, cost, |store| match &bucket {
+        let local = super::local::decide_locally(limiter, limit, cost, |store| match &bucket {
             Bucket::Named(bucket) => store.check_bytes(bucket.as_bytes(), limit, cost),
             Bucket::Parts { limiter, key, .. } => {
                 with_bucket_key(limiter.prefix(), Some(name), key, |bucket| {
@@ -260,7 +262,7 @@ async fn ask(
 ) -> Checked {
     let check = Check::new(&bucket, &effective.limit, effective.cost);
     let decide = |reserved| async move {
-        let decided = limiter.decide_later(check, reserved).await;
+        let decided = super::local::decide_later(limiter, check, reserved).await;
         decided.unwrap_or_else(|e| cannot_check(decl, &effective, &e))
     };
     let counting = taken.as_ref().is_some_and(Taken::is_counting);
@@ -318,7 +320,7 @@ fn cannot_check(
         Warning::CannotCheck,
         &format_args!("rate limit `{}` cannot be checked: {e}", decl.name()),
     );
-    RateLimiter::fail_closed(&effective.limit, effective.cost)
+    super::without_store::fail_closed(&effective.limit, effective.cost)
 }
 
 /// A decided call's bucket key: named already, or the parts it is named from, when it is

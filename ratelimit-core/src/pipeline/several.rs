@@ -107,12 +107,16 @@ pub(crate) async fn decide_all(
             Before::Decided(d) => parts[i] = Some(d),
             Before::Free => parts[i] = Some(Decision::free(e.limit)),
             Before::Check if matches!(key_of(i), KeyArg::Failed) => {
-                parts[i] = Some(limiter.decide_unresolved(&e.limit, e.cost));
+                parts[i] = Some(super::without_store::decide_unresolved(
+                    limiter, &e.limit, e.cost,
+                ));
             }
             Before::Check if buckets[i].is_none() => {
                 report_missing_piece(decl, key_of(i).resolver());
                 let policy = decl.empty_key_policy();
-                parts[i] = Some(limiter.decide_without_key(policy, &e.limit, e.cost));
+                parts[i] = Some(super::without_store::decide_without_key(
+                    limiter, policy, &e.limit, e.cost,
+                ));
             }
             Before::Check => asked.push(i),
         }
@@ -129,7 +133,7 @@ pub(crate) async fn decide_all(
             .collect();
         // Concurrency limits among them take their slots, kept while the call runs.
         let asked_at = provisional::Ticket::now();
-        let decided = limiter.decide_checks(&checks, Ask::Hold).await;
+        let decided = super::decide::decide_checks(limiter, &checks, Ask::Hold).await;
         // Refused while calls in flight hold tokens of a limit that counts only some
         // outcomes (or one ended while it was asked): decided again, all together, as they
         // end.
@@ -142,18 +146,17 @@ pub(crate) async fn decide_all(
             (Ok(refused), Some(bucket)) if !refused.admits() => {
                 let before = refused.parts.clone();
                 let again = || async {
-                    let decided = limiter.decide_checks(&checks, Ask::Hold).await;
-                    decided.unwrap_or_else(|_| Decided {
-                        parts: before.clone(),
-                        slot: None,
-                    })
+                    let decided = super::decide::decide_checks(limiter, &checks, Ask::Hold).await;
+                    decided.unwrap_or_else(|_| Decided::of(before.clone()))
                 };
                 Ok(provisional::decide_again(bucket, asked_at, refused, again).await)
             }
             (decided, _) => decided,
         };
         match decided {
-            Ok(Decided { parts: each, slot }) => {
+            Ok(Decided {
+                parts: each, slot, ..
+            }) => {
                 if let Some(slot) = slot {
                     hold(slot, limits);
                 }
@@ -168,7 +171,7 @@ pub(crate) async fn decide_all(
                 );
                 for &i in &asked {
                     let e = &effective[i];
-                    parts[i] = Some(RateLimiter::fail_closed(&e.limit, e.cost));
+                    parts[i] = Some(super::without_store::fail_closed(&e.limit, e.cost));
                 }
             }
         }
@@ -226,7 +229,7 @@ pub(crate) async fn decide_all(
 }
 
 /// Keeps an admitted call's concurrency slots while it runs: in the function's own
-/// [`Holding`] (the first limit's call carries it), else in the request's scope, whose layer
+/// [`Holding`](super::Holding) (the first limit's call carries it), else in the request's scope, whose layer
 /// holds them until the response is made. With neither (a check made by hand outside any
 /// scope), the slots are given back at once: nothing would know when the call ends.
 fn hold(

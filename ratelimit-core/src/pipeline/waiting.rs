@@ -12,111 +12,97 @@ use crate::limiter::inner::RemoteStore;
 use crate::limiter::inner::on_tokio;
 use crate::pipeline::check::{Check, OwnedCheck};
 
-impl RateLimiter {
-    /// A call that may wait, on a remote store: [`decide_all`](Self::decide_all)'s path for
-    /// one limit, boxed.
-    pub(super) fn decide_reserving<'a>(&'a self, check: Check<'a>) -> BoxedAnswer<'a, Decision> {
-        Box::pin(async move {
-            self.decide_together(&[check])
-                .await?
-                .pop()
-                .ok_or_else(|| Error::BadReply("no decision".to_owned()))
-        })
-    }
+/// [`wait_turn`] for a call under one limit, boxed: only a call that
+/// waits carries the sleep's future, and the decision moves into the box.
+pub(crate) fn wait_one<'a>(
+    limiter: &'a RateLimiter,
+    check: Check<'a>,
+    mut decision: Decision,
+) -> BoxedAnswer<'a, Decision> {
+    Box::pin(async move {
+        wait_turn(limiter, &[check], std::slice::from_mut(&mut decision)).await?;
+        Ok(decision)
+    })
+}
 
-    /// [`wait_turn`](Self::wait_turn) for a call under one limit, boxed: only a call that
-    /// waits carries the sleep's future, and the decision moves into the box.
-    pub(crate) fn wait_one<'a>(
-        &'a self,
-        check: Check<'a>,
-        mut decision: Decision,
-    ) -> BoxedAnswer<'a, Decision> {
-        Box::pin(async move {
-            self.wait_turn(&[check], std::slice::from_mut(&mut decision))
-                .await?;
-            Ok(decision)
-        })
-    }
-
-    /// Sleeps until the tokens a call reserved are due (the longest wait of its limits), then
-    /// says it waits no more. Dropped first (the caller went away, a timeout), or unable to
-    /// sleep, it gives every limit's tokens back.
-    pub(super) async fn wait_turn(
-        &self,
-        checks: &[Check<'_>],
-        decisions: &mut [Decision],
-    ) -> Result<(), Error> {
-        // Lengthened by the limits' jitter (the most any of them asks): later, never earlier.
-        let jitter = checks
+/// Sleeps until the tokens a call reserved are due (the longest wait of its limits), then
+/// says it waits no more. Dropped first (the caller went away, a timeout), or unable to
+/// sleep, it gives every limit's tokens back.
+pub(super) async fn wait_turn(
+    limiter: &RateLimiter,
+    checks: &[Check<'_>],
+    decisions: &mut [Decision],
+) -> Result<(), Error> {
+    // Lengthened by the limits' jitter (the most any of them asks): later, never earlier.
+    let jitter = checks
+        .iter()
+        .filter_map(|c| c.limit.max_jitter())
+        .max()
+        .map_or(Duration::ZERO, spread);
+    let wait = reserved(decisions).unwrap_or_default() + jitter;
+    let mut guard = GiveBack {
+        limiter,
+        parts: checks
             .iter()
-            .filter_map(|c| c.limit.max_jitter())
-            .max()
-            .map_or(Duration::ZERO, spread);
-        let wait = reserved(decisions).unwrap_or_default() + jitter;
-        let mut guard = GiveBack {
-            limiter: self,
-            parts: checks
-                .iter()
-                .zip(decisions.iter())
-                .map(|(check, d)| (check.into_owned(), d.source))
-                .collect(),
-        };
-        on_tokio()?;
-        tokio::time::sleep(wait).await;
-        guard.parts.clear();
-        for d in decisions.iter_mut().filter(|d| !d.shadowed) {
-            d.retry_after = Duration::ZERO;
-        }
-        Ok(())
+            .zip(decisions.iter())
+            .map(|(check, d)| (check.into_owned(), d.source))
+            .collect(),
+    };
+    on_tokio()?;
+    tokio::time::sleep(wait).await;
+    guard.parts.clear();
+    for d in decisions.iter_mut().filter(|d| !d.shadowed) {
+        d.retry_after = Duration::ZERO;
     }
+    Ok(())
+}
 
-    /// Returns the tokens of calls that gave up waiting: at once in memory, by a task on
-    /// Redis (a dropped future cannot await; best effort, logged when it fails) through
-    /// [`give_back_remote`](Self::give_back_remote), as a refund. A custom store cannot be
-    /// asked to give back: its tokens stay taken.
-    pub(crate) fn give_back(&self, parts: Vec<(OwnedCheck, Source)>) {
-        let mut remote = Vec::new();
-        for (check, source) in parts {
-            let OwnedCheck {
-                bucket,
-                limit,
-                cost,
-                ..
-            } = check;
-            match (source, &self.inner.engine) {
-                (Source::Store, Engine::Local(s)) => s.give_back(&bucket, &limit, cost, 1),
-                (Source::Fallback, _) => self.inner.resilience.give_back(&bucket, &limit, cost),
-                (Source::Store, Engine::Remote(_)) => remote.push((bucket, limit, cost)),
-                _ => {}
-            }
-        }
-        let Engine::Remote(Remote {
-            store: RemoteStore::Redis(_),
+/// Returns the tokens of calls that gave up waiting: at once in memory, by a task on
+/// Redis (a dropped future cannot await; best effort, logged when it fails) through
+/// [`give_back_remote`](RateLimiter::give_back_remote), as a refund. A custom store cannot be
+/// asked to give back: its tokens stay taken.
+pub(crate) fn give_back(limiter: &RateLimiter, parts: Vec<(OwnedCheck, Source)>) {
+    let mut remote = Vec::new();
+    for (check, source) in parts {
+        let OwnedCheck {
+            bucket,
+            limit,
+            cost,
             ..
-        }) = &self.inner.engine
-        else {
-            return;
-        };
-        if remote.is_empty() {
-            return;
+        } = check;
+        match (source, &limiter.inner.engine) {
+            (Source::Store, Engine::Local(s)) => s.give_back(&bucket, &limit, cost, 1),
+            (Source::Fallback, _) => limiter.inner.resilience.give_back(&bucket, &limit, cost),
+            (Source::Store, Engine::Remote(_)) => remote.push((bucket, limit, cost)),
+            _ => {}
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
-            crate::observe::log!(
-                warn,
-                calls = remote.len(),
-                "redis-ratelimit could not give back the tokens of calls that gave up waiting: no Tokio runtime to reach Redis"
-            );
-            return;
-        };
-        let limiter = self.clone();
-        runtime.spawn(async move {
-            for (bucket, limit, cost) in remote {
-                if let Err(e) = limiter.give_back_remote(&bucket, &limit, cost).await {
-                    crate::observe::log!(warn, error = %e, "redis-ratelimit could not give back the tokens of a call that gave up waiting");
-                }
-            }
-        });
     }
+    let Engine::Remote(Remote {
+        store: RemoteStore::Redis(_),
+        ..
+    }) = &limiter.inner.engine
+    else {
+        return;
+    };
+    if remote.is_empty() {
+        return;
+    }
+    let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        crate::observe::log!(
+            warn,
+            calls = remote.len(),
+            "redis-ratelimit could not give back the tokens of calls that gave up waiting: no Tokio runtime to reach Redis"
+        );
+        return;
+    };
+    let limiter = limiter.clone();
+    runtime.spawn(async move {
+        for (bucket, limit, cost) in remote {
+            if let Err(e) = super::give::give_back_remote(&limiter, &bucket, &limit, cost).await {
+                crate::observe::log!(warn, error = %e, "redis-ratelimit could not give back the tokens of a call that gave up waiting");
+            }
+        }
+    });
 }
 
 /// A random duration from zero to `max`, in whole microseconds.
@@ -169,7 +155,7 @@ pub(super) struct GiveBack<'a> {
 impl Drop for GiveBack<'_> {
     fn drop(&mut self) {
         if !self.parts.is_empty() {
-            self.limiter.give_back(std::mem::take(&mut self.parts));
+            give_back(self.limiter, std::mem::take(&mut self.parts));
         }
     }
 }

@@ -273,7 +273,7 @@ pub(super) fn held_slot(entries: Vec<concurrency::Entry>) -> Slot {
 }
 
 /// The kernel of `instances` instances' share of `limit` for a call of `cost`, and whether it
-/// starts from `short_of_full` (see [`MemoryStore::check_share`]): how far from full the store
+/// starts from `short_of_full` (see [`MemoryStore::check_share`](crate::store::memory::MemoryStore::check_share)): how far from full the store
 /// last said the bucket was, reservations it owes included. A share is a smooth token
 /// bucket whatever the limit's algorithm (a window's count cannot be split between instances
 /// that do not talk to each other), and so is a bucket the store said something of, on one

@@ -86,7 +86,7 @@ impl RedisStore {
         }
     }
 
-    /// [`Store::check`]: the limit's own script, one `EVALSHA`.
+    /// [`Store::check`](crate::store::Store::check): the limit's own script, one `EVALSHA`.
     pub(crate) async fn check_one(&self, check: Check<'_>) -> Result<Decision, Error> {
         let call = Call {
             keys: &[check.bucket],
@@ -117,7 +117,7 @@ pub(super) struct GroupReply {
 }
 
 impl RedisStore {
-    /// [`Store::check_all`]: one script, `multi.lua`, for every limit of the call. On a
+    /// [`Store::check_all`](crate::store::Store::check_all): one script, `multi.lua`, for every limit of the call. On a
     /// cluster whose node does not serve every bucket, the buckets are decided per slot in
     /// slot order, each group reserved, and what was reserved is given back when a later
     /// group refuses (see the guide's "Several limits").
@@ -201,7 +201,7 @@ impl RedisStore {
             .map(drop)
     }
 
-    /// [`Store::peek`]: `multi.lua` in peek mode, one `EVALSHA` on the key's node.
+    /// [`Store::peek`](crate::store::Store::peek): `multi.lua` in peek mode, one `EVALSHA` on the key's node.
     pub(super) async fn peek_one(
         &self,
         key: &str,
