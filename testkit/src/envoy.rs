@@ -68,8 +68,11 @@ pub fn envoy_bin() -> PathBuf {
         );
         return given;
     }
-    let installed =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/servers/envoy-1.40.0/envoy");
+    let manifest = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let installed = manifest
+        .parent()
+        .unwrap_or(manifest)
+        .join("target/servers/envoy-1.40.0/envoy");
     if installed.is_file() {
         return installed;
     }
