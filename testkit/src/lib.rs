@@ -3,7 +3,7 @@
 //! [`RedisServer`] is one server; [`cluster::RedisCluster`] a six-node Redis Cluster;
 //! [`sentinel::SentinelSetup`] a master, a replica and three sentinels. [`wait`] is how a test
 //! waits for an event: until it has happened, never for a fixed time; [`outage`] stages a
-//! Redis that dies under a limiter.
+//! Redis that dies under a limiter; [`envoy`] runs a real Envoy in front of a small upstream.
 //!
 //! The crate also holds three programs: `hammer` (one process of the multi-process accuracy
 //! test, `tests/accuracy.rs`), `bench_memory` (Redis memory per active bucket, written up
@@ -12,6 +12,7 @@
 
 pub mod acl;
 pub mod cluster;
+pub mod envoy;
 #[cfg(feature = "plots")]
 pub mod font;
 pub mod hammer;
