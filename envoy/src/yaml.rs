@@ -338,7 +338,9 @@ mod tests {
         let err = parse(&deep).unwrap_err();
         assert!(err.message.contains("nest more than 64"), "{err:?}");
         // Block maps, by indentation alone.
-        let block: String = (0..2_000).map(|i| format!("{}a:\n", " ".repeat(i))).collect();
+        let block: String = (0..2_000)
+            .map(|i| format!("{}a:\n", " ".repeat(i)))
+            .collect();
         let err = parse(&block).unwrap_err();
         assert!(err.message.contains("nest more than 64"), "{err:?}");
         assert_eq!(err.at.map(|p| p.line), Some(65));
