@@ -18,12 +18,13 @@
 //!     rate_limit: { unit: hour, requests_per_unit: 1000, algorithm: token_bucket, burst: 50 }
 //! ")?;
 //! // What Envoy sends: a domain and, per descriptor, its entries in order.
-//! if let Lookup::Rule(found) = config.lookup("api", [("user", "alice")]) {
-//!     let limit = found.rule().limit().expect("a limit");
-//!     assert_eq!((limit.replenish(), limit.burst_capacity()), (1000, 50));
-//!     // The service decides it with `limiter.check_named(bucket.name(), bucket.key(), limit, cost)`.
-//!     assert_eq!(found.bucket().key(), "user=alice");
-//! }
+//! let Lookup::Rule(found) = config.lookup("api", [("user", "alice")]) else {
+//!     panic!("a rule applies");
+//! };
+//! let limit = found.rule().limit().expect("a limit");
+//! assert_eq!((limit.replenish(), limit.burst_capacity()), (1000, 50));
+//! // The service decides it with `limiter.check_named(bucket.name(), bucket.key(), limit, cost)`.
+//! assert_eq!(found.bucket().key(), "user=alice");
 //! # Ok::<(), ratelimit_envoy::config::ConfigErrors>(())
 //! ```
 

@@ -808,10 +808,18 @@ impl Reader<'_> {
                 _ => &[],
             }
         };
-        let written = e
-            .fields()
+        // The field the rule wrote that ratelimit-core files under `unit` (a calendar's).
+        let calendar: &[&str] = match e {
+            InvalidLimit::BadCalendar {
+                anchor: Some(_), ..
+            } => &["anchor"],
+            InvalidLimit::BadCalendar { anchor: None, .. } => &["utc_offset"],
+            InvalidLimit::CalendarWindowOnly { .. } => &["algorithm"],
+            _ => &[],
+        };
+        let written = calendar
             .iter()
-            .flat_map(|f| ours(f).iter())
+            .chain(e.fields().iter().flat_map(|f| ours(f).iter()))
             .find_map(|name| field(fields, name).map(|node| (*name, node.at)));
         let mut message = e.to_string();
         if default_algorithm && matches!(e, InvalidLimit::BurstOfWindow { .. }) {
