@@ -7,6 +7,9 @@
 //!   concurrency, failure policies, limits shared with Rust services), loaded whole or not at
 //!   all, and [`Config::lookup`](config::Config::lookup), the reference's `GetLimit`;
 //! - [`settings`]: the reference's environment variables, read into [`Settings`](settings::Settings).
+//! - [`service`]: `ShouldRateLimit` decided from those rules, every descriptor of a request
+//!   together ([`Service`](service::Service)), and [`server`], which serves it over gRPC with
+//!   `grpc.health.v1` (the `ratelimit-envoy` binary runs it).
 //!
 //! ```
 //! use ratelimit_envoy::config::{Config, Lookup};
@@ -29,5 +32,7 @@
 //! ```
 
 pub mod config;
+pub mod server;
+pub mod service;
 pub mod settings;
 mod yaml;

@@ -1,0 +1,33 @@
+//! Serving [`Service`] over gRPC, with `grpc.health.v1` reporting it `SERVING`.
+
+use std::future::Future;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::RateLimitServiceServer;
+use tokio::net::TcpListener;
+
+use crate::service::Service;
+
+/// Serves `service` (`envoy.service.ratelimit.v3.RateLimitService`) and `grpc.health.v1` on
+/// `listener` until `shutdown` completes, then lets the requests in flight finish. Health
+/// reports `SERVING` for the whole server (`""`) and for the rate-limit service by name.
+///
+/// # Errors
+/// The transport's, when serving fails.
+pub async fn serve(
+    service: Service,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    let (reporter, health) = tonic_health::server::health_reporter();
+    reporter
+        .set_serving::<RateLimitServiceServer<Service>>()
+        .await;
+    tonic::transport::Server::builder()
+        .add_service(health)
+        .add_service(service.into_server())
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(listener),
+            shutdown,
+        )
+        .await
+}

@@ -1,0 +1,509 @@
+//! `envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit`, served from this library's
+//! limits: [`Service`].
+//!
+//! # One request
+//!
+//! - **Bounds**: a request carries at most [`MAX_DESCRIPTORS`] descriptors of at most
+//!   [`MAX_ENTRIES`] entries each, and its domain and every entry's key and value hold at most
+//!   [`MAX_VALUE_BYTES`] bytes; beyond, and for an empty domain or no descriptor at all (as the
+//!   reference), the answer is `INVALID_ARGUMENT` and nothing is charged.
+//! - **Unknown domain**: as the reference (`GetLimit` counts `domain_not_found` and applies no
+//!   limit), every descriptor is answered `OK` with no `current_limit`: an unknown domain is
+//!   not an error there, and a gateway pointed at the wrong domain keeps serving.
+//! - **Cost**: the descriptor's own `hits_addend` when set (0 included), else the request's
+//!   `hits_addend`, where 0 (protobuf's "unset") means 1: the reference's `GetHitsAddends`.
+//! - **All or nothing**: every descriptor whose rule has a limit and a cost ≥ 1 is decided in
+//!   one call of [`RateLimiter::check_all_named`] (one script on Redis): a refused request
+//!   charges none of its buckets. Two descriptors that fall in one bucket are one check with
+//!   the sum of their costs, and both report its status.
+//! - **Cost 0** ("check only"): the bucket is peeked ([`RateLimiter::peek_named`], would one
+//!   more hit pass?) *before* the others are charged, and a check-only descriptor that is
+//!   over refuses the request without charging anything. The peek and the charge are two
+//!   steps, not one: a check-only descriptor is not atomic with the charged ones.
+//! - **Rules**: `unlimited` answers `OK` with `limit_remaining` `u32::MAX` and no limit (as the
+//!   reference); `requests_per_unit: 0` answers `OVER_LIMIT`; no rule answers `OK` with no
+//!   `current_limit`; a rule named in another applying rule's `replaces` is dropped (as the
+//!   reference). A cost beyond a limit's burst can never pass: `OVER_LIMIT` without asking
+//!   Redis.
+//! - **Statuses**: every `DescriptorStatus` is filled: `current_limit` (the rule's `name`,
+//!   `requests_per_unit` and `unit` as written; a rule with this library's `period` reports
+//!   the unit its period is exactly, else `UNKNOWN`), `limit_remaining` (the bucket's whole
+//!   tokens after the decision; of a refused request, what is left since nothing was taken),
+//!   `duration_until_reset`: when refused (or shadow-refused), the decision's `retry_after`,
+//!   the exact wait after which the same hit passes; when admitted, its `reset_after`, until
+//!   the bucket is full again (a fixed window's end, as the reference). Both are rounded *up*
+//!   to whole seconds: Envoy builds `Retry-After` and `X-RateLimit-Reset` from the seconds, so
+//!   a `Retry-After` is never early.
+//! - **Shadow**: a rule's `shadow_mode` limit is decided and charged like the others, never
+//!   refuses, and reports `OK` (as the reference); under the global `SHADOW_MODE` every limit is
+//!   a shadow one, its descriptor reports `OVER_LIMIT` when it would have refused, and
+//!   `overall_code` is `OK` (as the reference).
+//! - **Redis failing**: each limit's failure policy decides (the rule's `failure_policy`, else
+//!   the limiter's): `fallback` enforces this instance's share, `deny` answers `OVER_LIMIT`,
+//!   `allow` answers `OK` (fail open, logged by the limiter). With
+//!   [`StoreFailure::Unavailable`] a decision the failure policy took for a limit without a
+//!   policy of its own is answered gRPC `UNAVAILABLE` instead, so that Envoy's
+//!   `failure_mode_deny` applies. An error of the limiter is `UNAVAILABLE` too: never a
+//!   silent `OK`.
+//! - **Not yet**: a descriptor's `limit` override and `is_negative_hits` are answered
+//!   `UNIMPLEMENTED` (rather than ignored, which would change what the request means);
+//!   `quota_mode` is not applied.
+
+use std::collections::HashMap;
+use std::sync::{Arc, PoisonError, RwLock};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit as PbRateLimit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use ratelimit_core::{Decision, FailurePolicy, Limit, RateLimiter, Source};
+use tonic::{Request, Response, Status};
+
+use crate::config::{Action, Config, Lookup, ReferenceUnit, Rule};
+
+/// The most descriptors one request may carry.
+pub const MAX_DESCRIPTORS: usize = 64;
+/// The most entries one descriptor may carry.
+pub const MAX_ENTRIES: usize = 16;
+/// The most bytes of the domain, and of each entry's key and value.
+pub const MAX_VALUE_BYTES: usize = 4096;
+
+/// What the service answers when Redis fails and a failure policy decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum StoreFailure {
+    /// The failure policy's decision is the answer (default).
+    #[default]
+    Policy,
+    /// A decision the limiter's own failure policy took (for a limit without a
+    /// `failure_policy` of its own) is answered gRPC `UNAVAILABLE`, so that Envoy's
+    /// `failure_mode_deny` decides. A rule's own `failure_policy` still answers.
+    Unavailable,
+}
+
+/// The rate-limit service: a limiter and the configuration in force, swapped whole.
+#[derive(Debug)]
+pub struct Service {
+    limiter: RateLimiter,
+    config: RwLock<Arc<Config>>,
+    global_shadow: bool,
+    store_failure: StoreFailure,
+}
+
+/// How one descriptor is decided.
+enum Plan<'c> {
+    /// No rule (or an unknown domain, or a replaced rule): `OK`, no limit.
+    Free,
+    /// `unlimited: true`.
+    Unlimited,
+    /// Refused whatever the bucket holds (`requests_per_unit: 0`, or a cost no burst holds).
+    Refused(&'c Rule, Option<Limit>),
+    /// Decided in the bucket of group `usize`.
+    Bucket(&'c Rule, Limit, usize),
+}
+
+/// One bucket of a request, with the summed cost of its descriptors.
+struct Group<'c> {
+    name: &'c str,
+    key: &'c str,
+    limit: Limit,
+    cost: u64,
+    decision: Option<Decision>,
+}
+
+impl Service {
+    /// A service deciding in `limiter` under `config`.
+    pub fn new(limiter: RateLimiter, config: Config) -> Service {
+        Service {
+            limiter,
+            config: RwLock::new(Arc::new(config)),
+            global_shadow: false,
+            store_failure: StoreFailure::default(),
+        }
+    }
+
+    /// The global `SHADOW_MODE`: every limit decided and charged, none refusing.
+    #[must_use]
+    pub fn global_shadow(mut self, shadow: bool) -> Service {
+        self.global_shadow = shadow;
+        self
+    }
+
+    /// What to answer when Redis fails ([`StoreFailure`]).
+    #[must_use]
+    pub fn store_failure(mut self, failure: StoreFailure) -> Service {
+        self.store_failure = failure;
+        self
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> Arc<Config> {
+        Arc::clone(&self.config.read().unwrap_or_else(PoisonError::into_inner))
+    }
+
+    /// Puts `config` in force for the requests that start from now on.
+    pub fn set_config(&self, config: Config) {
+        *self.config.write().unwrap_or_else(PoisonError::into_inner) = Arc::new(config);
+    }
+
+    /// The limiter.
+    pub fn limiter(&self) -> &RateLimiter {
+        &self.limiter
+    }
+
+    /// The tonic service to add to a server.
+    pub fn into_server(self) -> RateLimitServiceServer<Service> {
+        RateLimitServiceServer::new(self)
+    }
+
+    /// Decides one request (see the [module](self)'s documentation).
+    ///
+    /// # Errors
+    /// `INVALID_ARGUMENT` for a request out of bounds, `UNIMPLEMENTED` for what is not
+    /// supported yet, `UNAVAILABLE` when the limiter fails (see [`StoreFailure`]).
+    pub async fn decide(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        validate(request)?;
+        let config = self.config();
+        let mut groups: Vec<Group<'_>> = Vec::new();
+        let mut plans = Vec::with_capacity(request.descriptors.len());
+        let mut found = Vec::with_capacity(request.descriptors.len());
+        for descriptor in &request.descriptors {
+            let entries = descriptor
+                .entries
+                .iter()
+                .map(|e| (e.key.as_str(), e.value.as_str()));
+            found.push(match config.lookup(&request.domain, entries) {
+                Lookup::Rule(found) => Some(found),
+                _ => None,
+            });
+        }
+        // The reference's `replaces`: every applying rule's, unlimited ones included.
+        let replaced: Vec<&str> = found
+            .iter()
+            .flatten()
+            .flat_map(|f| f.rule().replaces())
+            .map(String::as_str)
+            .collect();
+        let mut index: HashMap<(&str, &str), usize> = HashMap::new();
+        for (descriptor, found) in request.descriptors.iter().zip(&found) {
+            let Some(found) = found else {
+                plans.push(Plan::Free);
+                continue;
+            };
+            let rule = found.rule();
+            let is_replaced = |rule: &Rule| rule.name().is_some_and(|n| replaced.contains(&n));
+            let plan = match rule.action() {
+                Action::Unlimited => Plan::Unlimited,
+                _ if is_replaced(rule) => Plan::Free,
+                Action::Block => Plan::Refused(rule, None),
+                Action::Limit(limit) => {
+                    let limit = limit.with_shadow(limit.is_shadow() || self.global_shadow);
+                    let cost = cost_of(request, descriptor);
+                    if cost > u64::from(limit.burst_capacity()) {
+                        Plan::Refused(rule, Some(limit))
+                    } else {
+                        let bucket = found.bucket();
+                        let at = *index
+                            .entry((bucket.name(), bucket.key()))
+                            .or_insert_with(|| {
+                                groups.push(Group {
+                                    name: bucket.name(),
+                                    key: bucket.key(),
+                                    limit,
+                                    cost: 0,
+                                    decision: None,
+                                });
+                                groups.len() - 1
+                            });
+                        groups[at].cost += cost;
+                        Plan::Bucket(rule, limit, at)
+                    }
+                }
+            };
+            plans.push(plan);
+        }
+        // A merged bucket's summed cost may pass its burst: refused like a single one.
+        for plan in &mut plans {
+            if let Plan::Bucket(rule, limit, at) = *plan
+                && groups[at].cost > u64::from(limit.burst_capacity())
+            {
+                *plan = Plan::Refused(rule, Some(limit));
+            }
+        }
+        // Whether an enforced descriptor refuses before any bucket is asked.
+        let refused_early = plans.iter().any(|p| match p {
+            Plan::Refused(rule, _) => !rule.shadow_mode() && !self.global_shadow,
+            _ => false,
+        });
+        let charged: Vec<usize> = (0..groups.len())
+            .filter(|&at| groups[at].cost > 0 && plans.iter().any(|p| is_in(p, at)))
+            .collect();
+        // Check-only buckets first: one of them over refuses the request before anything is
+        // taken.
+        let mut refused = refused_early;
+        for (at, g) in groups.iter_mut().enumerate() {
+            if g.cost == 0 && plans.iter().any(|p| is_in(p, at)) {
+                let d = self.peek(g.name, g.key, &g.limit).await?;
+                refused |= !d.allowed && !d.limit.is_shadow();
+                g.decision = Some(d);
+            }
+        }
+        if refused {
+            // Nothing is charged: the charged buckets are only looked at, for their statuses.
+            for &at in &charged {
+                let g = &groups[at];
+                let d = self.peek(g.name, g.key, &g.limit).await?;
+                groups[at].decision = Some(d);
+            }
+        } else if !charged.is_empty() {
+            let mut checks = Vec::with_capacity(charged.len());
+            for &at in &charged {
+                let g = &groups[at];
+                let cost = u32::try_from(g.cost).unwrap_or(u32::MAX);
+                checks.push((g.name, g.key, &g.limit, cost));
+            }
+            let decision = self
+                .limiter
+                .check_all_named(&checks)
+                .await
+                .map_err(|e| unavailable(&e))?;
+            for (&at, part) in charged.iter().zip(decision.parts()) {
+                self.answerable(part)?;
+                groups[at].decision = Some(part.clone());
+            }
+        }
+        let statuses: Vec<DescriptorStatus> =
+            plans.iter().map(|plan| status(plan, &groups)).collect();
+        let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
+        let overall = if over && !self.global_shadow {
+            Code::OverLimit
+        } else {
+            Code::Ok
+        };
+        Ok(RateLimitResponse {
+            overall_code: overall as i32,
+            statuses,
+            ..RateLimitResponse::default()
+        })
+    }
+
+    /// A peek at a bucket, answerable or `UNAVAILABLE`.
+    async fn peek(&self, name: &str, key: &str, limit: &Limit) -> Result<Decision, Status> {
+        let d = self
+            .limiter
+            .peek_named(name, key, limit)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        self.answerable(&d)?;
+        Ok(d)
+    }
+
+    /// `UNAVAILABLE` for a decision the limiter's failure policy took, when the service is to
+    /// leave those to Envoy.
+    fn answerable(&self, d: &Decision) -> Result<(), Status> {
+        let by_policy = matches!(
+            d.source,
+            Source::Fallback | Source::FailOpen | Source::FailClosed
+        );
+        if self.store_failure == StoreFailure::Unavailable
+            && by_policy
+            && d.limit.failure_policy().is_none()
+        {
+            return Err(Status::unavailable(
+                "the rate-limit store (Redis) is failing; no failure policy applies",
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// One descriptor's status. A shadow rule's is `OK` whatever its bucket says (as the
+/// reference); under the global shadow mode alone, `OVER_LIMIT` when it would have refused.
+fn status(plan: &Plan<'_>, groups: &[Group<'_>]) -> DescriptorStatus {
+    match *plan {
+        Plan::Free => DescriptorStatus {
+            code: Code::Ok as i32,
+            ..DescriptorStatus::default()
+        },
+        Plan::Unlimited => DescriptorStatus {
+            code: Code::Ok as i32,
+            limit_remaining: u32::MAX,
+            ..DescriptorStatus::default()
+        },
+        Plan::Refused(rule, limit) => DescriptorStatus {
+            code: code(true, rule.shadow_mode()) as i32,
+            current_limit: Some(current_limit(rule, limit.as_ref())),
+            ..DescriptorStatus::default()
+        },
+        Plan::Bucket(rule, limit, at) => {
+            let Some(d) = &groups[at].decision else {
+                return DescriptorStatus {
+                    code: Code::Ok as i32,
+                    current_limit: Some(current_limit(rule, Some(&limit))),
+                    ..DescriptorStatus::default()
+                };
+            };
+            // Of a charged bucket in a request refused before it was asked, a peek: whether
+            // one more hit would pass. A check-only one is over when not one hit passes.
+            let over = !d.allowed || d.shadowed;
+            let wait = if over { d.retry_after } else { d.reset_after };
+            DescriptorStatus {
+                code: code(over, rule.shadow_mode()) as i32,
+                current_limit: Some(current_limit(rule, Some(&limit))),
+                limit_remaining: u32::try_from(d.remaining).unwrap_or(u32::MAX),
+                duration_until_reset: Some(whole_seconds_up(wait)),
+                ..DescriptorStatus::default()
+            }
+        }
+    }
+}
+
+/// `OVER_LIMIT` when over, unless a shadow rule lets it through (`OK`, as the reference).
+fn code(over: bool, shadow_rule: bool) -> Code {
+    if over && !shadow_rule {
+        Code::OverLimit
+    } else {
+        Code::Ok
+    }
+}
+
+/// Whether `plan` decides in group `at`.
+fn is_in(plan: &Plan<'_>, at: usize) -> bool {
+    matches!(plan, Plan::Bucket(_, _, g) if *g == at)
+}
+
+/// A limiter's error, as gRPC answers it: Envoy's `failure_mode_deny` decides.
+fn unavailable(e: &ratelimit_core::Error) -> Status {
+    tracing::error!(error = %e, "ShouldRateLimit: the limiter failed");
+    Status::unavailable(format!("the rate limiter failed: {e}"))
+}
+
+/// The descriptor's cost, as the reference's `GetHitsAddends`.
+fn cost_of(request: &RateLimitRequest, descriptor: &RateLimitDescriptor) -> u64 {
+    match &descriptor.hits_addend {
+        Some(own) => own.value,
+        None => u64::from(request.hits_addend.max(1)),
+    }
+}
+
+/// `current_limit` of a rule: as written, or what its limit's period is.
+fn current_limit(rule: &Rule, limit: Option<&Limit>) -> PbRateLimit {
+    let (unit, requests) = match (rule.unit(), limit) {
+        (Some(unit), _) => (pb_unit(unit), rule.requests_per_unit()),
+        (None, Some(limit)) => {
+            let unit = match limit.period().as_secs() {
+                _ if limit.period().subsec_nanos() != 0 => PbUnit::Unknown,
+                1 => PbUnit::Second,
+                60 => PbUnit::Minute,
+                3600 => PbUnit::Hour,
+                86_400 => PbUnit::Day,
+                _ => PbUnit::Unknown,
+            };
+            (unit, limit.replenish())
+        }
+        (None, None) => (PbUnit::Unknown, rule.requests_per_unit()),
+    };
+    PbRateLimit {
+        name: rule.name().unwrap_or_default().to_owned(),
+        requests_per_unit: requests,
+        unit: unit as i32,
+    }
+}
+
+fn pb_unit(unit: ReferenceUnit) -> PbUnit {
+    match unit {
+        ReferenceUnit::Second => PbUnit::Second,
+        ReferenceUnit::Minute => PbUnit::Minute,
+        ReferenceUnit::Hour => PbUnit::Hour,
+        ReferenceUnit::Day => PbUnit::Day,
+        ReferenceUnit::Week => PbUnit::Week,
+        ReferenceUnit::Month => PbUnit::Month,
+        ReferenceUnit::Year => PbUnit::Year,
+    }
+}
+
+/// `d` rounded up to whole seconds: Envoy reads the seconds.
+fn whole_seconds_up(d: Duration) -> envoy_types::pb::google::protobuf::Duration {
+    let seconds = d.as_secs() + u64::from(d.subsec_nanos() > 0);
+    envoy_types::pb::google::protobuf::Duration {
+        seconds: i64::try_from(seconds).unwrap_or(i64::MAX),
+        nanos: 0,
+    }
+}
+
+/// The request's bounds.
+fn validate(request: &RateLimitRequest) -> Result<(), Status> {
+    let invalid = |why: String| Err(Status::invalid_argument(why));
+    if request.domain.is_empty() {
+        return invalid("rate limit domain must not be empty".into());
+    }
+    if request.domain.len() > MAX_VALUE_BYTES {
+        return invalid(format!("the domain is longer than {MAX_VALUE_BYTES} bytes"));
+    }
+    if request.descriptors.is_empty() {
+        return invalid("rate limit descriptor list must not be empty".into());
+    }
+    if request.descriptors.len() > MAX_DESCRIPTORS {
+        return invalid(format!(
+            "{} descriptors: at most {MAX_DESCRIPTORS} per request",
+            request.descriptors.len()
+        ));
+    }
+    for (i, descriptor) in request.descriptors.iter().enumerate() {
+        if descriptor.entries.len() > MAX_ENTRIES {
+            return invalid(format!(
+                "descriptor {i} has {} entries: at most {MAX_ENTRIES}",
+                descriptor.entries.len()
+            ));
+        }
+        for entry in &descriptor.entries {
+            if entry.key.len() > MAX_VALUE_BYTES || entry.value.len() > MAX_VALUE_BYTES {
+                return invalid(format!(
+                    "descriptor {i} has an entry longer than {MAX_VALUE_BYTES} bytes"
+                ));
+            }
+        }
+        if descriptor.limit.is_some() {
+            return Err(Status::unimplemented(format!(
+                "descriptor {i} carries a limit override, which this service does not apply yet"
+            )));
+        }
+        if descriptor.is_negative_hits {
+            return Err(Status::unimplemented(format!(
+                "descriptor {i} asks for negative hits, which this service does not apply yet"
+            )));
+        }
+    }
+    Ok(())
+}
+
+#[tonic::async_trait]
+impl RateLimitService for Service {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        self.decide(request.get_ref()).await.map(Response::new)
+    }
+}
+
+/// The failure policies' names, for the limiter's default (`fallback`, `allow`, `deny`) and
+/// `unavailable` ([`StoreFailure::Unavailable`], with `deny` under it).
+///
+/// # Errors
+/// Any other word.
+pub fn parse_failure(word: &str) -> Result<(FailurePolicy, StoreFailure), String> {
+    match word {
+        "unavailable" => Ok((FailurePolicy::Deny, StoreFailure::Unavailable)),
+        other => other
+            .parse::<FailurePolicy>()
+            .map(|p| (p, StoreFailure::Policy))
+            .map_err(|_| format!("`{other}`: expected fallback, allow, deny or unavailable")),
+    }
+}
