@@ -71,6 +71,9 @@ struct Case {
     decision: Decision,
     /// For a batch: the decision's keys go in ARGV, the first one also declared.
     batch: bool,
+    /// No script: `command` (`INCRBY`) on the decision's key with its arguments, then
+    /// `EXPIRE` of the key by these seconds, pipelined: envoyproxy/ratelimit's fixed window.
+    then_expire: Option<u64>,
 }
 
 /// Loads `text` as a script; its SHA-1.
@@ -104,6 +107,11 @@ async fn send(c: &mut MultiplexedConnection, case: &Case, from: u64, n: u64) {
             for _ in 0..case.per_command {
                 (case.decision)(i, &mut keys, &mut args);
                 i += 1;
+            }
+            if let Some(seconds) = case.then_expire {
+                pipe.cmd(case.command).arg(&keys).arg(&args);
+                pipe.cmd("EXPIRE").arg(&keys).arg(seconds);
+                continue;
             }
             let cmd = pipe.cmd(case.command);
             if let Some(name) = &case.name {
@@ -163,7 +171,10 @@ async fn round(c: &mut MultiplexedConnection, case: &Case) -> (f64, f64) {
     let cpu = testkit::cpu_seconds(&info(c, "cpu").await) - cpu_before;
     let stats = info(c, "commandstats").await;
     let line = format!("cmdstat_{}", case.command.to_ascii_lowercase());
-    let usec = testkit::info_number(&stats, &line, Some("usec")).unwrap();
+    let mut usec = testkit::info_number(&stats, &line, Some("usec")).unwrap();
+    if case.then_expire.is_some() {
+        usec += testkit::info_number(&stats, "cmdstat_expire", Some("usec")).unwrap();
+    }
     let calls = testkit::info_number(&stats, &line, Some("calls")).unwrap();
     assert_eq!(calls * case.per_command, DECISIONS, "{}", case.label);
     (usec as f64 / DECISIONS as f64, cpu * 1e6 / DECISIONS as f64)
@@ -200,6 +211,7 @@ fn ours(name: &str, command: &'static str, sha: &str, args: Vec<u64>) -> Case {
             argv.extend(args.iter().map(u64::to_string));
         }),
         batch: false,
+        then_expire: None,
     }
 }
 
@@ -237,6 +249,7 @@ fn peer(label: &str, sha: String, keys: usize, args: fn() -> Vec<String>) -> Cas
             argv.extend(args());
         }),
         batch: false,
+        then_expire: None,
     }
 }
 
@@ -381,6 +394,7 @@ async fn main() {
                     argv.extend(tail.iter().cloned());
                 }),
                 batch: false,
+                then_expire: None,
             });
         }
     }
@@ -410,6 +424,7 @@ async fn main() {
                     }
                 }),
                 batch: true,
+                then_expire: None,
             });
         }
     }
@@ -439,6 +454,7 @@ async fn main() {
                     keys.push(key(i));
                 }),
                 batch: false,
+                then_expire: None,
             });
         }
     }
@@ -478,6 +494,23 @@ async fn main() {
             "1".into(),
         ]
     }));
+    // envoyproxy/ratelimit's fixed window, which no script decides: per descriptor, `INCRBY`
+    // of the window's counter by the hits and `EXPIRE` by the unit, pipelined
+    // (src/redis/fixed_cache_impl.go), on its key `domain_key_value_windowstart`; whether
+    // the hit is over the limit is read from the count afterwards, by the service.
+    let window_start = unix().as_secs() / 3600 * 3600;
+    cases.push(Case {
+        label: "envoyproxy/ratelimit fixed window (INCRBY + EXPIRE)".to_owned(),
+        command: "INCRBY",
+        name: None,
+        per_command: 1,
+        decision: Box::new(move |i, keys, argv| {
+            keys.push(format!("{}_{window_start}", key(i)));
+            argv.push("1".to_owned());
+        }),
+        batch: false,
+        then_expire: Some(3600),
+    });
     if let Some(path) = value_of("--redis-rate") {
         let text = std::fs::read_to_string(&path).unwrap();
         let sha = load(&mut c, &text).await;

@@ -175,7 +175,13 @@ fn the_extensions_build_the_limit_they_name() {
         log,
         Limit::per(5, Duration::from_secs(30)).algorithm(Algorithm::SlidingLog)
     );
-    let days = limit_of("{period: 10 day, requests_per_unit: 5}").unwrap();
+    let days = limit_of("{period: 10d, requests_per_unit: 5}").unwrap();
+    assert_eq!(
+        limit_of("{period: 10 day, requests_per_unit: 5}")
+            .unwrap()
+            .period(),
+        days.period()
+    );
     assert_eq!(days.period(), Duration::from_secs(864_000));
     assert_eq!(days.algorithm_kind(), Algorithm::FixedWindow);
 
@@ -243,9 +249,9 @@ fn invalid_combinations_are_errors_at_their_field() {
             "either `unit`",
         ),
         (
-            "{period: 10d, requests_per_unit: 5}",
+            "{period: 10w, requests_per_unit: 5}",
             "rate_limit.period",
-            "unknown period `10d`",
+            "unknown period `10w`",
         ),
         (
             "{unit: minute, requests_per_unit: 5, algorithm: gcra}",

@@ -53,7 +53,9 @@ pub use names::{
     MAX_TIER_NAME, NameError, NameProblem, TIER_NAME_SYNTAX, check_name, check_tier_name,
     is_tier_name_byte,
 };
-pub use wait::{LEASE_SYNTAX, WAIT_SYNTAX, WaitError, parse_lease, parse_wait};
+pub use wait::{
+    LEASE_SYNTAX, PERIOD_SYNTAX, WAIT_SYNTAX, WaitError, parse_lease, parse_period, parse_wait,
+};
 pub use words::{
     Algorithm, EmptyKeyPolicy, FailurePolicy, OneOf, Quoted, Refill, Unit, Unknown, Word,
 };

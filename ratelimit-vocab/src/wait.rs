@@ -43,6 +43,44 @@ pub fn parse_wait(written: &str) -> Result<Option<u64>, WaitError<'_>> {
     }
 }
 
+/// How to write a limit's period, for messages.
+pub const PERIOD_SYNTAX: &str = "a period is a whole number and `ms`, `s`, `m`, `h` or `d` \
+     (`30s`, `500ms`, `90m`, `36h`, `10d`)";
+
+/// Parses a limit's period (how long a window lasts, or a bucket takes to refill): a whole
+/// number of milliseconds (`"500ms"`), seconds (`"30s"`), minutes (`"90m"`), hours
+/// (`"36h"`) or days (`"10d"`), more than 0 and short enough to be a limit's
+/// ([`period_is_valid`](crate::limits::period_is_valid)). The wait's syntax with two longer
+/// units: a period may be longer than a day. Spaces around it are ignored; inside it, they
+/// are an error.
+///
+/// Returns the period in microseconds.
+///
+/// # Errors
+/// [`PERIOD_SYNTAX`], for anything else.
+pub fn parse_period(written: &str) -> Result<u64, &'static str> {
+    let text = written.trim();
+    let digits = text.trim_end_matches(|c: char| c.is_ascii_alphabetic());
+    let micros_per: u64 = match &text[digits.len()..] {
+        "ms" => 1_000,
+        "s" => 1_000_000,
+        "m" => 60_000_000,
+        "h" => 3_600_000_000,
+        "d" => 86_400_000_000,
+        _ => return Err(PERIOD_SYNTAX),
+    };
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(PERIOD_SYNTAX);
+    }
+    let micros = digits.bytes().try_fold(0u64, |n, digit| {
+        n.checked_mul(10)?.checked_add(u64::from(digit - b'0'))
+    });
+    match micros.and_then(|n| n.checked_mul(micros_per)) {
+        Some(us) if crate::limits::period_is_valid(u128::from(us)) => Ok(us),
+        _ => Err(PERIOD_SYNTAX),
+    }
+}
+
 /// How to write a concurrency slot's lease, for messages: the one the macro and an override
 /// give for a lease that is not one.
 pub const LEASE_SYNTAX: &str = "`lease` takes a duration from 1 ms to a day, written as `wait` \
@@ -95,6 +133,37 @@ impl fmt::Display for WaitError<'_> {
 mod tests {
     use super::*;
     use std::string::ToString;
+
+    #[test]
+    fn periods_are_waits_with_hours_and_days() {
+        for (written, micros) in [
+            ("500ms", 500_000),
+            ("30s", 30_000_000),
+            ("90m", 5_400_000_000),
+            ("36h", 129_600_000_000),
+            ("10d", 864_000_000_000),
+            (" 2d ", 172_800_000_000),
+        ] {
+            assert_eq!(parse_period(written), Ok(micros), "{written:?}");
+        }
+        for bad in [
+            "",
+            "0s",
+            "0d",
+            "2",
+            "d",
+            "2 d",
+            "1.5h",
+            "-1d",
+            "2w",
+            "2D",
+            "2days",
+            "none",
+            "99999999999d",
+        ] {
+            assert_eq!(parse_period(bad), Err(PERIOD_SYNTAX), "{bad:?}");
+        }
+    }
 
     #[test]
     fn leases_are_waits_from_a_millisecond_to_a_day() {

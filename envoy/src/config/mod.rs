@@ -36,7 +36,7 @@
 //! |---|---|---|
 //! | `algorithm` | `fixed_window` (default), `token_bucket` (GCRA), `sliding_window`, `sliding_log`, `leaky_bucket` | how the rule counts ([`Algorithm`](ratelimit_core::Algorithm)) |
 //! | `burst` | integer ≥ 1 | a token or leaky bucket's capacity (default `requests_per_unit`) |
-//! | `period` | `30s`, `500ms`, `90m` (the wait syntax, up to a day) or `10 day`, `36 hour` | any window length, instead of `unit` |
+//! | `period` | `30s`, `500ms`, `90m`, `36h`, `10d`, or `10 day`, `36 hour` | any window length, instead of `unit` |
 //! | `calendar` | `true` | `unit: week` is a calendar week (from Monday) and `unit: month` a calendar month, instead of 7 and 30 days |
 //! | `anchor` | 1..31 (month), 1..7 (week) | with `calendar`: the day the period starts (a billing day) |
 //! | `utc_offset` | minutes, -840..840 | with `calendar`: the clock the period starts on |

@@ -65,8 +65,8 @@ const EXTENSION_KEYS: &[&str] = &[
 ];
 
 /// How to write a `period`, for messages.
-const PERIOD_SYNTAX: &str = "a period is a whole number and `ms`, `s` or `m` (`30s`, `500ms`, \
-     `90m`, up to a day), or a count and a unit of fixed length (`10 day`, `36 hour`)";
+const PERIOD_SYNTAX: &str = "a period is a whole number and `ms`, `s`, `m`, `h` or `d` (`30s`, \
+     `500ms`, `90m`, `36h`, `10d`), or a count and a unit of fixed length (`10 day`, `36 hour`)";
 
 /// A file read: its domain and its descriptors, not yet merged into a configuration.
 #[derive(Debug)]
@@ -889,10 +889,10 @@ enum Length {
     Period(Duration),
 }
 
-/// A `period`: the wait syntax (`30s`, `500ms`, `1m`, up to a day) as `ratelimit-vocab` reads
-/// it, or a count and a unit of fixed length as `ratelimit-core` names them (`10 day`).
+/// A `period`: the period syntax (`30s`, `500ms`, `90m`, `36h`, `10d`) as `ratelimit-vocab`
+/// reads it, or a count and a unit of fixed length as `ratelimit-core` names them (`10 day`).
 fn parse_period(text: &str) -> Result<Duration, String> {
-    if let Ok(Some(us)) = ratelimit_vocab::parse_wait(text) {
+    if let Ok(us) = ratelimit_vocab::parse_period(text) {
         return Ok(Duration::from_micros(us));
     }
     let mut words = text.split_whitespace();
@@ -959,14 +959,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn periods_read_the_wait_syntax_or_a_count_of_units() {
+    fn periods_read_the_period_syntax_or_a_count_of_units() {
         assert_eq!(parse_period("30s"), Ok(Duration::from_secs(30)));
         assert_eq!(parse_period("500ms"), Ok(Duration::from_millis(500)));
         assert_eq!(parse_period("90m"), Ok(Duration::from_secs(5_400)));
+        assert_eq!(parse_period("36h"), Ok(Duration::from_secs(129_600)));
+        assert_eq!(parse_period("10d"), Ok(Duration::from_secs(864_000)));
         assert_eq!(parse_period("10 day"), Ok(Duration::from_secs(864_000)));
         assert_eq!(parse_period(" 36  hour "), Ok(Duration::from_secs(129_600)));
         for bad in [
-            "10d", "0 day", "0s", "none", "", "day", "2 days", "1 2 day", "-1 day",
+            "10 d", "0 day", "0s", "none", "2w", "", "day", "2 days", "1 2 day", "-1 day",
         ] {
             let err = parse_period(bad).unwrap_err();
             assert!(
