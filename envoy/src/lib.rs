@@ -36,3 +36,9 @@ pub mod server;
 pub mod service;
 pub mod settings;
 mod yaml;
+
+/// The service's guide (docs/envoy.md): every fenced Rust block in it is compiled by
+/// `cargo test --doc`, so it cannot drift from the API.
+#[cfg(doctest)]
+#[doc = include_str!("../../docs/envoy.md")]
+struct Guide;
