@@ -32,7 +32,10 @@
 //! ```
 
 pub mod config;
+
 pub mod server;
 pub mod service;
 pub mod settings;
+pub mod stats;
+pub mod watch;
 mod yaml;
