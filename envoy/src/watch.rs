@@ -113,17 +113,27 @@ impl Watcher {
         }
     }
 
-    /// Polls until `shutdown` completes, reloading into `service` on each change. The
-    /// configuration in force when it starts is taken to be the files as they are then (load
-    /// it first, with [`load_into`](Watcher::load_into) or at start-up).
-    pub async fn run(self, service: Arc<Service>, shutdown: impl std::future::Future<Output = ()>) {
+    /// The poll loop: until `shutdown` completes, reloads into `service` on each change. The
+    /// files are looked at once here, before the loop is returned (a blocking read of the
+    /// directory): the configuration in force is taken to be those files (load it first, with
+    /// [`load_into`](Watcher::load_into) or at start-up), and any change after this call is
+    /// seen.
+    pub fn run(
+        self,
+        service: Arc<Service>,
+        shutdown: impl std::future::Future<Output = ()>,
+    ) -> impl std::future::Future<Output = ()> {
+        let seen = Some(self.fingerprint());
+        self.poll(service, shutdown, seen)
+    }
+
+    async fn poll(
+        self,
+        service: Arc<Service>,
+        shutdown: impl std::future::Future<Output = ()>,
+        mut seen: Option<Fingerprint>,
+    ) {
         let this = Arc::new(self);
-        let mut seen = {
-            let this = Arc::clone(&this);
-            tokio::task::spawn_blocking(move || this.fingerprint())
-                .await
-                .ok()
-        };
         tokio::pin!(shutdown);
         let mut tick = tokio::time::interval(this.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
