@@ -26,7 +26,7 @@
 //!     (`, limit: 10 per 30s, token bucket ...`).
 //! - [`metrics_router`], on `PROMETHEUS_ADDR` (default `:9090`) at `PROMETHEUS_PATH` (default
 //!   `/metrics`) when `USE_PROMETHEUS=true`, as the reference's Prometheus sink: the counters of
-//!   [`Stats`](crate::stats::Stats) in the Prometheus text format.
+//!   [`Stats`] in the Prometheus text format.
 
 use std::fmt::Write as _;
 use std::future::Future;
