@@ -10,6 +10,9 @@
 //! - [`service`]: `ShouldRateLimit` decided from those rules, every descriptor of a request
 //!   together ([`Service`](service::Service)), and [`server`], which serves it over gRPC with
 //!   `grpc.health.v1` (the `ratelimit-envoy` binary runs it).
+//! - [`watch`]: the configuration reloaded when its files change, the buckets kept.
+//! - [`http`]: the reference's HTTP endpoints: `/healthcheck`, `/json`, and on the debug port
+//!   `/rlconfig`; the Prometheus metrics of [`stats`], under the reference's names.
 //!
 //! ```
 //! use ratelimit_envoy::config::{Config, Lookup};
@@ -32,9 +35,12 @@
 //! ```
 
 pub mod config;
+pub mod http;
 pub mod server;
 pub mod service;
 pub mod settings;
+pub mod stats;
+pub mod watch;
 mod yaml;
 
 /// The service's guide (docs/envoy.md): every fenced Rust block in it is compiled by

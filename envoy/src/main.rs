@@ -1,6 +1,10 @@
 //! `ratelimit-envoy`: the rate-limit service for Envoy, configured as envoyproxy/ratelimit is
 //! (its environment variables, its configuration directory), serving
-//! `envoy.service.ratelimit.v3.RateLimitService` and `grpc.health.v1` on `GRPC_HOST:GRPC_PORT`.
+//! `envoy.service.ratelimit.v3.RateLimitService` and `grpc.health.v1` on `GRPC_HOST:GRPC_PORT`,
+//! `/healthcheck` and `/json` on `HOST:PORT`, `/rlconfig` on `DEBUG_HOST:DEBUG_PORT`, and with
+//! `USE_PROMETHEUS=true` the metrics on `PROMETHEUS_ADDR` at `PROMETHEUS_PATH` (see
+//! [`ratelimit_envoy::http`] and [`ratelimit_envoy::stats`]). The configuration is reloaded
+//! when it changes ([`ratelimit_envoy::watch`]).
 //!
 //! Besides the reference's variables (see [`Settings::from_vars`]):
 //! - `FAILURE_POLICY`: what a limit without its own `failure_policy` does when Redis fails:
@@ -8,17 +12,25 @@
 //!   gRPC `UNAVAILABLE`, so that Envoy's `failure_mode_deny` decides);
 //! - `MEMORY_STORE=true`: keep the buckets in this process's memory instead of Redis (one
 //!   instance only; for trials and tests). Without it, `REDIS_URL` (or its default) is used.
+//! - `RUNTIME_POLL_MS` (default 1000): how often the configuration's files are looked at.
 //!
-//! Exits 0 on SIGTERM or ctrl-c, after the requests in flight are answered; 1 when it cannot
+//! Logs go to stderr at `LOG_LEVEL` (as text; `LOG_FORMAT=json` is warned about and logged as
+//! text). On SIGTERM or ctrl-c, `/healthcheck` turns `500` at once, then every server stops
+//! taking connections and answers the requests in flight; exits 0 then, 1 when it cannot
 //! start (every error of a bad configuration is printed, each with its file and line).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
 
 use ratelimit_core::RateLimiter;
 use ratelimit_envoy::config::{Config, LoadOptions};
+use ratelimit_envoy::http::Health;
 use ratelimit_envoy::service::{Service, parse_failure};
-use ratelimit_envoy::settings::Settings;
+use ratelimit_envoy::settings::{LogFormat, LogLevel, Settings};
+use ratelimit_envoy::stats::Stats;
+use ratelimit_envoy::watch::Watcher;
 
 fn main() -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -43,6 +55,20 @@ fn main() -> ExitCode {
 async fn run() -> Result<(), String> {
     let vars: Vec<(String, String)> = std::env::vars().collect();
     let settings = Settings::from_vars(vars.iter().cloned()).map_err(|e| e.to_string())?;
+    let level = match settings.log_level {
+        LogLevel::Trace => tracing::Level::TRACE,
+        LogLevel::Debug => tracing::Level::DEBUG,
+        LogLevel::Info => tracing::Level::INFO,
+        LogLevel::Warn => tracing::Level::WARN,
+        _ => tracing::Level::ERROR,
+    };
+    tracing_subscriber::fmt()
+        .with_max_level(level)
+        .with_writer(std::io::stderr)
+        .init();
+    if settings.log_format == LogFormat::Json {
+        tracing::warn!("LOG_FORMAT=json: this service logs as text");
+    }
     let var = |name: &str| {
         vars.iter()
             .find(|(k, _)| k == name)
@@ -54,6 +80,17 @@ async fn run() -> Result<(), String> {
         None | Some("" | "false" | "0") => false,
         Some("true" | "1") => true,
         Some(other) => return Err(format!("MEMORY_STORE={other}: expected true or false")),
+    };
+    let poll = match var("RUNTIME_POLL_MS") {
+        None | Some("") => Duration::from_secs(1),
+        Some(ms) => match ms.parse::<u64>() {
+            Ok(ms) if ms > 0 => Duration::from_millis(ms),
+            _ => {
+                return Err(format!(
+                    "RUNTIME_POLL_MS={ms}: expected milliseconds, at least 1"
+                ));
+            }
+        },
     };
 
     let dir = settings.config_dir();
@@ -78,25 +115,100 @@ async fn run() -> Result<(), String> {
     }
     let limiter = builder.build().await.map_err(|e| e.to_string())?;
 
-    let service = Service::new(limiter, config)
-        .global_shadow(settings.shadow_mode)
-        .store_failure(store_failure);
-    let addr: SocketAddr =
-        tokio::net::lookup_host((settings.grpc_host.as_str(), settings.grpc_port))
-            .await
-            .map_err(|e| format!("GRPC_HOST={}: {e}", settings.grpc_host))?
-            .next()
-            .ok_or_else(|| format!("GRPC_HOST={}: no address", settings.grpc_host))?;
+    let stats = Arc::new(Stats::new(settings.near_limit_permille));
+    stats.record_load(true);
+    let service = Arc::new(
+        Service::new(limiter, config)
+            .global_shadow(settings.shadow_mode)
+            .store_failure(store_failure)
+            .stats(Arc::clone(&stats)),
+    );
+
+    let grpc = listen("GRPC_HOST", &settings.grpc_host, settings.grpc_port).await?;
+    let http = listen("HOST", &settings.host, settings.port).await?;
+    let debug = listen("DEBUG_HOST", &settings.debug_host, settings.debug_port).await?;
+    let prometheus = if settings.use_prometheus {
+        // Go's `:9090`: every interface.
+        let addr = &settings.prometheus_addr;
+        let (host, port) = addr
+            .rsplit_once(':')
+            .and_then(|(h, p)| Some((h, p.parse::<u16>().ok()?)))
+            .ok_or_else(|| format!("PROMETHEUS_ADDR={addr}: expected host:port or :port"))?;
+        let host = if host.is_empty() { "0.0.0.0" } else { host };
+        Some(listen("PROMETHEUS_ADDR", host, port).await?)
+    } else {
+        None
+    };
+
+    // One signal stops everything: health first, then each server drains.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
+    let health = Arc::new(Health::new());
+    let until_stopped = move || {
+        let mut stopped = stopped.clone();
+        async move {
+            let _ = stopped.wait_for(|s| *s).await;
+        }
+    };
+    {
+        let health = Arc::clone(&health);
+        tokio::spawn(async move {
+            shutdown().await;
+            health.fail();
+            let _ = stop.send(true);
+        });
+    }
+    let watcher = Watcher::from_settings(&settings).interval(poll);
+    tokio::spawn(watcher.run(Arc::clone(&service), until_stopped()));
+    let http_server = tokio::spawn(ratelimit_envoy::http::serve(
+        ratelimit_envoy::http::router(Arc::clone(&service), health),
+        http,
+        until_stopped(),
+    ));
+    let debug_server = tokio::spawn(ratelimit_envoy::http::serve(
+        ratelimit_envoy::http::debug_router(Arc::clone(&service)),
+        debug,
+        until_stopped(),
+    ));
+    let prometheus_server = prometheus.map(|listener| {
+        tokio::spawn(ratelimit_envoy::http::serve(
+            ratelimit_envoy::http::metrics_router(stats, &settings.prometheus_path),
+            listener,
+            until_stopped(),
+        ))
+    });
+    let served = ratelimit_envoy::server::serve(service, grpc, until_stopped())
+        .await
+        .map_err(|e| format!("gRPC: {e}"));
+    for (name, server) in [("HTTP", Some(http_server)), ("debug", Some(debug_server))]
+        .into_iter()
+        .chain([("Prometheus", prometheus_server)])
+    {
+        if let Some(server) = server {
+            match server.await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => return Err(format!("{name}: {e}")),
+                Err(e) => return Err(format!("{name}: {e}")),
+            }
+        }
+    }
+    served
+}
+
+/// A listener on `host:port`, announced on stderr.
+async fn listen(variable: &str, host: &str, port: u16) -> Result<tokio::net::TcpListener, String> {
+    let addr: SocketAddr = tokio::net::lookup_host((host, port))
+        .await
+        .map_err(|e| format!("{variable}={host}: {e}"))?
+        .next()
+        .ok_or_else(|| format!("{variable}={host}: no address"))?;
     let listener = tokio::net::TcpListener::bind(addr)
         .await
-        .map_err(|e| format!("cannot listen on {addr}: {e}"))?;
+        .map_err(|e| format!("cannot listen on {addr} ({variable}): {e}"))?;
     eprintln!(
-        "ratelimit-envoy: serving gRPC on {}",
+        "ratelimit-envoy: {variable}: listening on {}",
         listener.local_addr().map_err(|e| e.to_string())?
     );
-    ratelimit_envoy::server::serve(service, listener, shutdown())
-        .await
-        .map_err(|e| e.to_string())
+    Ok(listener)
 }
 
 /// SIGTERM or ctrl-c.

@@ -65,7 +65,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use ratelimit_core::{Decision, FailurePolicy, Limit, RateLimiter, Source};
 use tonic::{Request, Response, Status};
 
-use crate::config::{Action, Config, Lookup, ReferenceUnit, Rule};
+use crate::config::{Action, Config, Found, Lookup, ReferenceUnit, Rule};
+use crate::stats::{Hit, Stats};
 
 /// The most descriptors one request may carry.
 pub const MAX_DESCRIPTORS: usize = 64;
@@ -94,6 +95,7 @@ pub struct Service {
     config: RwLock<Arc<Config>>,
     global_shadow: bool,
     store_failure: StoreFailure,
+    stats: Arc<Stats>,
 }
 
 /// How one descriptor is decided.
@@ -125,6 +127,7 @@ impl Service {
             config: RwLock::new(Arc::new(config)),
             global_shadow: false,
             store_failure: StoreFailure::default(),
+            stats: Arc::new(Stats::default()),
         }
     }
 
@@ -140,6 +143,18 @@ impl Service {
     pub fn store_failure(mut self, failure: StoreFailure) -> Service {
         self.store_failure = failure;
         self
+    }
+
+    /// Where the decisions are counted ([`Stats`]; by default counters of the service's own).
+    #[must_use]
+    pub fn stats(mut self, stats: Arc<Stats>) -> Service {
+        self.stats = stats;
+        self
+    }
+
+    /// The counters the decisions are counted in.
+    pub fn counters(&self) -> &Arc<Stats> {
+        &self.stats
     }
 
     /// The configuration in force.
@@ -281,6 +296,7 @@ impl Service {
         let statuses: Vec<DescriptorStatus> =
             plans.iter().map(|plan| status(plan, &groups)).collect();
         let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
+        self.count(request, &found, &plans, &groups, refused, over);
         let overall = if over && !self.global_shadow {
             Code::OverLimit
         } else {
@@ -291,6 +307,50 @@ impl Service {
             statuses,
             ..RateLimitResponse::default()
         })
+    }
+
+    /// Counts each descriptor's hits in [`Stats`], under its rule's metric key.
+    fn count(
+        &self,
+        request: &RateLimitRequest,
+        found: &[Option<Found<'_>>],
+        plans: &[Plan<'_>],
+        groups: &[Group<'_>],
+        refused: bool,
+        over: bool,
+    ) {
+        for ((descriptor, found), plan) in request.descriptors.iter().zip(found).zip(plans) {
+            let Some(found) = found else { continue };
+            let cost = cost_of(request, descriptor);
+            let hit = match *plan {
+                Plan::Free | Plan::Unlimited => continue,
+                Plan::Refused(rule, limit) => Hit {
+                    cost,
+                    over: true,
+                    shadow: rule.shadow_mode(),
+                    capacity: limit.map_or(0, |l| u64::from(l.burst_capacity())),
+                    remaining: 0,
+                    charged: false,
+                },
+                Plan::Bucket(rule, limit, at) => {
+                    let Some(d) = &groups[at].decision else {
+                        continue;
+                    };
+                    Hit {
+                        cost,
+                        over: !d.allowed || d.shadowed,
+                        shadow: rule.shadow_mode(),
+                        capacity: u64::from(limit.burst_capacity()),
+                        remaining: d.remaining,
+                        charged: !refused && groups[at].cost > 0,
+                    }
+                }
+            };
+            self.stats.record(found.metric_key(), hit);
+        }
+        if over && self.global_shadow {
+            self.stats.record_global_shadow();
+        }
     }
 
     /// A peek at a bucket, answerable or `UNAVAILABLE`.
