@@ -35,4 +35,5 @@ pub mod config;
 pub mod server;
 pub mod service;
 pub mod settings;
+pub mod usage;
 mod yaml;
