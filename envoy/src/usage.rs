@@ -127,7 +127,7 @@ pub async fn charge(
 /// Takes `n` ≥ 1 tokens whatever the bucket holds, down to the limit's debt bound below
 /// empty, with the library's public settlement path.
 ///
-/// The library has no public "take `n` into debt" (see the crate's report): a settlement
+/// The library has no public "take `n` into debt": a settlement
 /// needs an estimate of at least one token taken first ([`RateLimiter::check_estimate_named`]),
 /// and that take is refused once the bucket is empty. For a bucket (token or leaky), the
 /// estimate is taken under the same limit with its burst widened by the debt bound and no
@@ -135,8 +135,9 @@ pub async fn charge(
 /// the bound moved to where the debt ends, so the first token is refused only when the debt
 /// is already at its bound, and the settlement takes the rest up to that same point. A window
 /// or log cannot be widened that way (its burst is its limit): its first token is taken under
-/// the limit itself, so a charge on a window already used up is lost (see
-/// `missing_in_core` in the service's documentation).
+/// the limit itself, so a charge on a window already used up is lost. What closes both: a
+/// public take of `n` tokens into the debt bound with no estimate (the settlement script's
+/// `take_over` with an estimate of 0), which `ratelimit-core` does not offer yet.
 async fn take_into_debt(
     limiter: &RateLimiter,
     name: &str,
