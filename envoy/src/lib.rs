@@ -40,6 +40,7 @@ pub mod server;
 pub mod service;
 pub mod settings;
 pub mod stats;
+pub mod usage;
 pub mod watch;
 mod yaml;
 

@@ -45,6 +45,11 @@
 //!   policy of its own is answered gRPC `UNAVAILABLE` instead, so that Envoy's
 //!   `failure_mode_deny` applies. An error of the limiter is `UNAVAILABLE` too: never a
 //!   silent `OK`.
+//! - **Stream-done charges**: a descriptor with a `ratelimit.stream_done` entry (the
+//!   convention of [`crate::usage`], which says what Envoy sends at stream end) is looked up
+//!   without that entry, never refuses, and charges its own `hits_addend` (less the estimate
+//!   the entry names) into its rule's bounded debt once the request's other descriptors are
+//!   decided and admitted; without a `hits_addend` of its own it charges nothing.
 //! - **Not yet**: a descriptor's `limit` override and `is_negative_hits` are answered
 //!   `UNIMPLEMENTED` (rather than ignored, which would change what the request means);
 //!   `quota_mode` is not applied.
@@ -67,6 +72,7 @@ use tonic::{Request, Response, Status};
 
 use crate::config::{Action, Config, Found, Lookup, ReferenceUnit, Rule};
 use crate::stats::{Hit, Stats};
+use crate::usage::{self, Charged, STREAM_DONE_KEY};
 
 /// The most descriptors one request may carry.
 pub const MAX_DESCRIPTORS: usize = 64;
@@ -100,6 +106,9 @@ pub struct Service {
 
 /// How one descriptor is decided.
 enum Plan<'c> {
+    /// A stream-done charge ([`crate::usage`]): never refused, charged after the request's
+    /// other descriptors are decided (and only when they did not refuse it).
+    StreamDone(StreamDone<'c>),
     /// No rule (or an unknown domain, or a replaced rule): `OK`, no limit.
     Free,
     /// `unlimited: true`.
@@ -108,6 +117,18 @@ enum Plan<'c> {
     Refused(&'c Rule, Option<Limit>),
     /// Decided in the bucket of group `usize`.
     Bucket(&'c Rule, Limit, usize),
+}
+
+/// A descriptor marked with [`STREAM_DONE_KEY`], and what its charge did.
+struct StreamDone<'c> {
+    rule: &'c Rule,
+    limit: Limit,
+    name: &'c str,
+    key: &'c str,
+    estimate: u64,
+    /// Its own `hits_addend`: `None` charges nothing (route-level `rate_limits`).
+    actual: Option<u64>,
+    charged: Option<Charged>,
 }
 
 /// One bucket of a request, with the summed cost of its descriptors.
@@ -188,10 +209,12 @@ impl Service {
         let mut groups: Vec<Group<'_>> = Vec::new();
         let mut plans = Vec::with_capacity(request.descriptors.len());
         let mut found = Vec::with_capacity(request.descriptors.len());
+        let estimates = stream_done_estimates(request)?;
         for descriptor in &request.descriptors {
             let entries = descriptor
                 .entries
                 .iter()
+                .filter(|e| e.key != STREAM_DONE_KEY)
                 .map(|e| (e.key.as_str(), e.value.as_str()));
             found.push(match config.lookup(&request.domain, entries) {
                 Lookup::Rule(found) => Some(found),
@@ -206,7 +229,9 @@ impl Service {
             .map(String::as_str)
             .collect();
         let mut index: HashMap<(&str, &str), usize> = HashMap::new();
-        for (descriptor, found) in request.descriptors.iter().zip(&found) {
+        for ((descriptor, found), estimate) in
+            request.descriptors.iter().zip(&found).zip(&estimates)
+        {
             let Some(found) = found else {
                 plans.push(Plan::Free);
                 continue;
@@ -216,6 +241,18 @@ impl Service {
             let plan = match rule.action() {
                 Action::Unlimited => Plan::Unlimited,
                 _ if is_replaced(rule) => Plan::Free,
+                Action::Limit(limit) if estimate.is_some() => Plan::StreamDone(StreamDone {
+                    rule,
+                    limit: *limit,
+                    name: found.bucket().name(),
+                    key: found.bucket().key(),
+                    estimate: estimate.unwrap_or(0),
+                    actual: descriptor.hits_addend.map(|h| h.value),
+                    charged: None,
+                }),
+                // The request ran: a stream-done charge under a rule that refuses everything
+                // has nothing to refuse.
+                Action::Block if estimate.is_some() => Plan::Free,
                 Action::Block => Plan::Refused(rule, None),
                 Action::Limit(limit) => {
                     let limit = limit.with_shadow(limit.is_shadow() || self.global_shadow);
@@ -293,6 +330,9 @@ impl Service {
                 groups[at].decision = Some(part.clone());
             }
         }
+        if !refused {
+            self.charge_stream_done(&mut plans).await?;
+        }
         let statuses: Vec<DescriptorStatus> =
             plans.iter().map(|plan| status(plan, &groups)).collect();
         let over = statuses.iter().any(|s| s.code == Code::OverLimit as i32);
@@ -324,6 +364,21 @@ impl Service {
             let cost = cost_of(request, descriptor);
             let hit = match *plan {
                 Plan::Free | Plan::Unlimited => continue,
+                // A stream-done charge never refuses: its hits are counted as they were
+                // charged (none when it charged nothing).
+                Plan::StreamDone(ref done) => {
+                    let Some(charged) = &done.charged else {
+                        continue;
+                    };
+                    Hit {
+                        cost: done.actual.unwrap_or(0),
+                        over: false,
+                        shadow: done.rule.shadow_mode(),
+                        capacity: u64::from(done.limit.burst_capacity()),
+                        remaining: charged.remaining,
+                        charged: true,
+                    }
+                }
                 Plan::Refused(rule, limit) => Hit {
                     cost,
                     over: true,
@@ -351,6 +406,46 @@ impl Service {
         if over && self.global_shadow {
             self.stats.record_global_shadow();
         }
+    }
+
+    /// Charges the request's stream-done descriptors ([`crate::usage`]), one after another.
+    async fn charge_stream_done(&self, plans: &mut [Plan<'_>]) -> Result<(), Status> {
+        for plan in plans {
+            let Plan::StreamDone(done) = plan else {
+                continue;
+            };
+            let Some(actual) = done.actual else {
+                tracing::debug!(
+                    rule = done.rule.name().unwrap_or_default(),
+                    "a stream-done descriptor without its own hits_addend charges nothing \
+                     (route-level rate_limits: Envoy does not apply their hits_addend)"
+                );
+                continue;
+            };
+            match usage::charge(
+                &self.limiter,
+                done.name,
+                done.key,
+                &done.limit,
+                done.estimate,
+                actual,
+            )
+            .await
+            {
+                Ok(charged) => done.charged = Some(charged),
+                Err(e @ ratelimit_core::Error::CannotSettle(_)) => {
+                    // A configuration that cannot be applied: said, not refused (the request
+                    // ran, and Envoy does not read this answer).
+                    tracing::error!(
+                        error = %e,
+                        rule = done.rule.name().unwrap_or_default(),
+                        "a stream-done charge under a limit that cannot owe tokens"
+                    );
+                }
+                Err(e) => return Err(unavailable(&e)),
+            }
+        }
+        Ok(())
     }
 
     /// A peek at a bucket, answerable or `UNAVAILABLE`.
@@ -389,6 +484,14 @@ fn status(plan: &Plan<'_>, groups: &[Group<'_>]) -> DescriptorStatus {
     match *plan {
         Plan::Free => DescriptorStatus {
             code: Code::Ok as i32,
+            ..DescriptorStatus::default()
+        },
+        Plan::StreamDone(ref done) => DescriptorStatus {
+            code: Code::Ok as i32,
+            current_limit: Some(current_limit(done.rule, Some(&done.limit))),
+            limit_remaining: done
+                .charged
+                .map_or(0, |c| u32::try_from(c.remaining).unwrap_or(u32::MAX)),
             ..DescriptorStatus::default()
         },
         Plan::Unlimited => DescriptorStatus {
@@ -495,6 +598,35 @@ fn whole_seconds_up(d: Duration) -> envoy_types::pb::google::protobuf::Duration 
         seconds: i64::try_from(seconds).unwrap_or(i64::MAX),
         nanos: 0,
     }
+}
+
+/// Each descriptor's stream-done estimate: `Some` for a descriptor with a
+/// [`STREAM_DONE_KEY`] entry (its value, a decimal), `None` for the others.
+fn stream_done_estimates(request: &RateLimitRequest) -> Result<Vec<Option<u64>>, Status> {
+    let mut out = Vec::with_capacity(request.descriptors.len());
+    for (i, descriptor) in request.descriptors.iter().enumerate() {
+        let mut marks = descriptor
+            .entries
+            .iter()
+            .filter(|e| e.key == STREAM_DONE_KEY);
+        let estimate = match (marks.next(), marks.next()) {
+            (None, _) => None,
+            (Some(_), Some(_)) => {
+                return Err(Status::invalid_argument(format!(
+                    "descriptor {i} has more than one {STREAM_DONE_KEY} entry"
+                )));
+            }
+            (Some(mark), None) => Some(mark.value.parse::<u64>().map_err(|_| {
+                Status::invalid_argument(format!(
+                    "descriptor {i}: {STREAM_DONE_KEY} is `{}`, expected the estimate the \
+                     request path took, a whole number (0 for none)",
+                    mark.value
+                ))
+            })?),
+        };
+        out.push(estimate);
+    }
+    Ok(out)
 }
 
 /// The request's bounds.
