@@ -269,7 +269,76 @@ async fn limits_that_cannot_owe_are_refused_before_anything_is_taken(h: Harness)
     assert_eq!(remaining(&h, "x", &fresh).await, 10);
 }
 
+/// A charge: usage counted after the fact with no estimate taken, into the debt bound and
+/// never past it, on every kind of limit that can owe.
+async fn a_charge_takes_into_the_debt_bound_without_an_estimate(h: Harness) {
+    let owing = HUNDRED.max_debt(20);
+    assert_eq!(h.limiter.charge("tb", &owing, 30).await.unwrap(), 30);
+    assert_eq!(remaining(&h, "tb", &owing).await, 70);
+    // Seventy left and twenty of debt: ninety of the two hundred asked.
+    assert_eq!(h.limiter.charge("tb", &owing, 200).await.unwrap(), 90);
+    assert_eq!(h.limiter.charge("tb", &owing, 1).await.unwrap(), 0);
+    let refused = h.check("tb", &owing, 1).await.d;
+    assert!(!refused.allowed);
+    // The debt's twenty tokens and the call's own: twenty-one refills of 36 s away.
+    h.assert_duration(
+        refused.retry_after,
+        Duration::from_secs(21 * 36),
+        Duration::from_secs(5),
+        "retry_after after a charge into debt",
+    );
+    // The named bucket is its own, and what `check_named` takes from.
+    assert_eq!(
+        h.limiter
+            .charge_named("n", "tb", &owing, 100)
+            .await
+            .unwrap(),
+        100
+    );
+    let named = h.limiter.peek_named("n", "tb", &owing).await.unwrap();
+    assert_eq!(named.remaining, 0);
+    assert_eq!(remaining(&h, "other", &owing).await, 100);
+
+    // A window: its current window, up to the limit and the bound.
+    let quota = Limit::per_month(100).max_debt(10);
+    assert_eq!(h.limiter.charge("fw", &quota, 105).await.unwrap(), 105);
+    assert_eq!(h.limiter.charge("fw", &quota, 10).await.unwrap(), 5);
+    assert!(!h.check("fw", &quota, 1).await.d.allowed);
+    // A log.
+    let log = Limit::per_hour(10)
+        .algorithm(Algorithm::SlidingLog)
+        .max_debt(2);
+    assert_eq!(h.limiter.charge("sl", &log, 12).await.unwrap(), 12);
+    assert_eq!(h.limiter.charge("sl", &log, 1).await.unwrap(), 0);
+    assert!(!h.check("sl", &log, 1).await.d.allowed);
+    // A leaky bucket holds one token (its burst is a queue of waiting calls): that one and
+    // the debt's three.
+    let leaky = Limit::per_hour(10)
+        .algorithm(Algorithm::LeakyBucket)
+        .burst(10)
+        .max_debt(3);
+    assert_eq!(h.limiter.charge("lb", &leaky, 20).await.unwrap(), 4);
+    // The next call queues behind the debt: its turn is four leaks (of 6 minutes) away
+    // (looked at, not called: a call would wait for it).
+    let owed = h.limiter.peek("lb", &leaky).await.unwrap();
+    h.assert_duration(
+        owed.retry_after,
+        Duration::from_secs(4 * 360),
+        Duration::from_secs(5),
+        "a leaky bucket's wait after a charge into debt",
+    );
+
+    // Nothing to charge takes nothing; a limit that cannot owe is said, nothing taken.
+    assert_eq!(h.limiter.charge("zero", &owing, 0).await.unwrap(), 0);
+    assert_eq!(remaining(&h, "zero", &owing).await, 100);
+    let sliding = Limit::per_hour(10).algorithm(Algorithm::SlidingWindow);
+    let e = h.limiter.charge("sw", &sliding, 5).await.unwrap_err();
+    assert!(matches!(e, Error::CannotSettle(l) if l == sliding), "{e}");
+    assert_eq!(remaining(&h, "sw", &sliding).await, 10);
+}
+
 support::on_both_stores!(
+    a_charge_takes_into_the_debt_bound_without_an_estimate,
     settles_below_equal_to_and_above_the_estimate,
     a_window_settles_in_the_window_it_took_from,
     a_sliding_log_settles_its_entries,
@@ -380,6 +449,10 @@ async fn while_redis_is_down_the_fallback_takes_and_settles() {
     assert_eq!(usage.decision().source, Source::Fallback);
     let settled = usage.settle(12).await.unwrap();
     assert_eq!(settled.each, vec![(2, 0)]);
+    // A charge too: the fallback's bucket takes it, into its debt.
+    assert_eq!(limiter.charge("c", &limit, 8).await.unwrap(), 8);
+    let d = limiter.check_n("c", &limit, 3).await.unwrap();
+    assert_eq!((d.allowed, d.source), (false, Source::Fallback), "{d:?}");
 }
 
 /// A store of the user's own has no settlement: said before anything is taken.

@@ -365,17 +365,18 @@ impl Service {
             let hit = match *plan {
                 Plan::Free | Plan::Unlimited => continue,
                 // A stream-done charge never refuses: its hits are counted as they were
-                // charged (none when it charged nothing).
+                // charged (none when it charged nothing), within the limit; its bucket's
+                // level is not read again for `near_limit` (a second round trip).
                 Plan::StreamDone(ref done) => {
-                    let Some(charged) = &done.charged else {
+                    if done.charged.is_none() {
                         continue;
-                    };
+                    }
                     Hit {
                         cost: done.actual.unwrap_or(0),
                         over: false,
                         shadow: done.rule.shadow_mode(),
                         capacity: u64::from(done.limit.burst_capacity()),
-                        remaining: charged.remaining,
+                        remaining: u64::from(done.limit.burst_capacity()),
                         charged: true,
                     }
                 }
@@ -486,12 +487,10 @@ fn status(plan: &Plan<'_>, groups: &[Group<'_>]) -> DescriptorStatus {
             code: Code::Ok as i32,
             ..DescriptorStatus::default()
         },
+        // Envoy does not read this answer (the call is fire-and-forget): the limit alone.
         Plan::StreamDone(ref done) => DescriptorStatus {
             code: Code::Ok as i32,
             current_limit: Some(current_limit(done.rule, Some(&done.limit))),
-            limit_remaining: done
-                .charged
-                .map_or(0, |c| u32::try_from(c.remaining).unwrap_or(u32::MAX)),
             ..DescriptorStatus::default()
         },
         Plan::Unlimited => DescriptorStatus {

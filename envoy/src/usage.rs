@@ -86,8 +86,6 @@ pub struct Charged {
     pub taken: u64,
     /// Tokens given back (the estimate's surplus).
     pub given_back: u64,
-    /// Whole tokens left after the charge, as the charge's decision saw them (0 in debt).
-    pub remaining: u64,
 }
 
 /// Charges `actual` tokens, of which `estimate` were taken on the request path, to the bucket
@@ -121,51 +119,9 @@ pub async fn charge(
     if extra == 0 {
         return Ok(Charged::default());
     }
-    take_into_debt(limiter, name, key, &limit, extra).await
-}
-
-/// Takes `n` ≥ 1 tokens whatever the bucket holds, down to the limit's debt bound below
-/// empty, with the library's public settlement path.
-///
-/// The library has no public "take `n` into debt": a settlement
-/// needs an estimate of at least one token taken first ([`RateLimiter::check_estimate_named`]),
-/// and that take is refused once the bucket is empty. For a bucket (token or leaky), the
-/// estimate is taken under the same limit with its burst widened by the debt bound and no
-/// debt of its own: the same state (a bucket's state is when it is full again), read with
-/// the bound moved to where the debt ends, so the first token is refused only when the debt
-/// is already at its bound, and the settlement takes the rest up to that same point. A window
-/// or log cannot be widened that way (its burst is its limit): its first token is taken under
-/// the limit itself, so a charge on a window already used up is lost. What closes both: a
-/// public take of `n` tokens into the debt bound with no estimate (the settlement script's
-/// `take_over` with an estimate of 0), which `ratelimit-core` does not offer yet.
-async fn take_into_debt(
-    limiter: &RateLimiter,
-    name: &str,
-    key: &str,
-    limit: &Limit,
-    n: u32,
-) -> Result<Charged, Error> {
-    let bound = limit.debt_bound();
-    let widened = match limit.algorithm_kind() {
-        ratelimit_core::Algorithm::TokenBucket | ratelimit_core::Algorithm::LeakyBucket => limit
-            .try_burst(limit.burst_capacity().saturating_add(bound))
-            .and_then(|l| l.try_max_debt(0))
-            .unwrap_or(*limit),
-        _ => *limit,
-    };
-    let usage = limiter.check_estimate_named(name, key, &widened, 1).await?;
-    if !usage.decision().allowed {
-        return Ok(Charged::default());
-    }
-    let over_burst = u64::from(widened.burst_capacity() - limit.burst_capacity());
-    let left = usage.decision().remaining;
-    let settled = usage.settle(n).await?;
-    let taken = 1 + settled.taken();
+    let taken = limiter.charge_named(name, key, &limit, extra).await?;
     Ok(Charged {
         taken,
         given_back: 0,
-        remaining: left
-            .saturating_sub(over_burst)
-            .saturating_sub(settled.taken()),
     })
 }

@@ -79,21 +79,30 @@ impl RateLimiter {
         .await
     }
 
-    /// A refund that does not know who decided the call: the store, unless the bucket's
-    /// circuit is open now, when the limit's failure policy did (as [`decide`](crate::pipeline::remote::decide)
-    /// picks, without claiming a probe).
+    /// A refund that does not know who decided the call: see [`source_now`](Self::source_now).
     async fn refund_now(&self, bucket: &str, limit: &Limit, cost: u32) -> Result<(), Error> {
-        let source = match &self.inner.engine {
-            Engine::Local(_) => Source::Store,
-            Engine::Remote(_) => {
-                let guard = &self.inner.resilience;
-                let circuit = guard.circuit_of(|| key_slot(bucket.as_bytes()));
-                guard.source_now(circuit, limit)
-            }
-            Engine::Unenabled => return Err(Error::NotEnabled),
-        };
+        let source = self.source_now(bucket, limit)?;
         let check = Check::new(bucket, limit, cost);
         decide_checks(self, &[check], Ask::Refund(&[source])).await?;
         Ok(())
+    }
+
+    /// Who would decide a call on `bucket` now, for a refund or a charge that does not know who
+    /// decided the call it is for: the store, unless the bucket's circuit is open now, when the
+    /// limit's failure policy does (as [`decide`](crate::pipeline::remote::decide) picks,
+    /// without claiming a probe).
+    ///
+    /// # Errors
+    /// [`Error::NotEnabled`] before `enable_redis_rate_limit!`.
+    pub(super) fn source_now(&self, bucket: &str, limit: &Limit) -> Result<Source, Error> {
+        match &self.inner.engine {
+            Engine::Local(_) => Ok(Source::Store),
+            Engine::Remote(_) => {
+                let guard = &self.inner.resilience;
+                let circuit = guard.circuit_of(|| key_slot(bucket.as_bytes()));
+                Ok(guard.source_now(circuit, limit))
+            }
+            Engine::Unenabled => Err(Error::NotEnabled),
+        }
     }
 }

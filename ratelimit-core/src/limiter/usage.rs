@@ -236,6 +236,104 @@ impl RateLimiter {
         self.check_estimates_by_name(&named).await
     }
 
+    /// Takes `n` tokens from `key`'s bucket under `limit` whatever the bucket holds, into the
+    /// limit's [debt bound](Limit::max_debt) below empty if need be: for usage that is known
+    /// only after the fact and was not estimated (a response's size, counted when it ends).
+    /// Never refused, it takes at most what the bound allows; the calls after it are refused
+    /// until the debt has refilled, which their `retry_after` says. Every instance sees it.
+    ///
+    /// A charge is a settlement of a call that took no estimate (see [`Usage`]): the same
+    /// limits can be charged (the token bucket with smooth refill, the leaky bucket, the fixed
+    /// window, the sliding log), in the same step on Redis. A window is charged in its current
+    /// window. While the store is failing (the bucket's circuit is open), the limit's failure
+    /// policy takes it: the [fallback](crate::FailurePolicy::Fallback)'s bucket, or nothing
+    /// under `allow` and `deny`.
+    ///
+    /// ```
+    /// use ratelimit_core::{Limit, RateLimiter};
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), ratelimit_core::Error> {
+    /// let limiter = RateLimiter::builder().memory().build().await?;
+    /// // 1,000 bytes a minute per client, owing at most 500.
+    /// const BYTES: Limit = Limit::per_minute(1_000).max_debt(500);
+    /// assert_eq!(limiter.charge("client:7", &BYTES, 1_200).await?, 1_200);
+    /// // In debt: the next call is refused until 200 bytes and its own have come back.
+    /// assert!(!limiter.check("client:7", &BYTES).await?.allowed);
+    /// // Never past the bound: 300 more of the 400 asked.
+    /// assert_eq!(limiter.charge("client:7", &BYTES, 400).await?, 300);
+    /// # Ok(()) }
+    /// ```
+    ///
+    /// Answers the tokens taken: `n`, or less where the debt bound stopped it.
+    ///
+    /// # Errors
+    /// [`Error::CannotSettle`] for a limit that cannot owe, [`Error::SettleUnsupported`] on a
+    /// custom store, [`Error::NotEnabled`] before `enable_redis_rate_limit!`; otherwise the
+    /// store's (nothing is then taken).
+    pub async fn charge(&self, key: &str, limit: &Limit, n: u32) -> Result<u64, Error> {
+        self.charge_by_name(None, key, limit, n).await
+    }
+
+    /// [`charge`](RateLimiter::charge) to the bucket of `key` under the limit called `name`
+    /// (a `#[rate_limit]` function's, or [`check_named`](RateLimiter::check_named)'s).
+    ///
+    /// # Errors
+    /// As [`charge`](RateLimiter::charge).
+    pub async fn charge_named(
+        &self,
+        name: &str,
+        key: &str,
+        limit: &Limit,
+        n: u32,
+    ) -> Result<u64, Error> {
+        self.charge_by_name(Some(name), key, limit, n).await
+    }
+
+    /// A charge: a check of no cost settled at `n`, by whoever decides the bucket now.
+    async fn charge_by_name(
+        &self,
+        name: Option<&str>,
+        key: &str,
+        limit: &Limit,
+        n: u32,
+    ) -> Result<u64, Error> {
+        self.can_settle(limit)?;
+        let bucket = bucket_key(&self.inner.prefix, name, key);
+        let source = self.source_now(&bucket, limit)?;
+        if n == 0 {
+            return Ok(0);
+        }
+        let check = Check::new(&bucket, limit, 0);
+        let taking = Taking {
+            actual: n,
+            source,
+            at: 0,
+        };
+        let settled = decide_checks(self, &[check], Ask::Settle(&[taking]))
+            .await?
+            .settled;
+        let (took, gave) = settled.first().copied().unwrap_or_default();
+        crate::observe::settled(observed_name(name), took, gave);
+        Ok(took)
+    }
+
+    /// Whether `limit` can owe tokens on this limiter's store: what taking an estimate, and
+    /// a charge, need.
+    fn can_settle(&self, limit: &Limit) -> Result<(), Error> {
+        if !limit.settles() {
+            return Err(Error::CannotSettle(*limit));
+        }
+        match &self.inner.engine {
+            Engine::Remote(Remote {
+                store: RemoteStore::Custom(_),
+                ..
+            }) => Err(Error::SettleUnsupported),
+            Engine::Unenabled => Err(Error::NotEnabled),
+            Engine::Local(_) | Engine::Remote(_) => Ok(()),
+        }
+    }
+
     /// Every way to take an estimate: the checks decided as `check_named` / `check_all_named`
     /// decide them, and what each limit took kept, with the store's time of the take.
     async fn check_estimates_by_name(
@@ -243,17 +341,7 @@ impl RateLimiter {
         checks: &[(Option<&str>, &str, &Limit, u32)],
     ) -> Result<Usage, Error> {
         for &(_, _, limit, _) in checks {
-            if !limit.settles() {
-                return Err(Error::CannotSettle(*limit));
-            }
-        }
-        match &self.inner.engine {
-            Engine::Remote(Remote {
-                store: RemoteStore::Custom(_),
-                ..
-            }) => return Err(Error::SettleUnsupported),
-            Engine::Unenabled => return Err(Error::NotEnabled),
-            Engine::Local(_) | Engine::Remote(_) => {}
+            self.can_settle(limit)?;
         }
         let decided = self.decide_named(checks.iter().copied(), Ask::Take).await?;
         let mut taken = Vec::new();
