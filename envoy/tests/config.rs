@@ -201,8 +201,14 @@ fn the_extensions_build_the_limit_they_name() {
     let closed = limit_of("{unit: second, requests_per_unit: 1, failure_policy: deny}").unwrap();
     assert_eq!(closed.failure_policy(), Some(FailurePolicy::Deny));
 
-    let leases = limit_of("{concurrent: 4, lease: 10s}").unwrap();
-    assert_eq!(leases, Limit::concurrent(4).lease(Duration::from_secs(10)));
+    // A valid concurrency limit is read, and refused: the service cannot release its slots
+    // reliably through Envoy.
+    let leases = limit_of("{concurrent: 4, lease: 10s}").unwrap_err();
+    assert!(
+        leases.contains("rate_limit.concurrent")
+            && leases.contains("not served through Envoy"),
+        "{leases}"
+    );
 }
 
 #[test]

@@ -41,7 +41,7 @@
 //! | `anchor` | 1..31 (month), 1..7 (week) | with `calendar`: the day the period starts (a billing day) |
 //! | `utc_offset` | minutes, -840..840 | with `calendar`: the clock the period starts on |
 //! | `max_debt` | integer ≥ 0 | the most a settled charge may leave the bucket owing ([`Limit::max_debt`](ratelimit_core::Limit::max_debt)) |
-//! | `concurrent` | integer ≥ 1 | a concurrency limit: at most this many requests in flight (no `unit`) |
+//! | `concurrent` | integer ≥ 1 | a concurrency limit: read and checked, then refused, since the service cannot release a slot reliably through Envoy (docs/envoy.md) |
 //! | `lease` | `30s` (1 ms to a day) | with `concurrent`: how long a slot is held without renewal |
 //! | `failure_policy` | `fallback`, `allow`, `deny` | what to do when Redis fails ([`FailurePolicy`](ratelimit_core::FailurePolicy)) |
 //! | `shared` | a limit's name | draw from the bucket a Rust service's `#[rate_limit(name = ..)]` uses (see [`Bucket`]) |

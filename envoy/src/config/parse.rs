@@ -638,7 +638,21 @@ impl Reader<'_> {
                 None => Ok(l),
             }));
             return match limit {
-                Ok(limit) => Some(rule(Action::Limit(limit), max, None)),
+                // A valid concurrency limit, which the service cannot hold through Envoy: its
+                // slot would be released by the stream-done call, which Envoy does not wait
+                // for and does not always make (docs/envoy.md). Said here, with its place,
+                // rather than answered UNAVAILABLE on every request.
+                Ok(_) => {
+                    self.error(
+                        &p("concurrent"),
+                        at("concurrent"),
+                        "concurrency limits are not served through Envoy: a slot would be \
+                         released by the call Envoy makes when the stream ends, which it does \
+                         not wait for and does not always make, so a lost release would hold \
+                         the slot until its lease ends (see docs/envoy.md)",
+                    );
+                    None
+                }
                 Err(e) => {
                     self.invalid(&e, path, block.at, &fields, false);
                     None
