@@ -205,8 +205,7 @@ fn the_extensions_build_the_limit_they_name() {
     // reliably through Envoy.
     let leases = limit_of("{concurrent: 4, lease: 10s}").unwrap_err();
     assert!(
-        leases.contains("rate_limit.concurrent")
-            && leases.contains("not served through Envoy"),
+        leases.contains("rate_limit.concurrent") && leases.contains("not served through Envoy"),
         "{leases}"
     );
 }
