@@ -13,6 +13,8 @@
 //! - `MEMORY_STORE=true`: keep the buckets in this process's memory instead of Redis (one
 //!   instance only; for trials and tests). Without it, `REDIS_URL` (or its default) is used.
 //! - `RUNTIME_POLL_MS` (default 1000): how often the configuration's files are looked at.
+//! - `RATELIMIT_HEADERS` (default `off`; read by [`Settings`]): `draft11` adds the IETF
+//!   draft-11 `RateLimit-Policy` and `RateLimit` headers to the response to the client.
 //!
 //! Logs go to stderr at `LOG_LEVEL` (as text; `LOG_FORMAT=json` is warned about and logged as
 //! text). On SIGTERM or ctrl-c, `/healthcheck` turns `500` at once, then every server stops
@@ -121,6 +123,7 @@ async fn run() -> Result<(), String> {
         Service::new(limiter, config)
             .global_shadow(settings.shadow_mode)
             .store_failure(store_failure)
+            .response_headers(settings.ratelimit_headers)
             .stats(Arc::clone(&stats)),
     );
 

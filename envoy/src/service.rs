@@ -50,6 +50,20 @@
 //!   without that entry, never refuses, and charges its own `hits_addend` (less the estimate
 //!   the entry names) into its rule's bounded debt once the request's other descriptors are
 //!   decided and admitted; without a `hits_addend` of its own it charges nothing.
+//! - **Response headers** ([`ResponseHeaders::Draft11`], off by default as in the reference):
+//!   the IETF draft-11 `RateLimit-Policy` and `RateLimit` in `response_headers_to_add`, which
+//!   Envoy adds to the response (the 429 of a refused request included), rendered by
+//!   ratelimit-core's [`set_call_headers`]. One item per bucket the request was decided in,
+//!   in the order of the descriptors (two descriptors in one bucket are one item), named by
+//!   the rule's `name`, else its statistics key (`domain.key_value.key`; a name that repeats
+//!   an earlier one gets `#n`, its position). Each item is that bucket's decision as the
+//!   statuses report it: of a refused request, what is left since nothing was taken; a
+//!   shadow rule's bucket as it is, spent included (as the library describes a limit in
+//!   shadow mode). `t` is the time until the bucket is full again and `w` the limit's
+//!   refill time, both rounded up (of a bucket only peeked at and admitting, the library's
+//!   peek answers as one more hit would: one hit later, never early). A rule with no quota (`unlimited`, `requests_per_unit: 0`)
+//!   and a descriptor with no rule are left out; a cost no burst holds, and a decision by the
+//!   failure policy without a bucket, list the policy alone (no `RateLimit` item).
 //! - **Not yet**: a descriptor's `limit` override and `is_negative_hits` are answered
 //!   `UNIMPLEMENTED` (rather than ignored, which would change what the request means);
 //!   `quota_mode` is not applied.
@@ -58,6 +72,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 use std::time::Duration;
 
+use envoy_types::pb::envoy::config::core::v3::HeaderValue as PbHeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -67,6 +82,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use ratelimit_core::headers::{HeaderFamilies, RATELIMIT, RATELIMIT_POLICY, set_call_headers};
 use ratelimit_core::{Decision, FailurePolicy, Limit, RateLimiter, Source};
 use tonic::{Request, Response, Status};
 
@@ -94,6 +110,34 @@ pub enum StoreFailure {
     Unavailable,
 }
 
+/// Which rate-limit headers the service asks Envoy to add to the response to the client
+/// (`response_headers_to_add`), besides those Envoy builds itself from the statuses
+/// (`enable_x_ratelimit_headers`, `enable_retry_after_header`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum ResponseHeaders {
+    /// None (default, as the reference).
+    #[default]
+    Off,
+    /// The IETF draft-11 `RateLimit-Policy` and `RateLimit` (draft-ietf-httpapi-ratelimit-headers-11):
+    /// `RateLimit-Policy: "name";q=quota;w=window` and `RateLimit: "name";r=remaining;t=reset`,
+    /// one item per bucket of the request.
+    Draft11,
+}
+
+impl std::str::FromStr for ResponseHeaders {
+    type Err = String;
+
+    /// `off` (or `none`) and `draft11`, any case.
+    fn from_str(word: &str) -> Result<ResponseHeaders, String> {
+        match word.to_ascii_lowercase().as_str() {
+            "off" | "none" => Ok(ResponseHeaders::Off),
+            "draft11" => Ok(ResponseHeaders::Draft11),
+            _ => Err(format!("`{word}`: expected `off` or `draft11`")),
+        }
+    }
+}
+
 /// The rate-limit service: a limiter and the configuration in force, swapped whole.
 #[derive(Debug)]
 pub struct Service {
@@ -101,6 +145,7 @@ pub struct Service {
     config: RwLock<Arc<Config>>,
     global_shadow: bool,
     store_failure: StoreFailure,
+    response_headers: ResponseHeaders,
     stats: Arc<Stats>,
 }
 
@@ -148,8 +193,16 @@ impl Service {
             config: RwLock::new(Arc::new(config)),
             global_shadow: false,
             store_failure: StoreFailure::default(),
+            response_headers: ResponseHeaders::default(),
             stats: Arc::new(Stats::default()),
         }
+    }
+
+    /// The rate-limit headers to add to the response to the client ([`ResponseHeaders`]).
+    #[must_use]
+    pub fn response_headers(mut self, headers: ResponseHeaders) -> Service {
+        self.response_headers = headers;
+        self
     }
 
     /// The global `SHADOW_MODE`: every limit decided and charged, none refusing.
@@ -342,9 +395,14 @@ impl Service {
         } else {
             Code::Ok
         };
+        let response_headers_to_add = match self.response_headers {
+            ResponseHeaders::Off => Vec::new(),
+            ResponseHeaders::Draft11 => draft11_headers(request, &plans, &groups),
+        };
         Ok(RateLimitResponse {
             overall_code: overall as i32,
             statuses,
+            response_headers_to_add,
             ..RateLimitResponse::default()
         })
     }
@@ -524,6 +582,82 @@ fn status(plan: &Plan<'_>, groups: &[Group<'_>]) -> DescriptorStatus {
             }
         }
     }
+}
+
+/// The draft-11 `RateLimit-Policy` and `RateLimit` of a decided request (see the
+/// [module](self)'s documentation), rendered by ratelimit-core: one part per bucket, each
+/// with its rule's name (else its statistics key) and the bucket's decision.
+fn draft11_headers(
+    request: &RateLimitRequest,
+    plans: &[Plan<'_>],
+    groups: &[Group<'_>],
+) -> Vec<PbHeaderValue> {
+    let mut shown = Vec::new();
+    let mut parts: Vec<(&str, Decision)> = Vec::new();
+    for (descriptor, plan) in request.descriptors.iter().zip(plans) {
+        match *plan {
+            Plan::Bucket(rule, limit, at) => {
+                if shown.contains(&at) {
+                    continue;
+                }
+                shown.push(at);
+                let d = groups[at].decision.clone().unwrap_or_else(|| {
+                    // Never asked (not reached): the policy alone.
+                    policy_only(limit, groups[at].cost, Source::Free)
+                });
+                parts.push((label(rule), d));
+            }
+            // A cost no burst holds: refused without asking, the policy alone (its `q` says
+            // what the burst holds).
+            Plan::Refused(rule, Some(limit)) => {
+                let cost = cost_of(request, descriptor);
+                parts.push((
+                    label(rule),
+                    policy_only(limit, cost, Source::CostExceedsBurst),
+                ));
+            }
+            // No quota to describe: no rule, `unlimited`, `requests_per_unit: 0`, and a
+            // stream-done charge, whose answer Envoy does not read.
+            Plan::Free | Plan::Unlimited | Plan::Refused(_, None) | Plan::StreamDone(_) => {}
+        }
+    }
+    if parts.is_empty() {
+        return Vec::new();
+    }
+    let combined = Decision::combined(parts.iter().map(|(_, d)| d.clone()).collect());
+    let mut headers = ::http::HeaderMap::new();
+    set_call_headers(
+        &mut headers,
+        parts.iter().map(|(name, d)| (*name, d)),
+        &combined,
+        HeaderFamilies::NONE.with_ietf(),
+    );
+    [&RATELIMIT_POLICY, &RATELIMIT]
+        .into_iter()
+        .filter_map(|name| {
+            let value = headers.get(name)?.to_str().ok()?;
+            Some(PbHeaderValue {
+                key: name.as_str().to_owned(),
+                value: value.to_owned(),
+                ..PbHeaderValue::default()
+            })
+        })
+        .collect()
+}
+
+/// How a rule's limit is named to clients: its `name`, else its statistics key.
+fn label(rule: &Rule) -> &str {
+    rule.name().unwrap_or(rule.stats_key())
+}
+
+/// A decision under `limit` whose bucket was not asked, by `source`: it describes the policy
+/// alone.
+fn policy_only(limit: Limit, cost: u64, source: Source) -> Decision {
+    let cost = u32::try_from(cost).unwrap_or(u32::MAX);
+    let allowed = source != Source::CostExceedsBurst;
+    let mut d = Decision::new(allowed, 0, limit, cost, Duration::ZERO, Duration::ZERO);
+    d.source = source;
+    d
 }
 
 /// `OVER_LIMIT` when over, unless a shadow rule lets it through (`OK`, as the reference).

@@ -11,6 +11,7 @@ use std::fmt;
 use std::path::PathBuf;
 
 use crate::config::LoadOptions;
+use crate::service::ResponseHeaders;
 
 /// What the service reads from its environment.
 #[derive(Clone, PartialEq, Eq)]
@@ -61,6 +62,10 @@ pub struct Settings {
     pub prometheus_path: String,
     /// `NEAR_LIMIT_RATIO` (default 0.8), in thousandths (800): where `near_limit` is counted.
     pub near_limit_permille: u16,
+    /// `RATELIMIT_HEADERS`, this service's own (default `off`, as the reference has no such
+    /// thing): `draft11` adds the IETF draft-11 `RateLimit-Policy` and `RateLimit` headers to
+    /// the response to the client ([`ResponseHeaders`]).
+    pub ratelimit_headers: ResponseHeaders,
 }
 
 /// `LOG_LEVEL`, as logrus names its levels (any case).
@@ -121,6 +126,7 @@ impl fmt::Debug for Settings {
             .field("cache_key_prefix", &self.cache_key_prefix)
             .field("log_level", &self.log_level)
             .field("shadow_mode", &self.shadow_mode)
+            .field("ratelimit_headers", &self.ratelimit_headers)
             .finish_non_exhaustive()
     }
 }
@@ -225,6 +231,10 @@ impl Settings {
             prometheus_addr: r.string("PROMETHEUS_ADDR", ":9090"),
             prometheus_path: r.string("PROMETHEUS_PATH", "/metrics"),
             near_limit_permille: near_limit(&r)?,
+            ratelimit_headers: match r.get("RATELIMIT_HEADERS") {
+                None => ResponseHeaders::Off,
+                Some(word) => word.parse().map_err(|e| r.error("RATELIMIT_HEADERS", e))?,
+            },
         })
     }
 

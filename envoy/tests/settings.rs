@@ -152,3 +152,27 @@ fn what_this_service_does_not_do_is_an_error_that_says_so() {
         );
     }
 }
+
+#[test]
+fn ratelimit_headers_are_off_unless_asked_for() {
+    use ratelimit_envoy::service::ResponseHeaders;
+    let headers = |vars: &[(&str, &str)]| settings(vars).map(|s| s.ratelimit_headers);
+    assert_eq!(headers(&[]), Ok(ResponseHeaders::Off));
+    assert_eq!(
+        headers(&[("RATELIMIT_HEADERS", "")]),
+        Ok(ResponseHeaders::Off)
+    );
+    assert_eq!(
+        headers(&[("RATELIMIT_HEADERS", "off")]),
+        Ok(ResponseHeaders::Off)
+    );
+    assert_eq!(
+        headers(&[("RATELIMIT_HEADERS", "Draft11")]),
+        Ok(ResponseHeaders::Draft11)
+    );
+    let e = headers(&[("RATELIMIT_HEADERS", "draft10")]).unwrap_err();
+    assert!(
+        e.contains("RATELIMIT_HEADERS") && e.contains("draft11"),
+        "{e}"
+    );
+}
