@@ -698,6 +698,15 @@ async fn peek_answers_as_check_would_and_takes_nothing(h: Harness) {
                 "{limit}, call {call}: the peek's remaining is the tokens held now"
             );
             h.assert_duration(d.retry_after, seen.retry_after, SLACK, "retry");
+            // Full again when the bucket as it stands is (not after one more call): never
+            // later than after the check that took one more.
+            assert!(
+                seen.reset_after <= d.reset_after + SLACK,
+                "{limit}, call {call}: {seen:?} against {d:?}"
+            );
+            if call == 0 && !limit.algorithm_kind().is_window() {
+                assert_eq!(seen.reset_after, Duration::ZERO, "{limit}: a full bucket");
+            }
             assert_eq!(seen.allowed, call < 3, "{limit}, call {call}");
         }
         // Named buckets too, and only theirs.

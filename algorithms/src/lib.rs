@@ -144,15 +144,17 @@ impl Outcome<()> {
     /// bucket as it stands for a given cost: whether the call would be admitted and when
     /// (`decide(cost)`), with `remaining` the whole tokens the bucket holds now, not those it
     /// would keep after the call (`decide(0)`: every algorithm answers a cost of 0 taking
-    /// nothing), so that exactly `remaining` calls of cost 1 would be admitted now. Nothing is
-    /// stored.
+    /// nothing), so that exactly `remaining` calls of cost 1 would be admitted now, and
+    /// `reset_after` when the bucket as it stands is full again (also `decide(0)`: after the
+    /// call it would be later). Nothing is stored.
     pub fn peek<S>(decide: impl Fn(u64) -> Outcome<S>, cost: u64) -> Outcome<()> {
         let call = decide(cost);
+        let now_held = decide(0);
         Outcome {
             allowed: call.allowed,
-            remaining: decide(0).remaining,
+            remaining: now_held.remaining,
             retry_after_us: call.retry_after_us,
-            reset_after_us: call.reset_after_us,
+            reset_after_us: now_held.reset_after_us,
             new_state: None,
         }
     }

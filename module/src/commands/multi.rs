@@ -392,7 +392,9 @@ pub(super) fn decide_several(
             answer.reset_after_us = now_held.reset_after_us;
         }
         if mode == Mode::Peek {
-            answer.remaining = peek(limit, state, name)?.remaining;
+            let now_held = peek(limit, state, name)?;
+            answer.remaining = now_held.remaining;
+            answer.reset_after_us = now_held.reset_after_us;
         }
     }
     // Reserve's numbers as they stood before the call: read before any write.

@@ -177,8 +177,12 @@ local function decide(mode, keys, specs, reserved_at, settle)
     end
   end
   if mode == MODE_PEEK then
-    -- A peek takes nothing: each limit's remaining is what it holds now.
-    for i = 1, n do replies[i][2] = peek(i)[1] end
+    -- A peek takes nothing: each limit's remaining, and when it is full again, are what it
+    -- holds now.
+    for i = 1, n do
+      local p = peek(i)
+      replies[i][2], replies[i][4] = p[1], p[2]
+    end
   end
   local before = {}
   if mode == MODE_RESERVE and all then
