@@ -1,0 +1,468 @@
+//! End to end under faults and hostile input: a real Envoy calling two instances of the
+//! service over one real Redis. Exact counts across the two; Redis killed under traffic with
+//! each failure policy, then restarted empty; the configuration reloaded mid-traffic; and
+//! hostile descriptors, through Envoy and straight over gRPC.
+//!
+//! Every wait is for an event (a limiter degraded or back, a load counted, an Envoy stat, the
+//! heartbeat's set of instances), never for time to pass.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
+    RateLimitService, RateLimitServiceServer,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use ratelimit_core::{FailurePolicy, RateLimiter};
+use ratelimit_envoy::config::{Config, LoadOptions, Lookup};
+use ratelimit_envoy::service::{Service, StoreFailure};
+use ratelimit_envoy::stats::Stats;
+use ratelimit_envoy::watch::Watcher;
+use testkit::RedisServer;
+use testkit::envoy::{Action, Bootstrap, Envoy, RateLimitFilter, RateLimitPolicy, Upstream};
+use tonic::{Request, Response, Status};
+
+/// One instance of the service: its own limiter on the shared Redis, served over gRPC on a
+/// free port, counting the calls it answered (to show Envoy balanced over both).
+struct Instance {
+    service: Arc<Service>,
+    addr: SocketAddr,
+    calls: Arc<AtomicU64>,
+    server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+    _stop: tokio::sync::oneshot::Sender<()>,
+}
+
+#[derive(Clone)]
+struct Counted {
+    service: Arc<Service>,
+    calls: Arc<AtomicU64>,
+}
+
+#[tonic::async_trait]
+impl RateLimitService for Counted {
+    async fn should_rate_limit(
+        &self,
+        request: Request<RateLimitRequest>,
+    ) -> Result<Response<RateLimitResponse>, Status> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        self.service
+            .decide(request.get_ref())
+            .await
+            .map(Response::new)
+    }
+}
+
+impl Instance {
+    async fn start(service: Service) -> Instance {
+        let service = Arc::new(service);
+        let calls = Arc::new(AtomicU64::new(0));
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("a free port");
+        let addr = listener.local_addr().expect("bound");
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        let counted = Counted {
+            service: Arc::clone(&service),
+            calls: Arc::clone(&calls),
+        };
+        let server = tokio::spawn(
+            tonic::transport::Server::builder()
+                .add_service(RateLimitServiceServer::new(counted))
+                .serve_with_incoming_shutdown(
+                    tonic::transport::server::TcpIncoming::from(listener),
+                    async {
+                        let _ = stopped.await;
+                    },
+                ),
+        );
+        Instance {
+            service,
+            addr,
+            calls,
+            server,
+            _stop: stop,
+        }
+    }
+
+    fn calls(&self) -> u64 {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+const PREFIX: &str = "envoy-faults";
+
+async fn limiter(redis: &RedisServer, policy: FailurePolicy) -> RateLimiter {
+    RateLimiter::builder()
+        .redis(redis.url())
+        .prefix(PREFIX)
+        .failure_policy(policy)
+        .build()
+        .await
+        .expect("a limiter on the test's Redis")
+}
+
+/// Two instances over `redis`, each with a limiter of its own, deciding under `yaml`.
+async fn two_instances(
+    redis: &RedisServer,
+    yaml: &str,
+    policy: FailurePolicy,
+    failure: StoreFailure,
+) -> [Instance; 2] {
+    let mut out = Vec::new();
+    for _ in 0..2 {
+        let service = Service::new(
+            limiter(redis, policy).await,
+            Config::parse("t.yaml", yaml).expect("a valid configuration"),
+        )
+        .store_failure(failure);
+        out.push(Instance::start(service).await);
+    }
+    out.try_into().ok().expect("two instances")
+}
+
+/// Envoy in front of `upstream`, calling both instances for the route's `rate_limits`.
+fn envoy_over(
+    upstream: &Upstream,
+    addrs: [SocketAddr; 2],
+    failure_mode_deny: bool,
+    policies: Vec<RateLimitPolicy>,
+) -> Envoy {
+    let filter = RateLimitFilter::new("edge", addrs[0])
+        .and_service(addrs[1])
+        .failure_mode_deny(failure_mode_deny)
+        .timeout(Duration::from_secs(5));
+    let mut bootstrap = Bootstrap::new(upstream.addr()).rate_limit_filter(filter);
+    for p in policies {
+        bootstrap = bootstrap.route_rate_limit(p);
+    }
+    Envoy::start(&bootstrap)
+}
+
+/// The statuses of `per_thread` GETs from each of `threads` threads at once.
+fn concurrently(envoy: &Envoy, threads: usize, per_thread: usize) -> Vec<u16> {
+    std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|_| {
+                s.spawn(|| {
+                    (0..per_thread)
+                        .map(|_| envoy.get("/", &[]).status)
+                        .collect::<Vec<u16>>()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .flat_map(|h| h.join().expect("a client thread"))
+            .collect()
+    })
+}
+
+fn count(statuses: &[u16], status: u16) -> usize {
+    statuses.iter().filter(|&&s| s == status).count()
+}
+
+/// 20 an hour, as a token bucket of 20: one token back every 3 minutes, so nothing refills
+/// within a test, and no window boundary to straddle.
+const TWENTY_AN_HOUR: &str = "
+domain: edge
+descriptors:
+  - key: generic_key
+    value: all
+    rate_limit: { unit: hour, requests_per_unit: 20, algorithm: token_bucket }
+";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_behind_envoy_admit_exactly_the_limit_of_concurrent_requests() {
+    let redis = RedisServer::start();
+    let instances = two_instances(
+        &redis,
+        TWENTY_AN_HOUR,
+        FailurePolicy::Deny,
+        StoreFailure::Policy,
+    )
+    .await;
+    let addrs = [instances[0].addr, instances[1].addr];
+    let (statuses, served) = tokio::task::spawn_blocking(move || {
+        let upstream = Upstream::start();
+        let envoy = envoy_over(
+            &upstream,
+            addrs,
+            true,
+            vec![RateLimitPolicy::new([Action::generic_key("all")])],
+        );
+        // 80 requests from 8 threads at once, on one key.
+        let statuses = concurrently(&envoy, 8, 10);
+        (statuses, upstream.served())
+    })
+    .await
+    .expect("the clients");
+    assert_eq!(statuses.len(), 80);
+    assert_eq!(count(&statuses, 200), 20, "{statuses:?}");
+    assert_eq!(count(&statuses, 429), 60, "{statuses:?}");
+    assert_eq!(served, 20, "the upstream served exactly the admitted ones");
+    // Both instances decided: the bucket is one across them.
+    let calls = [instances[0].calls(), instances[1].calls()];
+    assert!(calls[0] > 0 && calls[1] > 0, "{calls:?}");
+    assert_eq!(calls[0] + calls[1], 80);
+    // The bucket on Redis is empty, as both instances see it.
+    let config = Config::parse("t.yaml", TWENTY_AN_HOUR).expect("valid");
+    let Lookup::Rule(found) = config.lookup("edge", [("generic_key", "all")]) else {
+        panic!("a rule");
+    };
+    for i in &instances {
+        let d = i
+            .service
+            .limiter()
+            .peek_named(
+                found.bucket().name(),
+                found.bucket().key(),
+                found.rule().limit().expect("a limit"),
+            )
+            .await
+            .expect("a peek");
+        assert_eq!(d.remaining, 0);
+        assert!(!d.allowed);
+    }
+}
+
+/// Plenty an hour: Redis itself never refuses in the outage tests, so every refusal and every
+/// error there is the failure policy's.
+const PLENTY: &str = "
+domain: edge
+descriptors:
+  - key: generic_key
+    value: all
+    rate_limit: { unit: hour, requests_per_unit: 100000, algorithm: token_bucket }
+";
+
+/// When a request started, in an outage test.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    /// Redis up, or being killed: not yet seen failing by both instances.
+    Before,
+    /// Both instances' limiters degraded: the failure policy decides.
+    Down,
+    /// Redis being restarted.
+    Restarting,
+    /// Redis restarted empty, both limiters deciding on it again.
+    Back,
+}
+
+/// What an outage test saw: each answer with the phases its request started and ended in,
+/// the upstream's count, and Envoy's rate-limit filter's stats at the end.
+struct Outage {
+    answers: Vec<(Phase, Phase, u16)>,
+    served: u64,
+    envoy_stats: [u64; 4],
+    bucket_left: u64,
+}
+
+impl Outage {
+    /// The answers to the requests that started and ended in `phase`.
+    fn of(&self, phase: Phase) -> Vec<u16> {
+        self.answers
+            .iter()
+            .filter(|(p, q, _)| *p == phase && *q == phase)
+            .map(|(_, _, s)| *s)
+            .collect()
+    }
+}
+
+/// Traffic through Envoy from 3 threads all along; Redis killed once the traffic flows; the
+/// traffic goes on until both limiters are degraded and 30 requests have started since; Redis
+/// restarted empty; the traffic goes on until both limiters decide on Redis again and 15
+/// requests have started since.
+async fn redis_killed_under_traffic(
+    policy: FailurePolicy,
+    failure: StoreFailure,
+    failure_mode_deny: bool,
+) -> Outage {
+    let mut redis = RedisServer::start();
+    let instances = Arc::new(two_instances(&redis, PLENTY, policy, failure).await);
+    let addrs = [instances[0].addr, instances[1].addr];
+    let upstream = Arc::new(Upstream::start());
+    let envoy = {
+        let upstream = Arc::clone(&upstream);
+        tokio::task::spawn_blocking(move || {
+            Arc::new(envoy_over(
+                &upstream,
+                addrs,
+                failure_mode_deny,
+                vec![RateLimitPolicy::new([Action::generic_key("all")])],
+            ))
+        })
+        .await
+        .expect("Envoy")
+    };
+    let phase = Arc::new(Mutex::new(Phase::Before));
+    let answers = Arc::new(Mutex::new(Vec::<(Phase, Phase, u16)>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let clients: Vec<_> = (0..3)
+        .map(|_| {
+            let (envoy, phase, answers, stop) = (
+                Arc::clone(&envoy),
+                Arc::clone(&phase),
+                Arc::clone(&answers),
+                Arc::clone(&stop),
+            );
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let started = *phase.lock().expect("the phase");
+                    let status = envoy.get("/", &[]).status;
+                    let ended = *phase.lock().expect("the phase");
+                    answers
+                        .lock()
+                        .expect("answers")
+                        .push((started, ended, status));
+                }
+            })
+        })
+        .collect();
+    let started_in = |p: Phase| {
+        let answers = Arc::clone(&answers);
+        move || {
+            let answers = answers.lock().expect("answers");
+            answers
+                .iter()
+                .filter(|(q, r, _)| *q == p && *r == p)
+                .count()
+        }
+    };
+    let before = started_in(Phase::Before);
+    testkit::wait::eventually("traffic flowing through Envoy", async || before() >= 10).await;
+    redis.kill();
+    let degraded = || instances.iter().all(|i| i.service.limiter().is_degraded());
+    testkit::wait::eventually("both limiters degraded", async || degraded()).await;
+    *phase.lock().expect("the phase") = Phase::Down;
+    let down = started_in(Phase::Down);
+    testkit::wait::eventually("30 answers with Redis down", async || down() >= 30).await;
+    *phase.lock().expect("the phase") = Phase::Restarting;
+    redis.restart();
+    let back = || instances.iter().all(|i| !i.service.limiter().is_degraded());
+    testkit::wait::eventually("both limiters deciding on Redis again", async || back()).await;
+    *phase.lock().expect("the phase") = Phase::Back;
+    let after = started_in(Phase::Back);
+    testkit::wait::eventually("15 answers with Redis back", async || after() >= 15).await;
+    stop.store(true, Ordering::SeqCst);
+    for c in clients {
+        c.join().expect("a client thread");
+    }
+    let envoy_stats = {
+        let envoy = Arc::clone(&envoy);
+        tokio::task::spawn_blocking(move || {
+            ["ok", "over_limit", "error", "failure_mode_allowed"].map(|s| envoy.ratelimit_stat(s))
+        })
+        .await
+        .expect("the stats")
+    };
+    let config = Config::parse("t.yaml", PLENTY).expect("valid");
+    let Lookup::Rule(found) = config.lookup("edge", [("generic_key", "all")]) else {
+        panic!("a rule");
+    };
+    let bucket_left = instances[0]
+        .service
+        .limiter()
+        .peek_named(
+            found.bucket().name(),
+            found.bucket().key(),
+            found.rule().limit().expect("a limit"),
+        )
+        .await
+        .expect("a peek on the restarted Redis")
+        .remaining;
+    let answers = answers.lock().expect("answers").clone();
+    Outage {
+        answers,
+        served: upstream.served(),
+        envoy_stats,
+        bucket_left,
+    }
+}
+
+/// What every outage shows: Redis up, everything admitted; Redis back (restarted empty),
+/// everything admitted again and charged on the new Redis; the upstream served exactly the
+/// 200s; `down` is every answer while Redis was down, and a request that started before the
+/// limiters saw it failing got either a 200 or that answer.
+fn assert_outage(o: &Outage, down: u16) {
+    let before = o.of(Phase::Before);
+    assert!(
+        before.iter().all(|&s| s == 200 || s == down),
+        "before: {before:?}"
+    );
+    assert!(count(&before, 200) >= 10, "before: {before:?}");
+    let during = o.of(Phase::Down);
+    assert!(during.len() >= 30);
+    assert!(during.iter().all(|&s| s == down), "down: {during:?}");
+    let back = o.of(Phase::Back);
+    assert!(back.len() >= 15);
+    assert!(back.iter().all(|&s| s == 200), "back: {back:?}");
+    // Decided on the restarted Redis: the (empty) bucket there holds their charges.
+    let back_charged = u64::try_from(back.len()).expect("small");
+    assert!(
+        o.bucket_left <= 100_000 - back_charged,
+        "{} left after {back_charged} charged",
+        o.bucket_left
+    );
+    // Across a change of phase, either answer.
+    assert!(
+        o.answers.iter().all(|(_, _, s)| *s == 200 || *s == down),
+        "{:?}",
+        o.answers
+    );
+    let all: Vec<u16> = o.answers.iter().map(|(_, _, s)| *s).collect();
+    assert_eq!(
+        o.served,
+        count(&all, 200) as u64,
+        "the upstream served the 200s"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_killed_under_traffic_with_deny_refuses_until_it_is_back() {
+    let o = redis_killed_under_traffic(FailurePolicy::Deny, StoreFailure::Policy, false).await;
+    assert_outage(&o, 429);
+    let [_, over_limit, error, allowed] = o.envoy_stats;
+    // Refused by the service's answer, not by an error Envoy let through.
+    assert!(over_limit >= 30, "{:?}", o.envoy_stats);
+    assert_eq!((error, allowed), (0, 0), "{:?}", o.envoy_stats);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_killed_under_traffic_with_allow_admits_as_configured() {
+    let o = redis_killed_under_traffic(FailurePolicy::Allow, StoreFailure::Policy, true).await;
+    assert_outage(&o, 200);
+    let [ok, over_limit, error, allowed] = o.envoy_stats;
+    assert_eq!(
+        (over_limit, error, allowed),
+        (0, 0, 0),
+        "{:?}",
+        o.envoy_stats
+    );
+    assert_eq!(ok, o.answers.len() as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_killed_under_traffic_with_unavailable_and_failure_mode_deny_is_refused_by_envoy() {
+    let o = redis_killed_under_traffic(FailurePolicy::Deny, StoreFailure::Unavailable, true).await;
+    // Envoy answers a failing rate-limit service under failure_mode_deny with 500.
+    assert_outage(&o, 500);
+    let [_, over_limit, error, allowed] = o.envoy_stats;
+    assert!(error >= 30, "{:?}", o.envoy_stats);
+    assert_eq!((over_limit, allowed), (0, 0), "{:?}", o.envoy_stats);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn redis_killed_under_traffic_with_unavailable_and_failure_mode_allow_is_let_through_by_envoy()
+ {
+    let o = redis_killed_under_traffic(FailurePolicy::Deny, StoreFailure::Unavailable, false).await;
+    assert_outage(&o, 200);
+    let [_, over_limit, error, allowed] = o.envoy_stats;
+    // Every 200 while Redis was down is Envoy's failure mode, counted as such: the service
+    // said UNAVAILABLE, never OK.
+    let down = o.of(Phase::Down).len() as u64;
+    assert!(error >= down && allowed >= down, "{:?}", o.envoy_stats);
+    assert_eq!(over_limit, 0, "{:?}", o.envoy_stats);
+}
