@@ -12,6 +12,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
@@ -465,4 +469,227 @@ async fn redis_killed_under_traffic_with_unavailable_and_failure_mode_allow_is_l
     let down = o.of(Phase::Down).len() as u64;
     assert!(error >= down && allowed >= down, "{:?}", o.envoy_stats);
     assert_eq!(over_limit, 0, "{:?}", o.envoy_stats);
+}
+
+/// A thousand an hour per user.
+const PER_USER: &str = "
+domain: edge
+descriptors:
+  - key: user
+    rate_limit: { unit: hour, requests_per_unit: 1000, algorithm: token_bucket }
+";
+
+fn entry(key: &str, value: &str) -> Entry {
+    Entry {
+        key: key.to_owned(),
+        value: value.to_owned(),
+    }
+}
+
+fn grpc_request(domain: &str, descriptors: Vec<Vec<Entry>>) -> RateLimitRequest {
+    RateLimitRequest {
+        domain: domain.to_owned(),
+        descriptors: descriptors
+            .into_iter()
+            .map(|entries| RateLimitDescriptor {
+                entries,
+                ..RateLimitDescriptor::default()
+            })
+            .collect(),
+        ..RateLimitRequest::default()
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_requests_over_grpc_get_a_clear_answer_and_the_service_keeps_serving() {
+    let redis = RedisServer::start();
+    let [a, _b] = two_instances(&redis, PER_USER, FailurePolicy::Deny, StoreFailure::Policy).await;
+    let mut client = RateLimitServiceClient::connect(format!("http://{}", a.addr))
+        .await
+        .expect("connected");
+    let alice = || grpc_request("edge", vec![vec![entry("user", "alice")]]);
+    let big = "v".repeat(100 * 1024);
+    let hostile: Vec<(&str, RateLimitRequest, tonic::Code)> = vec![
+        (
+            "5,000 descriptors",
+            grpc_request("edge", vec![vec![entry("user", "alice")]; 5000]),
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            "one descriptor of 5,000 entries",
+            grpc_request("edge", vec![vec![entry("user", "alice"); 5000]]),
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            "a 100 KB value",
+            grpc_request("edge", vec![vec![entry("user", &big)]]),
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            "a 100 KB key",
+            grpc_request("edge", vec![vec![entry(&big, "alice")]]),
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            "a 100 KB domain",
+            grpc_request(&big, vec![vec![entry("user", "alice")]]),
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            "no descriptor",
+            grpc_request("edge", vec![]),
+            tonic::Code::InvalidArgument,
+        ),
+        (
+            // Beyond tonic's default 4 MiB message: refused by the transport.
+            "a 5 MB request",
+            grpc_request("edge", vec![vec![entry("user", &"v".repeat(5 << 20))]]),
+            tonic::Code::OutOfRange,
+        ),
+    ];
+    let mut left = 1000;
+    for (what, request, expected) in hostile {
+        let e = client.should_rate_limit(request).await.expect_err(what);
+        assert_eq!(e.code(), expected, "{what}: {e:?}");
+        assert!(!e.message().is_empty(), "{what}: says why");
+        // Nothing was charged, and the next request is served.
+        let r = client
+            .should_rate_limit(alice())
+            .await
+            .unwrap_or_else(|e| panic!("after {what}: {e:?}"))
+            .into_inner();
+        left -= 1;
+        assert_eq!(r.overall_code, Code::Ok as i32, "after {what}");
+        assert_eq!(r.statuses[0].limit_remaining, left, "after {what}");
+    }
+    // An unknown domain, even with many descriptors and a long value within the bounds: OK,
+    // no limit, as the reference.
+    let r = client
+        .should_rate_limit(grpc_request(
+            "nowhere",
+            vec![vec![entry("user", &"v".repeat(4096))]; 64],
+        ))
+        .await
+        .expect("answered")
+        .into_inner();
+    assert_eq!(r.overall_code, Code::Ok as i32);
+    assert_eq!(r.statuses.len(), 64);
+    assert!(r.statuses.iter().all(|s| s.current_limit.is_none()));
+    // A thousand hostile requests at once: every one refused, the service still up.
+    let mut storm = tokio::task::JoinSet::new();
+    for i in 0..1000 {
+        let mut client = client.clone();
+        storm.spawn(async move {
+            let r = grpc_request("edge", vec![vec![entry("user", "x")]; 65 + i % 100]);
+            client.should_rate_limit(r).await.map(|_| ())
+        });
+    }
+    while let Some(answer) = storm.join_next().await {
+        let e = answer.expect("a task").expect_err("refused");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    }
+    assert!(!a.server.is_finished(), "the server runs");
+    let r = client
+        .should_rate_limit(alice())
+        .await
+        .expect("still served")
+        .into_inner();
+    assert_eq!(r.statuses[0].limit_remaining, left - 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_descriptors_through_envoy_are_refused_clearly_and_the_next_request_is_served() {
+    let redis = RedisServer::start();
+    let instances =
+        two_instances(&redis, PER_USER, FailurePolicy::Deny, StoreFailure::Policy).await;
+    let addrs = [instances[0].addr, instances[1].addr];
+    let (answers, stats, unknown, served) = tokio::task::spawn_blocking(move || {
+        let upstream = Upstream::start();
+        // The user's descriptor; 100 descriptors when `x-many` is sent; one of 20 entries when
+        // `x-wide` is.
+        let mut policies = vec![RateLimitPolicy::new([Action::request_headers(
+            "x-user", "user",
+        )])];
+        for i in 0..100 {
+            policies.push(RateLimitPolicy::new([Action::request_headers(
+                "x-many",
+                &format!("many{i}"),
+            )]));
+        }
+        policies.push(RateLimitPolicy::new(
+            (0..20).map(|i| Action::request_headers("x-wide", &format!("wide{i}"))),
+        ));
+        let envoy = envoy_over(&upstream, addrs, true, policies);
+        let value_10k = "v".repeat(10 * 1024);
+        let value_100k = "v".repeat(100 * 1024);
+        let cases: [(&str, Vec<(&str, &str)>); 4] = [
+            (
+                "100 descriptors",
+                vec![("x-user", "alice"), ("x-many", "m")],
+            ),
+            ("20 entries", vec![("x-user", "alice"), ("x-wide", "w")]),
+            ("a 10 KB value", vec![("x-user", value_10k.as_str())]),
+            ("a 100 KB header", vec![("x-user", value_100k.as_str())]),
+        ];
+        let mut answers = Vec::new();
+        for (what, headers) in &cases {
+            let hostile = envoy.get("/", headers).status;
+            let next = envoy.get("/", &[("x-user", "alice")]).status;
+            answers.push((*what, hostile, next));
+        }
+        let stats =
+            ["ok", "over_limit", "error", "failure_mode_allowed"].map(|s| envoy.ratelimit_stat(s));
+        // An unknown domain: Envoy's filter for another domain, the same service.
+        let other = Envoy::start(
+            &Bootstrap::new(upstream.addr())
+                .rate_limit_filter(
+                    RateLimitFilter::new("nowhere", addrs[0])
+                        .and_service(addrs[1])
+                        .failure_mode_deny(true),
+                )
+                .route_rate_limit(RateLimitPolicy::new([Action::request_headers(
+                    "x-user", "user",
+                )])),
+        );
+        let unknown = other.get("/", &[("x-user", "alice")]).status;
+        (answers, stats, unknown, upstream.served())
+    })
+    .await
+    .expect("the clients");
+    // The service answers INVALID_ARGUMENT; Envoy, under failure_mode_deny, refuses with 500
+    // and counts an error. A header beyond Envoy's own limit (60 KiB by default) is refused by
+    // Envoy itself (431) and never reaches the service. Every next request is served.
+    assert_eq!(
+        answers,
+        [
+            ("100 descriptors", 500, 200),
+            ("20 entries", 500, 200),
+            ("a 10 KB value", 500, 200),
+            ("a 100 KB header", 431, 200),
+        ]
+    );
+    let [ok, over_limit, error, allowed] = stats;
+    assert_eq!((ok, over_limit, error, allowed), (4, 0, 3, 0));
+    assert_eq!(unknown, 200, "an unknown domain has no limit");
+    assert_eq!(served, 5);
+    for i in &instances {
+        assert!(!i.server.is_finished());
+    }
+    // Nothing hostile was charged: alice's four admitted requests, and the unknown domain's
+    // none.
+    let config = Config::parse("t.yaml", PER_USER).expect("valid");
+    let Lookup::Rule(found) = config.lookup("edge", [("user", "alice")]) else {
+        panic!("a rule");
+    };
+    let d = instances[0]
+        .service
+        .limiter()
+        .peek_named(
+            found.bucket().name(),
+            found.bucket().key(),
+            found.rule().limit().expect("a limit"),
+        )
+        .await
+        .expect("a peek");
+    assert_eq!(d.remaining, 996);
 }
