@@ -693,3 +693,156 @@ async fn hostile_descriptors_through_envoy_are_refused_clearly_and_the_next_requ
         .expect("a peek");
     assert_eq!(d.remaining, 996);
 }
+
+fn write(dir: &Path, name: &str, text: &str) {
+    // Written aside and renamed in, as a deployment tool does: never seen half written.
+    let tmp = dir.join(format!(".{name}.tmp"));
+    std::fs::write(&tmp, text).expect("written");
+    std::fs::rename(&tmp, dir.join(name)).expect("renamed");
+}
+
+/// Waits until `stats` has counted `successes` successful loads and `errors` failed ones.
+async fn wait_loads(stats: &Stats, successes: u64, errors: u64) {
+    testkit::wait::eventually_ok("the watcher's load", async || {
+        let seen = (stats.load_successes(), stats.load_errors());
+        if seen.0 >= successes && seen.1 >= errors {
+            Ok(())
+        } else {
+            Err(format!("{seen:?} loads (successes, errors)"))
+        }
+    })
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reload_through_envoy_mid_traffic_applies_after_the_event_and_no_request_fails() {
+    let redis = RedisServer::start();
+    let root = tempfile::tempdir().expect("a directory");
+    let dir = root.path().to_owned();
+    write(&dir, "edge.yaml", &PER_USER.replace("1000", "100000"));
+    let options = LoadOptions::new().ignore_dot_files(true);
+    // Two instances, each with its own watcher on the same directory.
+    let mut instances = Vec::new();
+    let mut watchers = Vec::new();
+    let (stop_watching, watching) = tokio::sync::watch::channel(false);
+    for _ in 0..2 {
+        let stats = Arc::new(Stats::default());
+        let service = Service::new(
+            limiter(&redis, FailurePolicy::Deny).await,
+            Config::load_dir(&dir, &options).expect("loads"),
+        )
+        .stats(Arc::clone(&stats));
+        let instance = Instance::start(service).await;
+        let mut stopped = watching.clone();
+        watchers.push(tokio::spawn(
+            Watcher::new(&dir, options.clone())
+                .interval(Duration::from_millis(10))
+                .run(Arc::clone(&instance.service), async move {
+                    let _ = stopped.wait_for(|s| *s).await;
+                }),
+        ));
+        instances.push((instance, stats));
+    }
+    let addrs = [instances[0].0.addr, instances[1].0.addr];
+    let upstream = Arc::new(Upstream::start());
+    let envoy = {
+        let upstream = Arc::clone(&upstream);
+        tokio::task::spawn_blocking(move || {
+            Arc::new(envoy_over(
+                &upstream,
+                addrs,
+                true,
+                vec![RateLimitPolicy::new([Action::request_headers(
+                    "x-user", "user",
+                )])],
+            ))
+        })
+        .await
+        .expect("Envoy")
+    };
+    // Carol's traffic, from two threads, all along.
+    let stop = Arc::new(AtomicBool::new(false));
+    let carol = Arc::new(Mutex::new(Vec::<u16>::new()));
+    let clients: Vec<_> = (0..2)
+        .map(|_| {
+            let (envoy, carol, stop) = (Arc::clone(&envoy), Arc::clone(&carol), Arc::clone(&stop));
+            std::thread::spawn(move || {
+                while !stop.load(Ordering::SeqCst) {
+                    let status = envoy.get("/", &[("x-user", "carol")]).status;
+                    carol.lock().expect("answers").push(status);
+                }
+            })
+        })
+        .collect();
+    let answered = || carol.lock().expect("answers").len();
+    testkit::wait::eventually("carol's traffic", async || answered() >= 10).await;
+
+    // The limit goes from 100,000 an hour to 3, on both instances.
+    write(&dir, "edge.yaml", &PER_USER.replace("1000", "3"));
+    for (_, stats) in &instances {
+        wait_loads(stats, 1, 0).await;
+    }
+    let at_reload = answered();
+    testkit::wait::eventually("traffic after the reload", async || {
+        answered() >= at_reload + 10
+    })
+    .await;
+    // A user new since the reload gets exactly the new limit, through either instance.
+    let e = Arc::clone(&envoy);
+    let alice = tokio::task::spawn_blocking(move || {
+        (0..5)
+            .map(|_| e.get("/", &[("x-user", "alice")]).status)
+            .collect::<Vec<u16>>()
+    })
+    .await
+    .expect("alice");
+    assert_eq!(alice, [200, 200, 200, 429, 429]);
+
+    // A broken file: both instances count the error and keep the limit of 3.
+    write(
+        &dir,
+        "broken.yaml",
+        "domain: broken
+descriptors:
+  - key: user
+    rate_limit: { unit: fortnight, requests_per_unit: 1 }
+",
+    );
+    for (_, stats) in &instances {
+        wait_loads(stats, 1, 1).await;
+        assert_eq!(stats.load_successes(), 1);
+    }
+    let e = Arc::clone(&envoy);
+    let dave = tokio::task::spawn_blocking(move || {
+        (0..5)
+            .map(|_| e.get("/", &[("x-user", "dave")]).status)
+            .collect::<Vec<u16>>()
+    })
+    .await
+    .expect("dave");
+    assert_eq!(dave, [200, 200, 200, 429, 429]);
+
+    stop.store(true, Ordering::SeqCst);
+    for c in clients {
+        c.join().expect("a client thread");
+    }
+    let _ = stop_watching.send(true);
+    for w in watchers {
+        w.await.expect("a watcher stops");
+    }
+    // Carol's traffic: no request failed during the swaps (200, or 429 once her bucket of a
+    // thousand-fold smaller limit was used up), every one before the reload admitted.
+    let carol = carol.lock().expect("answers").clone();
+    assert!(carol.iter().all(|&s| s == 200 || s == 429), "{carol:?}");
+    assert!(
+        carol[..at_reload.min(carol.len())]
+            .iter()
+            .take(10)
+            .all(|&s| s == 200)
+    );
+    assert!(carol.contains(&429), "the new limit reached carol too");
+    let [ok, over, error, allowed] =
+        ["ok", "over_limit", "error", "failure_mode_allowed"].map(|s| envoy.ratelimit_stat(s));
+    assert_eq!((error, allowed), (0, 0), "{:?}", (ok, over));
+    assert!(instances.iter().all(|(i, _)| i.calls() > 0));
+}
