@@ -846,3 +846,191 @@ descriptors:
     assert_eq!((error, allowed), (0, 0), "{:?}", (ok, over));
     assert!(instances.iter().all(|(i, _)| i.calls() > 0));
 }
+
+/// The `ratelimit-envoy` binary on Redis at `redis_port`, its configuration in
+/// `root/config`, with `FAILURE_POLICY=fallback`: its gRPC address; killed when dropped.
+struct Binary {
+    child: std::process::Child,
+    grpc: SocketAddr,
+}
+
+impl Binary {
+    fn start(redis_port: u16, root: &Path) -> Binary {
+        let grpc = testkit::free_port();
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit-envoy"))
+            .env_clear()
+            .env("REDIS_SOCKET_TYPE", "tcp")
+            .env("REDIS_URL", format!("127.0.0.1:{redis_port}"))
+            .env("CACHE_KEY_PREFIX", BIN_PREFIX)
+            .env("FAILURE_POLICY", "fallback")
+            .env("RUNTIME_ROOT", root)
+            .env("RUNTIME_WATCH_ROOT", "false")
+            .env("HOST", "127.0.0.1")
+            .env("GRPC_HOST", "127.0.0.1")
+            .env("DEBUG_HOST", "127.0.0.1")
+            .env("GRPC_PORT", grpc.to_string())
+            .env("PORT", testkit::free_port().to_string())
+            .env("DEBUG_PORT", testkit::free_port().to_string())
+            .env("LOG_LEVEL", "warn")
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("started");
+        // Started once its stderr says its last listener is up.
+        let stderr = child.stderr.take().expect("piped");
+        let (tx, rx) = std::sync::mpsc::channel::<String>();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                let _ = tx.send(line);
+            }
+        });
+        let mut seen = Vec::new();
+        while !seen
+            .iter()
+            .any(|l: &String| l.contains("DEBUG_HOST: listening"))
+        {
+            let line = rx
+                .recv_timeout(testkit::wait::PATIENCE)
+                .unwrap_or_else(|_| panic!("not started:\n{}", seen.join("\n")));
+            seen.push(line);
+        }
+        Binary {
+            child,
+            grpc: SocketAddr::from(([127, 0, 0, 1], grpc)),
+        }
+    }
+}
+
+impl Drop for Binary {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+const BIN_PREFIX: &str = "envoy-faults-bin";
+
+/// Forty an hour, as a token bucket of 40.
+const FORTY_AN_HOUR: &str = "
+domain: edge
+descriptors:
+  - key: generic_key
+    value: all
+    rate_limit: { unit: hour, requests_per_unit: 40, algorithm: token_bucket }
+";
+
+/// Waits until both instances have beaten in the heartbeat's set since both were in it:
+/// each has read a count of two, and divides the limit by two when Redis fails.
+fn wait_two_instances_counted(redis: &RedisServer) {
+    let mut c = redis.blocking_connection();
+    let key = format!("{BIN_PREFIX}:instances");
+    let scores = |c: &mut redis::Connection| -> Vec<u64> {
+        redis::cmd("ZRANGE")
+            .arg(&key)
+            .arg(0)
+            .arg(-1)
+            .arg("WITHSCORES")
+            .query::<Vec<(String, u64)>>(c)
+            .expect("ZRANGE")
+            .into_iter()
+            .map(|(_, s)| s)
+            .collect()
+    };
+    let both_at = testkit::wait::poll_blocking(testkit::wait::PATIENCE, || {
+        let s = scores(&mut c);
+        if s.len() == 2 {
+            Ok(s.into_iter().max().unwrap_or(0))
+        } else {
+            Err(format!("{} instances", s.len()))
+        }
+    })
+    .expect("two instances beating");
+    testkit::wait::poll_blocking(testkit::wait::PATIENCE, || {
+        let s = scores(&mut c);
+        if s.len() == 2 && s.iter().all(|&t| t > both_at) {
+            Ok(())
+        } else {
+            Err(format!("{s:?}, both in since {both_at}"))
+        }
+    })
+    .expect("each instance beating again");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_killed_under_traffic_with_fallback_two_processes_enforce_their_shares() {
+    const N: usize = 40;
+    let mut redis = RedisServer::start();
+    let root = tempfile::tempdir().expect("a directory");
+    std::fs::create_dir_all(root.path().join("config")).expect("created");
+    write(&root.path().join("config"), "edge.yaml", FORTY_AN_HOUR);
+    let port = redis.port();
+    let (answers, down_started) = tokio::task::spawn_blocking(move || {
+        let a = Binary::start(port, root.path());
+        let b = Binary::start(port, root.path());
+        wait_two_instances_counted(&redis);
+        let upstream = Upstream::start();
+        let envoy = envoy_over(
+            &upstream,
+            [a.grpc, b.grpc],
+            true,
+            vec![RateLimitPolicy::new([Action::generic_key("all")])],
+        );
+        // (started after the kill?, status) of each request, from two threads at once.
+        let down = AtomicBool::new(false);
+        let answers = Mutex::new(Vec::<(bool, u16)>::new());
+        let after_kill = || {
+            answers
+                .lock()
+                .expect("answers")
+                .iter()
+                .filter(|a| a.0)
+                .count()
+        };
+        std::thread::scope(|s| {
+            for _ in 0..2 {
+                s.spawn(|| {
+                    while after_kill() < 3 * N {
+                        let started = down.load(Ordering::SeqCst);
+                        let status = envoy.get("/", &[]).status;
+                        answers.lock().expect("answers").push((started, status));
+                    }
+                });
+            }
+            testkit::wait::eventually_blocking("traffic through Envoy", || upstream.served() >= 6);
+            redis.kill();
+            down.store(true, Ordering::SeqCst);
+        });
+        let down_started = answers.lock().expect("answers").len();
+        // Redis back, empty: the shares used up, a 200 is Redis's decision again.
+        redis.restart();
+        testkit::wait::eventually_blocking("a request admitted by Redis again", || {
+            envoy.get("/", &[]).status == 200
+        });
+        let mut c = redis.blocking_connection();
+        let keys: Vec<String> = redis::cmd("KEYS")
+            .arg(format!("{BIN_PREFIX}*all*"))
+            .query(&mut c)
+            .expect("KEYS");
+        assert!(!keys.is_empty(), "the bucket is on the restarted Redis");
+        (answers.into_inner().expect("answers"), down_started)
+    })
+    .await
+    .expect("the clients");
+    assert!(down_started > 0);
+    let statuses: Vec<u16> = answers.iter().map(|a| a.1).collect();
+    assert!(
+        statuses.iter().all(|&s| s == 200 || s == 429),
+        "never an error: {statuses:?}"
+    );
+    let admitted = count(&statuses, 200);
+    let admitted_down = answers.iter().filter(|a| a.0 && a.1 == 200).count();
+    // Each process enforced its half, from what Redis last told it: together never more than
+    // the limit (each taking a whole limit would admit nearly twice it)...
+    assert!(admitted <= N, "{admitted} admitted of {N}: {answers:?}");
+    // ...and admitted while Redis was down (a share, not a refusal of everything).
+    assert!(admitted_down >= 1, "{answers:?}");
+    assert!(admitted >= N / 2, "{admitted} admitted of {N}: {answers:?}");
+}
