@@ -29,7 +29,9 @@ pub async fn serve(
         .add_service(health)
         .add_service(RateLimitServiceServer::from_arc(service.into()))
         .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(listener),
+            // Without TCP_NODELAY a response written in several writes (its headers, its
+            // message, its trailers) waits on Nagle's algorithm for the peer's ACK.
+            tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true)),
             shutdown,
         )
         .await
