@@ -53,7 +53,7 @@
 //! - **Response headers** ([`ResponseHeaders::Draft11`], off by default as in the reference):
 //!   the IETF draft-11 `RateLimit-Policy` and `RateLimit` in `response_headers_to_add`, which
 //!   Envoy adds to the response (the 429 of a refused request included), rendered by
-//!   ratelimit-core's [`set_call_headers`]. One item per bucket the request was decided in,
+//!   ratelimit-core's [`set_call_headers`](ratelimit_core::headers::set_call_headers). One item per bucket the request was decided in,
 //!   in the order of the descriptors (two descriptors in one bucket are one item), named by
 //!   the rule's `name`, else its statistics key (`domain.key_value.key`; a name that repeats
 //!   an earlier one gets `#n`, its position). Each item is that bucket's decision as the
@@ -70,32 +70,27 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
-use std::time::Duration;
 
-use envoy_types::pb::envoy::config::core::v3::HeaderValue as PbHeaderValue;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit as PbUnit;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
-    Code, DescriptorStatus, RateLimit as PbRateLimit,
-};
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
-use ratelimit_core::headers::{HeaderFamilies, RATELIMIT, RATELIMIT_POLICY, set_call_headers};
 use ratelimit_core::{Decision, FailurePolicy, Limit, RateLimiter, Source};
 use tonic::{Request, Response, Status};
 
-use crate::config::{Action, Config, Found, Lookup, ReferenceUnit, Rule};
+use crate::config::{Action, Config, Found, Lookup, Rule};
 use crate::stats::{Hit, Stats};
-use crate::usage::{self, Charged, STREAM_DONE_KEY};
+use crate::usage::{self, STREAM_DONE_KEY};
 
-/// The most descriptors one request may carry.
-pub const MAX_DESCRIPTORS: usize = 64;
-/// The most entries one descriptor may carry.
-pub const MAX_ENTRIES: usize = 16;
-/// The most bytes of the domain, and of each entry's key and value.
-pub const MAX_VALUE_BYTES: usize = 4096;
+mod plan;
+mod request;
+mod status;
+
+use plan::{Group, Plan, StreamDone, is_in};
+pub use request::{MAX_DESCRIPTORS, MAX_ENTRIES, MAX_VALUE_BYTES};
+use request::{cost_of, stream_done_estimates, validate};
+use status::{draft11_headers, status};
 
 /// What the service answers when Redis fails and a failure policy decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -147,42 +142,6 @@ pub struct Service {
     store_failure: StoreFailure,
     response_headers: ResponseHeaders,
     stats: Arc<Stats>,
-}
-
-/// How one descriptor is decided.
-enum Plan<'c> {
-    /// A stream-done charge ([`crate::usage`]): never refused, charged after the request's
-    /// other descriptors are decided (and only when they did not refuse it).
-    StreamDone(StreamDone<'c>),
-    /// No rule (or an unknown domain, or a replaced rule): `OK`, no limit.
-    Free,
-    /// `unlimited: true`.
-    Unlimited,
-    /// Refused whatever the bucket holds (`requests_per_unit: 0`, or a cost no burst holds).
-    Refused(&'c Rule, Option<Limit>),
-    /// Decided in the bucket of group `usize`.
-    Bucket(&'c Rule, Limit, usize),
-}
-
-/// A descriptor marked with [`STREAM_DONE_KEY`], and what its charge did.
-struct StreamDone<'c> {
-    rule: &'c Rule,
-    limit: Limit,
-    name: &'c str,
-    key: &'c str,
-    estimate: u64,
-    /// Its own `hits_addend`: `None` charges nothing (route-level `rate_limits`).
-    actual: Option<u64>,
-    charged: Option<Charged>,
-}
-
-/// One bucket of a request, with the summed cost of its descriptors.
-struct Group<'c> {
-    name: &'c str,
-    key: &'c str,
-    limit: Limit,
-    cost: u64,
-    decision: Option<Decision>,
 }
 
 impl Service {
@@ -537,275 +496,10 @@ impl Service {
     }
 }
 
-/// One descriptor's status. A shadow rule's is `OK` whatever its bucket says (as the
-/// reference); under the global shadow mode alone, `OVER_LIMIT` when it would have refused.
-fn status(plan: &Plan<'_>, groups: &[Group<'_>]) -> DescriptorStatus {
-    match *plan {
-        Plan::Free => DescriptorStatus {
-            code: Code::Ok as i32,
-            ..DescriptorStatus::default()
-        },
-        // Envoy does not read this answer (the call is fire-and-forget): the limit alone.
-        Plan::StreamDone(ref done) => DescriptorStatus {
-            code: Code::Ok as i32,
-            current_limit: Some(current_limit(done.rule, Some(&done.limit))),
-            ..DescriptorStatus::default()
-        },
-        Plan::Unlimited => DescriptorStatus {
-            code: Code::Ok as i32,
-            limit_remaining: u32::MAX,
-            ..DescriptorStatus::default()
-        },
-        Plan::Refused(rule, limit) => DescriptorStatus {
-            code: code(true, rule.shadow_mode()) as i32,
-            current_limit: Some(current_limit(rule, limit.as_ref())),
-            ..DescriptorStatus::default()
-        },
-        Plan::Bucket(rule, limit, at) => {
-            let Some(d) = &groups[at].decision else {
-                return DescriptorStatus {
-                    code: Code::Ok as i32,
-                    current_limit: Some(current_limit(rule, Some(&limit))),
-                    ..DescriptorStatus::default()
-                };
-            };
-            // Of a charged bucket in a request refused before it was asked, a peek: whether
-            // one more hit would pass. A check-only one is over when not one hit passes.
-            let over = !d.allowed || d.shadowed;
-            let wait = if over { d.retry_after } else { d.reset_after };
-            DescriptorStatus {
-                code: code(over, rule.shadow_mode()) as i32,
-                current_limit: Some(current_limit(rule, Some(&limit))),
-                limit_remaining: u32::try_from(d.remaining).unwrap_or(u32::MAX),
-                duration_until_reset: Some(whole_seconds_up(wait)),
-                ..DescriptorStatus::default()
-            }
-        }
-    }
-}
-
-/// The draft-11 `RateLimit-Policy` and `RateLimit` of a decided request (see the
-/// [module](self)'s documentation), rendered by ratelimit-core: one part per bucket, each
-/// with its rule's name (else its statistics key) and the bucket's decision.
-fn draft11_headers(
-    request: &RateLimitRequest,
-    plans: &[Plan<'_>],
-    groups: &[Group<'_>],
-) -> Vec<PbHeaderValue> {
-    let mut shown = Vec::new();
-    let mut parts: Vec<(&str, Decision)> = Vec::new();
-    for (descriptor, plan) in request.descriptors.iter().zip(plans) {
-        match *plan {
-            Plan::Bucket(rule, limit, at) => {
-                if shown.contains(&at) {
-                    continue;
-                }
-                shown.push(at);
-                let d = groups[at].decision.clone().unwrap_or_else(|| {
-                    // Never asked (not reached): the policy alone.
-                    policy_only(limit, groups[at].cost, Source::Free)
-                });
-                parts.push((label(rule), d));
-            }
-            // A cost no burst holds: refused without asking, the policy alone (its `q` says
-            // what the burst holds).
-            Plan::Refused(rule, Some(limit)) => {
-                let cost = cost_of(request, descriptor);
-                parts.push((
-                    label(rule),
-                    policy_only(limit, cost, Source::CostExceedsBurst),
-                ));
-            }
-            // No quota to describe: no rule, `unlimited`, `requests_per_unit: 0`, and a
-            // stream-done charge, whose answer Envoy does not read.
-            Plan::Free | Plan::Unlimited | Plan::Refused(_, None) | Plan::StreamDone(_) => {}
-        }
-    }
-    if parts.is_empty() {
-        return Vec::new();
-    }
-    let combined = Decision::combined(parts.iter().map(|(_, d)| d.clone()).collect());
-    let mut headers = ::http::HeaderMap::new();
-    set_call_headers(
-        &mut headers,
-        parts.iter().map(|(name, d)| (*name, d)),
-        &combined,
-        HeaderFamilies::NONE.with_ietf(),
-    );
-    [&RATELIMIT_POLICY, &RATELIMIT]
-        .into_iter()
-        .filter_map(|name| {
-            let value = headers.get(name)?.to_str().ok()?;
-            Some(PbHeaderValue {
-                key: name.as_str().to_owned(),
-                value: value.to_owned(),
-                ..PbHeaderValue::default()
-            })
-        })
-        .collect()
-}
-
-/// How a rule's limit is named to clients: its `name`, else its statistics key.
-fn label(rule: &Rule) -> &str {
-    rule.name().unwrap_or(rule.stats_key())
-}
-
-/// A decision under `limit` whose bucket was not asked, by `source`: it describes the policy
-/// alone.
-fn policy_only(limit: Limit, cost: u64, source: Source) -> Decision {
-    let cost = u32::try_from(cost).unwrap_or(u32::MAX);
-    let allowed = source != Source::CostExceedsBurst;
-    let mut d = Decision::new(allowed, 0, limit, cost, Duration::ZERO, Duration::ZERO);
-    d.source = source;
-    d
-}
-
-/// `OVER_LIMIT` when over, unless a shadow rule lets it through (`OK`, as the reference).
-fn code(over: bool, shadow_rule: bool) -> Code {
-    if over && !shadow_rule {
-        Code::OverLimit
-    } else {
-        Code::Ok
-    }
-}
-
-/// Whether `plan` decides in group `at`.
-fn is_in(plan: &Plan<'_>, at: usize) -> bool {
-    matches!(plan, Plan::Bucket(_, _, g) if *g == at)
-}
-
 /// A limiter's error, as gRPC answers it: Envoy's `failure_mode_deny` decides.
 fn unavailable(e: &ratelimit_core::Error) -> Status {
     tracing::error!(error = %e, "ShouldRateLimit: the limiter failed");
     Status::unavailable(format!("the rate limiter failed: {e}"))
-}
-
-/// The descriptor's cost, as the reference's `GetHitsAddends`.
-fn cost_of(request: &RateLimitRequest, descriptor: &RateLimitDescriptor) -> u64 {
-    match &descriptor.hits_addend {
-        Some(own) => own.value,
-        None => u64::from(request.hits_addend.max(1)),
-    }
-}
-
-/// `current_limit` of a rule: as written, or what its limit's period is.
-fn current_limit(rule: &Rule, limit: Option<&Limit>) -> PbRateLimit {
-    let (unit, requests) = match (rule.unit(), limit) {
-        (Some(unit), _) => (pb_unit(unit), rule.requests_per_unit()),
-        (None, Some(limit)) => {
-            let unit = match limit.period().as_secs() {
-                _ if limit.period().subsec_nanos() != 0 => PbUnit::Unknown,
-                1 => PbUnit::Second,
-                60 => PbUnit::Minute,
-                3600 => PbUnit::Hour,
-                86_400 => PbUnit::Day,
-                _ => PbUnit::Unknown,
-            };
-            (unit, limit.replenish())
-        }
-        (None, None) => (PbUnit::Unknown, rule.requests_per_unit()),
-    };
-    PbRateLimit {
-        name: rule.name().unwrap_or_default().to_owned(),
-        requests_per_unit: requests,
-        unit: unit as i32,
-    }
-}
-
-fn pb_unit(unit: ReferenceUnit) -> PbUnit {
-    match unit {
-        ReferenceUnit::Second => PbUnit::Second,
-        ReferenceUnit::Minute => PbUnit::Minute,
-        ReferenceUnit::Hour => PbUnit::Hour,
-        ReferenceUnit::Day => PbUnit::Day,
-        ReferenceUnit::Week => PbUnit::Week,
-        ReferenceUnit::Month => PbUnit::Month,
-        ReferenceUnit::Year => PbUnit::Year,
-    }
-}
-
-/// `d` rounded up to whole seconds: Envoy reads the seconds.
-fn whole_seconds_up(d: Duration) -> envoy_types::pb::google::protobuf::Duration {
-    let seconds = d.as_secs() + u64::from(d.subsec_nanos() > 0);
-    envoy_types::pb::google::protobuf::Duration {
-        seconds: i64::try_from(seconds).unwrap_or(i64::MAX),
-        nanos: 0,
-    }
-}
-
-/// Each descriptor's stream-done estimate: `Some` for a descriptor with a
-/// [`STREAM_DONE_KEY`] entry (its value, a decimal), `None` for the others.
-fn stream_done_estimates(request: &RateLimitRequest) -> Result<Vec<Option<u64>>, Status> {
-    let mut out = Vec::with_capacity(request.descriptors.len());
-    for (i, descriptor) in request.descriptors.iter().enumerate() {
-        let mut marks = descriptor
-            .entries
-            .iter()
-            .filter(|e| e.key == STREAM_DONE_KEY);
-        let estimate = match (marks.next(), marks.next()) {
-            (None, _) => None,
-            (Some(_), Some(_)) => {
-                return Err(Status::invalid_argument(format!(
-                    "descriptor {i} has more than one {STREAM_DONE_KEY} entry"
-                )));
-            }
-            (Some(mark), None) => Some(mark.value.parse::<u64>().map_err(|_| {
-                Status::invalid_argument(format!(
-                    "descriptor {i}: {STREAM_DONE_KEY} is `{}`, expected the estimate the \
-                     request path took, a whole number (0 for none)",
-                    mark.value
-                ))
-            })?),
-        };
-        out.push(estimate);
-    }
-    Ok(out)
-}
-
-/// The request's bounds.
-fn validate(request: &RateLimitRequest) -> Result<(), Status> {
-    let invalid = |why: String| Err(Status::invalid_argument(why));
-    if request.domain.is_empty() {
-        return invalid("rate limit domain must not be empty".into());
-    }
-    if request.domain.len() > MAX_VALUE_BYTES {
-        return invalid(format!("the domain is longer than {MAX_VALUE_BYTES} bytes"));
-    }
-    if request.descriptors.is_empty() {
-        return invalid("rate limit descriptor list must not be empty".into());
-    }
-    if request.descriptors.len() > MAX_DESCRIPTORS {
-        return invalid(format!(
-            "{} descriptors: at most {MAX_DESCRIPTORS} per request",
-            request.descriptors.len()
-        ));
-    }
-    for (i, descriptor) in request.descriptors.iter().enumerate() {
-        if descriptor.entries.len() > MAX_ENTRIES {
-            return invalid(format!(
-                "descriptor {i} has {} entries: at most {MAX_ENTRIES}",
-                descriptor.entries.len()
-            ));
-        }
-        for entry in &descriptor.entries {
-            if entry.key.len() > MAX_VALUE_BYTES || entry.value.len() > MAX_VALUE_BYTES {
-                return invalid(format!(
-                    "descriptor {i} has an entry longer than {MAX_VALUE_BYTES} bytes"
-                ));
-            }
-        }
-        if descriptor.limit.is_some() {
-            return Err(Status::unimplemented(format!(
-                "descriptor {i} carries a limit override, which this service does not apply yet"
-            )));
-        }
-        if descriptor.is_negative_hits {
-            return Err(Status::unimplemented(format!(
-                "descriptor {i} asks for negative hits, which this service does not apply yet"
-            )));
-        }
-    }
-    Ok(())
 }
 
 #[tonic::async_trait]
