@@ -2058,7 +2058,10 @@ fn model_call(
             fields[3] = p.reset_after_us;
         }
         if mode == 4 {
-            fields[1] = peek(i).remaining;
+            // A peek: what the limit holds now, and when it is full again as it stands.
+            let p = peek(i);
+            fields[1] = p.remaining;
+            fields[3] = p.reset_after_us;
         }
         expected.extend(fields);
     }
