@@ -104,7 +104,7 @@ fn main() {
         .build()
         .unwrap();
     let url = redis.url();
-    let addr: SocketAddr = service_rt.block_on(async move {
+    let (addr, limiter): (SocketAddr, RateLimiter) = service_rt.block_on(async move {
         let limiter = RateLimiter::builder()
             .redis(url)
             .prefix("bench")
@@ -113,7 +113,7 @@ fn main() {
             .unwrap();
         let path = format!("{:?}", limiter.redis_path());
         println!("service's Redis path: {path}");
-        let service = Service::new(limiter, Config::parse("bench.yaml", YAML).unwrap());
+        let service = Service::new(limiter.clone(), Config::parse("bench.yaml", YAML).unwrap());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         tokio::spawn(ratelimit_envoy::server::serve(
@@ -121,7 +121,7 @@ fn main() {
             listener,
             std::future::pending(),
         ));
-        addr
+        (addr, limiter)
     });
 
     let client_rt = tokio::runtime::Builder::new_current_thread()
@@ -150,6 +150,58 @@ fn main() {
         times
     });
     grpc.sort();
+
+    // Where the time goes: the same server answering grpc.health.v1 (the gRPC round trip
+    // alone), and the limiter's own call, in the service's runtime (the Redis round trip and
+    // the library).
+    let mut health: Vec<Duration> = client_rt.block_on(async {
+        use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+        let mut client = HealthClient::new(channel);
+        let mut times = Vec::with_capacity(N);
+        for i in 0..N + 1_000 {
+            let start = Instant::now();
+            client
+                .check(HealthCheckRequest {
+                    service: String::new(),
+                })
+                .await
+                .unwrap();
+            if i >= 1_000 {
+                times.push(start.elapsed());
+            }
+        }
+        times
+    });
+    health.sort();
+    let limit = *Config::parse("bench.yaml", YAML)
+        .unwrap()
+        .rules("bench")
+        .next()
+        .unwrap()
+        .limit()
+        .unwrap();
+    let mut direct: Vec<Duration> = service_rt.block_on(async move {
+        let mut times = Vec::with_capacity(N);
+        for i in 0..N + 1_000 {
+            let key = format!("d{}", i % 1_000);
+            let start = Instant::now();
+            let d = limiter
+                .check_all_named(&[("direct", &key, &limit, 1)])
+                .await
+                .unwrap();
+            if i >= 1_000 {
+                times.push(start.elapsed());
+            }
+            assert!(d.allowed);
+        }
+        times
+    });
+    direct.sort();
 
     // Envoy, without and with the filter.
     let upstream = Upstream::start();
@@ -204,6 +256,16 @@ fn main() {
         "ShouldRateLimit, one descriptor, p50 / p99",
         format!("{:.1}", micros(percentile(&grpc, 500))),
         format!("{:.1}", micros(percentile(&grpc, 990)))
+    );
+    println!(
+        "{:<58} {:>10}",
+        "grpc.health.v1 Check on the same server, p50",
+        format!("{:.1}", micros(percentile(&health, 500)))
+    );
+    println!(
+        "{:<58} {:>10}",
+        "RateLimiter::check_all_named in-process, p50",
+        format!("{:.1}", micros(percentile(&direct, 500)))
     );
     println!(
         "{:<58} {:>10}",
