@@ -13,6 +13,8 @@
 //! ```sh
 //! RATELIMIT_MODULE=target/module/release/libratelimit_module.so \
 //!   cargo bench -p redis-ratelimit-envoy --bench latency
+//! # the service's runtime on its own thread alone, not one worker thread
+//! cargo bench -p redis-ratelimit-envoy --bench latency -- --current-thread
 //! ```
 #![allow(clippy::unwrap_used, clippy::print_stdout, missing_docs)]
 
@@ -97,32 +99,66 @@ fn main() {
     let ping = redis_benchmark_p50(redis.port(), "ping");
     let incr = redis_benchmark_p50(redis.port(), "incr");
 
-    // The service on a runtime of its own, as a process of its own would have it.
-    let service_rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(1)
-        .enable_all()
-        .build()
-        .unwrap();
+    // The service on a thread and a runtime of its own, as a process of its own would have
+    // it: one worker thread (`--current-thread`: the thread itself, every task on it). The
+    // limiter's own call is measured there first (the Redis round trip and the library),
+    // before any gRPC traffic.
+    let current_thread = std::env::args().any(|a| a == "--current-thread");
     let url = redis.url();
-    let (addr, limiter): (SocketAddr, RateLimiter) = service_rt.block_on(async move {
-        let limiter = RateLimiter::builder()
-            .redis(url)
-            .prefix("bench")
-            .build()
-            .await
-            .unwrap();
-        let path = format!("{:?}", limiter.redis_path());
-        println!("service's Redis path: {path}");
-        let service = Service::new(limiter.clone(), Config::parse("bench.yaml", YAML).unwrap());
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
-        tokio::spawn(ratelimit_envoy::server::serve(
-            service,
-            listener,
-            std::future::pending(),
-        ));
-        (addr, limiter)
+    let (ready, started) = std::sync::mpsc::channel::<(SocketAddr, Vec<Duration>)>();
+    std::thread::spawn(move || {
+        let runtime = if current_thread {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap()
+        } else {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(1)
+                .enable_all()
+                .build()
+                .unwrap()
+        };
+        runtime.block_on(async move {
+            let limiter = RateLimiter::builder()
+                .redis(url)
+                .prefix("bench")
+                .build()
+                .await
+                .unwrap();
+            let path = format!("{:?}", limiter.redis_path());
+            println!("service's Redis path: {path}; current thread: {current_thread}");
+            let limit = *Config::parse("bench.yaml", YAML)
+                .unwrap()
+                .rules("bench")
+                .next()
+                .unwrap()
+                .limit()
+                .unwrap();
+            let mut direct = Vec::with_capacity(N);
+            for i in 0..N + 1_000 {
+                let key = format!("d{}", i % 1_000);
+                let start = Instant::now();
+                let d = limiter
+                    .check_all_named(&[("direct", &key, &limit, 1)])
+                    .await
+                    .unwrap();
+                if i >= 1_000 {
+                    direct.push(start.elapsed());
+                }
+                assert!(d.allowed);
+            }
+            let service = Service::new(limiter, Config::parse("bench.yaml", YAML).unwrap());
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let addr = listener.local_addr().unwrap();
+            ready.send((addr, direct)).unwrap();
+            ratelimit_envoy::server::serve(service, listener, std::future::pending())
+                .await
+                .unwrap();
+        });
     });
+    let (addr, mut direct) = started.recv().unwrap();
+    direct.sort();
 
     let client_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -152,8 +188,7 @@ fn main() {
     grpc.sort();
 
     // Where the time goes: the same server answering grpc.health.v1 (the gRPC round trip
-    // alone), and the limiter's own call, in the service's runtime (the Redis round trip and
-    // the library).
+    // alone).
     let mut health: Vec<Duration> = client_rt.block_on(async {
         use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
         let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
@@ -178,30 +213,6 @@ fn main() {
         times
     });
     health.sort();
-    let limit = *Config::parse("bench.yaml", YAML)
-        .unwrap()
-        .rules("bench")
-        .next()
-        .unwrap()
-        .limit()
-        .unwrap();
-    let mut direct: Vec<Duration> = service_rt.block_on(async move {
-        let mut times = Vec::with_capacity(N);
-        for i in 0..N + 1_000 {
-            let key = format!("d{}", i % 1_000);
-            let start = Instant::now();
-            let d = limiter
-                .check_all_named(&[("direct", &key, &limit, 1)])
-                .await
-                .unwrap();
-            if i >= 1_000 {
-                times.push(start.elapsed());
-            }
-            assert!(d.allowed);
-        }
-        times
-    });
-    direct.sort();
 
     // Envoy, without and with the filter.
     let upstream = Upstream::start();
