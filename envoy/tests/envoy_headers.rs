@@ -82,17 +82,6 @@ impl Served {
 const USER_INTERVAL: Duration = Duration::from_secs(1200);
 const ALL_INTERVAL: Duration = Duration::from_secs(36);
 
-/// How long until the bucket a token-bucket `peek` looked at is full again, truly. A peek
-/// answers as a check of one more token would (ratelimit-core's `Outcome::peek`): when that
-/// token would be admitted, its `reset_after` is one `interval` later than the bucket's.
-fn full_in(peek: &Decision, interval: Duration) -> Duration {
-    if peek.allowed {
-        peek.reset_after.saturating_sub(interval)
-    } else {
-        peek.reset_after
-    }
-}
-
 fn start_envoy(upstream: &Upstream, filter: RateLimitFilter, both: bool) -> Envoy {
     let mut bootstrap = Bootstrap::new(upstream.addr())
         .rate_limit_filter(filter)
@@ -147,7 +136,7 @@ async fn envoys_x_ratelimit_headers_and_retry_after_come_from_the_statuses_exact
         let reset = seconds(&r, "x-ratelimit-reset");
         let now = s.peek(("user", "alice")).await;
         assert_eq!(now.remaining.to_string(), left);
-        let full = full_in(&now, USER_INTERVAL);
+        let full = now.reset_after;
         assert!(reset >= full, "{reset:?} < {full:?}");
         assert!(reset <= USER_INTERVAL * taken, "{reset:?}");
         assert!(r.header("retry-after").is_none(), "an admitted request");
@@ -212,8 +201,8 @@ async fn draft_11_headers_reach_the_client_on_admitted_and_refused_requests() {
         assert_eq!((state[0].1, state[1].1), (user_left, all_left));
         // `t` is never early: at least what each bucket tells now; at most the interval of
         // each token taken.
-        let user = full_in(&s.peek(("user", "carol")).await, USER_INTERVAL);
-        let all = full_in(&s.peek(("generic_key", "all")).await, ALL_INTERVAL);
+        let user = s.peek(("user", "carol")).await.reset_after;
+        let all = s.peek(("generic_key", "all")).await.reset_after;
         assert!(state[0].2 >= user, "{state:?} / {user:?}");
         assert!(state[1].2 >= all, "{state:?} / {all:?}");
         assert!(state[0].2 <= USER_INTERVAL * taken, "{state:?}");
@@ -225,8 +214,8 @@ async fn draft_11_headers_reach_the_client_on_admitted_and_refused_requests() {
     assert_eq!(r.header("ratelimit-policy"), Some(policy));
     let state = items(r.header("ratelimit").expect("a RateLimit header"));
     assert_eq!((state[0].1, state[1].1), (0, 97));
-    let user = full_in(&s.peek(("user", "carol")).await, USER_INTERVAL);
-    let all = full_in(&s.peek(("generic_key", "all")).await, ALL_INTERVAL);
+    let user = s.peek(("user", "carol")).await.reset_after;
+    let all = s.peek(("generic_key", "all")).await.reset_after;
     assert!(state[0].2 >= user && state[1].2 >= all, "{state:?}");
     assert_eq!(upstream.served(), 3);
 }

@@ -60,9 +60,8 @@
 //!   statuses report it: of a refused request, what is left since nothing was taken; a
 //!   shadow rule's bucket as it is, spent included (as the library describes a limit in
 //!   shadow mode). `t` is the time until the bucket is full again and `w` the limit's
-//!   refill time, both rounded up (of a bucket only peeked at and admitting, the library's
-//!   peek answers as one more hit would: one hit later, never early). A rule with no quota (`unlimited`, `requests_per_unit: 0`)
-//!   and a descriptor with no rule are left out; a cost no burst holds, and a decision by the
+//!   refill time, both rounded up. A rule with no quota (`unlimited`,
+//!   `requests_per_unit: 0`) and a descriptor with no rule are left out; a cost no burst holds, and a decision by the
 //!   failure policy without a bucket, list the policy alone (no `RateLimit` item).
 //! - **Not yet**: a descriptor's `limit` override and `is_negative_hits` are answered
 //!   `UNIMPLEMENTED` (rather than ignored, which would change what the request means);
