@@ -67,7 +67,6 @@
 //!   `UNIMPLEMENTED` (rather than ignored, which would change what the request means);
 //!   `quota_mode` is not applied.
 
-use std::collections::HashMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
@@ -239,7 +238,6 @@ impl Service {
             .flat_map(|f| f.rule().replaces())
             .map(String::as_str)
             .collect();
-        let mut index: HashMap<(&str, &str), usize> = HashMap::new();
         for ((descriptor, found), estimate) in
             request.descriptors.iter().zip(&found).zip(&estimates)
         {
@@ -271,10 +269,13 @@ impl Service {
                     if cost > u64::from(limit.burst_capacity()) {
                         Plan::Refused(rule, Some(limit))
                     } else {
+                        // Two descriptors in one bucket are one check: found among the
+                        // request's few buckets (at most MAX_DESCRIPTORS) without a map.
                         let bucket = found.bucket();
-                        let at = *index
-                            .entry((bucket.name(), bucket.key()))
-                            .or_insert_with(|| {
+                        let same = |g: &Group<'_>| g.name == bucket.name() && g.key == bucket.key();
+                        let at = match groups.iter().position(same) {
+                            Some(at) => at,
+                            None => {
                                 groups.push(Group {
                                     name: bucket.name(),
                                     key: bucket.key(),
@@ -283,7 +284,8 @@ impl Service {
                                     decision: None,
                                 });
                                 groups.len() - 1
-                            });
+                            }
+                        };
                         groups[at].cost += cost;
                         Plan::Bucket(rule, limit, at)
                     }
