@@ -129,8 +129,12 @@ impl Stats {
         } else if series.len() < MAX_SERIES {
             series.insert(labels, counts);
         } else {
-            self.overflow
-                .fetch_add(counts.total_hits, Ordering::Relaxed);
+            // Stops at `u64::MAX`, as a series' counters do.
+            let _ = self
+                .overflow
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                    Some(n.saturating_add(counts.total_hits))
+                });
         }
     }
 
@@ -278,12 +282,15 @@ impl Stats {
     }
 }
 
+/// Adds `c` to `into`, each counter stopping at `u64::MAX`: a request may carry any
+/// `hits_addend`, and a counter that wrapped (or panicked, in a debug build) would be worse
+/// than one that stops.
 fn add(into: &mut Counts, c: Counts) {
-    into.total_hits += c.total_hits;
-    into.within_limit += c.within_limit;
-    into.near_limit += c.near_limit;
-    into.over_limit += c.over_limit;
-    into.shadow_mode += c.shadow_mode;
+    into.total_hits = into.total_hits.saturating_add(c.total_hits);
+    into.within_limit = into.within_limit.saturating_add(c.within_limit);
+    into.near_limit = into.near_limit.saturating_add(c.near_limit);
+    into.over_limit = into.over_limit.saturating_add(c.over_limit);
+    into.shadow_mode = into.shadow_mode.saturating_add(c.shadow_mode);
 }
 
 /// The reference's labels of a statistics key: sanitized, then split at its dots.
@@ -411,6 +418,23 @@ mod tests {
             },
         );
         assert_eq!(stats.counts_of("d.j"), Some([5, 3, 1, 2, 2]));
+    }
+
+    #[test]
+    fn counters_stop_at_their_largest_value() {
+        // A request may carry any `hits_addend`: two of u64::MAX hits neither wrap nor panic.
+        let stats = Stats::new(800);
+        let refused = Hit {
+            cost: u64::MAX,
+            over: true,
+            shadow: false,
+            capacity: 10,
+            remaining: 0,
+            charged: false,
+        };
+        stats.record("d.k", refused);
+        stats.record("d.k", refused);
+        assert_eq!(stats.counts_of("d.k"), Some([u64::MAX, 0, 0, u64::MAX, 0]));
     }
 
     #[test]
