@@ -140,6 +140,33 @@ impl Fleet {
     }
 }
 
+impl Fleet {
+    /// An Envoy calling both instances: the request path takes an estimate from `user`'s
+    /// bucket (the request's `x-estimate`), the stream's end settles the response's
+    /// `x-tokens-used` against it: the same header, read again as the stream-done entry's
+    /// value (the convention of `ratelimit_envoy::usage`).
+    fn envoy_estimating(&self, upstream: &Upstream) -> Envoy {
+        let user = || Action::request_headers("x-user", "user");
+        let filter = RateLimitFilter::new("llm", self.addrs[0])
+            .and_service(self.addrs[1])
+            .failure_mode_deny(true)
+            .timeout(Duration::from_secs(5))
+            .rate_limit(
+                RateLimitPolicy::new([user()])
+                    .hits_addend(HitsAddend::Format("%REQ(x-estimate)%".into())),
+            )
+            .rate_limit(
+                RateLimitPolicy::new([
+                    user(),
+                    Action::request_headers("x-estimate", STREAM_DONE_KEY),
+                ])
+                .hits_addend(HitsAddend::Format("%RESP(x-tokens-used)%".into()))
+                .apply_on_stream_done(),
+            );
+        Envoy::start(&Bootstrap::new(upstream.addr()).rate_limit_filter(filter))
+    }
+}
+
 /// 100 tokens an hour (one back every 36 s), owing at most 50.
 const TOKENS: &str = "
 domain: llm
@@ -205,6 +232,47 @@ async fn tokens_used_are_charged_at_stream_end_and_the_overshoot_stops_at_the_de
         "{retry} s < {:?}",
         now.retry_after
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_estimate_taken_on_the_request_path_is_settled_at_stream_end() {
+    let redis = RedisServer::start();
+    let fleet = Arc::new(Fleet::start(&redis, TOKENS).await);
+    let upstream = Upstream::start();
+    let envoy = Arc::new(fleet.envoy_estimating(&upstream));
+    let call = |user: &'static str, estimate: &'static str, used: &'static str| {
+        let e = Arc::clone(&envoy);
+        tokio::task::spawn_blocking(move || {
+            e.get(
+                "/",
+                &[
+                    ("x-user", user),
+                    ("x-estimate", estimate),
+                    ("x-upstream-respond-x-tokens-used", used),
+                ],
+            )
+            .status
+        })
+    };
+    // 20 estimated, 30 used: the excess of 10 taken at stream end.
+    assert_eq!(call("alice", "20", "30").await.unwrap(), 200);
+    // 20 estimated, 5 used: 15 given back.
+    assert_eq!(call("bob", "20", "5").await.unwrap(), 200);
+    // As estimated: nothing moves at stream end.
+    assert_eq!(call("carol", "20", "20").await.unwrap(), 200);
+    fleet.wait_stream_done(3).await;
+    assert_eq!(fleet.peek("alice").await.remaining, 70);
+    assert_eq!(fleet.peek("bob").await.remaining, 95);
+    assert_eq!(fleet.peek("carol").await.remaining, 80);
+    // 90 estimated on carol's 80 left: refused on the request path, nothing taken, and no
+    // stream-done call follows (the next one waited for is dave's).
+    assert_eq!(call("carol", "90", "90").await.unwrap(), 429);
+    assert_eq!(call("dave", "10", "10").await.unwrap(), 200);
+    fleet.wait_stream_done(4).await;
+    assert_eq!(fleet.peek("carol").await.remaining, 80);
+    assert_eq!(fleet.peek("dave").await.remaining, 90);
+    assert_eq!(fleet.stream_done.load(Ordering::SeqCst), 4);
+    assert_eq!(upstream.served(), 4);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
