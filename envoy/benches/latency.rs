@@ -4,6 +4,8 @@
 //! On one `redis-server` this bench starts (with the project's module when
 //! `RATELIMIT_MODULE` names it), in one sitting:
 //! - `redis-benchmark -c 1 -P 1` of `PING` and of `INCR` (the bare round trip), its p50;
+//! - the limiter's call, then the service's own decision (`Service::decide`: what its
+//!   `response_time` histogram counts), in the service's runtime, without gRPC;
 //! - one gRPC client asking the service (in this process, its own runtime) one
 //!   one-descriptor request after another, every one admitted: p50 and p99;
 //! - Envoy in front of a small upstream, without and with the rate-limit filter calling the
@@ -105,7 +107,7 @@ fn main() {
     // before any gRPC traffic.
     let current_thread = std::env::args().any(|a| a == "--current-thread");
     let url = redis.url();
-    let (ready, started) = std::sync::mpsc::channel::<(SocketAddr, Vec<Duration>)>();
+    let (ready, started) = std::sync::mpsc::channel::<(SocketAddr, Vec<Duration>, Vec<Duration>)>();
     std::thread::spawn(move || {
         let runtime = if current_thread {
             tokio::runtime::Builder::new_current_thread()
@@ -149,16 +151,29 @@ fn main() {
                 assert!(d.allowed);
             }
             let service = Service::new(limiter, Config::parse("bench.yaml", YAML).unwrap());
+            // The service's own time for a request: what its `response_time` histogram
+            // counts (the request decoded to the answer made), without the gRPC hop.
+            let mut decide = Vec::with_capacity(N);
+            for i in 0..N + 1_000 {
+                let r = request(&format!("s{}", i % 1_000));
+                let start = Instant::now();
+                let answer = service.decide(&r).await.unwrap();
+                if i >= 1_000 {
+                    decide.push(start.elapsed());
+                }
+                assert_eq!(answer.overall_code, Code::Ok as i32);
+            }
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
             let addr = listener.local_addr().unwrap();
-            ready.send((addr, direct)).unwrap();
+            ready.send((addr, direct, decide)).unwrap();
             ratelimit_envoy::server::serve(service, listener, std::future::pending())
                 .await
                 .unwrap();
         });
     });
-    let (addr, mut direct) = started.recv().unwrap();
+    let (addr, mut direct, mut decide) = started.recv().unwrap();
     direct.sort();
+    decide.sort();
 
     let client_rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
@@ -280,7 +295,17 @@ fn main() {
     );
     println!(
         "{:<58} {:>10}",
+        "Service::decide in-process (its response_time), p50",
+        format!("{:.1}", micros(percentile(&decide, 500)))
+    );
+    println!(
+        "{:<58} {:>10}",
         "  ÷ redis-benchmark's PING p50",
+        format!("{:.2}", micros(percentile(&decide, 500)) / ping)
+    );
+    println!(
+        "{:<58} {:>10}",
+        "ShouldRateLimit ÷ redis-benchmark's PING p50",
         format!("{:.2}", micros(percentile(&grpc, 500)) / ping)
     );
     let (a, b) = (percentile(&without, 500), percentile(&with, 500));

@@ -16,8 +16,11 @@
 //! - `RATELIMIT_HEADERS` (default `off`; read by [`Settings`]): `draft11` adds the IETF
 //!   draft-11 `RateLimit-Policy` and `RateLimit` headers to the response to the client.
 //!
-//! Logs go to stderr at `LOG_LEVEL` (as text; `LOG_FORMAT=json` is warned about and logged as
-//! text). On SIGTERM or ctrl-c, `/healthcheck` turns `500` at once, then every server stops
+//! Logs go to stderr at `LOG_LEVEL`, as text or with `LOG_FORMAT=json` one JSON object a line
+//! (`timestamp`, `level`, `target`, and the event's `fields`, its `message` among them: the
+//! field names of `tracing-subscriber`, not the reference's logrus `@timestamp` and
+//! `@message`). With `USE_PROMETHEUS=true`, the library's own counters
+//! ([`ratelimit_envoy::stats`]) are rendered after the reference's. On SIGTERM or ctrl-c, `/healthcheck` turns `500` at once, then every server stops
 //! taking connections and answers the requests in flight; exits 0 then, 1 when it cannot
 //! start (every error of a bad configuration is printed, each with its file and line).
 
@@ -64,12 +67,12 @@ async fn run() -> Result<(), String> {
         LogLevel::Warn => tracing::Level::WARN,
         _ => tracing::Level::ERROR,
     };
-    tracing_subscriber::fmt()
+    let logs = tracing_subscriber::fmt()
         .with_max_level(level)
-        .with_writer(std::io::stderr)
-        .init();
-    if settings.log_format == LogFormat::Json {
-        tracing::warn!("LOG_FORMAT=json: this service logs as text");
+        .with_writer(std::io::stderr);
+    match settings.log_format {
+        LogFormat::Json => logs.json().init(),
+        _ => logs.init(),
     }
     let var = |name: &str| {
         vars.iter()
@@ -106,6 +109,14 @@ async fn run() -> Result<(), String> {
         )
     })?;
 
+    let stats = Arc::new(Stats::new(settings.near_limit_permille));
+    if settings.use_prometheus {
+        // Before the limiter is built: its gauge of a failing store is set from `build` on.
+        let handle = metrics_exporter_prometheus::PrometheusBuilder::new()
+            .install_recorder()
+            .map_err(|e| format!("the metrics recorder: {e}"))?;
+        stats.also_render(move || handle.render());
+    }
     let mut builder = RateLimiter::builder().failure_policy(policy);
     builder = if memory {
         builder.memory()
@@ -117,7 +128,6 @@ async fn run() -> Result<(), String> {
     }
     let limiter = builder.build().await.map_err(|e| e.to_string())?;
 
-    let stats = Arc::new(Stats::new(settings.near_limit_permille));
     stats.record_load(true);
     let service = Arc::new(
         Service::new(limiter, config)

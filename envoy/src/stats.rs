@@ -42,15 +42,77 @@
 //!   (`domain`, `key1`, `key2`) past the first [`MAX_SERIES`], counted here instead of in a
 //!   series of their own, so that `detailed_metric` on a key with unbounded values cannot
 //!   grow the exposition without bound.
+//!
+//! # Per gRPC call
+//!
+//! Counted by the gRPC entrance ([`Stats::record_call`]), as the reference's server
+//! interceptor counts `ratelimit_server.ShouldRateLimit.*` and its mapper names them:
+//!
+//! | Prometheus name | kind | counts |
+//! |---|---|---|
+//! | `ratelimit_service_total_requests{grpc_method="ShouldRateLimit"}` | counter | every `ShouldRateLimit` call |
+//! | `ratelimit_service_response_time_seconds{grpc_method="ShouldRateLimit"}` | histogram | its time, from the request decoded to the answer made ([`RESPONSE_TIME_BUCKETS`]) |
+//! | `ratelimit_service_should_rate_limit_error{err_type}` | counter | calls answered with an error: `redis_error` (`UNAVAILABLE`: the store failed and no policy answered), `service_error` (a request refused as invalid or unsupported) |
+//!
+//! # The library's own
+//!
+//! The binary installs a [`metrics`](https://docs.rs/metrics) recorder and appends what it
+//! renders ([`Stats::also_render`]): ratelimit-core's `ratelimit_decisions_total` (labelled
+//! by the bucket name, `envoy:<domain>` or a `shared` name, never a descriptor's value),
+//! `ratelimit_store_seconds`, `ratelimit_degraded`, `ratelimit_deny_cache_hits_total` and
+//! `ratelimit_settled_tokens_total`.
 
 use std::collections::HashMap;
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Mutex, OnceLock, PoisonError};
+use std::time::Duration;
 
 /// The most (`domain`, `key1`, `key2`) series kept; hits on more are counted in
 /// `ratelimit_service_rate_limit_series_overflow`.
 pub const MAX_SERIES: usize = 10_000;
+
+/// The upper bounds, in seconds, of `ratelimit_service_response_time_seconds`' buckets: the
+/// statsd exporter's defaults (5 ms to 10 s, the buckets the reference's histogram has), below
+/// them the sub-millisecond ones a decision on one Redis round trip falls in.
+pub const RESPONSE_TIME_BUCKETS: [f64; 16] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0,
+];
+
+/// How a gRPC call ended, for [`Stats::record_call`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum CallEnd {
+    /// Answered (`OK` or `OVER_LIMIT`).
+    Answered,
+    /// `UNAVAILABLE`: the store failed (`err_type="redis_error"`).
+    StoreError,
+    /// Refused as invalid or unsupported (`err_type="service_error"`).
+    ServiceError,
+}
+
+/// The gRPC calls' counters: a count, the errors by kind, and the response time's histogram.
+#[derive(Debug, Default)]
+struct Calls {
+    total: AtomicU64,
+    store_errors: AtomicU64,
+    service_errors: AtomicU64,
+    /// Calls at or under each of [`RESPONSE_TIME_BUCKETS`] (not cumulative; summed when
+    /// rendered), and the last one past every bound.
+    buckets: [AtomicU64; RESPONSE_TIME_BUCKETS.len() + 1],
+    /// The sum of the response times, in nanoseconds.
+    sum_nanos: AtomicU64,
+}
+
+/// What else the metrics endpoint renders (the library's own, by the binary's recorder).
+struct Also(Box<dyn Fn() -> String + Send + Sync>);
+
+impl std::fmt::Debug for Also {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Also(..)")
+    }
+}
 
 /// What one descriptor of a request came to, for its rule's counters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -89,6 +151,8 @@ pub struct Stats {
     load_error: AtomicU64,
     global_shadow: AtomicU64,
     loads: tokio::sync::watch::Sender<u64>,
+    calls: Calls,
+    also: OnceLock<Also>,
 }
 
 /// A per-rule counter's name, help and value.
@@ -116,7 +180,48 @@ impl Stats {
             load_error: AtomicU64::new(0),
             global_shadow: AtomicU64::new(0),
             loads: tokio::sync::watch::Sender::new(0),
+            calls: Calls::default(),
+            also: OnceLock::new(),
         }
+    }
+
+    /// Appends what `render` returns to every exposition (the binary: its `metrics`
+    /// recorder's, the library's own counters). Only the first call counts: `false` when one
+    /// was set already.
+    pub fn also_render(&self, render: impl Fn() -> String + Send + Sync + 'static) -> bool {
+        self.also.set(Also(Box::new(render))).is_ok()
+    }
+
+    /// Counts one `ShouldRateLimit` call, how it ended, and its time.
+    pub fn record_call(&self, took: Duration, end: CallEnd) {
+        let calls = &self.calls;
+        calls.total.fetch_add(1, Ordering::Relaxed);
+        match end {
+            CallEnd::Answered => {}
+            CallEnd::StoreError => {
+                calls.store_errors.fetch_add(1, Ordering::Relaxed);
+            }
+            CallEnd::ServiceError => {
+                calls.service_errors.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let seconds = took.as_secs_f64();
+        let at = RESPONSE_TIME_BUCKETS
+            .iter()
+            .position(|&le| seconds <= le)
+            .unwrap_or(RESPONSE_TIME_BUCKETS.len());
+        calls.buckets[at].fetch_add(1, Ordering::Relaxed);
+        let nanos = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
+        let _ = calls
+            .sum_nanos
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| {
+                Some(n.saturating_add(nanos))
+            });
+    }
+
+    /// `ShouldRateLimit` calls counted so far.
+    pub fn calls(&self) -> u64 {
+        self.calls.total.load(Ordering::Relaxed)
     }
 
     /// Counts one descriptor's hits under its rule's `metric_key`.
@@ -278,7 +383,54 @@ impl Stats {
                 "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}"
             );
         }
+        self.render_calls(&mut out);
+        if let Some(also) = self.also.get() {
+            out.push_str(&(also.0)());
+        }
         out
+    }
+
+    /// The gRPC calls' counters and histogram.
+    fn render_calls(&self, out: &mut String) {
+        const METHOD: &str = "grpc_method=\"ShouldRateLimit\"";
+        let calls = &self.calls;
+        let total = calls.total.load(Ordering::Relaxed);
+        let name = "ratelimit_service_total_requests";
+        let _ = writeln!(
+            out,
+            "# HELP {name} gRPC calls.\n# TYPE {name} counter\n{name}{{{METHOD}}} {total}"
+        );
+        let name = "ratelimit_service_should_rate_limit_error";
+        let _ = writeln!(
+            out,
+            "# HELP {name} ShouldRateLimit calls answered with an error.\n# TYPE {name} counter"
+        );
+        for (kind, n) in [
+            ("redis_error", &calls.store_errors),
+            ("service_error", &calls.service_errors),
+        ] {
+            let _ = writeln!(
+                out,
+                "{name}{{err_type=\"{kind}\"}} {}",
+                n.load(Ordering::Relaxed)
+            );
+        }
+        let name = "ratelimit_service_response_time_seconds";
+        let _ = writeln!(
+            out,
+            "# HELP {name} ShouldRateLimit's time, decoded request to answer.\n# TYPE {name} histogram"
+        );
+        let mut below = 0u64;
+        for (le, n) in RESPONSE_TIME_BUCKETS.iter().zip(&calls.buckets) {
+            below = below.saturating_add(n.load(Ordering::Relaxed));
+            let _ = writeln!(out, "{name}_bucket{{{METHOD},le=\"{le}\"}} {below}");
+        }
+        let count = below
+            .saturating_add(calls.buckets[RESPONSE_TIME_BUCKETS.len()].load(Ordering::Relaxed));
+        let sum = Duration::from_nanos(calls.sum_nanos.load(Ordering::Relaxed)).as_secs_f64();
+        let _ = writeln!(out, "{name}_bucket{{{METHOD},le=\"+Inf\"}} {count}");
+        let _ = writeln!(out, "{name}_sum{{{METHOD}}} {sum}");
+        let _ = writeln!(out, "{name}_count{{{METHOD}}} {count}");
     }
 }
 
@@ -477,5 +629,42 @@ mod tests {
         assert!(stats.render().contains(
             "ratelimit_service_rate_limit_over_limit{domain=\"d\",key1=\"k_a\\\"b\\\\c\"} 1\n"
         ));
+    }
+
+    #[test]
+    fn calls_are_counted_with_their_errors_and_times_in_cumulative_buckets() {
+        let stats = Stats::default();
+        stats.record_call(Duration::from_micros(80), CallEnd::Answered);
+        stats.record_call(Duration::from_micros(300), CallEnd::Answered);
+        stats.record_call(Duration::from_millis(3), CallEnd::StoreError);
+        stats.record_call(Duration::from_secs(20), CallEnd::ServiceError);
+        let text = stats.render();
+        for line in [
+            "ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"} 4",
+            "ratelimit_service_should_rate_limit_error{err_type=\"redis_error\"} 1",
+            "ratelimit_service_should_rate_limit_error{err_type=\"service_error\"} 1",
+            "# TYPE ratelimit_service_response_time_seconds histogram",
+            "ratelimit_service_response_time_seconds_bucket{grpc_method=\"ShouldRateLimit\",le=\"0.0001\"} 1",
+            "ratelimit_service_response_time_seconds_bucket{grpc_method=\"ShouldRateLimit\",le=\"0.00025\"} 1",
+            "ratelimit_service_response_time_seconds_bucket{grpc_method=\"ShouldRateLimit\",le=\"0.0005\"} 2",
+            "ratelimit_service_response_time_seconds_bucket{grpc_method=\"ShouldRateLimit\",le=\"0.005\"} 3",
+            "ratelimit_service_response_time_seconds_bucket{grpc_method=\"ShouldRateLimit\",le=\"10\"} 3",
+            "ratelimit_service_response_time_seconds_bucket{grpc_method=\"ShouldRateLimit\",le=\"+Inf\"} 4",
+            "ratelimit_service_response_time_seconds_sum{grpc_method=\"ShouldRateLimit\"} 20.00338",
+            "ratelimit_service_response_time_seconds_count{grpc_method=\"ShouldRateLimit\"} 4",
+        ] {
+            assert!(text.contains(&format!("{line}\n")), "{line} in:\n{text}");
+        }
+        assert_eq!(stats.calls(), 4);
+    }
+
+    #[test]
+    fn what_else_is_rendered_follows_the_services_own_and_is_set_once() {
+        let stats = Stats::default();
+        assert!(stats.also_render(|| "library_metric 7\n".to_owned()));
+        assert!(!stats.also_render(|| "another 1\n".to_owned()));
+        let text = stats.render();
+        assert!(text.ends_with("library_metric 7\n"), "{text}");
+        assert!(!text.contains("another"));
     }
 }

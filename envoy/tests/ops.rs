@@ -593,6 +593,26 @@ async fn the_binary_serves_every_endpoint_and_turns_unhealthy_on_sigterm() {
         rlconfig.starts_with("api.user: unit=DAY requests_per_unit=5"),
         "{rlconfig}"
     );
+    // One gRPC call, admitted, and one refused as invalid (no descriptor): counted per call.
+    let mut grpc = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient::connect(
+        format!("http://127.0.0.1:{}", ports[0]),
+    )
+    .await
+    .expect("connected");
+    let answer = grpc
+        .should_rate_limit(request("api", &[("user", "y")]))
+        .await
+        .expect("answered")
+        .into_inner();
+    assert_eq!(answer.overall_code, Code::Ok as i32);
+    let invalid = grpc
+        .should_rate_limit(RateLimitRequest {
+            domain: "api".into(),
+            ..RateLimitRequest::default()
+        })
+        .await
+        .expect_err("no descriptor is invalid");
+    assert_eq!(invalid.code(), tonic::Code::InvalidArgument);
     let prom = http
         .get(format!("http://127.0.0.1:{}/prom", ports[3]))
         .send()
@@ -601,14 +621,19 @@ async fn the_binary_serves_every_endpoint_and_turns_unhealthy_on_sigterm() {
         .text()
         .await
         .expect("a body");
-    assert!(
-        prom.contains("ratelimit_service_rate_limit_total_hits{domain=\"api\",key1=\"user\"} 1\n"),
-        "{prom}"
-    );
-    assert!(
-        prom.contains("ratelimit_service_config_load_success 1\n"),
-        "{prom}"
-    );
+    for line in [
+        "ratelimit_service_config_load_success 1",
+        "ratelimit_service_rate_limit_total_hits{domain=\"api\",key1=\"user\"} 2",
+        "ratelimit_service_total_requests{grpc_method=\"ShouldRateLimit\"} 2",
+        "ratelimit_service_should_rate_limit_error{err_type=\"service_error\"} 1",
+        "ratelimit_service_should_rate_limit_error{err_type=\"redis_error\"} 0",
+        "ratelimit_service_response_time_seconds_count{grpc_method=\"ShouldRateLimit\"} 2",
+        // The library's own, by the binary's recorder: both decisions (/json's and gRPC's)
+        // under the domain's bucket name.
+        "ratelimit_decisions_total{limit=\"envoy:api\",outcome=\"allowed\"} 2",
+    ] {
+        assert!(prom.contains(&format!("{line}\n")), "{line} in:\n{prom}");
+    }
 
     let pid = i32::try_from(child.id()).expect("a pid");
     let killed = std::process::Command::new("kill")

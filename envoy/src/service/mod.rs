@@ -78,7 +78,7 @@ use ratelimit_core::{Decision, FailurePolicy, Limit, RateLimiter, Source};
 use tonic::{Request, Response, Status};
 
 use crate::config::{Action, Config, Found, Lookup, Rule};
-use crate::stats::{Hit, Stats};
+use crate::stats::{CallEnd, Hit, Stats};
 use crate::usage::{self, STREAM_DONE_KEY};
 
 mod plan;
@@ -509,7 +509,15 @@ impl RateLimitService for Service {
         &self,
         request: Request<RateLimitRequest>,
     ) -> Result<Response<RateLimitResponse>, Status> {
-        self.decide(request.get_ref()).await.map(Response::new)
+        let start = std::time::Instant::now();
+        let answer = self.decide(request.get_ref()).await;
+        let end = match &answer {
+            Ok(_) => CallEnd::Answered,
+            Err(status) if status.code() == tonic::Code::Unavailable => CallEnd::StoreError,
+            Err(_) => CallEnd::ServiceError,
+        };
+        self.stats.record_call(start.elapsed(), end);
+        answer.map(Response::new)
     }
 }
 
