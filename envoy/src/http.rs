@@ -40,7 +40,9 @@ use axum::http::{StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
@@ -274,14 +276,47 @@ fn descriptor_from_json(value: &Value, i: usize) -> Result<RateLimitDescriptor, 
                     .ok_or_else(|| format!("{at}.isNegativeHits: expected true or false"))?;
             }
             "limit" => {
-                return Err(format!(
-                    "{at}.limit: a limit override is not applied by this service yet"
-                ));
+                if !value.is_null() {
+                    descriptor.limit = Some(limit_from_json(value, &format!("{at}.limit"))?);
+                }
             }
             other => return Err(format!("unknown field `{other}` in {at}")),
         }
     }
     Ok(descriptor)
+}
+
+/// A descriptor's `limit` override: `requestsPerUnit` (a number or a decimal string) and
+/// `unit`, by its name (`"MINUTE"`, as protojson writes enums) or its number.
+fn limit_from_json(value: &Value, at: &str) -> Result<RateLimitOverride, String> {
+    let mut limit = RateLimitOverride::default();
+    for (field, value) in as_object(value, at)? {
+        match field.as_str() {
+            "requestsPerUnit" | "requests_per_unit" => {
+                let n = as_u64(value, &format!("{at}.requestsPerUnit"))?;
+                limit.requests_per_unit = u32::try_from(n)
+                    .map_err(|_| format!("{at}.requestsPerUnit: above 2^32 - 1"))?;
+            }
+            "unit" => {
+                const UNITS: [&str; 8] = [
+                    "UNKNOWN", "SECOND", "MINUTE", "HOUR", "DAY", "MONTH", "YEAR", "WEEK",
+                ];
+                limit.unit = match value {
+                    Value::String(name) => UNITS
+                        .iter()
+                        .position(|u| u == name)
+                        .and_then(|n| i32::try_from(n).ok())
+                        .ok_or_else(|| {
+                            format!("{at}.unit: `{name}` is no unit ({})", UNITS.join(", "))
+                        })?,
+                    _ => i32::try_from(as_u64(value, &format!("{at}.unit"))?)
+                        .map_err(|_| format!("{at}.unit: no such unit"))?,
+                };
+            }
+            other => return Err(format!("unknown field `{other}` in {at}")),
+        }
+    }
+    Ok(limit)
 }
 
 fn as_object<'v>(value: &'v Value, at: &str) -> Result<&'v Map<String, Value>, String> {
@@ -427,6 +462,38 @@ mod tests {
         assert!(request_from_json(br#"{"domain":"d","extra":1}"#).is_err());
         assert!(request_from_json(br#"{"domain":1}"#).is_err());
         assert!(request_from_json(b"not json").is_err());
+    }
+
+    #[test]
+    fn a_limit_override_reads_with_its_unit_by_name_or_number() {
+        let r = request_from_json(
+            br#"{"domain":"d","descriptors":[
+                {"entries":[{"key":"k","value":"v"}],"limit":{"requestsPerUnit":5,"unit":"MINUTE"}},
+                {"entries":[],"limit":{"requests_per_unit":"7","unit":7}}]}"#,
+        )
+        .expect("a request");
+        assert_eq!(
+            r.descriptors[0].limit,
+            Some(RateLimitOverride {
+                requests_per_unit: 5,
+                unit: 2
+            })
+        );
+        assert_eq!(
+            r.descriptors[1].limit,
+            Some(RateLimitOverride {
+                requests_per_unit: 7,
+                unit: 7
+            })
+        );
+        for bad in [
+            r#"{"domain":"d","descriptors":[{"limit":{"unit":"FORTNIGHT"}}]}"#,
+            r#"{"domain":"d","descriptors":[{"limit":{"requestsPerUnit":4294967296}}]}"#,
+            r#"{"domain":"d","descriptors":[{"limit":{"per":1}}]}"#,
+            r#"{"domain":"d","descriptors":[{"limit":3}]}"#,
+        ] {
+            assert!(request_from_json(bad.as_bytes()).is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -5,7 +5,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
-use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::{
+    Entry, RateLimitOverride,
+};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
@@ -366,6 +368,89 @@ async fn malformed_and_oversized_requests_are_invalid_arguments() {
         ))
         .await;
     assert_eq!(overall(&r), Code::Ok);
+}
+
+fn overriding(
+    mut d: RateLimitDescriptor,
+    requests_per_unit: u32,
+    unit: i32,
+) -> RateLimitDescriptor {
+    d.limit = Some(RateLimitOverride {
+        requests_per_unit,
+        unit,
+    });
+    d
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_descriptors_limit_override_is_a_fixed_window_of_its_own_per_unit() {
+    const MINUTE: i32 = 2;
+    const HOUR: i32 = 3;
+    let redis = RedisServer::start();
+    let mut s = Served::start(limiter(&redis, FailurePolicy::Deny).await, API, |s| s).await;
+    // Two a minute for carol, where the file says three an hour: the override applies, with
+    // its limit reported, and no name (as the reference builds it).
+    let carol = |n, unit| {
+        request(
+            "api",
+            vec![overriding(descriptor(&[("user", "carol")]), n, unit)],
+        )
+    };
+    for left in [1, 0] {
+        let r = s.ok(carol(2, MINUTE)).await;
+        assert_eq!(overall(&r), Code::Ok);
+        let st = &r.statuses[0];
+        assert_eq!(st.limit_remaining, left);
+        let limit = st.current_limit.as_ref().expect("the override's limit");
+        assert_eq!((limit.name.as_str(), limit.requests_per_unit), ("", 2));
+        assert_eq!(Unit::try_from(limit.unit).unwrap(), Unit::Minute);
+        assert!((1..=60).contains(&st.duration_until_reset.unwrap().seconds));
+    }
+    let r = s.ok(carol(2, MINUTE)).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    assert!((1..=60).contains(&r.statuses[0].duration_until_reset.unwrap().seconds));
+    // One bucket per unit: another size of the same unit counts the same window (as the
+    // reference's counter), another unit has a bucket of its own.
+    let r = s.ok(carol(3, MINUTE)).await;
+    assert_eq!((overall(&r), r.statuses[0].limit_remaining), (Code::Ok, 0));
+    let r = s.ok(carol(5, HOUR)).await;
+    assert_eq!((overall(&r), r.statuses[0].limit_remaining), (Code::Ok, 4));
+    // The configured rule's bucket was never touched.
+    assert_eq!(s.left("api", &[("user", "carol")]).await, 3);
+    // In a domain of the file, a descriptor no rule matches is limited by its override.
+    let r = s
+        .ok(request(
+            "api",
+            vec![overriding(descriptor(&[("nobody", "x")]), 1, HOUR)],
+        ))
+        .await;
+    assert_eq!(overall(&r), Code::Ok);
+    assert_eq!(r.statuses[0].limit_remaining, 0);
+    // `requests_per_unit: 0` refuses; an unknown domain applies no limit (as the reference).
+    let r = s.ok(carol(0, MINUTE)).await;
+    assert_eq!(overall(&r), Code::OverLimit);
+    let r = s
+        .ok(request(
+            "elsewhere",
+            vec![overriding(descriptor(&[("user", "carol")]), 1, MINUTE)],
+        ))
+        .await;
+    assert_eq!(overall(&r), Code::Ok);
+    assert!(r.statuses[0].current_limit.is_none());
+    // No unit, or one the protocol does not have: invalid, nothing taken.
+    for unit in [0, 8, -1] {
+        let e = s.ask(carol(2, unit)).await.expect_err("refused");
+        assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
+    }
+    // An override never reaches a configured rule's bucket, and the configured rule another's
+    // override bucket: a value written like the override's suffix is escaped.
+    let r = s
+        .ok(request(
+            "api",
+            vec![descriptor(&[("user", "carol~limit=minute")])],
+        ))
+        .await;
+    assert_eq!(r.statuses[0].limit_remaining, 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -219,6 +219,51 @@ impl Config {
         self.domains.keys().map(String::as_str)
     }
 
+    /// What Envoy's per-descriptor `limit` override (`RateLimitDescriptor.limit`: a
+    /// `requests_per_unit` and a `unit`) makes of a descriptor with `entries` in `domain`, as
+    /// the reference's `GetLimit` does: in a domain of the configuration, whatever its rules,
+    /// a fixed window of `requests_per_unit` per `unit` with no name, shadow mode or
+    /// `replaces` (`requests_per_unit: 0` refuses, as in a file); `None` in an unknown domain
+    /// (no limit, as the reference). Its statistics key is `domain.key_value...`, every entry
+    /// with its value. Its bucket is the descriptor's own key as a rule of the domain would
+    /// have it, followed by `~limit=<unit>`: one bucket per unit (overrides of one unit and
+    /// different sizes share it, as the reference's counter), never a configured rule's.
+    pub fn override_of<'e>(
+        &self,
+        domain: &str,
+        entries: impl IntoIterator<Item = (&'e str, &'e str)>,
+        requests_per_unit: u32,
+        unit: ReferenceUnit,
+    ) -> Option<(Rule, Bucket)> {
+        if !self.domains.contains_key(domain) {
+            return None;
+        }
+        let mut stats_key = String::from(domain);
+        let mut key = String::new();
+        for (i, (k, v)) in entries.into_iter().enumerate() {
+            stats_key.push('.');
+            stats_key.push_str(k);
+            if !v.is_empty() {
+                stats_key.push('_');
+                stats_key.push_str(v);
+            }
+            if i > 0 {
+                key.push('&');
+            }
+            bucket::escape_into(&mut key, k);
+            key.push('=');
+            bucket::escape_into(&mut key, v);
+        }
+        key.push_str("~limit=");
+        key.push_str(unit.as_str());
+        let rule = Rule::overriding(requests_per_unit, unit, stats_key);
+        let bucket = Bucket {
+            name: bucket::name_of(domain),
+            key,
+        };
+        Some((rule, bucket))
+    }
+
     /// Whether no file defined a domain (the reference's `IsEmptyDomains`).
     pub fn is_empty(&self) -> bool {
         self.domains.is_empty()

@@ -157,6 +157,27 @@ pub struct Rule {
 }
 
 impl Rule {
+    /// The rule of Envoy's per-descriptor `limit` override
+    /// ([`Config::override_of`](crate::config::Config::override_of)).
+    pub(crate) fn overriding(
+        requests_per_unit: u32,
+        unit: ReferenceUnit,
+        stats_key: String,
+    ) -> Rule {
+        Rule {
+            action: unit.limit(requests_per_unit),
+            name: None,
+            requests_per_unit,
+            unit: Some(unit),
+            replaces: Vec::new(),
+            shadow_mode: false,
+            quota_mode: false,
+            detailed_metric: false,
+            shared: None,
+            stats_key,
+        }
+    }
+
     /// What the rule does: a limit, unlimited, or block.
     pub fn action(&self) -> &Action {
         &self.action

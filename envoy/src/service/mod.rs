@@ -63,12 +63,17 @@
 //!   refill time, both rounded up. A rule with no quota (`unlimited`,
 //!   `requests_per_unit: 0`) and a descriptor with no rule are left out; a cost no burst holds, and a decision by the
 //!   failure policy without a bucket, list the policy alone (no `RateLimit` item).
-//! - **Not yet**: a descriptor's `limit` override and `is_negative_hits` are answered
-//!   `UNIMPLEMENTED` (rather than ignored, which would change what the request means);
-//!   `quota_mode` is not applied.
+//! - **A descriptor's `limit` override** (Envoy's, from dynamic metadata): as the
+//!   reference's `GetLimit`, in a domain of the configuration whatever its rules, a fixed
+//!   window of its `requests_per_unit` per `unit`, no name, no shadow mode, in a bucket of its
+//!   own per unit ([`Config::override_of`]); no limit in an unknown domain;
+//!   `INVALID_ARGUMENT` without a unit.
+//! - **Not yet**: `is_negative_hits` is answered `UNIMPLEMENTED` (rather than ignored, which
+//!   would change what the request means); `quota_mode` is not applied.
 
 use std::sync::{Arc, PoisonError, RwLock};
 
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{Code, DescriptorStatus};
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
     RateLimitService, RateLimitServiceServer,
@@ -77,7 +82,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimit
 use ratelimit_core::{Decision, FailurePolicy, Limit, RateLimiter, Source};
 use tonic::{Request, Response, Status};
 
-use crate::config::{Action, Config, Found, Lookup, Rule};
+use crate::config::{Action, Bucket, Config, Found, Lookup, Rule};
 use crate::stats::{CallEnd, Hit, Stats};
 use crate::usage::{self, STREAM_DONE_KEY};
 
@@ -87,7 +92,7 @@ mod status;
 
 use plan::{Group, Plan, StreamDone, is_in};
 pub use request::{MAX_DESCRIPTORS, MAX_ENTRIES, MAX_VALUE_BYTES};
-use request::{cost_of, stream_done_estimates, validate};
+use request::{cost_of, override_unit, stream_done_estimates, validate};
 use status::{draft11_headers, status};
 
 /// What the service answers when Redis fails and a failure policy decided.
@@ -220,15 +225,37 @@ impl Service {
         let mut plans = Vec::with_capacity(request.descriptors.len());
         let mut found = Vec::with_capacity(request.descriptors.len());
         let estimates = stream_done_estimates(request)?;
-        for descriptor in &request.descriptors {
-            let entries = descriptor
-                .entries
-                .iter()
-                .filter(|e| e.key != STREAM_DONE_KEY)
-                .map(|e| (e.key.as_str(), e.value.as_str()));
-            found.push(match config.lookup(&request.domain, entries) {
-                Lookup::Rule(found) => Some(found),
-                _ => None,
+        // Envoy's per-descriptor `limit` overrides, each a rule of its own (the reference's
+        // `GetLimit`), made before any descriptor borrows them.
+        let overrides: Vec<Option<(Rule, Bucket)>> = request
+            .descriptors
+            .iter()
+            .map(|d| {
+                let limit = d.limit.as_ref()?;
+                let unit = override_unit(limit.unit)?;
+                config.override_of(
+                    &request.domain,
+                    entries_of(d),
+                    limit.requests_per_unit,
+                    unit,
+                )
+            })
+            .collect();
+        for (descriptor, overridden) in request.descriptors.iter().zip(&overrides) {
+            found.push(if let Some((rule, bucket)) = overridden {
+                Some(Found {
+                    rule,
+                    bucket: bucket.clone(),
+                    metric_key: rule.stats_key().to_owned(),
+                })
+            } else if descriptor.limit.is_some() {
+                // An override in an unknown domain: no limit, as the reference.
+                None
+            } else {
+                match config.lookup(&request.domain, entries_of(descriptor)) {
+                    Lookup::Rule(found) => Some(found),
+                    _ => None,
+                }
             });
         }
         // The reference's `replaces`: every applying rule's, unlimited ones included.
@@ -534,4 +561,13 @@ pub fn parse_failure(word: &str) -> Result<(FailurePolicy, StoreFailure), String
             .map(|p| (p, StoreFailure::Policy))
             .map_err(|_| format!("`{other}`: expected fallback, allow, deny or unavailable")),
     }
+}
+
+/// A descriptor's entries as the configuration looks them up: without the stream-done mark.
+fn entries_of(descriptor: &RateLimitDescriptor) -> impl Iterator<Item = (&str, &str)> {
+    descriptor
+        .entries
+        .iter()
+        .filter(|e| e.key != STREAM_DONE_KEY)
+        .map(|e| (e.key.as_str(), e.value.as_str()))
 }

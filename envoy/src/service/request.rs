@@ -4,6 +4,7 @@ use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescript
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use tonic::Status;
 
+use crate::config::ReferenceUnit;
 use crate::usage::STREAM_DONE_KEY;
 
 /// The most descriptors one request may carry.
@@ -84,10 +85,13 @@ pub(super) fn validate(request: &RateLimitRequest) -> Result<(), Status> {
                 ));
             }
         }
-        if descriptor.limit.is_some() {
-            return Err(Status::unimplemented(format!(
-                "descriptor {i} carries a limit override, which this service does not apply yet"
-            )));
+        if let Some(limit) = &descriptor.limit
+            && override_unit(limit.unit).is_none()
+        {
+            return invalid(format!(
+                "descriptor {i} carries a limit override without a unit (unit {})",
+                limit.unit
+            ));
         }
         if descriptor.is_negative_hits {
             return Err(Status::unimplemented(format!(
@@ -96,4 +100,20 @@ pub(super) fn validate(request: &RateLimitRequest) -> Result<(), Status> {
         }
     }
     Ok(())
+}
+
+/// The unit of a descriptor's `limit` override (`envoy.type.v3.RateLimitUnit`, by number:
+/// `WEEK` is 7 in Envoy's current protocol, newer than the types this package builds with),
+/// `None` for `UNKNOWN` (0) and numbers the enum does not have.
+pub(super) fn override_unit(unit: i32) -> Option<ReferenceUnit> {
+    Some(match unit {
+        1 => ReferenceUnit::Second,
+        2 => ReferenceUnit::Minute,
+        3 => ReferenceUnit::Hour,
+        4 => ReferenceUnit::Day,
+        5 => ReferenceUnit::Month,
+        6 => ReferenceUnit::Year,
+        7 => ReferenceUnit::Week,
+        _ => return None,
+    })
 }
