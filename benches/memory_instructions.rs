@@ -1,0 +1,101 @@
+//! The in-memory path counted in instructions: one contender, `--calls` checks cycling over
+//! `--keys` keys, every one admitted, after every key was written once. Run under
+//! `valgrind --tool=callgrind` twice, with `--calls N` and `--calls 2N`: the difference of the
+//! two totals over `N` is what one check costs, setup and exit taken out. The contenders are
+//! those of `memory_store` (criterion, wall clock): `store` (`MemoryStore::check_now`),
+//! `limiter` (`RateLimiter::check` on a memory limiter), `governor` (`check_key`), and
+//! `named` (`RateLimiter::check_named`, what `#[rate_limit]` calls by hand).
+//!
+//! ```sh
+//! cargo bench -p redis-ratelimit-benches --bench memory_instructions --no-run
+//! valgrind --tool=callgrind target/release/deps/memory_instructions-* --contender limiter --keys 1 --calls 100000
+//! ```
+//! `scripts/memory-instructions` runs every contender both ways and prints the per-call
+//! figures.
+
+#![allow(clippy::unwrap_used, clippy::print_stdout, missing_docs)]
+
+use std::future::Future;
+use std::hint::black_box;
+use std::num::NonZeroU32;
+use std::task::{Context, Poll, Waker};
+
+use governor::{DefaultKeyedRateLimiter, Quota};
+use redis_ratelimit::{Limit, RateLimiter, store::MemoryStore};
+
+const RATE: u32 = 1;
+const BURST: u32 = 1_000_000_000;
+const LIMIT: Limit = Limit::per_second(RATE).burst(BURST);
+
+/// The output of a future that never waits (the memory store's).
+fn ready<F: Future>(f: F) -> F::Output {
+    let mut f = std::pin::pin!(f);
+    match f.as_mut().poll(&mut Context::from_waker(Waker::noop())) {
+        Poll::Ready(v) => v,
+        Poll::Pending => panic!("the memory store never waits"),
+    }
+}
+
+fn arg(name: &str) -> Option<String> {
+    let args: Vec<String> = std::env::args().collect();
+    args.iter()
+        .position(|a| a == name)
+        .and_then(|i| args.get(i + 1).cloned())
+}
+
+fn main() {
+    if std::env::args().any(|a| a == "--list") {
+        return;
+    }
+    let contender = arg("--contender").unwrap_or_else(|| "limiter".into());
+    let n: usize = arg("--keys").map_or(1, |k| k.parse().unwrap());
+    let calls: u64 = arg("--calls").map_or(100_000, |c| c.parse().unwrap());
+    let keys: Vec<String> = (0..n).map(|i| format!("user:{i:012}")).collect();
+    let store = || MemoryStore::new().with_max_keys(2 * n.max(1_000_000));
+    let mut check: Box<dyn FnMut(&String) -> bool> = match contender.as_str() {
+        "store" => {
+            let s = store();
+            Box::new(move |k| s.check_now(k, &LIMIT, 1).allowed)
+        }
+        "limiter" | "named" => {
+            let l = ready(
+                RateLimiter::builder()
+                    .memory_store(store())
+                    .prefix("svc")
+                    .build(),
+            )
+            .unwrap();
+            if contender == "named" {
+                Box::new(move |k| {
+                    ready(l.check_named("bench::limited", k, &LIMIT, 1))
+                        .unwrap()
+                        .allowed
+                })
+            } else {
+                Box::new(move |k| ready(l.check(k, &LIMIT)).unwrap().allowed)
+            }
+        }
+        "governor" => {
+            let g = DefaultKeyedRateLimiter::<String>::keyed(
+                Quota::per_second(NonZeroU32::new(RATE).unwrap())
+                    .allow_burst(NonZeroU32::new(BURST).unwrap()),
+            );
+            Box::new(move |k| g.check_key(k).is_ok())
+        }
+        other => panic!("--contender {other}: store, limiter, named or governor"),
+    };
+    for k in &keys {
+        assert!(check(k), "admitted");
+    }
+    let mut i = 0;
+    let mut admitted = 0u64;
+    for _ in 0..calls {
+        admitted += u64::from(check(black_box(&keys[i])));
+        i += 1;
+        if i == keys.len() {
+            i = 0;
+        }
+    }
+    assert_eq!(admitted, calls, "every call admitted");
+    println!("{contender} {n} keys: {calls} calls");
+}
