@@ -120,17 +120,13 @@ impl Writes {
         }
     }
 
-    /// Makes the writes kept, in order, on the key `name`.
-    pub(crate) fn make_kept(self, ctx: &Ctx, name: Arg<'_>) -> Result<(), Failed> {
+    /// Makes the writes kept, in order, on `key`.
+    pub(crate) fn make_kept(self, key: &mut Key<'_>) -> Result<(), Failed> {
         let Writes::Later(kept) = self else {
             return Ok(());
         };
-        if kept.is_empty() {
-            return Ok(());
-        }
-        let mut key = ctx.open(name);
         for write in &kept {
-            write.make(&mut key)?;
+            write.make(key)?;
         }
         Ok(())
     }
@@ -158,17 +154,16 @@ fn after(at: u64) -> Scores {
     }
 }
 
-/// The key `name` opened for a sorted-set algorithm: a value of another type (what no script
-/// writes) dropped, with a warning, as the script drops it.
-fn open_set<'k>(ctx: &'k Ctx, name: Arg<'k>, what: &str) -> Result<Key<'k>, Failed> {
-    let mut key = ctx.open(name);
+/// `key`, open for a sorted-set algorithm: a value of another type (what no script writes)
+/// dropped, with a warning, as the script drops it.
+fn check_set(ctx: &Ctx, key: &mut Key<'_>, what: &str) -> Result<(), Failed> {
     if !matches!(key.read(), api::Value::Absent | api::Value::SortedSet) {
         ctx.warn(&format!(
             "redis-ratelimit: a {what} key held another type; dropped"
         ));
         key.delete()?;
     }
-    Ok(key)
+    Ok(())
 }
 
 /// `ZCOUNT <key> (<since> +inf`: the members scored after `since` (every member but those
@@ -200,13 +195,7 @@ fn score_at(
 
 /// `multi.lua`'s give-back of a sliding log's `cost` tokens reserved at `reserved_at`: the
 /// entries of that instant (any are the same tokens), at most `cost` of them, removed.
-pub(crate) fn give_back_log(
-    ctx: &Ctx,
-    name: Arg<'_>,
-    cost: u64,
-    reserved_at: u64,
-) -> Result<(), Failed> {
-    let mut key = ctx.open(name);
+pub(crate) fn give_back_log(key: &mut Key<'_>, cost: u64, reserved_at: u64) -> Result<(), Failed> {
     let mut taken = Vec::new();
     {
         let at = Scores {
@@ -232,13 +221,7 @@ const UNREADABLE_LOG: Failed = "ERR ratelimit: the sliding log could not be read
 
 /// `multi.lua`'s give-back of a concurrency limit's slots: the holder's own members
 /// `h:<holder>:1 ..= cost` removed, where the key holds a sorted set.
-pub(crate) fn give_back_slots(
-    ctx: &Ctx,
-    name: Arg<'_>,
-    holder: u64,
-    cost: u64,
-) -> Result<(), Failed> {
-    let mut key = ctx.open(name);
+pub(crate) fn give_back_slots(key: &mut Key<'_>, holder: u64, cost: u64) -> Result<(), Failed> {
     if key.read() != api::Value::SortedSet {
         return Ok(());
     }
@@ -253,14 +236,14 @@ pub(crate) fn give_back_slots(
 /// `ZADD` and `PEXPIREAT`. The script's five numbers.
 pub(crate) fn sliding_log(
     ctx: &Ctx,
-    name: Arg<'_>,
+    key: &mut Key<'_>,
     p: WindowParams,
     cost: u64,
     now: u64,
     writes: &mut Writes,
 ) -> Result<[u64; 5], Failed> {
     let (limit, period) = (p.limit(), p.period_us());
-    let mut key = open_set(ctx, name, "sliding-log")?;
+    check_set(ctx, key, "sliding-log")?;
     let since = now.saturating_sub(period);
     let ended = key.scores(through(since), false).count();
     // `ZCOUNT <key> (<since> +inf`: every member but the ended ones (which an admission
@@ -275,13 +258,13 @@ pub(crate) fn sliding_log(
         let offset = live + cost - limit - 1;
         let nth = match live.checked_sub(offset + 1) {
             Some(from_newest) if from_newest < offset => {
-                score_at(&mut key, after(since), true, from_newest, UNREADABLE_LOG)?
+                score_at(key, after(since), true, from_newest, UNREADABLE_LOG)?
             }
-            Some(_) => score_at(&mut key, after(since), false, offset, UNREADABLE_LOG)?,
+            Some(_) => score_at(key, after(since), false, offset, UNREADABLE_LOG)?,
             None => None,
         }
         .ok_or(UNREADABLE_LOG)?;
-        let newest = newest(&mut key).ok_or(UNREADABLE_LOG)?;
+        let newest = newest(key).ok_or(UNREADABLE_LOG)?;
         return Ok([
             0,
             limit.saturating_sub(live),
@@ -290,20 +273,20 @@ pub(crate) fn sliding_log(
             now,
         ]);
     }
-    let before = newest(&mut key);
-    writes.remove_range(&mut key, through(since), ended == 0)?;
+    let before = newest(key);
+    writes.remove_range(key, through(since), ended == 0)?;
     // One entry per token, `<now>:<its rank among the live ones>`, at most 1,000 per `ZADD`.
     let mut added = 0;
     while added < cost {
         let chunk = (cost - added).min(1000);
         if chunk == 1 {
             let member = Text::log_entry(now, live + added + 1);
-            writes.add(&mut key, now, &[member.as_bytes()])?;
+            writes.add(key, now, &[member.as_bytes()])?;
         } else {
             let members: Vec<Text> = (added + 1..=added + chunk)
                 .map(|j| Text::log_entry(now, live + j))
                 .collect();
-            writes.add(&mut key, now, &members)?;
+            writes.add(key, now, &members)?;
         }
         added += chunk;
     }
@@ -312,7 +295,7 @@ pub(crate) fn sliding_log(
     if let Some(before) = before.filter(|&b| cost == 0 && b > since) {
         last = before;
     }
-    writes.expire_at(&mut key, (last + period).div_ceil(1000))?;
+    writes.expire_at(key, (last + period).div_ceil(1000))?;
     Ok([1, limit - live - cost, 0, last + period - now, now])
 }
 
@@ -322,27 +305,24 @@ pub(crate) fn sliding_log(
 /// hold. The tokens taken (the twin: `sliding_log::take_over`).
 pub(crate) fn take_over_log(
     ctx: &Ctx,
-    name: Arg<'_>,
+    key: &mut Key<'_>,
     p: WindowParams,
     extra: u64,
     debt: u64,
     now: u64,
 ) -> Result<u64, Failed> {
     let period = p.period_us();
-    let live = {
-        let mut key = ctx.open(name);
-        if key.read() == api::Value::SortedSet {
-            count_after(&mut key, now.saturating_sub(period))
-        } else {
-            0
-        }
+    let live = if key.read() == api::Value::SortedSet {
+        count_after(key, now.saturating_sub(period))
+    } else {
+        0
     };
     let taken = extra.min(p.limit().saturating_add(debt).saturating_sub(live));
     if taken == 0 {
         return Ok(0);
     }
     let room = WindowParams::try_new(live + taken, period).ok_or(UNREADABLE_LOG)?;
-    sliding_log(ctx, name, room, taken, now, &mut Writes::Now)?;
+    sliding_log(ctx, key, room, taken, now, &mut Writes::Now)?;
     Ok(taken)
 }
 
@@ -500,13 +480,13 @@ fn tickets<'c>(key: &mut Key<'c>, now: u64) -> (u64, Vec<(api::Member<'c>, f64)>
 /// `concurrency.lua` on the set `name`: the script's five numbers.
 pub(crate) fn concurrency(
     ctx: &Ctx,
-    name: Arg<'_>,
+    key: &mut Key<'_>,
     p: concurrency::Params,
     cost: u64,
     now: u64,
     writes: &mut Writes,
 ) -> Result<[u64; 5], Failed> {
-    let mut key = open_set(ctx, name, "concurrency")?;
+    check_set(ctx, key, "concurrency")?;
     // The slots from the first: those ended at `now` (which every write removes: few), then
     // the earliest lease end of the slots held (`ZRANGE <key> (<now> (<TICKET> BYSCORE LIMIT
     // 0 1 WITHSCORES`).
@@ -531,10 +511,10 @@ pub(crate) fn concurrency(
     }
     // The latest lease end of the slots held: none if none is held.
     let mut latest = match earliest {
-        Some(_) => edge_score(&mut key, held_slots(now), true)?,
+        Some(_) => edge_score(key, held_slots(now), true)?,
         None => None,
     };
-    let (ended_tickets_there, tickets) = tickets(&mut key, now);
+    let (ended_tickets_there, tickets) = tickets(key, now);
     // `ZCOUNT <key> (<now> (<TICKET>`: every member but the ended slots and the tickets.
     let held = key
         .zcard()
@@ -597,7 +577,7 @@ pub(crate) fn concurrency(
             }
             Ok(())
         };
-        write(&mut key, writes, &add, latest)?;
+        write(key, writes, &add, latest)?;
         return Ok([1, p.max - held - cost, 0, reset(Some(latest)), now]);
     }
     let retry = earliest.map_or(1, |e| {
@@ -626,7 +606,7 @@ pub(crate) fn concurrency(
         let add = |key: &mut Key<'_>, writes: &mut Writes| {
             writes.add(key, TICKET + until, &[member.as_bytes()])
         };
-        write(&mut key, writes, &add, latest.unwrap_or(until))?;
+        write(key, writes, &add, latest.unwrap_or(until))?;
     }
     Ok([0, free, retry, reset(latest), now])
 }
