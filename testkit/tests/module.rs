@@ -833,6 +833,103 @@ async fn several_limits_of_a_call_are_one_module_command() {
     assert_eq!(calls_of(&server, &multi).await, [5, 0]);
 }
 
+/// Two limits of one call on one key, which `multi` opens once (one handle for both): two
+/// sliding logs decide as `multi.lua` decides them on a key of its own (both read the log
+/// before either writes, then each writes in order), answer for answer and member count for
+/// member count, through decisions, a reservation and its give-back. And a key named by
+/// limits of a string and of a sorted set (one drops the other's value) gets an answer, and
+/// the server lives on.
+#[test]
+fn two_limits_on_one_key_decide_as_multi_lua() {
+    let server = with_module(&[]);
+    let mut con = server.blocking_connection();
+    let library = scripts::library();
+    let _: () = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(library.text())
+        .query(&mut con)
+        .unwrap();
+    let function = library.function("multi").unwrap();
+    // Two sliding logs of an hour: five taking one, four taking two.
+    let specs = "5 3 5 3600000000 1 5 3 4 3600000000 2";
+    let (native_key, script_key) = ("app:{dup}:native", "app:{dup}:script");
+    let native = |con: &mut Connection, args: String| -> Vec<u64> {
+        let reply: String = redis::cmd("ratelimit.v1.multi")
+            .arg(2)
+            .arg(&[native_key, native_key][..])
+            .arg(args)
+            .query(con)
+            .unwrap();
+        reply.split(' ').map(|n| n.parse().unwrap()).collect()
+    };
+    let script = |con: &mut Connection, args: String| -> Vec<u64> {
+        let mut fcall = redis::cmd("FCALL");
+        fcall.arg(function).arg(1).arg(script_key).arg(2);
+        let mut args = args.split(' ');
+        fcall
+            .arg(args.next().unwrap())
+            .arg(script_key)
+            .arg(script_key);
+        for arg in args {
+            fcall.arg(arg);
+        }
+        // An array of numbers; a give-back's one integer.
+        match fcall.query(con).unwrap() {
+            Value::Int(n) => vec![u64::try_from(n).unwrap()],
+            reply => redis::from_redis_value(reply).unwrap(),
+        }
+    };
+    // Each limit's allowed and remaining (the times differ by when each ran).
+    let decided = |reply: &[u64]| -> Vec<u64> {
+        reply
+            .chunks(4)
+            .take(2)
+            .flat_map(|limit| limit[..2].to_vec())
+            .collect()
+    };
+    let members = |con: &mut Connection, key: &str| -> u64 {
+        redis::cmd("ZCARD").arg(key).query(con).unwrap()
+    };
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let (n, s) = (
+            native(&mut con, format!("0 {specs}")),
+            script(&mut con, format!("0 {specs}")),
+        );
+        assert_eq!(decided(&n), decided(&s), "{n:?} / {s:?}");
+        assert_eq!(members(&mut con, native_key), members(&mut con, script_key));
+        seen.push(decided(&n));
+    }
+    // Both read the log before either writes: each call adds two entries (the second's
+    // `<now>:1` is the first's again), until the second limit has no room.
+    assert_eq!(
+        seen,
+        [vec![1, 4, 1, 2], vec![1, 2, 1, 0], vec![1, 1, 0, 0]],
+        "{seen:?}"
+    );
+    assert_eq!(members(&mut con, native_key), 4);
+    let (n, s) = (
+        native(&mut con, format!("1 {specs}")),
+        script(&mut con, format!("1 {specs}")),
+    );
+    assert_eq!(decided(&n), decided(&s), "{n:?} / {s:?}");
+    let (n, s) = (
+        native(&mut con, format!("3 {specs} {}", n[8])),
+        script(&mut con, format!("3 {specs} {}", s[8])),
+    );
+    assert_eq!((n, s), (vec![2], vec![2]));
+    assert_eq!(members(&mut con, native_key), members(&mut con, script_key));
+    // A string's limit and a sorted set's on one key.
+    let _ = redis::cmd("ratelimit.v1.multi")
+        .arg(2)
+        .arg(&["app:{mixed}", "app:{mixed}"][..])
+        .arg("0 3 3 5 3600000000 1 5 3 5 3600000000 1")
+        .query::<Value>(&mut con);
+    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    assert_eq!(pong, "PONG");
+}
+
 /// A limiter (prefix `app`) of the user `ratelimit`, set to the least ACL of
 /// docs/operations.md and `extra` rules.
 async fn under_least_acl(server: &RedisServer, extra: &[String]) -> RateLimiter {
