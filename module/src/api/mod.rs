@@ -15,7 +15,7 @@
 //! - `key` and `reply`: an open [`Key`] and the reply of a command the module calls (only
 //!   `PUBLISH`), each with the method of [`Ctx`] that makes one ([`Ctx::open`] and
 //!   [`Ctx::publish`]);
-//! - `zset`: a sorted set through an open [`Key`] (its score ranges walked by a [`Cursor`],
+//! - `zset`: a sorted set through an open [`Key`] (its score ranges walked by a `Cursor`,
 //!   members added and removed, its expiry set, each write propagated as the command whose
 //!   effect it is), and the strings it reads and writes ([`Member`]).
 //!
