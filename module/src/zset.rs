@@ -273,7 +273,14 @@ pub(crate) fn sliding_log(
             now,
         ]);
     }
-    let before = newest(key);
+    // The newest token before this call's: it sets the expiry only when it is after `now`
+    // (the clock stepped back), or for a call of no tokens. Otherwise whether there is one
+    // after `now` is all that matters, which a seek answers without reading it.
+    let before = if cost == 0 || key.scores(after(now), false).is_on() {
+        newest(key)
+    } else {
+        None
+    };
     writes.remove_range(key, through(since), ended == 0)?;
     // One entry per token, `<now>:<its rank among the live ones>`, at most 1,000 per `ZADD`.
     let mut added = 0;

@@ -392,6 +392,11 @@ impl<'c> Cursor<'_, 'c> {
         self.at().map(|(_, score)| score)
     }
 
+    /// Whether it stands on an element (none: the range holds none, or the walk is past it).
+    pub(crate) fn is_on(&self) -> bool {
+        self.on
+    }
+
     /// Moves on to the next element of the range (walking back, the previous one): whether
     /// there is one.
     pub(crate) fn advance(&mut self) -> bool {
