@@ -19,11 +19,13 @@
 //! ([`ratelimit_vocab::native`]): the module `ratelimit_v1`, the commands
 //! `ratelimit.v1.<function>`.
 //!
-//! The sorted sets (the sliding log, the concurrency set) are the exception: they are decided
-//! by the scripts' own sorted-set commands, called from the module in the scripts' order, on
-//! what those commands answer (`zset`), and their writes propagated as they are (absolute
-//! scores and instants are their own effects). The differential tests hold every command to
-//! the script and the twin on shared state (`testkit/tests/algorithms.rs`).
+//! The sorted sets (the sliding log, the concurrency set) are decided in the module too, but
+//! step for step as their scripts read and write them (`zset`): read through the module
+//! API's own sorted-set functions (the score-range iterator, no command called), written the
+//! same way, and each write propagated as the script's command (`ZADD`, `ZREM`,
+//! `ZREMRANGEBYSCORE`, `PEXPIREAT`: absolute scores and instants are their own effects),
+//! exactly when that command would have changed the key. The differential tests hold every
+//! command to the script and the twin on shared state (`testkit/tests/algorithms.rs`).
 //!
 //! No panic crosses into the server: every command runs under `catch_unwind`, and a bad
 //! argument from any client is an error reply (the argument readers are property-tested over

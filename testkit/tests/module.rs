@@ -276,12 +276,8 @@ fn state(con: &mut Connection, key: &str) -> (Option<String>, i64) {
 /// same effects.
 #[test]
 fn writes_reach_a_replica_and_the_aof_as_their_effects() {
-    let master = with_module(&["--appendonly", "yes", "--appendfsync", "always"]);
-    let port = master.port().to_string();
-    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
-    let mut m = master.blocking_connection();
-    let mut r = replica.blocking_connection();
-    wait_for_link(&mut r);
+    let (master, replica) = master_and_replica();
+    let (mut m, mut r) = (master.blocking_connection(), replica.blocking_connection());
     let limit = Limit::per_hour(7).burst(5);
     let keys: Vec<String> = (0..20).map(|i| format!("app:{{r:{i}}}")).collect();
     for (i, key) in keys.iter().enumerate() {
@@ -377,27 +373,22 @@ fn writes_reach_a_replica_and_the_aof_as_their_effects() {
         assert_eq!(state(&mut m, key), (None, -2), "{key}");
         assert_eq!(state(&mut r, key), (None, -2), "{key}");
     }
-    let entries_of = |c: &mut Connection, key: &str| -> Vec<(String, u64)> {
-        redis::cmd("ZRANGE")
-            .arg(key)
-            .arg(0)
-            .arg(-1)
-            .arg("WITHSCORES")
-            .query(c)
-            .unwrap()
-    };
-    let on_master = entries_of(&mut m, log);
+    let on_master = zset_entries(&mut m, log);
     assert_eq!(on_master.len(), 6, "{on_master:?}");
-    assert_eq!(entries_of(&mut r, log), on_master);
+    assert_eq!(zset_entries(&mut r, log), on_master);
     assert_eq!(pexpiretime(&mut r, log), pexpiretime(&mut m, log));
     // Holder 7's slot and holder 9's ticket; the other holder's slot given back.
-    let on_master = entries_of(&mut m, slots);
+    let on_master = zset_entries(&mut m, slots);
     let members: Vec<&str> = on_master.iter().map(|(m, _)| m.as_str()).collect();
     assert_eq!(members.len(), 2, "{on_master:?}");
     assert!(members.contains(&"h:7:1"), "{on_master:?}");
     assert!(members.iter().any(|m| m.starts_with("w:")), "{on_master:?}");
     for key in [slots, "app:{r:log2}"] {
-        assert_eq!(entries_of(&mut r, key), entries_of(&mut m, key), "{key}");
+        assert_eq!(
+            zset_entries(&mut r, key),
+            zset_entries(&mut m, key),
+            "{key}"
+        );
         assert_eq!(pexpiretime(&mut r, key), pexpiretime(&mut m, key), "{key}");
     }
     // The AOF holds the writes as `SET .. PXAT`, and no module command.
@@ -423,6 +414,170 @@ fn writes_reach_a_replica_and_the_aof_as_their_effects() {
         "a window's count reached the AOF as INCRBY"
     );
     assert_eq!(state(&mut m, "app:{r:fw}").0.as_deref(), Some("6"));
+}
+
+/// The sorted sets, which the module reads and writes through the module API's own functions
+/// (no command called), reach a replica without the module and the AOF as the scripts' own
+/// commands, each exactly when it changed the set: ended tokens and slots removed
+/// (`ZREMRANGEBYSCORE`, which a replica missing it would keep), an ended ticket, tokens and
+/// slots added (`ZADD`), renewed, released (`ZREM`), given back and settled within `multi`,
+/// and a set emptied by a release (deleted, as `ZREM` deletes it). The replica, and a server
+/// without the module started from the master's AOF, hold every set member for member, score
+/// for score, with the master's expiry.
+#[test]
+fn sorted_sets_written_natively_reach_a_replica_and_the_aof_alike() {
+    let (master, replica) = master_and_replica();
+    let (mut m, mut r) = (master.blocking_connection(), replica.blocking_connection());
+    let (hour, short) = (3_600_000_000u64, 300_000u64);
+    let (log, slots, settled, emptied) = (
+        "app:{z:log}",
+        "app:{z:slots}",
+        "app:{z:settled}",
+        "app:{z:emptied}",
+    );
+    let one = |m: &mut Connection, command: &str, key: &str, args: String| -> String {
+        redis::cmd(&format!("ratelimit.v1.{command}"))
+            .arg(key)
+            .arg(args)
+            .query(m)
+            .unwrap()
+    };
+    let batch = |m: &mut Connection, keys: &[&str], args: String| -> Vec<String> {
+        redis::cmd("ratelimit.v1.batch")
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args)
+            .query(m)
+            .unwrap()
+    };
+    let multi = |m: &mut Connection, keys: &[&str], args: String| -> String {
+        redis::cmd("ratelimit.v1.multi")
+            .arg(keys.len())
+            .arg(keys)
+            .arg(args)
+            .query(m)
+            .unwrap()
+    };
+    let numbers =
+        |reply: &str| -> Vec<u64> { reply.split(' ').map(|n| n.parse().unwrap()).collect() };
+    // Four tokens (the last under an hour, which keeps the log's key), two slots (one for
+    // a short lease) and a ticket (short): all but the hour's slot end before the next calls.
+    for _ in 0..3 {
+        assert!(one(&mut m, "sliding_log", log, format!("3 {short} 1")).starts_with("1 "));
+    }
+    assert!(one(&mut m, "sliding_log", log, format!("10 {hour} 1")).starts_with("1 "));
+    assert!(one(&mut m, "concurrency", slots, format!("2 {short} 1 0 1")).starts_with("1 "));
+    assert!(one(&mut m, "concurrency", slots, format!("2 {hour} 2 0 1")).starts_with("1 "));
+    assert!(one(&mut m, "concurrency", slots, format!("2 {short} 4 1 1")).starts_with("0 "));
+    std::thread::sleep(Duration::from_micros(short + 100_000));
+    // One batch (one instant: the log cannot expire between its calls): a call under the
+    // short period removes the four tokens, ended for it, and takes one, then one under an
+    // hour takes two.
+    let calls = batch(
+        &mut m,
+        &[log, log],
+        format!("2 1 5 3 3 {short} 1 1 5 3 10 {hour} 2"),
+    );
+    assert!(calls.iter().all(|c| c.starts_with("1 ")), "{calls:?}");
+    // A slot taken removes the ended slot and the ended ticket; renewed; another released.
+    assert!(one(&mut m, "concurrency", slots, format!("2 {hour} 3 0 1")).starts_with("1 "));
+    assert_eq!(
+        one(&mut m, "concurrency_renew", slots, format!("3 {hour} 1")),
+        "1"
+    );
+    assert_eq!(one(&mut m, "concurrency_release", slots, "2 1".into()), "1");
+    // A slot and two tokens reserved together, then given back.
+    let specs = format!("6 5 3 {hour} 7 0 1 5 3 10 {hour} 2");
+    let reserved = numbers(&multi(&mut m, &[slots, log], format!("1 {specs}")));
+    assert_eq!((reserved[0], reserved[4]), (1, 1), "{reserved:?}");
+    let at = reserved[8];
+    assert_eq!(multi(&mut m, &[slots, log], format!("3 {specs} {at}")), "2");
+    // A log's estimate settled: two tokens more, then one given back.
+    let estimate = "5 3 10 3600000000 2";
+    let reserved = numbers(&multi(&mut m, &[settled], format!("1 {estimate}")));
+    let at = reserved[4];
+    let taken = numbers(&multi(&mut m, &[settled], format!("5 {estimate} {at} 4 0")));
+    assert_eq!(taken[..2], [2, 0], "{taken:?}");
+    let given = numbers(&multi(&mut m, &[settled], format!("5 {estimate} {at} 1 0")));
+    assert_eq!(given[..2], [0, 1], "{given:?}");
+    // A set emptied by a release is gone.
+    assert!(one(&mut m, "concurrency", emptied, format!("1 {hour} 9 0 1")).starts_with("1 "));
+    assert_eq!(
+        one(&mut m, "concurrency_release", emptied, "9 1".into()),
+        "1"
+    );
+    let synced: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut m).unwrap();
+    assert_eq!(synced, 1, "the replica acknowledged the writes");
+
+    let on_master: Vec<_> = [log, slots, settled]
+        .iter()
+        .map(|key| (zset_entries(&mut m, key), pexpiretime(&mut m, key)))
+        .collect();
+    let (tokens, held, settled_tokens) = (&on_master[0].0, &on_master[1].0, &on_master[2].0);
+    // The batch's three tokens of one instant; the four before gone.
+    assert_eq!(tokens.len(), 3, "{tokens:?}");
+    assert!(tokens.iter().all(|t| t.1 == tokens[0].1), "{tokens:?}");
+    assert_eq!(held.len(), 1, "only holder 3's slot: {held:?}");
+    assert_eq!(held[0].0, "h:3:1");
+    assert_eq!(settled_tokens.len(), 3, "{settled_tokens:?}");
+    for (key, on_master) in [log, slots, settled].iter().zip(&on_master) {
+        assert!(on_master.1 > 0, "{key} has its expiry: {on_master:?}");
+        let on_replica = (zset_entries(&mut r, key), pexpiretime(&mut r, key));
+        assert_eq!(&on_replica, on_master, "{key} on the replica");
+    }
+    for c in [&mut m, &mut r] {
+        let exists: u64 = redis::cmd("EXISTS").arg(emptied).query(c).unwrap();
+        assert_eq!(exists, 0, "the emptied set is gone");
+    }
+
+    // A server without the module, from the master's AOF, holds the same.
+    let copy = tempfile::tempdir().unwrap();
+    let aof_dir = copy.path().join("appendonlydir");
+    std::fs::create_dir(&aof_dir).unwrap();
+    let mut aof = String::new();
+    for entry in std::fs::read_dir(master.dir().join("appendonlydir")).unwrap() {
+        let path = entry.unwrap().path();
+        let bytes = std::fs::read(&path).unwrap();
+        aof.push_str(&String::from_utf8_lossy(&bytes).to_lowercase());
+        std::fs::write(aof_dir.join(path.file_name().unwrap()), bytes).unwrap();
+    }
+    assert!(
+        !aof.contains("ratelimit.v1"),
+        "a module command reached the AOF"
+    );
+    for command in ["zremrangebyscore", "zadd", "zrem", "pexpireat"] {
+        assert!(aof.contains(command), "no {command} in the AOF");
+    }
+    let dir = copy.path().to_str().unwrap();
+    let reloaded = RedisServer::start_with(&["--appendonly", "yes", "--dir", dir]);
+    let mut a = reloaded.blocking_connection();
+    for (key, on_master) in [log, slots, settled].iter().zip(&on_master) {
+        let from_aof = (zset_entries(&mut a, key), pexpiretime(&mut a, key));
+        assert_eq!(&from_aof, on_master, "{key} from the AOF");
+    }
+    let exists: u64 = redis::cmd("EXISTS").arg(emptied).query(&mut a).unwrap();
+    assert_eq!(exists, 0, "the emptied set is gone from the AOF");
+}
+
+/// A master with the module, its AOF written on every write, and a replica without the
+/// module, linked to it.
+fn master_and_replica() -> (RedisServer, RedisServer) {
+    let master = with_module(&["--appendonly", "yes", "--appendfsync", "always"]);
+    let port = master.port().to_string();
+    let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+    wait_for_link(&mut replica.blocking_connection());
+    (master, replica)
+}
+
+/// A sorted set's members and scores, in order.
+fn zset_entries(con: &mut Connection, key: &str) -> Vec<(String, u64)> {
+    redis::cmd("ZRANGE")
+        .arg(key)
+        .arg(0)
+        .arg(-1)
+        .arg("WITHSCORES")
+        .query(con)
+        .unwrap()
 }
 
 fn pexpiretime(con: &mut Connection, key: &str) -> i64 {
@@ -676,6 +831,103 @@ async fn several_limits_of_a_call_are_one_module_command() {
     // module (a call it did not answer would have gone by `FCALL` only after the module
     // refused it, and every limiter decision here is the store's).
     assert_eq!(calls_of(&server, &multi).await, [5, 0]);
+}
+
+/// Two limits of one call on one key, which `multi` opens once (one handle for both): two
+/// sliding logs decide as `multi.lua` decides them on a key of its own (both read the log
+/// before either writes, then each writes in order), answer for answer and member count for
+/// member count, through decisions, a reservation and its give-back. And a key named by
+/// limits of a string and of a sorted set (one drops the other's value) gets an answer, and
+/// the server lives on.
+#[test]
+fn two_limits_on_one_key_decide_as_multi_lua() {
+    let server = with_module(&[]);
+    let mut con = server.blocking_connection();
+    let library = scripts::library();
+    let _: () = redis::cmd("FUNCTION")
+        .arg("LOAD")
+        .arg("REPLACE")
+        .arg(library.text())
+        .query(&mut con)
+        .unwrap();
+    let function = library.function("multi").unwrap();
+    // Two sliding logs of an hour: five taking one, four taking two.
+    let specs = "5 3 5 3600000000 1 5 3 4 3600000000 2";
+    let (native_key, script_key) = ("app:{dup}:native", "app:{dup}:script");
+    let native = |con: &mut Connection, args: String| -> Vec<u64> {
+        let reply: String = redis::cmd("ratelimit.v1.multi")
+            .arg(2)
+            .arg(&[native_key, native_key][..])
+            .arg(args)
+            .query(con)
+            .unwrap();
+        reply.split(' ').map(|n| n.parse().unwrap()).collect()
+    };
+    let script = |con: &mut Connection, args: String| -> Vec<u64> {
+        let mut fcall = redis::cmd("FCALL");
+        fcall.arg(function).arg(1).arg(script_key).arg(2);
+        let mut args = args.split(' ');
+        fcall
+            .arg(args.next().unwrap())
+            .arg(script_key)
+            .arg(script_key);
+        for arg in args {
+            fcall.arg(arg);
+        }
+        // An array of numbers; a give-back's one integer.
+        match fcall.query(con).unwrap() {
+            Value::Int(n) => vec![u64::try_from(n).unwrap()],
+            reply => redis::from_redis_value(reply).unwrap(),
+        }
+    };
+    // Each limit's allowed and remaining (the times differ by when each ran).
+    let decided = |reply: &[u64]| -> Vec<u64> {
+        reply
+            .chunks(4)
+            .take(2)
+            .flat_map(|limit| limit[..2].to_vec())
+            .collect()
+    };
+    let members = |con: &mut Connection, key: &str| -> u64 {
+        redis::cmd("ZCARD").arg(key).query(con).unwrap()
+    };
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let (n, s) = (
+            native(&mut con, format!("0 {specs}")),
+            script(&mut con, format!("0 {specs}")),
+        );
+        assert_eq!(decided(&n), decided(&s), "{n:?} / {s:?}");
+        assert_eq!(members(&mut con, native_key), members(&mut con, script_key));
+        seen.push(decided(&n));
+    }
+    // Both read the log before either writes: each call adds two entries (the second's
+    // `<now>:1` is the first's again), until the second limit has no room.
+    assert_eq!(
+        seen,
+        [vec![1, 4, 1, 2], vec![1, 2, 1, 0], vec![1, 1, 0, 0]],
+        "{seen:?}"
+    );
+    assert_eq!(members(&mut con, native_key), 4);
+    let (n, s) = (
+        native(&mut con, format!("1 {specs}")),
+        script(&mut con, format!("1 {specs}")),
+    );
+    assert_eq!(decided(&n), decided(&s), "{n:?} / {s:?}");
+    let (n, s) = (
+        native(&mut con, format!("3 {specs} {}", n[8])),
+        script(&mut con, format!("3 {specs} {}", s[8])),
+    );
+    assert_eq!((n, s), (vec![2], vec![2]));
+    assert_eq!(members(&mut con, native_key), members(&mut con, script_key));
+    // A string's limit and a sorted set's on one key.
+    let _ = redis::cmd("ratelimit.v1.multi")
+        .arg(2)
+        .arg(&["app:{mixed}", "app:{mixed}"][..])
+        .arg("0 3 3 5 3600000000 1 5 3 5 3600000000 1")
+        .query::<Value>(&mut con);
+    let pong: String = redis::cmd("PING").query(&mut con).unwrap();
+    assert_eq!(pong, "PONG");
 }
 
 /// A limiter (prefix `app`) of the user `ratelimit`, set to the least ACL of

@@ -25,12 +25,13 @@ pub(crate) enum Value<'a> {
 /// An open key, closed when dropped; opened by [`Ctx::open`] only, within a command.
 #[derive(Debug)]
 pub(crate) struct Key<'c> {
-    ctx: &'c Ctx,
+    pub(super) ctx: &'c Ctx,
     /// Null when Redis could not open the key.
-    raw: *mut RawKey,
-    name: Arg<'c>,
-    /// Its type when it was opened (`REDISMODULE_KEYTYPE_*`).
-    kind: c_int,
+    pub(super) raw: *mut RawKey,
+    pub(super) name: Arg<'c>,
+    /// Its type (`REDISMODULE_KEYTYPE_*`): when it was opened, then as this module's writes
+    /// left it.
+    pub(super) kind: c_int,
 }
 
 impl Ctx {

@@ -12,15 +12,21 @@
 //!   ([`Arg`]), which those wrappers pass;
 //! - `load`: `RedisModule_OnLoad` and the creation of the commands ([`Registrar`]);
 //! - `ctx`: a command's run: its [`entry`] point and its context ([`Ctx`]: its replies);
-//! - `key` and `reply`: an open [`Key`] and a [`CallReply`], each with the methods of [`Ctx`]
-//!   that make one ([`Ctx::open`], [`Ctx::call`] and [`Ctx::publish`]).
+//! - `key` and `reply`: an open [`Key`] and the reply of a command the module calls (only
+//!   `PUBLISH`), each with the method of [`Ctx`] that makes one ([`Ctx::open`] and
+//!   [`Ctx::publish`]);
+//! - `zset`: a sorted set through an open [`Key`] (its score ranges walked by a `Cursor`,
+//!   members added and removed, its expiry set, each write propagated as the command whose
+//!   effect it is), and the strings it reads and writes ([`Member`]).
 //!
 //! Each file takes only from those listed before it, `load` aside (it takes from `raw` and
-//! `ctx`): `raw` from none, `ctx` from `raw`, `key` and `reply` from `ctx` and `raw`.
+//! `ctx`): `raw` from none, `ctx` from `raw`, `key` and `reply` from `ctx` and `raw`, `zset`
+//! from `key`, `ctx` and `raw`.
 //!
 //! The rest of the crate uses the safe wrappers only. Every pointer they hold lives only
-//! while Redis runs one command, and their lifetimes say so: an [`Arg`], a [`Key`] and a
-//! [`CallReply`] are made only within a command's run and cannot outlive it. Every `unsafe`
+//! while Redis runs one command, and their lifetimes say so: an [`Arg`], a [`Key`], a
+//! [`Member`] and a called command's reply are made only within a command's run and cannot
+//! outlive it. Every `unsafe`
 //! block says why it is sound (`// SAFETY:`; the crate denies one without), and every unsafe
 //! function what its caller must ensure (`# Safety`).
 #![allow(unsafe_code)]
@@ -30,6 +36,7 @@ mod key;
 mod load;
 mod raw;
 mod reply;
+mod zset;
 
 pub(crate) use ctx::{Body, Ctx, MAX_REPLY_NUMBERS, entry};
 pub(crate) use key::{Key, Value};
@@ -37,3 +44,4 @@ pub use load::RedisModule_OnLoad;
 pub(crate) use load::{Command, Registrar};
 pub(crate) use raw::{Arg, CommandFn};
 pub use raw::{RawCtx, RawString};
+pub(crate) use zset::{Edge, Member, Scores};

@@ -8,7 +8,7 @@
 //! toolchain and no libclang. The structs the module hands Redis are checked, when this
 //! compiles, against the sizes and alignments that header gives them on x86_64.
 
-use std::ffi::{CStr, c_char, c_int, c_long, c_longlong, c_void};
+use std::ffi::{CStr, c_char, c_double, c_int, c_long, c_longlong, c_void};
 use std::marker::PhantomData;
 use std::sync::OnceLock;
 
@@ -54,10 +54,10 @@ pub(super) const KEYTYPE_STRING: c_int = 1;
 pub(super) const KEYTYPE_ZSET: c_int = 5;
 /// `REDISMODULE_NO_EXPIRE`.
 pub(super) const NO_EXPIRE: c_longlong = -1;
-/// `REDISMODULE_REPLY_*`: the kinds of reply a call returns.
-pub(super) const REPLY_STRING: c_int = 0;
-pub(super) const REPLY_INTEGER: c_int = 2;
-pub(super) const REPLY_ARRAY: c_int = 3;
+/// `REDISMODULE_ZADD_ADDED` and `REDISMODULE_ZADD_UPDATED`: what `ZsetAdd` reports it did (the
+/// member added, or its score changed), in the flags it writes back.
+pub(super) const ZADD_ADDED: c_int = 1 << 2;
+pub(super) const ZADD_UPDATED: c_int = 1 << 3;
 
 /// `RedisModuleCmdFunc`.
 pub(crate) type CommandFn =
@@ -175,7 +175,7 @@ pub(super) type GetApiFn = unsafe extern "C" fn(name: *const c_char, out: *mut c
 
 /// Declares the table of API functions and its loader: each field is looked up by its name
 /// with the `RedisModule_` prefix. The variadic ones are private to this file: they are
-/// called through their typed wrappers only ([`call`], [`replicate`], [`log`]).
+/// called through their typed wrappers only ([`publish`], [`replicate`], [`log`]).
 macro_rules! api {
     ($($field:ident: fn($($arg:ty),*) $(-> $ret:ty)?;)*) => {
         #[allow(non_snake_case)]
@@ -234,12 +234,18 @@ api! {
     SetAbsExpire: fn(*mut RawKey, c_longlong) -> c_int;
     CreateString: fn(*mut RawCtx, *const c_char, usize) -> *mut RawString;
     FreeString: fn(*mut RawCtx, *mut RawString);
-    CallReplyType: fn(*mut RawCallReply) -> c_int;
-    CallReplyInteger: fn(*mut RawCallReply) -> c_longlong;
-    CallReplyLength: fn(*mut RawCallReply) -> usize;
-    CallReplyArrayElement: fn(*mut RawCallReply, usize) -> *mut RawCallReply;
-    CallReplyStringPtr: fn(*mut RawCallReply, *mut usize) -> *const c_char;
     FreeCallReply: fn(*mut RawCallReply);
+    ValueLength: fn(*mut RawKey) -> usize;
+    ZsetAdd: fn(*mut RawKey, c_double, *mut RawString, *mut c_int) -> c_int;
+    ZsetRem: fn(*mut RawKey, *mut RawString, *mut c_int) -> c_int;
+    ZsetScore: fn(*mut RawKey, *mut RawString, *mut c_double) -> c_int;
+    ZsetFirstInScoreRange: fn(*mut RawKey, c_double, c_double, c_int, c_int) -> c_int;
+    ZsetLastInScoreRange: fn(*mut RawKey, c_double, c_double, c_int, c_int) -> c_int;
+    ZsetRangeCurrentElement: fn(*mut RawKey, *mut c_double) -> *mut RawString;
+    ZsetRangeNext: fn(*mut RawKey) -> c_int;
+    ZsetRangePrev: fn(*mut RawKey) -> c_int;
+    ZsetRangeEndReached: fn(*mut RawKey) -> c_int;
+    ZsetRangeStop: fn(*mut RawKey);
 }
 
 /// One API function by its NUL-terminated name.
@@ -308,66 +314,27 @@ impl<'c> Arg<'c> {
     }
 }
 
-/// What the module calls by `RedisModule_Call`: each shape of its arguments, with the format
-/// string that describes them.
-#[derive(Clone, Copy)]
-pub(super) enum Called<'a> {
-    /// `<command> <key> <args..>`: format `sv`, or `!sv` to propagate the call as it is to the
-    /// replicas and the AOF.
-    OnKey {
-        command: &'a CStr,
-        key: Arg<'a>,
-        args: &'a [*mut RawString],
-        propagate: bool,
-    },
-    /// `PUBLISH <channel> <message>`: format `bs`, not propagated.
-    Publish { channel: &'a [u8], message: Arg<'a> },
-}
-
-/// `RedisModule_Call` of `called` in the command whose context is `ctx`: its reply, null when
-/// Redis refused the call.
+/// `RedisModule_Call` of `PUBLISH <channel> <message>` (format `bs`, not propagated) in the
+/// command whose context is `ctx`: its reply, null when Redis refused the call.
 ///
 /// # Safety
-/// `ctx` is the context of the command running (whose arguments the `Arg`s are), and every
-/// string of `Called::OnKey::args` was created in it and not yet freed.
-pub(super) unsafe fn call(ctx: *mut RawCtx, called: Called<'_>) -> *mut RawCallReply {
-    let call = api().Call;
-    match called {
-        Called::OnKey {
-            command,
-            key,
-            args,
-            propagate,
-        } => {
-            let format = if propagate { c"!sv" } else { c"sv" };
-            // SAFETY: the caller's contract for `ctx` and the strings; `s` reads one
-            // `RedisModuleString *`, `v` an array of them and its length (a `size_t`), which
-            // Redis reads during the call only; the command's name is NUL-terminated.
-            unsafe {
-                call(
-                    ctx,
-                    command.as_ptr(),
-                    format.as_ptr(),
-                    key.raw(),
-                    args.as_ptr(),
-                    args.len(),
-                )
-            }
-        }
-        Called::Publish { channel, message } => {
-            // SAFETY: the caller's contract for `ctx` and `message`; `b` reads a pointer and a
-            // `size_t` length, the channel's bytes, which Redis copies during the call.
-            unsafe {
-                call(
-                    ctx,
-                    c"PUBLISH".as_ptr(),
-                    c"bs".as_ptr(),
-                    channel.as_ptr().cast::<c_char>(),
-                    channel.len(),
-                    message.raw(),
-                )
-            }
-        }
+/// `ctx` is the context of the command running, whose argument `message` is.
+pub(super) unsafe fn publish(
+    ctx: *mut RawCtx,
+    channel: &[u8],
+    message: Arg<'_>,
+) -> *mut RawCallReply {
+    // SAFETY: the caller's contract for `ctx` and `message`; `b` reads a pointer and a
+    // `size_t` length, the channel's bytes, which Redis copies during the call.
+    unsafe {
+        (api().Call)(
+            ctx,
+            c"PUBLISH".as_ptr(),
+            c"bs".as_ptr(),
+            channel.as_ptr().cast::<c_char>(),
+            channel.len(),
+            message.raw(),
+        )
     }
 }
 
@@ -385,12 +352,28 @@ pub(super) enum Effect<'a> {
     IncrBy { key: Arg<'a>, by: &'a [u8] },
     /// `DEL <key>` (format `s`).
     Del { key: Arg<'a> },
+    /// `PEXPIREAT <key> <ms>` (format `sb`).
+    PExpireAt { key: Arg<'a>, at_ms: &'a [u8] },
+    /// `ZREMRANGEBYSCORE <key> <min> <max>` (format `sbb`), the bounds as the command's text.
+    ZRemRangeByScore {
+        key: Arg<'a>,
+        min: &'a [u8],
+        max: &'a [u8],
+    },
+    /// `<command> <key> <args..>` (format `sv`): `ZADD` and `ZREM`, whose arguments are
+    /// strings the module created (a sorted set's scores and members).
+    Strings {
+        command: &'a CStr,
+        key: Arg<'a>,
+        args: &'a [*mut RawString],
+    },
 }
 
 /// `RedisModule_Replicate` of `effect` in the command whose context is `ctx`.
 ///
 /// # Safety
-/// `ctx` is the context of the command running, whose argument the key of `effect` is.
+/// `ctx` is the context of the command running, whose argument the key of `effect` is; the
+/// strings of an `Effect::Strings` were created in that command and are not freed yet.
 pub(super) unsafe fn replicate(ctx: *mut RawCtx, effect: Effect<'_>) {
     let replicate = api().Replicate;
     let bytes = |b: &[u8]| (b.as_ptr().cast::<c_char>(), b.len());
@@ -398,6 +381,9 @@ pub(super) unsafe fn replicate(ctx: *mut RawCtx, effect: Effect<'_>) {
         Effect::Set { .. } => c"SET",
         Effect::IncrBy { .. } => c"INCRBY",
         Effect::Del { .. } => c"DEL",
+        Effect::PExpireAt { .. } => c"PEXPIREAT",
+        Effect::ZRemRangeByScore { .. } => c"ZREMRANGEBYSCORE",
+        Effect::Strings { command, .. } => command,
     }
     .as_ptr();
     // Each arm: the caller's contract for `ctx` and the key (`s`); every `b` is a pointer and
@@ -431,13 +417,46 @@ pub(super) unsafe fn replicate(ctx: *mut RawCtx, effect: Effect<'_>) {
             value,
             expire_ms: None,
         }
-        | Effect::IncrBy { key, by: value } => {
+        | Effect::IncrBy { key, by: value }
+        | Effect::PExpireAt { key, at_ms: value } => {
             let (value, value_len) = bytes(value);
             // SAFETY: as above.
             unsafe { replicate(ctx, command, c"sb".as_ptr(), key.raw(), value, value_len) }
         }
         // SAFETY: as above.
         Effect::Del { key } => unsafe { replicate(ctx, command, c"s".as_ptr(), key.raw()) },
+        Effect::ZRemRangeByScore { key, min, max } => {
+            let ((min, min_len), (max, max_len)) = (bytes(min), bytes(max));
+            // SAFETY: as above.
+            unsafe {
+                replicate(
+                    ctx,
+                    command,
+                    c"sbb".as_ptr(),
+                    key.raw(),
+                    min,
+                    min_len,
+                    max,
+                    max_len,
+                )
+            }
+        }
+        Effect::Strings { key, args, .. } => {
+            // SAFETY: as above for `ctx` and the key; `v` reads an array of
+            // `RedisModuleString *` and its length (a `size_t`): strings the caller created in
+            // this command and has not freed (this function's contract), each of which Redis
+            // takes a reference to for what it keeps.
+            unsafe {
+                replicate(
+                    ctx,
+                    command,
+                    c"sv".as_ptr(),
+                    key.raw(),
+                    args.as_ptr(),
+                    args.len(),
+                )
+            }
+        }
     };
 }
 

@@ -6,7 +6,7 @@ use ratelimit_vocab::native::{self, MAX_ARGUMENTS, MAX_LIMITS};
 
 use super::one::decide_one;
 use super::{Failure, Numbers, PANICKED, Reply, apply, arg, now_us, warn_if_unreadable};
-use crate::api::{Arg, Ctx};
+use crate::api::{Arg, Ctx, Key};
 use crate::args::{ArgError, Args, Keys, Packed};
 use crate::kernel::{Kernel, State, Write};
 use crate::zset;
@@ -37,7 +37,7 @@ pub(super) struct Limit {
 }
 
 /// A limit's algorithm: one whose state is a string ([`Kernel`]: read once, decided in
-/// memory), or one kept in a sorted set, decided by the script's own commands ([`zset`]).
+/// memory), or one kept in a sorted set, decided step for step as its script ([`zset`]).
 #[derive(Debug, Clone, Copy)]
 enum Algorithm {
     Kernel(Kernel),
@@ -85,12 +85,12 @@ impl Decided {
 }
 
 impl Limit {
-    /// Decides a call of `cost` at `now` on the key `name` (a string's state read already,
-    /// `state`), writing nothing: its writes are kept in the answer.
+    /// Decides a call of `cost` at `now` on `key` (a string's state read already, `state`),
+    /// writing nothing: its writes are kept in the answer.
     fn decide(
         &self,
         ctx: &Ctx,
-        name: Arg<'_>,
+        key: &mut Key<'_>,
         state: Option<&State>,
         cost: u64,
         now: u64,
@@ -109,13 +109,13 @@ impl Limit {
             }
             Algorithm::SlidingLog(p) => {
                 let mut writes = zset::Writes::later();
-                let numbers = zset::sliding_log(ctx, name, p, cost, now, &mut writes)
+                let numbers = zset::sliding_log(ctx, key, p, cost, now, &mut writes)
                     .map_err(Failure::Store)?;
                 Ok(Decided::of_zset(numbers, writes))
             }
             Algorithm::Concurrency(p) => {
                 let mut writes = zset::Writes::later();
-                let numbers = zset::concurrency(ctx, name, p, cost, now, &mut writes)
+                let numbers = zset::concurrency(ctx, key, p, cost, now, &mut writes)
                     .map_err(Failure::Store)?;
                 Ok(Decided::of_zset(numbers, writes))
             }
@@ -130,25 +130,25 @@ impl Limit {
         name: Arg<'_>,
         now: u64,
     ) -> Result<[u64; 5], Failure> {
+        let key = &mut ctx.open(name);
         match self.algorithm {
-            Algorithm::Kernel(kernel) => decide_one(ctx, name, kernel, self.cost, now),
+            Algorithm::Kernel(kernel) => decide_one(ctx, key, kernel, self.cost, now),
             Algorithm::SlidingLog(p) => {
-                zset::sliding_log(ctx, name, p, self.cost, now, &mut zset::Writes::Now)
+                zset::sliding_log(ctx, key, p, self.cost, now, &mut zset::Writes::Now)
                     .map_err(Failure::Store)
             }
             Algorithm::Concurrency(p) => {
-                zset::concurrency(ctx, name, p, self.cost, now, &mut zset::Writes::Now)
+                zset::concurrency(ctx, key, p, self.cost, now, &mut zset::Writes::Now)
                     .map_err(Failure::Store)
             }
         }
     }
 
-    /// Gives back what a reservation at `reserved_at` took, as `multi.lua`'s
+    /// Gives back what a reservation at `reserved_at` took, on `key`, as `multi.lua`'s
     /// [`native::Mode::GiveBack`].
     fn give_back(
         &self,
-        ctx: &Ctx,
-        name: Arg<'_>,
+        key: &mut Key<'_>,
         state: Option<&State>,
         now: u64,
         reserved_at: u64,
@@ -157,26 +157,26 @@ impl Limit {
             Algorithm::Kernel(kernel) => {
                 let state = state.ok_or(Failure::Store(PANICKED))?;
                 match kernel.give_back(now, state, self.cost, reserved_at) {
-                    Some(write) => apply(&mut ctx.open(name), &write),
+                    Some(write) => apply(key, &write),
                     None => Ok(()),
                 }
             }
             Algorithm::SlidingLog(_) => {
-                zset::give_back_log(ctx, name, self.cost, reserved_at).map_err(Failure::Store)
+                zset::give_back_log(key, self.cost, reserved_at).map_err(Failure::Store)
             }
             Algorithm::Concurrency(p) => {
-                zset::give_back_slots(ctx, name, p.holder, self.cost).map_err(Failure::Store)
+                zset::give_back_slots(key, p.holder, self.cost).map_err(Failure::Store)
             }
         }
     }
 }
 
-/// Makes `write` on the key `name`.
-fn make(ctx: &Ctx, name: Arg<'_>, write: Pending) -> Result<(), Failure> {
+/// Makes `write` on `key`.
+fn make(key: &mut Key<'_>, write: Pending) -> Result<(), Failure> {
     match write {
         Pending::Nothing => Ok(()),
-        Pending::Kernel(write) => apply(&mut ctx.open(name), &write),
-        Pending::Commands(writes) => writes.make_kept(ctx, name).map_err(Failure::Store),
+        Pending::Kernel(write) => apply(key, &write),
+        Pending::Commands(writes) => writes.make_kept(key).map_err(Failure::Store),
     }
 }
 
@@ -248,15 +248,17 @@ fn settle_several(
 ) -> Result<Box<Numbers>, Failure> {
     let mut reply = Box::new(Numbers::new());
     for ((limit, &name), &(actual, debt)) in limits.iter().flatten().zip(keys).zip(settle) {
+        // Each limit read and written before the next, on its key opened once.
         let kernel = match limit.algorithm {
             Algorithm::Kernel(kernel) => kernel,
             Algorithm::SlidingLog(p) => {
+                let key = &mut ctx.open(name);
                 let (mut taken, mut given) = (0, 0);
                 if actual < limit.cost {
                     given = limit.cost - actual;
-                    zset::give_back_log(ctx, name, given, reserved_at).map_err(Failure::Store)?;
+                    zset::give_back_log(key, given, reserved_at).map_err(Failure::Store)?;
                 } else if actual > limit.cost {
-                    taken = zset::take_over_log(ctx, name, p, actual - limit.cost, debt, now)
+                    taken = zset::take_over_log(ctx, key, p, actual - limit.cost, debt, now)
                         .map_err(Failure::Store)?;
                 }
                 reply.push(taken);
@@ -265,20 +267,21 @@ fn settle_several(
             }
             Algorithm::Concurrency(_) => return Err(ArgError::BadLimit.into()),
         };
-        let state = kernel.read(&ctx.open(name).read());
+        let key = &mut ctx.open(name);
+        let state = kernel.read(&key.read());
         warn_if_unreadable(ctx, &state);
         let (mut taken, mut given) = (0, 0);
         if actual < limit.cost {
             given = limit.cost - actual;
             if let Some(write) = kernel.give_back(now, &state, given, reserved_at) {
-                apply(&mut ctx.open(name), &write)?;
+                apply(key, &write)?;
             }
         } else if actual > limit.cost {
             let (write, took) = kernel
                 .take_over(now, &state, actual - limit.cost, debt)
                 .ok_or(ArgError::BadLimit)?;
             if let Some(write) = write {
-                apply(&mut ctx.open(name), &write)?;
+                apply(key, &write)?;
             }
             taken = took;
         }
@@ -339,8 +342,9 @@ pub(super) fn read_limit(packed: &mut Packed<'_>) -> Result<Limit, ArgError> {
 /// decides them: every key is read before any is written, and the call's writes are made
 /// once every limit has decided: all of them if all admit, else only those of the limits
 /// that refused (a refusal writes only a state that must be read otherwise than it says).
-/// (A string's state is read once, up front; a sorted set is read by its algorithm's
-/// commands as it decides, and its writes kept until the end, as `multi.lua` keeps them.)
+/// (A string's state is read once, up front; a sorted set is read as its algorithm decides,
+/// and its writes kept until the end, as `multi.lua` keeps them. Each key is opened once for
+/// all of it.)
 pub(super) fn decide_several(
     ctx: &Ctx,
     keys: &[Arg<'_>],
@@ -349,50 +353,70 @@ pub(super) fn decide_several(
     now: u64,
 ) -> Result<Box<Numbers>, Failure> {
     let n = limits.iter().flatten().count();
+    // Every key opened once for the whole call, read, decided and written through that one
+    // handle; a key two limits name is one handle (two would each hold a value the other's
+    // write may replace).
+    let mut open: [Option<Key<'_>>; MAX_LIMITS] = std::array::from_fn(|_| None);
+    let mut handle = [0usize; MAX_LIMITS];
+    for (i, (&name, slot)) in keys.iter().zip(handle.iter_mut()).take(n).enumerate() {
+        let first = keys
+            .iter()
+            .take(i)
+            .position(|k| k.bytes() == name.bytes())
+            .unwrap_or(i);
+        *slot = first;
+        if first == i
+            && let Some(key) = open.get_mut(i)
+        {
+            *key = Some(ctx.open(name));
+        }
+    }
     let mut states: [Option<State>; MAX_LIMITS] = [None; MAX_LIMITS];
-    for ((state, limit), &name) in states.iter_mut().zip(limits.iter().flatten()).zip(keys) {
+    for (i, (state, limit)) in states.iter_mut().zip(limits.iter().flatten()).enumerate() {
         if let Algorithm::Kernel(kernel) = limit.algorithm {
-            *state = Some(kernel.read(&ctx.open(name).read()));
+            *state = Some(kernel.read(&key_at(&mut open, &handle, i)?.read()));
         }
     }
     let each = || {
         limits
             .iter()
             .zip(&states)
-            .zip(keys)
-            .filter_map(|((limit, state), &name)| Some((limit.as_ref()?, state.as_ref(), name)))
+            .enumerate()
+            .filter_map(|(i, (limit, state))| Some((i, limit.as_ref()?, state.as_ref())))
     };
-    for state in each().filter_map(|(_, state, _)| state) {
+    for state in each().filter_map(|(_, _, state)| state) {
         warn_if_unreadable(ctx, state);
     }
     let mut reply = Box::new(Numbers::new());
     if let Mode::GiveBack(reserved_at) = mode {
-        for (limit, state, name) in each() {
-            limit.give_back(ctx, name, state, now, reserved_at)?;
+        for (i, limit, state) in each() {
+            limit.give_back(key_at(&mut open, &handle, i)?, state, now, reserved_at)?;
         }
         reply.push(u64::try_from(n).unwrap_or(0));
         return Ok(reply);
     }
     let mut answers: [Option<Decided>; MAX_LIMITS] = Default::default();
     let mut all = mode != Mode::Veto;
-    for (answer, (limit, state, name)) in answers.iter_mut().zip(each()) {
-        let decided = limit.decide(ctx, name, state, limit.cost, now)?;
+    for (answer, (i, limit, state)) in answers.iter_mut().zip(each()) {
+        let decided = limit.decide(ctx, key_at(&mut open, &handle, i)?, state, limit.cost, now)?;
         all &= decided.allowed || limit.shadow;
         *answer = Some(decided);
     }
     // A limit's remaining and reset as they stand: a cost of 0, its writes dropped.
-    let peek = |limit: &Limit, state: Option<&State>, name| limit.decide(ctx, name, state, 0, now);
-    for (answer, (limit, state, name)) in answers.iter_mut().zip(each()) {
+    let peek = |limit: &Limit, state: Option<&State>, key: &mut Key<'_>| {
+        limit.decide(ctx, key, state, 0, now)
+    };
+    for (answer, (i, limit, state)) in answers.iter_mut().zip(each()) {
         let Some(answer) = answer.as_mut() else {
             continue;
         };
         if !all && answer.allowed {
-            let now_held = peek(limit, state, name)?;
+            let now_held = peek(limit, state, key_at(&mut open, &handle, i)?)?;
             answer.remaining = now_held.remaining;
             answer.reset_after_us = now_held.reset_after_us;
         }
         if mode == Mode::Peek {
-            let now_held = peek(limit, state, name)?;
+            let now_held = peek(limit, state, key_at(&mut open, &handle, i)?)?;
             answer.remaining = now_held.remaining;
             answer.reset_after_us = now_held.reset_after_us;
         }
@@ -400,18 +424,18 @@ pub(super) fn decide_several(
     // Reserve's numbers as they stood before the call: read before any write.
     let mut before = [(0, 0); MAX_LIMITS];
     if mode == Mode::Reserve && all {
-        for (slot, (limit, state, name)) in before.iter_mut().zip(each()) {
-            let p = peek(limit, state, name)?;
+        for (slot, (i, limit, state)) in before.iter_mut().zip(each()) {
+            let p = peek(limit, state, key_at(&mut open, &handle, i)?)?;
             *slot = (p.remaining, p.reset_after_us);
         }
     }
-    for (answer, (_, _, name)) in answers.iter_mut().zip(each()) {
+    for (answer, (i, _, _)) in answers.iter_mut().zip(each()) {
         let Some(answer) = answer.as_mut() else {
             continue;
         };
         let write = std::mem::replace(&mut answer.write, Pending::Nothing);
         if mode != Mode::Peek && (all || !answer.allowed) {
-            make(ctx, name, write)?;
+            make(key_at(&mut open, &handle, i)?, write)?;
         }
         for v in answer.numbers() {
             reply.push(v);
@@ -425,4 +449,18 @@ pub(super) fn decide_several(
         }
     }
     Ok(reply)
+}
+
+/// The open key of limit `i` of a call: the handle `decide_several` opened for the first
+/// limit on that key.
+fn key_at<'a, 'k>(
+    open: &'a mut [Option<Key<'k>>],
+    handle: &[usize; MAX_LIMITS],
+    i: usize,
+) -> Result<&'a mut Key<'k>, Failure> {
+    handle
+        .get(i)
+        .and_then(|&h| open.get_mut(h))
+        .and_then(Option::as_mut)
+        .ok_or(Failure::Store(PANICKED))
 }

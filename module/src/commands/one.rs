@@ -5,7 +5,7 @@ use ratelimit_algorithms::{Cost, StateKind, concurrency};
 use ratelimit_vocab::native::MAX_ARGUMENTS;
 
 use super::{Failure, Reply, apply, arg, now_us, warn_if_unreadable};
-use crate::api::{Arg, Ctx};
+use crate::api::{Arg, Ctx, Key};
 use crate::args::{ArgError, Args, Keys};
 use crate::kernel::Kernel;
 use crate::zset;
@@ -26,25 +26,25 @@ pub(super) fn one(ctx: &Ctx, argv: &[Arg<'_>], kind: StateKind) -> Result<Reply,
         Some((kernel, Cost::Take(cost))) => (kernel, cost),
         _ => return Err(ArgError::BadLimit.into()),
     };
-    decide_one(ctx, name, kernel, cost, now_us()).map(Reply::Decision)
+    let now = now_us();
+    decide_one(ctx, &mut ctx.open(name), kernel, cost, now).map(Reply::Decision)
 }
 
-/// One limit's call of `cost` on the key `name` at `now`, as its script runs it alone: the
-/// script's five numbers.
+/// One limit's call of `cost` on `key` at `now`, as its script runs it alone: the script's
+/// five numbers.
 #[inline(always)]
 pub(super) fn decide_one(
     ctx: &Ctx,
-    name: Arg<'_>,
+    key: &mut Key<'_>,
     kernel: Kernel,
     cost: u64,
     now: u64,
 ) -> Result<[u64; 5], Failure> {
-    let mut key = ctx.open(name);
     let state = kernel.read(&key.read());
     warn_if_unreadable(ctx, &state);
     let answer = kernel.decide(now, &state, cost);
     if let Some(write) = &answer.write {
-        apply(&mut key, write)?;
+        apply(key, write)?;
     }
     let [allowed, remaining, retry, reset] = answer.numbers();
     Ok([allowed, remaining, retry, reset, now])
@@ -59,7 +59,8 @@ pub(super) fn sliding_log(ctx: &Ctx, argv: &[Arg<'_>]) -> Result<Reply, Failure>
         3 => ratelimit_algorithms::sliding_log::from_args(&numbers).ok_or(ArgError::BadLimit)?,
         _ => return Err(ArgError::BadLimit.into()),
     };
-    zset::sliding_log(ctx, name, p, cost, now_us(), &mut zset::Writes::Now)
+    let mut key = ctx.open(name);
+    zset::sliding_log(ctx, &mut key, p, cost, now_us(), &mut zset::Writes::Now)
         .map(Reply::Decision)
         .map_err(Failure::Store)
 }
@@ -74,7 +75,8 @@ pub(super) fn concurrency(ctx: &Ctx, argv: &[Arg<'_>]) -> Result<Reply, Failure>
         5 => concurrency::from_args(&numbers).ok_or(ArgError::BadLimit)?,
         _ => return Err(ArgError::BadLimit.into()),
     };
-    zset::concurrency(ctx, name, p, cost, now_us(), &mut zset::Writes::Now)
+    let mut key = ctx.open(name);
+    zset::concurrency(ctx, &mut key, p, cost, now_us(), &mut zset::Writes::Now)
         .map(Reply::Decision)
         .map_err(Failure::Store)
 }
