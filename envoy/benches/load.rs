@@ -26,6 +26,10 @@
 //! decision (`/proc/<pid>/stat`), and the Redis commands per decision (`INFO commandstats`
 //! after `CONFIG RESETSTAT`).
 //!
+//! `RATELIMIT_ENVOY_BIN` runs another build of the service instead of the one Cargo built;
+//! `--compare-bin LABEL=PATH` adds one more, on a server with the module, to the rounds (two
+//! commits compared in one sitting).
+//!
 //! ```sh
 //! CARGO_TARGET_DIR=target/module cargo build --release -p redis-ratelimit-module
 //! RATELIMIT_MODULE=target/module/release/libratelimit_module.so \
@@ -90,6 +94,8 @@ struct Options {
     limitador: Option<PathBuf>,
     limitador_cached: bool,
     only: Option<Vec<String>>,
+    /// Other builds of the service, `(label, binary)`, each on a server with the module.
+    compare: Vec<(String, PathBuf)>,
 }
 
 fn options() -> Options {
@@ -103,6 +109,7 @@ fn options() -> Options {
         limitador: std::env::var_os("LIMITADOR_BIN").map(PathBuf::from),
         limitador_cached: false,
         only: None,
+        compare: Vec::new(),
     };
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
@@ -116,6 +123,11 @@ fn options() -> Options {
             "--users" => o.users = value().parse().unwrap(),
             "--limitador" => o.limitador = Some(PathBuf::from(value())),
             "--limitador-cached" => o.limitador_cached = true,
+            "--compare-bin" => {
+                let v = value();
+                let (label, path) = v.split_once('=').expect("--compare-bin LABEL=PATH");
+                o.compare.push((label.to_owned(), PathBuf::from(path)));
+            }
             "--only" => o.only = Some(value().split(',').map(str::to_owned).collect()),
             "--bench" => {}
             other => panic!("unknown argument {other}"),
@@ -145,13 +157,21 @@ fn free_addr() -> SocketAddr {
     SocketAddr::from(([127, 0, 0, 1], testkit::free_port()))
 }
 
-fn start_ours(name: &str, redis: testkit::RedisServer) -> System {
+/// The service's binary: `$RATELIMIT_ENVOY_BIN`, else the one Cargo built with this bench.
+fn ours_bin() -> PathBuf {
+    std::env::var_os("RATELIMIT_ENVOY_BIN").map_or_else(
+        || PathBuf::from(env!("CARGO_BIN_EXE_ratelimit-envoy")),
+        PathBuf::from,
+    )
+}
+
+fn start_ours(name: &str, bin: &Path, redis: testkit::RedisServer) -> System {
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir(dir.path().join("config")).unwrap();
     std::fs::write(dir.path().join("config/bench.yaml"), OURS_YAML).unwrap();
     std::fs::write(dir.path().join("config/check.yaml"), OURS_CHECK_YAML).unwrap();
     let addr = free_addr();
-    let child = Command::new(env!("CARGO_BIN_EXE_ratelimit-envoy"))
+    let child = Command::new(bin)
         .env_clear()
         .env("GRPC_HOST", "127.0.0.1")
         .env("GRPC_PORT", addr.port().to_string())
@@ -518,12 +538,29 @@ fn main() {
         );
         systems.push(start_ours(
             "ours-module",
+            &ours_bin(),
+            testkit::RedisServer::start_with(&module),
+        ));
+    }
+    for (label, bin) in &o.compare {
+        let module = testkit::module::load_args();
+        println!("{label}: {}, redis-server with the module", bin.display());
+        systems.push(start_ours(
+            label,
+            bin,
             testkit::RedisServer::start_with(&module),
         ));
     }
     if wanted("ours-scripts") {
-        println!("ours-scripts: ratelimit-envoy, redis-server without the module");
-        systems.push(start_ours("ours-scripts", testkit::RedisServer::start()));
+        println!(
+            "ours-scripts: {}, redis-server without the module",
+            ours_bin().display()
+        );
+        systems.push(start_ours(
+            "ours-scripts",
+            &ours_bin(),
+            testkit::RedisServer::start(),
+        ));
     }
     match &o.limitador {
         Some(bin) => {
@@ -667,7 +704,7 @@ fn main() {
         );
     }
     if let Some(theirs) = summary.iter().find(|s| s.name == "limitador") {
-        for ours in summary.iter().filter(|s| s.name.starts_with("ours")) {
+        for ours in summary.iter().filter(|s| !s.name.starts_with("limitador")) {
             println!(
                 "{} ÷ limitador: decisions/s {:.2} × (target ≥ 2), Redis CPU per decision \
                  {:.2} × (target ≤ 0.5)",
