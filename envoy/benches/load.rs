@@ -23,8 +23,10 @@
 //! Measured per run, over the measured window only: answers (OK, OVER_LIMIT, errors: any
 //! error or OVER_LIMIT fails the run), decisions per second, p50 and p99 latency, the Redis
 //! server's CPU (`INFO cpu`, user + sys) per decision, the service process's CPU per
-//! decision (`/proc/<pid>/stat`), and the Redis commands per decision (`INFO commandstats`
-//! after `CONFIG RESETSTAT`).
+//! decision (`/proc/<pid>/stat`), Redis's socket reads and writes per decision
+//! (`total_reads_processed`, `total_writes_processed`), and each command's calls and µs per
+//! decision (`INFO commandstats` after `CONFIG RESETSTAT`; the µs a script's commands take
+//! are also in the script's own, so they add up only over the commands the client sends).
 //!
 //! `RATELIMIT_ENVOY_BIN` runs another build of the service instead of the one Cargo built;
 //! `--compare-bin LABEL=PATH` adds one more, on a server with the module, to the rounds (two
@@ -339,17 +341,18 @@ fn load_average() -> String {
         .unwrap_or_default()
 }
 
-/// `cmdstat_<name>` → calls, from `INFO commandstats`.
-fn command_calls(info: &str) -> BTreeMap<String, u64> {
+/// `cmdstat_<name>` → (calls, µs inside the command), from `INFO commandstats`.
+fn command_calls(info: &str) -> BTreeMap<String, (u64, u64)> {
     info.lines()
         .filter_map(|l| {
             let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(':')?;
-            let calls = rest
-                .split(',')
-                .find_map(|kv| kv.strip_prefix("calls="))?
-                .parse()
-                .ok()?;
-            Some((name.to_owned(), calls))
+            let field = |f: &str| -> Option<u64> {
+                rest.split(',')
+                    .find_map(|kv| kv.strip_prefix(f)?.strip_prefix('='))?
+                    .parse()
+                    .ok()
+            };
+            Some((name.to_owned(), (field("calls")?, field("usec")?)))
         })
         .filter(|(name, _)| name != "info" && name != "config|resetstat")
         .collect()
@@ -366,7 +369,11 @@ struct Run {
     redis_cpu_us: f64,
     service_cpu_us: f64,
     client_cpu_us: f64,
-    commands: BTreeMap<String, u64>,
+    commands: BTreeMap<String, (u64, u64)>,
+    /// Redis's reads and writes of client sockets (`total_reads_processed`,
+    /// `total_writes_processed`), per decision.
+    reads: f64,
+    writes: f64,
     load: String,
 }
 
@@ -461,6 +468,7 @@ fn run(
     let service_after = process_cpu(pid);
     let redis_after = testkit::cpu_seconds(&redis_info(&system.redis, "cpu"));
     let commands = command_calls(&redis_info(&system.redis, "commandstats"));
+    let stats = redis_info(&system.redis, "stats");
     let mut times = Vec::new();
     for h in handles {
         let (t, e) = client_rt.block_on(h).unwrap();
@@ -490,6 +498,8 @@ fn run(
         service_cpu_us: per(service_after - service_before),
         client_cpu_us: per(client_after - client_before),
         commands,
+        reads: per_event(&stats, "total_reads_processed", decisions),
+        writes: per_event(&stats, "total_writes_processed", decisions),
         load,
     }
 }
@@ -501,6 +511,11 @@ struct Summary {
     redis_cpu: (f64, f64, f64),
     p50: (f64, f64, f64),
     service_cpu: (f64, f64, f64),
+}
+
+/// A counter of `INFO stats` (reset by `CONFIG RESETSTAT`) per decision.
+fn per_event(stats: &str, line: &str, decisions: u64) -> f64 {
+    testkit::info_number(stats, line, None).unwrap_or(0) as f64 / decisions.max(1) as f64
 }
 
 fn median_min_max(mut v: Vec<f64>) -> (f64, f64, f64) {
@@ -533,7 +548,8 @@ fn main() {
     if wanted("ours-module") {
         let module = testkit::module::load_args();
         println!(
-            "ours-module: ratelimit-envoy, redis-server --loadmodule {}",
+            "ours-module: {}, redis-server --loadmodule {}",
+            ours_bin().display(),
             module[1]
         );
         systems.push(start_ours(
@@ -613,7 +629,7 @@ fn main() {
     let mut results: Vec<Vec<Run>> = systems.iter().map(|_| Vec::new()).collect();
     let mut failed = false;
     println!(
-        "\n{:<17} {:>5} {:>10} {:>9} {:>5} {:>5} {:>8} {:>8} {:>10} {:>10} {:>10}  {:<14} commands per decision",
+        "\n{:<17} {:>5} {:>10} {:>9} {:>5} {:>5} {:>8} {:>8} {:>10} {:>10} {:>10} {:>6} {:>6}  {:<14} commands: calls (µs) per decision",
         "system",
         "round",
         "decisions",
@@ -625,6 +641,8 @@ fn main() {
         "redis µs/d",
         "svc µs/d",
         "client µs/d",
+        "reads",
+        "writes",
         "load avg"
     );
     for round in 1..=o.rounds {
@@ -633,14 +651,15 @@ fn main() {
             let r = run(s, &client_rt, &o, 0x5EED + round as u64, &first_error);
             let mut cmds = String::new();
             // Those under one in 2,000 decisions (the limiter's heartbeat) left out.
-            for (name, calls) in &r.commands {
-                let per = *calls as f64 / r.decisions.max(1) as f64;
+            for (name, (calls, usec)) in &r.commands {
+                let d = r.decisions.max(1) as f64;
+                let per = *calls as f64 / d;
                 if per >= 0.0005 {
-                    let _ = write!(cmds, "{name} {per:.3}  ");
+                    let _ = write!(cmds, "{name} {per:.3} ({:.2} µs)  ", *usec as f64 / d);
                 }
             }
             println!(
-                "{:<17} {:>5} {:>10} {:>9.0} {:>5} {:>5} {:>8.0} {:>8.0} {:>10.2} {:>10.2} {:>10.2}  {:<14} {}",
+                "{:<17} {:>5} {:>10} {:>9.0} {:>5} {:>5} {:>8.0} {:>8.0} {:>10.2} {:>10.2} {:>10.2} {:>6.3} {:>6.3}  {:<14} {}",
                 s.name,
                 round,
                 r.decisions,
@@ -652,6 +671,8 @@ fn main() {
                 r.redis_cpu_us,
                 r.service_cpu_us,
                 r.client_cpu_us,
+                r.reads,
+                r.writes,
                 r.load,
                 cmds.trim_end()
             );
