@@ -265,6 +265,41 @@ async fn the_store_counts_its_script_calls_by_batch_size() {
     );
 }
 
+#[tokio::test]
+async fn batching_after_one_call_in_flight_gathers_every_other_and_stays_exact() {
+    let server = RedisServer::start();
+    // At least 1: 0 means 1.
+    let store = RedisStore::connect(&server.url())
+        .await
+        .unwrap()
+        .batch_after(0);
+    let limiter = RateLimiter::builder()
+        .redis_store(store.clone())
+        .prefix("after")
+        .deadline(Some(Duration::from_secs(10)))
+        .instance(false)
+        .build()
+        .await
+        .unwrap();
+    let limit = Limit::per_hour(1).burst(50);
+    // One call at a time: each sent at once, alone.
+    for _ in 0..3 {
+        limiter.check("alone", &limit).await.unwrap();
+    }
+    assert_eq!(store.batch_sizes(), [3, 0, 0, 0, 0, 0, 0, 0]);
+    // 200 at once: one goes alone, the others wait for it and leave in batches of at most
+    // 64, one batch in flight at a time. By default 16 would have gone alone.
+    let before = server.script_calls().await;
+    assert_eq!(flood(&limiter, "k", &limit, 200).await, 50);
+    let scripts = server.script_calls().await - before;
+    let sizes = store.batch_sizes();
+    assert!(
+        scripts < 16,
+        "200 calls took {scripts} script calls: {sizes:?}"
+    );
+    assert!(sizes[0] - 3 < 16, "{sizes:?}");
+}
+
 /// A batch sends a call under the previous call's limit as its key alone: calls of two limits
 /// interleaved in one batch are each decided under their own (burst 3 and burst 7).
 #[tokio::test]

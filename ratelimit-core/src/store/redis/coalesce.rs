@@ -3,8 +3,8 @@
 //!
 //! Every `EVALSHA` costs Redis the command itself (reading it, looking the script up, setting
 //! up its run, writing the reply) on top of the script's work, and costs the client a
-//! command and a reply. Here, a call that finds fewer than [`MAX_IN_FLIGHT`] script calls in
-//! flight on its node sends its own script at once, exactly as without coalescing (a lone
+//! command and a reply. Here, a call that finds fewer than [`RedisStore::batch_after`] script
+//! calls in flight on its node (16 unless told) sends its own script at once, exactly as without coalescing (a lone
 //! caller, or a few, wait no longer); otherwise it joins the node's queue. Whenever a script
 //! call of the node returns, the queue (up to the batch limit) leaves as one `batch.lua`
 //! call. The queue holds at most one entry per waiting caller, so it is bounded by the
@@ -28,12 +28,12 @@ use super::scripts::{Native, PackedArgs, unpacked_each};
 use super::spec::{Call, Spec};
 use crate::algorithm::library::Lua;
 
-/// Script calls of one node in flight at once before calls queue. Batching only pays once
-/// Redis is the bottleneck: gathered calls wait for a reply before they leave, which costs
-/// more than it saves while Redis still has time to spare. With 2 or 8, 16 concurrent calls
-/// were slower than sent one by one; with 16 they were not, and more were faster
-/// (benches/results/history.md 3.6).
-pub(super) const MAX_IN_FLIGHT: usize = 16;
+/// Script calls of one node in flight at once before calls queue, unless told
+/// ([`RedisStore::batch_after`]). Batching only pays once Redis is the bottleneck: gathered
+/// calls wait for a reply before they leave, which costs more than it saves while Redis still
+/// has time to spare. With 2 or 8, 16 concurrent calls were slower than sent one by one; with
+/// 16 they were not, and more were faster (benches/results/history.md 3.6).
+pub(super) const DEFAULT_BATCH_AFTER: usize = 16;
 
 /// The batch limit by default: the most calls one `batch.lua` call decides (see
 /// [`RedisStore::batch_limit`]; docs/benchmarks.md measures the choice).
@@ -83,6 +83,7 @@ impl Lanes {
         &self,
         node: u32,
         call: Call<'_>,
+        batch_after: usize,
     ) -> Option<oneshot::Receiver<Result<Value, RedisError>>> {
         let mut lanes = self.lanes.lock().unwrap_or_else(PoisonError::into_inner);
         let lane = match lanes.iter().position(|l| l.node == node) {
@@ -96,7 +97,7 @@ impl Lanes {
                 lanes.last_mut()?
             }
         };
-        if lane.in_flight < MAX_IN_FLIGHT && lane.queue.is_empty() {
+        if lane.in_flight < batch_after && lane.queue.is_empty() {
             lane.in_flight += 1;
             return None;
         }
@@ -176,7 +177,7 @@ impl RedisStore {
         } else {
             node
         };
-        match self.lanes.enter(node, call) {
+        match self.lanes.enter(node, call, self.batch_after) {
             None => {
                 let _place = Place { store: self, node };
                 self.lanes.sent(1);

@@ -81,6 +81,7 @@ pub struct RedisStore {
     lanes: Arc<coalesce::Lanes>,
     /// The most calls one script call decides; 1 sends every call alone.
     batch_limit: usize,
+    batch_after: usize,
     /// Whether calls run by `FCALL` of this version's function library (chosen at `connect`:
     /// whenever the server lets this client load and call it), or by `EVALSHA`. Shared by
     /// the clones, and turned off for good when a node refuses `FCALL` later (an ACL that
@@ -247,6 +248,7 @@ impl RedisStore {
             reading_masters: Arc::default(),
             lanes: Arc::default(),
             batch_limit: coalesce::DEFAULT_BATCH_LIMIT,
+            batch_after: coalesce::DEFAULT_BATCH_AFTER,
             functions: Arc::new(std::sync::atomic::AtomicBool::new(false)),
             loading_library: Arc::default(),
             native: Arc::default(),
@@ -378,7 +380,8 @@ impl RedisStore {
     /// Bounds how many concurrent calls one script call decides (64 unless told; 1 sends
     /// every call on its own, one `EVALSHA` per decision).
     ///
-    /// While a node has 16 script calls in flight, the calls that arrive for it gather, and
+    /// While a node has 16 script calls in flight ([`batch_after`](RedisStore::batch_after)),
+    /// the calls that arrive for it gather, and
     /// leave together, up to this many, as one script call that decides each of them exactly
     /// as if it were alone (group commit). A lone caller, or any call that finds the node
     /// idle, is sent at once and waits no longer than without batching. Under load this
@@ -400,6 +403,33 @@ impl RedisStore {
     #[must_use]
     pub fn batch_limit(mut self, calls: usize) -> RedisStore {
         self.batch_limit = calls.max(1);
+        self
+    }
+
+    /// How many script calls (or native commands) of one node may be in flight, each sent on
+    /// its own, before the calls that arrive for it gather into batches (16 unless told; at
+    /// least 1). See [`batch_limit`](RedisStore::batch_limit) for what a batch is.
+    ///
+    /// Below it, a call is sent at once and waits no longer than without batching; from it
+    /// on, calls wait for one in flight to return, then leave together. A lower figure sends
+    /// Redis fewer commands and wakes it less often under load (Redis's CPU per decision
+    /// falls), at the price of that wait for calls beyond the figure: worth it where many
+    /// calls are always in flight and Redis's CPU is what is short, as in the rate-limit
+    /// service for Envoy, which sets 4 (docs/benchmarks.md, issue 46 under load). With 16,
+    /// 16 concurrent calls were as fast as sent one by one; with 2 or 8 they were slower
+    /// (benches/results/history.md 3.6).
+    ///
+    /// ```
+    /// # async fn f() -> Result<(), ratelimit_core::Error> {
+    /// use ratelimit_core::{RateLimiter, store::RedisStore};
+    ///
+    /// let store = RedisStore::connect("redis://127.0.0.1:6379").await?.batch_after(4);
+    /// let limiter = RateLimiter::builder().redis_store(store).build().await?;
+    /// # let _ = limiter; Ok(()) }
+    /// ```
+    #[must_use]
+    pub fn batch_after(mut self, in_flight: usize) -> RedisStore {
+        self.batch_after = in_flight.max(1);
         self
     }
 
