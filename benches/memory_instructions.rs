@@ -10,8 +10,8 @@
 //! cargo bench -p redis-ratelimit-benches --bench memory_instructions --no-run
 //! valgrind --tool=callgrind target/release/deps/memory_instructions-* --contender limiter --keys 1 --calls 100000
 //! ```
-//! `scripts/memory-instructions` runs every contender both ways and prints the per-call
-//! figures.
+//! docs/benchmarks.md ("The in-memory store against governor") has the figures and the
+//! loop that runs every contender both ways.
 
 #![allow(clippy::unwrap_used, clippy::print_stdout, missing_docs)]
 

@@ -647,3 +647,29 @@ async fn the_binary_serves_every_endpoint_and_turns_unhealthy_on_sigterm() {
         .expect("waited");
     assert!(status.success(), "{status:?}");
 }
+
+#[cfg(unix)]
+#[test]
+fn the_binary_refuses_a_batching_figure_it_cannot_use_and_says_which() {
+    let dir = tempfile::tempdir().expect("a directory");
+    let config = dir.path().join("config");
+    std::fs::create_dir_all(&config).expect("created");
+    write(&config, "api.yaml", DAILY_5);
+    for bad in ["0", "four", "-1"] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ratelimit-envoy"))
+            .env_clear()
+            .env("MEMORY_STORE", "true")
+            .env("RUNTIME_ROOT", dir.path())
+            .env("REDIS_BATCH_AFTER", bad)
+            .output()
+            .expect("ran");
+        assert_eq!(out.status.code(), Some(1), "{bad}: {out:?}");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            stderr.contains(&format!(
+                "REDIS_BATCH_AFTER={bad}: expected a number of calls"
+            )),
+            "{stderr}"
+        );
+    }
+}
