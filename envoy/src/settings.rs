@@ -383,6 +383,16 @@ fn redis_url(r: &Vars<'_>) -> Result<String, SettingsError> {
                     if tls {
                         return Err(r.error("REDIS_TLS", "a unix socket takes no TLS"));
                     }
+                    if !url.starts_with('/') {
+                        // `host:port` with the reference's default socket type: said, rather
+                        // than a URL that fails to connect later.
+                        return Err(r.error(
+                            "REDIS_URL",
+                            "not a socket's path, and REDIS_SOCKET_TYPE is `unix` (the \
+                             default, as in envoyproxy/ratelimit): set REDIS_SOCKET_TYPE=tcp for \
+                             host:port, or give a redis:// URL",
+                        ));
+                    }
                     let query = match auth {
                         None => String::new(),
                         Some(auth) => match auth.split_once(':') {

@@ -121,6 +121,8 @@ fn redis_variables_become_a_url_the_builder_takes() {
             "REDIS_TLS",
         ),
         (&[("REDIS_TLS", "yes")], "REDIS_TLS"),
+        // host:port under the default socket type (unix): said at start-up.
+        (&[("REDIS_URL", "127.0.0.1:6379")], "REDIS_URL"),
     ] {
         let err = url(vars).expect_err(complaint);
         assert!(err.starts_with(complaint), "{vars:?}: {err}");
