@@ -29,6 +29,7 @@ fn needs_escape(b: u8) -> bool {
 
 /// Whether `part` holds a byte to escape: eight bytes at a time (most parts have none, and are
 /// shorter than the fold's vectors).
+#[inline]
 fn has_special(part: &[u8]) -> bool {
     const ONES: u64 = u64::from_le_bytes([1; 8]);
     const HIGHS: u64 = ONES << 7;
@@ -61,6 +62,7 @@ enum Write {
 
 /// How `part` is written, and its length then. One pass over at most [`MAX_PART_LEN`] bytes;
 /// a part longer than that is digested without a look at its bytes.
+#[inline]
 fn plan(part: &str) -> (Write, usize) {
     if part.len() > MAX_PART_LEN {
         return (Write::Digest, DIGEST_LEN);
@@ -126,6 +128,7 @@ impl Out for StackKey {
 }
 
 /// Appends `part`, written as `how` says, to `out`.
+#[inline]
 fn push_part(out: &mut impl Out, part: &str, how: Write) {
     match how {
         Write::Plain => out.push_str(part),
@@ -165,6 +168,7 @@ struct Planned<'a> {
     len: usize,
 }
 
+#[inline]
 fn plan_key<'a>(prefix: &str, name: Option<&'a str>, key: &'a str) -> Planned<'a> {
     let name = name.map(|n| {
         let (how, written) = plan(n);
@@ -180,6 +184,7 @@ fn plan_key<'a>(prefix: &str, name: Option<&'a str>, key: &'a str) -> Planned<'a
     }
 }
 
+#[inline]
 fn write_key(out: &mut impl Out, prefix: &str, planned: &Planned<'_>) {
     out.push_str(prefix);
     out.push_str(":{");

@@ -126,6 +126,7 @@ fn spread(max: Duration) -> Duration {
 
 /// What every decision goes through once made: a refusal by a limit in shadow mode is let
 /// through; then whether the call reserved its tokens and must wait for them.
+#[inline]
 pub(super) fn must_wait(decisions: &mut [Decision]) -> bool {
     decisions.iter_mut().for_each(Decision::let_shadow_through);
     reserved(decisions).is_some()
@@ -133,6 +134,7 @@ pub(super) fn must_wait(decisions: &mut [Decision]) -> bool {
 
 /// How long a call admitted under `decisions` must wait for its reserved tokens: `None` when
 /// it was refused or goes at once.
+#[inline]
 pub(super) fn reserved(decisions: &[Decision]) -> Option<Duration> {
     if !decisions.iter().all(|d| d.allowed) {
         return None;
