@@ -33,6 +33,19 @@ async fn limiter_at(url: &str, batch_limit: usize) -> RateLimiter {
         .unwrap()
 }
 
+/// A limiter on `store` (a clone: the test reads its batch sizes), without the heartbeat, whose
+/// script calls would be counted too.
+async fn counting(store: &RedisStore, prefix: &str) -> RateLimiter {
+    RateLimiter::builder()
+        .redis_store(store.clone())
+        .prefix(prefix)
+        .deadline(Some(Duration::from_secs(10)))
+        .instance(false)
+        .build()
+        .await
+        .unwrap()
+}
+
 /// `n` calls on one key, started together (so all but the first few queue).
 async fn flood(limiter: &RateLimiter, key: &str, limit: &Limit, n: usize) -> usize {
     let calls = (0..n).map(|_| limiter.check(key, limit));
@@ -240,14 +253,7 @@ async fn a_lost_batch_leaves_each_call_to_its_own_failure_policy() {
 async fn the_store_counts_its_script_calls_by_batch_size() {
     let server = RedisServer::start();
     let store = RedisStore::connect(&server.url()).await.unwrap();
-    let limiter = RateLimiter::builder()
-        .redis_store(store.clone())
-        .prefix("sizes")
-        .deadline(Some(Duration::from_secs(10)))
-        .instance(false)
-        .build()
-        .await
-        .unwrap();
+    let limiter = counting(&store, "sizes").await;
     let limit = Limit::per_hour(1).burst(50);
     assert_eq!(store.batch_sizes(), [0; 8]);
     for _ in 0..3 {
@@ -273,14 +279,7 @@ async fn batching_after_one_call_in_flight_gathers_every_other_and_stays_exact()
         .await
         .unwrap()
         .batch_after(0);
-    let limiter = RateLimiter::builder()
-        .redis_store(store.clone())
-        .prefix("after")
-        .deadline(Some(Duration::from_secs(10)))
-        .instance(false)
-        .build()
-        .await
-        .unwrap();
+    let limiter = counting(&store, "after").await;
     let limit = Limit::per_hour(1).burst(50);
     // One call at a time: each sent at once, alone.
     for _ in 0..3 {

@@ -298,17 +298,12 @@ fn limit_from_json(value: &Value, at: &str) -> Result<RateLimitOverride, String>
                     .map_err(|_| format!("{at}.requestsPerUnit: above 2^32 - 1"))?;
             }
             "unit" => {
-                const UNITS: [&str; 8] = [
-                    "UNKNOWN", "SECOND", "MINUTE", "HOUR", "DAY", "MONTH", "YEAR", "WEEK",
-                ];
                 limit.unit = match value {
-                    Value::String(name) => UNITS
-                        .iter()
-                        .position(|u| u == name)
-                        .and_then(|n| i32::try_from(n).ok())
-                        .ok_or_else(|| {
-                            format!("{at}.unit: `{name}` is no unit ({})", UNITS.join(", "))
-                        })?,
+                    // The names of the protocol's enum (the response's `Unit`, whose numbers
+                    // `envoy.type.v3.RateLimitUnit` shares, `WEEK` included).
+                    Value::String(name) => Unit::from_str_name(name)
+                        .ok_or_else(|| format!("{at}.unit: `{name}` is no unit"))?
+                        as i32,
                     _ => i32::try_from(as_u64(value, &format!("{at}.unit"))?)
                         .map_err(|_| format!("{at}.unit: no such unit"))?,
                 };

@@ -8,18 +8,15 @@
 
 use std::net::SocketAddr;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
-use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_server::{
-    RateLimitService, RateLimitServiceServer,
-};
-use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use ratelimit_core::{FailurePolicy, RateLimiter};
 use ratelimit_envoy::config::{Config, LoadOptions, Lookup};
 use ratelimit_envoy::service::{Service, StoreFailure};
@@ -27,72 +24,42 @@ use ratelimit_envoy::stats::Stats;
 use ratelimit_envoy::watch::Watcher;
 use testkit::RedisServer;
 use testkit::envoy::{Action, Bootstrap, Envoy, RateLimitFilter, RateLimitPolicy, Upstream};
-use tonic::{Request, Response, Status};
 
 /// One instance of the service: its own limiter on the shared Redis, served over gRPC on a
-/// free port, counting the calls it answered (to show Envoy balanced over both).
+/// free port as the binary serves it; the calls it answered are its own count
+/// ([`Stats::calls`], to show Envoy balanced over both).
 struct Instance {
     service: Arc<Service>,
     addr: SocketAddr,
-    calls: Arc<AtomicU64>,
     server: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
     _stop: tokio::sync::oneshot::Sender<()>,
-}
-
-#[derive(Clone)]
-struct Counted {
-    service: Arc<Service>,
-    calls: Arc<AtomicU64>,
-}
-
-#[tonic::async_trait]
-impl RateLimitService for Counted {
-    async fn should_rate_limit(
-        &self,
-        request: Request<RateLimitRequest>,
-    ) -> Result<Response<RateLimitResponse>, Status> {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        self.service
-            .decide(request.get_ref())
-            .await
-            .map(Response::new)
-    }
 }
 
 impl Instance {
     async fn start(service: Service) -> Instance {
         let service = Arc::new(service);
-        let calls = Arc::new(AtomicU64::new(0));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("a free port");
         let addr = listener.local_addr().expect("bound");
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-        let counted = Counted {
-            service: Arc::clone(&service),
-            calls: Arc::clone(&calls),
-        };
-        let server = tokio::spawn(
-            tonic::transport::Server::builder()
-                .add_service(RateLimitServiceServer::new(counted))
-                .serve_with_incoming_shutdown(
-                    tonic::transport::server::TcpIncoming::from(listener),
-                    async {
-                        let _ = stopped.await;
-                    },
-                ),
-        );
+        let server = tokio::spawn(ratelimit_envoy::server::serve(
+            Arc::clone(&service),
+            listener,
+            async {
+                let _ = stopped.await;
+            },
+        ));
         Instance {
             service,
             addr,
-            calls,
             server,
             _stop: stop,
         }
     }
 
     fn calls(&self) -> u64 {
-        self.calls.load(Ordering::SeqCst)
+        self.service.counters().calls()
     }
 }
 

@@ -469,7 +469,12 @@ fn sorted_sets_written_natively_reach_a_replica_and_the_aof_alike() {
     assert!(one(&mut m, "concurrency", slots, format!("2 {short} 1 0 1")).starts_with("1 "));
     assert!(one(&mut m, "concurrency", slots, format!("2 {hour} 2 0 1")).starts_with("1 "));
     assert!(one(&mut m, "concurrency", slots, format!("2 {short} 4 1 1")).starts_with("0 "));
-    std::thread::sleep(Duration::from_micros(short + 100_000));
+    // Waited for on the server's clock, which the module decides by: every short entry
+    // was written before this reading.
+    let ended = server_micros(&mut m) + short;
+    testkit::wait::eventually_blocking("the short entries ended on the server's clock", || {
+        server_micros(&mut m) > ended
+    });
     // One batch (one instant: the log cannot expire between its calls): a call under the
     // short period removes the four tokens, ended for it, and takes one, then one under an
     // hour takes two.
@@ -1117,4 +1122,10 @@ async fn through_sentinel_the_module_decides_before_and_after_a_failover() {
     // master decided, are taken.
     let now = limiter.peek("k", &limit).await.unwrap();
     assert!(now.remaining <= 1, "{now:?}");
+}
+
+/// The server's clock (`TIME`), in µs.
+fn server_micros(con: &mut Connection) -> u64 {
+    let (secs, micros): (u64, u64) = redis::cmd("TIME").query(con).unwrap();
+    secs * 1_000_000 + micros
 }

@@ -226,22 +226,29 @@ impl Service {
         let mut found = Vec::with_capacity(request.descriptors.len());
         let estimates = stream_done_estimates(request)?;
         // Envoy's per-descriptor `limit` overrides, each a rule of its own (the reference's
-        // `GetLimit`), made before any descriptor borrows them.
-        let overrides: Vec<Option<(Rule, Bucket)>> = request
-            .descriptors
-            .iter()
-            .map(|d| {
-                let limit = d.limit.as_ref()?;
-                let unit = override_unit(limit.unit)?;
-                config.override_of(
-                    &request.domain,
-                    entries_of(d),
-                    limit.requests_per_unit,
-                    unit,
-                )
-            })
-            .collect();
-        for (descriptor, overridden) in request.descriptors.iter().zip(&overrides) {
+        // `GetLimit`), made before any descriptor borrows them; none, and nothing allocated,
+        // for a request without one.
+        let overrides: Vec<Option<(Rule, Bucket)>> =
+            if request.descriptors.iter().any(|d| d.limit.is_some()) {
+                request
+                    .descriptors
+                    .iter()
+                    .map(|d| {
+                        let limit = d.limit.as_ref()?;
+                        let unit = override_unit(limit.unit)?;
+                        config.override_of(
+                            &request.domain,
+                            entries_of(d),
+                            limit.requests_per_unit,
+                            unit,
+                        )
+                    })
+                    .collect()
+            } else {
+                Vec::new()
+            };
+        for (at, descriptor) in request.descriptors.iter().enumerate() {
+            let overridden = overrides.get(at).and_then(Option::as_ref);
             found.push(if let Some((rule, bucket)) = overridden {
                 Some(Found {
                     rule,

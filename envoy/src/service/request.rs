@@ -2,6 +2,7 @@
 
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::rate_limit::Unit;
 use tonic::Status;
 
 use crate::config::ReferenceUnit;
@@ -102,18 +103,18 @@ pub(super) fn validate(request: &RateLimitRequest) -> Result<(), Status> {
     Ok(())
 }
 
-/// The unit of a descriptor's `limit` override (`envoy.type.v3.RateLimitUnit`, by number:
-/// `WEEK` is 7 in Envoy's current protocol, newer than the types this package builds with),
-/// `None` for `UNKNOWN` (0) and numbers the enum does not have.
+/// The unit of a descriptor's `limit` override (`envoy.type.v3.RateLimitUnit`, read by the
+/// response's `Unit`, whose numbers it shares and which has `WEEK`, newer than the types
+/// this package builds with), `None` for `UNKNOWN` and numbers the enum does not have.
 pub(super) fn override_unit(unit: i32) -> Option<ReferenceUnit> {
-    Some(match unit {
-        1 => ReferenceUnit::Second,
-        2 => ReferenceUnit::Minute,
-        3 => ReferenceUnit::Hour,
-        4 => ReferenceUnit::Day,
-        5 => ReferenceUnit::Month,
-        6 => ReferenceUnit::Year,
-        7 => ReferenceUnit::Week,
-        _ => return None,
+    Some(match Unit::try_from(unit).ok()? {
+        Unit::Unknown => return None,
+        Unit::Second => ReferenceUnit::Second,
+        Unit::Minute => ReferenceUnit::Minute,
+        Unit::Hour => ReferenceUnit::Hour,
+        Unit::Day => ReferenceUnit::Day,
+        Unit::Week => ReferenceUnit::Week,
+        Unit::Month => ReferenceUnit::Month,
+        Unit::Year => ReferenceUnit::Year,
     })
 }
