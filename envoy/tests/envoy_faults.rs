@@ -928,6 +928,16 @@ fn wait_two_instances_counted(redis: &RedisServer) {
     .expect("each instance beating again");
 }
 
+/// Two `ratelimit-envoy` processes behind Envoy, Redis killed under traffic: each enforces its
+/// half of what it last heard, so together they admit no more than the limit.
+///
+/// The traffic is one client, one request at a time: Envoy (one worker) then alternates the
+/// two services call by call, so what one instance last heard is behind Redis by at most the
+/// other's one take, and the fleet's shares add up to no more than Redis held (the bound of
+/// docs/operations.md: half of one take, rounded down by each share). With two clients, one
+/// instance can miss two or more of the other's takes, and the fleet may admit one over
+/// (7 of 27 runs of an earlier version of this test, which had two): that bound is pinned
+/// exactly, deterministically, by `policy::fallback_tests::takes_after_an_instance_last_heard_are_over_by_its_part_of_them`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_killed_under_traffic_with_fallback_two_processes_enforce_their_shares() {
     const N: usize = 40;
@@ -947,7 +957,7 @@ async fn redis_killed_under_traffic_with_fallback_two_processes_enforce_their_sh
             true,
             vec![RateLimitPolicy::new([Action::generic_key("all")])],
         );
-        // (started after the kill?, status) of each request, from two threads at once.
+        // (started after the kill?, status) of each request, from one client.
         let down = AtomicBool::new(false);
         let answers = Mutex::new(Vec::<(bool, u16)>::new());
         let after_kill = || {
@@ -959,15 +969,13 @@ async fn redis_killed_under_traffic_with_fallback_two_processes_enforce_their_sh
                 .count()
         };
         std::thread::scope(|s| {
-            for _ in 0..2 {
-                s.spawn(|| {
-                    while after_kill() < 3 * N {
-                        let started = down.load(Ordering::SeqCst);
-                        let status = envoy.get("/", &[]).status;
-                        answers.lock().expect("answers").push((started, status));
-                    }
-                });
-            }
+            s.spawn(|| {
+                while after_kill() < 3 * N {
+                    let started = down.load(Ordering::SeqCst);
+                    let status = envoy.get("/", &[]).status;
+                    answers.lock().expect("answers").push((started, status));
+                }
+            });
             testkit::wait::eventually_blocking("traffic through Envoy", || upstream.served() >= 6);
             redis.kill();
             down.store(true, Ordering::SeqCst);

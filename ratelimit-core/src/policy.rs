@@ -1130,4 +1130,56 @@ mod fallback_tests {
         );
         assert!(!r.decide(Check::new("k", &limit, 1), Some(&cache)).allowed);
     }
+
+    /// What another instance took after an instance's last answer is unknown to it: its share
+    /// starts from what it heard, and the fleet's shares add up to what the bucket held when
+    /// the store died plus that instance's part (1/n) of those takes, each share rounded down
+    /// to whole tokens. This pins the bound docs/operations.md states: exactly this, so a
+    /// share that started fresh, or from another instance's word, fails it.
+    ///
+    /// No share computed from an instance's own word alone can do better: with one instance
+    /// that heard `held` and another that heard any more, the shares must add up to at most
+    /// `held` whatever the second heard, so the second's share could only be nothing.
+    #[test]
+    fn takes_after_an_instance_last_heard_are_over_by_its_part_of_them() {
+        let clock = ManualClock::new();
+        let limit = Limit::per_hour(40).burst(40);
+        let now = Instant::now();
+        // 40 an hour: one token every 90 s, so nothing refills within the test.
+        let heard = |remaining: u64| {
+            let cache = DenyCache::new(16);
+            let short = Duration::from_secs(90 * (40 - remaining));
+            cache.remember("k", &answered(limit, true, remaining, short), now, now);
+            cache
+        };
+        for (held, unheard) in [
+            (29, 0),
+            (29, 1),
+            (29, 2),
+            (28, 1),
+            (28, 2),
+            (28, 3),
+            (20, 7),
+        ] {
+            let instances = fleet(2, &clock);
+            // The first instance last heard `held + unheard` left; the second took `unheard`
+            // after that, and heard `held`; then the store died.
+            let caches = [heard(held + unheard), heard(held)];
+            let admitted: u64 = instances
+                .iter()
+                .zip(&caches)
+                .map(|(r, cache)| {
+                    (0..80)
+                        .filter(|_| r.decide(Check::new("k", &limit, 1), Some(cache)).allowed)
+                        .count() as u64
+                })
+                .sum();
+            assert_eq!(
+                admitted,
+                (held + unheard) / 2 + held / 2,
+                "{held} held, {unheard} taken unheard"
+            );
+            assert!(admitted <= held + unheard / 2);
+        }
+    }
 }
