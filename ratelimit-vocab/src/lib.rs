@@ -40,6 +40,8 @@
 //! ```
 #![no_std]
 
+extern crate alloc;
+
 #[cfg(test)]
 extern crate std;
 

@@ -536,6 +536,22 @@ fn sorted_sets_written_natively_reach_a_replica_and_the_aof_alike() {
     }
 
     // A server without the module, from the master's AOF, holds the same.
+    let (aof, reloaded, _copy) = from_aof(&master);
+    for command in ["zremrangebyscore", "zadd", "zrem", "pexpireat"] {
+        assert!(aof.contains(command), "no {command} in the AOF");
+    }
+    let mut a = reloaded.blocking_connection();
+    for (key, on_master) in [log, slots, settled].iter().zip(&on_master) {
+        let from_aof = (zset_entries(&mut a, key), pexpiretime(&mut a, key));
+        assert_eq!(&from_aof, on_master, "{key} from the AOF");
+    }
+    let exists: u64 = redis::cmd("EXISTS").arg(emptied).query(&mut a).unwrap();
+    assert_eq!(exists, 0, "the emptied set is gone from the AOF");
+}
+
+/// A server without the module started from a copy of `master`'s AOF (which must hold no
+/// module command): the AOF's text, lowercased, the server, and the copy's directory.
+fn from_aof(master: &RedisServer) -> (String, RedisServer, tempfile::TempDir) {
     let copy = tempfile::tempdir().unwrap();
     let aof_dir = copy.path().join("appendonlydir");
     std::fs::create_dir(&aof_dir).unwrap();
@@ -550,18 +566,81 @@ fn sorted_sets_written_natively_reach_a_replica_and_the_aof_alike() {
         !aof.contains("ratelimit.v1"),
         "a module command reached the AOF"
     );
-    for command in ["zremrangebyscore", "zadd", "zrem", "pexpireat"] {
-        assert!(aof.contains(command), "no {command} in the AOF");
-    }
     let dir = copy.path().to_str().unwrap();
     let reloaded = RedisServer::start_with(&["--appendonly", "yes", "--dir", dir]);
-    let mut a = reloaded.blocking_connection();
-    for (key, on_master) in [log, slots, settled].iter().zip(&on_master) {
-        let from_aof = (zset_entries(&mut a, key), pexpiretime(&mut a, key));
-        assert_eq!(&from_aof, on_master, "{key} from the AOF");
+    (aof, reloaded, copy)
+}
+
+/// A batch propagates its writes once: one `EVAL` of the script that replays them
+/// (`ratelimit_vocab::native::EFFECTS_SCRIPT`), which a replica without the module runs once,
+/// and a server without the module replays from the AOF, each holding every bucket and window
+/// as the master does (value and expiry), whatever the kinds of the batch's calls. Where the
+/// master has no `EVAL` (renamed away), each write is propagated as its own command instead,
+/// with the same result.
+#[test]
+fn a_batch_replicates_once_and_a_replica_and_the_aof_hold_every_write() {
+    for without_eval in [false, true] {
+        let mut extra = vec!["--appendonly", "yes", "--appendfsync", "always"];
+        if without_eval {
+            extra.extend(["--rename-command", "EVAL", ""]);
+        }
+        let master = with_module(&extra);
+        let port = master.port().to_string();
+        let replica = RedisServer::start_with(&["--replicaof", "127.0.0.1", &port]);
+        let (mut m, mut r) = (master.blocking_connection(), replica.blocking_connection());
+        wait_for_link(&mut r);
+        // 64 calls: a token bucket each on 40 keys, then a bucket and a window together on
+        // 12 pairs (3 of them given back in part by the window's refusal: nothing changes).
+        let bucket = "1 4 1000000 1 5000000 1";
+        let two = "1 4 1000000 1 5000000 1 3 3 5 3600000000 2";
+        let mut keys: Vec<String> = (0..40).map(|i| format!("app:{{b}}:{i}")).collect();
+        let mut packed = format!("52 1 {bucket}");
+        packed.push_str(&" 0".repeat(39));
+        for i in 0..12 {
+            keys.push(format!("app:{{b}}:p{i}"));
+            keys.push(format!("app:{{b}}:p{i}:w"));
+            packed.push_str(&format!(" 2 {two}"));
+        }
+        let entries: Vec<String> = redis::cmd("ratelimit.v1.batch")
+            .arg(keys.len())
+            .arg(&keys)
+            .arg(packed)
+            .query(&mut m)
+            .unwrap();
+        assert_eq!(entries.len(), 52, "{entries:?}");
+        assert!(
+            entries.iter().all(|e| e.starts_with("1 ")),
+            "every call admitted: {entries:?}"
+        );
+        let synced: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut m).unwrap();
+        assert_eq!(synced, 1, "the replica acknowledged the writes");
+        let stats: String = redis::cmd("INFO")
+            .arg("commandstats")
+            .query(&mut r)
+            .unwrap();
+        let evals = testkit::info_number(&stats, "cmdstat_eval", Some("calls"));
+        let sets = testkit::info_number(&stats, "cmdstat_set", Some("calls"));
+        if without_eval {
+            assert_eq!(evals, None, "{stats}");
+            assert_eq!(sets, Some(64), "each write its own SET: {stats}");
+        } else {
+            assert_eq!(evals, Some(1), "the batch replicated once: {stats}");
+            // (The script's own calls are counted too: all 64 writes made.)
+            assert_eq!(sets, Some(64), "{stats}");
+        }
+        let (aof, reloaded, _copy) = from_aof(&master);
+        assert_eq!(aof.contains("eval"), !without_eval, "{without_eval}");
+        let mut a = reloaded.blocking_connection();
+        for key in &keys {
+            let on_master = state(&mut m, key);
+            assert!(
+                on_master.0.is_some() && on_master.1 > 0,
+                "{key}: {on_master:?}"
+            );
+            assert_eq!(state(&mut r, key), on_master, "{key} on the replica");
+            assert_eq!(state(&mut a, key), on_master, "{key} from the AOF");
+        }
     }
-    let exists: u64 = redis::cmd("EXISTS").arg(emptied).query(&mut a).unwrap();
-    assert_eq!(exists, 0, "the emptied set is gone from the AOF");
 }
 
 /// A master with the module, its AOF written on every write, and a replica without the

@@ -3,9 +3,10 @@
 //! command. What the context opens and calls is `key`'s and `reply`'s (their `impl Ctx`
 //! blocks), which read the context by [`Ctx::raw`].
 
+use std::cell::RefCell;
 use std::ffi::{CString, c_int, c_long, c_longlong};
 
-use super::raw::{self, Arg, OK, RawCtx, RawString};
+use super::raw::{self, Arg, Effect, OK, RawCtx, RawString};
 
 /// A command's body: what [`entry`] runs for one call of the command, with its context and
 /// its arguments, lent for that call only (so that nothing keeps them past it).
@@ -34,7 +35,13 @@ pub(crate) unsafe extern "C" fn entry<B: Body>(
         // `Arg`s.
         unsafe { std::slice::from_raw_parts(argv.cast::<Arg<'_>>(), n) }
     };
-    B::run(&Ctx { raw: ctx }, args);
+    B::run(
+        &Ctx {
+            raw: ctx,
+            gathered: RefCell::new(None),
+        },
+        args,
+    );
     OK
 }
 
@@ -44,12 +51,77 @@ pub(crate) unsafe extern "C" fn entry<B: Body>(
 #[derive(Debug)]
 pub(crate) struct Ctx {
     raw: *mut RawCtx,
+    /// The writes of a `batch`, gathered to be propagated together when it ends
+    /// ([`Ctx::gather_writes`]); `None`: each write is propagated as it is made.
+    gathered: RefCell<Option<Gathered>>,
+}
+
+/// Writes made and not propagated yet: the key of each (an argument of the command), and each
+/// one's command and arguments as `ratelimit_vocab::native::push_effect` packs them.
+#[derive(Debug)]
+struct Gathered {
+    keys: Vec<*mut RawString>,
+    packed: Vec<u8>,
 }
 
 /// The most numbers one reply holds: `multi`'s, six per limit and the server time.
 pub(crate) const MAX_REPLY_NUMBERS: usize = 6 * ratelimit_vocab::native::MAX_LIMITS + 1;
 
 impl Ctx {
+    /// From now until [`replicate_gathered`](Self::replicate_gathered), the writes of this
+    /// command are gathered instead of each propagated as it is made.
+    /// `calls`: how many calls the command decides (room is made for a write of each).
+    pub(crate) fn gather_writes(&self, calls: usize) {
+        *self.gathered.borrow_mut() = Some(Gathered {
+            keys: Vec::with_capacity(calls),
+            // A token bucket's write: `4;3:SET`, a value, `4:PXAT`, 13 digits: about 45 bytes.
+            packed: Vec::with_capacity(calls.saturating_mul(48)),
+        });
+    }
+
+    /// Gathers `effect`, if writes are being gathered: whether it did.
+    pub(super) fn gather(&self, effect: &Effect<'_>) -> bool {
+        let mut gathered = self.gathered.borrow_mut();
+        let Some(g) = gathered.as_mut() else {
+            return false;
+        };
+        g.keys.push(effect.key().raw());
+        // SAFETY: the strings of an `Effect::Strings` are alive while it is (its maker's
+        // contract: created in this command, not freed yet), and copied here.
+        unsafe { effect.encode(&mut g.packed) };
+        true
+    }
+
+    /// Propagates the writes gathered since [`gather_writes`](Self::gather_writes), and
+    /// propagates each write as it is made again: one write as its own command; more as one
+    /// `EVAL` of `ratelimit_vocab::native::EFFECTS_SCRIPT`, which replays them in order (one
+    /// command looked up and four objects made, instead of a lookup and up to five objects a
+    /// write); each as its own command should Redis refuse the `EVAL` (renamed away).
+    pub(crate) fn replicate_gathered(&self) {
+        let Some(g) = self.gathered.borrow_mut().take() else {
+            return;
+        };
+        if g.keys.len() > 1
+            // SAFETY: `self.raw` is the command's context; every key an argument of it
+            // (`Effect` keys are `Arg`s).
+            && unsafe {
+                raw::replicate_script(
+                    self.raw,
+                    ratelimit_vocab::native::EFFECTS_SCRIPT.as_bytes(),
+                    &g.keys,
+                    &g.packed,
+                )
+            }
+        {
+            return;
+        }
+        let writes = ratelimit_vocab::native::read_effects(&g.packed).unwrap_or_default();
+        for (&key, (command, args)) in g.keys.iter().zip(writes) {
+            // SAFETY: as above.
+            unsafe { raw::replicate_fields(self.raw, key, command, &args) };
+        }
+    }
+
     /// The context as Redis passed it, for the wrappers in the other files of `api` (the keys
     /// it opens, the commands it calls): that of the command running, as only [`entry`] makes
     /// a `Ctx`.

@@ -46,6 +46,9 @@ impl Ctx {
     /// Propagates `effect` (whose key is an argument of this command) to the replicas and
     /// the AOF.
     pub(super) fn replicate(&self, effect: Effect<'_>) {
+        if self.gather(&effect) {
+            return;
+        }
         // SAFETY: `self.raw()` is the context of the command running, and the key of `effect`
         // an `Arg`, one of the command's arguments.
         unsafe { raw::replicate(self.raw(), effect) };

@@ -369,6 +369,142 @@ pub(super) enum Effect<'a> {
     },
 }
 
+impl Effect<'_> {
+    /// The key it writes.
+    pub(super) fn key(&self) -> Arg<'_> {
+        match *self {
+            Effect::Set { key, .. }
+            | Effect::IncrBy { key, .. }
+            | Effect::Del { key }
+            | Effect::PExpireAt { key, .. }
+            | Effect::ZRemRangeByScore { key, .. }
+            | Effect::Strings { key, .. } => key,
+        }
+    }
+
+    /// Appends it to `packed` as `ratelimit_vocab::native::EFFECTS_SCRIPT` replays it: the
+    /// command's name and its arguments after the key.
+    ///
+    /// # Safety
+    /// The strings of an `Effect::Strings` were created in the command running and are not
+    /// freed yet.
+    pub(super) unsafe fn encode(&self, packed: &mut Vec<u8>) {
+        use ratelimit_vocab::native::push_effect;
+        match *self {
+            Effect::Set {
+                value,
+                expire_ms: Some(ms),
+                ..
+            } => push_effect(packed, b"SET", &[value, b"PXAT", ms]),
+            Effect::Set {
+                value,
+                expire_ms: None,
+                ..
+            } => push_effect(packed, b"SET", &[value]),
+            Effect::IncrBy { by, .. } => push_effect(packed, b"INCRBY", &[by]),
+            Effect::Del { .. } => push_effect(packed, b"DEL", &[]),
+            Effect::PExpireAt { at_ms, .. } => push_effect(packed, b"PEXPIREAT", &[at_ms]),
+            Effect::ZRemRangeByScore { min, max, .. } => {
+                push_effect(packed, b"ZREMRANGEBYSCORE", &[min, max]);
+            }
+            Effect::Strings { command, args, .. } => {
+                let args: Vec<&[u8]> = args
+                    .iter()
+                    .map(|&raw| {
+                        let mut len = 0usize;
+                        // SAFETY: `raw` is a live string of the command running (this
+                        // function's contract); `len` is a place for its length.
+                        let ptr = unsafe { (api().StringPtrLen)(raw, &raw mut len) };
+                        if ptr.is_null() {
+                            return &[][..];
+                        }
+                        // SAFETY: Redis's `len` bytes at `ptr`, alive while the string is
+                        // (past this function: `push_effect` copies them).
+                        unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
+                    })
+                    .collect();
+                push_effect(packed, command.to_bytes(), &args);
+            }
+        }
+    }
+}
+
+/// `RedisModule_Replicate` of `EVAL <script> <numkeys> <keys..> <packed>` in the command whose
+/// context is `ctx`: whether Redis took it (it refuses a command it does not know, as an
+/// `EVAL` renamed away).
+///
+/// # Safety
+/// `ctx` is the context of the command running; every one of `keys` is one of its arguments.
+pub(super) unsafe fn replicate_script(
+    ctx: *mut RawCtx,
+    script: &[u8],
+    keys: &[*mut RawString],
+    packed: &[u8],
+) -> bool {
+    let numkeys = std::ffi::c_longlong::try_from(keys.len()).unwrap_or(0);
+    // SAFETY: the caller's contract for `ctx` and `keys` (each `RedisModuleString *` of the
+    // `v` array an argument alive for the command; Redis takes a reference to each); each `b`
+    // is a pointer and a `size_t` length of bytes Redis copies during the call; `l` a
+    // `long long`. The format lists exactly the arguments that follow it.
+    let replicated = unsafe {
+        (api().Replicate)(
+            ctx,
+            c"EVAL".as_ptr(),
+            c"blvb".as_ptr(),
+            script.as_ptr().cast::<c_char>(),
+            script.len(),
+            numkeys,
+            keys.as_ptr(),
+            keys.len(),
+            packed.as_ptr().cast::<c_char>(),
+            packed.len(),
+        )
+    };
+    replicated == OK
+}
+
+/// `RedisModule_Replicate` of `<command> <key> <args..>` in the command whose context is
+/// `ctx`, each of `args` made a string for it and freed after: one gathered write propagated
+/// as the command it is (see [`replicate_script`]'s callers).
+///
+/// # Safety
+/// `ctx` is the context of the command running; `key` one of its arguments.
+pub(super) unsafe fn replicate_fields(
+    ctx: *mut RawCtx,
+    key: *mut RawString,
+    command: &[u8],
+    args: &[&[u8]],
+) {
+    let Ok(command) = std::ffi::CString::new(command) else {
+        return;
+    };
+    let api = api();
+    let made: Vec<*mut RawString> = args
+        .iter()
+        // SAFETY: `ctx` is the command's context; Redis copies the bytes into a new string,
+        // freed below.
+        .map(|a| unsafe { (api.CreateString)(ctx, a.as_ptr().cast::<c_char>(), a.len()) })
+        .collect();
+    if made.iter().all(|m| !m.is_null()) {
+        // SAFETY: the caller's contract for `ctx` and `key`; `v` an array of live strings
+        // (made above) and its length; Redis takes a reference to what it keeps.
+        unsafe {
+            (api.Replicate)(
+                ctx,
+                command.as_ptr(),
+                c"sv".as_ptr(),
+                key,
+                made.as_ptr(),
+                made.len(),
+            )
+        };
+    }
+    for m in made.into_iter().filter(|m| !m.is_null()) {
+        // SAFETY: made above in this command, freed once.
+        unsafe { (api.FreeString)(ctx, m) };
+    }
+}
+
 /// `RedisModule_Replicate` of `effect` in the command whose context is `ctx`.
 ///
 /// # Safety

@@ -28,6 +28,8 @@ pub(super) fn batch(ctx: &Ctx, argv: &[Arg<'_>]) -> Result<Reply, Failure> {
         return Err(ArgError::BadLimit.into());
     }
     ctx.reply_array(calls);
+    // Propagated together at the end: a batch replicates once, not once per write.
+    ctx.gather_writes(calls);
     let now = now_us();
     let mut keys = args.keys;
     let mut previous: Option<Limit> = None;
@@ -56,6 +58,7 @@ pub(super) fn batch(ctx: &Ctx, argv: &[Arg<'_>]) -> Result<Reply, Failure> {
             }
         }
     }
+    ctx.replicate_gathered();
     if unreadable.is_none() && (!packed.is_done() || !keys.is_empty()) {
         ctx.warn("redis-ratelimit: a batch held more numbers or keys than its calls read");
     }

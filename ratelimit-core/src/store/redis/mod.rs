@@ -415,7 +415,7 @@ impl RedisStore {
     /// Redis fewer commands and wakes it less often under load (Redis's CPU per decision
     /// falls), at the price of that wait for calls beyond the figure: worth it where many
     /// calls are always in flight and Redis's CPU is what is short, as in the rate-limit
-    /// service for Envoy, which sets 4 (docs/benchmarks.md, issue 46 under load). With 16,
+    /// service for Envoy, which sets 1 (docs/benchmarks.md, issue 46 under load). With 16,
     /// 16 concurrent calls were as fast as sent one by one; with 2 or 8 they were slower
     /// (benches/results/history.md 3.6).
     ///
