@@ -4,7 +4,7 @@
 // drawn uniformly from --keys, against a redis-server on 127.0.0.1 (never port 6379).
 //
 //   node run.js --port P --concurrency C [--keys 10000] [--rate 1000000000]
-//               [--warmup 1] [--duration 3] [--auto-pipelining]
+//               [--warmup 1] [--duration 3] [--window 1] [--auto-pipelining]
 //
 // Prints `measuring` when the measurement starts (the loadgen resets the server's command
 // statistics then), and at the end one line of JSON: decisions/s, latency quantiles in µs,
@@ -24,6 +24,7 @@ function parseArgs(argv) {
     rate: 1e9,
     warmup: 1,
     duration: 3,
+    window: 1,
     autoPipelining: false,
   };
   for (let i = 0; i < argv.length; i++) {
@@ -40,6 +41,7 @@ function parseArgs(argv) {
       case '--rate': opts.rate = value(); break;
       case '--warmup': opts.warmup = value(); break;
       case '--duration': opts.duration = value(); break;
+      case '--window': opts.window = value(); break;
       case '--auto-pipelining': opts.autoPipelining = true; break;
       default: throw new Error(`unknown argument ${name}`);
     }
@@ -112,15 +114,16 @@ async function main() {
   await redis.connect();
 
   // rate-limiter-flexible's settings: RateLimiterRedis on ioredis (its default client; no
-  // useRedisPackage), a limit that admits every call (`rate` points per 1 s window, as the
-  // loadgen's limit of `rate` per second), no insurance limiter, no in-memory block (nothing
+  // useRedisPackage), a limit that admits every call (`rate` points per window of `window`
+  // seconds: 1 by default, as the loadgen's limit of `rate` per second; load_instructions
+  // passes an hour, so that its keys stay live as ours do), no insurance limiter, no in-memory block (nothing
   // is ever over the limit), no execEvenly (it would delay admitted calls on purpose), no
   // blockDuration.
   const limiter = new RateLimiterRedis({
     storeClient: redis,
     keyPrefix: 'flexible',
     points: opts.rate,
-    duration: 1,
+    duration: opts.window,
     blockDuration: 0,
     execEvenly: false,
     inMemoryBlockOnConsumed: 0,
