@@ -410,11 +410,11 @@ impl Effect<'_> {
             Effect::Strings { command, args, .. } => {
                 let args: Vec<&[u8]> = args
                     .iter()
-                    .map(|&raw| {
+                    .map(|&string| {
                         let mut len = 0usize;
-                        // SAFETY: `raw` is a live string of the command running (this
+                        // SAFETY: `string` is a live string of the command running (this
                         // function's contract); `len` is a place for its length.
-                        let ptr = unsafe { (api().StringPtrLen)(raw, &raw mut len) };
+                        let ptr = unsafe { (api().StringPtrLen)(string, &raw mut len) };
                         if ptr.is_null() {
                             return &[][..];
                         }
