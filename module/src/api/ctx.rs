@@ -56,6 +56,14 @@ pub(crate) struct Ctx {
     gathered: RefCell<Option<Gathered>>,
 }
 
+/// The script a batch's writes are propagated with
+/// (`ratelimit_vocab::native::effects_script_body`), made once.
+fn effects_script() -> &'static [u8] {
+    static BODY: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    BODY.get_or_init(ratelimit_vocab::native::effects_script_body)
+        .as_bytes()
+}
+
 /// Writes made and not propagated yet: the key of each (an argument of the command), and each
 /// one's command and arguments as `ratelimit_vocab::native::push_effect` packs them.
 #[derive(Debug)]
@@ -107,7 +115,7 @@ impl Ctx {
             && unsafe {
                 raw::replicate_script(
                     self.raw,
-                    ratelimit_vocab::native::EFFECTS_SCRIPT.as_bytes(),
+                    effects_script(),
                     &g.keys,
                     &g.packed,
                 )
