@@ -173,7 +173,8 @@ fn start_ours(name: &str, bin: &Path, redis: testkit::RedisServer) -> System {
     std::fs::write(dir.path().join("config/bench.yaml"), OURS_YAML).unwrap();
     std::fs::write(dir.path().join("config/check.yaml"), OURS_CHECK_YAML).unwrap();
     let addr = free_addr();
-    let child = Command::new(bin)
+    let mut command = Command::new(bin);
+    command
         .env_clear()
         .env("GRPC_HOST", "127.0.0.1")
         .env("GRPC_PORT", addr.port().to_string())
@@ -185,7 +186,19 @@ fn start_ours(name: &str, bin: &Path, redis: testkit::RedisServer) -> System {
         .env("RUNTIME_ROOT", dir.path())
         .env("RUNTIME_SUBDIRECTORY", "")
         .env("RUNTIME_WATCH_ROOT", "false")
-        .env("LOG_LEVEL", "warn")
+        .env("LOG_LEVEL", "warn");
+    spawn(name, &mut command, redis, addr, dir)
+}
+
+/// `command` started with its output to `dir/stderr`, as the system `name` listening at `addr`.
+fn spawn(
+    name: &str,
+    command: &mut Command,
+    redis: testkit::RedisServer,
+    addr: SocketAddr,
+    dir: tempfile::TempDir,
+) -> System {
+    let child = command
         .stdout(Stdio::null())
         .stderr(Stdio::from(
             std::fs::File::create(dir.path().join("stderr")).unwrap(),
@@ -207,7 +220,8 @@ fn start_limitador(name: &str, bin: &Path, storage: &str) -> System {
     let limits = dir.path().join("limits.yaml");
     std::fs::write(&limits, LIMITADOR_YAML).unwrap();
     let addr = free_addr();
-    let child = Command::new(bin)
+    let mut command = Command::new(bin);
+    command
         .args(["--rls-ip", "127.0.0.1", "--rls-port"])
         .arg(addr.port().to_string())
         .args(["--http-ip", "127.0.0.1", "--http-port"])
@@ -215,20 +229,8 @@ fn start_limitador(name: &str, bin: &Path, storage: &str) -> System {
         .arg(&limits)
         .arg(storage)
         .arg(redis.url())
-        .env_remove("RUST_LOG")
-        .stdout(Stdio::null())
-        .stderr(Stdio::from(
-            std::fs::File::create(dir.path().join("stderr")).unwrap(),
-        ))
-        .spawn()
-        .unwrap();
-    System {
-        name: name.to_owned(),
-        child,
-        redis,
-        addr,
-        dir,
-    }
+        .env_remove("RUST_LOG");
+    spawn(name, &mut command, redis, addr, dir)
 }
 
 fn request(domain: &str, user: u64) -> RateLimitRequest {

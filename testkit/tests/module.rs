@@ -576,7 +576,8 @@ fn from_aof(master: &RedisServer) -> (String, RedisServer, tempfile::TempDir) {
 /// and a server without the module replays from the AOF, each holding every bucket and window
 /// as the master does (value and expiry), whatever the kinds of the batch's calls. Where the
 /// master has no `EVAL` (renamed away), each write is propagated as its own command instead,
-/// with the same result.
+/// with the same result: a bucket's `SET .. PXAT`, a window's, a sorted set's `ZADD` and
+/// `PEXPIREAT`.
 #[test]
 fn a_batch_replicates_once_and_a_replica_and_the_aof_hold_every_write() {
     for without_eval in [false, true] {
@@ -612,6 +613,18 @@ fn a_batch_replicates_once_and_a_replica_and_the_aof_hold_every_write() {
             entries.iter().all(|e| e.starts_with("1 ")),
             "every call admitted: {entries:?}"
         );
+        // And a sorted set's writes: two tokens of a sliding log (`ZADD`, `PEXPIREAT` each).
+        let log = "app:{b}:log";
+        let entries: Vec<String> = redis::cmd("ratelimit.v1.batch")
+            .arg(2)
+            .arg(&[log, log][..])
+            .arg("2 1 5 3 10 3600000000 1 0")
+            .query(&mut m)
+            .unwrap();
+        assert!(
+            entries.iter().all(|e| e.starts_with("1 ")),
+            "both tokens taken: {entries:?}"
+        );
         let synced: i64 = redis::cmd("WAIT").arg(1).arg(30_000).query(&mut m).unwrap();
         assert_eq!(synced, 1, "the replica acknowledged the writes");
         let stats: String = redis::cmd("INFO")
@@ -620,11 +633,13 @@ fn a_batch_replicates_once_and_a_replica_and_the_aof_hold_every_write() {
             .unwrap();
         let evals = testkit::info_number(&stats, "cmdstat_eval", Some("calls"));
         let sets = testkit::info_number(&stats, "cmdstat_set", Some("calls"));
+        let zadds = testkit::info_number(&stats, "cmdstat_zadd", Some("calls"));
+        assert_eq!(zadds, Some(2), "{stats}");
         if without_eval {
             assert_eq!(evals, None, "{stats}");
             assert_eq!(sets, Some(64), "each write its own SET: {stats}");
         } else {
-            assert_eq!(evals, Some(1), "the batch replicated once: {stats}");
+            assert_eq!(evals, Some(2), "each batch replicated once: {stats}");
             // (The script's own calls are counted too: all 64 writes made.)
             assert_eq!(sets, Some(64), "{stats}");
         }
@@ -640,6 +655,16 @@ fn a_batch_replicates_once_and_a_replica_and_the_aof_hold_every_write() {
             assert_eq!(state(&mut r, key), on_master, "{key} on the replica");
             assert_eq!(state(&mut a, key), on_master, "{key} from the AOF");
         }
+        let on_master = (zset_entries(&mut m, log), pexpiretime(&mut m, log));
+        assert_eq!(on_master.0.len(), 2, "{on_master:?}");
+        assert_eq!(
+            (zset_entries(&mut r, log), pexpiretime(&mut r, log)),
+            on_master
+        );
+        assert_eq!(
+            (zset_entries(&mut a, log), pexpiretime(&mut a, log)),
+            on_master
+        );
     }
 }
 

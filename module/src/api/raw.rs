@@ -369,7 +369,31 @@ pub(super) enum Effect<'a> {
     },
 }
 
+/// Every command the module propagates a write as: what a gathered write's name is read back
+/// to ([`replicate_fields`]), so that replaying one needs no name of its own made.
+const PROPAGATED: [&CStr; 7] = [
+    c"SET",
+    c"INCRBY",
+    c"DEL",
+    c"PEXPIREAT",
+    c"ZREMRANGEBYSCORE",
+    c"ZADD",
+    c"ZREM",
+];
+
 impl Effect<'_> {
+    /// The command it is propagated as.
+    fn command(&self) -> &CStr {
+        match *self {
+            Effect::Set { .. } => c"SET",
+            Effect::IncrBy { .. } => c"INCRBY",
+            Effect::Del { .. } => c"DEL",
+            Effect::PExpireAt { .. } => c"PEXPIREAT",
+            Effect::ZRemRangeByScore { .. } => c"ZREMRANGEBYSCORE",
+            Effect::Strings { command, .. } => command,
+        }
+    }
+
     /// The key it writes.
     pub(super) fn key(&self) -> Arg<'_> {
         match *self {
@@ -390,24 +414,25 @@ impl Effect<'_> {
     /// freed yet.
     pub(super) unsafe fn encode(&self, packed: &mut Vec<u8>) {
         use ratelimit_vocab::native::push_effect;
+        let name = self.command().to_bytes();
         match *self {
             Effect::Set {
                 value,
                 expire_ms: Some(ms),
                 ..
-            } => push_effect(packed, b"SET", &[value, b"PXAT", ms]),
+            } => push_effect(packed, name, &[value, b"PXAT", ms]),
             Effect::Set {
                 value,
                 expire_ms: None,
                 ..
-            } => push_effect(packed, b"SET", &[value]),
-            Effect::IncrBy { by, .. } => push_effect(packed, b"INCRBY", &[by]),
-            Effect::Del { .. } => push_effect(packed, b"DEL", &[]),
-            Effect::PExpireAt { at_ms, .. } => push_effect(packed, b"PEXPIREAT", &[at_ms]),
+            } => push_effect(packed, name, &[value]),
+            Effect::IncrBy { by, .. } => push_effect(packed, name, &[by]),
+            Effect::Del { .. } => push_effect(packed, name, &[]),
+            Effect::PExpireAt { at_ms, .. } => push_effect(packed, name, &[at_ms]),
             Effect::ZRemRangeByScore { min, max, .. } => {
-                push_effect(packed, b"ZREMRANGEBYSCORE", &[min, max]);
+                push_effect(packed, name, &[min, max]);
             }
-            Effect::Strings { command, args, .. } => {
+            Effect::Strings { args, .. } => {
                 let args: Vec<&[u8]> = args
                     .iter()
                     .map(|&string| {
@@ -423,7 +448,7 @@ impl Effect<'_> {
                         unsafe { std::slice::from_raw_parts(ptr.cast::<u8>(), len) }
                     })
                     .collect();
-                push_effect(packed, command.to_bytes(), &args);
+                push_effect(packed, name, &args);
             }
         }
     }
@@ -475,7 +500,8 @@ pub(super) unsafe fn replicate_fields(
     command: &[u8],
     args: &[&[u8]],
 ) {
-    let Ok(command) = std::ffi::CString::new(command) else {
+    // (Only this module's writes are gathered: a name it never propagates is none of them.)
+    let Some(command) = PROPAGATED.into_iter().find(|c| c.to_bytes() == command) else {
         return;
     };
     let api = api();
@@ -513,15 +539,7 @@ pub(super) unsafe fn replicate_fields(
 pub(super) unsafe fn replicate(ctx: *mut RawCtx, effect: Effect<'_>) {
     let replicate = api().Replicate;
     let bytes = |b: &[u8]| (b.as_ptr().cast::<c_char>(), b.len());
-    let command = match effect {
-        Effect::Set { .. } => c"SET",
-        Effect::IncrBy { .. } => c"INCRBY",
-        Effect::Del { .. } => c"DEL",
-        Effect::PExpireAt { .. } => c"PEXPIREAT",
-        Effect::ZRemRangeByScore { .. } => c"ZREMRANGEBYSCORE",
-        Effect::Strings { command, .. } => command,
-    }
-    .as_ptr();
+    let command = effect.command().as_ptr();
     // Each arm: the caller's contract for `ctx` and the key (`s`); every `b` is a pointer and
     // a `size_t` length, bytes Redis copies during the call; `c` a NUL-terminated string.
     // Each format string lists exactly the arguments that follow it.
