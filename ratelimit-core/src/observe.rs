@@ -70,8 +70,35 @@ impl Decision {
     /// the limit's name (and the tier of a call given one), the outcome, the tokens left and
     /// who decided, and one event (the bucket's key, which may be personal data, only at
     /// TRACE); and with the `metrics` feature, one count of `ratelimit_decisions_total`.
+    ///
+    /// Inlined as far as the test of whether anyone listens (every decision of the memory
+    /// limiter's hot path comes here, and a call of its own was a fiftieth of one); the span
+    /// and the events are out of line.
+    #[inline]
     pub(crate) fn observe(&self, name: Name<'_>, bucket: Option<&str>) {
         #[cfg(feature = "metrics")]
+        self.count(name);
+        if tracing::enabled!(target: TARGET, tracing::Level::DEBUG) {
+            self.describe(name, bucket);
+        }
+    }
+
+    /// [`observe`](Decision::observe) of a decision whose bucket key was not written out (the
+    /// memory limiter's, named on the stack): `bucket` writes it, only where the TRACE event
+    /// that shows it is enabled.
+    #[inline]
+    pub(crate) fn observe_unwritten(&self, name: Name<'_>, bucket: impl FnOnce() -> String) {
+        #[cfg(feature = "metrics")]
+        self.count(name);
+        if tracing::enabled!(target: TARGET, tracing::Level::DEBUG) {
+            let bucket = tracing::enabled!(target: TARGET, tracing::Level::TRACE).then(bucket);
+            self.describe(name, bucket.as_deref());
+        }
+    }
+
+    /// One count of `ratelimit_decisions_total`.
+    #[cfg(feature = "metrics")]
+    fn count(&self, name: Name<'_>) {
         match name {
             Name::Tiered(_, tier) => metrics::counter!(
                 "ratelimit_decisions_total",
@@ -87,9 +114,12 @@ impl Decision {
             )
             .increment(1),
         }
-        if !tracing::enabled!(target: TARGET, tracing::Level::DEBUG) {
-            return;
-        }
+    }
+
+    /// The span and events of [`observe`](Decision::observe), where someone listens.
+    #[cold]
+    #[inline(never)]
+    fn describe(&self, name: Name<'_>, bucket: Option<&str>) {
         let span = tracing::debug_span!(
             target: TARGET,
             "rate_limit",

@@ -57,10 +57,9 @@ impl OfLimit for token_bucket::Params {
 pub(super) const fn bucket_params(limit: &Limit) -> token_bucket::Params {
     let (interval, per_micro) = limits::fine(limit.replenish(), limit.period_micros());
     let burst = limit.burst_capacity() as u64;
-    let asked = match limit.max_wait() {
+    let asked = match limit.max_wait_micros() {
         // Bounded by `hold` when the limit was built, so it fits.
-        #[allow(clippy::cast_possible_truncation)]
-        Some(wait) => wait.as_micros() as u64 * per_micro,
+        Some(wait) => wait * per_micro,
         None => u64::MAX,
     };
     // From the fine units above: `hold` again would compute them twice on every call.

@@ -129,6 +129,17 @@ impl Limit {
         }
     }
 
+    /// The longest a call may wait, in microseconds; `None` when not set (what
+    /// [`max_wait`](Limit::max_wait) says, without a `Duration` between: the kernel's hot
+    /// path reads it on every call).
+    pub(crate) const fn max_wait_micros(&self) -> Option<u64> {
+        if self.wait_us == NO_WAIT {
+            None
+        } else {
+            Some(self.wait_us)
+        }
+    }
+
     /// How long a call under this limit may wait for its tokens, if a wait was set
     /// ([`wait`](Limit::wait)).
     pub const fn max_wait(&self) -> Option<Duration> {

@@ -134,9 +134,5 @@ pub(crate) enum Local {
 /// shown only at TRACE: only then is it built again, as a string.
 #[inline]
 fn observe_locally(decision: &Decision, prefix: &str, name: Option<&str>, key: &str) {
-    if tracing::enabled!(target: crate::observe::TARGET, tracing::Level::TRACE) {
-        decision.observe(observed_name(name), Some(&bucket_key(prefix, name, key)));
-    } else {
-        decision.observe(observed_name(name), None);
-    }
+    decision.observe_unwritten(observed_name(name), || bucket_key(prefix, name, key));
 }
