@@ -404,6 +404,75 @@ fn decide_narrow(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Opt
     })
 }
 
+/// [`decide`] of a bucket kept as the instant it is full again, `tat_us` (whole microseconds,
+/// rounded up: what the memory store keeps), under `p` in whole microseconds
+/// (`p.per_micro == 1`) and written under its interval. The same outcome as [`decide`] of the
+/// state `tat_us` stands for (its expiry `tat_us` rounded up to the millisecond, and the
+/// remainder between them); its `new_state` is the instant to keep instead (`None`: the state
+/// stays as it is). No conversion to Redis's expiry and remainder and back, no division: the
+/// memory store's hot path. `None` where a step would overflow, which no valid limit reaches
+/// at a clock's times (the caller then asks [`decide`]).
+///
+/// ```
+/// use ratelimit_algorithms::token_bucket::{Params, decide_whole};
+///
+/// // 10 a second with a burst of 5: a token every 100,000 µs.
+/// let p = Params {
+///     interval: 100_000, per_micro: 1, tau: 500_000, absent: 0, forgotten: 0,
+///     reach: 0, hold: 86_400_000_000, queue: false,
+/// };
+/// // Full again 450,000 µs from now: 4 tokens' worth owed, one left; this call takes it.
+/// let o = decide_whole(1_000_000, 1_450_000, p, 1).expect("no overflow");
+/// assert!(o.allowed);
+/// assert_eq!((o.remaining, o.new_state), (0, Some(1_550_000)));
+/// // The next one waits for the token that comes back 50,000 µs later.
+/// let o = decide_whole(1_000_000, 1_550_000, p, 1).expect("no overflow");
+/// assert!(!o.allowed);
+/// assert_eq!((o.retry_after_us, o.new_state), (50_000, None));
+/// ```
+#[inline]
+#[must_use]
+pub fn decide_whole(now_us: u64, tat_us: u64, p: Params, cost: u64) -> Option<crate::Outcome<u64>> {
+    debug_assert_eq!(p.per_micro, 1, "whole microseconds");
+    if p.per_micro != 1 {
+        return None;
+    }
+    // What `decide_narrow` reads of the state: its expiry, in microseconds, must exist.
+    tat_us.div_ceil(1000).checked_mul(1000)?;
+    let owed = tat_us.saturating_sub(now_us);
+    let (x, stale) = if owed == 0 {
+        (p.forgotten, p.forgotten > 0)
+    } else if owed > p.tau.checked_add(p.hold)? {
+        (p.tau, true)
+    } else {
+        (owed, false)
+    };
+    let new_x = x.checked_add(cost.checked_mul(p.interval)?)?;
+    let room = p.tau.checked_add(p.reach)?;
+    let full = if p.queue { room } else { p.tau };
+    // The instant a bucket `x` from full is full again, as `stored_narrow` keeps it.
+    let kept = |x: u64| -> Option<u64> {
+        now_us.checked_add(x)?.div_ceil(1000).checked_mul(1000)?;
+        Some(now_us + x)
+    };
+    if new_x > room {
+        return Some(crate::Outcome {
+            allowed: false,
+            remaining: full.saturating_sub(x) / p.interval,
+            retry_after_us: new_x - room,
+            reset_after_us: x,
+            new_state: if stale { Some(kept(x)?) } else { None },
+        });
+    }
+    Some(crate::Outcome {
+        allowed: true,
+        remaining: full.saturating_sub(new_x) / p.interval,
+        retry_after_us: new_x.saturating_sub(p.tau),
+        reset_after_us: new_x,
+        new_state: Some(kept(new_x)?),
+    })
+}
+
 /// The state of a bucket `x` fine units (`reset` microseconds, rounded up) from full.
 #[inline]
 fn stored_narrow(now_us: u64, x: u64, p: Params, reset: u64) -> Option<State> {

@@ -260,3 +260,40 @@ proptest! {
         prop_assert_eq!(owed(settled), owed(Some(direct)).min(owed(Some(took))));
     }
 }
+
+proptest! {
+    /// The memory store's path in whole microseconds gives `decide`'s answer on the state its
+    /// instant stands for, and keeps the instant of the state `decide` writes; it answers for
+    /// every bucket a store holds at a clock's times.
+    #[test]
+    fn whole_microseconds_equal_decide(
+        p in any_params().prop_filter("whole microseconds", |p| p.per_micro == 1),
+        now in prop_oneof![0u64..(1 << 62), (0u64..(1 << 50)).prop_map(|ms| ms * 1000)],
+        ahead in prop_oneof![0u64..4_000, 0u64..(1 << 53)],
+        behind in any::<bool>(),
+        cost in 1u64..=u64::from(u32::MAX),
+    ) {
+        let cost = cost.min((p.tau / p.interval).max(1));
+        let tat = if behind { now.saturating_sub(ahead) } else { now + ahead };
+        let expire_ms = tat.div_ceil(1000);
+        let state = State {
+            expire_ms,
+            remainder: expire_ms * 1000 - tat,
+            per_micro: 1,
+            interval: p.interval,
+        };
+        let reference = decide(now, Some(state), p, cost);
+        let whole = decide_whole(now, tat, p, cost);
+        prop_assert!(whole.is_some(), "a stored bucket at a clock's time is answered");
+        let whole = whole.unwrap_or_else(|| unreachable!());
+        let kept = |s: State| s.expire_ms * 1000 - s.remainder;
+        prop_assert_eq!(
+            (whole.allowed, whole.remaining, whole.retry_after_us, whole.reset_after_us),
+            (reference.allowed, reference.remaining, reference.retry_after_us, reference.reset_after_us)
+        );
+        prop_assert_eq!(whole.new_state, reference.new_state.map(kept));
+        if let Some(s) = reference.new_state {
+            prop_assert_eq!((s.per_micro, s.interval), (1, p.interval));
+        }
+    }
+}

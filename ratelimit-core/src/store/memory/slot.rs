@@ -159,8 +159,10 @@ impl PackedBucket {
     /// Decides a call under the shard's shared lock, the common case: the state is in whole
     /// microseconds and was written under `p`, so a decision changes `tat_us` alone, which a
     /// compare-and-swap commits (retried on the state another call left). The same decision
-    /// as under the exclusive lock: [`token_bucket::decide`] on the same state. `None` when the
-    /// state is in other terms (the caller takes the exclusive lock).
+    /// as under the exclusive lock: [`token_bucket::decide`] on the same state, asked of the
+    /// instant itself ([`token_bucket::decide_whole`], a fifth of a memory check less). `None`
+    /// when the state is in other terms, or a step would overflow (the caller takes the
+    /// exclusive lock).
     #[inline]
     pub(super) fn decide_shared(&self, now: u64, p: Params, cost: u64) -> Option<Outcome<()>> {
         if p.per_micro != 1 || self.per_micro != 1 || self.interval() != p.interval {
@@ -168,13 +170,13 @@ impl PackedBucket {
         }
         let mut tat_us = self.tat_us.load(Ordering::Acquire);
         loop {
-            let mut outcome = token_bucket::decide(now, Some(self.unpack_at(tat_us)), p, cost);
-            let Some(new) = outcome.new_state.take() else {
+            // `token_bucket::decide` on the state `tat_us` stands for, on the instant itself
+            // (the state it writes is under `p`, in whole microseconds: only the instant
+            // differs). Where a step would overflow, the exclusive lock's path decides.
+            let mut outcome = token_bucket::decide_whole(now, tat_us, p, cost)?;
+            let Some(new_tat) = outcome.new_state.take() else {
                 return Some(outcome.map_state(drop));
             };
-            // Under `p`, in whole microseconds: only the instant differs.
-            debug_assert_eq!((new.per_micro, new.interval), (1, p.interval));
-            let new_tat = PackedBucket::pack(new).tat_us.into_inner();
             match self.tat_us.compare_exchange_weak(
                 tat_us,
                 new_tat,
