@@ -5,8 +5,10 @@
 //! depends on the machine's load): the total over `--calls` is what one check costs. The
 //! contenders are those of `memory_store` (criterion, wall clock): `store`
 //! (`MemoryStore::check_now`), `limiter` (`RateLimiter::check` on a memory limiter),
-//! `governor` (`check_key`), and `named` (`RateLimiter::check_named`, what `#[rate_limit]`
-//! calls by hand).
+//! `governor` (`check_key`), `named` (`RateLimiter::check_named`, what `#[rate_limit]`
+//! calls by hand), and `by_hand` and `annotated`, `macro_overhead`'s pair: a function calling
+//! `check_named` itself on the key `global`, and the same function under `#[rate_limit]` with
+//! the key `Global` (both ignore `--keys`).
 //!
 //! ```sh
 //! cargo bench -p redis-ratelimit-benches --bench memory_instructions --no-run
@@ -22,12 +24,50 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::task::{Context, Poll, Waker};
 
+use std::sync::OnceLock;
+
 use governor::{DefaultKeyedRateLimiter, Quota};
-use redis_ratelimit::{Limit, RateLimiter, store::MemoryStore};
+use redis_ratelimit::{Global, Limit, RateLimited, RateLimiter, rate_limit, store::MemoryStore};
 
 const RATE: u32 = 1;
 const BURST: u32 = 1_000_000_000;
 const LIMIT: Limit = Limit::per_second(RATE).burst(BURST);
+
+/// `annotated`'s limiter.
+static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
+
+#[derive(Debug)]
+struct ApiError;
+
+impl From<RateLimited> for ApiError {
+    fn from(_: RateLimited) -> Self {
+        ApiError
+    }
+}
+
+#[rate_limit(
+    replenish = 1,
+    burst = 1_000_000_000,
+    key = Global,
+    name = "bench::limited",
+    limiter = LIMITER
+)]
+async fn annotated(x: u64) -> Result<u64, ApiError> {
+    Ok(x + 1)
+}
+
+/// `annotated`, written out: `check_named` on the key `Global` resolves to, then the body.
+async fn by_hand(x: u64) -> Result<u64, ApiError> {
+    let limiter = LIMITER.get().ok_or(ApiError)?;
+    let decision = limiter
+        .check_named("bench::limited", "global", &LIMIT, 1)
+        .await
+        .map_err(|_| ApiError)?;
+    if !decision.allowed {
+        return Err(ApiError);
+    }
+    Ok(x + 1)
+}
 
 /// The output of a future that never waits (the memory store's).
 fn ready<F: Future>(f: F) -> F::Output {
@@ -84,7 +124,24 @@ fn main() {
             );
             Box::new(move |k| g.check_key(k).is_ok())
         }
-        other => panic!("--contender {other}: store, limiter, named or governor"),
+        "by_hand" | "annotated" => {
+            let l = ready(
+                RateLimiter::builder()
+                    .memory_store(store())
+                    .prefix("svc")
+                    .build(),
+            )
+            .unwrap();
+            LIMITER.set(l).unwrap();
+            if contender == "annotated" {
+                Box::new(|_| ready(annotated(black_box(1))).is_ok())
+            } else {
+                Box::new(|_| ready(by_hand(black_box(1))).is_ok())
+            }
+        }
+        other => {
+            panic!("--contender {other}: store, limiter, named, governor, by_hand or annotated")
+        }
     };
     for k in &keys {
         assert!(check(k), "admitted");

@@ -14,7 +14,7 @@ use crate::observe::observed_name;
 use crate::pipeline::check::{Check, validate};
 use crate::store::MemoryStore;
 
-use super::waiting::{BoxedAnswer, must_wait};
+use super::waiting::BoxedAnswer;
 use std::task::Poll;
 
 /// [`check_n`](RateLimiter::check_n) and [`check_named`](RateLimiter::check_named): on a memory store,
@@ -38,22 +38,18 @@ pub(crate) fn check_by_name(
             return Poll::Ready(Err(e));
         }
         let prefix = &*limiter.inner.prefix;
-        // `decide_locally`'s steps, with the decision built where it is returned: through
-        // its `Local`, a decision was copied twice more (a twentieth of a memory check).
-        let reserved = match &limiter.inner.engine {
-            Engine::Local(store) => {
-                let outcome = with_bucket_key(prefix, name, key, |bucket| {
-                    store.check_bytes(bucket, limit, cost)
-                });
-                if !waits(&outcome, limit) {
-                    let mut decision = Decision::from_store_outcome(&outcome, *limit, cost);
-                    decision.let_shadow_through();
-                    observe_locally(&decision, prefix, name, key);
-                    return Poll::Ready(Ok(decision));
-                }
-                Some(Decision::from_store_outcome(&outcome, *limit, cost))
+        let reserved = match decide_locally(limiter, limit, |store| {
+            with_bucket_key(prefix, name, key, |bucket| {
+                store.check_bytes(bucket, limit, cost)
+            })
+        }) {
+            Some(local) if !local.waits => {
+                let decision = local.decision(*limit, cost);
+                observe_locally(&decision, prefix, name, key);
+                return Poll::Ready(Ok(decision));
             }
-            _ => None,
+            Some(local) => Some(local.decision(*limit, cost)),
+            None => None,
         };
         rest.insert(decide_by_name(limiter, name, key, limit, cost, reserved))
             .as_mut()
@@ -104,44 +100,53 @@ pub(crate) async fn decide_later(
 }
 
 /// The pipeline's local stage: a memory store decides in the call's first poll, with
-/// nothing in a future. `check` asks the store for its small outcome on a bucket key the
-/// caller names (built on the stack, or remembered); the decision is built once, here
-/// (benches/results/history.md 4.6), and finished (shadow mode, a reservation's wait).
+/// nothing in a future; `None` for any other store (the remote stage decides). `check` asks
+/// the store for its small outcome on a bucket key the caller names (built on the stack, or
+/// remembered). The caller builds the decision from it ([`Local::decision`]) where it uses it:
+/// built here and moved out in an enum, a decision was copied twice more, and the copies'
+/// wide loads stalled on its narrow stores (a twentieth of a memory check).
 #[inline]
 pub(crate) fn decide_locally(
     limiter: &RateLimiter,
     limit: &Limit,
-    cost: u32,
     check: impl FnOnce(&MemoryStore) -> Outcome<u64>,
-) -> Local {
+) -> Option<Local> {
     let Engine::Local(store) = &limiter.inner.engine else {
-        return Local::Later(None);
+        return None;
     };
-    let mut decision = Decision::from_store_outcome(&check(store), *limit, cost);
-    if must_wait(std::slice::from_mut(&mut decision)) {
-        Local::Later(Some(decision))
-    } else {
-        Local::Decided(decision)
-    }
+    let outcome = check(store);
+    Some(Local {
+        waits: waits(&outcome, limit),
+        outcome,
+    })
 }
 
 /// Whether a call decided by the memory store as `outcome` under `limit` must wait for the
-/// tokens it reserved: [`must_wait`] of its decision, asked of the outcome before the decision
+/// tokens it reserved: [`must_wait`](super::waiting::must_wait) of its decision, asked of the outcome before the decision
 /// is built (admitted with a wait, and not in shadow mode, which lets it go at once).
 #[inline]
 fn waits(outcome: &Outcome<u64>, limit: &Limit) -> bool {
     outcome.allowed && outcome.retry_after_us > 0 && !limit.is_shadow()
 }
 
-/// What the local stage came to ([`local::decide_locally`](crate::pipeline::local::decide_locally)): the pipeline's one "not
-/// decided yet".
-pub(crate) enum Local {
-    /// Decided and finished: the call goes, or is refused, now.
-    Decided(Decision),
-    /// Left to a later poll: the wait of a call admitted with its tokens reserved in memory
-    /// (that decision, [`waiting::wait_one`](crate::pipeline::waiting::wait_one)), or, with none, the remote stage (not a
-    /// memory store: [`remote::decide`](crate::pipeline::remote::decide)).
-    Later(Option<Decision>),
+/// What the memory store decided in a call's first poll ([`decide_locally`]).
+pub(crate) struct Local {
+    outcome: Outcome<u64>,
+    /// The call reserved its tokens and waits for them
+    /// ([`waiting::wait_one`](crate::pipeline::waiting::wait_one), with its decision):
+    /// it is decided later. Otherwise it goes, or is refused, now.
+    pub(crate) waits: bool,
+}
+
+impl Local {
+    /// The call's decision under `limit`, finished ([`must_wait`](super::waiting::must_wait)'s step: a refusal or a wait
+    /// by a limit in shadow mode let through).
+    #[inline]
+    pub(crate) fn decision(&self, limit: Limit, cost: u32) -> Decision {
+        let mut decision = Decision::from_store_outcome(&self.outcome, limit, cost);
+        decision.let_shadow_through();
+        decision
+    }
 }
 
 /// Observes a decision of the memory store made on the stack-built bucket key, which is
@@ -154,6 +159,7 @@ fn observe_locally(decision: &Decision, prefix: &str, name: Option<&str>, key: &
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::waiting::must_wait;
 
     /// The first poll asks [`waits`] of the outcome where [`must_wait`] asks it of the
     /// decision: they agree on every outcome (admitted or refused, with a wait or none) under a

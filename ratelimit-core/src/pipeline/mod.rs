@@ -47,7 +47,6 @@ pub use call::{Call, Cost, Fixed, Holding, KeyArg, Taken};
 pub(crate) use decide::{Ask, Decided};
 #[cfg(feature = "http-framework")]
 pub use layer_limit::LayerLimit;
-pub(crate) use local::Local;
 pub use one::{check, check_key};
 pub use several::check_all;
 #[cfg(feature = "http-framework")]

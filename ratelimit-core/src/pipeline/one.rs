@@ -6,7 +6,6 @@ use std::borrow::Cow;
 use std::future::Future;
 use std::pin::Pin;
 
-use super::Local;
 use super::call::{Before, Call, KeyArg, Taken, anchored, before_key, settle};
 use super::provisional;
 use super::scope::{record_current, with_current};
@@ -126,14 +125,28 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             return Step::Done(Ok(()));
         }
         Before::Decided(decision) => {
-            return Step::Done(conclude(decl, label, decision, None, None, record_one));
+            return Step::Done(conclude(
+                decl,
+                label,
+                decision,
+                None,
+                None,
+                Some(record_one),
+            ));
         }
     }
     let (limiter, enabled) = limiter_or_unenabled(decl, limiter);
     if call.key_failed {
         let decision =
             super::without_store::decide_unresolved(limiter, &effective.limit, effective.cost);
-        return Step::Done(conclude(decl, label, decision, None, None, record_one));
+        return Step::Done(conclude(
+            decl,
+            label,
+            decision,
+            None,
+            None,
+            Some(record_one),
+        ));
     }
     // The label is copied where a step keeps it (a name and a tier name, both `'static`):
     // the closure may be called from either of two places, so it moves nothing out.
@@ -141,11 +154,8 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
         let in_scope = scope.is_some();
         // Made only where a scope keeps it (built and moved for nothing, a verdict cost an
         // admitted call a copy).
-        let record = |label, decision| {
-            if let Some(scope) = scope {
-                scope.record(Recorded::one(label, decision));
-            }
-        };
+        let record =
+            scope.map(|scope| |label, decision| scope.record(Recorded::one(label, decision)));
         // An empty key names nobody: it is no key (the empty-key policy), never one bucket
         // that every caller whose header is blank would share.
         let Some(resolved) = resolving(name, || key.resolve(ctx)).filter(|k| !k.is_empty()) else {
@@ -175,7 +185,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
         // Where the calls holding tokens of a bucket that counts only some outcomes stood
         // before it was asked: a refusal may lack what one that ends meanwhile gives back.
         let asked_at = provisional::Ticket::now();
-        let local = super::local::decide_locally(limiter, limit, cost, |store| match &bucket {
+        let local = super::local::decide_locally(limiter, limit, |store| match &bucket {
             Bucket::Named(bucket) => store.check_bytes(bucket.as_bytes(), limit, cost),
             Bucket::Parts { limiter, key, .. } => {
                 with_bucket_key(limiter.prefix(), Some(name), key, |bucket| {
@@ -183,10 +193,27 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
                 })
             }
         });
-        match local {
+        let decided = match local {
+            Some(local) if !local.waits => local.decision(*limit, cost),
+            reserved => {
+                return Step::Ask(Box::pin(ask(
+                    decl,
+                    label.clone(),
+                    limiter,
+                    bucket.key(),
+                    reserved.map_or(Asked::Nothing, |r| {
+                        Asked::Reserved(r.decision(*limit, cost))
+                    }),
+                    effective,
+                    in_scope,
+                    call.taken.cloned(),
+                )));
+            }
+        };
+        match decided {
             // Refused while calls in flight hold tokens of the bucket that may come back:
             // decided again as they end, on the path that waits.
-            Local::Decided(decision)
+            decision
                 if !decision.allowed
                     && call.taken.is_some_and(Taken::is_counting)
                     && provisional::is_held_or_passed(&bucket_key(&bucket), asked_at) =>
@@ -202,7 +229,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
                     call.taken.cloned(),
                 )))
             }
-            Local::Decided(decision) => Step::Done(conclude(
+            decision => Step::Done(conclude(
                 decl,
                 label.clone(),
                 decision,
@@ -210,26 +237,8 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
                 call.taken,
                 record,
             )),
-            Local::Later(reserved) => Step::Ask(Box::pin(ask(
-                decl,
-                label.clone(),
-                limiter,
-                bucket.key(),
-                reserved.map_or(Asked::Nothing, Asked::Reserved),
-                effective,
-                in_scope,
-                call.taken.cloned(),
-            ))),
         }
     })
-}
-
-/// Records the verdict of a call decided under `label` for the response headers, when the
-/// call runs in a scope.
-fn record_if(in_scope: bool, label: Label, decision: Decision) {
-    if in_scope {
-        record_one(label, decision);
-    }
 }
 
 /// Records the verdict of a call decided under `label` in the current scope, if any.
@@ -299,7 +308,7 @@ async fn ask(
         decision,
         Some(Bucket::Named(bucket)),
         taken.as_ref(),
-        |label, d| record_if(in_scope, label, d),
+        in_scope.then_some(record_one),
     );
     // Admitted: its tokens are kept by `taken` from here (nothing came back).
     if let Some(hold) = asking {
@@ -353,17 +362,19 @@ impl Bucket<'_> {
 }
 
 /// What every decided one-limit call ends with: the decision described (span, metrics),
-/// handed with its label to `record` for the response headers (which makes the verdict only
-/// where a scope keeps it: built and moved for nothing, it cost an admitted call a copy), and
+/// handed with its label to `record` for the response headers where there is one (`None`
+/// outside a scope: the verdict made, or the decision moved, for nothing cost an admitted
+/// call a copy), and
 /// the rejection, carrying the verdict, when it refused. The label moves through (cloned only
 /// for a rejection).
+#[inline]
 fn conclude(
     decl: &'static LimitDeclaration,
     label: Label,
     decision: Decision,
     bucket: Option<Bucket<'_>>,
     taken: Option<&Taken>,
-    record: impl FnOnce(Label, Decision),
+    record: Option<impl FnOnce(Label, Decision)>,
 ) -> Checked {
     // The key is shown only at TRACE, a rejection carries it, and a refund gives back to it:
     // named only then.
@@ -382,12 +393,16 @@ fn conclude(
     }
     decision.observe(label.observed(), bucket.as_deref());
     if decision.allowed {
-        record(label, decision);
+        if let Some(record) = record {
+            record(label, decision);
+        }
         Ok(())
     } else {
         #[cfg(feature = "http-framework")]
         super::scope::give_back_on_refusal();
-        record(label.clone(), decision.clone());
+        if let Some(record) = record {
+            record(label.clone(), decision.clone());
+        }
         let verdict = Recorded::one(label, decision);
         let key = bucket.map(Cow::into_owned).unwrap_or_default();
         Err(Box::new(RateLimited::refused(
