@@ -71,7 +71,8 @@ pub struct LimitDeclaration {
 /// A bucket key, with what it was named from: the limiter's prefix and the resolved key (the
 /// declaration's name is the third part, and never changes).
 struct CachedBucket {
-    prefix: Box<str>,
+    /// The limiter's own (kept alive here, so that the same pointer is the same prefix).
+    prefix: Arc<str>,
     key: Box<str>,
     bucket: Box<str>,
 }
@@ -429,13 +430,16 @@ impl LimitDeclaration {
         let cached = match self.bucket.get() {
             Some(cached) => cached,
             None if remember => self.bucket.get_or_init(|| CachedBucket {
-                prefix: limiter.prefix().into(),
+                prefix: Arc::clone(&limiter.inner.prefix),
                 key: key.into(),
                 bucket: limiter.named_bucket_key(self.name, key).into(),
             }),
             None => return None,
         };
-        if *cached.key == *key && *cached.prefix == *limiter.prefix() {
+        // The prefix of the limiter it was named on, nearly always: one pointer compared.
+        let same_prefix = Arc::ptr_eq(&cached.prefix, &limiter.inner.prefix)
+            || *cached.prefix == *limiter.prefix();
+        if *cached.key == *key && same_prefix {
             return Some(&cached.bucket);
         }
         self.varies.store(true, Ordering::Relaxed);

@@ -63,7 +63,7 @@ impl RateLimiter {
         RateLimiter {
             inner: Arc::new(Inner {
                 engine,
-                prefix,
+                prefix: prefix.into(),
                 empty_key: b.empty_key,
                 resilience,
             }),

@@ -36,7 +36,7 @@ pub struct RateLimiter {
 /// What clones of a limiter share; the pipeline reads it.
 pub(crate) struct Inner {
     pub(crate) engine: Engine,
-    pub(crate) prefix: Box<str>,
+    pub(crate) prefix: Arc<str>,
     pub(crate) empty_key: EmptyKeyPolicy,
     /// The failure policies, and for a remote store its circuits and deadline.
     pub(crate) resilience: Resilience,
