@@ -216,16 +216,56 @@ fn plan_key<'a>(prefix: &str, name: Option<&'a str>, key: &'a str) -> Planned<'a
 
 #[inline]
 fn write_key(out: &mut impl Out, prefix: &str, planned: &Planned<'_>) {
+    write_head(out, prefix, planned.name);
+    push_part(out, planned.key.0, planned.key.1);
+    out.push_str("}");
+}
+
+/// What a bucket key holds before its key part: the prefix, the tag's opening, the name's
+/// length and the name (of a named limit), and the `:` the key follows.
+#[inline]
+fn write_head(out: &mut impl Out, prefix: &str, name: Option<(&str, Write, usize)>) {
     out.push_str(prefix);
     out.push_str(":{");
-    if let Some((name, how, written)) = planned.name {
+    if let Some((name, how, written)) = name {
         push_decimal(out, written);
         out.push_str(":");
         push_part(out, name, how);
     }
     out.push_str(":");
-    push_part(out, planned.key.0, planned.key.1);
+}
+
+/// The head of every bucket key of the limit `name` under `prefix`: the bucket key of a key
+/// is this, the key's part, and `}` ([`with_key_after`]). A declaration names its head once,
+/// not once per call.
+pub(crate) fn bucket_head(prefix: &str, name: &str) -> String {
+    let (how, written) = plan(name);
+    let mut out = String::with_capacity(prefix.len() + 4 + decimal_len(written) + written);
+    write_head(&mut out, prefix, Some((name, how, written)));
+    out
+}
+
+/// [`with_bucket_key`] of `key` after a head [`bucket_head`] wrote: the same bytes, the name
+/// not scanned and written again.
+#[inline]
+pub(crate) fn with_key_after<R>(head: &str, key: &str, f: impl FnOnce(&[u8]) -> R) -> R {
+    let (how, key_len) = plan(key);
+    let len = head.len() + key_len + 1;
+    if len > STACK_KEY_LEN {
+        let mut out = String::with_capacity(len);
+        out.push_str(head);
+        push_part(&mut out, key, how);
+        out.push('}');
+        return f(out.as_bytes());
+    }
+    let mut out = StackKey {
+        buf: [0; STACK_KEY_LEN],
+        len: 0,
+    };
+    out.push_str(head);
+    push_part(&mut out, key, how);
     out.push_str("}");
+    f(&out.buf[..out.len])
 }
 
 /// The bucket key of `key` under `name` (or of `key` alone) with `prefix`, as the limiter names
@@ -679,6 +719,23 @@ mod tests {
             )
         ) {
             prop_assert_eq!(has_special(&part), part.iter().any(|&b| needs_escape(b)));
+        }
+    }
+
+    proptest! {
+        /// A key written after its limit's head is the bucket key named in one go, built on
+        /// the stack or not.
+        #[test]
+        fn a_key_after_its_head_is_its_bucket_key(
+            prefix in prop_oneof![Just("svc".to_owned()), "[a-z{}%:]{0,8}", ".{150,170}"],
+            name in part(),
+            key in part(),
+        ) {
+            let head = bucket_head(&prefix, &name);
+            prop_assert_eq!(
+                with_key_after(&head, &key, <[u8]>::to_vec),
+                bucket_key(&prefix, Some(&name), &key).into_bytes()
+            );
         }
     }
 

@@ -16,6 +16,7 @@ use crate::errors::Error;
 use crate::limit::EmptyKeyPolicy;
 use crate::limit::Limit;
 use crate::limiter::inner::RateLimiter;
+use crate::naming;
 
 /// One `#[rate_limit]` function or `layer_limit!`, registered at compile time, or a layer's
 /// limit built at run time ([`LayerLimit::new`](crate::http::LayerLimit::new)): its name,
@@ -45,6 +46,9 @@ pub struct LimitDeclaration {
     /// Set once a call's key was not the remembered one: the key varies (`Uri`, `Ip`), and
     /// comparing it with the remembered one would cost every call for the few it serves.
     varies: AtomicBool,
+    /// The head of its bucket keys on its enabled limiter ([`naming::bucket_head`]): the name,
+    /// scanned and written once, not once per call, for a key it does not remember.
+    head: OnceLock<NamedHead>,
     /// The [`Warning`]s already logged, one bit each.
     warned: AtomicU8,
     /// What this limit does with a call that has no key, when not the limiter's policy.
@@ -75,6 +79,13 @@ struct CachedBucket {
     prefix: Arc<str>,
     key: Box<str>,
     bucket: Box<str>,
+}
+
+/// A declaration's bucket-key head, with the prefix it was named under.
+struct NamedHead {
+    /// The limiter's own (kept alive here, so that the same pointer is the same prefix).
+    prefix: Arc<str>,
+    head: Box<str>,
 }
 
 /// The limit a declaration enforces after configuration overrides.
@@ -125,6 +136,7 @@ impl LimitDeclaration {
             state: AtomicU8::new(0),
             bucket: OnceLock::new(),
             varies: AtomicBool::new(false),
+            head: OnceLock::new(),
             warned: AtomicU8::new(0),
             empty_key: None,
             empty_key_status: None,
@@ -446,6 +458,27 @@ impl LimitDeclaration {
         None
     }
 
+    /// The head of this limit's bucket keys on `limiter` ([`naming::bucket_head`]), named on
+    /// the first call; `None` on a limiter of another prefix than that first call's (the
+    /// caller names the whole key).
+    pub(crate) fn bucket_head(&'static self, limiter: &RateLimiter) -> Option<&'static str> {
+        let named = match self.head.get() {
+            Some(named) => named,
+            None => self.name_head(limiter),
+        };
+        (Arc::ptr_eq(&named.prefix, &limiter.inner.prefix) || *named.prefix == *limiter.prefix())
+            .then_some(&*named.head)
+    }
+
+    /// [`bucket_head`](LimitDeclaration::bucket_head)'s first call.
+    #[cold]
+    fn name_head(&'static self, limiter: &RateLimiter) -> &'static NamedHead {
+        self.head.get_or_init(|| NamedHead {
+            prefix: Arc::clone(&limiter.inner.prefix),
+            head: naming::bucket_head(limiter.prefix(), self.name).into(),
+        })
+    }
+
     /// Logs `message` once per declaration and kind of mistake (not once per call): a
     /// limit that ran before enable and later runs without its layer says both.
     pub(crate) fn warn_once(&self, kind: Warning, message: &dyn fmt::Display) {
@@ -737,6 +770,32 @@ mod tests {
         }
         // Once a key differed, the key varies: no call compares with the remembered one.
         assert_eq!(decl.remembered_bucket(&a, "k1", true), None);
+    }
+
+    /// A declaration's head serves the prefix it was named under, whether that limiter's
+    /// or another's with the same prefix, and no other: a key after it is the bucket key.
+    #[test]
+    fn a_head_serves_only_its_prefix() {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let build = |prefix: &str| {
+            rt.block_on(RateLimiter::builder().memory().prefix(prefix).build())
+                .unwrap()
+        };
+        let (a, also_a, b) = (build("a"), build("a"), build("b"));
+        let decl = declaration();
+        let head = decl.bucket_head(&a).expect("named on the first call");
+        for limiter in [&a, &also_a] {
+            assert_eq!(decl.bucket_head(limiter), Some(head));
+            let key = crate::naming::with_key_after(head, "k{1}", |k| k.to_vec());
+            assert_eq!(
+                key,
+                limiter.named_bucket_key("t::decl", "k{1}").into_bytes()
+            );
+        }
+        assert_eq!(decl.bucket_head(&b), None);
+        assert_eq!(decl.bucket_head(&a), Some(head));
     }
 
     /// A limit and its `shared = ".."` uses are named once (issue 44: the startup line

@@ -13,7 +13,7 @@ use super::{check_all, limiter_or_unenabled, report_missing_piece};
 use crate::decision::Decision;
 use crate::decision::{Label, Source};
 use crate::limiter::inner::RateLimiter;
-use crate::naming::with_bucket_key;
+use crate::naming::{with_bucket_key, with_key_after};
 use crate::pipeline::check::Check;
 use crate::pipeline::verdict::RateLimited;
 use crate::pipeline::verdict::Recorded;
@@ -188,9 +188,7 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
         let local = super::local::decide_locally(limiter, limit, |store| match &bucket {
             Bucket::Named(bucket) => store.check_bytes(bucket.as_bytes(), limit, cost),
             Bucket::Parts { limiter, key, .. } => {
-                with_bucket_key(limiter.prefix(), Some(name), key, |bucket| {
-                    store.check_bytes(bucket, limit, cost)
-                })
+                check_parts(store, decl, limiter, key, limit, cost)
             }
         });
         let decided = match local {
@@ -239,6 +237,26 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             )),
         }
     })
+}
+
+/// The memory store's outcome on the bucket of `key` under `decl`, named on the stack after
+/// the declaration's head (or whole, on a limiter of another prefix). Out of line: inlined,
+/// it cost the call of a remembered bucket (`Global`'s) more than the call it saves.
+#[inline(never)]
+fn check_parts(
+    store: &crate::store::MemoryStore,
+    decl: &'static LimitDeclaration,
+    limiter: &RateLimiter,
+    key: &str,
+    limit: &crate::limit::Limit,
+    cost: u32,
+) -> crate::algorithm::Outcome<u64> {
+    match decl.bucket_head(limiter) {
+        Some(head) => with_key_after(head, key, |bucket| store.check_bytes(bucket, limit, cost)),
+        None => with_bucket_key(limiter.prefix(), Some(decl.name()), key, |bucket| {
+            store.check_bytes(bucket, limit, cost)
+        }),
+    }
 }
 
 /// Records the verdict of a call decided under `label` in the current scope, if any.
@@ -367,7 +385,6 @@ impl Bucket<'_> {
 /// call a copy), and
 /// the rejection, carrying the verdict, when it refused. The label moves through (cloned only
 /// for a rejection).
-#[inline]
 fn conclude(
     decl: &'static LimitDeclaration,
     label: Label,
