@@ -410,8 +410,9 @@ fn decide_narrow(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Opt
 /// state `tat_us` stands for (its expiry `tat_us` rounded up to the millisecond, and the
 /// remainder between them); its `new_state` is the instant to keep instead (`None`: the state
 /// stays as it is). No conversion to Redis's expiry and remainder and back, no division: the
-/// memory store's hot path. `None` where a step would overflow, which no valid limit reaches
-/// at a clock's times (the caller then asks [`decide`]).
+/// memory store's hot path. `None` for parameters not in whole microseconds, and where a step
+/// would overflow, which no valid limit reaches at a clock's times (the caller then asks
+/// [`decide`]).
 ///
 /// ```
 /// use ratelimit_algorithms::token_bucket::{Params, decide_whole};
@@ -421,19 +422,19 @@ fn decide_narrow(now_us: u64, state: Option<State>, p: Params, cost: u64) -> Opt
 ///     interval: 100_000, per_micro: 1, tau: 500_000, absent: 0, forgotten: 0,
 ///     reach: 0, hold: 86_400_000_000, queue: false,
 /// };
-/// // Full again 450,000 µs from now: 4 tokens' worth owed, one left; this call takes it.
-/// let o = decide_whole(1_000_000, 1_450_000, p, 1).expect("no overflow");
+/// // Full again 400,000 µs from now: 4 tokens owed, one left; this call takes it.
+/// let o = decide_whole(1_000_000, 1_400_000, p, 1).expect("no overflow");
 /// assert!(o.allowed);
-/// assert_eq!((o.remaining, o.new_state), (0, Some(1_550_000)));
-/// // The next one waits for the token that comes back 50,000 µs later.
-/// let o = decide_whole(1_000_000, 1_550_000, p, 1).expect("no overflow");
+/// assert_eq!((o.remaining, o.new_state), (0, Some(1_500_000)));
+/// // The next one is refused: the next token comes back 100,000 µs later.
+/// let o = decide_whole(1_000_000, 1_500_000, p, 1).expect("no overflow");
 /// assert!(!o.allowed);
-/// assert_eq!((o.retry_after_us, o.new_state), (50_000, None));
+/// assert_eq!((o.retry_after_us, o.new_state), (100_000, None));
 /// ```
 #[inline]
 #[must_use]
 pub fn decide_whole(now_us: u64, tat_us: u64, p: Params, cost: u64) -> Option<crate::Outcome<u64>> {
-    debug_assert_eq!(p.per_micro, 1, "whole microseconds");
+    // Not in whole microseconds: the caller asks `decide`.
     if p.per_micro != 1 {
         return None;
     }

@@ -297,3 +297,14 @@ proptest! {
         }
     }
 }
+
+/// A bucket in fine units (a rate that does not divide its period) is not decided on its
+/// instant: `decide_whole` leaves it to `decide`.
+#[test]
+fn fine_units_are_left_to_decide() {
+    let p = smooth(3, 10, UNITS[0]).expect("3 a second");
+    assert_eq!(p.per_micro, 3);
+    assert_eq!(decide_whole(1_000_000, 1_200_000, p, 1), None);
+    let whole = smooth(2, 10, UNITS[0]).expect("2 a second");
+    assert!(decide_whole(1_000_000, 1_200_000, whole, 1).is_some());
+}
