@@ -13,102 +13,15 @@
 
 #![allow(clippy::unwrap_used, clippy::print_stdout, missing_docs)]
 
-use std::borrow::Cow;
-use std::cell::Cell;
 use std::hint::black_box;
-use std::sync::{LazyLock, OnceLock};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use redis_ratelimit::{
-    Global, KeyResolver, Limit, RateLimited, RateLimiter, RequestContext, context::scope,
-    rate_limit,
-};
+use redis_ratelimit::{Global, RateLimiter, RequestContext, context::scope};
 
-/// Both functions share this name, so both use the same bucket key.
-const NAME: &str = "bench::limited";
-/// Every call admitted, the bucket never full (so never dropped): the write path every time.
-const LIMIT: Limit = Limit::per_second(1).burst(1_000_000_000);
+#[path = "macro_pair.rs"]
+mod macro_pair;
 
-static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
-
-#[derive(Debug)]
-struct ApiError;
-
-impl From<RateLimited> for ApiError {
-    fn from(_: RateLimited) -> Self {
-        ApiError
-    }
-}
-
-#[rate_limit(
-    replenish = 1,
-    burst = 1_000_000_000,
-    key = Global,
-    name = "bench::limited",
-    limiter = LIMITER
-)]
-async fn annotated(x: u64) -> Result<u64, ApiError> {
-    Ok(x + 1)
-}
-
-async fn by_hand(x: u64) -> Result<u64, ApiError> {
-    checked_by_hand(NAME, "global", x).await
-}
-
-/// What the annotated functions do, written out: `check_named`, then the body.
-async fn checked_by_hand(name: &str, key: &str, x: u64) -> Result<u64, ApiError> {
-    let limiter = LIMITER.get().ok_or(ApiError)?;
-    let decision = limiter
-        .check_named(name, key, &LIMIT, 1)
-        .await
-        .map_err(|_| ApiError)?;
-    if !decision.allowed {
-        return Err(ApiError);
-    }
-    Ok(x + 1)
-}
-
-/// The keys `Rotating` and `by_hand_rotating` take in turn.
-static KEYS: LazyLock<Vec<String>> =
-    LazyLock::new(|| (0..1024).map(|i| format!("client-{i:04}")).collect());
-
-thread_local! {
-    static TURN: Cell<usize> = const { Cell::new(0) };
-}
-
-/// The next of [`KEYS`], on this thread.
-fn next_key() -> &'static str {
-    let i = TURN.with(|t| {
-        let i = t.get();
-        t.set((i + 1) % KEYS.len());
-        i
-    });
-    &KEYS[i]
-}
-
-/// A key that changes on every call.
-struct Rotating;
-
-impl KeyResolver for Rotating {
-    fn resolve<'a>(&'a self, _: &'a RequestContext) -> Option<Cow<'a, str>> {
-        Some(Cow::Borrowed(next_key()))
-    }
-}
-
-#[rate_limit(
-    replenish = 1,
-    burst = 1_000_000_000,
-    key = Rotating,
-    name = "bench::rotating",
-    limiter = LIMITER
-)]
-async fn annotated_rotating(x: u64) -> Result<u64, ApiError> {
-    Ok(x + 1)
-}
-
-async fn by_hand_rotating(x: u64) -> Result<u64, ApiError> {
-    checked_by_hand("bench::rotating", next_key(), x).await
-}
+use macro_pair::{LIMITER, annotated, annotated_rotating, by_hand, by_hand_rotating, keys};
 
 fn macro_overhead(c: &mut Criterion) {
     #[cfg(feature = "metrics")]
@@ -132,7 +45,7 @@ fn macro_overhead(c: &mut Criterion) {
     assert!(rt.block_on(annotated(1)).is_ok());
     assert!(rt.block_on(by_hand(1)).is_ok());
     // Every rotating bucket exists before the clock starts, for both.
-    for _ in 0..KEYS.len() {
+    for _ in 0..keys().len() {
         assert!(rt.block_on(annotated_rotating(1)).is_ok());
         assert!(rt.block_on(by_hand_rotating(1)).is_ok());
     }

@@ -6,7 +6,8 @@
 //! contenders are those of `memory_store` (criterion, wall clock): `store`
 //! (`MemoryStore::check_now`), `limiter` (`RateLimiter::check` on a memory limiter),
 //! `governor` (`check_key`), `named` (`RateLimiter::check_named`, what `#[rate_limit]`
-//! calls by hand), and `by_hand` and `annotated`, `macro_overhead`'s pair: a function calling
+//! calls by hand), and `by_hand` and `annotated`, `macro_overhead`'s pair (the same
+//! functions, from `macro_pair.rs`): a function calling
 //! `check_named` itself on the key `global`, and the same function under `#[rate_limit]` with
 //! the key `Global` (both ignore `--keys`); and `by_hand_rotating` and `annotated_rotating`,
 //! the same on a key that changes every call (the `--keys` keys in turn, which the attribute
@@ -26,106 +27,15 @@ use std::hint::black_box;
 use std::num::NonZeroU32;
 use std::task::{Context, Poll, Waker};
 
-use std::borrow::Cow;
-use std::cell::Cell;
-use std::sync::OnceLock;
-
 use governor::{DefaultKeyedRateLimiter, Quota};
-use redis_ratelimit::{
-    Global, KeyResolver, Limit, RateLimited, RateLimiter, RequestContext, rate_limit,
-    store::MemoryStore,
-};
+use redis_ratelimit::{Limit, RateLimiter, store::MemoryStore};
 
 const RATE: u32 = 1;
 const BURST: u32 = 1_000_000_000;
 const LIMIT: Limit = Limit::per_second(RATE).burst(BURST);
 
-/// `annotated`'s limiter.
-static LIMITER: OnceLock<RateLimiter> = OnceLock::new();
-
-#[derive(Debug)]
-struct ApiError;
-
-impl From<RateLimited> for ApiError {
-    fn from(_: RateLimited) -> Self {
-        ApiError
-    }
-}
-
-#[rate_limit(
-    replenish = 1,
-    burst = 1_000_000_000,
-    key = Global,
-    name = "bench::limited",
-    limiter = LIMITER
-)]
-async fn annotated(x: u64) -> Result<u64, ApiError> {
-    Ok(x + 1)
-}
-
-/// `annotated`, written out: `check_named` on the key `Global` resolves to, then the body.
-async fn by_hand(x: u64) -> Result<u64, ApiError> {
-    let limiter = LIMITER.get().ok_or(ApiError)?;
-    let decision = limiter
-        .check_named("bench::limited", "global", &LIMIT, 1)
-        .await
-        .map_err(|_| ApiError)?;
-    if !decision.allowed {
-        return Err(ApiError);
-    }
-    Ok(x + 1)
-}
-
-/// The keys `Rotating` and `by_hand_rotating` take in turn (`--keys` of them).
-static KEYS: OnceLock<Vec<String>> = OnceLock::new();
-
-thread_local! {
-    static TURN: Cell<usize> = const { Cell::new(0) };
-}
-
-/// The next of [`KEYS`], on this thread.
-fn next_key() -> &'static str {
-    let keys = KEYS.get().map_or(&[][..], Vec::as_slice);
-    let i = TURN.with(|t| {
-        let i = t.get();
-        t.set((i + 1) % keys.len());
-        i
-    });
-    &keys[i]
-}
-
-/// A key that changes on every call.
-struct Rotating;
-
-impl KeyResolver for Rotating {
-    fn resolve<'a>(&'a self, _: &'a RequestContext) -> Option<Cow<'a, str>> {
-        Some(Cow::Borrowed(next_key()))
-    }
-}
-
-#[rate_limit(
-    replenish = 1,
-    burst = 1_000_000_000,
-    key = Rotating,
-    name = "bench::rotating",
-    limiter = LIMITER
-)]
-async fn annotated_rotating(x: u64) -> Result<u64, ApiError> {
-    Ok(x + 1)
-}
-
-/// `annotated_rotating`, written out.
-async fn by_hand_rotating(x: u64) -> Result<u64, ApiError> {
-    let limiter = LIMITER.get().ok_or(ApiError)?;
-    let decision = limiter
-        .check_named("bench::rotating", next_key(), &LIMIT, 1)
-        .await
-        .map_err(|_| ApiError)?;
-    if !decision.allowed {
-        return Err(ApiError);
-    }
-    Ok(x + 1)
-}
+#[path = "macro_pair.rs"]
+mod macro_pair;
 
 /// The output of a future that never waits (the memory store's).
 fn ready<F: Future>(f: F) -> F::Output {
@@ -190,19 +100,22 @@ fn main() {
                     .build(),
             )
             .unwrap();
-            LIMITER.set(l).unwrap();
-            KEYS.set(keys.clone()).unwrap();
+            macro_pair::LIMITER.set(l).unwrap();
+            macro_pair::set_keys(keys.clone());
             match contender.as_str() {
-                "annotated" => Box::new(|_| ready(annotated(black_box(1))).is_ok()),
-                "by_hand" => Box::new(|_| ready(by_hand(black_box(1))).is_ok()),
+                "annotated" => Box::new(|_| ready(macro_pair::annotated(black_box(1))).is_ok()),
+                "by_hand" => Box::new(|_| ready(macro_pair::by_hand(black_box(1))).is_ok()),
                 "annotated_rotating" => {
-                    Box::new(|_| ready(annotated_rotating(black_box(1))).is_ok())
+                    Box::new(|_| ready(macro_pair::annotated_rotating(black_box(1))).is_ok())
                 }
-                _ => Box::new(|_| ready(by_hand_rotating(black_box(1))).is_ok()),
+                _ => Box::new(|_| ready(macro_pair::by_hand_rotating(black_box(1))).is_ok()),
             }
         }
         other => {
-            panic!("--contender {other}: store, limiter, named, governor, by_hand or annotated")
+            panic!(
+                "--contender {other}: store, limiter, named, governor, by_hand, annotated, \
+                 by_hand_rotating or annotated_rotating"
+            )
         }
     };
     for k in &keys {
