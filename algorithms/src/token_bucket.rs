@@ -453,8 +453,9 @@ pub fn decide_whole(now_us: u64, tat_us: u64, p: Params, cost: u64) -> Option<cr
     let full = if p.queue { room } else { p.tau };
     // The instant a bucket `x` from full is full again, as `stored_narrow` keeps it.
     let kept = |x: u64| -> Option<u64> {
-        now_us.checked_add(x)?.div_ceil(1000).checked_mul(1000)?;
-        Some(now_us + x)
+        let full_at = now_us.checked_add(x)?;
+        full_at.div_ceil(1000).checked_mul(1000)?;
+        Some(full_at)
     };
     if new_x > room {
         return Some(crate::Outcome {

@@ -448,10 +448,7 @@ impl LimitDeclaration {
             }),
             None => return None,
         };
-        // The prefix of the limiter it was named on, nearly always: one pointer compared.
-        let same_prefix = Arc::ptr_eq(&cached.prefix, &limiter.inner.prefix)
-            || *cached.prefix == *limiter.prefix();
-        if *cached.key == *key && same_prefix {
+        if *cached.key == *key && same_prefix(&cached.prefix, limiter) {
             return Some(&cached.bucket);
         }
         self.varies.store(true, Ordering::Relaxed);
@@ -466,8 +463,7 @@ impl LimitDeclaration {
             Some(named) => named,
             None => self.name_head(limiter),
         };
-        (Arc::ptr_eq(&named.prefix, &limiter.inner.prefix) || *named.prefix == *limiter.prefix())
-            .then_some(&*named.head)
+        same_prefix(&named.prefix, limiter).then_some(&*named.head)
     }
 
     /// [`bucket_head`](LimitDeclaration::bucket_head)'s first call.
@@ -492,6 +488,12 @@ impl LimitDeclaration {
     pub(crate) fn warned(&self, kind: Warning) -> bool {
         self.warned.load(Ordering::Relaxed) & (1u8 << (kind as u8)) != 0
     }
+}
+
+/// Whether `kept`, a limiter's prefix a declaration keeps alive, is `limiter`'s: nearly always
+/// the same allocation, one pointer compared; else compared by its text.
+fn same_prefix(kept: &Arc<str>, limiter: &RateLimiter) -> bool {
+    Arc::ptr_eq(kept, &limiter.inner.prefix) || **kept == *limiter.prefix()
 }
 
 /// A declaration's `state`: found valid by a call.
@@ -747,16 +749,20 @@ mod tests {
     }
 
     /// The remembered bucket key serves only the key and the prefix it was named from.
-    #[test]
-    fn a_remembered_bucket_serves_only_its_key_and_prefix() {
+    /// A memory limiter of each prefix.
+    fn memory_limiters<const N: usize>(prefixes: [&str; N]) -> [RateLimiter; N] {
         let rt = tokio::runtime::Builder::new_current_thread()
             .build()
             .unwrap();
-        let build = |prefix: &str| {
+        prefixes.map(|prefix| {
             rt.block_on(RateLimiter::builder().memory().prefix(prefix).build())
                 .unwrap()
-        };
-        let (a, b) = (build("a"), build("b"));
+        })
+    }
+
+    #[test]
+    fn a_remembered_bucket_serves_only_its_key_and_prefix() {
+        let [a, b] = memory_limiters(["a", "b"]);
         let decl = declaration();
         let named = |limiter: &RateLimiter, key: &str| limiter.named_bucket_key("t::decl", key);
         // Not remembered, then remembered by the first call that may.
@@ -776,14 +782,7 @@ mod tests {
     /// or another's with the same prefix, and no other: a key after it is the bucket key.
     #[test]
     fn a_head_serves_only_its_prefix() {
-        let rt = tokio::runtime::Builder::new_current_thread()
-            .build()
-            .unwrap();
-        let build = |prefix: &str| {
-            rt.block_on(RateLimiter::builder().memory().prefix(prefix).build())
-                .unwrap()
-        };
-        let (a, also_a, b) = (build("a"), build("a"), build("b"));
+        let [a, also_a, b] = memory_limiters(["a", "a", "b"]);
         let decl = declaration();
         let head = decl.bucket_head(&a).expect("named on the first call");
         for limiter in [&a, &also_a] {

@@ -148,29 +148,13 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             record_current(Recorded::one(label, decision));
             return Step::done(Ok(()));
         }
-        Before::Decided(decision) => {
-            return Step::done(conclude(
-                decl,
-                label,
-                decision,
-                None,
-                None,
-                Some(record_one),
-            ));
-        }
+        Before::Decided(decision) => return decided_before_key(decl, label, decision),
     }
     let (limiter, enabled) = limiter_or_unenabled(decl, limiter);
     if call.key_failed {
         let decision =
             super::without_store::decide_unresolved(limiter, &effective.limit, effective.cost);
-        return Step::done(conclude(
-            decl,
-            label,
-            decision,
-            None,
-            None,
-            Some(record_one),
-        ));
+        return decided_before_key(decl, label, decision);
     }
     // The label is copied where a step keeps it (a name and a tier name, both `'static`):
     // the closure may be called from either of two places, so it moves nothing out.
@@ -261,6 +245,23 @@ fn at_once<'a, K: KeyResolver + ?Sized>(
             )),
         }
     })
+}
+
+/// A call decided before its key was known (by configuration, or for want of a key that
+/// could be read): concluded, and recorded in the current scope.
+fn decided_before_key<'a>(
+    decl: &'static LimitDeclaration,
+    label: Label,
+    decision: Decision,
+) -> Step<'a> {
+    Step::done(conclude(
+        decl,
+        label,
+        decision,
+        None,
+        None,
+        Some(record_one),
+    ))
 }
 
 /// The memory store's outcome on the bucket of `key` under `decl`, named on the stack after
